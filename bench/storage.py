@@ -1,0 +1,194 @@
+"""Storage benchmarks: each figure next to a baseline measured in the same run.
+
+    .venv/bin/python bench/storage.py [--mb 256] [--lookup-gb 1] [--dir DIR]
+
+- append: 1 KiB messages in 1 MiB message sets (v2: one batch per set; v1: one
+  classic message each) through Log.append, against plain os.write of the same
+  bytes to a file in the same directory. Target >= 0.9x.
+- recovery: LogSegment.recover over the written log, against reading the same
+  file and computing each entry's CRC. Target >= 0.5x.
+- lookups: offset and timestamp lookups on logs of growing size up to
+  --lookup-gb; per-lookup time stays flat as the log grows (O(log n)); also
+  the time to open the big log after a clean close.
+Figures are best-of-N wall times; ratios are what to compare across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import zlib
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import crc32c  # noqa: E402
+
+from storage.clock import SystemClock  # noqa: E402
+from storage.config import LogConfig  # noqa: E402
+from storage.file_records import ENTRY_HEAD  # noqa: E402
+from storage.log import Log  # noqa: E402
+from storage.records import build_batch, build_classic  # noqa: E402
+
+MIB = 1 << 20
+VALUE = b"x" * 1024
+
+
+def message_set(magic: int, base_ts: int) -> tuple[bytes, int]:
+    """A ~1 MiB set of 1 KiB messages and its message count."""
+    count = MIB // (len(VALUE) + (40 if magic < 2 else 12))
+    records = [(b"key-%d" % i, VALUE, base_ts + i) for i in range(count)]
+    if magic == 2:
+        return build_batch(records), count
+    return build_classic(records, magic=magic), count
+
+
+def best_of(runs: int, fn) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        best = min(best, fn())
+    return best
+
+
+def bench_append(workdir: str, total_mb: int, runs: int) -> None:
+    print(f"\n== append: {total_mb} MiB of 1 KiB messages in 1 MiB sets, best of {runs}")
+    for magic in (2, 1):
+        data, count = message_set(magic, 1_700_000_000_000)
+        sets = max(1, total_mb * MIB // len(data))
+
+        def plain() -> float:
+            path = os.path.join(workdir, "plain.bin")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            start = time.perf_counter()
+            for _ in range(sets):
+                os.write(fd, data)
+            elapsed = time.perf_counter() - start
+            os.close(fd)
+            os.unlink(path)
+            return elapsed
+
+        def through_log() -> float:
+            directory = os.path.join(workdir, f"append-v{magic}")
+            shutil.rmtree(directory, ignore_errors=True)
+            log = Log.open(directory, "bench", 0, LogConfig(), clock=SystemClock())
+            start = time.perf_counter()
+            for _ in range(sets):
+                log.append(data)
+            elapsed = time.perf_counter() - start
+            log.close()
+            return elapsed
+
+        base = best_of(runs, plain)
+        ours = best_of(runs, through_log)
+        mb = sets * len(data) / MIB
+        print(f"v{magic}: Log.append {mb / ours:8.1f} MiB/s {sets * count / ours:10.0f} msgs/s | "
+              f"os.write {mb / base:8.1f} MiB/s | ratio {base / ours:.2f}x (target >= 0.9)")
+
+
+def crc_walk(path: str) -> float:
+    """Baseline: read the file in 8 MiB chunks and check each entry's CRC."""
+    start = time.perf_counter()
+    with open(path, "rb") as f:
+        carry = b""
+        while True:
+            chunk = f.read(8 * MIB)
+            if not chunk:
+                break
+            buf = memoryview(carry + chunk)
+            pos = 0
+            while pos + 12 <= len(buf):
+                _, size = ENTRY_HEAD.unpack_from(buf, pos)
+                end = pos + 12 + size
+                if end > len(buf):
+                    break
+                if buf[pos + 16] == 2:
+                    crc32c.crc32c(buf[pos + 21:end])
+                else:
+                    zlib.crc32(buf[pos + 16:end])
+                pos = end
+            carry = bytes(buf[pos:])
+    return time.perf_counter() - start
+
+
+def bench_recovery(workdir: str, runs: int) -> None:
+    print(f"\n== recovery scan of the logs written above, best of {runs}")
+    for magic in (2, 1):
+        directory = os.path.join(workdir, f"append-v{magic}")
+        log = Log.open(directory, "bench", 0, LogConfig(), clock=SystemClock())
+        segment = log.active_segment
+        path = segment.log.path
+        size = segment.size
+
+        def recover() -> float:
+            start = time.perf_counter()
+            segment.recover(LogConfig().segment_index_bytes)
+            return time.perf_counter() - start
+
+        base = best_of(runs, lambda: crc_walk(path))
+        ours = best_of(runs, recover)
+        log.close()
+        mb = size / MIB
+        print(f"v{magic}: recover {mb / ours:8.1f} MiB/s | read+CRC {mb / base:8.1f} MiB/s | "
+              f"ratio {base / ours:.2f}x (target >= 0.5)")
+
+
+def bench_lookups(workdir: str, gb: float) -> None:
+    print(f"\n== lookups: offset and timestamp, logs up to {gb:g} GiB (one segment)")
+    directory = os.path.join(workdir, "lookups")
+    shutil.rmtree(directory, ignore_errors=True)
+    config = LogConfig.from_props({"segment.bytes": 2**31 - 1})
+    log = Log.open(directory, "bench", 0, config, clock=SystemClock())
+    data, count = message_set(2, 0)
+    target_sizes = [s for s in (16 * MIB, 128 * MIB, int(gb * 1024) * MIB) if s <= gb * 1024 * MIB]
+    rng = random.Random(1)
+    ts = 0
+    for target in target_sizes:
+        while log.size_in_bytes < target:
+            batch = bytearray(build_batch([(b"k", VALUE, ts + i) for i in range(count)]))
+            ts += count
+            log.append(batch)
+        end = log.log_end_offset
+        offsets = [rng.randrange(end) for _ in range(2000)]
+        start = time.perf_counter()
+        for offset in offsets:
+            log.read(offset, 1).release()
+        per_offset = (time.perf_counter() - start) / len(offsets)
+        stamps = [rng.randrange(ts) for _ in range(300)]
+        start = time.perf_counter()
+        for stamp in stamps:
+            log.offset_for_timestamp(stamp)
+        per_ts = (time.perf_counter() - start) / len(stamps)
+        print(f"{log.size_in_bytes / MIB:7.0f} MiB, {end:9d} records: offset lookup {per_offset * 1e6:7.1f} us, "
+              f"timestamp lookup {per_ts * 1e6:8.1f} us")
+    log.close()
+    start = time.perf_counter()
+    reopened = Log.open(directory, "bench", 0, config, clock=SystemClock(), had_clean_shutdown=True)
+    opened_in = time.perf_counter() - start
+    print(f"open after a clean close ({reopened.size_in_bytes / MIB:.0f} MiB): {opened_in * 1000:.1f} ms")
+    reopened.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=int, default=256, help="MiB appended per run")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--lookup-gb", type=float, default=1.0)
+    parser.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
+    args = parser.parse_args()
+    workdir = args.dir or tempfile.mkdtemp(prefix="strata-bench-", dir=os.getcwd())
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        bench_append(workdir, args.mb, args.runs)
+        bench_recovery(workdir, args.runs)
+        bench_lookups(workdir, args.lookup_gb)
+    finally:
+        if args.dir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Splitting a byte stream into frames: sans-IO, both directions.
+
+Layout (NATIVE-PROTOCOL.md, "Framing"):
+
+    request:   size:int32 | type:int16  | body
+    response:  size:int32 | error:int16 | body
+
+`size` counts every byte after the size field. The decoder strips the size field
+and yields the rest (type+body or error+body), which is what `parse_request` and
+`parse_response` take.
+
+Contract:
+- `feed(data)` hands over bytes as they arrive, in any split: one byte at a
+  time, or several pipelined frames in one chunk. `bytes` are kept without a
+  copy and must not change afterwards (bytes never do); any other bytes-like
+  object is copied once on the way in.
+- `next_frame()` returns the next whole frame, or None until one is complete.
+  `frames()` iterates over every complete frame. A frame that lies inside one
+  fed chunk is a memoryview of that chunk (no copy); a frame split across
+  chunks is assembled into one bytearray allocated when its size is read (as
+  Kafka's NetworkReceive does), and later chunks are copied into it as they
+  arrive, so every byte is copied at most once and a 100 MB frame in 64 KiB
+  chunks costs O(n).
+- A size field above `max_frame_bytes` or below zero raises `FrameTooLarge`
+  (code INVALID_REQUEST). The stream can no longer be trusted, so the decoder
+  stays broken: every later call raises the same error and the owner must close
+  the connection. The limit applies to the size field itself (it excludes the
+  4-byte size field), as Kafka compares `socket.request.max.bytes`.
+- A frame of 0 or 1 bytes (no room for type/error) raises ProtocolError
+  (INVALID_REQUEST) once it has been consumed; framing is still in step, so the
+  decoder stays usable and the server may answer and read on.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from typing import Iterator
+
+from .errors import ErrorCode, ProtocolError
+
+DEFAULT_MAX_FRAME_BYTES = 104857600  # socket.request.max.bytes
+
+SIZE = struct.Struct(">i")  # the size field in front of every frame
+MIN_FRAME = 2  # type:int16 (request) or error:int16 (response)
+
+
+class FrameTooLarge(ProtocolError):
+    """A size field over the limit, or negative. The connection must close."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(ErrorCode.INVALID_REQUEST,
+                         f"frame size {size} is outside 0..{limit} (socket.request.max.bytes)")
+        self.size = size
+        self.limit = limit
+
+
+class FrameDecoder:
+    """Incremental frame splitter. See the module contract."""
+
+    __slots__ = ("max_frame_bytes", "_chunks", "_buffered", "_size", "_assembly",
+                 "_filled", "_broken")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._chunks: deque[memoryview] = deque()  # unconsumed input, in order
+        self._buffered = 0  # total bytes in _chunks
+        self._size: int | None = None  # size of the current frame once its field is read
+        self._assembly: bytearray | None = None  # the current frame when it spans chunks
+        self._filled = 0  # bytes of _assembly filled so far
+        self._broken: FrameTooLarge | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes fed but not yet returned as frames (for back-pressure and tests)."""
+        return self._buffered + self._filled + (4 if self._size is not None else 0)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        if self._broken is not None:
+            raise self._broken
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        if not data:
+            return
+        view = memoryview(data)
+        if self._assembly is not None:  # fill the frame in progress straight away
+            n = min(len(view), len(self._assembly) - self._filled)
+            self._assembly[self._filled:self._filled + n] = view[:n]
+            self._filled += n
+            view = view[n:]
+        if view:
+            self._chunks.append(view)
+            self._buffered += len(view)
+
+    def next_frame(self) -> memoryview | None:
+        if self._broken is not None:
+            raise self._broken
+        if self._assembly is not None:
+            if self._filled < len(self._assembly):
+                return None
+            frame = memoryview(self._assembly)
+            self._assembly, self._filled, self._size = None, 0, None
+            return self._checked(frame)
+        if self._size is None:
+            if self._buffered < SIZE.size:
+                return None
+            (size,) = SIZE.unpack(self._take(SIZE.size))
+            if size < 0 or size > self.max_frame_bytes:
+                self._broken = FrameTooLarge(size, self.max_frame_bytes)
+                self._chunks.clear()
+                self._buffered = 0
+                raise self._broken
+            self._size = size
+        size = self._size
+        if self._buffered >= size:
+            self._size = None
+            return self._checked(self._take(size))
+        # Incomplete: move what is here into the frame's own buffer; feed() fills the rest.
+        self._assembly = bytearray(size)
+        self._filled = 0
+        while self._chunks:
+            chunk = self._chunks.popleft()
+            self._assembly[self._filled:self._filled + len(chunk)] = chunk
+            self._filled += len(chunk)
+        self._buffered = 0
+        return None
+
+    def frames(self) -> Iterator[memoryview]:
+        """Every complete frame fed so far, in order."""
+        while (frame := self.next_frame()) is not None:
+            yield frame
+
+    @staticmethod
+    def _checked(frame: memoryview) -> memoryview:
+        if len(frame) < MIN_FRAME:
+            raise ProtocolError(ErrorCode.INVALID_REQUEST,
+                                f"frame of {len(frame)} bytes has no room for an int16 type/error")
+        return frame
+
+    def _take(self, n: int) -> memoryview:
+        """Remove the next n bytes (n <= _buffered); no copy when one chunk holds them."""
+        if n == 0:
+            return memoryview(b"")
+        self._buffered -= n
+        first = self._chunks[0]
+        if len(first) >= n:
+            if len(first) == n:
+                self._chunks.popleft()
+            else:
+                self._chunks[0] = first[n:]
+            return first[:n]
+        out = bytearray(n)
+        filled = 0
+        while filled < n:
+            chunk = self._chunks.popleft()
+            k = min(len(chunk), n - filled)
+            out[filled:filled + k] = chunk[:k]
+            filled += k
+            if k < len(chunk):
+                self._chunks.appendleft(chunk[k:])
+        return memoryview(out)

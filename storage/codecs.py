@@ -1,0 +1,256 @@
+"""Kafka's compression codecs, framed exactly as Kafka frames them.
+
+Contract:
+- `compress(codec, data, *, magic=2)` returns the bytes Kafka's own writer would
+  put in a compressed message's value (magic 0/1) or after a record batch's
+  61-byte header (magic 2). `decompress` is its inverse and also accepts every
+  framing Kafka's readers accept (see per-codec notes below).
+- `data` may be bytes, bytearray or memoryview; results are always `bytes`.
+- Every failure (unknown codec, zstd before magic 2, a corrupt or cut-short
+  payload) raises `storage.errors.CorruptRecordError` with a message saying what
+  was wrong. Callers that need a different error class (the validator refuses
+  zstd before magic 2 as an invalid record) check first.
+
+Framings, per codec:
+
+    GZIP    one gzip stream (RFC 1952) as java.util.zip.GZIPOutputStream writes
+            it; on read, concatenated members and trailing zero padding are fine.
+
+    SNAPPY  xerial blocks, as org.xerial.snappy.SnappyOutputStream writes them:
+
+              0        8          12         16
+              | magic  | version  | compat   | len:int32 | raw snappy | len | ...
+              magic = 82 'SNAPPY' 00, version = compat = 1,
+              each block holds at most 32 KiB of input.
+
+            On read we also accept one plain raw snappy block (what some
+            clients send) and a second xerial header in the middle of the
+            stream (xerial's reader allows concatenated streams).
+
+    LZ4     one LZ4 frame as Kafka's KafkaLZ4BlockOutputStream writes it:
+            64 KB blocks, independent blocks, no block checksum, no content
+            size, no content checksum. Magic 0 (Kafka < 0.10) computed the
+            frame descriptor's header checksum (HC) over the frame magic too
+            (KAFKA-3160); we write that broken HC for magic 0 and, like Kafka's
+            reader, ignore whatever HC a magic-0 frame carries.
+
+    ZSTD    one or more zstd frames; Kafka's streaming writer omits the content
+            size, so the reader must not rely on it. Only legal with magic 2.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from enum import IntEnum
+
+import cramjam
+import lz4.frame
+
+from .errors import CorruptRecordError
+
+__all__ = ["Codec", "compress", "decompress"]
+
+
+class Codec(IntEnum):
+    """The codec number stored in attribute bits 0-2 of every magic."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+# Kafka's defaults: gzip uses Deflater.DEFAULT_COMPRESSION (6), zstd level 3.
+GZIP_LEVEL = 6
+ZSTD_LEVEL = 3
+
+# ---- snappy: xerial framing --------------------------------------------------
+
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
+XERIAL_HEADER = struct.Struct(">8sii")  # magic, version, compatible version
+XERIAL_VERSION = XERIAL_COMPAT = 1
+XERIAL_BLOCK_INPUT = 32 * 1024  # SnappyOutputStream's default block size
+XERIAL_BLOCK_LENGTH = struct.Struct(">i")
+_XERIAL_PREFIX = XERIAL_HEADER.pack(XERIAL_MAGIC, XERIAL_VERSION, XERIAL_COMPAT)
+
+
+def _snappy_compress(data: memoryview) -> bytes:
+    out = [_XERIAL_PREFIX]
+    for start in range(0, len(data), XERIAL_BLOCK_INPUT):
+        block = bytes(cramjam.snappy.compress_raw(data[start:start + XERIAL_BLOCK_INPUT]))
+        out.append(XERIAL_BLOCK_LENGTH.pack(len(block)))
+        out.append(block)
+    return b"".join(out)
+
+
+def _snappy_decompress(data: memoryview) -> bytes:
+    magic_len = len(XERIAL_MAGIC)
+    if len(data) < XERIAL_HEADER.size or data[:magic_len] != XERIAL_MAGIC:
+        return bytes(cramjam.snappy.decompress_raw(data))
+    # Version and compat are not checked: xerial only ever wrote 1, and some
+    # producers are known to write them little-endian (kafka-python #2414).
+    out = []
+    pos, end = XERIAL_HEADER.size, len(data)
+    while pos < end:
+        if data[pos:pos + magic_len] == XERIAL_MAGIC:  # a concatenated stream
+            pos += XERIAL_HEADER.size
+            continue
+        if end - pos < XERIAL_BLOCK_LENGTH.size:
+            raise CorruptRecordError("snappy: xerial block length is cut short")
+        (length,) = XERIAL_BLOCK_LENGTH.unpack_from(data, pos)
+        pos += XERIAL_BLOCK_LENGTH.size
+        if length < 0 or pos + length > end:
+            raise CorruptRecordError(f"snappy: xerial block of {length} bytes overruns the payload")
+        out.append(bytes(cramjam.snappy.decompress_raw(data[pos:pos + length])))
+        pos += length
+    return b"".join(out)
+
+
+# ---- gzip ----------------------------------------------------------------------
+
+GZIP_WBITS = 31  # zlib's window bits for a gzip wrapper (16 + 15)
+
+
+def _gzip_compress(data: memoryview) -> bytes:
+    # zlib's gzip wrapper writes mtime 0 and no file name, as Java's does.
+    deflater = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, GZIP_WBITS)
+    return deflater.compress(data) + deflater.flush()
+
+
+def _gzip_decompress(data: memoryview) -> bytes:
+    out = []
+    rest: bytes | memoryview = data
+    while True:
+        inflater = zlib.decompressobj(GZIP_WBITS)
+        out.append(inflater.decompress(rest))
+        if not inflater.eof:
+            raise CorruptRecordError("gzip: stream is cut short")
+        rest = inflater.unused_data.lstrip(b"\x00")
+        if not rest:
+            return b"".join(out)
+
+
+# ---- lz4 -------------------------------------------------------------------------
+
+LZ4_FRAME_MAGIC_SIZE = 4
+LZ4_FLG_POS = LZ4_FRAME_MAGIC_SIZE  # the frame descriptor starts with FLG, BD
+LZ4_FLG_CONTENT_SIZE = 0x08
+LZ4_FLG_DICT_ID = 0x01
+
+
+def _lz4_compress(data: memoryview, magic: int) -> bytes:
+    frame = lz4.frame.compress(
+        data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
+        block_checksum=False, content_checksum=False, store_size=False)
+    if magic != 0:
+        return frame
+    # Our descriptor is FLG, BD, then HC at byte 6; old Kafka hashed bytes 0..5.
+    hc_pos = LZ4_FLG_POS + 2
+    broken = bytearray(frame)
+    broken[hc_pos] = (xxh32(frame[:hc_pos]) >> 8) & 0xFF
+    return bytes(broken)
+
+
+def _lz4_fix_header_checksum(data: memoryview) -> bytearray:
+    """A copy of a magic-0 frame whose HC is right, whatever HC it carried."""
+    if len(data) < LZ4_FLG_POS + 3:
+        raise CorruptRecordError("lz4: frame header is cut short")
+    flg = data[LZ4_FLG_POS]
+    descriptor_len = 2 + (8 if flg & LZ4_FLG_CONTENT_SIZE else 0) + (4 if flg & LZ4_FLG_DICT_ID else 0)
+    hc_pos = LZ4_FLG_POS + descriptor_len
+    if len(data) <= hc_pos:
+        raise CorruptRecordError("lz4: frame header is cut short")
+    fixed = bytearray(data)
+    fixed[hc_pos] = (xxh32(data[LZ4_FLG_POS:hc_pos]) >> 8) & 0xFF
+    return fixed
+
+
+# xxHash32, only ever run over an LZ4 frame descriptor (at most 18 bytes), so
+# a plain-Python version costs nothing and spares a dependency.
+_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
+_U32 = 0xFFFFFFFF
+_LANES = struct.Struct("<4I")
+_WORD = struct.Struct("<I")
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _U32
+
+
+def xxh32(data: bytes | bytearray | memoryview, seed: int = 0) -> int:
+    """The 32-bit xxHash of `data` (as the LZ4 frame format uses it)."""
+    n, pos = len(data), 0
+    if n >= 16:
+        acc = [(seed + _P1 + _P2) & _U32, (seed + _P2) & _U32, seed, (seed - _P1) & _U32]
+        while pos + 16 <= n:
+            lanes = _LANES.unpack_from(data, pos)
+            acc = [(_rotl((a + lane * _P2) & _U32, 13) * _P1) & _U32 for a, lane in zip(acc, lanes)]
+            pos += 16
+        h = _rotl(acc[0], 1) + _rotl(acc[1], 7) + _rotl(acc[2], 12) + _rotl(acc[3], 18)
+    else:
+        h = seed + _P5
+    h = (h + n) & _U32
+    while pos + 4 <= n:
+        h = (_rotl((h + _WORD.unpack_from(data, pos)[0] * _P3) & _U32, 17) * _P4) & _U32
+        pos += 4
+    while pos < n:
+        h = (_rotl((h + data[pos] * _P5) & _U32, 11) * _P1) & _U32
+        pos += 1
+    h = ((h ^ (h >> 15)) * _P2) & _U32
+    h = ((h ^ (h >> 13)) * _P3) & _U32
+    return h ^ (h >> 16)
+
+
+# ---- the public pair -----------------------------------------------------------
+
+
+def _check(codec: int, magic: int) -> Codec:
+    try:
+        known = Codec(codec)
+    except ValueError:
+        raise CorruptRecordError(f"unknown compression codec {codec}") from None
+    if known is Codec.ZSTD and magic < 2:
+        raise CorruptRecordError(f"zstd compression needs magic 2, not magic {magic}")
+    return known
+
+
+def compress(codec: int, data: bytes | bytearray | memoryview, *, magic: int = 2) -> bytes:
+    """`data` compressed and framed the way Kafka's writer for `magic` does it."""
+    codec = _check(codec, magic)
+    view = memoryview(data)
+    try:
+        if codec is Codec.NONE:
+            return bytes(view)
+        if codec is Codec.GZIP:
+            return _gzip_compress(view)
+        if codec is Codec.SNAPPY:
+            return _snappy_compress(view)
+        if codec is Codec.LZ4:
+            return _lz4_compress(view, magic)
+        return bytes(cramjam.zstd.compress(view, level=ZSTD_LEVEL))
+    except CorruptRecordError:
+        raise
+    except Exception as e:  # the libraries raise a zoo of types
+        raise CorruptRecordError(f"{codec.name.lower()}: cannot compress: {e}") from e
+
+
+def decompress(codec: int, data: bytes | bytearray | memoryview, *, magic: int = 2) -> bytes:
+    """The bytes `data` holds, compressed with `codec` by a writer for `magic`."""
+    codec = _check(codec, magic)
+    view = memoryview(data)
+    try:
+        if codec is Codec.NONE:
+            return bytes(view)
+        if codec is Codec.GZIP:
+            return _gzip_decompress(view)
+        if codec is Codec.SNAPPY:
+            return _snappy_decompress(view)
+        if codec is Codec.LZ4:
+            return lz4.frame.decompress(_lz4_fix_header_checksum(view) if magic == 0 else view)
+        return bytes(cramjam.zstd.decompress(view))
+    except CorruptRecordError:
+        raise
+    except Exception as e:
+        raise CorruptRecordError(f"{codec.name.lower()}: corrupt payload: {e}") from e

@@ -1,0 +1,256 @@
+"""Topic-level log configuration, with Kafka's names, defaults and validation.
+
+A `LogConfig` is immutable: altering a topic builds a new one and the log swaps
+it in whole, so a reader never sees half of an update. Values arrive as strings
+(from a properties file, the wire or the command line) or as Python values, and
+are checked here once; the rest of storage trusts them.
+
+Broker-level `log.*` names give the defaults for topics that do not override a
+setting; `broker_log_defaults()` maps them onto topic-level names the way Kafka
+does (for example `log.roll.ms` beats `log.roll.hours`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .errors import InvalidConfigError
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+CLEANUP_POLICIES = ("delete", "compact")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str  # Kafka's topic-level name
+    attr: str  # the LogConfig attribute
+    kind: str  # int | long | double | string | list | boolean
+    default: Any
+    check: Callable[[Any], str | None]  # returns a complaint, or None when valid
+    doc: str
+
+
+def _at_least(low: int | float) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= low else f"must be at least {low}"
+
+
+def _between(low: float, high: float) -> Callable[[Any], str | None]:
+    return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
+
+
+def _policies(v: tuple[str, ...]) -> str | None:
+    if not v:
+        return "must name at least one of delete, compact"
+    bad = [p for p in v if p not in CLEANUP_POLICIES]
+    return f"unknown policy {bad[0]!r}; use delete, compact or both" if bad else None
+
+
+KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey("cleanup.policy", "cleanup_policy", "list", ("delete",), _policies,
+              "delete, compact, or both"),
+    ConfigKey("delete.retention.ms", "delete_retention_ms", "long", 86_400_000, _at_least(0),
+              "how long tombstones survive compaction"),
+    ConfigKey("file.delete.delay.ms", "file_delete_delay_ms", "long", 60_000, _at_least(0),
+              "delay before a deleted segment's files are removed"),
+    ConfigKey("flush.messages", "flush_messages", "long", LONG_MAX, _at_least(1),
+              "fsync after this many messages"),
+    ConfigKey("flush.ms", "flush_ms", "long", LONG_MAX, _at_least(0),
+              "fsync when the last flush is older than this"),
+    ConfigKey("index.interval.bytes", "index_interval_bytes", "int", 4096, _at_least(0),
+              "bytes between offset index entries"),
+    ConfigKey("max.compaction.lag.ms", "max_compaction_lag_ms", "long", LONG_MAX, _at_least(1),
+              "a record stays uncompacted at most this long"),
+    ConfigKey("max.message.bytes", "max_message_bytes", "int", 1_048_588, _at_least(0),
+              "largest entry (record batch or classic message) accepted"),
+    ConfigKey("message.timestamp.type", "message_timestamp_type", "string", "CreateTime",
+              _one_of(*TIMESTAMP_TYPES), "CreateTime or LogAppendTime"),
+    ConfigKey("min.cleanable.dirty.ratio", "min_cleanable_dirty_ratio", "double", 0.5,
+              _between(0.0, 1.0), "dirty share of the log that makes it eligible for cleaning"),
+    ConfigKey("min.compaction.lag.ms", "min_compaction_lag_ms", "long", 0, _at_least(0),
+              "a record stays uncompacted at least this long"),
+    ConfigKey("retention.bytes", "retention_bytes", "long", -1, _at_least(-1),
+              "largest size of the partition log before old segments go (-1: no limit)"),
+    ConfigKey("retention.ms", "retention_ms", "long", 604_800_000, _at_least(-1),
+              "age after which segments go (-1: keep forever)"),
+    ConfigKey("segment.bytes", "segment_bytes", "int", 1_073_741_824, _at_least(14),
+              "segment file size before a roll"),
+    ConfigKey("segment.index.bytes", "segment_index_bytes", "int", 10_485_760, _at_least(12),
+              "size each index file is preallocated to"),
+    ConfigKey("segment.jitter.ms", "segment_jitter_ms", "long", 0, _at_least(0),
+              "random jitter subtracted from segment.ms"),
+    ConfigKey("segment.ms", "segment_ms", "long", 604_800_000, _at_least(1),
+              "segment age before a roll"),
+)
+
+KEYS_BY_NAME: dict[str, ConfigKey] = {k.name: k for k in KEYS}
+
+
+def _parse(key: ConfigKey, raw: Any) -> Any:
+    """Turn a string or Python value into the key's type, or raise InvalidConfigError."""
+    try:
+        if key.kind in ("int", "long"):
+            if isinstance(raw, bool) or isinstance(raw, float):
+                raise ValueError
+            value = int(raw.strip()) if isinstance(raw, str) else int(raw)
+            high = INT_MAX if key.kind == "int" else LONG_MAX
+            if not -high - 1 <= value <= high:
+                raise ValueError
+            return value
+        if key.kind == "double":
+            return float(raw.strip()) if isinstance(raw, str) else float(raw)
+        if key.kind == "list":
+            items = raw.split(",") if isinstance(raw, str) else list(raw)
+            names = {str(i).strip() for i in items if str(i).strip()}
+            # Kafka's order (delete before compact) so equal sets compare and print equal.
+            return tuple(sorted(names, key=lambda n: (CLEANUP_POLICIES.index(n)
+                                                      if n in CLEANUP_POLICIES else len(CLEANUP_POLICIES), n)))
+        if key.kind == "boolean":
+            text = str(raw).strip().lower()
+            if text not in ("true", "false"):
+                raise ValueError
+            return text == "true"
+        return str(raw).strip()
+    except InvalidConfigError:
+        raise
+    except (ValueError, TypeError):
+        raise InvalidConfigError(f"{key.name}: {raw!r} is not a valid {key.kind}") from None
+
+
+def _format(key: ConfigKey, value: Any) -> str:
+    if key.kind == "list":
+        return ",".join(value)
+    if key.kind == "boolean":
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = 86_400_000
+    file_delete_delay_ms: int = 60_000
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    index_interval_bytes: int = 4096
+    max_compaction_lag_ms: int = LONG_MAX
+    max_message_bytes: int = 1_048_588
+    message_timestamp_type: str = "CreateTime"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    retention_bytes: int = -1
+    retention_ms: int = 604_800_000
+    segment_bytes: int = 1_073_741_824
+    segment_index_bytes: int = 10_485_760
+    segment_jitter_ms: int = 0
+    segment_ms: int = 604_800_000
+
+    # ---- building ---------------------------------------------------------------
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any], defaults: "LogConfig | None" = None) -> "LogConfig":
+        """A config with `props` (Kafka names) laid over `defaults`.
+
+        Unknown names and bad values raise InvalidConfigError naming the key."""
+        base = defaults or cls()
+        changes: dict[str, Any] = {}
+        for name, raw in props.items():
+            key = KEYS_BY_NAME.get(name)
+            if key is None:
+                raise InvalidConfigError(f"unknown topic config {name!r}")
+            value = _parse(key, raw)
+            complaint = key.check(value)
+            if complaint:
+                raise InvalidConfigError(f"{name}: {_format(key, value)} {complaint}")
+            changes[key.attr] = value
+        config = dataclasses.replace(base, **changes)
+        config._check_together()
+        return config
+
+    def _check_together(self) -> None:
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise InvalidConfigError(
+                "min.compaction.lag.ms must not be larger than max.compaction.lag.ms")
+
+    # ---- reading ----------------------------------------------------------------
+
+    def to_props(self) -> dict[str, str]:
+        """Every effective setting, Kafka names to strings, sorted by name."""
+        return {k.name: _format(k, getattr(self, k.attr)) for k in KEYS}
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def max_index_entries_bytes(self) -> int:
+        return self.segment_index_bytes
+
+
+# Broker-level names that set a topic-level default. Where several broker names
+# feed one topic name, the first present wins (Kafka: ms beats minutes beats hours).
+BROKER_NAMES: dict[str, tuple[tuple[str, int], ...]] = {
+    "cleanup.policy": (("log.cleanup.policy", 1),),
+    "delete.retention.ms": (("log.cleaner.delete.retention.ms", 1),),
+    "file.delete.delay.ms": (("log.segment.delete.delay.ms", 1),),
+    "flush.messages": (("log.flush.interval.messages", 1),),
+    "flush.ms": (("log.flush.interval.ms", 1),),
+    "index.interval.bytes": (("log.index.interval.bytes", 1),),
+    "max.compaction.lag.ms": (("log.cleaner.max.compaction.lag.ms", 1),),
+    "max.message.bytes": (("message.max.bytes", 1),),
+    "message.timestamp.type": (("log.message.timestamp.type", 1),),
+    "min.cleanable.dirty.ratio": (("log.cleaner.min.cleanable.ratio", 1),),
+    "min.compaction.lag.ms": (("log.cleaner.min.compaction.lag.ms", 1),),
+    "retention.bytes": (("log.retention.bytes", 1),),
+    "retention.ms": (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
+                     ("log.retention.hours", 3_600_000)),
+    "segment.bytes": (("log.segment.bytes", 1),),
+    "segment.index.bytes": (("log.index.size.max.bytes", 1),),
+    "segment.jitter.ms": (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000)),
+    "segment.ms": (("log.roll.ms", 1), ("log.roll.hours", 3_600_000)),
+}
+
+
+def broker_log_defaults(broker_props: Mapping[str, Any]) -> LogConfig:
+    """The topic defaults that broker-level `log.*` settings give.
+
+    Raises InvalidConfigError naming the broker setting when a value is bad."""
+    props: dict[str, Any] = {}
+    for topic_name, candidates in BROKER_NAMES.items():
+        for broker_name, unit in candidates:
+            if broker_name not in broker_props:
+                continue
+            raw = broker_props[broker_name]
+            if unit != 1:
+                try:
+                    raw = int(str(raw).strip()) * unit
+                except ValueError:
+                    raise InvalidConfigError(f"{broker_name}: {raw!r} is not a valid long") from None
+            props[topic_name] = raw
+            break
+    try:
+        return LogConfig.from_props(props)
+    except InvalidConfigError as e:
+        # Say which broker name the user wrote, not the topic-level one.
+        msg = str(e)
+        for topic_name, candidates in BROKER_NAMES.items():
+            if msg.startswith(topic_name + ":"):
+                present = next(b for b, _ in candidates if b in broker_props)
+                raise InvalidConfigError(present + msg[len(topic_name):]) from None
+        raise

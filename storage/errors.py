@@ -1,0 +1,84 @@
+"""Errors raised by the storage engine.
+
+Each error carries the Kafka error code it turns into on the wire, so that the
+protocol layer maps exceptions to codes in one place and storage never imports
+protocol code.
+"""
+
+
+class StrataError(Exception):
+    """Base class; `code` is Kafka's numeric error code."""
+
+    code = -1  # UNKNOWN_SERVER_ERROR
+
+
+class OffsetOutOfRangeError(StrataError):
+    code = 1
+
+
+class CorruptRecordError(StrataError):
+    """Bad bytes: a size, CRC, magic or codec payload that does not check out."""
+
+    code = 2
+
+
+class UnknownTopicOrPartitionError(StrataError):
+    code = 3
+
+
+class MessageTooLargeError(StrataError):
+    """One entry is larger than `max.message.bytes`."""
+
+    code = 10
+
+
+class InvalidTopicError(StrataError):
+    code = 17
+
+
+class RecordListTooLargeError(StrataError):
+    """A whole message set is larger than `segment.bytes`."""
+
+    code = 18
+
+
+class TopicAlreadyExistsError(StrataError):
+    code = 36
+
+
+class InvalidPartitionsError(StrataError):
+    code = 37
+
+
+class InvalidConfigError(StrataError):
+    code = 40
+
+
+class InvalidRequestError(StrataError):
+    code = 42
+
+
+class InvalidRecordError(StrataError):
+    """Well-formed bytes that break a rule: a keyless record on a compacted topic,
+    a batch whose record count disagrees with its offset range."""
+
+    code = 87
+
+
+class InvalidOffsetError(StrataError):
+    """An index append or a segment append out of offset order (a bug or a corrupt file)."""
+
+    code = -1
+
+
+class KafkaStorageError(StrataError):
+    """The log directory cannot be used (I/O error, log closed)."""
+
+    code = 56
+
+
+class CorruptIndexError(StrataError):
+    """An index file that fails its sanity check (bad length, entries out of order);
+    the log deletes and rebuilds it from the segment."""
+
+    code = -1

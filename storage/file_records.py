@@ -1,0 +1,205 @@
+"""One segment's `.log` file: append at the end, read slices, walk entry headers.
+
+Contract:
+- `size` is the committed size: it moves forward only after bytes are fully
+  written, so a reader bounded by it never sees half an entry.
+- One writer at a time (the log's append lock); any number of readers.
+- A `FileSlice` pins the open file: a segment deleted while a fetch is still
+  sending from it keeps its descriptor until the slice is released, so the
+  send completes (Linux keeps an unlinked file's data while it is open).
+- Reading headers needs only the 12-byte entry overhead plus, for magic 2, the
+  lastOffsetDelta field: `iter_headers` reads small chunks, never whole batches.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from typing import Iterator, NamedTuple
+
+from .errors import CorruptRecordError
+
+# offset:int64 | size:int32 | (crc:uint32 | magic:int8 ...)         classic
+# baseOffset:int64 | length:int32 | leaderEpoch:int32 | magic:int8 | crc:uint32 |
+#     attributes:int16 | lastOffsetDelta:int32 ...                     magic 2
+ENTRY_HEAD = struct.Struct(">qi")
+LOG_OVERHEAD = ENTRY_HEAD.size  # 12
+MAGIC_POSITION = 16
+LAST_OFFSET_DELTA = struct.Struct(">i")
+LAST_OFFSET_DELTA_POSITION = 23
+HEADER_PEEK = LAST_OFFSET_DELTA_POSITION + LAST_OFFSET_DELTA.size  # 27 bytes tell an entry's span
+MIN_ENTRY_SIZE = 14  # Kafka: size field smaller than this is corrupt
+SCAN_CHUNK = 8192
+
+
+class EntryHeader(NamedTuple):
+    position: int
+    size: int  # whole entry, overhead included
+    base_offset: int  # first offset for magic 2; the entry's offset for classic messages
+    last_offset: int
+    magic: int
+
+
+class FileSlice:
+    """`length` bytes of a log file from `position`: what a fetch sends with sendfile."""
+
+    __slots__ = ("records", "position", "length", "_released")
+
+    def __init__(self, records: "FileRecords", position: int, length: int):
+        self.records = records
+        self.position = position
+        self.length = length
+        self._released = False
+        records.retain()
+
+    def fileno(self) -> int:
+        return self.records.fileno()
+
+    def read(self) -> bytes:
+        """The bytes themselves (tests, tools; the server uses sendfile instead)."""
+        return self.records.read(self.position, self.length)
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.records.release()
+
+    def __enter__(self) -> "FileSlice":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"FileSlice({self.records.path!r}, position={self.position}, length={self.length})"
+
+
+class FileRecords:
+    def __init__(self, path: str, fd: int, size: int):
+        self.path = path
+        self._fd = fd
+        self.size = size
+        self._refs = 0
+        self._close_when_released = False
+        self._ref_lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path: str) -> "FileRecords":
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return cls(path, fd, os.fstat(fd).st_size)
+
+    # ---- writing --------------------------------------------------------------
+
+    def append(self, data) -> int:
+        """Write `data` at the end; return the position it starts at."""
+        position = self.size
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self._fd, view[written:], position + written)
+        self.size = position + written
+        return position
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+
+    def truncate_to(self, size: int) -> int:
+        """Cut the file to `size` bytes; return how many bytes went."""
+        if size > self.size or size < 0:
+            raise ValueError(f"cannot truncate {self.path} of {self.size} bytes to {size}")
+        cut = self.size - size
+        os.ftruncate(self._fd, size)
+        self.size = size
+        return cut
+
+    # ---- reading --------------------------------------------------------------
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def read(self, position: int, length: int) -> bytes:
+        return os.pread(self._fd, length, position)
+
+    def slice(self, position: int, length: int) -> FileSlice:
+        return FileSlice(self, position, length)
+
+    def iter_headers(self, start: int, end: int | None = None) -> Iterator[EntryHeader]:
+        """The entries' spans from `start` up to `end` (default: the committed size).
+
+        Stops quietly at a trailing entry that is not all there (a cut the caller
+        bounds by `end`); raises CorruptRecordError on an impossible size field."""
+        end = self.size if end is None else end
+        position = start
+        chunk = b""
+        chunk_start = start
+        while position + LOG_OVERHEAD <= end:
+            offset_in_chunk = position - chunk_start
+            if offset_in_chunk + HEADER_PEEK > len(chunk):
+                chunk_start = position
+                offset_in_chunk = 0
+                chunk = os.pread(self._fd, min(SCAN_CHUNK, end - position), position)
+                if len(chunk) < LOG_OVERHEAD:
+                    return
+            offset, size = ENTRY_HEAD.unpack_from(chunk, offset_in_chunk)
+            if size < MIN_ENTRY_SIZE:
+                raise CorruptRecordError(f"{self.path}: entry at {position} has size {size}")
+            total = LOG_OVERHEAD + size
+            if position + total > end:
+                return
+            magic = chunk[offset_in_chunk + MAGIC_POSITION] if offset_in_chunk + MAGIC_POSITION < len(chunk) else -1
+            if magic >= 2:
+                if offset_in_chunk + HEADER_PEEK > len(chunk):
+                    raise CorruptRecordError(f"{self.path}: batch at {position} too short")
+                (delta,) = LAST_OFFSET_DELTA.unpack_from(chunk, offset_in_chunk + LAST_OFFSET_DELTA_POSITION)
+                yield EntryHeader(position, total, offset, offset + delta, magic)
+            else:
+                yield EntryHeader(position, total, offset, offset, magic)
+            position += total
+
+    # ---- life cycle -------------------------------------------------------------
+
+    def rename(self, new_path: str) -> None:
+        os.rename(self.path, new_path)
+        self.path = new_path
+
+    def retain(self) -> None:
+        with self._ref_lock:
+            self._refs += 1
+
+    def release(self) -> None:
+        with self._ref_lock:
+            self._refs -= 1
+            close_now = self._refs == 0 and self._close_when_released
+        if close_now:
+            self._close_fd()
+
+    def close(self) -> None:
+        """Close now, or as soon as the last outstanding slice is released."""
+        with self._ref_lock:
+            self._close_when_released = True
+            close_now = self._refs == 0
+        if close_now:
+            self._close_fd()
+
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
+
+    def delete(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def mtime_ms(self) -> int:
+        return os.stat(self.path).st_mtime_ns // 1_000_000
+
+    def __repr__(self) -> str:
+        return f"FileRecords({self.path!r}, size={self.size})"

@@ -1,0 +1,97 @@
+"""File helpers shared by the storage engine: crash-safe replacement and segment names.
+
+Contract:
+- `atomic_write(path, data)` is the one way the project replaces a file. After it
+  returns, `path` holds exactly `data` and survives a crash. If it raises, no `.tmp`
+  file it created is left behind and `path` holds its old content (or is still
+  absent), except when only the final directory fsync failed: then the new content
+  is in place but may not survive a crash. A `.tmp` left by an earlier crash is
+  simply overwritten.
+- `fsync_dir(path)` makes renames, creations and deletions inside a directory durable.
+- `segment_file_name` / `parse_segment_file_name` convert between a segment's base
+  offset and Kafka's file names: the offset zero-padded to 20 digits, then a suffix
+  chain such as `.log`, `.index.deleted`, `.log.cleaned` or `.timeindex.swap`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+TMP_SUFFIX = ".tmp"
+
+# Kinds of file a segment owns, and the temporary states any of them can be in
+# (LogCleaner writes `.cleaned`, renames it to `.swap`; retention renames to `.deleted`).
+SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
+TEMPORARY_SUFFIXES = (".cleaned", ".swap", ".deleted")
+
+_BASE_OFFSET_DIGITS = 20
+_MAX_BASE_OFFSET = 10**_BASE_OFFSET_DIGITS - 1
+
+_SEGMENT_FILE_NAME = re.compile(
+    r"(?P<base>[0-9]{%d})(?P<suffix>(?:%s)(?:%s)?)"
+    % (
+        _BASE_OFFSET_DIGITS,
+        "|".join(re.escape(s) for s in SEGMENT_FILE_SUFFIXES),
+        "|".join(re.escape(s) for s in TEMPORARY_SUFFIXES),
+    )
+)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """fsync a directory, so that entries added, renamed or removed in it survive a crash."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike, data: bytes) -> None:
+    """Replace `path` with `data` so that a crash leaves either the old or the new content.
+
+    Steps: write `path + ".tmp"`, flush and fsync it, rename it over `path`, fsync the
+    directory (the rename is only durable once the directory is).
+    """
+    target = os.fspath(path)
+    tmp = target + TMP_SUFFIX
+    created_tmp = False
+    try:
+        # "wb" truncates a .tmp left by an earlier crash instead of failing on it.
+        with open(tmp, "wb") as f:
+            created_tmp = True
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        created_tmp = False
+    except BaseException:
+        if created_tmp:
+            # Only remove what this call wrote: never a directory or file someone else put there.
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        raise
+    fsync_dir(os.path.dirname(os.path.abspath(target)))
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    """`segment_file_name(42, ".log")` -> `"00000000000000000042.log"`."""
+    if not 0 <= base_offset <= _MAX_BASE_OFFSET:
+        raise ValueError(f"base offset {base_offset} does not fit a 20-digit segment name")
+    if not suffix.startswith("."):
+        raise ValueError(f"segment file suffix must start with '.', got {suffix!r}")
+    return "%020d%s" % (base_offset, suffix)
+
+
+def parse_segment_file_name(name: str) -> tuple[int, str] | None:
+    """Split a segment file name into (base offset, full suffix chain), or None if it is not one.
+
+    `"00000000000000000042.index.deleted"` -> `(42, ".index.deleted")`. Takes a bare
+    file name (as os.listdir gives), not a path.
+    """
+    match = _SEGMENT_FILE_NAME.fullmatch(name)
+    if match is None:
+        return None
+    return int(match.group("base")), match.group("suffix")

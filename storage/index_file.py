@@ -1,0 +1,357 @@
+"""Memory-mapped, preallocated files of fixed-size index entries (Kafka's AbstractIndex).
+
+`OffsetIndex` and `TimeIndex` are built on `IndexFile`; this module holds what they
+share: opening and preallocating the file, the entry count, binary search, truncation,
+resizing, flush, close, rename and delete.
+
+Contract:
+- A file that does not exist is created and preallocated (sparse ftruncate) to
+  `max_index_size` rounded down to whole entries, and starts empty. A file that exists
+  is taken as all-valid: entries = length // entry size, and it is full until resized.
+  This is why `close()` trims the file to its real entries.
+- Entries are sorted on every field a search uses (the owner appends in order).
+- Relative offsets are `offset - base_offset` and must fit 0..2**31-1.
+- Concurrency: one writer (append, truncate, resize, flush, close; serialised by a
+  lock, so calling them from several threads is safe but not concurrent) and any
+  number of readers (lookup, entry). Readers never see a half-written entry: the
+  writer stores an entry's bytes first and only then publishes it by bumping
+  `entries`. Growing the file maps it afresh and swaps the reference; shrinking it
+  ftruncates the file and keeps the mapping, whose tail past the new end is never
+  read. Shrinking below the entries a reader may still be searching (after
+  `truncate_to`) would make those pages fault (SIGBUS) on Linux, so readers hold
+  `_remap_lock` for the few microseconds of a search and resizing takes it too;
+  appends never take it.
+- POSIX only: the file is truncated while mapped, which Windows does not allow.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+from typing import Any
+
+from .errors import InvalidOffsetError, KafkaStorageError
+
+DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes
+INT32_MAX = 2**31 - 1
+
+# Kafka searches the last 8 KiB of an index first: most lookups come from consumers
+# and followers near the end, so the pages they touch stay in the page cache.
+WARM_SECTION_BYTES = 8192
+
+
+class IndexFile:
+    """One memory-mapped file of fixed-size entries, searched by binary search.
+
+    Subclasses set `ENTRY` (one struct for one entry), `OFFSET_FIELD` (which field of
+    an entry holds the relative offset; field 0 is always the search key) and
+    implement `_on_entries_changed` (refresh cached last-entry values) and
+    `sanity_check`.
+    """
+
+    ENTRY: struct.Struct
+    OFFSET_FIELD: int
+    KEY_FIELD = 0
+
+    def __init__(self, path: str | os.PathLike, base_offset: int,
+                 max_index_size: int = DEFAULT_MAX_INDEX_SIZE, writable: bool = True):
+        self._path = os.fspath(path)
+        self._base_offset = base_offset
+        self._max_index_size = max_index_size
+        self._writable = writable
+        self._entry_size = self.ENTRY.size
+        self._unpack_from = self.ENTRY.unpack_from
+        self._warm_entries = WARM_SECTION_BYTES // self._entry_size
+        self._write_lock = threading.RLock()  # one mutation at a time
+        self._remap_lock = threading.Lock()  # a search vs. a change of the file's length
+        self._closed = False
+
+        created, length, mapping = self._open_and_map()
+        self._length = length  # the file's length in bytes
+        self._mmap: mmap.mmap | None = mapping  # None while the file is empty (cannot map 0 bytes)
+        self._max_entries = length // self._entry_size
+        self._entries = 0 if created else self._max_entries
+        self._on_entries_changed()
+
+    # -- opening -------------------------------------------------------------------
+
+    def _open_and_map(self) -> tuple[bool, int, mmap.mmap | None]:
+        created = False
+        if self._writable:
+            try:
+                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                created = True
+            except FileExistsError:
+                fd = os.open(self._path, os.O_RDWR)
+        else:
+            fd = os.open(self._path, os.O_RDONLY)
+        try:
+            if created:
+                if self._max_index_size < self._entry_size:
+                    os.unlink(self._path)
+                    raise ValueError(f"invalid max index size {self._max_index_size} for {self._path}")
+                os.ftruncate(fd, self._round_down(self._max_index_size))
+            length = os.fstat(fd).st_size
+            mapping = self._map(fd, length) if length > 0 else None
+        finally:
+            os.close(fd)  # the mmap keeps its own descriptor
+        return created, length, mapping
+
+    def _map(self, fd: int, length: int) -> mmap.mmap:
+        access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
+        return mmap.mmap(fd, length, access=access)
+
+    def _round_down(self, size: int) -> int:
+        return size - size % self._entry_size
+
+    # -- properties ----------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def base_offset(self) -> int:
+        return self._base_offset
+
+    @property
+    def entries(self) -> int:
+        return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        return self._max_entries
+
+    @property
+    def max_index_size(self) -> int:
+        return self._max_index_size
+
+    @property
+    def length(self) -> int:
+        """The file's length in bytes (preallocated space included)."""
+        return self._length
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes taken by real entries."""
+        return self._entries * self._entry_size
+
+    @property
+    def writable(self) -> bool:
+        return self._writable
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def is_full(self) -> bool:
+        return self._entries >= self._max_entries
+
+    def can_append_offset(self, offset: int) -> bool:
+        """Whether `offset` fits this index's 32-bit relative offsets."""
+        return 0 <= offset - self._base_offset <= INT32_MAX
+
+    def _relative_offset(self, offset: int) -> int:
+        relative = offset - self._base_offset
+        if not 0 <= relative <= INT32_MAX:
+            raise InvalidOffsetError(
+                f"offset {offset} does not fit a relative offset from base {self._base_offset} in {self._path}")
+        return relative
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self._path!r}, base_offset={self._base_offset}, "
+                f"entries={self._entries}/{self._max_entries})")
+
+    # -- reading (any thread) ------------------------------------------------------
+
+    def _raw_entry(self, n: int) -> tuple[Any, ...]:
+        with self._remap_lock:
+            count = self._entries
+            if not 0 <= n < count:
+                raise IndexError(f"entry {n} requested from {self._path}, which has {count} entries")
+            return self._unpack_from(self._readable_mapping(), n * self._entry_size)
+
+    def _floor_entry(self, field: int, target: int) -> tuple[Any, ...] | None:
+        """The last entry whose `field` is <= target, or None when there is none."""
+        with self._remap_lock:
+            # The mapping cannot change while we hold the lock, but appends go on:
+            # take the count once and search only entries published before it.
+            count = self._entries
+            mapping = self._readable_mapping()
+            if count == 0:
+                return None
+            found = self._count_at_most(mapping, count, field, target)
+            return self._unpack_from(mapping, (found - 1) * self._entry_size) if found else None
+
+    def _readable_mapping(self) -> mmap.mmap:
+        mapping = self._mmap
+        if self._closed:
+            raise KafkaStorageError(f"index {self._path} is closed")
+        return mapping  # type: ignore[return-value]  # never None while entries > 0
+
+    def _count_at_most(self, mapping: mmap.mmap, count: int, field: int, target: int) -> int:
+        """How many of the first `count` entries have entry[field] <= target."""
+        unpack_from = self._unpack_from
+        entry_size = self._entry_size
+        lo, hi = 0, count  # entries below lo are <= target, entries from hi on are > target
+        warm_start = count - self._warm_entries
+        if warm_start > 0:
+            if unpack_from(mapping, warm_start * entry_size)[field] <= target:
+                lo = warm_start + 1
+            else:
+                hi = warm_start
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if unpack_from(mapping, mid * entry_size)[field] <= target:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # -- writing (one writer) ------------------------------------------------------
+
+    def _require_writable(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"index {self._path} is closed")
+        if not self._writable:
+            raise KafkaStorageError(f"index {self._path} was opened read-only")
+
+    def _publish_entry(self, *fields: int) -> None:
+        """Store one entry in the next slot, then make it visible to readers."""
+        slot = self._entries
+        self.ENTRY.pack_into(self._mmap, slot * self._entry_size, *fields)
+        self._entries = slot + 1
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= `offset` (no effect past the last entry)."""
+        with self._write_lock:
+            self._require_writable()
+            count = self._entries
+            if count == 0:
+                return
+            # Offsets are integers: "offset < target" is "offset <= target - 1".
+            keep = self._count_at_most(self._mmap, count, self.OFFSET_FIELD,  # type: ignore[arg-type]
+                                       offset - self._base_offset - 1)
+            self._truncate_to_entries(keep)
+
+    def truncate(self) -> None:
+        """Remove all entries (the file keeps its size)."""
+        with self._write_lock:
+            self._require_writable()
+            self._truncate_to_entries(0)
+
+    def _truncate_to_entries(self, count: int) -> None:
+        # The dropped slots keep their bytes until appends overwrite them; nothing
+        # reads past `entries`, and close() trims the file so a reopen cannot see them.
+        if count < self._entries:
+            self._entries = count
+            self._on_entries_changed()
+
+    def reset(self) -> None:
+        """Remove all entries and grow the file back to `max_index_size`."""
+        with self._write_lock:
+            self.truncate()
+            self.resize(self._max_index_size)
+
+    def resize(self, new_size: int) -> bool:
+        """Set the file's length to `new_size` rounded down to whole entries.
+
+        Returns False when the length does not change. Entries past a smaller end are lost.
+        """
+        with self._write_lock:
+            self._require_writable()
+            new_length = self._round_down(max(new_size, 0))
+            if new_length == self._length:
+                return False
+            with self._remap_lock:
+                fd = os.open(self._path, os.O_RDWR)
+                try:
+                    os.ftruncate(fd, new_length)
+                    mapped = len(self._mmap) if self._mmap is not None else 0
+                    if new_length > mapped:
+                        # No reader holds the old mapping (they search under _remap_lock),
+                        # so it can be closed now instead of waiting for the collector.
+                        old, self._mmap = self._mmap, self._map(fd, new_length)
+                        if old is not None:
+                            old.close()
+                    # Shrinking keeps the mapping: its tail past the end is never touched.
+                finally:
+                    os.close(fd)
+                self._length = new_length
+                self._max_entries = new_length // self._entry_size
+                lost_entries = self._entries > self._max_entries
+                if lost_entries:
+                    self._entries = self._max_entries
+            if lost_entries:
+                self._on_entries_changed()
+            return True
+
+    def trim_to_valid_size(self) -> None:
+        """Cut the file to its real entries (done when a segment rolls or closes)."""
+        with self._write_lock:
+            self.resize(self.size_in_bytes)
+
+    def flush(self) -> None:
+        """Write the entries (and the file's length) to disk."""
+        with self._write_lock:
+            if self._closed:
+                return
+            if self._mmap is not None and self._writable:
+                self._mmap.flush()
+            fd = os.open(self._path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        """Trim the file to its real entries and unmap it. Closing twice is harmless."""
+        with self._write_lock:
+            if self._closed:
+                return
+            if self._writable:
+                self.trim_to_valid_size()
+            self._unmap()
+
+    def _unmap(self) -> None:
+        with self._remap_lock:
+            self._closed = True
+            if self._mmap is not None:
+                self._mmap.close()
+                self._mmap = None
+
+    def rename(self, new_path: str | os.PathLike) -> None:
+        """Rename the file; the mapping (and so the index) stays usable."""
+        with self._write_lock:
+            new_path = os.fspath(new_path)
+            os.rename(self._path, new_path)
+            self._path = new_path
+
+    def delete_if_exists(self) -> bool:
+        """Unmap (without trimming) and delete the file; False when it was already gone."""
+        with self._write_lock:
+            if not self._closed:
+                self._unmap()
+            try:
+                os.unlink(self._path)
+            except FileNotFoundError:
+                return False
+            return True
+
+    # -- subclass hooks ------------------------------------------------------------
+
+    def _last_raw_entry(self) -> tuple[Any, ...] | None:
+        """The last entry, read by the writer (no lock: only the writer changes the mapping)."""
+        if self._entries == 0:
+            return None
+        return self._unpack_from(self._mmap, (self._entries - 1) * self._entry_size)  # type: ignore[arg-type]
+
+    def _on_entries_changed(self) -> None:
+        """Refresh values cached from the last entry after open, truncation or resize."""
+        raise NotImplementedError
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError when the file cannot be a valid index."""
+        raise NotImplementedError

@@ -1,0 +1,178 @@
+"""Opening a partition directory: clean-up, swap completion, segment loading and
+crash recovery (Kafka's LogLoader).
+
+Order, as Kafka does it:
+1. `*.deleted` files go; `*.cleaned` files go (a clean that never finished);
+   `*.swap` files at or past the lowest `.cleaned` base came from that unfinished
+   clean and go too; index `.swap` files go (they are rebuilt).
+2. Each remaining `.log.swap` is a finished clean or split whose swap was cut
+   short: the segments it replaces (its offset range) go, and it takes the final
+   name. The result is either the old or the new data, never a loss.
+3. `.log` files are opened; index files without a `.log` go; a missing or
+   untrustworthy index is rebuilt from its `.log`.
+4. Without a clean shutdown, every segment from the recovery point on is
+   scanned: entries validated, indexes rebuilt, the file cut at the first bad or
+   partial entry, and every later segment dropped.
+5. An empty directory gets one empty segment at the log start offset.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, NamedTuple
+
+from .clock import SystemClock
+from .config import LogConfig
+from .errors import CorruptIndexError, CorruptRecordError
+from .fileutil import fsync_dir, parse_segment_file_name
+from .segment import LogSegment
+from .segments import LogSegments
+
+SWAP = ".swap"
+CLEANED = ".cleaned"
+DELETED = ".deleted"
+INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
+
+
+class LoadedLog(NamedTuple):
+    segments: LogSegments
+    log_start_offset: int
+    recovery_point: int
+    next_offset: int
+
+
+class LogLoader:
+    def __init__(self, directory: str, config: LogConfig, *, clock: SystemClock,
+                 log_start_offset: int, recovery_point: int, had_clean_shutdown: bool,
+                 roll_jitter: Callable[[], int] = lambda: 0):
+        self.directory = directory
+        self.config = config
+        self.clock = clock
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.had_clean_shutdown = had_clean_shutdown
+        self.roll_jitter = roll_jitter
+        self.recovered_bytes_cut = 0  # for the caller's log line
+
+    def load(self) -> LoadedLog:
+        swaps = self._remove_temp_files_and_collect_swaps()
+        self._complete_swaps(swaps)
+        segments = self._load_segment_files()
+        if not self.had_clean_shutdown:
+            self._recover(segments)
+        if len(segments) == 0:
+            segments.add(self._open(self.log_start_offset))
+        next_offset = segments.active.read_next_offset()
+        log_start = max(self.log_start_offset, segments.first.base_offset)
+        if log_start > next_offset:
+            # Everything below the checkpointed start is gone: start afresh there.
+            for segment in list(segments):
+                segments.remove(segment.base_offset)
+                segment.delete()
+            segments.add(self._open(log_start))
+            next_offset = log_start
+        for segment in list(segments)[:-1]:
+            if segment.offset_index.max_entries > segment.offset_index.entries:
+                segment.on_became_inactive()  # rebuilt indexes: trim them as a roll would
+        segments.active.resize_indexes(self.config.segment_index_bytes)
+        if self.had_clean_shutdown:
+            recovery_point = next_offset
+        else:
+            recovery_point = min(self.recovery_point, next_offset)
+        return LoadedLog(segments, log_start, recovery_point, next_offset)
+
+    # ---- step 1 and 2 ---------------------------------------------------------------
+
+    def _files(self) -> list[tuple[int, str, str]]:
+        found = []
+        for name in os.listdir(self.directory):
+            parsed = parse_segment_file_name(name)
+            if parsed is not None:
+                found.append((parsed[0], parsed[1], os.path.join(self.directory, name)))
+        return sorted(found)
+
+    def _remove_temp_files_and_collect_swaps(self) -> list[tuple[int, str]]:
+        min_cleaned = None
+        swaps = []
+        for base, suffix, path in self._files():
+            if suffix.endswith(DELETED):
+                os.unlink(path)
+            elif suffix.endswith(CLEANED):
+                min_cleaned = base if min_cleaned is None else min(min_cleaned, base)
+                os.unlink(path)
+            elif suffix.endswith(SWAP):
+                swaps.append((base, suffix, path))
+        valid = []
+        for base, suffix, path in swaps:
+            if (min_cleaned is not None and base >= min_cleaned) or suffix != ".log" + SWAP:
+                os.unlink(path)  # from an unfinished clean, or an index to rebuild
+            else:
+                valid.append((base, path))
+        return valid
+
+    def _complete_swaps(self, swaps: list[tuple[int, str]]) -> None:
+        if not swaps:
+            return
+        opened = []
+        for base, _ in swaps:
+            segment = self._open(base, suffix=SWAP)
+            segment.recover(self.config.segment_index_bytes)
+            opened.append(segment)
+        low = min(s.base_offset for s in opened)
+        high = max(s.read_next_offset() for s in opened)
+        for base, suffix, path in self._files():
+            if low <= base < high and not suffix.endswith(SWAP):
+                os.unlink(path)  # replaced by the swap
+        for segment in opened:
+            segment.change_file_suffixes(SWAP, "")
+            segment.close()
+        fsync_dir(self.directory)
+
+    # ---- step 3 ----------------------------------------------------------------------
+
+    def _load_segment_files(self) -> LogSegments:
+        files = self._files()
+        logs = {base for base, suffix, _ in files if suffix == ".log"}
+        for base, suffix, path in files:
+            if suffix in INDEX_SUFFIXES and base not in logs:
+                os.unlink(path)  # an orphan index
+        segments = LogSegments()
+        for base in sorted(logs):
+            index_missing = not all(
+                os.path.exists(os.path.join(self.directory, f"{base:020d}{s}")) for s in (".index", ".timeindex"))
+            segment = self._open(base)
+            if index_missing:
+                self._rebuild(segment)
+            else:
+                try:
+                    segment.sanity_check()
+                except CorruptIndexError:
+                    self._rebuild(segment)
+            segments.add(segment)
+        return segments
+
+    def _rebuild(self, segment: LogSegment) -> None:
+        self.recovered_bytes_cut += segment.recover(self.config.segment_index_bytes)
+
+    # ---- step 4 -------------------------------------------------------------------------
+
+    def _recover(self, segments: LogSegments) -> None:
+        unflushed = segments.snapshot().from_offset(self.recovery_point)
+        for i, segment in enumerate(unflushed):
+            try:
+                cut = segment.recover(self.config.segment_index_bytes)
+            except CorruptRecordError:
+                cut = segment.log.truncate_to(0)
+            self.recovered_bytes_cut += cut
+            if cut > 0:
+                for later in unflushed[i + 1:]:
+                    segments.remove(later.base_offset)
+                    self.recovered_bytes_cut += later.size
+                    later.delete()
+                break
+
+    def _open(self, base_offset: int, suffix: str = "") -> LogSegment:
+        return LogSegment.open(self.directory, base_offset,
+                               index_interval_bytes=self.config.index_interval_bytes,
+                               max_index_size=self.config.segment_index_bytes,
+                               roll_jitter_ms=self.roll_jitter(), clock=self.clock, suffix=suffix)

@@ -1,0 +1,266 @@
+"""The partition log: append, read, roll, flush and look up offsets.
+
+Contract:
+- Thread-safe. Appends, rolls and truncations are serialized by one lock; reads
+  take no lock: they use a snapshot of the segment list and of the log end, so
+  they never see a half-written entry nor an entry past the log end.
+- Every call is a bounded piece of blocking work (one validated message set, one
+  fsync, one segment scan). The broker runs them in an executor so that one
+  partition's big append never stalls the event loop.
+- `append` returns only after the data is written (and fsynced when
+  `flush.messages` says so): an acknowledged append survives a process crash.
+- A roll schedules no fsync of its own: `flush_rolled()` (called by the
+  manager's periodic task) fsyncs segments that rolled and moves the recovery
+  point, as Kafka's asynchronous flush-on-roll does.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from typing import NamedTuple
+
+from .clock import SYSTEM_CLOCK, SystemClock
+from .config import LogConfig
+from .errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
+from .file_records import FileSlice
+from .fileutil import segment_file_name
+from .loader import LogLoader
+from .records import validate_and_assign
+from .segment import LogSegment, TimestampOffset
+from .segments import LogSegments
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+
+
+class AppendResult(NamedTuple):
+    first_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    record_count: int
+    log_start_offset: int
+
+
+class LogEnd(NamedTuple):
+    """The log end offset and where it sits: what a reader may see."""
+
+    offset: int
+    segment: LogSegment
+    position: int
+
+
+class Log:
+    def __init__(self, directory: str, topic: str, partition: int, config: LogConfig,
+                 segments: LogSegments, *, log_start_offset: int, recovery_point: int,
+                 next_offset: int, clock: SystemClock = SYSTEM_CLOCK,
+                 rng: random.Random | None = None):
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.segments = segments
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._last_flush_ms = clock.monotonic_ms()
+        self._closed = False
+        active = segments.active
+        self._end = LogEnd(next_offset, active, active.size)
+
+    @classmethod
+    def open(cls, directory: str, topic: str, partition: int, config: LogConfig, *,
+             log_start_offset: int = 0, recovery_point: int = 0, had_clean_shutdown: bool = False,
+             clock: SystemClock = SYSTEM_CLOCK, rng: random.Random | None = None) -> "Log":
+        """Open (creating if needed) and recover the log in `directory`."""
+        os.makedirs(directory, exist_ok=True)
+        rng = rng or random.Random()
+        loaded = LogLoader(directory, config, clock=clock, log_start_offset=log_start_offset,
+                           recovery_point=recovery_point, had_clean_shutdown=had_clean_shutdown,
+                           roll_jitter=lambda: roll_jitter_ms(config, rng)).load()
+        return cls(directory, topic, partition, config, loaded.segments,
+                   log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
+                   next_offset=loaded.next_offset, clock=clock, rng=rng)
+
+    # ---- state --------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._end.offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments.active
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.segments.snapshot().size_in_bytes()
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config  # one reference swap: readers see the old or the new whole
+
+    # ---- appending ----------------------------------------------------------------------
+
+    def append(self, data) -> AppendResult:
+        """Validate `data` (a message set), assign offsets and write it."""
+        with self._lock:
+            self._check_open()
+            config = self.config
+            now = self._clock.time_ms()
+            validated = validate_and_assign(data, next_offset=self._end.offset, now_ms=now, config=config)
+            size = len(validated.buffer)
+            if size > config.segment_bytes:
+                raise RecordListTooLargeError(
+                    f"message set of {size} bytes is larger than segment.bytes {config.segment_bytes}")
+            segment = self._maybe_roll(size, validated, now, config)
+            segment.append(validated.last_offset, validated)
+            self._end = LogEnd(validated.last_offset + 1, segment, segment.size)
+            flush_due = self._end.offset - self._recovery_point >= config.flush_messages
+        if flush_due:
+            self.flush()
+        return AppendResult(validated.first_offset, validated.last_offset, validated.log_append_time,
+                            validated.record_count, self._log_start_offset)
+
+    def _maybe_roll(self, size: int, validated, now: int, config: LogConfig) -> LogSegment:
+        segment = self._end.segment
+        if segment.should_roll(messages_size=size, max_timestamp_in_messages=validated.max_timestamp,
+                               max_offset_in_messages=validated.last_offset, now_ms=now,
+                               segment_bytes=config.segment_bytes, segment_ms=config.segment_ms):
+            return self._roll(validated.first_offset)
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end (no-op when the active one is empty)."""
+        with self._lock:
+            self._check_open()
+            return self._roll(self._end.offset)
+
+    def _roll(self, expected_next_offset: int) -> LogSegment:
+        new_base = max(expected_next_offset, self._end.offset)
+        active = self._end.segment
+        if active.base_offset == new_base and active.size == 0:
+            return active
+        config = self.config
+        for suffix in (".index", ".timeindex"):  # stale leftovers would be taken as valid
+            stale = os.path.join(self.directory, segment_file_name(new_base, suffix))
+            if os.path.exists(stale):
+                os.unlink(stale)
+        if os.path.exists(os.path.join(self.directory, segment_file_name(new_base, ".log"))):
+            raise KafkaStorageError(f"{self.name}: segment {new_base} already exists; cannot roll")
+        active.on_became_inactive()
+        segment = LogSegment.open(self.directory, new_base, index_interval_bytes=config.index_interval_bytes,
+                                  max_index_size=config.segment_index_bytes,
+                                  roll_jitter_ms=roll_jitter_ms(config, self._rng), clock=self._clock)
+        self.segments.add(segment)
+        self._end = LogEnd(self._end.offset, segment, 0)
+        return segment
+
+    # ---- reading ------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, min_one_message: bool = False) -> FileSlice:
+        """Entries from the one holding `offset`, at most `max_bytes` (see LogSegment.read).
+
+        At the log end: an empty slice. Below the log start or past the log end:
+        OffsetOutOfRangeError. The caller releases the slice when sent."""
+        end = self._end
+        start = self._log_start_offset
+        if offset == end.offset:
+            return end.segment.log.slice(end.position, 0)
+        if offset < start or offset > end.offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range [{start}, {end.offset}] for {self.name}")
+        snapshot = self.segments.snapshot()
+        segment = snapshot.floor(offset) or snapshot.first
+        while segment is not None:
+            max_position = end.position if segment is end.segment else None
+            found = segment.read(offset, max_bytes, max_position, min_one_message)
+            if found is not None:
+                return found
+            if segment is end.segment:
+                break
+            segment = snapshot.higher(segment.base_offset)
+        return end.segment.log.slice(end.position, 0)
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """The earliest record whose timestamp is >= `timestamp` (Kafka's
+        fetchOffsetByTimestamp); -2/-1 give the log start / end offsets."""
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampOffset(-1, self._log_start_offset)
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampOffset(-1, self._end.offset)
+        start = self._log_start_offset
+        for segment in self.segments.snapshot():
+            if segment.max_timestamp_so_far < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, start)
+            if found is not None:
+                return found
+        return None
+
+    # ---- durability -------------------------------------------------------------
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync everything below `up_to` (default: the log end) and move the recovery point."""
+        target = self._end.offset if up_to is None else min(up_to, self._end.offset)
+        if target <= self._recovery_point:
+            return
+        for segment in self.segments.snapshot().from_offset(self._recovery_point):
+            if segment.base_offset >= target:
+                break
+            segment.flush()
+        with self._lock:
+            self._recovery_point = max(self._recovery_point, target)
+            self._last_flush_ms = self._clock.monotonic_ms()
+
+    def flush_rolled(self) -> None:
+        """fsync segments that are no longer active (Kafka's flush after a roll)."""
+        self.flush(self._end.segment.base_offset)
+
+    def maybe_flush(self) -> bool:
+        """Flush when the last one is older than `flush.ms`; True when it did."""
+        if self._clock.monotonic_ms() - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            self._last_flush_ms = self._clock.monotonic_ms()
+            return True
+        return False
+
+    # ---- life cycle ---------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"log {self.name} is closed")
+
+    def close(self) -> None:
+        """Close every segment (trimming indexes); does not flush."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for segment in self.segments:
+                segment.close()
+
+    def __repr__(self) -> str:
+        return (f"Log({self.name}, start={self._log_start_offset}, end={self._end.offset}, "
+                f"segments={len(self.segments)})")
+
+
+def roll_jitter_ms(config: LogConfig, rng: random.Random) -> int:
+    """Kafka's random segment jitter: uniform in [0, min(segment.jitter.ms, segment.ms))."""
+    if config.segment_jitter_ms <= 0:
+        return 0
+    return rng.randrange(min(config.segment_jitter_ms, config.segment_ms))

@@ -1,0 +1,173 @@
+"""The data directory: every partition log in it, its checkpoints and the
+clean-shutdown marker (Kafka's LogManager, storage side only).
+
+Contract:
+- `startup()` takes an exclusive lock on the directory (a second broker on the
+  same directory fails with a clear error), reads the checkpoints, opens every
+  `<topic>-<partition>` directory, recovering those not closed cleanly, and
+  then removes the clean-shutdown marker so that a later crash is noticed.
+- `shutdown()` flushes and closes every log, writes both checkpoints (recovery
+  point = log end) and, last, the marker: after it, a restart scans no data.
+- Deleting a partition renames its directory to `<name>.<id>-delete` first, so a
+  crash half-way never brings the partition back; startup removes leftovers.
+- Topic configuration lives with the caller: `config_for(topic)` gives each
+  log its LogConfig.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import threading
+import uuid
+from typing import Callable
+
+import structlog
+
+from .checkpoint import OffsetCheckpointFile
+from .clock import SYSTEM_CLOCK, SystemClock
+from .config import LogConfig
+from .errors import KafkaStorageError
+from .fileutil import atomic_write, fsync_dir
+from .log import Log
+from .names import DELETE_DIR_SUFFIX, parse_partition_dir_name, partition_dir_name, validate_topic_name
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+
+log = structlog.get_logger("strata.storage")
+
+TopicPartition = tuple[str, int]
+
+
+class LogManager:
+    def __init__(self, data_dir: str, *, config_for: Callable[[str], LogConfig],
+                 clock: SystemClock = SYSTEM_CLOCK):
+        self.data_dir = os.path.abspath(data_dir)
+        self.config_for = config_for
+        self.clock = clock
+        self._logs: dict[TopicPartition, Log] = {}
+        self._lock = threading.Lock()
+        self._lock_fd: int | None = None
+        self.had_clean_shutdown = False
+        self._recovery_points = OffsetCheckpointFile(os.path.join(self.data_dir, RECOVERY_POINT_CHECKPOINT))
+        self._log_starts = OffsetCheckpointFile(os.path.join(self.data_dir, LOG_START_OFFSET_CHECKPOINT))
+
+    # ---- start and stop ------------------------------------------------------------
+
+    def startup(self) -> None:
+        os.makedirs(self.data_dir, exist_ok=True)
+        self._take_directory_lock()
+        marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
+        self.had_clean_shutdown = os.path.exists(marker)
+        recovery_points = self._recovery_points.read()
+        log_starts = self._log_starts.read()
+        for name in sorted(os.listdir(self.data_dir)):
+            path = os.path.join(self.data_dir, name)
+            if not os.path.isdir(path):
+                continue
+            if name.endswith(DELETE_DIR_SUFFIX):
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            parsed = parse_partition_dir_name(name)
+            if parsed is None:
+                log.warning("skipping_directory", directory=path, reason="not <topic>-<partition>")
+                continue
+            topic, partition = parsed
+            opened = Log.open(path, topic, partition, self.config_for(topic),
+                              log_start_offset=log_starts.get(parsed, 0),
+                              recovery_point=recovery_points.get(parsed, 0),
+                              had_clean_shutdown=self.had_clean_shutdown, clock=self.clock)
+            self._logs[parsed] = opened
+        if self.had_clean_shutdown:
+            os.unlink(marker)
+            fsync_dir(self.data_dir)
+        log.info("logs_loaded", data_dir=self.data_dir, logs=len(self._logs),
+                 clean_shutdown=self.had_clean_shutdown)
+
+    def _take_directory_lock(self) -> None:
+        fd = os.open(os.path.join(self.data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise KafkaStorageError(f"data directory {self.data_dir} is in use by another process") from None
+        self._lock_fd = fd
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write the checkpoints, then the marker."""
+        with self._lock:
+            logs = list(self._logs.values())
+        for one in logs:
+            one.flush()
+            one.close()
+        self.checkpoint()
+        atomic_write(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), b"")
+        with self._lock:
+            self._logs.clear()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        log.info("logs_closed", data_dir=self.data_dir, logs=len(logs))
+
+    # ---- logs ---------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def logs(self) -> list[Log]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def topics(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for topic, partition in sorted(self._logs):
+            out.setdefault(topic, []).append(partition)
+        return out
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        validate_topic_name(topic)
+        if partition < 0:
+            raise ValueError(f"partition {partition} is negative")
+        with self._lock:
+            existing = self._logs.get((topic, partition))
+            if existing is not None:
+                return existing
+            path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
+            created = Log.open(path, topic, partition, config or self.config_for(topic),
+                               had_clean_shutdown=True, clock=self.clock)
+            fsync_dir(self.data_dir)
+            self._logs[(topic, partition)] = created
+            return created
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        with self._lock:
+            doomed = self._logs.pop((topic, partition), None)
+        if doomed is None:
+            return
+        doomed.close()  # a fetch still sending keeps its file open until released
+        renamed = f"{doomed.directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        os.rename(doomed.directory, renamed)
+        fsync_dir(self.data_dir)
+        shutil.rmtree(renamed, ignore_errors=True)
+
+    # ---- periodic work ----------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Write the recovery points and log start offsets (Kafka's text format)."""
+        logs = self.logs_by_partition()
+        self._recovery_points.write({tp: one.recovery_point for tp, one in logs.items()})
+        self._log_starts.write({tp: one.log_start_offset for tp, one in logs.items()})
+
+    def flush_due(self) -> None:
+        """fsync rolled segments and logs past their `flush.ms`."""
+        for one in self.logs():
+            one.flush_rolled()
+            one.maybe_flush()
+
+    def logs_by_partition(self) -> dict[TopicPartition, Log]:
+        with self._lock:
+            return dict(self._logs)

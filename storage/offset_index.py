@@ -1,0 +1,88 @@
+"""A segment's offset index: offset -> byte position in its .log (Kafka's OffsetIndex).
+
+Contract:
+- Sparse: the segment adds an entry every `index.interval.bytes` of appends, mapping the
+  last offset of an append to the byte position where that append starts.
+- Offsets strictly increase; `append` refuses anything else, an offset that does not
+  fit 32 bits relative to the base, and appends to a full index (InvalidOffsetError).
+- `lookup(target)` gives the last entry whose offset is <= target, or
+  (base_offset, 0) when there is none; the segment then scans forward from there.
+- File handling, truncation, resizing and the concurrency rules: see index_file.
+
+On-disk layout (big-endian), one entry per 8 bytes, no header:
+
+    relativeOffset : int32   offset - base_offset
+    position       : int32   byte position of the entry in the segment's .log
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import NamedTuple
+
+from .errors import CorruptIndexError, InvalidOffsetError
+from .index_file import DEFAULT_MAX_INDEX_SIZE, INT32_MAX, IndexFile
+
+
+class OffsetPosition(NamedTuple):
+    offset: int
+    position: int
+
+
+class OffsetIndex(IndexFile):
+    ENTRY = struct.Struct(">ii")  # relativeOffset, position
+    OFFSET_FIELD = 0
+
+    def __init__(self, path: str | os.PathLike, base_offset: int,
+                 max_index_size: int = DEFAULT_MAX_INDEX_SIZE, writable: bool = True):
+        self._last_offset = base_offset
+        super().__init__(path, base_offset, max_index_size, writable)
+
+    @property
+    def last_offset(self) -> int:
+        """The offset of the last entry, or the base offset when empty."""
+        return self._last_offset
+
+    def append(self, offset: int, position: int) -> None:
+        """Add (offset, position); the offset must exceed the last one."""
+        with self._write_lock:
+            self._require_writable()
+            if self.is_full():
+                raise InvalidOffsetError(f"attempt to append to a full index {self._path} "
+                                         f"({self._entries} entries)")
+            if self._entries > 0 and offset <= self._last_offset:
+                raise InvalidOffsetError(
+                    f"attempt to append offset {offset} to slot {self._entries} of {self._path}, "
+                    f"no larger than the last offset appended ({self._last_offset})")
+            relative = self._relative_offset(offset)
+            if not 0 <= position <= INT32_MAX:
+                raise ValueError(f"position {position} does not fit an int32 in {self._path}")
+            self._publish_entry(relative, position)
+            self._last_offset = offset
+
+    def lookup(self, target_offset: int) -> OffsetPosition:
+        """The last entry whose offset is <= target_offset, else (base_offset, 0)."""
+        found = self._floor_entry(self.OFFSET_FIELD, target_offset - self._base_offset)
+        if found is None:
+            return OffsetPosition(self._base_offset, 0)
+        return OffsetPosition(self._base_offset + found[0], found[1])
+
+    def entry(self, n: int) -> OffsetPosition:
+        """The n-th entry (0-based); IndexError outside 0..entries-1."""
+        relative, position = self._raw_entry(n)
+        return OffsetPosition(self._base_offset + relative, position)
+
+    def sanity_check(self) -> None:
+        if self._entries != 0 and self._last_offset < self._base_offset:
+            raise CorruptIndexError(
+                f"corrupt index {self._path}: it has entries but the last offset {self._last_offset} "
+                f"is below the base offset {self._base_offset}")
+        if self._length % self._entry_size != 0:
+            raise CorruptIndexError(
+                f"index file {self._path} is corrupt: {self._length} bytes is not a multiple "
+                f"of {self._entry_size}")
+
+    def _on_entries_changed(self) -> None:
+        last = self._last_raw_entry()
+        self._last_offset = self._base_offset if last is None else self._base_offset + last[0]

@@ -1,0 +1,138 @@
+"""The shallow scan: walk log entries one by one, checking each, never its records.
+
+Contract: `scan_entries(buf, start, end, *, min_offset, check_crc)` walks the
+entries of buf[start:end] (any mix of magics) and stops at the first entry that
+is bad or not all there. For each good entry it records an `EntryInfo`; the
+`ScanResult` says where it stopped, why, and whether the stop is merely an
+entry cut short by `end` (`partial`: more bytes could make it whole, which
+recovery uses to read on or to cut a torn tail). `problem` is None exactly when
+every byte up to `end` belongs to a good entry (then `stop == end`).
+
+An entry is good when: its size field is at least 14 (49 for a record batch);
+its magic is 0, 1 or 2; a classic message's key and value lengths fill its
+size exactly; its CRC matches (CRC32 over magic..end for magic 0/1, CRC32C over
+attributes..end for magic 2) unless check_crc is False; its codec is known
+(zstd only with magic 2); a batch has lastOffsetDelta >= 0 and
+recordCount >= 0 (an empty batch is legal); and its first offset (a batch's
+baseOffset, a classic message's offset) is above the previous entry's last
+offset and at least `min_offset`.
+
+This is recovery's hot path: one header unpack and one CRC per entry, no walk
+over the records of a batch, no objects but the EntryInfo.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+from .batch import BATCH_CODECS, BATCH_HEADER, CRC_START as BATCH_CRC_START, MIN_BATCH_LENGTH
+from .classic import (CLASSIC_CODECS, CRC_START as CLASSIC_CRC_START, HEADERS, KEY_LENGTH_OFFSET,
+                      LENGTH, MIN_SIZE_FIELD)
+from .framing import (CODEC_MASK, ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
+                      MIN_ENTRY_SIZE_FIELD, NO_TIMESTAMP)
+
+
+class EntryInfo(NamedTuple):
+    """One log entry: a record batch, a classic message or a compressed wrapper."""
+
+    position: int
+    size: int  # LOG_OVERHEAD included
+    magic: int
+    last_offset: int  # batch: baseOffset + lastOffsetDelta; classic: its offset field
+    max_timestamp: int  # batch: maxTimestamp; v1: its timestamp; v0: -1
+    codec: int
+
+
+class ScanResult(NamedTuple):
+    entries: list[EntryInfo]
+    stop: int  # where the first bad or incomplete entry starts, or `end`
+    problem: str | None
+    partial: bool  # the entry at `stop` is only cut short by `end`
+
+
+def scan_entries(buf, start: int = 0, end: int | None = None, *, min_offset: int = -1,
+                 check_crc: bool = True) -> ScanResult:
+    """Shallowly walk and check the entries of buf[start:end]."""
+    view = memoryview(buf)
+    if end is None:
+        end = len(view)
+    entries: list[EntryInfo] = []
+    append = entries.append
+    unpack_prefix = ENTRY_PREFIX.unpack_from
+    unpack_batch = BATCH_HEADER.unpack_from
+    unpack_length = LENGTH.unpack_from
+    crc32 = zlib.crc32
+    new_tuple = tuple.__new__
+    previous_last = min_offset - 1
+    pos = start
+
+    def stopped(problem: str, partial: bool = False) -> ScanResult:
+        return ScanResult(entries, pos, f"entry at {pos}: {problem}", partial)
+
+    while pos < end:
+        remaining = end - pos
+        if remaining <= MAGIC_OFFSET:
+            if remaining >= LOG_OVERHEAD:  # the size alone can already be wrong
+                size = unpack_prefix(view, pos)[1]
+                if size < MIN_ENTRY_SIZE_FIELD:
+                    return stopped(f"size {size} is below {MIN_ENTRY_SIZE_FIELD}")
+            return stopped(f"cut short after {remaining} bytes", partial=True)
+        offset, size = unpack_prefix(view, pos)
+        if size < MIN_ENTRY_SIZE_FIELD:
+            return stopped(f"size {size} is below {MIN_ENTRY_SIZE_FIELD}")
+        entry_end = pos + LOG_OVERHEAD + size
+        magic = view[pos + MAGIC_OFFSET]
+
+        if magic == MAGIC_V2:
+            if size < MIN_BATCH_LENGTH:
+                return stopped(f"batch length {size} is below {MIN_BATCH_LENGTH}")
+            if entry_end > end:
+                return stopped(f"batch of {entry_end - pos} bytes cut short after {remaining}", True)
+            (_, _, _, _, crc, attributes, last_delta, _, max_timestamp, _, _, _,
+             count) = unpack_batch(view, pos)
+            if check_crc and crc32c(view[pos + BATCH_CRC_START:entry_end]) != crc:
+                return stopped("batch fails its CRC32C")
+            codec = attributes & CODEC_MASK
+            if codec >= BATCH_CODECS:
+                return stopped(f"unknown codec {codec}")
+            if last_delta < 0 or count < 0:
+                return stopped(f"bad lastOffsetDelta {last_delta} or recordCount {count}")
+            if offset <= previous_last:
+                return stopped(f"base offset {offset} does not follow offset {previous_last}")
+            previous_last = last = offset + last_delta
+
+        elif magic <= 1:
+            if size < MIN_SIZE_FIELD[magic]:
+                return stopped(f"size {size} is below {MIN_SIZE_FIELD[magic]} for magic {magic}")
+            if entry_end > end:
+                return stopped(f"message of {entry_end - pos} bytes cut short after {remaining}", True)
+            fields = HEADERS[magic].unpack_from(view, pos)
+            # classic.message_lengths, inlined: the key and value must fill the size.
+            key_at = pos + KEY_LENGTH_OFFSET[magic]
+            key_len = unpack_length(view, key_at)[0]
+            value_at = key_at + LENGTH.size + (key_len if key_len > 0 else 0)
+            if key_len < -1 or value_at + LENGTH.size > entry_end:
+                return stopped(f"key length {key_len} disagrees with size {size}")
+            value_len = unpack_length(view, value_at)[0]
+            if value_len < -1 or value_at + LENGTH.size + (value_len if value_len > 0 else 0) != entry_end:
+                return stopped(f"value length {value_len} disagrees with size {size}")
+            if check_crc and crc32(view[pos + CLASSIC_CRC_START:entry_end]) != fields[2]:
+                return stopped("message fails its CRC32")
+            codec = fields[4] & CODEC_MASK
+            if codec >= CLASSIC_CODECS:
+                return stopped(f"codec {codec} is not allowed with magic {magic}")
+            if offset <= previous_last:
+                return stopped(f"offset {offset} does not follow offset {previous_last}")
+            previous_last = last = offset
+            max_timestamp = fields[5] if magic else NO_TIMESTAMP
+
+        else:
+            return stopped(f"unknown magic {magic}")
+
+        # tuple.__new__ skips NamedTuple's Python-level __new__ (0.4 -> 0.15 us per entry)
+        append(new_tuple(EntryInfo, (pos, entry_end - pos, magic, last, max_timestamp, codec)))
+        pos = entry_end
+    return ScanResult(entries, pos, None, False)

@@ -1,0 +1,344 @@
+"""Append-time validation and offset assignment (Kafka's LogValidator).
+
+Contract: `validate_and_assign(data, *, next_offset, now_ms, config)` checks a
+producer's message set and returns a `ValidatedSet` whose buffer is ready to
+append: offsets assigned from `next_offset`, batches restamped with leader
+epoch 0, timestamps set for LogAppendTime. The caller's bytes are never
+touched: all work happens on one private bytearray copy, and any bad entry
+refuses the whole set by raising, so nothing half-assigned escapes.
+
+Errors (storage.errors): CorruptRecordError for bad bytes (an empty set, a
+trailing partial entry, a bad size, CRC, magic, record structure or compressed
+payload); MessageTooLargeError for an entry over max.message.bytes (size
+including the 12-byte overhead, as Kafka's sizeInBytes); InvalidRecordError for
+rule breaks (a batch whose count is not lastOffsetDelta + 1 or is 0, a control
+batch, a producer id without a sequence, zstd before magic 2, nested
+compression, an empty wrapper, a keyless record on a compacted topic);
+RecordListTooLargeError for a set larger than segment.bytes.
+
+Work per entry, not per record, where the format allows: an uncompressed batch
+is checked by header and CRC alone (its records are walked only on a compacted
+topic, to find keyless ones); an uncompressed classic message is one header.
+Compressed entries are decompressed and walked, as Kafka does. Entries are
+patched in place, except a compressed classic wrapper whose inner offsets must
+change (always for v0, whose inner offsets are absolute; for v1 when they are
+not 0..n-1) or a compressed batch whose offset deltas are not 0..n-1: those
+are rebuilt and recompressed with their own codec.
+
+Timestamps: under LogAppendTime every v1 message, v1 wrapper and batch gets
+timestamp (maxTimestamp) = now_ms and attribute bit 3, CRC recomputed; under
+CreateTime a client-set bit 3 is cleared (as Kafka's setMaxTimestamp does), a
+v1 wrapper takes its largest inner timestamp and a compressed batch its
+largest record timestamp. `max_timestamp` / `offset_of_max_timestamp` are
+shallow: the first entry reaching the largest timestamp, and its last offset
+(-1 / -1 when no entry has a timestamp, e.g. all magic 0).
+
+Deviations from Kafka, on purpose: a set may mix magics and hold several
+compressed entries, each validated on its own (Kafka rebuilds a legacy set into
+one wrapper); an uncompressed batch's maxTimestamp is trusted, not recomputed.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import NamedTuple
+
+from ..codecs import Codec, compress, decompress
+from ..config import LogConfig
+from ..errors import (CorruptRecordError, InvalidRecordError, MessageTooLargeError,
+                      RecordListTooLargeError)
+from .batch import (ATTRIBUTES_OFFSET, BASE_OFFSET_OFFSET, BATCH_CODECS, BATCH_HEADER,
+                    BATCH_OVERHEAD, CONTROL_BIT, CRC_OFFSET as BATCH_CRC_OFFSET, INT16, INT32,
+                    INT64, LEADER_EPOCH_OFFSET, MAX_TIMESTAMP_OFFSET, MIN_BATCH_LENGTH,
+                    TRANSACTIONAL_BIT, UINT32, batch_crc, decode_records, summarize_records)
+from .builder import build_batch
+from .classic import (ATTRIBUTES_OFFSET as CLASSIC_ATTRIBUTES_OFFSET, CLASSIC_CODECS,
+                      CRC_OFFSET as CLASSIC_CRC_OFFSET, CRC_START as CLASSIC_CRC_START,
+                      KEY_LENGTH_OFFSET, LENGTH, MIN_SIZE_FIELD, TIMESTAMP, TIMESTAMP_OFFSET,
+                      V0_HEADER, V1_HEADER, append_message, inner_messages, message_crc)
+from .entries import EntryInfo
+from .framing import (CODEC_MASK, CREATE_TIME, ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD,
+                      MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD, NO_TIMESTAMP,
+                      TIMESTAMP_TYPE_BIT)
+
+LEADER_EPOCH_ON_APPEND = 0  # a single-node broker: the leader epoch never moves
+
+
+class ValidatedSet(NamedTuple):
+    buffer: bytearray  # to write as it is: offsets assigned
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int  # last offset of the first entry holding max_timestamp
+    log_append_time: int  # now_ms under LogAppendTime, else -1
+    entries: list[EntryInfo]  # positions relative to `buffer`
+    record_count: int
+
+
+class _Assigned(NamedTuple):
+    """What validating one batch or compressed wrapper gives back to the set loop."""
+
+    last_offset: int
+    max_timestamp: int
+    record_count: int
+    codec: int
+    rebuilt: bytes | None  # the entry's new bytes when it could not be patched in place
+
+
+class _Rules(NamedTuple):
+    """The config values the per-entry checks need, read once per set."""
+
+    now_ms: int
+    log_append: bool
+    compact: bool
+
+
+def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfig) -> ValidatedSet:
+    """Validate a producer's message set and assign offsets from `next_offset`."""
+    buf = bytearray(data)
+    end = len(buf)
+    if end == 0:
+        raise CorruptRecordError("empty message set")
+    rules = _Rules(now_ms, config.log_append_time, config.compact)
+    log_append, compact, max_bytes = rules.log_append, rules.compact, config.max_message_bytes
+    first_offset = next_offset
+    entries: list[EntryInfo] = []
+    rebuilds: list[tuple[int, int, bytes]] = []  # (position, old end, new bytes)
+    shift = 0  # how far rebuilds so far have moved later entries
+    max_timestamp = offset_of_max = NO_TIMESTAMP
+    record_count = 0
+    # Hoisted for the per-message loop below: a set of small classic messages is
+    # the worst case, thousands of entries per MiB.
+    view = memoryview(buf)
+    unpack_size = ENTRY_PREFIX.unpack_from
+    unpack_v0, unpack_v1 = V0_HEADER.unpack_from, V1_HEADER.unpack_from
+    unpack_length = LENGTH.unpack_from
+    pack_offset = INT64.pack_into
+    crc32 = zlib.crc32
+    append = entries.append
+    new_tuple = tuple.__new__
+    pos = 0
+    while pos < end:
+        remaining = end - pos
+        if remaining <= MAGIC_OFFSET:
+            raise CorruptRecordError(f"entry at {pos} is cut short after {remaining} bytes")
+        size = unpack_size(buf, pos)[1]
+        magic = buf[pos + MAGIC_OFFSET]
+        if size < MIN_ENTRY_SIZE_FIELD or magic > MAGIC_V2:
+            raise CorruptRecordError(f"entry at {pos} has a bad size {size} or magic {magic}")
+        entry_end = pos + LOG_OVERHEAD + size
+        if entry_end > end:
+            raise CorruptRecordError(f"entry at {pos} ({entry_end - pos} bytes) is cut short after {remaining}")
+        if entry_end - pos > max_bytes:
+            raise MessageTooLargeError(
+                f"entry at {pos} is {entry_end - pos} bytes, over max.message.bytes {max_bytes}")
+
+        if magic != MAGIC_V2:
+            # A classic message; the uncompressed case is inlined (it is most of
+            # the per-entry cost of a set of small messages).
+            if size < MIN_SIZE_FIELD[magic]:
+                raise CorruptRecordError(f"message at {pos} is too short for magic {magic}")
+            if magic:
+                _, _, crc, _, attributes, timestamp = unpack_v1(buf, pos)
+            else:
+                _, _, crc, _, attributes = unpack_v0(buf, pos)
+                timestamp = NO_TIMESTAMP
+            # classic.message_lengths, inlined
+            key_at = pos + KEY_LENGTH_OFFSET[magic]
+            key_len = unpack_length(buf, key_at)[0]
+            value_at = key_at + LENGTH.size + (key_len if key_len > 0 else 0)
+            if key_len < -1 or value_at + LENGTH.size > entry_end:
+                raise CorruptRecordError(f"message at {pos}: key length {key_len} disagrees with its size")
+            value_len = unpack_length(buf, value_at)[0]
+            if value_len < -1 or value_at + LENGTH.size + (value_len if value_len > 0 else 0) != entry_end:
+                raise CorruptRecordError(f"message at {pos}: value length {value_len} disagrees with its size")
+            if crc32(view[pos + CLASSIC_CRC_START:entry_end]) != crc:
+                raise CorruptRecordError(f"message at {pos} fails its CRC32")
+            codec = attributes & CODEC_MASK
+            if codec:
+                done = _assign_wrapper(buf, pos, entry_end, magic, attributes, timestamp,
+                                       value_at, value_len, next_offset, rules)
+            else:
+                if compact and key_len < 0:
+                    raise InvalidRecordError(f"message at {pos}: keyless record on a compacted topic")
+                pack_offset(buf, pos, next_offset)
+                if magic and (log_append or attributes & TIMESTAMP_TYPE_BIT):
+                    old_timestamp = timestamp
+                    if log_append:
+                        timestamp = now_ms
+                    _set_timestamp(buf, pos, entry_end, attributes, old_timestamp, timestamp, log_append)
+                # tuple.__new__ skips NamedTuple's Python-level __new__ (0.4 -> 0.15 us)
+                append(new_tuple(EntryInfo, (pos + shift, size + LOG_OVERHEAD, magic, next_offset,
+                                             timestamp, 0)))
+                if timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = timestamp, next_offset
+                record_count += 1
+                next_offset += 1
+                pos = entry_end
+                continue
+        else:
+            done = _assign_batch(buf, pos, entry_end, next_offset, rules)
+            codec = done.codec
+
+        entry_size = entry_end - pos
+        if done.rebuilt is not None:
+            if len(done.rebuilt) > max_bytes:
+                raise MessageTooLargeError(
+                    f"entry at {pos} is {len(done.rebuilt)} bytes once rebuilt, "
+                    f"over max.message.bytes {max_bytes}")
+            rebuilds.append((pos, entry_end, done.rebuilt))
+            entry_size = len(done.rebuilt)
+        append(EntryInfo(pos + shift, entry_size, magic, done.last_offset, done.max_timestamp, codec))
+        shift += entry_size - (entry_end - pos)
+        if done.max_timestamp > max_timestamp:
+            max_timestamp, offset_of_max = done.max_timestamp, done.last_offset
+        record_count += done.record_count
+        next_offset = done.last_offset + 1
+        pos = entry_end
+
+    view.release()
+    if rebuilds:
+        buf = _splice(buf, rebuilds)
+    if len(buf) > config.segment_bytes:
+        raise RecordListTooLargeError(
+            f"message set of {len(buf)} bytes is over segment.bytes {config.segment_bytes}")
+    return ValidatedSet(buf, first_offset, next_offset - 1, max_timestamp, offset_of_max,
+                        now_ms if log_append else NO_TIMESTAMP, entries, record_count)
+
+
+def _splice(buf: bytearray, rebuilds: list[tuple[int, int, bytes]]) -> bytearray:
+    view = memoryview(buf)
+    out = bytearray()
+    done = 0
+    for start, old_end, new in rebuilds:
+        out += view[done:start]
+        out += new
+        done = old_end
+    out += view[done:]
+    view.release()
+    return out
+
+
+# ---- magic 2 ---------------------------------------------------------------------
+
+
+def _assign_batch(buf: bytearray, pos: int, entry_end: int, next_offset: int,
+                  rules: _Rules) -> _Assigned:
+    if entry_end - pos - LOG_OVERHEAD < MIN_BATCH_LENGTH:
+        raise CorruptRecordError(f"batch at {pos} is shorter than a batch header")
+    (_, _, _, _, crc, attributes, last_delta, base_timestamp, header_max_timestamp, producer_id,
+     producer_epoch, base_sequence, count) = BATCH_HEADER.unpack_from(buf, pos)
+    if batch_crc(buf, pos, entry_end) != crc:
+        raise CorruptRecordError(f"batch at {pos} fails its CRC32C")
+    codec = attributes & CODEC_MASK
+    if codec >= BATCH_CODECS:
+        raise CorruptRecordError(f"batch at {pos} has unknown codec {codec}")
+    if last_delta < 0 or count <= 0 or count != last_delta + 1:
+        raise InvalidRecordError(
+            f"batch at {pos}: recordCount {count} does not match lastOffsetDelta {last_delta}")
+    if attributes & CONTROL_BIT:
+        raise InvalidRecordError(f"batch at {pos}: clients may not write control batches")
+    if producer_id >= 0 and base_sequence < 0:
+        raise InvalidRecordError(
+            f"batch at {pos}: producer id {producer_id} with invalid sequence {base_sequence}")
+
+    records_at = pos + BATCH_OVERHEAD
+    max_timestamp = rules.now_ms if rules.log_append else header_max_timestamp
+    if codec == Codec.NONE:
+        # Trusted as they are (header + CRC), unless keys matter.
+        if rules.compact and summarize_records(buf, records_at, entry_end, count).has_null_key:
+            raise InvalidRecordError(f"batch at {pos}: keyless record on a compacted topic")
+    else:
+        payload = decompress(codec, memoryview(buf)[records_at:entry_end], magic=MAGIC_V2)
+        summary = summarize_records(payload, 0, len(payload), count)
+        if rules.compact and summary.has_null_key:
+            raise InvalidRecordError(f"batch at {pos}: keyless record on a compacted topic")
+        if not rules.log_append:  # as Kafka, a compressed batch's maxTimestamp is recomputed
+            max_timestamp = base_timestamp + summary.max_timestamp_delta
+        if not summary.offset_deltas_in_order:
+            # Some clients number records wrongly; Kafka rebuilds rather than refuses.
+            records = decode_records(payload, 0, len(payload), count, 0, base_timestamp,
+                                     attributes & ~TIMESTAMP_TYPE_BIT, max_timestamp)
+            rebuilt = build_batch(
+                [(r.key, r.value, r.timestamp, r.headers) for r in records],
+                base_offset=next_offset, codec=codec, base_timestamp=base_timestamp,
+                timestamp_type=LOG_APPEND_TIME if rules.log_append else CREATE_TIME,
+                producer_id=producer_id, producer_epoch=producer_epoch,
+                base_sequence=base_sequence, partition_leader_epoch=LEADER_EPOCH_ON_APPEND,
+                is_transactional=bool(attributes & TRANSACTIONAL_BIT), max_timestamp=max_timestamp)
+            return _Assigned(next_offset + last_delta, max_timestamp, count, codec, rebuilt)
+
+    # Both outside the CRC: restamped without recomputing it.
+    INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, next_offset)
+    INT32.pack_into(buf, pos + LEADER_EPOCH_OFFSET, LEADER_EPOCH_ON_APPEND)
+    if rules.log_append:
+        new_attributes = attributes | TIMESTAMP_TYPE_BIT
+    else:
+        new_attributes = attributes & ~TIMESTAMP_TYPE_BIT
+    if new_attributes != attributes or max_timestamp != header_max_timestamp:
+        INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, new_attributes)
+        INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
+        UINT32.pack_into(buf, pos + BATCH_CRC_OFFSET, batch_crc(buf, pos, entry_end))
+    return _Assigned(next_offset + last_delta, max_timestamp, count, codec, None)
+
+
+# ---- magic 0 and 1 -----------------------------------------------------------------
+
+
+def _assign_wrapper(buf: bytearray, pos: int, entry_end: int, magic: int, attributes: int,
+                    timestamp: int, value_at: int, value_len: int, next_offset: int,
+                    rules: _Rules) -> _Assigned:
+    """A compressed classic message, whose size, lengths and CRC were checked."""
+    codec = attributes & CODEC_MASK
+    if codec == Codec.ZSTD:
+        raise InvalidRecordError(f"message at {pos}: zstd needs magic 2, not {magic}")
+    if codec >= CLASSIC_CODECS:
+        raise CorruptRecordError(f"message at {pos} has unknown codec {codec}")
+    if value_len < 0:
+        raise CorruptRecordError(f"compressed message at {pos} has no value")
+    inner = decompress(codec, memoryview(buf)[value_at + LENGTH.size:entry_end], magic=magic)
+    messages = inner_messages(inner, magic)
+    if not messages:
+        raise InvalidRecordError(f"compressed message at {pos} holds no messages")
+    for m in messages:
+        if m.attributes & CODEC_MASK:
+            raise InvalidRecordError(f"compressed message at {pos} holds a compressed message")
+        if rules.compact and m.key_len < 0:
+            raise InvalidRecordError(f"message at {pos}: keyless record on a compacted topic")
+    last_offset = next_offset + len(messages) - 1
+    if magic == 0:
+        new_timestamp = NO_TIMESTAMP
+    elif rules.log_append:
+        new_timestamp = rules.now_ms
+    else:
+        new_timestamp = max(m.timestamp for m in messages)
+
+    if magic == 1 and all(m.offset == i for i, m in enumerate(messages)):
+        INT64.pack_into(buf, pos, last_offset)
+        _set_timestamp(buf, pos, entry_end, attributes, timestamp, new_timestamp, rules.log_append)
+        return _Assigned(last_offset, new_timestamp, len(messages), codec, None)
+
+    # Inner offsets must change (v0: always, they are absolute; v1: when not
+    # 0..n-1). They sit outside the inner CRCs; the wrapper is built anew.
+    renumbered = bytearray(inner)
+    for i, m in enumerate(messages):
+        INT64.pack_into(renumbered, m.position, i if magic == 1 else next_offset + i)
+    type_bit = TIMESTAMP_TYPE_BIT if magic == 1 and rules.log_append else 0
+    rebuilt = bytearray()
+    append_message(rebuilt, last_offset, magic, codec | type_bit, new_timestamp, None,
+                   compress(codec, renumbered, magic=magic))
+    return _Assigned(last_offset, new_timestamp, len(messages), codec, bytes(rebuilt))
+
+
+def _set_timestamp(buf: bytearray, pos: int, entry_end: int, attributes: int, old_timestamp: int,
+                   timestamp: int, log_append: bool) -> None:
+    """Set a v1 message's timestamp and type bit, recomputing the CRC if either changes."""
+    if log_append:
+        new_attributes = attributes | TIMESTAMP_TYPE_BIT
+    else:
+        new_attributes = attributes & ~TIMESTAMP_TYPE_BIT
+    if new_attributes == attributes and timestamp == old_timestamp:
+        return
+    buf[pos + CLASSIC_ATTRIBUTES_OFFSET] = new_attributes & 0xFF
+    TIMESTAMP.pack_into(buf, pos + TIMESTAMP_OFFSET, timestamp)
+    UINT32.pack_into(buf, pos + CLASSIC_CRC_OFFSET, message_crc(buf, pos, entry_end))
