@@ -46,6 +46,7 @@ from enum import IntEnum
 
 import cramjam
 import lz4.frame
+from xxhash import xxh32_intdigest as xxh32
 
 from .errors import CorruptRecordError
 
@@ -165,42 +166,6 @@ def _lz4_fix_header_checksum(data: memoryview) -> bytearray:
     fixed = bytearray(data)
     fixed[hc_pos] = (xxh32(data[LZ4_FLG_POS:hc_pos]) >> 8) & 0xFF
     return fixed
-
-
-# xxHash32, only ever run over an LZ4 frame descriptor (at most 18 bytes), so
-# a plain-Python version costs nothing and spares a dependency.
-_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
-_U32 = 0xFFFFFFFF
-_LANES = struct.Struct("<4I")
-_WORD = struct.Struct("<I")
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & _U32
-
-
-def xxh32(data: bytes | bytearray | memoryview, seed: int = 0) -> int:
-    """The 32-bit xxHash of `data` (as the LZ4 frame format uses it)."""
-    n, pos = len(data), 0
-    if n >= 16:
-        acc = [(seed + _P1 + _P2) & _U32, (seed + _P2) & _U32, seed, (seed - _P1) & _U32]
-        while pos + 16 <= n:
-            lanes = _LANES.unpack_from(data, pos)
-            acc = [(_rotl((a + lane * _P2) & _U32, 13) * _P1) & _U32 for a, lane in zip(acc, lanes)]
-            pos += 16
-        h = _rotl(acc[0], 1) + _rotl(acc[1], 7) + _rotl(acc[2], 12) + _rotl(acc[3], 18)
-    else:
-        h = seed + _P5
-    h = (h + n) & _U32
-    while pos + 4 <= n:
-        h = (_rotl((h + _WORD.unpack_from(data, pos)[0] * _P3) & _U32, 17) * _P4) & _U32
-        pos += 4
-    while pos < n:
-        h = (_rotl((h + data[pos] * _P5) & _U32, 11) * _P1) & _U32
-        pos += 1
-    h = ((h ^ (h >> 15)) * _P2) & _U32
-    h = ((h ^ (h >> 13)) * _P3) & _U32
-    return h ^ (h >> 16)
 
 
 # ---- the public pair -----------------------------------------------------------

@@ -110,3 +110,23 @@ def test_log_append_time_reads_the_same_in_kafka_python(kafka_codec, magic, code
     theirs = read_with_kafka_python(result.buffer)
     assert [(r.timestamp, r.timestamp_type) for r in theirs] == [(NOW, 1)] * len(ROWS)
     assert theirs == list(iter_records(result.buffer))
+
+
+def test_a_segment_file_written_from_kafka_python_sets_reads_in_kafka_python(kafka_codec, tmp_path):
+    """The whole path: kafka-python builds sets, a real Log appends them, and
+    kafka-python reads the .log file back with the offsets the log assigned."""
+    from kafka.record.memory_records import MemoryRecords
+
+    from storage.log import Log
+    log = Log.open(str(tmp_path / "t-0"), "t", 0, LogConfig())
+    for magic, codec in ALL:
+        log.append(kafka_python_set(magic, codec, with_headers=magic == 2))
+    log.close()
+    records = MemoryRecords((tmp_path / "t-0" / "00000000000000000000.log").read_bytes())
+    got = []
+    while records.has_next():
+        batch = records.next_batch()
+        got.extend((r.offset, r.key, r.value) for r in batch)
+    expected = [(n * len(ROWS) + i, key, value)
+                for n in range(len(ALL)) for i, (key, value, _) in enumerate(ROWS)]
+    assert got == expected

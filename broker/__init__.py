@@ -1,0 +1,1 @@
+"""The Strata broker: asyncio + uvloop server, request routing, the `strata` command."""

@@ -1,0 +1,60 @@
+"""The `strata` command line.
+
+Each subcommand lives in its own module exposing `add_parser(subparsers)`, which
+registers its arguments and sets `func` to a callable taking the parsed
+arguments and returning an exit code. `main()` turns every expected failure
+into one clear line on stderr and a non-zero exit: users never see a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Subcommand modules, in the order `strata --help` lists them.
+SUBCOMMANDS = ("serve", "topics", "produce", "consume", "dump_log")
+
+
+class CliError(Exception):
+    """An expected failure: printed as `strata: <message>`, exit code `code`."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="strata", description="Strata: a Kafka-compatible log broker")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"broker.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"broker.cli.{name}":
+                continue  # not built yet
+            raise
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CliError as e:
+        print(f"strata: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # the promise: never a traceback
+        print(f"strata: unexpected error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

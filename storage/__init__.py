@@ -1,0 +1,18 @@
+"""Strata's storage engine: partition logs laid out byte for byte as Kafka's.
+
+    <data-dir>/<topic>-<partition>/%020d.log | .index | .timeindex
+    <data-dir>/recovery-point-offset-checkpoint, log-start-offset-checkpoint
+
+Small classes with one job each, as in Kafka's storage module: `OffsetIndex`
+and `TimeIndex` (sparse mmap indexes), `FileRecords` (one .log file),
+`LogSegment` (the three together), `LogSegments` (the copy-on-write list),
+`LogLoader` (clean-up and crash recovery), `Log` (one partition), and
+`LogManager` (the data directory). `records/` holds the entry formats and
+`codecs.py` Kafka's compression framings. No network code lives here.
+"""
+
+from .config import LogConfig, broker_log_defaults
+from .log import AppendResult, Log
+from .manager import LogManager
+
+__all__ = ["AppendResult", "Log", "LogConfig", "LogManager", "broker_log_defaults"]
