@@ -116,13 +116,17 @@ class Log:
 
     # ---- appending ----------------------------------------------------------------------
 
-    def append(self, data) -> AppendResult:
-        """Validate `data` (a message set), assign offsets and write it."""
+    def append(self, data, *, in_place: bool = False) -> AppendResult:
+        """Validate `data` (a message set), assign offsets and write it.
+
+        `in_place=True` lets the validator patch a writable `data` the caller
+        no longer needs (a request frame) instead of copying it."""
         with self._lock:
             self._check_open()
             config = self.config
             now = self._clock.time_ms()
-            validated = validate_and_assign(data, next_offset=self._end.offset, now_ms=now, config=config)
+            validated = validate_and_assign(data, next_offset=self._end.offset, now_ms=now, config=config,
+                                            in_place=in_place)
             size = len(validated.buffer)
             if size > config.segment_bytes:
                 raise RecordListTooLargeError(

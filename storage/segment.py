@@ -19,6 +19,7 @@ Contract:
 
 from __future__ import annotations
 
+import bisect
 import os
 from typing import NamedTuple
 
@@ -46,6 +47,18 @@ class OffsetPosition(NamedTuple):
 class TimestampOffset(NamedTuple):
     timestamp: int
     offset: int
+
+
+def _fold_max(entries, timestamps: list[int], start: int, stop: int, best_ts: int,
+              best_offset: int) -> tuple[int, int]:
+    """The running (largest timestamp, its entry's last offset) after entries[start:stop];
+    only a strictly larger timestamp moves it, so the first holder wins."""
+    if start >= stop:
+        return best_ts, best_offset
+    top = max(timestamps[start:stop])
+    if top > best_ts:
+        return top, entries[timestamps.index(top, start, stop)].last_offset
+    return best_ts, best_offset
 
 
 class LogSegment:
@@ -174,19 +187,36 @@ class LogSegment:
         self._index_entries(validated.entries, physical_position, best)
 
     def _index_entries(self, entries, start_position: int, best: TimestampOffset) -> None:
-        best_ts, best_offset = best
+        """Add index entries for `entries` (just written from `start_position`).
+
+        Kafka's rule, per entry: once more than index.interval.bytes were written
+        since the last index entry, index this entry. Rather than test every
+        entry (thousands per MiB of small classic messages, on the append and
+        recovery hot paths), jump from one index point to the next with bisect
+        and take each stretch's largest timestamp with max()."""
         interval = self.index_interval_bytes
         since = self._bytes_since_last_index_entry
-        offset_index, time_index = self.offset_index, self.time_index
-        for entry in entries:
-            if entry.max_timestamp > best_ts:
-                best_ts, best_offset = entry.max_timestamp, entry.last_offset
-            if since > interval:
-                offset_index.append(entry.last_offset, start_position + entry.position)
-                time_index.maybe_append(best_ts, best_offset)
-                since = 0
-            since += entry.size
-        self._bytes_since_last_index_entry = since
+        best_ts, best_offset = best
+        positions = [e.position for e in entries]
+        timestamps = [e.max_timestamp for e in entries]
+        count = len(entries)
+        last_end = positions[-1] + entries[-1].size
+        done = 0  # entries before this one are folded into best_ts
+        indexed = -1
+        # Before the first index point `since` carries over from earlier appends.
+        j = bisect.bisect_right(positions, positions[0] + interval - since)
+        while j < count:
+            best_ts, best_offset = _fold_max(entries, timestamps, done, j + 1, best_ts, best_offset)
+            done = j + 1
+            self.offset_index.append(entries[j].last_offset, start_position + positions[j])
+            self.time_index.maybe_append(best_ts, best_offset)
+            indexed = j
+            j = bisect.bisect_right(positions, positions[j] + interval, j + 1)
+        best_ts, best_offset = _fold_max(entries, timestamps, done, count, best_ts, best_offset)
+        if indexed < 0:
+            self._bytes_since_last_index_entry = since + last_end - positions[0]
+        else:
+            self._bytes_since_last_index_entry = last_end - positions[indexed]
         self._max_timestamp_and_offset = TimestampOffset(best_ts, best_offset)
 
     # ---- reading -----------------------------------------------------------------
@@ -286,7 +316,9 @@ class LogSegment:
             chunk = self.log.read(position, min(chunk_size, file_size - position))
             result = scan_entries(chunk, 0, len(chunk), min_offset=min_offset)
             entries = result.entries
-            fitting = [e for e in entries if self.can_convert_to_relative_offset(e.last_offset)]
+            fitting = entries
+            if entries and not self.can_convert_to_relative_offset(entries[-1].last_offset):
+                fitting = [e for e in entries if self.can_convert_to_relative_offset(e.last_offset)]
             if fitting:
                 self._index_entries(fitting, position, self._max_timestamp_and_offset)
                 min_offset = fitting[-1].last_offset + 1

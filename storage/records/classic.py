@@ -22,11 +22,10 @@ v0 offsets absolute.
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import NamedTuple
 
 from ..errors import CorruptRecordError
-from .framing import LOG_OVERHEAD, MAGIC_OFFSET, NO_TIMESTAMP
+from .framing import LOG_OVERHEAD, MAGIC_OFFSET, NO_TIMESTAMP, crc32
 
 V0_HEADER = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 V1_HEADER = struct.Struct(">qiIbbq")  # ... timestamp
@@ -69,7 +68,7 @@ def message_lengths(buf, pos: int, magic: int, entry_end: int) -> tuple[int, int
 
 def message_crc(buf, pos: int, entry_end: int) -> int:
     """The CRC32 the message at `pos` should carry."""
-    return zlib.crc32(memoryview(buf)[pos + CRC_START:entry_end])
+    return crc32(memoryview(buf)[pos + CRC_START:entry_end])
 
 
 def append_message(out: bytearray, offset: int, magic: int, attributes: int, timestamp: int,

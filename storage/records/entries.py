@@ -23,7 +23,6 @@ over the records of a batch, no objects but the EntryInfo.
 
 from __future__ import annotations
 
-import zlib
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -31,6 +30,7 @@ from crc32c import crc32c
 from .batch import BATCH_CODECS, BATCH_HEADER, CRC_START as BATCH_CRC_START, MIN_BATCH_LENGTH
 from .classic import (CLASSIC_CODECS, CRC_START as CLASSIC_CRC_START, HEADERS, KEY_LENGTH_OFFSET,
                       LENGTH, MIN_SIZE_FIELD)
+from .framing import crc32 as framing_crc32
 from .framing import (CODEC_MASK, ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
                       MIN_ENTRY_SIZE_FIELD, NO_TIMESTAMP)
 
@@ -64,7 +64,7 @@ def scan_entries(buf, start: int = 0, end: int | None = None, *, min_offset: int
     unpack_prefix = ENTRY_PREFIX.unpack_from
     unpack_batch = BATCH_HEADER.unpack_from
     unpack_length = LENGTH.unpack_from
-    crc32 = zlib.crc32
+    crc32 = framing_crc32
     new_tuple = tuple.__new__
     previous_last = min_offset - 1
     pos = start

@@ -18,6 +18,10 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+# CRC32 (IEEE) of classic messages. ISA-L's is about 2.5x zlib's on 1 KiB
+# messages, where a set of small classic messages spends most of its time.
+from isal.isal_zlib import crc32  # noqa: F401  (re-exported)
+
 ENTRY_PREFIX = struct.Struct(">qi")  # offset (or baseOffset), size (or batchLength)
 LOG_OVERHEAD = ENTRY_PREFIX.size  # 12
 SIZE_OFFSET = struct.calcsize(">q")  # 8

@@ -3,9 +3,10 @@
 Contract: `validate_and_assign(data, *, next_offset, now_ms, config)` checks a
 producer's message set and returns a `ValidatedSet` whose buffer is ready to
 append: offsets assigned from `next_offset`, batches restamped with leader
-epoch 0, timestamps set for LogAppendTime. The caller's bytes are never
-touched: all work happens on one private bytearray copy, and any bad entry
-refuses the whole set by raising, so nothing half-assigned escapes.
+epoch 0, timestamps set for LogAppendTime. The caller's bytes are not touched
+(unless it passes `in_place=True` and gives them up): the work happens on one
+private bytearray copy, and any bad entry refuses the whole set by raising, so
+nothing half-assigned reaches the log.
 
 Errors (storage.errors): CorruptRecordError for bad bytes (an empty set, a
 trailing partial entry, a bad size, CRC, magic, record structure or compressed
@@ -40,7 +41,6 @@ one wrapper); an uncompressed batch's maxTimestamp is trusted, not recomputed.
 
 from __future__ import annotations
 
-import zlib
 from typing import NamedTuple
 
 from ..codecs import Codec, compress, decompress
@@ -57,6 +57,7 @@ from .classic import (ATTRIBUTES_OFFSET as CLASSIC_ATTRIBUTES_OFFSET, CLASSIC_CO
                       KEY_LENGTH_OFFSET, LENGTH, MIN_SIZE_FIELD, TIMESTAMP, TIMESTAMP_OFFSET,
                       V0_HEADER, V1_HEADER, append_message, inner_messages, message_crc)
 from .entries import EntryInfo
+from .framing import crc32 as framing_crc32
 from .framing import (CODEC_MASK, CREATE_TIME, ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD,
                       MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD, NO_TIMESTAMP,
                       TIMESTAMP_TYPE_BIT)
@@ -65,7 +66,7 @@ LEADER_EPOCH_ON_APPEND = 0  # a single-node broker: the leader epoch never moves
 
 
 class ValidatedSet(NamedTuple):
-    buffer: bytearray  # to write as it is: offsets assigned
+    buffer: bytearray | memoryview  # to write as it is: offsets assigned
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -93,9 +94,15 @@ class _Rules(NamedTuple):
     compact: bool
 
 
-def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfig) -> ValidatedSet:
-    """Validate a producer's message set and assign offsets from `next_offset`."""
-    buf = bytearray(data)
+def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfig,
+                        in_place: bool = False) -> ValidatedSet:
+    """Validate a producer's message set and assign offsets from `next_offset`.
+
+    With `in_place`, a writable `data` the caller gives up (a request frame it
+    will drop either way) is patched where it lies instead of in a copy: on the
+    append path that spares copying every byte once."""
+    view_of_data = memoryview(data)
+    buf = view_of_data if in_place and not view_of_data.readonly else bytearray(data)
     end = len(buf)
     if end == 0:
         raise CorruptRecordError("empty message set")
@@ -114,7 +121,7 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
     unpack_v0, unpack_v1 = V0_HEADER.unpack_from, V1_HEADER.unpack_from
     unpack_length = LENGTH.unpack_from
     pack_offset = INT64.pack_into
-    crc32 = zlib.crc32
+    crc32 = framing_crc32
     append = entries.append
     new_tuple = tuple.__new__
     pos = 0

@@ -251,3 +251,19 @@ def test_mixed_magics_in_one_log(open_log):
     log.append(build_classic([(b"d", b"3", 9), (b"e", b"4", 9)], magic=1, codec=2))
     assert [(r.offset, r.key) for r in read_all(log)] == [
         (0, b"a"), (1, b"b"), (2, b"c"), (3, b"d"), (4, b"e")]
+
+
+def test_in_place_append_patches_the_given_frame_and_writes_the_same_bytes(open_log, tmp_path):
+    log = open_log()
+    log.append(batch(2))
+    frame = bytearray(b"\x00" * 6 + batch(3))  # a message set inside a request frame
+    result = log.append(memoryview(frame)[6:], in_place=True)
+    assert (result.first_offset, result.last_offset) == (2, 4)
+    assert int.from_bytes(frame[6:14], "big") == 2  # restamped where it lay
+    log.append(batch(1), in_place=True)  # read-only bytes are copied, not refused
+    assert [r.offset for r in read_all(log)] == list(range(6))
+    bad = bytearray(batch(2))
+    bad[-1] ^= 1
+    with pytest.raises(CorruptRecordError):
+        log.append(bad, in_place=True)
+    assert log.log_end_offset == 6
