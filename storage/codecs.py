@@ -181,41 +181,36 @@ def _check(codec: int, magic: int) -> Codec:
     return known
 
 
-def compress(codec: int, data: bytes | bytearray | memoryview, *, magic: int = 2) -> bytes:
-    """`data` compressed and framed the way Kafka's writer for `magic` does it."""
-    codec = _check(codec, magic)
-    view = memoryview(data)
+def _lz4_decompress(data: memoryview, magic: int) -> bytes:
+    return lz4.frame.decompress(_lz4_fix_header_checksum(data) if magic == 0 else data)
+
+
+# codec -> (compress, decompress), each taking (payload view, magic)
+_FRAMINGS = {
+    Codec.NONE: (lambda data, magic: bytes(data), lambda data, magic: bytes(data)),
+    Codec.GZIP: (lambda data, magic: _gzip_compress(data), lambda data, magic: _gzip_decompress(data)),
+    Codec.SNAPPY: (lambda data, magic: _snappy_compress(data), lambda data, magic: _snappy_decompress(data)),
+    Codec.LZ4: (_lz4_compress, _lz4_decompress),
+    Codec.ZSTD: (lambda data, magic: bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL)),
+                 lambda data, magic: bytes(cramjam.zstd.decompress(data))),
+}
+
+
+def _run(codec: int, data, magic: int, direction: int, failure: str) -> bytes:
+    known = _check(codec, magic)
     try:
-        if codec is Codec.NONE:
-            return bytes(view)
-        if codec is Codec.GZIP:
-            return _gzip_compress(view)
-        if codec is Codec.SNAPPY:
-            return _snappy_compress(view)
-        if codec is Codec.LZ4:
-            return _lz4_compress(view, magic)
-        return bytes(cramjam.zstd.compress(view, level=ZSTD_LEVEL))
+        return _FRAMINGS[known][direction](memoryview(data), magic)
     except CorruptRecordError:
         raise
     except Exception as e:  # the libraries raise a zoo of types
-        raise CorruptRecordError(f"{codec.name.lower()}: cannot compress: {e}") from e
+        raise CorruptRecordError(f"{known.name.lower()}: {failure}: {e}") from e
+
+
+def compress(codec: int, data: bytes | bytearray | memoryview, *, magic: int = 2) -> bytes:
+    """`data` compressed and framed the way Kafka's writer for `magic` does it."""
+    return _run(codec, data, magic, 0, "cannot compress")
 
 
 def decompress(codec: int, data: bytes | bytearray | memoryview, *, magic: int = 2) -> bytes:
     """The bytes `data` holds, compressed with `codec` by a writer for `magic`."""
-    codec = _check(codec, magic)
-    view = memoryview(data)
-    try:
-        if codec is Codec.NONE:
-            return bytes(view)
-        if codec is Codec.GZIP:
-            return _gzip_decompress(view)
-        if codec is Codec.SNAPPY:
-            return _snappy_decompress(view)
-        if codec is Codec.LZ4:
-            return lz4.frame.decompress(_lz4_fix_header_checksum(view) if magic == 0 else view)
-        return bytes(cramjam.zstd.decompress(view))
-    except CorruptRecordError:
-        raise
-    except Exception as e:
-        raise CorruptRecordError(f"{codec.name.lower()}: corrupt payload: {e}") from e
+    return _run(codec, data, magic, 1, "corrupt payload")
