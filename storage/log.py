@@ -216,6 +216,18 @@ class Log:
                 return found
         return None
 
+    def increase_log_start_offset(self, new_start: int) -> int:
+        """Move the log start offset forward to `new_start` (DELETE_RECORDS); records
+        below it can no longer be read. Returns the log start offset."""
+        with self._lock:
+            self._check_open()
+            if new_start > self._end.offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {new_start} is past the log end {self._end.offset} of {self.name}")
+            if new_start > self._log_start_offset:
+                self._log_start_offset = new_start
+            return self._log_start_offset
+
     # ---- durability -------------------------------------------------------------
 
     def flush(self, up_to: int | None = None) -> None:

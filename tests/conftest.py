@@ -11,3 +11,24 @@ def kafka_codec():
 
     assert codec.has_snappy() and codec.has_lz4() and codec.has_zstd()
     return codec
+
+
+@pytest.fixture
+def broker(tmp_path):
+    """Factory: `broker(*serve_args, data_dir=None, env=None)` starts the real broker
+    (`python -m broker serve`) on 127.0.0.1 and a free port and returns a
+    tests.broker_process.BrokerProcess (host, port, data_dir, stop(), kill(),
+    restart(), log_events()). Every broker started is killed on teardown."""
+    from tests.broker_process import BrokerProcess
+
+    started = []
+
+    def start(*serve_args, data_dir=None, env=None):
+        directory = data_dir if data_dir is not None else tmp_path / f"broker-{len(started)}"
+        process = BrokerProcess(directory, *serve_args, env=env)
+        started.append(process)
+        return process.start()
+
+    yield start
+    for process in started:
+        process.close()

@@ -267,3 +267,16 @@ def test_in_place_append_patches_the_given_frame_and_writes_the_same_bytes(open_
     with pytest.raises(CorruptRecordError):
         log.append(bad, in_place=True)
     assert log.log_end_offset == 6
+
+
+def test_log_start_offset_moves_forward_only_and_hides_records(open_log):
+    log = open_log()
+    log.append(batch(5))
+    assert log.increase_log_start_offset(3) == 3
+    assert log.increase_log_start_offset(1) == 3
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(2, 1000)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.increase_log_start_offset(6)
+    assert log.increase_log_start_offset(5) == 5  # the log end: everything hidden
+    assert log.offset_for_timestamp(-2).offset == 5

@@ -1,0 +1,80 @@
+# Strata broker image.
+#
+#   docker build -t strata .                (podman: add --format docker, or HEALTHCHECK is dropped)
+#   docker run -d -p 9000:9000 -v strata-data:/var/lib/strata strata
+#
+# Configuration, lowest to highest precedence:
+#   /etc/strata/server.properties   the defaults (docker/server.properties); mount your own over it
+#   STRATA_<KEY>                    environment, one variable per broker key: `.` -> `_`, upper case
+#                                   (STRATA_NUM_PARTITIONS=3, STRATA_LOG_SEGMENT_BYTES=104857600)
+#   trailing arguments              `docker run ... strata --set num.partitions=3`
+# The entry point's own variables: STRATA_DATA_DIR, STRATA_CONFIG, STRATA_PORT (docker/entrypoint.sh).
+# Any other first argument runs as a command: `docker run --rm -it strata strata topics list ...`.
+
+# ---- build: a virtualenv holding the project and its pinned dependencies ---------------------
+FROM python:3.11-slim-bookworm AS build
+
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_ROOT_USER_ACTION=ignore
+
+RUN python -m venv /opt/strata
+
+WORKDIR /src
+# The dependencies first, in their own layer: they change far less often than the code.
+# pyproject.toml pins every one of them with ==; the list is read from it, not repeated here.
+COPY pyproject.toml ./
+RUN python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+        > requirements.txt \
+    && /opt/strata/bin/pip install --no-cache-dir --require-virtualenv -r requirements.txt
+
+COPY . .
+# --no-deps: exactly the pinned set above, nothing resolved again.
+RUN /opt/strata/bin/pip install --no-cache-dir --require-virtualenv --no-deps . \
+    && /opt/strata/bin/strata --help > /dev/null
+
+# ---- runtime ---------------------------------------------------------------------------------
+FROM python:3.11-slim-bookworm
+
+# tini as PID 1: forwards SIGTERM/SIGINT to the broker and reaps zombies. The entry point then
+# `exec`s the broker, so `docker stop` is a graceful shutdown (clean-shutdown marker, checkpoints).
+# Pinned to bookworm's 0.19.0-1 (the glob takes the per-architecture rebuild suffix, +bN).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends 'tini=0.19.0-1*' \
+    && rm -rf /var/lib/apt/lists/*
+
+# An unprivileged user with a fixed uid/gid, so the owner of a bind-mounted data dir is predictable.
+RUN groupadd --gid 10001 strata \
+    && useradd --no-log-init --uid 10001 --gid strata \
+        --home-dir /var/lib/strata --no-create-home --shell /usr/sbin/nologin strata \
+    && mkdir -p /var/lib/strata /etc/strata \
+    && chown strata:strata /var/lib/strata \
+    && chmod 0750 /var/lib/strata
+
+COPY --from=build /opt/strata /opt/strata
+COPY docker/server.properties /etc/strata/server.properties
+COPY docker/entrypoint.sh /usr/local/bin/strata-entrypoint
+COPY docker/healthcheck.py /usr/local/lib/strata/healthcheck.py
+
+# Logs as JSON lines (one object per line) for the container's log driver.
+ENV PATH=/opt/strata/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    STRATA_LOG_FORMAT=json
+
+# Numeric, so `runAsNonRoot` checks (Kubernetes) can verify it without reading /etc/passwd.
+USER 10001:10001
+WORKDIR /var/lib/strata
+VOLUME ["/var/lib/strata"]
+
+# The native protocol. 9092 (the Kafka listener of a later issue) is not declared yet: EXPOSE is
+# the image's promise of what answers, and `docker run -P` would publish a port nothing serves.
+EXPOSE 9000
+
+# Healthy = the broker answers a METADATA request (the project's codec; no extra packages).
+# start-period: recovery of a large, uncleanly stopped log can take a while before the listener.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["/opt/strata/bin/python", "/usr/local/lib/strata/healthcheck.py"]
+
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/strata-entrypoint"]
+CMD []

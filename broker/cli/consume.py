@@ -1,0 +1,109 @@
+"""`strata consume TOPIC`: print a topic's messages (Kafka's console consumer).
+
+Contract:
+- Prints each message's value on its own line, bytes as they are; with
+  `--print-key` prints `key<TAB>value`. A null key or value prints as `null`.
+- Start: with `--group G` and an offset committed by G, from there; otherwise
+  from the log start with `--from-beginning`, else from the log end (only
+  messages produced from now on), as Kafka's console consumer does.
+- `--partition N` reads only partition N; otherwise every partition.
+- With `--group G` the consumed positions are committed for G (periodically
+  and on exit), so a later run with the same group resumes after the last
+  message printed.
+- Stops after `--max-messages N` messages, or after `--timeout-ms T` without
+  a message; otherwise runs until Ctrl-C, which exits 0 quietly.
+- Errors (unknown topic, unreachable broker, ...) are one `strata: ...` line on
+  stderr and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from client import Consumer
+
+from . import CliError
+from .client_support import add_bootstrap_arg, check_bootstrap, client_errors
+
+POLL_SLICE_MS = 500  # the longest single poll, so --timeout-ms and Ctrl-C stay prompt
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("consume", help="print a topic's messages")
+    parser.add_argument("topic", metavar="TOPIC")
+    add_bootstrap_arg(parser)
+    parser.add_argument("--from-beginning", action="store_true",
+                        help="start at the log start when the group has no committed offset")
+    parser.add_argument("--group", metavar="G", help="consumer group: commit and resume positions")
+    parser.add_argument("--max-messages", type=int, metavar="N", help="exit after N messages")
+    parser.add_argument("--partition", type=int, metavar="N", help="read only partition N")
+    parser.add_argument("--print-key", action="store_true", help="print key<TAB>value")
+    parser.add_argument("--timeout-ms", type=int, metavar="T",
+                        help="exit after T ms without a message")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_messages is not None and args.max_messages < 0:
+        raise CliError("--max-messages must be at least 0")
+    if args.timeout_ms is not None and args.timeout_ms < 0:
+        raise CliError("--timeout-ms must be at least 0")
+    try:
+        with client_errors():
+            consumer = Consumer(check_bootstrap(args.bootstrap_server), group=args.group,
+                                auto_offset_reset="earliest" if args.from_beginning else "latest",
+                                retries=2)
+            try:
+                _consume(consumer, args)
+            finally:
+                consumer.close()  # commits the group's positions
+    except KeyboardInterrupt:
+        # Ctrl-C is the normal way to stop. Interrupting a poll cancels it, so the
+        # positions hold only what was printed, and the close above committed them.
+        pass
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop, and keep Python from complaining
+        # about the unflushable stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _consume(consumer: Consumer, args: argparse.Namespace) -> None:
+    if args.partition is not None:
+        count = len(consumer.partitions_for(args.topic))
+        if not 0 <= args.partition < count:
+            raise CliError(f"topic {args.topic!r} has no partition {args.partition} (it has {count})")
+        consumer.assign(args.topic, [args.partition])
+    else:
+        consumer.subscribe(args.topic)
+    consumer.assignment()  # looks the topic up now: an unknown topic fails before any wait
+    out = sys.stdout.buffer
+    printed = 0
+    last_message = time.monotonic()
+    while args.max_messages is None or printed < args.max_messages:
+        wait_ms = POLL_SLICE_MS
+        if args.timeout_ms is not None:
+            idle_ms = (time.monotonic() - last_message) * 1000
+            if idle_ms >= args.timeout_ms:
+                break
+            wait_ms = max(1, min(wait_ms, int(args.timeout_ms - idle_ms)))
+        limit = None if args.max_messages is None else args.max_messages - printed
+        records = consumer.poll(wait_ms, max_records=limit)
+        if not records:
+            continue
+        last_message = time.monotonic()
+        lines = []
+        for record in records:
+            value = b"null" if record.value is None else record.value
+            if args.print_key:
+                key = b"null" if record.key is None else record.key
+                lines.append(key + b"\t" + value + b"\n")
+            else:
+                lines.append(value + b"\n")
+        out.write(b"".join(lines))
+        out.flush()
+        printed += len(records)
+

@@ -1,0 +1,358 @@
+"""`strata dump-log FILE...`: print and check segment files, like kafka-dump-log.
+
+Works on the files alone (no broker). Every FILE must exist and end in .log,
+.index or .timeindex, else the command stops before dumping anything with one
+`strata: FILE: ...` line. For each file it prints `Dumping FILE`, then:
+
+.log, one line per entry (key names as in Kafka's DumpLogSegments; the
+timestamp key is the entry's timestamp type: CreateTime, LogAppendTime, or
+NoTimestampType for magic 0; compresscodec is NONE, GZIP, SNAPPY, LZ4, ZSTD):
+
+    baseOffset: B lastOffset: L count: C position: P size: S magic: M compresscodec: NONE crc: X isValid: true CreateTime: T
+
+  and for magic 2 Kafka's batch fields after these: `baseSequence: lastSequence:
+  producerId: producerEpoch: partitionLeaderEpoch: isTransactional: isControl:`.
+  With --deep-iteration or --print-data-log, one line per record after its entry:
+
+    | offset: N CreateTime: T keySize: K valueSize: V sequence: S headerKeys: [a,b] key: K payload: V
+
+  (`sequence` and `headerKeys` for magic 2 only; `key:` and `payload:` only
+  with --print-data-log and only when not null, as Kafka prints them; bytes
+  are shown as UTF-8, undecodable bytes replaced). Bytes after the last whole
+  entry give Kafka's line `Found N invalid bytes at the end of NAME`.
+
+.index, one line per entry: `offset: N position: P` (stopping, as Kafka does,
+at the zero entries of a preallocated index).
+.timeindex, one line per entry: `timestamp: T offset: N`.
+
+Checks (each problem is one `FILE: ...` line on stderr; the exit code is 1 when
+any file had one, 0 otherwise): in a .log, entries that fail their CRC or whose
+lengths or codec are wrong (the entry is still listed, `isValid: false`),
+offsets that do not increase or lie below the segment's base offset, a size
+field that makes no sense, a torn tail; in an index, a length that is not a
+whole number of entries, offsets (and positions, timestamps) out of order, and,
+using the .log next to it when there is one, positions past the end of the log
+or entries that do not match the log (Kafka's mismatch check: the entry at an
+index position must end at the indexed offset; a time index entry must name
+the last offset of an entry whose max timestamp is the indexed timestamp).
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import struct
+import sys
+from typing import Callable, NamedTuple
+
+from storage.codecs import Codec
+from storage.errors import CorruptRecordError
+from storage.offset_index import OffsetIndex
+from storage.records import LogEntry
+from storage.records.batch import MIN_BATCH_LENGTH
+from storage.records.framing import (ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD, MAGIC_OFFSET,
+                                     MIN_ENTRY_SIZE_FIELD)
+from storage.time_index import TimeIndex
+
+from . import CliError
+
+SUFFIXES = (".log", ".index", ".timeindex")
+RECORD_INDENT = "|"
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("dump-log", help="print and check .log/.index/.timeindex files")
+    parser.add_argument("files", nargs="+", metavar="FILE")
+    parser.add_argument("--print-data-log", action="store_true",
+                        help="print every record with its key and payload")
+    parser.add_argument("--deep-iteration", action="store_true",
+                        help="print every record's metadata (implied by --print-data-log)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    for path in args.files:
+        _check_dumpable(path)
+    found_problems = False
+    for path in args.files:
+        print(f"Dumping {path}", flush=True)
+        problems: list[str] = []
+        suffix = os.path.splitext(path)[1]
+        if suffix == ".log":
+            dump_log(path, problems, deep=args.deep_iteration or args.print_data_log,
+                     print_data=args.print_data_log)
+        elif suffix == ".index":
+            dump_offset_index(path, problems)
+        else:
+            dump_time_index(path, problems)
+        sys.stdout.flush()
+        for problem in problems:
+            print(f"{path}: {problem}", file=sys.stderr)
+        found_problems |= bool(problems)
+    return 1 if found_problems else 0
+
+
+def _check_dumpable(path: str) -> None:
+    if not os.path.exists(path):
+        raise CliError(f"{path}: no such file")
+    if not os.path.isfile(path):
+        raise CliError(f"{path}: not a regular file")
+    suffix = os.path.splitext(path)[1]
+    if suffix not in SUFFIXES:
+        raise CliError(f"{path}: unknown file type (expected a .log, .index or .timeindex file)")
+    if suffix != ".log" and _base_offset(path) is None:
+        raise CliError(f"{path}: the file name must be the segment's base offset, "
+                       f"like 00000000000000000000{suffix}")
+    if not os.access(path, os.R_OK):
+        raise CliError(f"{path}: permission denied")
+
+
+def _base_offset(path: str) -> int | None:
+    stem = os.path.basename(path).split(".")[0]
+    return int(stem) if stem.isdigit() else None
+
+
+def _read(path: str):
+    """The file's bytes, mapped rather than read: segments can be a gigabyte."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+# ---- .log ----------------------------------------------------------------------------------
+
+class EntrySpan(NamedTuple):
+    position: int
+    last_offset: int
+    max_timestamp: int
+
+
+class LogWalk(NamedTuple):
+    spans: list[EntrySpan]  # every whole entry, in file order
+    valid_bytes: int  # where the first byte that is not part of a whole entry sits
+
+
+def _timestamp_key(entry: LogEntry) -> str:
+    if entry.magic == 0:
+        return "NoTimestampType"
+    return "LogAppendTime" if entry.timestamp_type == LOG_APPEND_TIME else "CreateTime"
+
+
+def _codec_name(codec: int) -> str:
+    try:
+        return Codec(codec).name
+    except ValueError:
+        return f"UNKNOWN({codec})"
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def walk_log(data, problems: list[str], base_offset: int | None,
+             on_entry: Callable[[LogEntry, bool, int, int], None] | None = None) -> LogWalk:
+    """Walk and check every entry of a .log's bytes; call `on_entry(entry, valid,
+    first_offset, count)` for each whole entry."""
+    spans: list[EntrySpan] = []
+    previous_last = None
+    pos, end = 0, len(data)
+    while pos < end:
+        if end - pos < LOG_OVERHEAD + 5:  # not even up to the magic byte
+            _torn_tail(problems, pos, end)
+            break
+        offset, size = ENTRY_PREFIX.unpack_from(data, pos)
+        magic = data[pos + MAGIC_OFFSET]
+        if size < MIN_ENTRY_SIZE_FIELD or (magic == 2 and size < MIN_BATCH_LENGTH):
+            problems.append(f"entry at position {pos}: size {size} is too small for an entry; "
+                            f"the {end - pos} bytes from here on cannot be read")
+            break
+        if magic > 2:
+            problems.append(f"entry at position {pos}: unknown magic {magic}; "
+                            f"the {end - pos} bytes from here on cannot be read")
+            break
+        if pos + LOG_OVERHEAD + size > end:
+            _torn_tail(problems, pos, end)
+            break
+        try:
+            entry = LogEntry(data, pos)
+        except CorruptRecordError as e:
+            problems.append(f"{e}; the {end - pos} bytes from here on cannot be read")
+            break
+        valid = True
+        try:
+            entry.ensure_valid()
+        except CorruptRecordError as e:
+            valid = False
+            problems.append(f"entry at position {pos} (offset {offset}): {_strip_position(e)}")
+        first_offset, count = offset, None
+        if valid:
+            try:  # a compressed classic wrapper's first offset and count live inside it
+                first_offset, count = entry.base_offset, entry.record_count
+            except CorruptRecordError as e:
+                problems.append(f"entry at position {pos}: {_strip_position(e)}")
+        if previous_last is not None and first_offset <= previous_last:
+            problems.append(f"entry at position {pos}: offset {first_offset} does not follow "
+                            f"offset {previous_last}")
+        elif previous_last is None and base_offset is not None and first_offset < base_offset:
+            problems.append(f"entry at position {pos}: offset {first_offset} is below the "
+                            f"segment's base offset {base_offset}")
+        previous_last = entry.last_offset
+        spans.append(EntrySpan(pos, entry.last_offset, entry.max_timestamp))
+        if on_entry is not None:
+            on_entry(entry, valid, first_offset, count)
+        pos += entry.size
+    return LogWalk(spans, pos)
+
+
+def _strip_position(e: Exception) -> str:
+    text = str(e)
+    return text.split(": ", 1)[1] if text.startswith(("entry at", "message at")) else text
+
+
+def _torn_tail(problems: list[str], pos: int, end: int) -> None:
+    problems.append(f"torn tail: the last {end - pos} bytes (from position {pos}) "
+                    f"are not a whole entry")
+
+
+def dump_log(path: str, problems: list[str], *, deep: bool, print_data: bool) -> None:
+    out = sys.stdout.write
+
+    def on_entry(entry: LogEntry, valid: bool, first_offset: int, count: int | None) -> None:
+        line = (f"baseOffset: {first_offset} lastOffset: {entry.last_offset} "
+                f"count: {'null' if count is None else count} position: {entry.position} "
+                f"size: {entry.size} magic: {entry.magic} "
+                f"compresscodec: {_codec_name(entry.codec)} crc: {entry.crc} "
+                f"isValid: {'true' if valid else 'false'} "
+                f"{_timestamp_key(entry)}: {entry.max_timestamp}")
+        if entry.magic == 2:
+            last_sequence = (-1 if entry.base_sequence < 0 else
+                             (entry.base_sequence + entry.last_offset - first_offset) % 2**31)
+            line += (f" baseSequence: {entry.base_sequence} lastSequence: {last_sequence}"
+                     f" producerId: {entry.producer_id} producerEpoch: {entry.producer_epoch}"
+                     f" partitionLeaderEpoch: {entry.partition_leader_epoch}"
+                     f" isTransactional: {str(entry.is_transactional).lower()}"
+                     f" isControl: {str(entry.is_control).lower()}")
+        out(line + "\n")
+        if deep and valid:
+            _dump_records(entry, first_offset, print_data, problems)
+
+    data = _read(path)
+    walk = walk_log(data, problems, _base_offset(path), on_entry)
+    if walk.valid_bytes < len(data):  # Kafka's closing line for a log it could not read to the end
+        out(f"Found {len(data) - walk.valid_bytes} invalid bytes at the end of "
+            f"{os.path.basename(path)}\n")
+
+
+def _dump_records(entry: LogEntry, first_offset: int, print_data: bool,
+                  problems: list[str]) -> None:
+    try:
+        records = entry.records()
+    except CorruptRecordError as e:
+        problems.append(f"entry at position {entry.position}: records: {_strip_position(e)}")
+        return
+    key_name = _timestamp_key(entry)
+    lines = []
+    for record in records:
+        line = (f"{RECORD_INDENT} offset: {record.offset} {key_name}: {record.timestamp} "
+                f"keySize: {-1 if record.key is None else len(record.key)} "
+                f"valueSize: {-1 if record.value is None else len(record.value)}")
+        if entry.magic == 2:
+            sequence = (-1 if entry.base_sequence < 0 else
+                        (entry.base_sequence + record.offset - first_offset) % 2**31)
+            line += (f" sequence: {sequence} headerKeys: "
+                     f"[{','.join(key for key, _ in record.headers)}]")
+        if print_data and not entry.is_control:
+            if record.key is not None:
+                line += f" key: {_text(record.key)}"
+            if record.value is not None:
+                line += f" payload: {_text(record.value)}"
+        lines.append(line + "\n")
+    sys.stdout.write("".join(lines))
+
+
+# ---- indexes -------------------------------------------------------------------------------
+
+def _log_next_to(path: str) -> tuple[list[EntrySpan], int] | None:
+    """(entries, size) of the .log beside an index, or None (said on stderr) without one."""
+    log_path = os.path.splitext(path)[0] + ".log"
+    if not os.path.isfile(log_path):
+        print(f"{path}: no {os.path.basename(log_path)} next to it: entries are not checked "
+              f"against the log", file=sys.stderr)
+        return None
+    data = _read(log_path)
+    return walk_log(data, [], _base_offset(log_path)).spans, len(data)
+
+
+def _entries(path: str, entry: struct.Struct, problems: list[str]):
+    data = _read(path)
+    whole = len(data) - len(data) % entry.size
+    if whole != len(data):
+        problems.append(f"{len(data)} bytes is not a whole number of {entry.size}-byte entries")
+    return [entry.unpack_from(data, i) for i in range(0, whole, entry.size)]
+
+
+def dump_offset_index(path: str, problems: list[str]) -> None:
+    base = _base_offset(path)
+    log = _log_next_to(path)
+    by_position = {span.position: span for span in log[0]} if log else {}
+    previous = None
+    lines = []
+    for i, (relative, position) in enumerate(_entries(path, OffsetIndex.ENTRY, problems)):
+        if i > 0 and relative == 0:
+            break  # the zero-filled, preallocated rest of an active segment's index
+        offset = base + relative
+        lines.append(f"offset: {offset} position: {position}\n")
+        if previous is not None and offset <= previous[0]:
+            problems.append(f"entry {i}: offset {offset} is not above the previous "
+                            f"entry's offset {previous[0]}")
+        if previous is not None and position <= previous[1]:
+            problems.append(f"entry {i}: position {position} is not above the previous "
+                            f"entry's position {previous[1]}")
+        if relative < 0 or position < 0:
+            problems.append(f"entry {i}: negative relative offset or position")
+        if log is not None:
+            span = by_position.get(position)
+            if position >= log[1]:
+                problems.append(f"entry {i}: offset {offset} points to position {position}, "
+                                f"past the end of the log ({log[1]} bytes)")
+            elif span is None:
+                problems.append(f"entry {i}: offset {offset} points to position {position}, "
+                                f"where no entry of the log starts")
+            elif span.last_offset != offset:
+                problems.append(f"entry {i}: index offset {offset}, but the log's entry at "
+                                f"position {position} ends at offset {span.last_offset}")
+        previous = (offset, position)
+    sys.stdout.write("".join(lines))
+
+
+def dump_time_index(path: str, problems: list[str]) -> None:
+    base = _base_offset(path)
+    log = _log_next_to(path)
+    by_last_offset = {span.last_offset: span for span in log[0]} if log else {}
+    previous = None
+    lines = []
+    for i, (timestamp, relative) in enumerate(_entries(path, TimeIndex.ENTRY, problems)):
+        if i > 0 and relative == 0:
+            break  # preallocated zeros, as in the offset index
+        offset = base + relative
+        lines.append(f"timestamp: {timestamp} offset: {offset}\n")
+        if relative < 0:
+            problems.append(f"entry {i}: offset {offset} is below the base offset {base}")
+        if previous is not None and timestamp <= previous[0]:
+            problems.append(f"entry {i}: timestamp {timestamp} is not above the previous "
+                            f"entry's timestamp {previous[0]}")
+        if previous is not None and offset < previous[1]:
+            problems.append(f"entry {i}: offset {offset} is below the previous entry's "
+                            f"offset {previous[1]}")
+        if log is not None:
+            span = by_last_offset.get(offset)
+            if span is None:
+                problems.append(f"entry {i}: offset {offset} is not the last offset of any "
+                                f"entry in the log")
+            elif span.max_timestamp != timestamp:
+                problems.append(f"entry {i}: timestamp {timestamp}, but the log's entry ending "
+                                f"at offset {offset} has max timestamp {span.max_timestamp}")
+        previous = (timestamp, offset)
+    sys.stdout.write("".join(lines))

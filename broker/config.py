@@ -1,0 +1,413 @@
+"""Broker configuration: Kafka's broker names and defaults, loaded from four sources.
+
+Contract:
+- `BrokerConfig.load(config_file=..., overrides=[...], cli={...}, environ=...)`
+  builds the configuration from, lowest precedence first:
+      1. the defaults below (Kafka's, where Kafka has the setting);
+      2. a `server.properties` file (Java properties syntax, see `parse_properties`);
+      3. environment variables `STRATA_<NAME>`: the key upper-cased with `.` -> `_`
+         (`log.retention.ms` -> `STRATA_LOG_RETENTION_MS`), for containers;
+      4. the command line: `--set KEY=VALUE` (later wins), then the dedicated flags
+         `--host` (`host.name`), `--port` (`port`) and `--data-dir` (beats `log.dirs`
+         and `log.dir`).
+  So: CLI > environment > file > defaults.
+- Every key is checked: an unknown key (file, `--set`) or a bad value anywhere raises
+  `InvalidConfigError` with one line naming the key and where it came from. An
+  unknown `STRATA_*` environment variable is not an error (the environment is shared
+  with other programs, such as the `strata` client commands); it is reported in
+  `ignored_env` so the broker can log a warning.
+- Broker-level `log.*` names that set topic defaults (`log.segment.bytes`,
+  `log.retention.hours`, `message.max.bytes`, ...) are the ones storage maps in
+  `storage.config.BROKER_NAMES`; `log_defaults` is the resulting LogConfig.
+- The result is immutable. Typed attributes cover what the broker reads; `values`
+  holds every key with its parsed value and `source(key)` says where it came from.
+
+Strata-only settings (Kafka has no such name) are marked "Strata" in KEYS; the
+native protocol has its own default port, 9000, so it never clashes with a Kafka
+broker's 9092 on the same host.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from storage.config import BROKER_NAMES, LONG_MAX, LogConfig, broker_log_defaults
+from storage.errors import InvalidConfigError
+
+INT_MAX = 2**31 - 1
+ENV_PREFIX = "STRATA_"
+DEFAULT_PORT = 9000
+LOG_FORMATS = ("auto", "console", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class BrokerKey:
+    name: str
+    kind: str  # int | long | boolean | string
+    default: Any
+    check: Callable[[Any], str | None] | None
+    doc: str
+
+
+def _at_least(low: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= low else f"must be at least {low}"
+
+
+def _between(low: int, high: int) -> Callable[[Any], str | None]:
+    return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
+
+
+def _non_empty(v: str) -> str | None:
+    return None if v else "must not be empty"
+
+
+KEYS: tuple[BrokerKey, ...] = (
+    # ---- listening ----
+    BrokerKey("host.name", "string", "0.0.0.0", _non_empty,
+              "address to listen on (Kafka's legacy host.name; CLI --host)"),
+    BrokerKey("port", "int", DEFAULT_PORT, _between(0, 65535),
+              "TCP port of the native protocol, 0 = any free port (CLI --port)"),
+    BrokerKey("socket.request.max.bytes", "int", 104_857_600, _at_least(1),
+              "largest request frame; a larger one is answered INVALID_REQUEST and the connection closed"),
+    BrokerKey("num.io.threads", "int", 8, _at_least(1),
+              "threads doing blocking storage work (appends, reads, flushes, topic changes)"),
+    BrokerKey("fetch.max.bytes", "int", 57_671_680, _at_least(1024),
+              "most message-set bytes one FETCH or MULTIFETCH response carries"),
+    BrokerKey("connection.max.queued.requests", "int", 16, _at_least(1),
+              "Strata: requests read from one connection and not yet answered before "
+              "the broker stops reading from it"),
+    BrokerKey("connection.write.buffer.bytes", "int", 262_144, _between(1, INT_MAX),
+              "Strata: a connection's write buffer high-water mark; above it the broker "
+              "stops reading from that connection until the buffer drains to a quarter"),
+    BrokerKey("shutdown.timeout.ms", "long", 10_000, _at_least(0),
+              "Strata: how long a graceful shutdown waits for in-flight requests"),
+    # ---- data ----
+    BrokerKey("log.dirs", "string", None, None,
+              "the data directory (one; CLI --data-dir wins); beats log.dir"),
+    BrokerKey("log.dir", "string", None, None, "the data directory when log.dirs is not set"),
+    BrokerKey("num.partitions", "int", 1, _at_least(1),
+              "partitions of a topic created with partitions = -1 or auto-created"),
+    BrokerKey("auto.create.topics.enable", "boolean", False, None,
+              "create an unknown topic on PRODUCE (Kafka's default is true; the native "
+              "protocol has CREATE_TOPIC, so Strata defaults to false)"),
+    BrokerKey("offsets.topic.num.partitions", "int", 50, _at_least(1),
+              "partitions of __consumer_offsets (fixed when the topic is first created)"),
+    BrokerKey("offset.metadata.max.bytes", "int", 4096, _at_least(0),
+              "largest metadata string of a committed offset"),
+    # ---- periodic tasks ----
+    BrokerKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, _at_least(1),
+              "how often logs are checked for flush.ms (the task runs at least every second)"),
+    BrokerKey("log.flush.offset.checkpoint.interval.ms", "int", 60_000, _at_least(0),
+              "how often the recovery-point and log-start checkpoints are written"),
+    BrokerKey("log.initial.task.delay.ms", "long", 30_000, _at_least(0),
+              "delay before the first periodic task runs"),
+    BrokerKey("log.retention.check.interval.ms", "long", 300_000, _at_least(1),
+              "how often retention runs (reserved: retention is not scheduled yet)"),
+    # ---- logging ----
+    BrokerKey("log.format", "string", "auto", _one_of(*LOG_FORMATS),
+              "Strata: structured log output: console (key=value), json, or auto "
+              "(console on a terminal, json otherwise)"),
+    BrokerKey("log.level", "string", "info", _one_of(*LOG_LEVELS), "Strata: least level logged"),
+)
+
+# Broker-level names of topic defaults, e.g. log.segment.bytes, log.retention.hours.
+LOG_DEFAULT_KEYS: tuple[str, ...] = tuple(name for candidates in BROKER_NAMES.values()
+                                          for name, _unit in candidates)
+KEYS_BY_NAME: dict[str, BrokerKey] = {k.name: k for k in KEYS}
+ALL_KEYS: frozenset[str] = frozenset(KEYS_BY_NAME) | frozenset(LOG_DEFAULT_KEYS)
+# No key contains '_', so the environment name maps back to exactly one key.
+ENV_NAMES: dict[str, str] = {ENV_PREFIX + name.replace(".", "_").upper(): name for name in ALL_KEYS}
+
+
+# ---- Java properties ---------------------------------------------------------------
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
+    """(line number, logical line) with continuations joined, as java.util.Properties."""
+    physical = text.splitlines()
+    i = 0
+    while i < len(physical):
+        number = i + 1
+        line = physical[i].lstrip(" \t\f")
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _continues(line) and i < len(physical):
+            line = line[:-1] + physical[i].lstrip(" \t\f")
+            i += 1
+        if _continues(line):
+            line = line[:-1]  # a continuation at the end of the file: drop the backslash
+        yield number, line
+
+
+def _continues(line: str) -> bool:
+    """An odd number of trailing backslashes continues the line."""
+    count = len(line) - len(line.rstrip("\\"))
+    return count % 2 == 1
+
+
+def _unescape(raw: str) -> str:
+    out = []
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if c != "\\" or i + 1 >= len(raw):
+            out.append(c)
+            i += 1
+            continue
+        nxt = raw[i + 1]
+        if nxt == "u":
+            digits = raw[i + 2:i + 6]
+            if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                raise ValueError(f"malformed \\u escape {raw[i:i + 6]!r}")
+            out.append(chr(int(digits, 16)))
+            i += 6
+            continue
+        out.append(_ESCAPES.get(nxt, nxt))
+        i += 2
+    return "".join(out)
+
+
+def parse_properties(text: str, origin: str = "properties") -> dict[str, str]:
+    """Parse Java properties text: `key=value`, `key: value` or `key value`; `#` and
+    `!` comments; backslash continuations and escapes (`\\t`, `\\n`, `\\uXXXX`, `\\=`).
+    Later duplicates win, as in java.util.Properties."""
+    props: dict[str, str] = {}
+    for number, line in _logical_lines(text):
+        key_end = len(line)
+        i = 0
+        while i < len(line):
+            c = line[i]
+            if c == "\\":
+                i += 2
+                continue
+            if c in "=: \t\f":
+                key_end = i
+                break
+            i += 1
+        rest = line[key_end:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        try:
+            key, value = _unescape(line[:key_end]), _unescape(rest)
+        except ValueError as e:
+            raise InvalidConfigError(f"{origin}, line {number}: {e}") from None
+        props[key] = value
+    return props
+
+
+# ---- values ------------------------------------------------------------------------------
+
+def _parse_value(key: BrokerKey, raw: Any, origin: str) -> Any:
+    text = raw.strip() if isinstance(raw, str) else raw
+    try:
+        if key.kind in ("int", "long"):
+            if isinstance(text, bool):
+                raise ValueError
+            value = int(text)
+            high = INT_MAX if key.kind == "int" else LONG_MAX
+            if not -high - 1 <= value <= high:
+                raise ValueError
+        elif key.kind == "boolean":
+            if isinstance(text, bool):
+                value = text
+            elif str(text).lower() in ("true", "false"):
+                value = str(text).lower() == "true"
+            else:
+                raise ValueError
+        else:
+            value = str(text)
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"{key.name}: {raw!r} is not a valid {key.kind} ({origin})") from None
+    complaint = key.check(value) if key.check else None
+    if complaint:
+        raise InvalidConfigError(f"{key.name}: {value!r} {complaint} ({origin})")
+    return value
+
+
+# ---- the configuration -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    values: Mapping[str, Any]
+    sources: Mapping[str, str]
+    log_defaults: LogConfig
+    ignored_env: tuple[str, ...] = ()
+    data_dir: str = field(default="")
+
+    # ---- loading ----
+
+    @classmethod
+    def load(cls, *, config_file: str | None = None, overrides: Iterable[str] = (),
+             cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
+             data_dir: str | None = None) -> "BrokerConfig":
+        """See the module contract. `cli` maps keys to values given by dedicated flags
+        (None values are skipped); `data_dir` is `--data-dir`."""
+        raw: dict[str, tuple[Any, str]] = {}  # key -> (raw value, origin)
+
+        if config_file is not None:
+            try:
+                with open(config_file, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as e:
+                raise InvalidConfigError(f"cannot read config file {config_file}: {e.strerror}") from None
+            except UnicodeDecodeError:
+                raise InvalidConfigError(f"config file {config_file} is not UTF-8 text") from None
+            for key, value in parse_properties(text, config_file).items():
+                raw[key] = (value, config_file)
+
+        ignored_env = []
+        environ = os.environ if environ is None else environ
+        for env_name, value in sorted(environ.items()):
+            if not env_name.startswith(ENV_PREFIX):
+                continue
+            key = ENV_NAMES.get(env_name)
+            if key is None:
+                ignored_env.append(env_name)
+                continue
+            raw[key] = (value, f"environment {env_name}")
+
+        for item in overrides:
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                raise InvalidConfigError(f"--set expects KEY=VALUE, got {item!r}")
+            raw[key.strip()] = (value, "--set")
+
+        for key, value in (cli or {}).items():
+            if value is not None:
+                raw[key] = (value, "command line")
+
+        for key, (_, origin) in raw.items():
+            if key not in ALL_KEYS:
+                raise InvalidConfigError(f"unknown setting {key!r} ({origin})")
+
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for key in KEYS:
+            if key.name in raw:
+                value, origin = raw[key.name]
+                values[key.name] = _parse_value(key, value, origin)
+                sources[key.name] = origin
+            else:
+                values[key.name] = key.default
+                sources[key.name] = "default"
+        log_props = {}
+        for name in LOG_DEFAULT_KEYS:
+            if name in raw:
+                log_props[name] = raw[name][0]
+                values[name] = raw[name][0]
+                sources[name] = raw[name][1]
+        try:
+            log_defaults = broker_log_defaults(log_props)
+        except InvalidConfigError as e:
+            bad = str(e).split(":", 1)[0]
+            origin = raw.get(bad, (None, None))[1]
+            raise InvalidConfigError(f"{e} ({origin})" if origin else str(e)) from None
+
+        if data_dir is not None:
+            chosen, origin = data_dir, "--data-dir"
+        elif values["log.dirs"] is not None:
+            chosen, origin = values["log.dirs"], sources["log.dirs"]
+        elif values["log.dir"] is not None:
+            chosen, origin = values["log.dir"], sources["log.dir"]
+        else:
+            raise InvalidConfigError("no data directory: pass --data-dir or set log.dirs")
+        dirs = [d.strip() for d in str(chosen).split(",") if d.strip()]
+        if len(dirs) != 1:
+            raise InvalidConfigError(
+                f"log.dirs: Strata uses exactly one data directory, got {chosen!r} ({origin})")
+        values["log.dirs"] = dirs[0]
+        sources["log.dirs"] = origin
+        return cls(values=values, sources=sources, log_defaults=log_defaults,
+                   ignored_env=tuple(ignored_env), data_dir=os.path.abspath(dirs[0]))
+
+    # ---- reading ----
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def source(self, key: str) -> str:
+        return self.sources.get(key, "default")
+
+    def explicit(self) -> dict[str, str]:
+        """Settings that are not defaults, for the startup log."""
+        return {k: str(self.values[k]) for k in sorted(self.values) if self.sources.get(k) != "default"}
+
+    @property
+    def host(self) -> str:
+        return self.values["host.name"]
+
+    @property
+    def port(self) -> int:
+        return self.values["port"]
+
+    @property
+    def socket_request_max_bytes(self) -> int:
+        return self.values["socket.request.max.bytes"]
+
+    @property
+    def num_partitions(self) -> int:
+        return self.values["num.partitions"]
+
+    @property
+    def auto_create_topics(self) -> bool:
+        return self.values["auto.create.topics.enable"]
+
+    @property
+    def offsets_topic_num_partitions(self) -> int:
+        return self.values["offsets.topic.num.partitions"]
+
+    @property
+    def offset_metadata_max_bytes(self) -> int:
+        return self.values["offset.metadata.max.bytes"]
+
+    @property
+    def fetch_max_bytes(self) -> int:
+        return self.values["fetch.max.bytes"]
+
+    @property
+    def num_io_threads(self) -> int:
+        return self.values["num.io.threads"]
+
+    @property
+    def max_queued_requests(self) -> int:
+        return self.values["connection.max.queued.requests"]
+
+    @property
+    def write_buffer_high(self) -> int:
+        return self.values["connection.write.buffer.bytes"]
+
+    @property
+    def shutdown_timeout_s(self) -> float:
+        return self.values["shutdown.timeout.ms"] / 1000
+
+    @property
+    def flush_interval_ms(self) -> int:
+        """log.flush.scheduler.interval.ms, run at least every second (Kafka's
+        default, Long.MAX, would mean never checking flush.ms at all)."""
+        return min(self.values["log.flush.scheduler.interval.ms"], 1000)
+
+    @property
+    def checkpoint_interval_ms(self) -> int:
+        return self.values["log.flush.offset.checkpoint.interval.ms"]
+
+    @property
+    def initial_task_delay_ms(self) -> int:
+        return self.values["log.initial.task.delay.ms"]
+
+    @property
+    def log_format(self) -> str:
+        return self.values["log.format"]
+
+    @property
+    def log_level(self) -> str:
+        return self.values["log.level"]

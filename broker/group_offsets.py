@@ -1,0 +1,278 @@
+"""Committed consumer-group offsets, stored as Kafka stores them in `__consumer_offsets`.
+
+Layout (Kafka's GroupMetadataManager / coordinator record schemas):
+
+    key   OffsetCommitKey v1:    version:int16 = 1 | group:str | topic:str | partition:int32
+    value OffsetCommitValue v3:  version:int16 = 3 | offset:int64 | leaderEpoch:int32 = -1 |
+                                 metadata:str | commitTimestamp:int64
+    (str = int16 length + UTF-8; a null value is a tombstone: the offset is deleted)
+
+Each commit is one uncompressed magic-2 batch with one record (timestamp = the
+commit time) appended to partition `abs(javaHashCode(group)) % partitions` of
+`__consumer_offsets`, Kafka's `Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`.
+
+Contract:
+- `commit` appends, and only then updates the in-memory map: an acknowledged
+  commit is in the log (it survives a crash of the process). Commits that land on
+  one offsets partition are serialized by a lock, so the log order and the map
+  agree. Blocking: run it in the executor.
+- `fetch` answers from memory: (offset, metadata), or (-1, None) when nothing
+  is committed.
+- `load()` rebuilds the map from every existing `__consumer_offsets` partition at
+  startup (latest record per key wins; a tombstone deletes). Keys of other
+  versions (2 = group metadata) are skipped; values of versions 0..3 are read.
+- `delete_topic_offsets(topic)` writes tombstones for every committed offset of a
+  deleted topic, as Kafka's coordinator does, so a re-created topic starts clean.
+- Null metadata: Kafka's value schema has a non-null string, so null is stored as
+  "" plus a record header `strata.metadata.null` (Kafka's readers ignore headers);
+  FETCH_OFFSET gives back exactly what was committed, null or not, across restarts.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from typing import Callable, NamedTuple
+
+import structlog
+
+from storage.errors import StrataError, UnknownTopicOrPartitionError
+from storage.log import Log
+from storage.records import build_batch, iter_entries
+
+from .topics import OFFSETS_TOPIC, TopicRegistry
+
+KEY_VERSION = 1
+VALUE_VERSION = 3
+NULL_METADATA_HEADER = "strata.metadata.null"
+NO_LEADER_EPOCH = -1
+READ_CHUNK = 1 << 20
+
+INT16 = struct.Struct(">h")
+INT32 = struct.Struct(">i")
+INT64 = struct.Struct(">q")
+OFFSET_EPOCH = struct.Struct(">qi")
+
+log = structlog.get_logger("strata.group_offsets")
+
+
+class OffsetMetadataTooLargeError(StrataError):
+    code = 12  # Kafka's OFFSET_METADATA_TOO_LARGE
+
+
+class InvalidGroupIdError(StrataError):
+    code = 24  # Kafka's INVALID_GROUP_ID
+
+
+class Committed(NamedTuple):
+    offset: int
+    metadata: str | None
+    commit_timestamp: int
+
+
+GroupKey = tuple[str, str, int]  # group, topic, partition
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode: s[0]*31^(n-1) + ... over UTF-16 code units, int32."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def kafka_abs(n: int) -> int:
+    """Kafka's Utils.abs: like Math.abs, but Integer.MIN_VALUE gives 0."""
+    return 0 if n == -(1 << 31) else abs(n)
+
+
+def partition_for(group: str, partitions: int) -> int:
+    return kafka_abs(java_string_hash(group)) % partitions
+
+
+def _str(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    return INT16.pack(len(raw)) + raw
+
+
+def encode_key(group: str, topic: str, partition: int) -> bytes:
+    return INT16.pack(KEY_VERSION) + _str(group) + _str(topic) + INT32.pack(partition)
+
+
+def encode_value(offset: int, metadata: str, commit_timestamp: int) -> bytes:
+    return (INT16.pack(VALUE_VERSION) + OFFSET_EPOCH.pack(offset, NO_LEADER_EPOCH) + _str(metadata)
+            + INT64.pack(commit_timestamp))
+
+
+class _Cursor:
+    def __init__(self, buf: bytes):
+        self.buf, self.pos = buf, 0
+
+    def unpack(self, st: struct.Struct) -> tuple:
+        values = st.unpack_from(self.buf, self.pos)
+        self.pos += st.size
+        return values
+
+    def string(self) -> str:
+        (n,) = self.unpack(INT16)
+        if n < 0 or self.pos + n > len(self.buf):
+            raise ValueError("bad string length")
+        text = self.buf[self.pos:self.pos + n].decode("utf-8")
+        self.pos += n
+        return text
+
+
+def decode_key(raw: bytes) -> GroupKey | None:
+    """(group, topic, partition) of an offset-commit key; None for other key kinds."""
+    c = _Cursor(raw)
+    (version,) = c.unpack(INT16)
+    if version not in (0, 1):
+        return None  # 2 = group metadata
+    return c.string(), c.string(), c.unpack(INT32)[0]
+
+
+def decode_value(raw: bytes) -> tuple[int, str, int] | None:
+    """(offset, metadata, commitTimestamp) of an offset-commit value, versions 0..3."""
+    c = _Cursor(raw)
+    (version,) = c.unpack(INT16)
+    if version in (0, 1, 2):
+        (offset,) = c.unpack(INT64)
+        metadata = c.string()
+        (timestamp,) = c.unpack(INT64)
+        return offset, metadata, timestamp
+    if version == 3:
+        offset, _epoch = c.unpack(OFFSET_EPOCH)
+        metadata = c.string()
+        (timestamp,) = c.unpack(INT64)
+        return offset, metadata, timestamp
+    return None
+
+
+class GroupOffsets:
+    def __init__(self, registry: TopicRegistry, get_log: Callable[[str, int], Log], *,
+                 metadata_max_bytes: int = 4096, clock: Callable[[], int] | None = None,
+                 on_append: Callable[[str, int], None] | None = None):
+        self.registry = registry
+        self._get_log = get_log  # (topic, partition) -> Log, creating an offsets partition lazily
+        self._on_append = on_append or (lambda topic, partition: None)  # wakes long-poll fetches
+        self.metadata_max_bytes = metadata_max_bytes
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._committed: dict[GroupKey, Committed] = {}
+        self._partition_locks: dict[int, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+
+    @property
+    def partitions(self) -> int:
+        count = self.registry.partitions(OFFSETS_TOPIC)
+        if count is None:
+            raise RuntimeError(f"{OFFSETS_TOPIC} is not registered")
+        return count
+
+    def partition_for(self, group: str) -> int:
+        return partition_for(group, self.partitions)
+
+    # ---- startup ----------------------------------------------------------------------
+
+    def load(self, existing_logs: list[Log]) -> int:
+        """Rebuild the map from the offsets partitions that exist; returns records read."""
+        records = 0
+        for one in sorted(existing_logs, key=lambda x: x.partition):
+            if one.topic != OFFSETS_TOPIC:
+                continue
+            records += self._load_partition(one)
+        log.info("group_offsets_loaded", committed=len(self._committed), records=records)
+        return records
+
+    def _load_partition(self, one: Log) -> int:
+        records = 0
+        offset = one.log_start_offset
+        end = one.log_end_offset
+        while offset < end:
+            with one.read(offset, READ_CHUNK, min_one_message=True) as chunk:
+                data = chunk.read()
+            advanced = False
+            for entry in iter_entries(data):
+                if entry.last_offset < offset:
+                    continue
+                for record in entry.records():
+                    if record.offset >= offset:
+                        records += 1
+                        self._apply(record, one)
+                offset = entry.last_offset + 1
+                advanced = True
+            if not advanced:
+                log.warning("group_offsets_load_stopped", partition=one.partition, offset=offset)
+                break
+        return records
+
+    def _apply(self, record, one: Log) -> None:
+        if record.key is None:
+            return
+        try:
+            key = decode_key(record.key)
+            if key is None:
+                return
+            if record.value is None:
+                self._committed.pop(key, None)
+                return
+            value = decode_value(record.value)
+        except (ValueError, struct.error, UnicodeDecodeError):
+            log.warning("group_offsets_bad_record", partition=one.partition, offset=record.offset)
+            return
+        if value is None:
+            log.warning("group_offsets_unknown_value_version", partition=one.partition,
+                        offset=record.offset)
+            return
+        offset, metadata, timestamp = value
+        is_null = any(name == NULL_METADATA_HEADER for name, _ in record.headers)
+        self._committed[key] = Committed(offset, None if is_null else metadata, timestamp)
+
+    # ---- requests ---------------------------------------------------------------------------
+
+    def fetch(self, group: str, topic: str, partition: int) -> Committed | None:
+        return self._committed.get((group, topic, partition))
+
+    def commit(self, group: str, topic: str, partition: int, offset: int, metadata: str | None) -> None:
+        """Validate and append one commit (blocking)."""
+        if not group:
+            raise InvalidGroupIdError("group id must not be empty")
+        if not 0 <= partition < self.registry.require(topic).partitions:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
+        if metadata is not None and len(metadata.encode("utf-8")) > self.metadata_max_bytes:
+            raise OffsetMetadataTooLargeError(
+                f"metadata is longer than offset.metadata.max.bytes {self.metadata_max_bytes}")
+        now = self._clock()
+        headers = [(NULL_METADATA_HEADER, None)] if metadata is None else []
+        value = encode_value(offset, metadata or "", now)
+        self._write(group, [((group, topic, partition), value, headers)], now,
+                    Committed(offset, metadata, now))
+
+    def delete_topic_offsets(self, topic: str) -> int:
+        """Tombstone every committed offset of `topic` (blocking); returns how many."""
+        doomed = [key for key in list(self._committed) if key[1] == topic]
+        by_group: dict[str, list[GroupKey]] = {}
+        for key in doomed:
+            by_group.setdefault(key[0], []).append(key)
+        now = self._clock()
+        for group, keys in by_group.items():
+            self._write(group, [(key, None, []) for key in keys], now, None)
+        return len(doomed)
+
+    def _write(self, group: str, rows: list[tuple[GroupKey, bytes | None, list]], now: int,
+               committed: Committed | None) -> None:
+        partition = self.partition_for(group)
+        with self._lock_for(partition):
+            batch = build_batch([(encode_key(*key), value, now, headers) for key, value, headers in rows])
+            self._get_log(OFFSETS_TOPIC, partition).append(batch)
+            self._on_append(OFFSETS_TOPIC, partition)
+            for key, _, _ in rows:
+                if committed is None:
+                    self._committed.pop(key, None)
+                else:
+                    self._committed[key] = committed
+
+    def _lock_for(self, partition: int) -> threading.Lock:
+        with self._locks_lock:
+            return self._partition_locks.setdefault(partition, threading.Lock())

@@ -1,0 +1,455 @@
+"""Request handlers: one coroutine per request type, parsed request in, reply out.
+
+Contract:
+- `Handlers.handle(frame)` takes one frame (type + body, as FrameDecoder yields
+  it) and returns the reply as a list of parts, in order: `bytes`, or a
+  `FileSlice` of a segment file that the server sends with sendfile. The server
+  releases every slice once sent (or when the connection dies). `handle` never
+  raises (except CancelledError): a malformed request answers its ProtocolError
+  code, a storage error its `code`, anything unexpected UNKNOWN_SERVER_ERROR (-1)
+  with a `request_failed` error log; the connection always survives.
+- Blocking storage work (appends, reads that look up indexes, timestamp lookups,
+  topic changes, commits) runs in the executor, so the event loop never waits for
+  a disk. Answers from memory (log end, log start, metadata, committed offsets)
+  run inline.
+- Long-poll FETCH: at the log end with maxWaitMs > 0 the request waits for the
+  partition's `PartitionWaiters` event, which every successful append sets
+  (from the executor thread via call_soon_threadsafe, so a cancelled request
+  never swallows a wake-up), or for the timeout, or for shutdown; then it
+  answers what is there (possibly an empty set). MULTIFETCH never waits.
+- A cancelled handler (the connection died) never leaks a FileSlice: results
+  that arrive after the cancellation are released.
+
+Decisions where the spec is silent (Kafka's behaviour unless noted):
+- PRODUCE to `__consumer_offsets`: INVALID_TOPIC_EXCEPTION ("cannot append to
+  internal topic", ReplicaManager). FETCH from it is allowed.
+- FETCH/MULTIFETCH: negative maxBytes is INVALID_REQUEST (Strata); negative
+  maxWaitMs means no wait (Kafka: maxWait <= 0 answers at once). A FETCH answer
+  is capped at fetch.max.bytes, a MULTIFETCH answer in total (items are served
+  in order from the remaining budget; an item past it gets an empty set).
+- OFFSETS: a time below -2 (Kafka's newer special timestamps) is INVALID_REQUEST;
+  at most one offset is returned, so maxNumber >= 1 means "that offset".
+- METADATA with count 0 lists every topic except the internal `__consumer_offsets`
+  (the native wire has no is_internal flag, and "all topics" feeds tools that
+  consume everything); asking for it by name lists it, all partitions included
+  (a partition not yet created reports 0/0).
+- DELETE_RECORDS: storage cannot move the log start offset yet (issue 4), so an
+  offset at or below the log start answers the log start offset, an offset past
+  the log end (or below -1) OFFSET_OUT_OF_RANGE, and anything else
+  UNKNOWN_SERVER_ERROR.
+- COMMIT_OFFSET: the topic and partition must exist (UNKNOWN_TOPIC_OR_PARTITION);
+  an empty group is Kafka's INVALID_GROUP_ID (24) and metadata over
+  offset.metadata.max.bytes OFFSET_METADATA_TOO_LARGE (12): codes outside the
+  spec's table, taken from Kafka. FETCH_OFFSET of anything never committed
+  answers -1/null with NONE, as Kafka's OffsetFetch does.
+- DELETE_TOPIC of `__consumer_offsets`: INVALID_REQUEST (internal topics cannot
+  be deleted); committed offsets of a deleted topic are tombstoned.
+- auto.create.topics.enable (default false): PRODUCE and MULTIPRODUCE to an
+  unknown topic with a valid name create it with num.partitions partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from typing import Any, Awaitable, Callable, Union
+
+import structlog
+
+from protocol import (AlterConfigRequest, CommitOffsetRequest, CreateTopicRequest,
+                      DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicRequest,
+                      DescribeConfigRequest, DescribeConfigResponse, EmptyResponse, ErrorCode,
+                      FetchOffsetRequest, FetchOffsetResponse, FetchRequest, MetadataRequest,
+                      MetadataResponse, MultiFetchRequest, MultiProduceRequest,
+                      MultiProduceResponse, OffsetsRequest, OffsetsResponse, PartitionMetadata,
+                      ProduceRequest, ProduceResponse, ProduceResult, ProtocolError,
+                      TopicMetadata, encode_response, error_response, fetch_response_header,
+                      multifetch_response_parts, parse_request)
+from storage.errors import (InvalidRequestError, InvalidTopicError, KafkaStorageError,
+                            OffsetOutOfRangeError, StrataError, TopicAlreadyExistsError,
+                            UnknownTopicOrPartitionError)
+from storage.file_records import FileSlice
+from storage.log import Log
+from storage.manager import LogManager
+from storage.names import validate_topic_name
+
+from .config import BrokerConfig
+from .group_offsets import GroupOffsets
+from .topics import OFFSETS_TOPIC, TopicRegistry
+
+Part = Union[bytes, FileSlice]
+Reply = list[Part]
+TopicPartition = tuple[str, int]
+
+INT32_MAX = 2**31 - 1
+HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend
+
+log = structlog.get_logger("strata.handlers")
+
+
+class PartitionWaiters:
+    """One asyncio.Event per partition that a long-poll FETCH is waiting on.
+
+    `notify` sets the event and forgets it (the next waiter gets a fresh one), so
+    an event is only ever set once; loop thread only."""
+
+    def __init__(self) -> None:
+        self._events: dict[TopicPartition, asyncio.Event] = {}
+
+    def event(self, tp: TopicPartition) -> asyncio.Event:
+        event = self._events.get(tp)
+        if event is None:
+            event = self._events[tp] = asyncio.Event()
+        return event
+
+    def notify(self, tp: TopicPartition) -> None:
+        event = self._events.pop(tp, None)
+        if event is not None:
+            event.set()
+
+    def notify_all(self) -> None:
+        events, self._events = self._events, {}
+        for event in events.values():
+            event.set()
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+
+def _release_all(result: Any) -> None:
+    if isinstance(result, FileSlice):
+        result.release()
+    elif isinstance(result, (list, tuple)):
+        for item in result:
+            _release_all(item)
+
+
+class Handlers:
+    def __init__(self, config: BrokerConfig, manager: LogManager, registry: TopicRegistry,
+                 executor: Executor, loop: asyncio.AbstractEventLoop):
+        self.config = config
+        self.manager = manager
+        self.registry = registry
+        self.executor = executor
+        self.loop = loop
+        self.waiters = PartitionWaiters()
+        self.shutting_down = False
+        self.offsets = GroupOffsets(registry, self._internal_log,
+                                    metadata_max_bytes=config.offset_metadata_max_bytes,
+                                    on_append=self._notify_threadsafe)
+        self._dispatch: dict[type, Callable[[Any], Awaitable[Reply]]] = {
+            ProduceRequest: self.produce,
+            FetchRequest: self.fetch,
+            MultiFetchRequest: self.multifetch,
+            MultiProduceRequest: self.multiproduce,
+            OffsetsRequest: self.offsets_request,
+            CreateTopicRequest: self.create_topic,
+            DeleteTopicRequest: self.delete_topic,
+            MetadataRequest: self.metadata,
+            DescribeConfigRequest: self.describe_config,
+            AlterConfigRequest: self.alter_config,
+            DeleteRecordsRequest: self.delete_records,
+            CommitOffsetRequest: self.commit_offset,
+            FetchOffsetRequest: self.fetch_offset,
+        }
+
+    # ---- entry point --------------------------------------------------------------------------
+
+    async def handle(self, frame) -> Reply:
+        try:
+            request = parse_request(frame)
+        except ProtocolError as e:
+            log.debug("bad_request", error=str(e))
+            return [error_response(e.code)]
+        try:
+            return await self._dispatch[type(request)](request)
+        except StrataError as e:
+            return [error_response(e.code)]
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("request_failed", request=type(request).__name__)
+            return [error_response(ErrorCode.UNKNOWN_SERVER_ERROR)]
+
+    def begin_shutdown(self) -> None:
+        """Answer every long-poll FETCH now and make new ones answer at once."""
+        self.shutting_down = True
+        self.waiters.notify_all()
+
+    # ---- helpers -----------------------------------------------------------------------------
+
+    async def _blocking(self, fn: Callable, *args, cleanup: Callable[[Any], None] | None = None):
+        """Run `fn(*args)` in the executor. If the caller is cancelled, the work still
+        completes (it may be an append) and `cleanup` gets its result."""
+        future = self.loop.run_in_executor(self.executor, fn, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if cleanup is not None:
+                future.add_done_callback(
+                    lambda f: cleanup(f.result()) if not f.cancelled() and f.exception() is None else None)
+            raise
+
+    def _notify_threadsafe(self, topic: str, partition: int) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.waiters.notify, (topic, partition))
+        except RuntimeError:
+            pass  # the loop is closed: nobody is waiting any more
+
+    def _append(self, one: Log, data) -> Any:
+        """Executor side of an append: write, then wake long-poll fetches."""
+        result = one.append(data, in_place=True)  # the frame is ours to patch
+        self._notify_threadsafe(one.topic, one.partition)
+        return result
+
+    def _internal_log(self, topic: str, partition: int) -> Log:
+        """The log of an internal topic's partition, created on first use (blocking)."""
+        return self.manager.get_or_create_log(topic, partition, self.registry.log_config(topic))
+
+    def _auto_create(self, topic: str) -> None:
+        try:
+            self.registry.create(topic, -1, ())
+        except TopicAlreadyExistsError:
+            pass  # another connection won the race
+
+    async def _log(self, topic: str, partition: int, *, produce: bool = False) -> Log:
+        """The live log of a partition, or the per-request error."""
+        validate_topic_name(topic)
+        known = self.registry.get(topic)
+        if known is None and produce and self.config.auto_create_topics:
+            await self._blocking(self._auto_create, topic)
+            known = self.registry.get(topic)
+        if known is None or not 0 <= partition < known.partitions:
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
+        if produce and known.internal:
+            raise InvalidTopicError(f"cannot append to internal topic {topic}")
+        one = self.manager.get_log(topic, partition)
+        if one is None:
+            if not known.internal:
+                raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
+            one = await self._blocking(self._internal_log, topic, partition)
+        return one
+
+    def _error_code(self, e: StrataError, one: Log | None) -> int:
+        """A log closed under a request by DELETE_TOPIC reads as an unknown partition."""
+        if isinstance(e, KafkaStorageError) and one is not None and \
+                self.manager.get_log(one.topic, one.partition) is not one:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return e.code
+
+    # ---- PRODUCE / MULTIPRODUCE ---------------------------------------------------------------
+
+    async def produce(self, req: ProduceRequest) -> Reply:
+        one = await self._log(req.topic, req.partition, produce=True)
+        try:
+            result = await self._blocking(self._append, one, req.message_set)
+        except StrataError as e:
+            return [error_response(self._error_code(e, one))]
+        return [encode_response(ProduceResponse(ErrorCode.NONE, result.first_offset,
+                                                result.log_append_time))]
+
+    async def multiproduce(self, req: MultiProduceRequest) -> Reply:
+        targets: list[Log | int] = []
+        for item in req.items:
+            try:
+                targets.append(await self._log(item.topic, item.partition, produce=True))
+            except StrataError as e:
+                targets.append(e.code)
+
+        def append_all() -> list[ProduceResult]:
+            results = []
+            for item, target in zip(req.items, targets):
+                if not isinstance(target, Log):
+                    results.append(ProduceResult(target))
+                    continue
+                try:
+                    done = self._append(target, item.message_set)
+                    results.append(ProduceResult(ErrorCode.NONE, done.first_offset, done.log_append_time))
+                except StrataError as e:
+                    results.append(ProduceResult(self._error_code(e, target)))
+                except Exception:
+                    log.exception("append_failed", topic=item.topic, partition=item.partition)
+                    results.append(ProduceResult(ErrorCode.UNKNOWN_SERVER_ERROR))
+            return results
+
+        results = await self._blocking(append_all)
+        return [encode_response(MultiProduceResponse(ErrorCode.NONE, results))]
+
+    # ---- FETCH / MULTIFETCH -------------------------------------------------------------------
+
+    async def fetch(self, req: FetchRequest) -> Reply:
+        if req.max_bytes < 0:
+            raise InvalidRequestError(f"maxBytes {req.max_bytes} is negative")
+        tp = (req.topic, req.partition)
+        one = await self._log(req.topic, req.partition)
+        max_bytes = min(req.max_bytes, self.config.fetch_max_bytes, INT32_MAX - 2)
+        deadline = None
+        while True:
+            # Take the event before looking at the log end: an append that moves the
+            # end after this point sets this very event.
+            event = self.waiters.event(tp) if req.max_wait_ms > 0 else None
+            if req.offset == one.log_end_offset:
+                if event is None or self.shutting_down:
+                    return [fetch_response_header(ErrorCode.NONE, 0)]
+                if deadline is None:
+                    deadline = self.loop.time() + req.max_wait_ms / 1000
+                remaining = deadline - self.loop.time()
+                if remaining <= 0:
+                    return [fetch_response_header(ErrorCode.NONE, 0)]
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except asyncio.TimeoutError:
+                    return [fetch_response_header(ErrorCode.NONE, 0)]
+                if self.manager.get_log(*tp) is not one:
+                    raise UnknownTopicOrPartitionError(f"{req.topic}-{req.partition} was deleted")
+                continue
+            try:
+                found = await self._blocking(one.read, req.offset, max_bytes, cleanup=_release_all)
+            except StrataError as e:
+                return [error_response(self._error_code(e, one))]
+            if found.length == 0:
+                found.release()
+                return [fetch_response_header(ErrorCode.NONE, 0)]
+            return [fetch_response_header(ErrorCode.NONE, found.length), found]
+
+    async def multifetch(self, req: MultiFetchRequest) -> Reply:
+        targets: list[Log | int] = []
+        for item in req.items:
+            if item.max_bytes < 0:
+                targets.append(ErrorCode.INVALID_REQUEST)
+                continue
+            try:
+                targets.append(await self._log(item.topic, item.partition))
+            except StrataError as e:
+                targets.append(e.code)
+        # The whole answer must fit an int32 size (and fetch.max.bytes).
+        budget = min(self.config.fetch_max_bytes, INT32_MAX - 2 - HEADER_SIZE * len(req.items))
+
+        def read_all() -> list[tuple[int, FileSlice | None]]:
+            nonlocal budget
+            results: list[tuple[int, FileSlice | None]] = []
+            try:
+                for item, target in zip(req.items, targets):
+                    if not isinstance(target, Log):
+                        results.append((target, None))
+                        continue
+                    try:
+                        found = target.read(item.offset, min(item.max_bytes, budget))
+                    except StrataError as e:
+                        results.append((self._error_code(e, target), None))
+                        continue
+                    except Exception:
+                        log.exception("read_failed", topic=item.topic, partition=item.partition)
+                        results.append((ErrorCode.UNKNOWN_SERVER_ERROR, None))
+                        continue
+                    budget -= found.length
+                    results.append((ErrorCode.NONE, found))
+            except BaseException:
+                _release_all([s for _, s in results if s is not None])
+                raise
+            return results
+
+        results = await self._blocking(read_all, cleanup=lambda r: _release_all([s for _, s in r if s]))
+        top, headers = multifetch_response_parts([(error, s.length if s else 0) for error, s in results])
+        parts: Reply = [top]
+        for header, (_, found) in zip(headers, results):
+            parts.append(header)
+            if found is not None:
+                if found.length:
+                    parts.append(found)
+                else:
+                    found.release()
+        return parts
+
+    # ---- OFFSETS ----------------------------------------------------------------------------
+
+    async def offsets_request(self, req: OffsetsRequest) -> Reply:
+        one = await self._log(req.topic, req.partition)
+        if req.time < OffsetsRequest.EARLIEST:
+            raise InvalidRequestError(f"time {req.time} is neither -1, -2 nor a timestamp")
+        if req.max_number <= 0:
+            offsets: tuple[int, ...] = ()
+        elif req.time == OffsetsRequest.LATEST:
+            offsets = (one.log_end_offset,)
+        elif req.time == OffsetsRequest.EARLIEST:
+            offsets = (one.log_start_offset,)
+        else:
+            found = await self._blocking(one.offset_for_timestamp, req.time)
+            offsets = () if found is None else (found.offset,)
+        return [encode_response(OffsetsResponse(ErrorCode.NONE, offsets))]
+
+    # ---- topics -------------------------------------------------------------------------------
+
+    async def create_topic(self, req: CreateTopicRequest) -> Reply:
+        await self._blocking(self.registry.create, req.topic, req.partitions, req.configs)
+        return [encode_response(EmptyResponse(ErrorCode.NONE))]
+
+    async def delete_topic(self, req: DeleteTopicRequest) -> Reply:
+        deleted = await self._blocking(self.registry.delete, req.topic)
+        for partition in range(deleted.partitions):
+            self.waiters.notify((deleted.name, partition))  # long polls answer "unknown" now
+        try:
+            await self._blocking(self.offsets.delete_topic_offsets, deleted.name)
+        except Exception:
+            log.exception("offsets_cleanup_failed", topic=deleted.name)
+        return [encode_response(EmptyResponse(ErrorCode.NONE))]
+
+    async def metadata(self, req: MetadataRequest) -> Reply:
+        names = req.topics or self.registry.names()
+        topics = []
+        for name in names:
+            try:
+                validate_topic_name(name)
+            except StrataError as e:
+                topics.append(TopicMetadata(name, e.code))
+                continue
+            known = self.registry.get(name)
+            if known is None:
+                topics.append(TopicMetadata(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            partitions = []
+            for partition in range(known.partitions):
+                one = self.manager.get_log(name, partition)
+                start, end = (0, 0) if one is None else (one.log_start_offset, one.log_end_offset)
+                partitions.append(PartitionMetadata(partition, start, end))
+            topics.append(TopicMetadata(name, ErrorCode.NONE, partitions))
+        return [encode_response(MetadataResponse(ErrorCode.NONE, topics))]
+
+    async def describe_config(self, req: DescribeConfigRequest) -> Reply:
+        configs = self.registry.describe(req.topic)
+        return [encode_response(DescribeConfigResponse(ErrorCode.NONE, sorted(configs.items())))]
+
+    async def alter_config(self, req: AlterConfigRequest) -> Reply:
+        await self._blocking(self.registry.alter, req.topic, req.configs)
+        return [encode_response(EmptyResponse(ErrorCode.NONE))]
+
+    async def delete_records(self, req: DeleteRecordsRequest) -> Reply:
+        one = await self._log(req.topic, req.partition)
+        end, start = one.log_end_offset, one.log_start_offset
+        target = end if req.offset == DeleteRecordsRequest.LOG_END else req.offset
+        if target < 0 or target > end:
+            raise OffsetOutOfRangeError(f"offset {req.offset} is out of range [{start}, {end}]")
+        if target > start:
+            start = await self._blocking(self._delete_records, one, target)
+        return [encode_response(DeleteRecordsResponse(ErrorCode.NONE, start))]
+
+    def _delete_records(self, one: Log, offset: int) -> int:
+        """Executor side: move the log start, and checkpoint it before answering, so
+        an acknowledged deletion survives a crash."""
+        start = one.increase_log_start_offset(offset)
+        self.manager.checkpoint()
+        return start
+
+    # ---- committed offsets --------------------------------------------------------------------
+
+    async def commit_offset(self, req: CommitOffsetRequest) -> Reply:
+        await self._blocking(self.offsets.commit, req.group, req.topic, req.partition, req.offset,
+                             req.metadata)
+        return [encode_response(EmptyResponse(ErrorCode.NONE))]
+
+    async def fetch_offset(self, req: FetchOffsetRequest) -> Reply:
+        validate_topic_name(req.topic)
+        found = self.offsets.fetch(req.group, req.topic, req.partition)
+        if found is None:
+            return [encode_response(FetchOffsetResponse(ErrorCode.NONE, -1, None))]
+        return [encode_response(FetchOffsetResponse(ErrorCode.NONE, found.offset, found.metadata))]

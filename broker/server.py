@@ -1,0 +1,450 @@
+"""The TCP server: an asyncio Protocol around the sans-IO codec, with flow control,
+zero-copy FETCH, and a server state that knows its connections.
+
+Contract:
+- One `Connection` per socket. Bytes go into a `FrameDecoder`; frames queue up
+  and one task per connection handles them strictly one after another and writes
+  each reply before the next one starts: responses are in request order, and a
+  request sees the effects of every earlier request on the same connection (as
+  Kafka, which mutes a channel while its request is in flight). A long-poll FETCH
+  therefore delays later responses of its own connection, never other connections.
+- A frame over `socket.request.max.bytes` is answered INVALID_REQUEST (after the
+  responses to the requests before it) and the connection is closed. A frame the
+  codec cannot parse is answered by the handlers and the connection stays open.
+- Half-close: after the client's EOF, queued requests are still answered, then
+  the connection closes.
+- `BrokerServer.shutdown(timeout)` stops accepting, answers pending long polls,
+  lets every connection finish the requests it has already read (bounded by
+  `timeout`), then closes (or, past the timeout, aborts) every connection.
+
+Flow control (a slow or stalled reader never makes the broker buffer without bound):
+- Reading from a connection pauses while `connection.max.queued.requests`
+  requests (default 16) are read but not yet answered: frames are only taken out
+  of the decoder while there is room, so a chunk full of tiny pipelined requests
+  stays as raw bytes in the decoder (at most one socket read, 256 KiB in uvloop).
+- Reading also pauses while the transport is paused for writing: its write buffer
+  is above `connection.write.buffer.bytes` (default 256 KiB; resume at a quarter).
+  The request task waits for the drain before writing more, so per connection the
+  broker holds at most: one socket read + the queued frames + one reply in memory
+  + the write buffer (<= high-water mark + the largest single write).
+- `stats` counts pauses so tests can watch this happen.
+
+Zero-copy FETCH, and why this design (option "a"): uvloop implements neither
+loop.sendfile nor loop.sock_sendfile (NotImplementedError), and it refuses
+loop.add_writer on a socket a transport owns. We keep the Protocol/transport design
+(uvloop's fast reads, writes and flow control for every other reply) and call
+os.sendfile directly on the transport's socket fd, but only while the transport's
+write buffer is empty (uvloop's count includes libuv's queue), so the file bytes
+can never overtake bytes the transport still holds. When the socket would block
+(EAGAIN), a small piece (SENDFILE_FALLBACK_CHUNK, 16 KiB) is pread and written
+through the transport: that is how we learn the socket drained (uvloop calls
+resume_writing; we lower the write limits to 0/0 while waiting so the call comes
+at an empty buffer), and sendfile resumes from there. So only 16 KiB per stall are
+copied; `sendfile_stats` counts both paths. The alternative, raw non-blocking
+sockets with sock_recv_into and add_writer, gives up uvloop's transport fast path
+and its flow control for every request to save those 16 KiB per stall.
+The fd is only used synchronously and after checking `transport.is_closing()`, so
+a descriptor uvloop has closed (and the kernel may have reused) is never written.
+If the kernel refuses sendfile for the file (EINVAL/ENOSYS/EOPNOTSUPP on an odd
+filesystem), the server logs it once and copies from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+from collections import deque
+from dataclasses import dataclass, fields
+from typing import Any, Union
+
+import structlog
+
+from protocol import FrameDecoder, FrameTooLarge, ProtocolError, error_response
+from storage.file_records import FileSlice
+
+from .handlers import Handlers, Reply
+
+SENDFILE_FALLBACK_CHUNK = 16 * 1024
+LISTEN_BACKLOG = 1024
+SENDFILE_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", -1))
+
+log = structlog.get_logger("strata.server")
+
+
+@dataclass
+class SendfileStats:
+    """What FETCH replies cost: bytes the kernel sent straight from the page cache
+    (sendfile) versus bytes copied through Python (after EAGAIN, or without sendfile)."""
+
+    calls: int = 0
+    bytes: int = 0
+    would_block: int = 0
+    copied_bytes: int = 0
+    copied_writes: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# Module-level on purpose: the one place os.sendfile is called counts here.
+sendfile_stats = SendfileStats()
+_sendfile_supported = True
+
+
+def _sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+    """os.sendfile, counted. Raises BlockingIOError when the socket is full."""
+    try:
+        sent = os.sendfile(out_fd, in_fd, offset, count)
+    except BlockingIOError:
+        sendfile_stats.would_block += 1
+        raise
+    sendfile_stats.calls += 1
+    sendfile_stats.bytes += sent
+    return sent
+
+
+@dataclass
+class ServerStats:
+    connections_accepted: int = 0
+    requests: int = 0
+    frames_too_large: int = 0
+    read_pauses: int = 0
+    write_pauses: int = 0
+    max_queued_requests: int = 0  # the most requests ever queued on one connection
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class _Fatal:
+    """Queue marker: answer INVALID_REQUEST, then close (the framing is lost)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: ProtocolError):
+        self.error = error
+
+
+QueueItem = Union[memoryview, bytes, list, _Fatal]
+
+
+class ConnectionClosed(Exception):
+    pass
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server: "BrokerServer"):
+        self.server = server
+        self.handlers: Handlers = server.handlers
+        self.max_queued = server.max_queued_requests
+        self.write_high = server.write_buffer_high
+        self.transport: asyncio.Transport | None = None
+        self.peer: Any = None
+        self.decoder = FrameDecoder(server.max_frame_bytes)
+        self.queue: deque[QueueItem] = deque()
+        self.busy = False  # a request is being handled or its reply written
+        self.reading = True
+        self.write_paused = False
+        self.eof = False
+        self.draining = False
+        self.fatal = False
+        self.lost = False
+        self._fd = -1
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._work = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.closed = server.loop.create_future()
+
+    # ---- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.transport = transport
+        self.peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None else -1
+        transport.set_write_buffer_limits(high=self.write_high, low=self.write_high // 4)
+        self.server.connection_made(self)
+        self._task = self.server.loop.create_task(self._serve())
+        if self.server.closing:
+            self.drain()
+
+    def data_received(self, data: bytes) -> None:
+        if self.fatal or self.lost:
+            return
+        self.decoder.feed(data)
+        self._take_frames()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._update_reading()
+        self._work.set()
+        return True  # keep the write side open: queued requests still get answers
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._writable.set()
+        self._work.set()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self.server.connection_lost(self)
+        self.queue.clear()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self._writable.clear()
+        self.server.stats.write_pauses += 1
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._writable.set()
+        self._update_reading()
+
+    # ---- reading and flow control -------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Requests read and not yet answered."""
+        return len(self.queue) + (1 if self.busy else 0)
+
+    def _take_frames(self) -> None:
+        """Move complete frames from the decoder into the queue while there is room."""
+        while not self.fatal and self.in_flight < self.max_queued:
+            try:
+                frame = self.decoder.next_frame()
+            except FrameTooLarge as e:
+                self.fatal = True
+                self.server.stats.frames_too_large += 1
+                log.warning("frame_too_large", peer=self.peer, size=e.size, limit=e.limit)
+                self.queue.append(_Fatal(e))
+                break
+            except ProtocolError as e:
+                self.queue.append([error_response(e.code)])  # framing is still in step
+                continue
+            if frame is None:
+                break
+            self.queue.append(frame)
+        if len(self.queue) > self.server.stats.max_queued_requests:
+            self.server.stats.max_queued_requests = len(self.queue)
+        if self.queue:
+            self._work.set()
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self.lost or self.transport is None:
+            return
+        want = not (self.fatal or self.eof or self.draining or self.write_paused
+                    or self.in_flight >= self.max_queued)
+        if want and not self.reading:
+            self.reading = True
+            self.transport.resume_reading()
+        elif not want and self.reading:
+            self.reading = False
+            self.server.stats.read_pauses += 1
+            self.transport.pause_reading()
+
+    def drain(self) -> None:
+        """Shutdown: read nothing more; answer what is queued, then close."""
+        self.draining = True
+        self._update_reading()
+        self._work.set()
+
+    def abort(self) -> None:
+        if self.transport is not None and not self.lost:
+            self.transport.abort()
+
+    # ---- the request task -----------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        transport = self.transport
+        assert transport is not None
+        try:
+            while True:
+                if not self.queue:
+                    if self.fatal or self.eof or self.draining or self.lost:
+                        break
+                    self._work.clear()
+                    await self._work.wait()
+                    continue
+                item = self.queue.popleft()
+                self.busy = True
+                if isinstance(item, _Fatal):
+                    transport.write(error_response(item.error.code))
+                    break
+                reply = item if isinstance(item, list) else await self.handlers.handle(item)
+                await self._write_reply(reply)
+                self.busy = False
+                self.server.stats.requests += 1
+                self._take_frames()  # room again: frames waiting in the decoder
+        except asyncio.CancelledError:
+            if not self.lost:
+                transport.abort()
+            raise
+        except (ConnectionClosed, ConnectionError) as e:
+            log.debug("connection_dropped", peer=self.peer, error=repr(e))
+            transport.abort()
+            return
+        except Exception:
+            log.exception("connection_failed", peer=self.peer)
+            transport.abort()
+            return
+        transport.close()  # flushes what is buffered first
+
+    async def _write_reply(self, reply: Reply) -> None:
+        transport = self.transport
+        assert transport is not None
+        try:
+            for part in reply:
+                if self.lost or transport.is_closing():
+                    raise ConnectionClosed()
+                if isinstance(part, FileSlice):
+                    await self._send_file(part)
+                else:
+                    transport.write(part)
+                if self.write_paused:
+                    await self._writable.wait()
+        finally:
+            for part in reply:
+                if isinstance(part, FileSlice):
+                    part.release()
+
+    async def _send_file(self, part: FileSlice) -> None:
+        global _sendfile_supported
+        transport = self.transport
+        assert transport is not None
+        position, remaining = part.position, part.length
+        file_fd = part.fileno()
+        while remaining > 0:
+            if transport.get_write_buffer_size():
+                await self._drained()
+            if self.lost or transport.is_closing():
+                raise ConnectionClosed()
+            sent = 0
+            if _sendfile_supported and self._fd >= 0:
+                try:
+                    sent = _sendfile(self._fd, file_fd, position, remaining)
+                    if sent == 0:
+                        raise OSError(f"segment file ended {remaining} bytes early")
+                except BlockingIOError:
+                    pass  # the socket is full: copy a little to learn when it drains
+                except OSError as e:
+                    if e.errno not in SENDFILE_UNSUPPORTED:
+                        raise
+                    _sendfile_supported = False
+                    log.warning("sendfile_unsupported", error=str(e))
+            if not sent:
+                chunk = os.pread(file_fd, min(SENDFILE_FALLBACK_CHUNK, remaining), position)
+                if not chunk:
+                    raise OSError(f"segment file ended {remaining} bytes early")
+                transport.write(chunk)
+                sent = len(chunk)
+                sendfile_stats.copied_bytes += sent
+                sendfile_stats.copied_writes += 1
+            position += sent
+            remaining -= sent
+
+    async def _drained(self) -> None:
+        """Wait until the transport's write buffer is empty (uvloop calls
+        resume_writing at the low-water mark, so lower it to 0 meanwhile)."""
+        transport = self.transport
+        assert transport is not None
+        if not transport.get_write_buffer_size():
+            return
+        transport.set_write_buffer_limits(high=0, low=0)  # pauses now: the buffer is not empty
+        try:
+            while transport.get_write_buffer_size() and not self.lost:
+                await self._writable.wait()
+                if not self.write_paused and transport.get_write_buffer_size():
+                    await asyncio.sleep(0.001)  # never spin (uvloop resumes only at 0 here)
+        finally:
+            if not self.lost and not transport.is_closing():
+                transport.set_write_buffer_limits(high=self.write_high, low=self.write_high // 4)
+
+
+class BrokerServer:
+    """The listening socket and every open connection."""
+
+    def __init__(self, handlers: Handlers, *, max_frame_bytes: int, max_queued_requests: int,
+                 write_buffer_high: int):
+        self.handlers = handlers
+        self.loop = handlers.loop
+        self.max_frame_bytes = max_frame_bytes
+        self.max_queued_requests = max_queued_requests
+        self.write_buffer_high = write_buffer_high
+        self.connections: set[Connection] = set()
+        self.stats = ServerStats()
+        self.closing = False
+        self._server: asyncio.AbstractServer | None = None
+
+    async def bind(self, host: str, port: int) -> tuple[str, int]:
+        """Bind and listen, but accept nothing until `start_serving` (so a busy port
+        fails the start before any storage work)."""
+        self._server = await self.loop.create_server(
+            lambda: Connection(self), host, port, reuse_address=True, backlog=LISTEN_BACKLOG,
+            start_serving=False)
+        return self.address
+
+    async def start_serving(self) -> None:
+        assert self._server is not None
+        await self._server.start_serving()
+
+    def close(self) -> None:
+        """Give the port back (startup failed before serving)."""
+        if self._server is not None:
+            self._server.close()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self._server is not None
+        sockname = self._server.sockets[0].getsockname()
+        return sockname[0], sockname[1]
+
+    def connection_made(self, conn: Connection) -> None:
+        self.connections.add(conn)
+        self.stats.connections_accepted += 1
+        log.debug("connection_opened", peer=conn.peer)
+
+    def connection_lost(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        log.debug("connection_closed", peer=conn.peer)
+
+    async def shutdown(self, timeout: float) -> None:
+        self.closing = True
+        if self._server is not None:
+            self._server.close()
+        self.handlers.begin_shutdown()
+        connections = list(self.connections)
+        for conn in connections:
+            conn.drain()
+        if connections:
+            done, pending = await asyncio.wait([c.closed for c in connections], timeout=timeout)
+            if pending:
+                log.warning("shutdown_timeout", connections=len(pending), timeout_s=timeout)
+                for conn in connections:
+                    if not conn.closed.done():
+                        conn.abort()
+                await asyncio.wait([c.closed for c in connections], timeout=5)
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+            except asyncio.TimeoutError:
+                pass
+
+
+def format_address(host: str, port: int) -> str:
+    """HOST:PORT, with an IPv6 host in brackets."""
+    try:
+        if socket.inet_pton(socket.AF_INET6, host):
+            return f"[{host}]:{port}"
+    except OSError:
+        pass
+    return f"{host}:{port}"
+
+
+__all__ = ["BrokerServer", "Connection", "SendfileStats", "ServerStats", "sendfile_stats",
+           "format_address", "SENDFILE_FALLBACK_CHUNK"]

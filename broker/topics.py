@@ -1,0 +1,321 @@
+"""The topic registry: which topics exist, their partition counts and config overrides.
+
+Kafka keeps this in its metadata log; Strata keeps it in one JSON file,
+`<data-dir>/strata-topics.json`, replaced whole with `storage.fileutil.atomic_write`:
+
+    {"version": 1,
+     "topics": {"orders": {"partitions": 3, "configs": {"retention.ms": "3600000"}},
+                "__consumer_offsets": {"partitions": 50, "internal": true,
+                                       "configs": {"cleanup.policy": "compact", ...}}},
+     "deleting": []}
+
+Contract:
+- Thread-safe: mutations (create, delete, alter) run in the broker's executor and
+  are serialized by one lock; lookups (`partitions`, `log_config`, `names`) take
+  no lock and see either the old or the new state of a topic, never half of it.
+- `create` validates everything first (name, collisions, partitions, configs),
+  then creates the partition logs, then writes the registry: a crash in between
+  leaves directories that the next `reconcile` adopts.
+- `delete` records the topic under "deleting" and drops it from "topics" in one
+  write (the commit point), then deletes the logs, then clears "deleting": a crash
+  half-way never brings the topic back; `reconcile` finishes the deletion.
+- `alter` validates the new overrides, writes them, then swaps the new LogConfig
+  into the live logs (`Log.update_config`); `value None` removes an override.
+- Effective topic config = overrides laid over the broker's `log.*` defaults, so
+  topics without an override follow a changed broker default after a restart.
+- Errors are storage.errors classes (their `code` is the wire code):
+  InvalidTopicError (bad name, a '.'/'_' collision, an internal topic that cannot
+  be deleted), TopicAlreadyExistsError, InvalidPartitionsError, InvalidConfigError,
+  InvalidRequestError (duplicate config keys), UnknownTopicOrPartitionError.
+- The internal topic `__consumer_offsets` is registered by `ensure_internal_topic`
+  (cleanup.policy=compact and Kafka's offsets.topic.segment.bytes, 100 MiB); its
+  partition logs are created on first use. It cannot be deleted (Kafka refuses
+  too) and METADATA for all topics leaves it out (see handlers.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Iterable, Mapping, Sequence
+
+import structlog
+
+from storage.config import LogConfig
+from storage.errors import (InvalidConfigError, InvalidPartitionsError, InvalidRequestError,
+                            InvalidTopicError, TopicAlreadyExistsError,
+                            UnknownTopicOrPartitionError)
+from storage.fileutil import atomic_write
+from storage.manager import LogManager
+from storage.names import validate_topic_name
+
+REGISTRY_FILE = "strata-topics.json"
+FORMAT_VERSION = 1
+OFFSETS_TOPIC = "__consumer_offsets"
+# Kafka's offsets.topic.segment.bytes default; offsets.topic.compression.codec is none.
+OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+# Not Kafka's (it has none): one request must not be able to make the broker
+# create millions of directories.
+MAX_PARTITIONS = 10_000
+
+log = structlog.get_logger("strata.topics")
+
+
+def has_collision(a: str, b: str) -> bool:
+    """Kafka's rule: names equal once '.' and '_' are identified collide."""
+    return a != b and a.replace(".", "_") == b.replace(".", "_")
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    partitions: int
+    configs: Mapping[str, str] = field(default_factory=dict)  # overrides only
+    internal: bool = False
+    log_config: LogConfig = field(default_factory=LogConfig)  # overrides over broker defaults
+
+    def to_json(self) -> dict:
+        out: dict = {"partitions": self.partitions, "configs": dict(sorted(self.configs.items()))}
+        if self.internal:
+            out["internal"] = True
+        return out
+
+
+class TopicRegistry:
+    def __init__(self, data_dir: str, defaults: LogConfig, *, num_partitions: int = 1):
+        self.path = os.path.join(data_dir, REGISTRY_FILE)
+        self.defaults = defaults
+        self.num_partitions = num_partitions
+        self._topics: Mapping[str, Topic] = MappingProxyType({})
+        self._deleting: tuple[str, ...] = ()
+        self._lock = threading.RLock()
+        self._manager: LogManager | None = None
+        self.file_existed = False
+
+    # ---- loading -----------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the registry file (no writes: the data directory is not locked yet)."""
+        try:
+            with open(self.path, "rb") as f:
+                doc = json.loads(f.read())
+        except FileNotFoundError:
+            self.file_existed = False
+            return
+        except (OSError, ValueError) as e:
+            raise InvalidConfigError(f"cannot read topic registry {self.path}: {e}") from None
+        self.file_existed = True
+        if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
+            raise InvalidConfigError(f"topic registry {self.path}: unsupported format")
+        topics = {}
+        try:
+            for name, entry in doc.get("topics", {}).items():
+                configs = {str(k): str(v) for k, v in entry.get("configs", {}).items()}
+                topics[name] = Topic(name, int(entry["partitions"]), MappingProxyType(configs),
+                                     bool(entry.get("internal", False)),
+                                     LogConfig.from_props(configs, self.defaults))
+            deleting = tuple(str(n) for n in doc.get("deleting", ()))
+        except (AttributeError, KeyError, TypeError, ValueError, InvalidConfigError) as e:
+            raise InvalidConfigError(f"topic registry {self.path} is damaged: {e}") from None
+        self._topics = MappingProxyType(topics)
+        self._deleting = deleting
+
+    def reconcile(self, manager: LogManager) -> None:
+        """Bring the registry and the directories in line after `manager.startup()`:
+        finish interrupted deletions, adopt partition directories the registry does not
+        know (a crash during create, or a data directory from before the registry),
+        and create missing partition logs of registered topics."""
+        self._manager = manager
+        with self._lock:
+            on_disk = manager.topics()
+            for name in self._deleting:
+                for partition in on_disk.get(name, ()):
+                    manager.delete_log(name, partition)
+                log.info("topic_deletion_finished", topic=name)
+            topics = dict(self._topics)
+            for name, partitions in on_disk.items():
+                if name in self._deleting:
+                    continue
+                known = topics.get(name)
+                count = max(partitions) + 1
+                if known is None:
+                    log.warning("topic_adopted", topic=name, partitions=count,
+                                reason="partition directories not in the registry")
+                    topics[name] = Topic(name, count, MappingProxyType({}), name == OFFSETS_TOPIC,
+                                         self.defaults)
+                elif count > known.partitions:
+                    log.warning("topic_partitions_adopted", topic=name, partitions=count,
+                                registered=known.partitions)
+                    topics[name] = Topic(name, count, known.configs, known.internal, known.log_config)
+            for topic in topics.values():
+                if topic.internal:
+                    continue  # created on first use
+                for partition in range(topic.partitions):
+                    if manager.get_log(topic.name, partition) is None:
+                        manager.get_or_create_log(topic.name, partition, topic.log_config)
+            changed = topics != dict(self._topics) or self._deleting or not self.file_existed
+            self._topics = MappingProxyType(topics)
+            self._deleting = ()
+            if changed:
+                self._write()
+
+    def ensure_internal_topic(self, partitions: int) -> Topic:
+        """Register `__consumer_offsets` unless it exists. Like Kafka, a later change
+        of offsets.topic.num.partitions does not change an existing topic."""
+        with self._lock:
+            existing = self._topics.get(OFFSETS_TOPIC)
+            if existing is not None:
+                if existing.partitions != partitions:
+                    log.warning("offsets_topic_partitions_fixed", partitions=existing.partitions,
+                                configured=partitions)
+                if not existing.internal:
+                    existing = Topic(existing.name, existing.partitions, existing.configs, True,
+                                     existing.log_config)
+                    self._replace(existing)
+                return existing
+            configs = MappingProxyType(dict(OFFSETS_TOPIC_CONFIGS))
+            topic = Topic(OFFSETS_TOPIC, partitions, configs, True,
+                          LogConfig.from_props(configs, self.defaults))
+            self._replace(topic)
+            return topic
+
+    # ---- lookups (no lock) ------------------------------------------------------------------
+
+    def get(self, name: str) -> Topic | None:
+        return self._topics.get(name)
+
+    def partitions(self, name: str) -> int | None:
+        topic = self._topics.get(name)
+        return None if topic is None else topic.partitions
+
+    def names(self, *, include_internal: bool = False) -> list[str]:
+        return sorted(n for n, t in self._topics.items() if include_internal or not t.internal)
+
+    def log_config(self, name: str) -> LogConfig:
+        """What LogManager's `config_for` asks: the topic's effective config."""
+        topic = self._topics.get(name)
+        return self.defaults if topic is None else topic.log_config
+
+    def require(self, name: str) -> Topic:
+        validate_topic_name(name)
+        topic = self._topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        return topic
+
+    def describe(self, name: str) -> dict[str, str]:
+        """Every effective setting of the topic (Kafka's DescribeConfigs)."""
+        return self.require(name).log_config.to_props()
+
+    # ---- changes (blocking: run in the executor) ---------------------------------------------
+
+    def create(self, name: str, partitions: int, configs: Sequence[tuple[str, str | None]]) -> Topic:
+        manager = self._require_manager()
+        validate_topic_name(name)
+        if partitions == -1:
+            partitions = self.num_partitions
+        if partitions < 1:
+            raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
+        if partitions > MAX_PARTITIONS:
+            raise InvalidPartitionsError(f"number of partitions must be at most {MAX_PARTITIONS}")
+        overrides = _config_pairs(configs)
+        for key, value in overrides.items():
+            if value is None:
+                raise InvalidConfigError(f"null value not supported for topic config {key!r}")
+        log_config = LogConfig.from_props(overrides, self.defaults)
+        with self._lock:
+            if name in self._topics:
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            for other in self._topics:
+                if has_collision(name, other):
+                    raise InvalidTopicError(
+                        f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide)")
+            created = []
+            try:
+                for partition in range(partitions):
+                    manager.get_or_create_log(name, partition, log_config)
+                    created.append(partition)
+                topic = Topic(name, partitions, MappingProxyType(dict(overrides)), False, log_config)
+                self._replace(topic)
+            except BaseException:
+                for partition in created:
+                    try:
+                        manager.delete_log(name, partition)
+                    except Exception:  # keep the first error; reconcile cleans up later
+                        log.exception("create_rollback_failed", topic=name, partition=partition)
+                raise
+        log.info("topic_created", topic=name, partitions=partitions, configs=dict(overrides))
+        return topic
+
+    def delete(self, name: str) -> Topic:
+        manager = self._require_manager()
+        with self._lock:
+            topic = self.require(name)
+            if topic.internal:
+                raise InvalidRequestError(f"topic {name!r} is internal and cannot be deleted")
+            topics = dict(self._topics)
+            del topics[name]
+            self._topics = MappingProxyType(topics)
+            self._deleting = self._deleting + (name,)
+            self._write()
+            for partition in range(topic.partitions):
+                manager.delete_log(name, partition)
+            self._deleting = tuple(n for n in self._deleting if n != name)
+            self._write()
+        log.info("topic_deleted", topic=name, partitions=topic.partitions)
+        return topic
+
+    def alter(self, name: str, changes: Sequence[tuple[str, str | None]]) -> Topic:
+        manager = self._require_manager()
+        with self._lock:
+            topic = self.require(name)
+            overrides = dict(topic.configs)
+            for key, value in _config_pairs(changes).items():
+                if value is None:
+                    if key not in LogConfig().to_props():
+                        raise InvalidConfigError(f"unknown topic config {key!r}")
+                    overrides.pop(key, None)
+                else:
+                    overrides[key] = value
+            log_config = LogConfig.from_props(overrides, self.defaults)
+            altered = Topic(name, topic.partitions, MappingProxyType(overrides), topic.internal, log_config)
+            self._replace(altered)
+            for partition in range(topic.partitions):
+                one = manager.get_log(name, partition)
+                if one is not None:
+                    one.update_config(log_config)
+        log.info("topic_altered", topic=name, configs=dict(changes))
+        return altered
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _require_manager(self) -> LogManager:
+        if self._manager is None:
+            raise RuntimeError("TopicRegistry.reconcile() has not run")
+        return self._manager
+
+    def _replace(self, topic: Topic) -> None:
+        """Write the registry with `topic` in it; only then publish it (lock held)."""
+        topics = dict(self._topics)
+        topics[topic.name] = topic
+        self._write(topics)
+        self._topics = MappingProxyType(topics)
+
+    def _write(self, topics: Mapping[str, Topic] | None = None) -> None:
+        topics = self._topics if topics is None else topics
+        doc = {"version": FORMAT_VERSION,
+               "topics": {name: topics[name].to_json() for name in sorted(topics)},
+               "deleting": list(self._deleting)}
+        atomic_write(self.path, json.dumps(doc, indent=2).encode() + b"\n")
+
+
+def _config_pairs(pairs: Iterable[tuple[str, str | None]]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for key, value in pairs:
+        if key in out:
+            raise InvalidRequestError(f"duplicate config key {key!r}")
+        out[key] = value
+    return out

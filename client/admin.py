@@ -1,0 +1,179 @@
+"""Topic administration and offset queries: `AsyncAdmin` and the blocking `Admin`.
+
+Contract:
+- One method per admin request of the native protocol; each raises
+  StrataClientError with the broker's code when the broker refuses
+  (`e.code`, `e.name`), BrokerUnreachable when it cannot be reached.
+- Reads (metadata, configs, offsets, committed offsets) are retried on
+  transport failures; writes (create, delete, alter, delete_records, commit)
+  are not, since a write that reached the broker before the connection broke
+  would be applied twice (create would then fail with TOPIC_ALREADY_EXISTS).
+- `metadata()` returns the broker's answer as it is (`TopicMetadata`, each with
+  its own error code); `describe_topic()` raises for a topic that is missing.
+- `Admin` has the same methods, blocking, run on the shared client loop thread.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from protocol import (AlterConfigRequest, ErrorCode, CommitOffsetRequest, CreateTopicRequest,
+                      DeleteRecordsRequest, DeleteTopicRequest, DescribeConfigRequest,
+                      FetchOffsetRequest, MetadataRequest, OffsetsRequest, PartitionMetadata,
+                      TopicMetadata)
+
+from .errors import StrataClientError, raise_for
+from .loop_thread import LoopThread
+from .session import BrokerSession
+
+__all__ = ["AsyncAdmin", "Admin", "TopicMetadata", "PartitionMetadata", "EARLIEST", "LATEST"]
+
+EARLIEST = OffsetsRequest.EARLIEST  # -2: the log start offset
+LATEST = OffsetsRequest.LATEST  # -1: the log end offset
+
+
+class AsyncAdmin:
+    def __init__(self, bootstrap: str | None = None, *, session: BrokerSession | None = None,
+                 **session_options):
+        """Connect to `bootstrap`, or (for the producer and consumer) share `session`."""
+        if session is None:
+            if bootstrap is None:
+                raise ValueError("AsyncAdmin needs a bootstrap address or a session")
+            session = BrokerSession(bootstrap, **session_options)
+        self._session = session
+
+    async def __aenter__(self) -> "AsyncAdmin":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        self._session.close()
+
+    async def _read(self, request, context: str):
+        return await self._session.retrying(lambda: self._session.call(request, context))
+
+    # ---- topics ----------------------------------------------------------------
+
+    async def create_topic(self, name: str, partitions: int = 1,
+                           configs: Mapping[str, str] | None = None) -> None:
+        await self._session.call(CreateTopicRequest(name, partitions, tuple((configs or {}).items())),
+                                 f"create topic {name!r}")
+
+    async def delete_topic(self, name: str) -> None:
+        await self._session.call(DeleteTopicRequest(name), f"delete topic {name!r}")
+
+    async def metadata(self, topics: Iterable[str] = ()) -> list[TopicMetadata]:
+        """Every topic (no names given) or the named ones, each with its error code."""
+        response = await self._read(MetadataRequest(tuple(topics)), "metadata")
+        return list(response.topics)
+
+    async def list_topics(self) -> list[str]:
+        return sorted(t.topic for t in await self.metadata())
+
+    async def describe_topic(self, name: str) -> TopicMetadata:
+        for topic in await self.metadata([name]):
+            if topic.topic == name:
+                raise_for(topic.error, f"topic {name!r}")
+                return topic
+        # The broker did not list it at all: the same answer as an unknown topic.
+        raise StrataClientError(f"topic {name!r}: unknown topic or partition",
+                                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+    async def partition_count(self, name: str) -> int:
+        return len((await self.describe_topic(name)).partitions)
+
+    # ---- configs ---------------------------------------------------------------
+
+    async def describe_config(self, topic: str) -> dict[str, str | None]:
+        response = await self._read(DescribeConfigRequest(topic), f"describe config of {topic!r}")
+        return dict(response.configs)
+
+    async def alter_config(self, topic: str, configs: Mapping[str, str | None]) -> None:
+        """Set each key; a value of None puts the key back to its default."""
+        await self._session.call(AlterConfigRequest(topic, tuple(configs.items())),
+                                 f"alter config of {topic!r}")
+
+    # ---- offsets ---------------------------------------------------------------
+
+    async def delete_records(self, topic: str, partition: int, offset: int = -1) -> int:
+        """Move the log start offset up to `offset` (-1: the log end); returns the new one."""
+        response = await self._session.call(DeleteRecordsRequest(topic, partition, offset),
+                                            f"delete records of {topic}-{partition}")
+        return response.log_start_offset
+
+    async def offsets(self, topic: str, partition: int, time: int = LATEST,
+                      max_number: int = 1) -> list[int]:
+        """OFFSETS: time -1 latest, -2 earliest, else the first offset at or after `time` ms."""
+        response = await self._read(OffsetsRequest(topic, partition, time, max_number),
+                                    f"offsets of {topic}-{partition}")
+        return list(response.offsets)
+
+    async def committed(self, group: str, topic: str,
+                        partition: int) -> tuple[int, str | None] | None:
+        """(offset, metadata) the group committed, or None when it committed nothing."""
+        response = await self._read(FetchOffsetRequest(group, topic, partition),
+                                    f"committed offset of group {group!r} for {topic}-{partition}")
+        return None if response.offset < 0 else (response.offset, response.metadata)
+
+    async def commit(self, group: str, topic: str, partition: int, offset: int,
+                     metadata: str | None = None) -> None:
+        await self._session.call(CommitOffsetRequest(group, topic, partition, offset, metadata),
+                                 f"commit offset of group {group!r} for {topic}-{partition}")
+
+
+class Admin:
+    """The blocking face of AsyncAdmin: same methods, same errors."""
+
+    def __init__(self, bootstrap: str, **session_options):
+        self._loop = LoopThread.shared()
+        self._admin = AsyncAdmin(bootstrap, **session_options)
+
+    def __enter__(self) -> "Admin":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._loop.run(self._admin.close())
+
+    def create_topic(self, name: str, partitions: int = 1,
+                     configs: Mapping[str, str] | None = None) -> None:
+        self._loop.run(self._admin.create_topic(name, partitions, configs))
+
+    def delete_topic(self, name: str) -> None:
+        self._loop.run(self._admin.delete_topic(name))
+
+    def metadata(self, topics: Iterable[str] = ()) -> list[TopicMetadata]:
+        return self._loop.run(self._admin.metadata(tuple(topics)))
+
+    def list_topics(self) -> list[str]:
+        return self._loop.run(self._admin.list_topics())
+
+    def describe_topic(self, name: str) -> TopicMetadata:
+        return self._loop.run(self._admin.describe_topic(name))
+
+    def partition_count(self, name: str) -> int:
+        return self._loop.run(self._admin.partition_count(name))
+
+    def describe_config(self, topic: str) -> dict[str, str | None]:
+        return self._loop.run(self._admin.describe_config(topic))
+
+    def alter_config(self, topic: str, configs: Mapping[str, str | None]) -> None:
+        self._loop.run(self._admin.alter_config(topic, configs))
+
+    def delete_records(self, topic: str, partition: int, offset: int = -1) -> int:
+        return self._loop.run(self._admin.delete_records(topic, partition, offset))
+
+    def offsets(self, topic: str, partition: int, time: int = LATEST,
+                max_number: int = 1) -> list[int]:
+        return self._loop.run(self._admin.offsets(topic, partition, time, max_number))
+
+    def committed(self, group: str, topic: str, partition: int) -> tuple[int, str | None] | None:
+        return self._loop.run(self._admin.committed(group, topic, partition))
+
+    def commit(self, group: str, topic: str, partition: int, offset: int,
+               metadata: str | None = None) -> None:
+        self._loop.run(self._admin.commit(group, topic, partition, offset, metadata))

@@ -1,0 +1,393 @@
+"""Producing: `AsyncProducer` and the blocking `Producer`.
+
+Contract:
+- `send(topic, value, key=None, *, partition=None, timestamp_ms=None,
+  headers=None)` places the record in its partition's open batch and returns
+  a future that resolves to RecordMetadata (offset, timestamp) once the broker
+  has appended it, or fails with the StrataClientError that stopped it. The
+  async `send` returns once the record is queued (it may first ask the broker
+  for the topic's partition count; an unknown topic or a bad partition raises
+  from `send` itself). The blocking `send` returns a concurrent.futures.Future
+  at once: it hands the record to the loop thread without a round trip (see
+  `Producer`), and successive sends from one thread keep their order.
+- Partitioning: an explicit `partition` wins; a keyed record goes to
+  `to_positive(murmur2(key)) % partitions` (Kafka's default partitioner); a
+  keyless record uses the sticky partitioner (see partitioner.py).
+- Batching, per partition: a batch closes when adding a record would take it
+  past `max_batch_bytes` (estimated from the record sizes; one record larger
+  than that travels alone and the broker judges it), when `linger_ms` have
+  passed since its first record, or on `flush()`/`close()`. Each closed batch
+  becomes one magic-2 record batch (storage.records.build_batch, optional
+  compression none/gzip/snappy/lz4/zstd) sent in one PRODUCE request.
+- Ordering: at most one batch per partition is in flight, so a retried batch
+  can never overtake a later one; batches of different partitions are
+  pipelined on the one connection.
+- Retries: transport failures (broker unreachable, connection reset, request
+  timeout) are retried `retries` times with exponential backoff (see
+  session.py); broker error codes fail the batch's futures at once. Like
+  Kafka's producer without idempotence, a retry after a lost answer may
+  append a batch twice (at-least-once).
+- `flush()` closes every open batch and waits until every record sent so far
+  has succeeded or failed; it does not raise for failed records (their
+  futures carry the errors). `close()` flushes, then closes the connection;
+  sending after close raises.
+- Keys, values and header values are bytes (str is encoded as UTF-8; None is
+  null).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections import deque
+from typing import Iterable, NamedTuple
+
+from protocol import ErrorCode, ProduceRequest
+from storage.codecs import Codec
+from storage.records import build_batch
+
+from .admin import AsyncAdmin
+from .errors import StrataClientError, raise_for
+from .loop_thread import LoopThread
+from .partitioner import StickyPartitioner, partition_for_key
+from .records import RecordMetadata
+from .session import BrokerSession
+
+__all__ = ["AsyncProducer", "Producer", "COMPRESSION_CODECS"]
+
+COMPRESSION_CODECS = {"none": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SNAPPY,
+                      "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
+DEFAULT_MAX_BATCH_BYTES = 16384  # Kafka's batch.size
+DEFAULT_LINGER_MS = 5
+# Upper bound of a record's framing in a batch beyond its key, value and headers:
+# length, attributes, timestamp and offset deltas, key and value lengths, header count.
+RECORD_OVERHEAD_ESTIMATE = 5 + 1 + 10 + 5 + 5 + 5 + 5
+BATCH_HEADER_BYTES = 61
+
+
+def _as_bytes(data, what: str) -> bytes | None:
+    if data is None or isinstance(data, bytes):
+        return data
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"{what} must be bytes, str or None, not {type(data).__name__}")
+
+
+class PreparedRecord(NamedTuple):
+    """A record with its bytes ready: everything about it that needs no broker."""
+    topic: str
+    partition: int | None  # None: the partitioner decides
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple[tuple[str, bytes | None], ...]
+    size: int  # estimated bytes in a batch
+
+
+def prepare_record(topic: str, value, key, partition: int | None, timestamp_ms: int | None,
+                   headers) -> PreparedRecord:
+    """Check and convert a send's arguments (raises TypeError for bad types)."""
+    value = _as_bytes(value, "value")
+    key = _as_bytes(key, "key")
+    headers = tuple((str(h), _as_bytes(v, "header value")) for h, v in (headers or ()))
+    timestamp = time.time_ns() // 1_000_000 if timestamp_ms is None else int(timestamp_ms)
+    return PreparedRecord(topic, partition, key, value, timestamp, headers,
+                          _record_size(key, value, headers))
+
+
+def check_partition(topic: str, partition: int, partition_count: int) -> None:
+    if not 0 <= partition < partition_count:
+        raise StrataClientError(f"topic {topic!r} has no partition {partition} "
+                                f"(it has {partition_count})", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+class _Batch:
+    """Records on their way to one partition, with the futures to resolve."""
+
+    __slots__ = ("records", "futures", "size", "timer")
+
+    def __init__(self) -> None:
+        self.records: list[tuple] = []  # (key, value, timestamp, headers)
+        self.futures: list[asyncio.Future] = []
+        self.size = BATCH_HEADER_BYTES
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class _PartitionQueue:
+    __slots__ = ("topic", "partition", "open", "closed", "sending")
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.open: _Batch | None = None
+        self.closed: deque[_Batch] = deque()  # closed, waiting for the one in flight
+        self.sending = False
+
+
+def _record_size(key: bytes | None, value: bytes | None, headers) -> int:
+    size = RECORD_OVERHEAD_ESTIMATE + len(key or b"") + len(value or b"")
+    for h_key, h_value in headers:
+        size += 10 + len(h_key.encode("utf-8")) + len(h_value or b"")
+    return size
+
+
+class AsyncProducer:
+    def __init__(self, bootstrap: str, *, linger_ms: int = DEFAULT_LINGER_MS,
+                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, compression: str = "none",
+                 **session_options):
+        if compression not in COMPRESSION_CODECS:
+            raise ValueError(f"unknown compression {compression!r}: use one of "
+                             f"{', '.join(COMPRESSION_CODECS)}")
+        if linger_ms < 0 or max_batch_bytes <= 0:
+            raise ValueError("linger_ms must be >= 0 and max_batch_bytes > 0")
+        self.linger_ms = linger_ms
+        self.max_batch_bytes = max_batch_bytes
+        self.codec = COMPRESSION_CODECS[compression]
+        self._session = BrokerSession(bootstrap, **session_options)
+        self._admin = AsyncAdmin(session=self._session)  # metadata over the same connection
+        self._partition_counts: dict[str, int] = {}
+        self._queues: dict[tuple[str, int], _PartitionQueue] = {}
+        self._sticky = StickyPartitioner()
+        self._unfinished: set[asyncio.Future] = set()
+        self._senders: set[asyncio.Task] = set()
+        self._closed = False
+
+    async def __aenter__(self) -> "AsyncProducer":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ---- sending -----------------------------------------------------------------
+
+    async def send(self, topic: str, value, key=None, *, partition: int | None = None,
+                   timestamp_ms: int | None = None,
+                   headers: Iterable[tuple[str, bytes | str | None]] | None = None
+                   ) -> asyncio.Future:
+        """Queue one record; the returned future resolves to its RecordMetadata."""
+        record = prepare_record(topic, value, key, partition, timestamp_ms, headers)
+        self._check_open()
+        return self.enqueue(record, await self.partition_count(topic))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StrataClientError("producer is closed")
+
+    def enqueue(self, record: "PreparedRecord", partition_count: int) -> asyncio.Future:
+        """Place a prepared record in its partition's batch (on the loop, no awaiting)."""
+        self._check_open()
+        partition = record.partition
+        if partition is None:
+            partition = (partition_for_key(record.key, partition_count) if record.key is not None
+                         else self._sticky.partition(record.topic, partition_count))
+        else:
+            check_partition(record.topic, partition, partition_count)
+        return self._append(record.topic, partition,
+                            (record.key, record.value, record.timestamp, record.headers),
+                            record.size)
+
+    async def send_and_wait(self, topic: str, value, key=None, **kwargs) -> RecordMetadata:
+        return await (await self.send(topic, value, key, **kwargs))
+
+    async def partition_count(self, topic: str) -> int:
+        count = self._partition_counts.get(topic)
+        if count is None:
+            count = self._partition_counts[topic] = await self._admin.partition_count(topic)
+        return count
+
+    def cached_partition_count(self, topic: str) -> int | None:
+        """The partition count already known, without asking (any thread may read it)."""
+        return self._partition_counts.get(topic)
+
+    def _append(self, topic: str, partition: int, record: tuple, size: int) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        queue = self._queues.get((topic, partition))
+        if queue is None:
+            queue = self._queues[(topic, partition)] = _PartitionQueue(topic, partition)
+        batch = queue.open
+        if batch is not None and batch.size + size > self.max_batch_bytes:
+            self._close_batch(queue)
+            batch = None
+        if batch is None:
+            batch = queue.open = _Batch()
+            batch.timer = loop.call_later(self.linger_ms / 1000, self._linger_expired, queue, batch)
+        future = loop.create_future()
+        # Errors reach the caller through the future; this keeps asyncio from also
+        # logging "exception never retrieved" for records nobody awaited.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._unfinished.add(future)
+        future.add_done_callback(self._unfinished.discard)
+        batch.records.append(record)
+        batch.futures.append(future)
+        batch.size += size
+        if batch.size >= self.max_batch_bytes:
+            self._close_batch(queue)
+        return future
+
+    def _linger_expired(self, queue: _PartitionQueue, batch: _Batch) -> None:
+        if queue.open is batch:
+            self._close_batch(queue)
+
+    def _close_batch(self, queue: _PartitionQueue) -> None:
+        batch, queue.open = queue.open, None
+        if batch is None:
+            return
+        if batch.timer is not None:
+            batch.timer.cancel()
+        queue.closed.append(batch)
+        self._sticky.on_batch_closed(queue.topic, queue.partition,
+                                     self._partition_counts.get(queue.topic, 1))
+        if not queue.sending:
+            queue.sending = True
+            task = asyncio.get_running_loop().create_task(self._send_closed(queue))
+            self._senders.add(task)
+            task.add_done_callback(self._senders.discard)
+
+    async def _send_closed(self, queue: _PartitionQueue) -> None:
+        """Send the partition's closed batches one at a time, in order."""
+        try:
+            while queue.closed:
+                await self._send_batch(queue, queue.closed.popleft())
+        finally:
+            queue.sending = False
+
+    async def _send_batch(self, queue: _PartitionQueue, batch: _Batch) -> None:
+        where = f"produce to {queue.topic}-{queue.partition}"
+        try:
+            message_set = build_batch(batch.records, codec=self.codec)
+            request = ProduceRequest(queue.topic, queue.partition, message_set)
+            response = await self._session.retrying(lambda: self._session.request(request))
+            raise_for(response.error, where)
+        except asyncio.CancelledError:
+            self._fail(batch, StrataClientError(f"{where}: producer closed before the answer"))
+            raise
+        except StrataClientError as e:
+            if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                self._partition_counts.pop(queue.topic, None)  # deleted or recreated: ask again
+            self._fail(batch, e)
+            return
+        except Exception as e:  # a record build_batch refused: report, never lose the task
+            self._fail(batch, StrataClientError(f"{where}: {type(e).__name__}: {e}"))
+            return
+        for i, (future, record) in enumerate(zip(batch.futures, batch.records)):
+            timestamp = response.log_append_time if response.log_append_time != -1 else record[2]
+            if not future.done():
+                future.set_result(RecordMetadata(queue.topic, queue.partition,
+                                                 response.base_offset + i, timestamp))
+
+    @staticmethod
+    def _fail(batch: _Batch, error: StrataClientError) -> None:
+        for future in batch.futures:
+            if not future.done():
+                future.set_exception(error)
+
+    # ---- flushing and closing --------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Close every open batch and wait for every record sent so far."""
+        for queue in list(self._queues.values()):
+            self._close_batch(queue)
+        if self._unfinished:
+            await asyncio.wait(list(self._unfinished))
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.flush()
+        finally:
+            for task in list(self._senders):
+                task.cancel()
+            self._session.close()
+
+
+class Producer:
+    """The blocking face of AsyncProducer (runs it on the shared client loop thread).
+
+    `send` hands the record to the loop thread without waiting for it (only
+    the first send to a topic waits, for its partition count), so a
+    single-threaded caller sends at the speed of its own loop. Callbacks run
+    in order, so one thread's sends keep their order. Back-pressure: when
+    records of more than `max_buffer_bytes` are waiting for their answer,
+    `send` blocks until some are answered (Kafka's buffer.memory, 32 MiB).
+    """
+
+    def __init__(self, bootstrap: str, *, max_buffer_bytes: int = 32 * 1024 * 1024, **options):
+        self._loop = LoopThread.shared()
+        self._producer = AsyncProducer(bootstrap, **options)
+        self.max_buffer_bytes = max_buffer_bytes
+        self._buffered = 0
+        self._buffer_freed = threading.Condition()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def send(self, topic: str, value, key=None, *, partition: int | None = None,
+             timestamp_ms: int | None = None, headers=None) -> concurrent.futures.Future:
+        """Queue one record; the future gives its RecordMetadata (or the error)."""
+        record = prepare_record(topic, value, key, partition, timestamp_ms, headers)
+        self._producer._check_open()
+        count = self._producer.cached_partition_count(topic)
+        if count is None:
+            count = self.partition_count(topic)
+        if partition is not None:
+            check_partition(topic, partition, count)
+        self._reserve(record.size)
+        result: concurrent.futures.Future = concurrent.futures.Future()
+        result.set_running_or_notify_cancel()
+        self._loop.call_soon(self._enqueue, record, count, result)
+        return result
+
+    def _enqueue(self, record: PreparedRecord, count: int,
+                 result: concurrent.futures.Future) -> None:
+        """On the loop thread: queue the record and forward its outcome."""
+        def done(delivered: asyncio.Future) -> None:
+            self._release(record.size)
+            _copy_outcome(delivered, result)
+        try:
+            self._producer.enqueue(record, count).add_done_callback(done)
+        except Exception as e:  # closed meanwhile, or a partition check
+            self._release(record.size)
+            result.set_exception(e)
+
+    def _reserve(self, size: int) -> None:
+        with self._buffer_freed:
+            # One record larger than the whole buffer still goes when the buffer is empty.
+            while self._buffered and self._buffered + size > self.max_buffer_bytes:
+                self._buffer_freed.wait()
+            self._buffered += size
+
+    def _release(self, size: int) -> None:
+        with self._buffer_freed:
+            self._buffered -= size
+            self._buffer_freed.notify_all()
+
+    def send_and_wait(self, topic: str, value, key=None, timeout: float | None = None,
+                      **kwargs) -> RecordMetadata:
+        return self.send(topic, value, key, **kwargs).result(timeout)
+
+    def partition_count(self, topic: str) -> int:
+        return self._loop.run(self._producer.partition_count(topic))
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._loop.run(self._producer.flush(), timeout)
+
+    def close(self) -> None:
+        self._loop.run(self._producer.close())
+
+
+def _copy_outcome(source: asyncio.Future, target: concurrent.futures.Future) -> None:
+    if source.cancelled():
+        target.set_exception(StrataClientError("send was cancelled"))
+    elif source.exception() is not None:
+        target.set_exception(source.exception())
+    else:
+        target.set_result(source.result())

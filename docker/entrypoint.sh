@@ -1,0 +1,48 @@
+#!/bin/sh
+# Entry point of the Strata image (PID 1 is tini, which runs this script and forwards signals).
+#
+#   (no arguments)             strata serve with the settings below
+#   --opt ...                  strata serve with the settings below, then these options
+#                              (they come last, so e.g. --port or --set KEY=VALUE win)
+#   COMMAND ...                run COMMAND instead: `strata topics list ...`, `sh`, ...
+#
+# Settings (environment):
+#   STRATA_DATA_DIR  data directory (the volume)            default /var/lib/strata
+#   STRATA_CONFIG    broker properties file                  default /etc/strata/server.properties
+#                    (the default is skipped when absent; a file named explicitly must exist)
+#   STRATA_PORT      native protocol port, on 0.0.0.0        default 9000
+# Broker settings themselves come from the properties file and from STRATA_<KEY> variables
+# (e.g. STRATA_NUM_PARTITIONS=3 for num.partitions), which the broker reads itself.
+#
+# Every path ends in `exec`, so the broker (or the command) replaces this shell and receives
+# SIGTERM/SIGINT directly: `docker stop` gives it a graceful shutdown.
+set -eu
+
+# A first argument that is not an option is a command of its own.
+if [ "$#" -gt 0 ] && [ "${1#-}" = "$1" ]; then
+  exec "$@"
+fi
+
+data_dir=${STRATA_DATA_DIR:-/var/lib/strata}
+port=${STRATA_PORT:-9000}
+if [ -n "${STRATA_CONFIG:-}" ]; then
+  config=$STRATA_CONFIG
+  if [ ! -f "$config" ]; then
+    echo "strata-entrypoint: STRATA_CONFIG=$config: no such file" >&2
+    exit 2
+  fi
+else
+  config=/etc/strata/server.properties
+  [ -f "$config" ] || config=
+fi
+
+# These three are the entry point's own settings, not broker keys: keep them out of the
+# broker's STRATA_* overrides.
+unset STRATA_DATA_DIR STRATA_CONFIG STRATA_PORT
+
+# Rebuild the argument list: our options first, the caller's options (still in "$@") last.
+if [ -n "$config" ]; then
+  set -- --config "$config" "$@"
+fi
+set -- serve --data-dir "$data_dir" --host 0.0.0.0 --port "$port" "$@"
+exec strata "$@"

@@ -1,0 +1,142 @@
+"""The server's own state, observed in-process: zero-copy FETCH and flow-control bounds.
+
+The broker runs in a thread of the test process (tests/broker/inprocess.py) so the
+tests can read `broker.server.sendfile_stats` (counted at the one os.sendfile call)
+and each connection's queue and write buffer. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+import pytest
+import structlog
+
+from broker import server as server_module
+from protocol import (CreateTopicRequest, ErrorCode, FetchItem, FetchRequest, MetadataRequest,
+                      MultiFetchRequest, ProduceRequest, encode_request)
+from storage.records import build_batch, iter_records
+from tests.broker.inprocess import InProcessBroker
+from tests.broker.wire import NativeClient
+
+MAX_QUEUED = 4
+WRITE_HIGH = 64 * 1024
+RECORD = b"r" * 100_000
+
+
+@pytest.fixture
+def inprocess(tmp_path):
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    b = InProcessBroker(tmp_path, f"connection.max.queued.requests={MAX_QUEUED}",
+                        f"connection.write.buffer.bytes={WRITE_HIGH}").start()
+    try:
+        yield b
+    finally:
+        b.stop()
+        structlog.configure(**saved)
+
+
+def fill(b, topic: str, batches: int) -> int:
+    """`batches` batches of 5 x 100 kB; returns the log size in bytes."""
+    with NativeClient(*b.address) as c:
+        assert c.call(CreateTopicRequest(topic, 1)).error == ErrorCode.NONE
+        size = 0
+        for i in range(batches):
+            data = build_batch([(None, RECORD)] * 5)
+            assert c.call(ProduceRequest(topic, 0, data)).error == ErrorCode.NONE
+            size += len(data)
+    return size
+
+
+def test_fetch_bytes_go_out_with_sendfile(inprocess):
+    size = fill(inprocess, "zero", 40)  # ~20 MB
+    stats = server_module.sendfile_stats
+    before = stats.as_dict()
+    fetched = 0
+    with NativeClient(*inprocess.address) as c:
+        offset = 0
+        while offset < 200:
+            response = c.call(FetchRequest("zero", 0, offset, 4 << 20, 0))
+            records = list(iter_records(bytes(response.message_set)))
+            fetched += len(response.message_set)
+            offset = records[-1].offset + 1
+        multi = c.call(MultiFetchRequest([FetchItem("zero", 0, 0, 1 << 20), FetchItem("zero", 0, 100, 1 << 20)]))
+        fetched += sum(len(i.message_set) for i in multi.items)
+    after = stats.as_dict()
+    sent_zero_copy = after["bytes"] - before["bytes"]
+    copied = after["copied_bytes"] - before["copied_bytes"]
+    assert fetched >= size
+    assert sent_zero_copy + copied == fetched  # every message-set byte went one of the two ways
+    share = sent_zero_copy / fetched
+    print(f"\nzero-copy share {share:.1%}: sendfile {sent_zero_copy} B in "
+          f"{after['calls'] - before['calls']} calls, copied {copied} B in "
+          f"{after['copied_writes'] - before['copied_writes']} writes after "
+          f"{after['would_block'] - before['would_block']} EAGAINs")
+    # Only a 16 KiB piece per stall is copied; the rest is sendfile.
+    assert copied <= (after["would_block"] - before["would_block"]) * server_module.SENDFILE_FALLBACK_CHUNK
+    assert share > 0.5
+
+
+def test_a_stalled_reader_holds_bounded_state_and_recovers(inprocess):
+    fill(inprocess, "slow", 8)  # ~4 MB
+    fetch = encode_request(FetchRequest("slow", 0, 0, 1 << 20, 0))
+    count = 48
+    slow = socket.create_connection(inprocess.address)
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)
+    slow.sendall(fetch * count)  # tiny requests: they all fit the socket buffers at once
+
+    def snapshot():
+        conns = list(inprocess.server.connections)
+        return [(c.in_flight, len(c.queue), c.reading, c.transport.get_write_buffer_size(), c.decoder.buffered)
+                for c in conns]
+
+    deadline = time.monotonic() + 30  # a guard
+    while time.monotonic() < deadline:
+        state = inprocess.call_in_loop(snapshot)
+        if state and not state[0][2]:  # the broker stopped reading from it
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError(f"reading never paused: {state}")
+    for _ in range(10):  # and it stays bounded while the client sleeps
+        (in_flight, queued, reading, write_buffer, undecoded), = inprocess.call_in_loop(snapshot)
+        assert in_flight <= MAX_QUEUED and queued <= MAX_QUEUED
+        assert write_buffer <= WRITE_HIGH + server_module.SENDFILE_FALLBACK_CHUNK
+        assert not reading
+        time.sleep(0.02)
+    assert inprocess.server.stats.read_pauses >= 1
+    # Another connection is served meanwhile.
+    with NativeClient(*inprocess.address) as other:
+        assert other.call(FetchRequest("slow", 0, 0, 100, 0)).error == ErrorCode.NONE
+    # Now read everything: every answer arrives, whole and in order.
+    slow.settimeout(30)
+    client = NativeClient.__new__(NativeClient)
+    client.sock, client.decoder, client.pending = slow, __import__("protocol").FrameDecoder(2**31 - 1), \
+        __import__("collections").deque([1] * count)
+    for _ in range(count):
+        response = client.recv()
+        assert response.error == ErrorCode.NONE and len(response.message_set) > 900_000
+    slow.close()
+    deadline = time.monotonic() + 30
+    while inprocess.call_in_loop(lambda: len(inprocess.server.connections)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert inprocess.call_in_loop(lambda: len(inprocess.server.connections)) == 0
+
+
+def test_an_unexpected_failure_answers_unknown_server_error_and_keeps_the_connection(inprocess):
+    handlers = inprocess.app.handlers
+
+    async def broken(request):
+        raise RuntimeError("a bug")
+
+    original = handlers._dispatch[MetadataRequest]
+    handlers._dispatch[MetadataRequest] = broken
+    try:
+        with NativeClient(*inprocess.address) as c:
+            assert c.call(MetadataRequest()).error == ErrorCode.UNKNOWN_SERVER_ERROR
+            assert c.call(CreateTopicRequest("still-fine", 1)).error == ErrorCode.NONE
+    finally:
+        handlers._dispatch[MetadataRequest] = original

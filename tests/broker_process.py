@@ -1,0 +1,191 @@
+"""Run the real broker as a subprocess, for end-to-end tests in any test folder.
+
+Contract:
+- `BrokerProcess(data_dir, *extra_args, env=None).start()` runs
+  `python -m broker serve --data-dir DIR --host 127.0.0.1 --port 0 ...` from the
+  repository root, waits for the `strata listening on HOST:PORT` line (generous
+  timeout: a guard against hangs, not a speed assumption) and exposes `host`,
+  `port`, `address` and `data_dir`. If the process exits before it is ready,
+  `start()` raises BrokerStartFailed carrying the exit code and stderr.
+- `stop(sig=SIGTERM)` signals the broker and returns its exit code;
+  `kill()` is `stop(SIGKILL)`; `restart()` starts it again on the same data
+  directory (stderr of every run goes to one file). `stderr_text()` and `log_events()` (the JSON log
+  lines; the broker logs JSON when stderr is not a terminal) read what it logged.
+- Stderr goes to a file, never a pipe, so a chatty broker can never block on a
+  full pipe. `close()` kills the process if it still runs; the `broker` fixture in
+  tests/conftest.py calls it on teardown for every broker it started.
+- `run_serve(*args)` runs `serve` to completion (for startup-error tests) and
+  returns (exit code, stdout, stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+READY_PREFIX = "strata listening on "
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 60.0
+
+
+class BrokerStartFailed(Exception):
+    def __init__(self, message: str, returncode: int | None, stderr: str):
+        super().__init__(f"{message} (exit code {returncode})\n--- broker stderr ---\n{stderr}")
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+def _env(extra: dict[str, str] | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def serve_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "broker", "serve", *args]
+
+
+def run_serve(*args: str, env: dict[str, str] | None = None, timeout: float = START_TIMEOUT):
+    """Run `strata serve ARGS` to completion: (exit code, stdout, stderr)."""
+    done = subprocess.run(serve_command(*args), cwd=ROOT, env=_env(env), capture_output=True,
+                          text=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: str | os.PathLike, *extra_args: str, env: dict[str, str] | None = None,
+                 host: str = "127.0.0.1", port: int = 0):
+        self.data_dir = str(data_dir)
+        self.extra_args = list(extra_args)
+        self.env = env
+        self.host = host
+        self.port = port
+        self.requested_port = port
+        self.proc: subprocess.Popen | None = None
+        self._stderr_path: str | None = None
+        self.returncode: int | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    def start(self, timeout: float = START_TIMEOUT) -> "BrokerProcess":
+        args = ["--data-dir", self.data_dir, "--host", self.host, "--port", str(self.requested_port),
+                *self.extra_args]
+        if self._stderr_path is None:
+            fd, self._stderr_path = tempfile.mkstemp(prefix="strata-broker-", suffix=".log")
+            os.close(fd)
+        self.returncode = None
+        with open(self._stderr_path, "ab") as stderr:  # every run of this broker, appended
+            self.proc = subprocess.Popen(serve_command(*args), cwd=ROOT, env=_env(self.env),
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=stderr)
+        line = self._read_ready_line(timeout)
+        address = line[len(READY_PREFIX):].strip()
+        host, _, port = address.rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
+        return self
+
+    def _read_ready_line(self, timeout: float) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        buf = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            while b"\n" not in buf:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.kill()
+                    raise BrokerStartFailed("broker did not print its listening line in time",
+                                            self.returncode, self.stderr_text())
+                if sel.select(min(left, 0.5)):
+                    chunk = os.read(self.proc.stdout.fileno(), 4096)
+                    if not chunk:  # stdout closed: the broker exited
+                        self.returncode = self.proc.wait(timeout=STOP_TIMEOUT)
+                        raise BrokerStartFailed("broker exited before listening", self.returncode,
+                                                self.stderr_text())
+                    buf += chunk
+        line = buf.split(b"\n", 1)[0].decode()
+        if not line.startswith(READY_PREFIX):
+            self.kill()
+            raise BrokerStartFailed(f"unexpected first line {line!r}", self.returncode, self.stderr_text())
+        return line
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT) -> int:
+        """Send `sig`, wait for the exit, return the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            self.returncode = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.returncode = self.proc.wait()
+            raise
+        finally:
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+        return self.returncode
+
+    def kill(self) -> int:
+        return self.stop(signal.SIGKILL)
+
+    def restart(self, **kwargs) -> "BrokerProcess":
+        """Start again on the same data directory (after stop or kill); new port."""
+        if self.running:
+            self.stop()
+        self.requested_port = 0 if self.requested_port == 0 else self.port
+        return self.start(**kwargs)
+
+    def stderr_text(self) -> str:
+        """Everything every run of this broker wrote to stderr."""
+        if self._stderr_path is None:
+            return ""
+        with open(self._stderr_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def log_events(self) -> list[dict]:
+        events = []
+        for line in self.stderr_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+        return events
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill()
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if self._stderr_path is not None:
+            try:
+                os.unlink(self._stderr_path)
+            except OSError:
+                pass
+            self._stderr_path = None
+
+    def __enter__(self) -> "BrokerProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
