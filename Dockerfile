@@ -29,8 +29,11 @@ RUN python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml
     && /opt/strata/bin/pip install --no-cache-dir --require-virtualenv -r requirements.txt
 
 COPY . .
-# --no-deps: exactly the pinned set above, nothing resolved again.
+# --no-deps: exactly the pinned set above, nothing resolved again. pip and setuptools are build
+# tools: out of the runtime venv (about 25 MB). `strata --help` imports every subcommand, so a
+# package missing from the wheel fails here rather than in a user's container.
 RUN /opt/strata/bin/pip install --no-cache-dir --require-virtualenv --no-deps . \
+    && /opt/strata/bin/python -m pip uninstall --yes --quiet pip setuptools \
     && /opt/strata/bin/strata --help > /dev/null
 
 # ---- runtime ---------------------------------------------------------------------------------
@@ -41,6 +44,7 @@ FROM python:3.11-slim-bookworm
 # Pinned to bookworm's 0.19.0-1 (the glob takes the per-architecture rebuild suffix, +bN).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends 'tini=0.19.0-1*' \
+    && apt-get clean \
     && rm -rf /var/lib/apt/lists/*
 
 # An unprivileged user with a fixed uid/gid, so the owner of a bind-mounted data dir is predictable.

@@ -58,8 +58,8 @@ class AsyncAdmin:
 
     async def create_topic(self, name: str, partitions: int = 1,
                            configs: Mapping[str, str] | None = None) -> None:
-        await self._session.call(CreateTopicRequest(name, partitions, tuple((configs or {}).items())),
-                                 f"create topic {name!r}")
+        request = CreateTopicRequest(name, partitions, tuple((configs or {}).items()))
+        await self._session.call(request, f"create topic {name!r}")
 
     async def delete_topic(self, name: str) -> None:
         await self._session.call(DeleteTopicRequest(name), f"delete topic {name!r}")

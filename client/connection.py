@@ -125,6 +125,9 @@ class _BrokerProtocol(asyncio.Protocol):
             _, future = self.pending.popleft()
             if not future.done():
                 future.set_exception(error)
+                # A caller that gave up waiting (cancelled, timed out) left this future
+                # behind; mark the error seen so asyncio does not log it as lost.
+                future.exception()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 

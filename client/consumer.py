@@ -38,8 +38,8 @@ import time
 from collections import deque
 from typing import Iterable, Iterator, Mapping
 
-from protocol import (CommitOffsetRequest, ErrorCode, FetchItem, FetchOffsetRequest,
-                      FetchRequest, MultiFetchRequest, OffsetsRequest)
+from protocol import (CommitOffsetRequest, ErrorCode, FetchItem, FetchRequest, MultiFetchRequest,
+                      OffsetsRequest)
 
 from .admin import AsyncAdmin
 from .errors import NoOffsetForPartition, OffsetOutOfRange, StrataClientError, raise_for
@@ -82,7 +82,8 @@ class AsyncConsumer:
             raise ValueError("auto-commit needs a group")
         self.group = group
         self.auto_offset_reset = auto_offset_reset
-        self.enable_auto_commit = group is not None if enable_auto_commit is None else enable_auto_commit
+        self.enable_auto_commit = (group is not None if enable_auto_commit is None
+                                   else enable_auto_commit)
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self.max_bytes = max_bytes
         self.max_bytes_cap = max_bytes_cap

@@ -42,7 +42,7 @@ import concurrent.futures
 import threading
 import time
 from collections import deque
-from typing import Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple, Union
 
 from protocol import ErrorCode, ProduceRequest
 from storage.codecs import Codec
@@ -105,16 +105,23 @@ def check_partition(topic: str, partition: int, partition_count: int) -> None:
                                 f"(it has {partition_count})", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
 
+# Where a record's outcome goes: an asyncio future (async API) or a
+# concurrent.futures.Future (blocking API, resolved from the loop thread directly:
+# no per-record callback hop, which was most of a send's cost).
+Sink = Union[asyncio.Future, concurrent.futures.Future]
+
+
 class _Batch:
-    """Records on their way to one partition, with the futures to resolve."""
+    """Records on their way to one partition, with where their outcomes go."""
 
-    __slots__ = ("records", "futures", "size", "timer")
+    __slots__ = ("records", "sinks", "size", "timer", "finished")
 
-    def __init__(self) -> None:
+    def __init__(self, finished: asyncio.Future) -> None:
         self.records: list[tuple] = []  # (key, value, timestamp, headers)
-        self.futures: list[asyncio.Future] = []
+        self.sinks: list[Sink] = []
         self.size = BATCH_HEADER_BYTES
         self.timer: asyncio.TimerHandle | None = None
+        self.finished = finished  # resolved when every sink is: what flush() waits for
 
 
 class _PartitionQueue:
@@ -152,9 +159,12 @@ class AsyncProducer:
         self._partition_counts: dict[str, int] = {}
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
         self._sticky = StickyPartitioner()
-        self._unfinished: set[asyncio.Future] = set()
+        self._unfinished: set[asyncio.Future] = set()  # each batch's `finished`
         self._senders: set[asyncio.Task] = set()
         self._closed = False
+        # Called with a batch's estimated record bytes once it is answered (or failed):
+        # the blocking Producer's back-pressure accounting.
+        self.on_batch_done: Callable[[int], None] | None = None
 
     async def __aenter__(self) -> "AsyncProducer":
         return self
@@ -170,16 +180,18 @@ class AsyncProducer:
                    ) -> asyncio.Future:
         """Queue one record; the returned future resolves to its RecordMetadata."""
         record = prepare_record(topic, value, key, partition, timestamp_ms, headers)
-        self._check_open()
+        self.check_open()
         return self.enqueue(record, await self.partition_count(topic))
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._closed:
             raise StrataClientError("producer is closed")
 
-    def enqueue(self, record: "PreparedRecord", partition_count: int) -> asyncio.Future:
-        """Place a prepared record in its partition's batch (on the loop, no awaiting)."""
-        self._check_open()
+    def enqueue(self, record: "PreparedRecord", partition_count: int,
+                sink: Sink | None = None) -> Sink:
+        """Place a prepared record in its partition's batch (on the loop, no awaiting);
+        its outcome goes to `sink` (default: a new asyncio future), which is returned."""
+        self.check_open()
         partition = record.partition
         if partition is None:
             partition = (partition_for_key(record.key, partition_count) if record.key is not None
@@ -188,7 +200,7 @@ class AsyncProducer:
             check_partition(record.topic, partition, partition_count)
         return self._append(record.topic, partition,
                             (record.key, record.value, record.timestamp, record.headers),
-                            record.size)
+                            record.size, sink)
 
     async def send_and_wait(self, topic: str, value, key=None, **kwargs) -> RecordMetadata:
         return await (await self.send(topic, value, key, **kwargs))
@@ -203,7 +215,8 @@ class AsyncProducer:
         """The partition count already known, without asking (any thread may read it)."""
         return self._partition_counts.get(topic)
 
-    def _append(self, topic: str, partition: int, record: tuple, size: int) -> asyncio.Future:
+    def _append(self, topic: str, partition: int, record: tuple, size: int,
+                sink: Sink | None) -> Sink:
         loop = asyncio.get_running_loop()
         queue = self._queues.get((topic, partition))
         if queue is None:
@@ -213,20 +226,17 @@ class AsyncProducer:
             self._close_batch(queue)
             batch = None
         if batch is None:
-            batch = queue.open = _Batch()
+            batch = queue.open = _Batch(loop.create_future())
+            self._unfinished.add(batch.finished)
             batch.timer = loop.call_later(self.linger_ms / 1000, self._linger_expired, queue, batch)
-        future = loop.create_future()
-        # Errors reach the caller through the future; this keeps asyncio from also
-        # logging "exception never retrieved" for records nobody awaited.
-        future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._unfinished.add(future)
-        future.add_done_callback(self._unfinished.discard)
+        if sink is None:
+            sink = loop.create_future()
         batch.records.append(record)
-        batch.futures.append(future)
+        batch.sinks.append(sink)
         batch.size += size
         if batch.size >= self.max_batch_bytes:
             self._close_batch(queue)
-        return future
+        return sink
 
     def _linger_expired(self, queue: _PartitionQueue, batch: _Batch) -> None:
         if queue.open is batch:
@@ -256,6 +266,15 @@ class AsyncProducer:
             queue.sending = False
 
     async def _send_batch(self, queue: _PartitionQueue, batch: _Batch) -> None:
+        try:
+            await self._deliver(queue, batch)
+        finally:
+            self._unfinished.discard(batch.finished)
+            batch.finished.set_result(None)
+            if self.on_batch_done is not None:
+                self.on_batch_done(batch.size - BATCH_HEADER_BYTES)
+
+    async def _deliver(self, queue: _PartitionQueue, batch: _Batch) -> None:
         where = f"produce to {queue.topic}-{queue.partition}"
         try:
             message_set = build_batch(batch.records, codec=self.codec)
@@ -273,24 +292,33 @@ class AsyncProducer:
         except Exception as e:  # a record build_batch refused: report, never lose the task
             self._fail(batch, StrataClientError(f"{where}: {type(e).__name__}: {e}"))
             return
-        for i, (future, record) in enumerate(zip(batch.futures, batch.records)):
-            timestamp = response.log_append_time if response.log_append_time != -1 else record[2]
-            if not future.done():
-                future.set_result(RecordMetadata(queue.topic, queue.partition,
-                                                 response.base_offset + i, timestamp))
+        topic, partition, base = queue.topic, queue.partition, response.base_offset
+        append_time = response.log_append_time
+        for i, (sink, record) in enumerate(zip(batch.sinks, batch.records)):
+            if not sink.done():
+                sink.set_result(RecordMetadata(topic, partition, base + i,
+                                               record[2] if append_time == -1 else append_time))
 
     @staticmethod
     def _fail(batch: _Batch, error: StrataClientError) -> None:
-        for future in batch.futures:
-            if not future.done():
-                future.set_exception(error)
+        for sink in batch.sinks:
+            if not sink.done():
+                sink.set_exception(error)
+                if isinstance(sink, asyncio.Future):
+                    # The caller learns of the error through the future; reading it here
+                    # keeps asyncio from also logging "exception was never retrieved".
+                    sink.exception()
 
     # ---- flushing and closing --------------------------------------------------------
 
-    async def flush(self) -> None:
-        """Close every open batch and wait for every record sent so far."""
+    def close_open_batches(self) -> None:
+        """Send every open batch now, without waiting for its linger."""
         for queue in list(self._queues.values()):
             self._close_batch(queue)
+
+    async def flush(self) -> None:
+        """Close every open batch and wait until every record sent so far is answered."""
+        self.close_open_batches()
         if self._unfinished:
             await asyncio.wait(list(self._unfinished))
 
@@ -310,9 +338,12 @@ class Producer:
     """The blocking face of AsyncProducer (runs it on the shared client loop thread).
 
     `send` hands the record to the loop thread without waiting for it (only
-    the first send to a topic waits, for its partition count), so a
-    single-threaded caller sends at the speed of its own loop. Callbacks run
-    in order, so one thread's sends keep their order. Back-pressure: when
+    the first send to a topic waits, for its partition count): records go
+    into a hand-off queue, and the loop is woken only when that queue was
+    empty, since one wake-up per record (a self-pipe write and a GIL hand-over
+    each) cost more than the rest of a send. The queue is FIFO and `flush`
+    and `close` drain it first, so one thread's sends keep their order and
+    nothing queued is missed. Back-pressure: when
     records of more than `max_buffer_bytes` are waiting for their answer,
     `send` blocks until some are answered (Kafka's buffer.memory, 32 MiB).
     """
@@ -323,6 +354,10 @@ class Producer:
         self.max_buffer_bytes = max_buffer_bytes
         self._buffered = 0
         self._buffer_freed = threading.Condition()
+        self._handoff: deque[tuple] = deque()  # (record, partition count, result future)
+        self._handoff_lock = threading.Lock()
+        self._wakeup_scheduled = False
+        self._producer.on_batch_done = self._release
 
     def __enter__(self) -> "Producer":
         return self
@@ -334,7 +369,7 @@ class Producer:
              timestamp_ms: int | None = None, headers=None) -> concurrent.futures.Future:
         """Queue one record; the future gives its RecordMetadata (or the error)."""
         record = prepare_record(topic, value, key, partition, timestamp_ms, headers)
-        self._producer._check_open()
+        self._producer.check_open()
         count = self._producer.cached_partition_count(topic)
         if count is None:
             count = self.partition_count(topic)
@@ -343,17 +378,27 @@ class Producer:
         self._reserve(record.size)
         result: concurrent.futures.Future = concurrent.futures.Future()
         result.set_running_or_notify_cancel()
-        self._loop.call_soon(self._enqueue, record, count, result)
+        with self._handoff_lock:
+            self._handoff.append((record, count, result))
+            wake, self._wakeup_scheduled = not self._wakeup_scheduled, True
+        if wake:
+            self._loop.call_soon(self._drain_handoff)
         return result
+
+    def _drain_handoff(self) -> None:
+        """On the loop thread: queue everything handed off so far, in order."""
+        with self._handoff_lock:
+            items = list(self._handoff)
+            self._handoff.clear()
+            self._wakeup_scheduled = False
+        for item in items:
+            self._enqueue(*item)
 
     def _enqueue(self, record: PreparedRecord, count: int,
                  result: concurrent.futures.Future) -> None:
-        """On the loop thread: queue the record and forward its outcome."""
-        def done(delivered: asyncio.Future) -> None:
-            self._release(record.size)
-            _copy_outcome(delivered, result)
+        """On the loop thread: queue the record; its batch resolves `result`."""
         try:
-            self._producer.enqueue(record, count).add_done_callback(done)
+            self._producer.enqueue(record, count, result)
         except Exception as e:  # closed meanwhile, or a partition check
             self._release(record.size)
             result.set_exception(e)
@@ -361,9 +406,17 @@ class Producer:
     def _reserve(self, size: int) -> None:
         with self._buffer_freed:
             # One record larger than the whole buffer still goes when the buffer is empty.
+            if self._buffered and self._buffered + size > self.max_buffer_bytes:
+                # The buffer may be full of lingering batches: send them now (as Kafka's
+                # accumulator does when its memory is exhausted), or we would wait forever.
+                self._loop.call_soon(self._send_everything_now)
             while self._buffered and self._buffered + size > self.max_buffer_bytes:
                 self._buffer_freed.wait()
             self._buffered += size
+
+    def _send_everything_now(self) -> None:
+        self._drain_handoff()
+        self._producer.close_open_batches()
 
     def _release(self, size: int) -> None:
         with self._buffer_freed:
@@ -378,16 +431,12 @@ class Producer:
         return self._loop.run(self._producer.partition_count(topic))
 
     def flush(self, timeout: float | None = None) -> None:
-        self._loop.run(self._producer.flush(), timeout)
+        self._loop.run(self._after_handoff(self._producer.flush), timeout)
 
     def close(self) -> None:
-        self._loop.run(self._producer.close())
+        self._loop.run(self._after_handoff(self._producer.close))
 
+    async def _after_handoff(self, step) -> None:
+        self._drain_handoff()
+        await step()
 
-def _copy_outcome(source: asyncio.Future, target: concurrent.futures.Future) -> None:
-    if source.cancelled():
-        target.set_exception(StrataClientError("send was cancelled"))
-    elif source.exception() is not None:
-        target.set_exception(source.exception())
-    else:
-        target.set_result(source.result())

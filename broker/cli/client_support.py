@@ -39,7 +39,8 @@ def client_errors() -> Iterator[None]:
         raise CliError(" ".join(str(e).split())) from None
 
 
-def parse_config_args(pairs: list[str] | None, *, allow_empty: bool = False) -> dict[str, str | None]:
+def parse_config_args(pairs: list[str] | None, *,
+                      allow_empty: bool = False) -> dict[str, str | None]:
     """{key: value} from `k=v` strings; with allow_empty, `k=` maps k to None (the default)."""
     configs: dict[str, str | None] = {}
     for pair in pairs or ():

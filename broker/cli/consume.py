@@ -75,7 +75,8 @@ def _consume(consumer: Consumer, args: argparse.Namespace) -> None:
     if args.partition is not None:
         count = len(consumer.partitions_for(args.topic))
         if not 0 <= args.partition < count:
-            raise CliError(f"topic {args.topic!r} has no partition {args.partition} (it has {count})")
+            raise CliError(f"topic {args.topic!r} has no partition {args.partition} "
+                           f"(it has {count})")
         consumer.assign(args.topic, [args.partition])
     else:
         consumer.subscribe(args.topic)

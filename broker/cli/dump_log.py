@@ -22,7 +22,9 @@ NoTimestampType for magic 0; compresscodec is NONE, GZIP, SNAPPY, LZ4, ZSTD):
   entry give Kafka's line `Found N invalid bytes at the end of NAME`.
 
 .index, one line per entry: `offset: N position: P` (stopping, as Kafka does,
-at the zero entries of a preallocated index).
+at the zero entries of a preallocated index; a zero first entry counts as
+empty too when the log shows no entry ending at the base offset there, so the
+live index of an active segment with no entries dumps as empty).
 .timeindex, one line per entry: `timestamp: T offset: N`.
 
 Checks (each problem is one `FILE: ...` line on stderr; the exit code is 1 when
@@ -300,8 +302,11 @@ def dump_offset_index(path: str, problems: list[str]) -> None:
     previous = None
     lines = []
     for i, (relative, position) in enumerate(_entries(path, OffsetIndex.ENTRY, problems)):
-        if i > 0 and relative == 0:
-            break  # the zero-filled, preallocated rest of an active segment's index
+        if relative == 0 and (i > 0 or (position == 0 and log is not None and (
+                0 not in by_position or by_position[0].last_offset != base))):
+            # The zero-filled, preallocated rest of an active segment's index. The
+            # first slot is one too unless the log says an entry really ends there.
+            break
         offset = base + relative
         lines.append(f"offset: {offset} position: {position}\n")
         if previous is not None and offset <= previous[0]:
@@ -334,7 +339,8 @@ def dump_time_index(path: str, problems: list[str]) -> None:
     previous = None
     lines = []
     for i, (timestamp, relative) in enumerate(_entries(path, TimeIndex.ENTRY, problems)):
-        if i > 0 and relative == 0:
+        if relative == 0 and (i > 0 or (timestamp == 0 and log is not None and (
+                base not in by_last_offset or by_last_offset[base].max_timestamp != 0))):
             break  # preallocated zeros, as in the offset index
         offset = base + relative
         lines.append(f"timestamp: {timestamp} offset: {offset}\n")

@@ -10,10 +10,11 @@ Contract (stdout; errors are one `strata: ...` line on stderr, exit 1):
         --exclude-internal)
     strata topics describe NAME --bootstrap-server H:P
         Topic: NAME<TAB>PartitionCount: N
-        <TAB>Partition: 0<TAB>LogStartOffset: S<TAB>LogEndOffset: E     (one per partition)
+        <TAB>Partition: 0<TAB>LogStartOffset: S<TAB>LogEndOffset: E    (one line per partition)
         Configs:
-        <TAB>key=value                                                 (every effective setting, sorted)
-    strata topics alter NAME [--config K=V ...] [--config K= ...] [--delete-config K ...] --bootstrap-server H:P
+        <TAB>key=value                                (every effective setting, sorted by key)
+    strata topics alter NAME [--config K=V ...] [--config K= ...] [--delete-config K ...]
+                        --bootstrap-server H:P
         Completed updating config for topic NAME.
         (`K=` with an empty value and `--delete-config K` both put K back to its default)
     strata topics delete NAME --bootstrap-server H:P
@@ -52,7 +53,8 @@ def add_parser(subparsers) -> None:
     add_bootstrap_arg(list_)
     list_.set_defaults(func=_list)
 
-    describe = actions.add_parser("describe", help="partitions, offsets and every setting of a topic")
+    describe = actions.add_parser("describe",
+                                  help="partitions, offsets and every setting of a topic")
     describe.add_argument("name", metavar="NAME")
     add_bootstrap_arg(describe)
     describe.set_defaults(func=_describe)

@@ -1,1 +1,1 @@
-from tests.client.conftest import broker  # noqa: F401  (the same session-wide broker process)
+from tests.client.live_broker import live_broker  # noqa: F401  (session-wide broker process)

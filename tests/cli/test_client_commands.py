@@ -1,6 +1,6 @@
 """`strata topics`, `produce` and `consume` through the real command line."""
 
-import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from client import Admin, partition_for_key
-from tests.client.local_broker import REPO, unique
+from client import Admin, Producer, partition_for_key
+from tests.client.live_broker import REPO, unique
 
 
 def strata(*args, input=None, timeout=60):
@@ -31,8 +31,8 @@ def one_error_line(result):
     return err
 
 
-def test_topics_create_list_describe_alter_delete(broker):
-    server = ("--bootstrap-server", broker.address)
+def test_topics_create_list_describe_alter_delete(live_broker):
+    server = ("--bootstrap-server", live_broker.address)
     name = unique("cli-topic")
     assert ok(strata("topics", "create", name, "--partitions", 3, "--config", "retention.ms=60000",
                      "--config", "cleanup.policy=compact", *server)) == f"Created topic {name}.\n"
@@ -59,8 +59,8 @@ def test_topics_create_list_describe_alter_delete(broker):
     assert name not in ok(strata("topics", "list", *server)).splitlines()
 
 
-def test_topics_errors_are_one_line(broker):
-    server = ("--bootstrap-server", broker.address)
+def test_topics_errors_are_one_line(live_broker):
+    server = ("--bootstrap-server", live_broker.address)
     name = unique("dup")
     ok(strata("topics", "create", name, *server))
     assert "TOPIC_ALREADY_EXISTS" in one_error_line(strata("topics", "create", name, *server))
@@ -72,8 +72,8 @@ def test_topics_errors_are_one_line(broker):
                                                 "novalue", *server))
 
 
-def test_produce_then_consume_from_beginning(broker):
-    server = ("--bootstrap-server", broker.address)
+def test_produce_then_consume_from_beginning(live_broker):
+    server = ("--bootstrap-server", live_broker.address)
     name = unique("cli-pc")
     ok(strata("topics", "create", name, "--partitions", 1, *server))
     lines = [f"message {i}" for i in range(200)] + ["", "tab\there"]
@@ -87,8 +87,8 @@ def test_produce_then_consume_from_beginning(broker):
     assert len(out.split("\n")) - 1 == len(lines)
 
 
-def test_print_key_with_key_separator(broker):
-    server = ("--bootstrap-server", broker.address)
+def test_print_key_with_key_separator(live_broker):
+    server = ("--bootstrap-server", live_broker.address)
     name = unique("cli-keys")
     ok(strata("topics", "create", name, "--partitions", 4, *server))
     stdin = "".join(f"user{i}:clicked {i}\n" for i in range(40)) + "k:v:with:colons\r\n"
@@ -98,7 +98,7 @@ def test_print_key_with_key_separator(broker):
     got = sorted(line.split("\t") for line in out.splitlines())
     assert got == sorted([[f"user{i}", f"clicked {i}"] for i in range(40)] + [["k", "v:with:colons"]])
     # The keys went where murmur2 puts them.
-    with Admin(broker.address) as admin:
+    with Admin(live_broker.address) as admin:
         ends = [p.log_end_offset for p in admin.describe_topic(name).partitions]
     expected = [0] * 4
     for key in [f"user{i}".encode() for i in range(40)] + [b"k"]:
@@ -112,8 +112,8 @@ def test_print_key_with_key_separator(broker):
     assert len(out.splitlines()) == expected[2] + 1
 
 
-def test_missing_key_separator_stops_with_one_line(broker):
-    server = ("--bootstrap-server", broker.address)
+def test_missing_key_separator_stops_with_one_line(live_broker):
+    server = ("--bootstrap-server", live_broker.address)
     name = unique("cli-sep")
     ok(strata("topics", "create", name, *server))
     result = strata("produce", name, *server, "--key-separator", "=",
@@ -123,8 +123,8 @@ def test_missing_key_separator_stops_with_one_line(broker):
     assert out == "1\n2\n"  # the lines before it were delivered
 
 
-def test_group_resumes_where_it_stopped(broker):
-    server = ("--bootstrap-server", broker.address)
+def test_group_resumes_where_it_stopped(live_broker):
+    server = ("--bootstrap-server", live_broker.address)
     name = unique("cli-group")
     group = unique("cli-g")
     ok(strata("topics", "create", name, "--partitions", 2, *server))
@@ -137,29 +137,44 @@ def test_group_resumes_where_it_stopped(broker):
     assert sorted(first + rest) == sorted(f"m{i}" for i in range(10))
 
 
-def test_consume_without_from_beginning_starts_at_the_end(broker):
-    server = ("--bootstrap-server", broker.address)
+def test_consume_without_from_beginning_starts_at_the_end(live_broker):
+    server = ("--bootstrap-server", live_broker.address)
     name = unique("cli-end")
     ok(strata("topics", "create", name, *server))
     ok(strata("produce", name, *server, input=b"before\n"))
     assert ok(strata("consume", name, *server, "--timeout-ms", 400)) == ""
 
 
-def test_ctrl_c_exits_zero_quietly(broker):
-    server = ("--bootstrap-server", broker.address)
-    name = unique("cli-int")
+def test_ctrl_c_exits_zero_quietly_and_commits(live_broker):
+    server = ("--bootstrap-server", live_broker.address)
+    name, group = unique("cli-int"), unique("cli-int-group")
     ok(strata("topics", "create", name, *server))
-    process = subprocess.Popen([sys.executable, "-m", "broker", "consume", name, *server],
+    process = subprocess.Popen([sys.executable, "-m", "broker", "consume", name, *server,
+                                "--group", group],
                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        time.sleep(1.5)  # let it start polling; an early signal is fine too
+        # Interrupt only once it is surely consuming: it starts at the log end, so a
+        # message it prints was produced after it started polling. Message i has offset i.
+        with Producer(live_broker.address) as producer, selectors.DefaultSelector() as sel:
+            sel.register(process.stdout, selectors.EVENT_READ)
+            deadline = time.monotonic() + 60
+            sent = 0
+            while not sel.select(0.2):
+                assert time.monotonic() < deadline and process.poll() is None
+                assert producer.send_and_wait(name, b"ping-%d" % sent).offset == sent
+                sent += 1
+        first = process.stdout.readline()
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=20)
+        rest, err = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, err.decode()
-    assert err == b"" and out == b""
+    assert err == b""
+    printed = (first + rest).decode().split()
+    assert printed and printed == [f"ping-{i}" for i in range(sent - len(printed), sent)]
+    with Admin(live_broker.address) as admin:  # what it printed was committed on the way out
+        assert admin.committed(group, name, 0)[0] == sent
 
 
 @pytest.mark.parametrize("command", [
@@ -178,11 +193,11 @@ def test_unreachable_broker_is_one_line(command):
     ["produce"], ["consume", "--timeout-ms", "100"], ["consume", "--partition", "0"],
     ["topics", "describe"], ["topics", "delete"],
 ])
-def test_unknown_topic_is_one_line(broker, command):
+def test_unknown_topic_is_one_line(live_broker, command):
     name = unique("missing")
     args = [command[0], *command[1:2 if command[0] == "topics" else 1], name,
             *command[2 if command[0] == "topics" else 1:]]
-    result = strata(*args, "--bootstrap-server", broker.address, input=b"x\n")
+    result = strata(*args, "--bootstrap-server", live_broker.address, input=b"x\n")
     assert "UNKNOWN_TOPIC_OR_PARTITION" in one_error_line(result)
 
 

@@ -198,3 +198,17 @@ def test_through_the_command_line(segment_dir):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().count("\n") == 0
+
+
+def test_live_preallocated_indexes_of_a_young_segment_dump_as_empty(tmp_path, capsys):
+    """An open segment's indexes are preallocated zeros: no entries, no problems."""
+    log = Log.open(str(tmp_path / "t-0"), "t", 0, LogConfig.from_props({}))
+    try:
+        log.append(build_batch([(b"k", b"v", T0), (b"k", b"w", T0)]))
+        index, time_index = (tmp_path / "t-0" / f"{BASE}{s}" for s in (".index", ".timeindex"))
+        assert index.stat().st_size > 1000  # still preallocated
+        code, out, err = dump(capsys, index, time_index)
+        assert (code, err) == (0, "")
+        assert out == f"Dumping {index}\nDumping {time_index}\n"
+    finally:
+        log.close()

@@ -24,6 +24,7 @@ class FakeBroker:
         self.produced: list[tuple[str, int, list]] = []  # (topic, partition, records) per request
         self.next_offset: dict[tuple[str, int], int] = {}
         self.drop_produce_requests = 0  # close the connection instead of answering, this many times
+        self.hang = False  # a hung broker: read requests, never answer (until cleared)
         self.connections = 0
         self._server: asyncio.base_events.Server | None = None
         self._handlers: set[asyncio.Task] = set()
@@ -49,6 +50,8 @@ class FakeBroker:
             while data := await reader.read(65536):
                 decoder.feed(data)
                 for frame in decoder.frames():
+                    if self.hang:
+                        continue
                     answer = self._answer(parse_request(frame))
                     if answer is None:
                         writer.close()

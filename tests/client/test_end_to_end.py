@@ -1,6 +1,7 @@
 """The client library against the real broker process."""
 
 import asyncio
+import socket
 import threading
 import time
 
@@ -11,12 +12,14 @@ from client import (Admin, AsyncAdmin, AsyncConnection, AsyncConsumer, AsyncProd
                     OffsetOutOfRange, Producer, StrataClientError, partition_for_key)
 from protocol import ErrorCode, FetchOffsetRequest, MetadataRequest, OffsetsRequest
 
-from .local_broker import unique
+from tests.broker_process import BrokerProcess
+
+from .live_broker import unique
 
 
 @pytest.fixture
-def admin(broker):
-    with Admin(broker.address) as admin:
+def admin(live_broker):
+    with Admin(live_broker.address) as admin:
         yield admin
 
 
@@ -28,7 +31,7 @@ def topic(admin):
     return name
 
 
-def test_admin_round_trip(broker, admin):
+def test_admin_round_trip(live_broker, admin):
     name = unique("admin")
     admin.create_topic(name, 2, {"cleanup.policy": "compact", "segment.bytes": "200000"})
     assert name in admin.list_topics()
@@ -64,10 +67,10 @@ def test_admin_round_trip(broker, admin):
     assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def test_offsets(broker, admin):
+def test_offsets(live_broker, admin):
     name = unique("offsets")
     admin.create_topic(name, 1)
-    with Producer(broker.address, linger_ms=0) as producer:
+    with Producer(live_broker.address, linger_ms=0) as producer:
         for i in range(10):
             producer.send_and_wait(name, b"v%d" % i, timestamp_ms=1_000_000 + i * 10)
     assert admin.offsets(name, 0, -1) == [10]
@@ -79,31 +82,31 @@ def test_offsets(broker, admin):
     assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def test_delete_records(broker, admin):
+def test_delete_records(live_broker, admin):
     name = unique("delete-records")
     admin.create_topic(name, 1)
-    with Producer(broker.address) as producer:
+    with Producer(live_broker.address) as producer:
         for i in range(10):
             producer.send_and_wait(name, b"v%d" % i)
     assert admin.delete_records(name, 0, 4) == 4
     assert admin.offsets(name, 0, -2) == [4]
     assert admin.describe_topic(name).partitions[0].log_start_offset == 4
-    with Consumer(broker.address, auto_offset_reset="earliest") as consumer:
+    with Consumer(live_broker.address, auto_offset_reset="earliest") as consumer:
         consumer.assign(name, [0])
         consumer.seek(name, 0, 2)  # below the log start now: reset to it
         got = consumer.poll(2000)
         assert [r.offset for r in got] == [4, 5, 6, 7, 8, 9]
 
 
-def test_many_messages_over_partitions_land_where_murmur2_says(broker, topic):
+def test_many_messages_over_partitions_land_where_murmur2_says(live_broker, topic):
     keys = [b"key-%d" % (i % 97) for i in range(3000)]
-    with Producer(broker.address, linger_ms=20) as producer:
+    with Producer(live_broker.address, linger_ms=20) as producer:
         futures = [producer.send(topic, b"value-%d" % i, key) for i, key in enumerate(keys)]
         producer.flush()
         results = [f.result(10) for f in futures]
     for key, result in zip(keys, results):
         assert result.partition == partition_for_key(key, 3)
-    with Consumer(broker.address, auto_offset_reset="earliest") as consumer:
+    with Consumer(live_broker.address, auto_offset_reset="earliest") as consumer:
         consumer.subscribe(topic)
         got = []
         while len(got) < len(keys):
@@ -123,15 +126,15 @@ def test_many_messages_over_partitions_land_where_murmur2_says(broker, topic):
     assert reported == {(r.partition, r.offset) for r in got}
 
 
-def test_record_larger_than_max_bytes_arrives_after_doubling(broker, admin):
+def test_record_larger_than_max_bytes_arrives_after_doubling(live_broker, admin):
     name = unique("large")
     admin.create_topic(name, 1)
     big = bytes(range(256)) * 400  # 100 KiB
-    with Producer(broker.address) as producer:
+    with Producer(live_broker.address) as producer:
         producer.send_and_wait(name, b"small")
         producer.send_and_wait(name, big, b"big-key", headers=[("kind", b"big")])
         producer.send_and_wait(name, b"after")
-    with Consumer(broker.address, auto_offset_reset="earliest", max_bytes=1024) as consumer:
+    with Consumer(live_broker.address, auto_offset_reset="earliest", max_bytes=1024) as consumer:
         consumer.assign(name, [0])
         got = []
         deadline = time.monotonic() + 20
@@ -140,7 +143,7 @@ def test_record_larger_than_max_bytes_arrives_after_doubling(broker, admin):
     assert [r.value for r in got] == [b"small", big, b"after"]
     assert got[1].headers == (("kind", b"big"),) and got[1].key == b"big-key"
     # A cap below the entry's size is a clear error rather than a stall.
-    with Consumer(broker.address, auto_offset_reset="earliest", max_bytes=1024,
+    with Consumer(live_broker.address, auto_offset_reset="earliest", max_bytes=1024,
                   max_bytes_cap=4096) as consumer:
         consumer.assign(name, [0])
         consumer.seek(name, 0, 1)
@@ -150,13 +153,13 @@ def test_record_larger_than_max_bytes_arrives_after_doubling(broker, admin):
         assert e.value.name == "MESSAGE_TOO_LARGE"
 
 
-def test_group_commit_and_resume_after_restart(broker, topic):
+def test_group_commit_and_resume_after_restart(live_broker, topic):
     group = unique("group")
-    with Producer(broker.address) as producer:
+    with Producer(live_broker.address) as producer:
         for i in range(30):
             producer.send(topic, b"m%d" % i, b"k%d" % i)
         producer.flush()
-    first = Consumer(broker.address, group=group, auto_offset_reset="earliest",
+    first = Consumer(live_broker.address, group=group, auto_offset_reset="earliest",
                      enable_auto_commit=False)
     first.subscribe(topic)
     seen = []
@@ -169,7 +172,7 @@ def test_group_commit_and_resume_after_restart(broker, topic):
         assert first.committed(topic, p) == positions[p]
     first.close()
 
-    with Consumer(broker.address, group=group, auto_offset_reset="earliest") as second:
+    with Consumer(live_broker.address, group=group, auto_offset_reset="earliest") as second:
         second.subscribe(topic)
         rest = []
         while len(rest) < 18:
@@ -180,17 +183,17 @@ def test_group_commit_and_resume_after_restart(broker, topic):
     assert sorted(r.value for r in seen + rest) == sorted(b"m%d" % i for i in range(30))
     assert not {(r.partition, r.offset) for r in seen} & {(r.partition, r.offset) for r in rest}
     # Auto-commit on close: a third consumer of the group has nothing left.
-    with Consumer(broker.address, group=group, auto_offset_reset="earliest") as third:
+    with Consumer(live_broker.address, group=group, auto_offset_reset="earliest") as third:
         third.subscribe(topic)
         assert third.poll(300) == []
 
 
-def test_latest_is_the_default_start_without_a_commit(broker, admin):
+def test_latest_is_the_default_start_without_a_commit(live_broker, admin):
     name = unique("latest")
     admin.create_topic(name, 1)
-    with Producer(broker.address) as producer:
+    with Producer(live_broker.address) as producer:
         producer.send_and_wait(name, b"old")
-        with Consumer(broker.address) as consumer:
+        with Consumer(live_broker.address) as consumer:
             consumer.assign(name, [0])
             assert consumer.position(name, 0) == 1
             producer.send_and_wait(name, b"new")
@@ -198,45 +201,45 @@ def test_latest_is_the_default_start_without_a_commit(broker, admin):
     assert [r.value for r in got] == [b"new"]
 
 
-def test_auto_offset_reset_on_out_of_range(broker, admin):
+def test_auto_offset_reset_on_out_of_range(live_broker, admin):
     name = unique("reset")
     admin.create_topic(name, 1)
-    with Producer(broker.address) as producer:
+    with Producer(live_broker.address) as producer:
         for i in range(10):
             producer.send_and_wait(name, b"v%d" % i)
 
-    with Consumer(broker.address, auto_offset_reset="earliest") as consumer:
+    with Consumer(live_broker.address, auto_offset_reset="earliest") as consumer:
         consumer.assign(name, [0])
         consumer.seek(name, 0, 500)  # past the log end: out of range
         got = consumer.poll(2000)
         assert [r.offset for r in got] == list(range(10))
 
-    with Consumer(broker.address, auto_offset_reset="latest") as consumer:
+    with Consumer(live_broker.address, auto_offset_reset="latest") as consumer:
         consumer.assign(name, [0])
         consumer.seek(name, 0, 500)
         assert consumer.poll(300) == []
         assert consumer.position(name, 0) == 10
 
-    with Consumer(broker.address, auto_offset_reset="none") as consumer:
+    with Consumer(live_broker.address, auto_offset_reset="none") as consumer:
         consumer.assign(name, [0])
         consumer.seek(name, 0, 11)
         with pytest.raises(OffsetOutOfRange) as e:
             consumer.poll(300)
         assert e.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
 
-    with Consumer(broker.address, group=unique("g"), auto_offset_reset="none") as consumer:
+    with Consumer(live_broker.address, group=unique("g"), auto_offset_reset="none") as consumer:
         consumer.assign(name, [0])
         with pytest.raises(NoOffsetForPartition):
             consumer.poll(300)
 
 
-def test_long_poll_wakes_up_for_new_data(broker, admin):
+def test_long_poll_wakes_up_for_new_data(live_broker, admin):
     name = unique("longpoll")
     admin.create_topic(name, 1)
-    with Consumer(broker.address, max_wait_ms=5000) as consumer:
+    with Consumer(live_broker.address, max_wait_ms=5000) as consumer:
         consumer.assign(name, [0])
         consumer.position(name, 0)
-        timer = threading.Timer(0.3, lambda: Producer(broker.address).send_and_wait(name, b"late"))
+        timer = threading.Timer(0.3, lambda: Producer(live_broker.address).send_and_wait(name, b"late"))
         timer.start()
         got = consumer.poll(10_000)
         timer.join()
@@ -244,14 +247,14 @@ def test_long_poll_wakes_up_for_new_data(broker, admin):
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
-def test_compressed_round_trip(broker, admin, codec):
+def test_compressed_round_trip(live_broker, admin, codec):
     name = unique(codec)
     admin.create_topic(name, 1)
-    with Producer(broker.address, compression=codec, linger_ms=50) as producer:
+    with Producer(live_broker.address, compression=codec, linger_ms=50) as producer:
         futures = [producer.send(name, b"%s-%d" % (codec.encode(), i) * 20) for i in range(50)]
         producer.flush()
         assert [f.result().offset for f in futures] == list(range(50))
-    with Consumer(broker.address, auto_offset_reset="earliest") as consumer:
+    with Consumer(live_broker.address, auto_offset_reset="earliest") as consumer:
         consumer.assign(name, [0])
         consumer.seek(name, 0, 17)  # inside a compressed batch: records before it are skipped
         got = []
@@ -262,8 +265,8 @@ def test_compressed_round_trip(broker, admin, codec):
     assert [r.offset for r in got] == list(range(17, 50))
 
 
-def test_unknown_topic_and_unreachable_broker(broker):
-    with Consumer(broker.address) as consumer:
+def test_unknown_topic_and_unreachable_broker(live_broker):
+    with Consumer(live_broker.address) as consumer:
         consumer.subscribe(unique("missing"))
         with pytest.raises(StrataClientError) as e:
             consumer.poll(100)
@@ -274,17 +277,17 @@ def test_unknown_topic_and_unreachable_broker(broker):
         assert "127.0.0.1:1" in str(e.value) and e.value.code is None
 
 
-async def test_asyncio_api(broker):
+async def test_asyncio_api(live_broker):
     name = unique("aio")
     group = unique("aio-group")
-    async with AsyncAdmin(broker.address) as admin:
+    async with AsyncAdmin(live_broker.address) as admin:
         await admin.create_topic(name, 2)
         assert name in await admin.list_topics()
-    async with AsyncProducer(broker.address, linger_ms=5) as producer:
+    async with AsyncProducer(live_broker.address, linger_ms=5) as producer:
         futures = [await producer.send(name, f"v{i}", f"k{i}") for i in range(200)]
         results = await asyncio.gather(*futures)
     assert all(r.partition == partition_for_key(b"k%d" % i, 2) for i, r in enumerate(results))
-    async with AsyncConsumer(broker.address, group=group, auto_offset_reset="earliest") as consumer:
+    async with AsyncConsumer(live_broker.address, group=group, auto_offset_reset="earliest") as consumer:
         consumer.subscribe(name)
         got = []
         async for record in consumer:
@@ -296,8 +299,8 @@ async def test_asyncio_api(broker):
     assert sorted(r.value for r in got) == sorted(b"v%d" % i for i in range(200))
 
 
-async def test_pipelined_requests_come_back_in_order(broker):
-    connection = await AsyncConnection.open(broker.address)
+async def test_pipelined_requests_come_back_in_order(live_broker):
+    connection = await AsyncConnection.open(live_broker.address)
     try:
         requests = [MetadataRequest(()), OffsetsRequest("no-such-topic", 0, -1, 1),
                     FetchOffsetRequest("g", "no-such-topic", 0)] * 30
@@ -312,3 +315,39 @@ async def test_pipelined_requests_come_back_in_order(broker):
         connection.close()
     with pytest.raises(BrokerUnreachable):
         await connection.request(MetadataRequest(()))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_producer_retries_across_a_broker_restart_and_commits_survive_it(tmp_path):
+    """Kill the broker mid-stream: sends retry until it is back on the same port,
+    and a group's committed offset is still there after the restart."""
+    process = BrokerProcess(tmp_path / "data", port=free_port()).start()
+    address = f"{process.host}:{process.port}"
+    try:
+        name, group = unique("restart"), unique("restart-group")
+        with Admin(address) as admin:
+            admin.create_topic(name, 1)
+        # A generous retry budget (about 25 s): a guard, not a speed assumption.
+        with Producer(address, retries=60, retry_backoff_ms=50, retry_backoff_max_ms=500) as producer:
+            assert producer.send_and_wait(name, b"before").offset == 0
+            with Consumer(address, group=group, auto_offset_reset="earliest") as consumer:
+                consumer.assign(name, [0])
+                assert [r.value for r in consumer.poll(5000)] == [b"before"]
+                consumer.commit()
+            process.kill()
+            restarter = threading.Timer(0.5, process.restart)
+            restarter.start()
+            metadata = producer.send_and_wait(name, b"after", timeout=60)
+            restarter.join()
+        assert metadata.offset == 1
+        with Consumer(address, group=group, auto_offset_reset="earliest") as consumer:
+            consumer.assign(name, [0])
+            assert consumer.position(name, 0) == 1
+            assert [r.value for r in consumer.poll(5000)] == [b"after"]
+    finally:
+        process.close()

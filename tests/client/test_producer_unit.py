@@ -177,3 +177,25 @@ def test_blocking_producer_keeps_order_and_returns_futures():
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+def test_blocking_producer_buffer_limit_sends_lingering_batches():
+    """A full buffer must not wait for a linger that may never end."""
+    loop = asyncio.new_event_loop()
+    broker = FakeBroker({"t": 4})
+    address = loop.run_until_complete(broker.start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        with Producer(address, linger_ms=LONG_LINGER_MS, max_buffer_bytes=2000) as producer:
+            # 100 records of ~140 bytes: the sends below would block forever if a full
+            # buffer waited for the (ten-minute) linger.
+            futures = [producer.send("t", bytes(100), b"k%d" % i) for i in range(100)]
+            assert sum(f.done() for f in futures) >= 80  # most were pushed out early
+            producer.flush()
+            assert all(f.result(0).offset >= 0 for f in futures)
+    finally:
+        asyncio.run_coroutine_threadsafe(broker.stop(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()

@@ -515,3 +515,18 @@ def test_compose_matches_the_dockerfile():
     assert any(v.endswith(":/var/lib/strata") for v in service["volumes"])
     assert service["build"] == {"context": "..", "dockerfile": "Dockerfile"}
     assert all(k.startswith("STRATA_") for k in service["environment"])
+
+
+def test_compose_settings_are_broker_settings():
+    """Every STRATA_* in compose.yaml (examples in comments too) names a real broker key, and its
+    healthcheck timings are the Dockerfile's."""
+    from broker.config import ENV_NAMES
+
+    text = COMPOSE.read_text()
+    names = set(re.findall(r"\b(STRATA_[A-Z0-9_]+):", text))
+    assert names and names <= set(ENV_NAMES), sorted(names - set(ENV_NAMES))
+    hc = [args for word, args in final_stage() if word == "HEALTHCHECK"][0]
+    for option, key in (("interval", "interval"), ("timeout", "timeout"), ("start-period", "start_period"),
+                        ("retries", "retries")):
+        value = re.search(rf"--{option}=(\S+)", hc).group(1)
+        assert re.search(rf"^\s+{key}: {re.escape(value)}$", text, re.M), (key, value)
