@@ -71,9 +71,9 @@ USER 10001:10001
 WORKDIR /var/lib/strata
 VOLUME ["/var/lib/strata"]
 
-# The native protocol. 9092 (the Kafka listener of a later issue) is not declared yet: EXPOSE is
-# the image's promise of what answers, and `docker run -P` would publish a port nothing serves.
-EXPOSE 9000
+# The native protocol and Apache Kafka's (kafka.port). Kafka clients outside the container need
+# STRATA_ADVERTISED_LISTENERS=PLAINTEXT://<the address they use>:9092.
+EXPOSE 9000 9092
 
 # Healthy = the broker answers a METADATA request (the project's codec; no extra packages).
 # start-period: recovery of a large, uncleanly stopped log can take a while before the listener.

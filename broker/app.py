@@ -3,7 +3,9 @@
 Contract:
 - `BrokerApp(config).start()` opens the data directory (LogManager.startup: lock,
   recovery), loads the topic registry and reconciles it with the directories,
-  registers `__consumer_offsets`, rebuilds committed offsets from it, then listens.
+  registers `__consumer_offsets`, rebuilds committed offsets from it, then listens:
+  the native port and, unless kafka.port is -1, the Kafka listener (broker/kafka),
+  both over the same LogManager, TopicRegistry, GroupOffsets and PartitionWaiters.
   Every expected failure raises `StartupError` with a one-line message (the data
   directory is locked, the port is in use, the registry is damaged, ...), after
   releasing whatever had been opened.
@@ -14,10 +16,19 @@ Contract:
   A second request skips the wait for in-flight requests.
 - Periodic tasks, after log.initial.task.delay.ms: LogManager.flush_due every
   log.flush.scheduler.interval.ms (at most 1 s apart), LogManager.checkpoint every
-  log.flush.offset.checkpoint.interval.ms. Both run in the executor; a failure is
-  logged and the task carries on. Retention is not scheduled yet (a later issue).
-- `run_broker(config, ready=...)` is the whole process for `strata serve`: it
-  configures logging, runs the app on uvloop, prints the ready line, handles
+  log.flush.offset.checkpoint.interval.ms, the retention pass
+  (LogManager.delete_old_segments) every log.retention.check.interval.ms and the
+  removal of deleted segments' files (LogManager.delete_due_files) every second.
+  All run in the executor; a failure is logged and the task carries on. Shutdown
+  cancels them and then waits for the executor, so a pass in progress finishes
+  before the logs close.
+- The log cleaner (log.cleaner.enable) runs from startup on its own thread,
+  cleaning while a compacted log qualifies and sleeping log.cleaner.backoff.ms
+  otherwise; shutdown stops a clean at its next read (the cleaned group is
+  discarded) before the logs close.
+- `run_broker(config, ready=..., kafka_ready=...)` is the whole process for
+  `strata serve`: it configures logging, runs the app on uvloop, prints the ready
+  lines (native, then Kafka), handles
   SIGTERM/SIGINT, and returns the exit code (0 after a graceful shutdown).
 """
 
@@ -33,10 +44,13 @@ from typing import Callable
 import structlog
 
 from storage.errors import StrataError
+from storage.log_cleaner import LogCleaner
 from storage.manager import LogManager
 
 from .config import BrokerConfig
 from .handlers import Handlers
+from .kafka import KafkaApis
+from .kafka.state import KafkaState
 from .server import BrokerServer, format_address, sendfile_stats
 from .topics import TopicRegistry
 
@@ -54,11 +68,16 @@ class BrokerApp:
         self.registry: TopicRegistry | None = None
         self.handlers: Handlers | None = None
         self.server: BrokerServer | None = None
+        self.kafka_server: BrokerServer | None = None
+        self.kafka: KafkaApis | None = None
         self.executor: ThreadPoolExecutor | None = None
         self.address: tuple[str, int] | None = None
+        self.kafka_address: tuple[str, int] | None = None
         self._stop = asyncio.Event()
         self._force = False
         self._tasks: list[asyncio.Task] = []
+        self.cleaner: LogCleaner | None = None
+        self._cleaner_executor: ThreadPoolExecutor | None = None
         self._stopped = False
 
     # ---- start ------------------------------------------------------------------------------
@@ -74,18 +93,23 @@ class BrokerApp:
         registry = TopicRegistry(config.data_dir, config.log_defaults, num_partitions=config.num_partitions)
         manager = LogManager(config.data_dir, config_for=registry.log_config)
         self.handlers = handlers = Handlers(config, manager, registry, self.executor, loop)
-        self.server = server = BrokerServer(handlers, max_frame_bytes=config.socket_request_max_bytes,
-                                            max_queued_requests=config.max_queued_requests,
-                                            write_buffer_high=config.write_buffer_high)
+        limits = dict(max_frame_bytes=config.socket_request_max_bytes,
+                      max_queued_requests=config.max_queued_requests,
+                      write_buffer_high=config.write_buffer_high)
+        self.server = server = BrokerServer(handlers, **limits)
+        servers = [server]
+        kafka_server = None
+        if config.kafka_port >= 0:
+            self.kafka = KafkaApis(handlers)
+            self.kafka_server = kafka_server = BrokerServer(self.kafka, **limits)
+            servers.append(kafka_server)
         opened = False
         try:
-            # The port first: a busy port fails at once, before any recovery work.
-            try:
-                self.address = await server.bind(config.host, config.port)
-            except OSError as e:
-                reason = os.strerror(e.errno) if e.errno else str(e)
-                raise StartupError(f"cannot listen on {format_address(config.host, config.port)}: "
-                                   f"{reason}") from None
+            # The ports first: a busy port fails at once, before any recovery work.
+            self.address = await _bind(server, config.host, config.port)
+            if kafka_server is not None:
+                self.kafka_address = await _bind(kafka_server, config.host, config.kafka_port)
+                self.kafka.advertised = config.kafka_advertised(*self.kafka_address)
             try:
                 await blocking(registry.load)
                 await blocking(manager.startup)
@@ -93,14 +117,18 @@ class BrokerApp:
                 await blocking(registry.reconcile, manager)
                 await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
                 await blocking(handlers.offsets.load, manager.logs())
+                if self.kafka is not None:
+                    self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)
             except StrataError as e:
                 raise StartupError(str(e)) from None
             except OSError as e:
                 raise StartupError(f"cannot use data directory {config.data_dir}: "
                                    f"{e.strerror or e}") from None
-            await server.start_serving()
+            for one in servers:
+                await one.start_serving()
         except BaseException:
-            server.close()
+            for one in servers:
+                one.close()
             if opened:
                 await blocking(manager.shutdown)
             self.executor.shutdown(wait=True)
@@ -109,8 +137,19 @@ class BrokerApp:
         self._tasks = [
             loop.create_task(self._every("flush", config.flush_interval_ms, manager.flush_due)),
             loop.create_task(self._every("checkpoint", config.checkpoint_interval_ms, manager.checkpoint)),
+            loop.create_task(self._every("retention", config.retention_check_interval_ms,
+                                         manager.delete_old_segments)),
+            # Deleted segments' files go file.delete.delay.ms later: checked every second
+            # (or faster, with a faster retention check).
+            loop.create_task(self._every("delete-files", min(config.retention_check_interval_ms, 1000),
+                                         manager.delete_due_files)),
         ]
-        log.info("broker_started", address=format_address(*self.address), data_dir=config.data_dir,
+        if config.cleaner_enable:
+            self._tasks.append(loop.create_task(self._clean_logs(manager)))
+        log.info("broker_started", address=format_address(*self.address),
+                 kafka_address=format_address(*self.kafka_address) if self.kafka_address else None,
+                 advertised=format_address(*self.kafka.advertised) if self.kafka else None,
+                 data_dir=config.data_dir,
                  topics=len(registry.names()), settings=config.explicit())
         return self.address
 
@@ -126,15 +165,36 @@ class BrokerApp:
                 log.exception("periodic_task_failed", task=name)
             await asyncio.sleep(max(interval_ms, 1) / 1000)
 
+    async def _clean_logs(self, manager: LogManager) -> None:
+        """The log cleaner (storage/log_cleaner.py) on its own thread, so a long clean
+        never holds one of the request threads: it cleans while a log qualifies, then
+        sleeps log.cleaner.backoff.ms. Shutdown stops it between two reads."""
+        loop = asyncio.get_running_loop()
+        config = self.config
+        self._cleaner_executor = ThreadPoolExecutor(1, thread_name_prefix="strata-cleaner")
+        self.cleaner = manager.cleaner = LogCleaner(manager, dedupe_buffer_size=config.cleaner_dedupe_buffer_size,
+                                                    io_buffer_size=config.cleaner_io_buffer_size)
+        while True:
+            try:
+                cleaned = await loop.run_in_executor(self._cleaner_executor, self.cleaner.clean_once)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("periodic_task_failed", task="cleaner")
+                cleaned = False
+            if not cleaned:
+                await asyncio.sleep(config.cleaner_backoff_ms / 1000)
+
     # ---- stop -------------------------------------------------------------------------------
 
     def request_shutdown(self) -> None:
         if self._stop.is_set():
             self._force = True
             log.warning("shutdown_forced")
-            if self.server is not None:
-                for conn in list(self.server.connections):
-                    conn.abort()
+            for server in (self.server, self.kafka_server):
+                if server is not None:
+                    for conn in list(server.connections):
+                        conn.abort()
             return
         log.info("shutdown_requested")
         self._stop.set()
@@ -148,17 +208,31 @@ class BrokerApp:
             return
         self._stopped = True
         loop = asyncio.get_running_loop()
-        if self.server is not None:
-            await self.server.shutdown(0 if self._force else self.config.shutdown_timeout_s)
+        timeout = 0 if self._force else self.config.shutdown_timeout_s
+        await asyncio.gather(*(server.shutdown(timeout) for server in (self.server, self.kafka_server)
+                               if server is not None))
+        if self.cleaner is not None:
+            self.cleaner.shutdown()  # a clean in progress stops at its next read
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._cleaner_executor is not None:
+            await loop.run_in_executor(None, self._cleaner_executor.shutdown, True)
         if self.executor is not None:
             await loop.run_in_executor(None, self.executor.shutdown, True)
         if self.manager is not None:
             await loop.run_in_executor(None, self.manager.shutdown)
         stats = self.server.stats.as_dict() if self.server is not None else {}
-        log.info("broker_stopped", **stats, sendfile=sendfile_stats.as_dict())
+        kafka_stats = self.kafka_server.stats.as_dict() if self.kafka_server is not None else None
+        log.info("broker_stopped", **stats, kafka=kafka_stats, sendfile=sendfile_stats.as_dict())
+
+
+async def _bind(server: BrokerServer, host: str, port: int) -> tuple[str, int]:
+    try:
+        return await server.bind(host, port)
+    except OSError as e:
+        reason = os.strerror(e.errno) if e.errno else str(e)
+        raise StartupError(f"cannot listen on {format_address(host, port)}: {reason}") from None
 
 
 # ---- the process ------------------------------------------------------------------------------
@@ -187,8 +261,10 @@ def configure_logging(fmt: str, level: str, stream=None) -> None:
     )
 
 
-def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = None) -> int:
-    """Run until SIGTERM/SIGINT; `ready` gets "HOST:PORT" once listening."""
+def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = None,
+               kafka_ready: Callable[[str], None] | None = None) -> int:
+    """Run until SIGTERM/SIGINT; `ready` gets "HOST:PORT" once listening, then
+    `kafka_ready` the Kafka listener's "HOST:PORT" (when there is one)."""
     import uvloop
 
     configure_logging(config.log_format, config.log_level)
@@ -204,6 +280,8 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
         assert app.address is not None
         if ready is not None:
             ready(format_address(*app.address))
+        if kafka_ready is not None and app.kafka_address is not None:
+            kafka_ready(format_address(*app.kafka_address))
         await app.run_until_shutdown()
         return 0
 

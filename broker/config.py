@@ -39,6 +39,7 @@ from storage.errors import InvalidConfigError
 INT_MAX = 2**31 - 1
 ENV_PREFIX = "STRATA_"
 DEFAULT_PORT = 9000
+DEFAULT_KAFKA_PORT = 9092
 LOG_FORMATS = ("auto", "console", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -68,12 +69,48 @@ def _non_empty(v: str) -> str | None:
     return None if v else "must not be empty"
 
 
+def parse_listener(text: str) -> tuple[str, str, int]:
+    """`NAME://HOST:PORT` (HOST may be empty or a bracketed IPv6 address) ->
+    (name, host, port); ValueError when malformed."""
+    name, sep, rest = text.strip().partition("://")
+    if not sep or not name:
+        raise ValueError("expected NAME://HOST:PORT")
+    host, colon, port = rest.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("expected NAME://HOST:PORT with a port 0..65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return name.upper(), host, int(port)
+
+
+def _listener_complaint(value: str) -> str | None:
+    if not value.strip():
+        return None
+    listeners = [v for v in value.split(",") if v.strip()]
+    if len(listeners) != 1:
+        return "must name exactly one listener (Strata has one Kafka listener)"
+    try:
+        name, _, _ = parse_listener(listeners[0])
+    except ValueError as e:
+        return str(e)
+    if name != "PLAINTEXT":
+        return "must be a PLAINTEXT listener (Strata speaks no TLS or SASL)"
+    return None
+
+
 KEYS: tuple[BrokerKey, ...] = (
     # ---- listening ----
     BrokerKey("host.name", "string", "0.0.0.0", _non_empty,
               "address to listen on (Kafka's legacy host.name; CLI --host)"),
     BrokerKey("port", "int", DEFAULT_PORT, _between(0, 65535),
               "TCP port of the native protocol, 0 = any free port (CLI --port)"),
+    BrokerKey("kafka.port", "int", DEFAULT_KAFKA_PORT, _between(-1, 65535),
+              "Strata: TCP port of Apache Kafka's wire protocol on host.name, 0 = any free port, "
+              "-1 = no Kafka listener (CLI --kafka-port)"),
+    BrokerKey("advertised.listeners", "string", "", lambda v: _listener_complaint(v),
+              "the Kafka listener clients are told to connect to (Metadata), PLAINTEXT://HOST:PORT; "
+              "empty = host.name (its canonical name when it is 0.0.0.0 or ::) and the bound port; "
+              "port 0 = the bound port"),
     BrokerKey("socket.request.max.bytes", "int", 104_857_600, _at_least(1),
               "largest request frame; a larger one is answered INVALID_REQUEST and the connection closed"),
     BrokerKey("num.io.threads", "int", 8, _at_least(1),
@@ -101,6 +138,15 @@ KEYS: tuple[BrokerKey, ...] = (
               "partitions of __consumer_offsets (fixed when the topic is first created)"),
     BrokerKey("offset.metadata.max.bytes", "int", 4096, _at_least(0),
               "largest metadata string of a committed offset"),
+    # ---- consumer groups (Kafka listener) ----
+    BrokerKey("group.min.session.timeout.ms", "int", 6000, _at_least(0),
+              "smallest session timeout a JoinGroup may ask for (else INVALID_SESSION_TIMEOUT)"),
+    BrokerKey("group.max.session.timeout.ms", "int", 1_800_000, _at_least(0),
+              "largest session timeout a JoinGroup may ask for (else INVALID_SESSION_TIMEOUT)"),
+    BrokerKey("group.initial.rebalance.delay.ms", "int", 3000, _at_least(0),
+              "how long the first rebalance of an empty group waits for more members to join"),
+    BrokerKey("group.max.size", "int", INT_MAX, _at_least(1),
+              "most members a consumer group may have (else GROUP_MAX_SIZE_REACHED)"),
     # ---- periodic tasks ----
     BrokerKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, _at_least(1),
               "how often logs are checked for flush.ms (the task runs at least every second)"),
@@ -109,7 +155,16 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("log.initial.task.delay.ms", "long", 30_000, _at_least(0),
               "delay before the first periodic task runs"),
     BrokerKey("log.retention.check.interval.ms", "long", 300_000, _at_least(1),
-              "how often retention runs (reserved: retention is not scheduled yet)"),
+              "how often the retention pass runs over every log"),
+    # ---- log compaction (storage/log_cleaner.py) ----
+    BrokerKey("log.cleaner.enable", "boolean", True, None,
+              "run the log cleaner, which compacts topics whose cleanup.policy contains compact"),
+    BrokerKey("log.cleaner.backoff.ms", "long", 15_000, _at_least(0),
+              "how long the cleaner sleeps when no log needs cleaning"),
+    BrokerKey("log.cleaner.dedupe.buffer.size", "long", 134_217_728, _at_least(1024 * 1024),
+              "memory for the cleaner's key -> offset map (exact keys; about 190 bytes per key)"),
+    BrokerKey("log.cleaner.io.buffer.size", "int", 524_288, _at_least(4096),
+              "how much of a segment the cleaner reads at a time (it stops between reads at shutdown)"),
     # ---- logging ----
     BrokerKey("log.format", "string", "auto", _one_of(*LOG_FORMATS),
               "Strata: structured log output: console (key=value), json, or auto "
@@ -351,6 +406,26 @@ class BrokerConfig:
         return self.values["port"]
 
     @property
+    def kafka_port(self) -> int:
+        """The Kafka listener's port; -1 when there is none."""
+        return self.values["kafka.port"]
+
+    def kafka_advertised(self, bound_host: str, bound_port: int) -> tuple[str, int]:
+        """(host, port) Metadata announces: advertised.listeners, else the bound
+        address, with a wildcard host replaced by this machine's canonical name."""
+        import socket
+
+        host, port = bound_host, bound_port
+        text = self.values["advertised.listeners"].strip()
+        if text:
+            _, host, port = parse_listener(text.split(",")[0])
+            if port == 0:
+                port = bound_port
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.getfqdn()
+        return host, port
+
+    @property
     def socket_request_max_bytes(self) -> int:
         return self.values["socket.request.max.bytes"]
 
@@ -369,6 +444,22 @@ class BrokerConfig:
     @property
     def offset_metadata_max_bytes(self) -> int:
         return self.values["offset.metadata.max.bytes"]
+
+    @property
+    def group_min_session_timeout_ms(self) -> int:
+        return self.values["group.min.session.timeout.ms"]
+
+    @property
+    def group_max_session_timeout_ms(self) -> int:
+        return self.values["group.max.session.timeout.ms"]
+
+    @property
+    def group_initial_rebalance_delay_ms(self) -> int:
+        return self.values["group.initial.rebalance.delay.ms"]
+
+    @property
+    def group_max_size(self) -> int:
+        return self.values["group.max.size"]
 
     @property
     def fetch_max_bytes(self) -> int:
@@ -401,8 +492,28 @@ class BrokerConfig:
         return self.values["log.flush.offset.checkpoint.interval.ms"]
 
     @property
+    def retention_check_interval_ms(self) -> int:
+        return self.values["log.retention.check.interval.ms"]
+
+    @property
     def initial_task_delay_ms(self) -> int:
         return self.values["log.initial.task.delay.ms"]
+
+    @property
+    def cleaner_enable(self) -> bool:
+        return self.values["log.cleaner.enable"]
+
+    @property
+    def cleaner_backoff_ms(self) -> int:
+        return self.values["log.cleaner.backoff.ms"]
+
+    @property
+    def cleaner_dedupe_buffer_size(self) -> int:
+        return self.values["log.cleaner.dedupe.buffer.size"]
+
+    @property
+    def cleaner_io_buffer_size(self) -> int:
+        return self.values["log.cleaner.io.buffer.size"]
 
     @property
     def log_format(self) -> str:

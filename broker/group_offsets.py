@@ -17,7 +17,11 @@ Contract:
   one offsets partition are serialized by a lock, so the log order and the map
   agree. Blocking: run it in the executor.
 - `fetch` answers from memory: (offset, metadata), or (-1, None) when nothing
-  is committed.
+  is committed. `groups()` and `committed_for(group)` list what is committed
+  (Kafka's ListGroups / OffsetFetch of all topics).
+- `commit_many` (Kafka's OffsetCommit) validates each partition and appends the
+  valid ones as one batch; `delete_group_offsets` (DeleteGroups, OffsetDelete)
+  tombstones a group's offsets in one batch. Both blocking.
 - `load()` rebuilds the map from every existing `__consumer_offsets` partition at
   startup (latest record per key wins; a tombstone deletes). Keys of other
   versions (2 = group metadata) are skipped; values of versions 0..3 are read.
@@ -234,6 +238,52 @@ class GroupOffsets:
     def fetch(self, group: str, topic: str, partition: int) -> Committed | None:
         return self._committed.get((group, topic, partition))
 
+    def groups(self) -> set[str]:
+        """Every group with at least one committed offset (memory)."""
+        return {key[0] for key in list(self._committed)}
+
+    def committed_for(self, group: str) -> dict[tuple[str, int], Committed]:
+        """(topic, partition) -> Committed of every offset `group` has committed (memory)."""
+        return {(key[1], key[2]): value for key, value in list(self._committed.items())
+                if key[0] == group}
+
+    def commit_many(self, group: str, entries: list[tuple[str, int, int, str | None]]
+                    ) -> list[StrataError | None]:
+        """Validate every (topic, partition, offset, metadata) and append the valid ones
+        as ONE batch, as Kafka's OffsetCommit writes one batch per request (blocking).
+        Returns, in order, the error of each entry (None: committed)."""
+        if not group:
+            raise InvalidGroupIdError("group id must not be empty")
+        now = self._clock()
+        errors: list[StrataError | None] = []
+        rows: list[tuple[GroupKey, bytes | None, list, Committed | None]] = []
+        for topic, partition, offset, metadata in entries:
+            try:
+                if not 0 <= partition < self.registry.require(topic).partitions:
+                    raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
+                if metadata is not None and len(metadata.encode("utf-8")) > self.metadata_max_bytes:
+                    raise OffsetMetadataTooLargeError(
+                        f"metadata is longer than offset.metadata.max.bytes {self.metadata_max_bytes}")
+            except StrataError as e:
+                errors.append(e)
+                continue
+            errors.append(None)
+            headers = [(NULL_METADATA_HEADER, None)] if metadata is None else []
+            rows.append(((group, topic, partition), encode_value(offset, metadata or "", now), headers,
+                         Committed(offset, metadata, now)))
+        if rows:
+            self._write_rows(group, rows, now)
+        return errors
+
+    def delete_group_offsets(self, group: str, partitions: list[tuple[str, int]] | None = None) -> int:
+        """Tombstone the committed offsets of `group` (all, or those of `partitions`)
+        in one batch (blocking); returns how many were committed."""
+        keys = [key for key in list(self._committed) if key[0] == group
+                and (partitions is None or (key[1], key[2]) in partitions)]
+        if keys:
+            self._write_rows(group, [(key, None, [], None) for key in keys], self._clock())
+        return len(keys)
+
     def commit(self, group: str, topic: str, partition: int, offset: int, metadata: str | None) -> None:
         """Validate and append one commit (blocking)."""
         if not group:
@@ -268,6 +318,20 @@ class GroupOffsets:
             self._get_log(OFFSETS_TOPIC, partition).append(batch)
             self._on_append(OFFSETS_TOPIC, partition)
             for key, _, _ in rows:
+                if committed is None:
+                    self._committed.pop(key, None)
+                else:
+                    self._committed[key] = committed
+
+    def _write_rows(self, group: str,
+                    rows: list[tuple[GroupKey, bytes | None, list, Committed | None]], now: int) -> None:
+        """One batch of (key, value or None for a tombstone, headers, what the map gets)."""
+        partition = self.partition_for(group)
+        with self._lock_for(partition):
+            batch = build_batch([(encode_key(*key), value, now, headers) for key, value, headers, _ in rows])
+            self._get_log(OFFSETS_TOPIC, partition).append(batch)
+            self._on_append(OFFSETS_TOPIC, partition)
+            for key, _, _, committed in rows:
                 if committed is None:
                     self._committed.pop(key, None)
                 else:

@@ -33,10 +33,10 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
   (the native wire has no is_internal flag, and "all topics" feeds tools that
   consume everything); asking for it by name lists it, all partitions included
   (a partition not yet created reports 0/0).
-- DELETE_RECORDS: storage cannot move the log start offset yet (issue 4), so an
-  offset at or below the log start answers the log start offset, an offset past
-  the log end (or below -1) OFFSET_OUT_OF_RANGE, and anything else
-  UNKNOWN_SERVER_ERROR.
+- DELETE_RECORDS moves the log start offset (never back; -1 = the log end) and
+  checkpoints it before answering; an offset past the log end (or below -1) is
+  OFFSET_OUT_OF_RANGE. Whole segments below the new start are deleted right
+  away (Kafka waits for the next retention pass), by retention's path.
 - COMMIT_OFFSET: the topic and partition must exist (UNKNOWN_TOPIC_OR_PARTITION);
   an empty group is Kafka's INVALID_GROUP_ID (24) and metadata over
   offset.metadata.max.bytes OFFSET_METADATA_TOO_LARGE (12): codes outside the
@@ -155,7 +155,7 @@ class Handlers:
 
     # ---- entry point --------------------------------------------------------------------------
 
-    async def handle(self, frame) -> Reply:
+    async def handle(self, frame, peer=None) -> Reply:
         try:
             request = parse_request(frame)
         except ProtocolError as e:
@@ -170,6 +170,12 @@ class Handlers:
         except Exception:
             log.exception("request_failed", request=type(request).__name__)
             return [error_response(ErrorCode.UNKNOWN_SERVER_ERROR)]
+
+    def bad_frame_reply(self, error: ProtocolError) -> Reply:
+        return [error_response(error.code)]  # a frame too short for a type: answer, read on
+
+    def fatal_reply(self, error: ProtocolError) -> Reply:
+        return [error_response(error.code)]  # a frame over the limit: answer, then close
 
     def begin_shutdown(self) -> None:
         """Answer every long-poll FETCH now and make new ones answer at once."""
@@ -385,14 +391,20 @@ class Handlers:
         return [encode_response(EmptyResponse(ErrorCode.NONE))]
 
     async def delete_topic(self, req: DeleteTopicRequest) -> Reply:
-        deleted = await self._blocking(self.registry.delete, req.topic)
+        await self.remove_topic(req.topic)
+        return [encode_response(EmptyResponse(ErrorCode.NONE))]
+
+    async def remove_topic(self, name: str):
+        """Delete a topic (both protocols): registry and logs, wake its long polls,
+        tombstone its committed offsets. Raises StrataError."""
+        deleted = await self._blocking(self.registry.delete, name)
         for partition in range(deleted.partitions):
             self.waiters.notify((deleted.name, partition))  # long polls answer "unknown" now
         try:
             await self._blocking(self.offsets.delete_topic_offsets, deleted.name)
         except Exception:
             log.exception("offsets_cleanup_failed", topic=deleted.name)
-        return [encode_response(EmptyResponse(ErrorCode.NONE))]
+        return deleted
 
     async def metadata(self, req: MetadataRequest) -> Reply:
         names = req.topics or self.registry.names()
@@ -425,19 +437,30 @@ class Handlers:
 
     async def delete_records(self, req: DeleteRecordsRequest) -> Reply:
         one = await self._log(req.topic, req.partition)
+        start = await self.delete_records_before(one, req.offset)
+        return [encode_response(DeleteRecordsResponse(ErrorCode.NONE, start))]
+
+    async def delete_records_before(self, one: Log, offset: int) -> int:
+        """Move the log start to `offset` (-1: the log end; never back) for both
+        protocols; returns the log start offset. Raises OffsetOutOfRangeError."""
         end, start = one.log_end_offset, one.log_start_offset
-        target = end if req.offset == DeleteRecordsRequest.LOG_END else req.offset
+        target = end if offset == DeleteRecordsRequest.LOG_END else offset
         if target < 0 or target > end:
-            raise OffsetOutOfRangeError(f"offset {req.offset} is out of range [{start}, {end}]")
+            raise OffsetOutOfRangeError(f"offset {offset} is out of range [{start}, {end}]")
         if target > start:
             start = await self._blocking(self._delete_records, one, target)
-        return [encode_response(DeleteRecordsResponse(ErrorCode.NONE, start))]
+        return start
 
     def _delete_records(self, one: Log, offset: int) -> int:
         """Executor side: move the log start, and checkpoint it before answering, so
-        an acknowledged deletion survives a crash."""
+        an acknowledged deletion survives a crash; then whole segments below the new
+        start go at once, by retention's path (`.deleted`, files after file.delete.delay.ms)."""
         start = one.increase_log_start_offset(offset)
         self.manager.checkpoint()
+        try:
+            one.delete_segments_below_log_start()
+        except Exception:  # the start is durable; the next retention pass tries again
+            log.exception("delete_records_segments_failed", topic=one.topic, partition=one.partition)
         return start
 
     # ---- committed offsets --------------------------------------------------------------------

@@ -11,6 +11,10 @@ Contract:
 - A frame over `socket.request.max.bytes` is answered INVALID_REQUEST (after the
   responses to the requests before it) and the connection is closed. A frame the
   codec cannot parse is answered by the handlers and the connection stays open.
+- The server serves any `RequestHandlers`: the native `Handlers` and the Kafka
+  listener's `broker.kafka.KafkaApis` share this machinery (flow control, order,
+  sendfile). A handler may answer nothing (None: Kafka's acks=0, order kept) or
+  raise CloseConnection (earlier replies are flushed, then the connection closes).
 - Half-close: after the client's EOF, queued requests are still answered, then
   the connection closes.
 - `BrokerServer.shutdown(timeout)` stops accepting, answers pending long polls,
@@ -57,14 +61,14 @@ import os
 import socket
 from collections import deque
 from dataclasses import dataclass, fields
-from typing import Any, Union
+from typing import Any, Protocol, Union
 
 import structlog
 
-from protocol import FrameDecoder, FrameTooLarge, ProtocolError, error_response
+from protocol import FrameDecoder, FrameTooLarge, ProtocolError
 from storage.file_records import FileSlice
 
-from .handlers import Handlers, Reply
+from .handlers import Reply
 
 SENDFILE_FALLBACK_CHUNK = 16 * 1024
 LISTEN_BACKLOG = 1024
@@ -134,10 +138,38 @@ class ConnectionClosed(Exception):
     pass
 
 
+class CloseConnection(Exception):
+    """Raised by `handle` when the protocol says to close without an answer (Kafka: a
+    request it cannot parse, an unsupported API version). Earlier replies are flushed."""
+
+
+class RequestHandlers(Protocol):
+    """What a `BrokerServer` serves: the native `Handlers` or `broker.kafka.KafkaApis`.
+
+    - `handle(frame, peer)`: the reply parts in order (bytes, or FileSlices sent with
+      sendfile and released by the connection), None for no reply at all (Kafka's
+      acks=0), or raise CloseConnection. Must not raise anything else.
+    - `bad_frame_reply(error)`: the reply to a frame the decoder refused while the
+      framing is still in step (too short); None closes the connection instead.
+    - `fatal_reply(error)`: what to write before closing after a frame over
+      socket.request.max.bytes (may be empty).
+    - `begin_shutdown()`: answer long polls now."""
+
+    loop: asyncio.AbstractEventLoop
+
+    async def handle(self, frame: memoryview, peer: Any = None) -> Reply | None: ...
+
+    def bad_frame_reply(self, error: ProtocolError) -> Reply | None: ...
+
+    def fatal_reply(self, error: ProtocolError) -> Reply: ...
+
+    def begin_shutdown(self) -> None: ...
+
+
 class Connection(asyncio.Protocol):
     def __init__(self, server: "BrokerServer"):
         self.server = server
-        self.handlers: Handlers = server.handlers
+        self.handlers: RequestHandlers = server.handlers
         self.max_queued = server.max_queued_requests
         self.write_high = server.write_buffer_high
         self.transport: asyncio.Transport | None = None
@@ -224,7 +256,12 @@ class Connection(asyncio.Protocol):
                 self.queue.append(_Fatal(e))
                 break
             except ProtocolError as e:
-                self.queue.append([error_response(e.code)])  # framing is still in step
+                reply = self.handlers.bad_frame_reply(e)  # framing is still in step
+                if reply is None:
+                    self.fatal = True
+                    self.queue.append(_Fatal(e))
+                    break
+                self.queue.append(reply)
                 continue
             if frame is None:
                 break
@@ -274,10 +311,15 @@ class Connection(asyncio.Protocol):
                 item = self.queue.popleft()
                 self.busy = True
                 if isinstance(item, _Fatal):
-                    transport.write(error_response(item.error.code))
+                    for part in self.handlers.fatal_reply(item.error):
+                        transport.write(part)
                     break
-                reply = item if isinstance(item, list) else await self.handlers.handle(item)
-                await self._write_reply(reply)
+                try:
+                    reply = item if isinstance(item, list) else await self.handlers.handle(item, self.peer)
+                except CloseConnection:
+                    break
+                if reply is not None:
+                    await self._write_reply(reply)
                 self.busy = False
                 self.server.stats.requests += 1
                 self._take_frames()  # room again: frames waiting in the decoder
@@ -369,7 +411,7 @@ class Connection(asyncio.Protocol):
 class BrokerServer:
     """The listening socket and every open connection."""
 
-    def __init__(self, handlers: Handlers, *, max_frame_bytes: int, max_queued_requests: int,
+    def __init__(self, handlers: RequestHandlers, *, max_frame_bytes: int, max_queued_requests: int,
                  write_buffer_high: int):
         self.handlers = handlers
         self.loop = handlers.loop
@@ -446,5 +488,6 @@ def format_address(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-__all__ = ["BrokerServer", "Connection", "SendfileStats", "ServerStats", "sendfile_stats",
+__all__ = ["BrokerServer", "CloseConnection", "Connection", "RequestHandlers", "SendfileStats",
+           "ServerStats", "sendfile_stats",
            "format_address", "SENDFILE_FALLBACK_CHUNK"]

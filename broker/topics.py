@@ -4,7 +4,8 @@ Kafka keeps this in its metadata log; Strata keeps it in one JSON file,
 `<data-dir>/strata-topics.json`, replaced whole with `storage.fileutil.atomic_write`:
 
     {"version": 1,
-     "topics": {"orders": {"partitions": 3, "configs": {"retention.ms": "3600000"}},
+     "topics": {"orders": {"partitions": 3, "configs": {"retention.ms": "3600000"},
+                           "id": "4f0c8a9e-...-uuid"},
                 "__consumer_offsets": {"partitions": 50, "internal": true,
                                        "configs": {"cleanup.policy": "compact", ...}}},
      "deleting": []}
@@ -27,6 +28,9 @@ Contract:
   InvalidTopicError (bad name, a '.'/'_' collision, an internal topic that cannot
   be deleted), TopicAlreadyExistsError, InvalidPartitionsError, InvalidConfigError,
   InvalidRequestError (duplicate config keys), UnknownTopicOrPartitionError.
+- Topic ids (Kafka's, for its protocol: Metadata v10+, Fetch v13+): a random UUID
+  given at creation ("id"); topics from a registry written before ids get one at
+  the next `reconcile`. A re-created topic gets a new id, as in Kafka.
 - The internal topic `__consumer_offsets` is registered by `ensure_internal_topic`
   (cleanup.policy=compact and Kafka's offsets.topic.segment.bytes, 100 MiB); its
   partition logs are created on first use. It cannot be deleted (Kafka refuses
@@ -38,7 +42,8 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence
 
@@ -76,12 +81,23 @@ class Topic:
     configs: Mapping[str, str] = field(default_factory=dict)  # overrides only
     internal: bool = False
     log_config: LogConfig = field(default_factory=LogConfig)  # overrides over broker defaults
+    topic_id: str = ""  # Kafka's topic id (a UUID), "" until assigned
 
     def to_json(self) -> dict:
         out: dict = {"partitions": self.partitions, "configs": dict(sorted(self.configs.items()))}
         if self.internal:
             out["internal"] = True
+        if self.topic_id:
+            out["id"] = self.topic_id
         return out
+
+
+def new_topic_id() -> str:
+    """A random UUID that is neither Kafka's ZERO_UUID nor METADATA_TOPIC_ID (1)."""
+    while True:
+        value = uuid.uuid4()
+        if value.int > 1:
+            return str(value)
 
 
 class TopicRegistry:
@@ -93,6 +109,7 @@ class TopicRegistry:
         self._deleting: tuple[str, ...] = ()
         self._lock = threading.RLock()
         self._manager: LogManager | None = None
+        self._by_id: tuple[Mapping[str, Topic], dict[str, Topic]] | None = None
         self.file_existed = False
 
     # ---- loading -----------------------------------------------------------------------
@@ -114,9 +131,10 @@ class TopicRegistry:
         try:
             for name, entry in doc.get("topics", {}).items():
                 configs = {str(k): str(v) for k, v in entry.get("configs", {}).items()}
+                topic_id = str(uuid.UUID(entry["id"])) if entry.get("id") else ""
                 topics[name] = Topic(name, int(entry["partitions"]), MappingProxyType(configs),
                                      bool(entry.get("internal", False)),
-                                     LogConfig.from_props(configs, self.defaults))
+                                     LogConfig.from_props(configs, self.defaults), topic_id)
             deleting = tuple(str(n) for n in doc.get("deleting", ()))
         except (AttributeError, KeyError, TypeError, ValueError, InvalidConfigError) as e:
             raise InvalidConfigError(f"topic registry {self.path} is damaged: {e}") from None
@@ -149,7 +167,10 @@ class TopicRegistry:
                 elif count > known.partitions:
                     log.warning("topic_partitions_adopted", topic=name, partitions=count,
                                 registered=known.partitions)
-                    topics[name] = Topic(name, count, known.configs, known.internal, known.log_config)
+                    topics[name] = replace(known, partitions=count)
+            for name, topic in list(topics.items()):
+                if not topic.topic_id:
+                    topics[name] = replace(topic, topic_id=new_topic_id())
             for topic in topics.values():
                 if topic.internal:
                     continue  # created on first use
@@ -171,14 +192,14 @@ class TopicRegistry:
                 if existing.partitions != partitions:
                     log.warning("offsets_topic_partitions_fixed", partitions=existing.partitions,
                                 configured=partitions)
-                if not existing.internal:
-                    existing = Topic(existing.name, existing.partitions, existing.configs, True,
-                                     existing.log_config)
+                if not existing.internal or not existing.topic_id:
+                    existing = replace(existing, internal=True,
+                                       topic_id=existing.topic_id or new_topic_id())
                     self._replace(existing)
                 return existing
             configs = MappingProxyType(dict(OFFSETS_TOPIC_CONFIGS))
             topic = Topic(OFFSETS_TOPIC, partitions, configs, True,
-                          LogConfig.from_props(configs, self.defaults))
+                          LogConfig.from_props(configs, self.defaults), new_topic_id())
             self._replace(topic)
             return topic
 
@@ -186,6 +207,18 @@ class TopicRegistry:
 
     def get(self, name: str) -> Topic | None:
         return self._topics.get(name)
+
+    def topic_id(self, name: str) -> str | None:
+        topic = self._topics.get(name)
+        return None if topic is None else topic.topic_id
+
+    def by_id(self, topic_id: str) -> Topic | None:
+        """The topic with this id (a str UUID), or None."""
+        topics = self._topics
+        cache = self._by_id
+        if cache is None or cache[0] is not topics:
+            cache = self._by_id = (topics, {t.topic_id: t for t in topics.values() if t.topic_id})
+        return cache[1].get(topic_id)
 
     def partitions(self, name: str) -> int | None:
         topic = self._topics.get(name)
@@ -212,7 +245,9 @@ class TopicRegistry:
 
     # ---- changes (blocking: run in the executor) ---------------------------------------------
 
-    def create(self, name: str, partitions: int, configs: Sequence[tuple[str, str | None]]) -> Topic:
+    def create(self, name: str, partitions: int, configs: Sequence[tuple[str, str | None]], *,
+               validate_only: bool = False) -> Topic | None:
+        """Create a topic; with `validate_only` check everything and create nothing (None)."""
         manager = self._require_manager()
         validate_topic_name(name)
         if partitions == -1:
@@ -233,12 +268,15 @@ class TopicRegistry:
                 if has_collision(name, other):
                     raise InvalidTopicError(
                         f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide)")
+            if validate_only:
+                return None
             created = []
             try:
                 for partition in range(partitions):
                     manager.get_or_create_log(name, partition, log_config)
                     created.append(partition)
-                topic = Topic(name, partitions, MappingProxyType(dict(overrides)), False, log_config)
+                topic = Topic(name, partitions, MappingProxyType(dict(overrides)), False, log_config,
+                              new_topic_id())
                 self._replace(topic)
             except BaseException:
                 for partition in created:
@@ -268,7 +306,9 @@ class TopicRegistry:
         log.info("topic_deleted", topic=name, partitions=topic.partitions)
         return topic
 
-    def alter(self, name: str, changes: Sequence[tuple[str, str | None]]) -> Topic:
+    def alter(self, name: str, changes: Sequence[tuple[str, str | None]], *,
+              validate_only: bool = False) -> Topic:
+        """Change overrides (None removes one); `validate_only` checks and changes nothing."""
         manager = self._require_manager()
         with self._lock:
             topic = self.require(name)
@@ -281,7 +321,9 @@ class TopicRegistry:
                 else:
                     overrides[key] = value
             log_config = LogConfig.from_props(overrides, self.defaults)
-            altered = Topic(name, topic.partitions, MappingProxyType(overrides), topic.internal, log_config)
+            altered = replace(topic, configs=MappingProxyType(overrides), log_config=log_config)
+            if validate_only:
+                return altered
             self._replace(altered)
             for partition in range(topic.partitions):
                 one = manager.get_log(name, partition)

@@ -1,14 +1,19 @@
 """Strata's storage engine: partition logs laid out byte for byte as Kafka's.
 
     <data-dir>/<topic>-<partition>/%020d.log | .index | .timeindex
-    <data-dir>/recovery-point-offset-checkpoint, log-start-offset-checkpoint
+    <data-dir>/recovery-point-offset-checkpoint, log-start-offset-checkpoint,
+               cleaner-offset-checkpoint
 
 Small classes with one job each, as in Kafka's storage module: `OffsetIndex`
 and `TimeIndex` (sparse mmap indexes), `FileRecords` (one .log file),
 `LogSegment` (the three together), `LogSegments` (the copy-on-write list),
 `LogLoader` (clean-up and crash recovery), `Log` (one partition), and
-`LogManager` (the data directory). `records/` holds the entry formats and
-`codecs.py` Kafka's compression framings. No network code lives here.
+`LogManager` (the data directory). Compaction, as Kafka's log cleaner:
+`OffsetMap` (exact key -> latest offset), `Cleaner` (one log, one round) with
+`cleaner_records` (what stays of an entry), `segment_swap` (the crash-safe swap),
+`LogCleanerManager` (which log, checkpoints) and `LogCleaner` (the thread's
+work). `records/` holds the entry formats and `codecs.py` Kafka's compression
+framings. No network code lives here.
 """
 
 from .config import LogConfig, broker_log_defaults

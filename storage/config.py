@@ -227,6 +227,13 @@ BROKER_NAMES: dict[str, tuple[tuple[str, int], ...]] = {
 }
 
 
+def _negative(raw: Any) -> bool:
+    try:
+        return int(str(raw).strip()) < 0
+    except ValueError:
+        return False  # left for the usual check, which names the key
+
+
 def broker_log_defaults(broker_props: Mapping[str, Any]) -> LogConfig:
     """The topic defaults that broker-level `log.*` settings give.
 
@@ -242,6 +249,8 @@ def broker_log_defaults(broker_props: Mapping[str, Any]) -> LogConfig:
                     raw = int(str(raw).strip()) * unit
                 except ValueError:
                     raise InvalidConfigError(f"{broker_name}: {raw!r} is not a valid long") from None
+            if topic_name == "retention.ms" and _negative(raw):
+                raw = -1  # Kafka's logRetentionTimeMillis: any negative broker value means forever
             props[topic_name] = raw
             break
     try:

@@ -102,7 +102,9 @@ class FileRecords:
         return position
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        fd = self._fd
+        if fd >= 0:  # closed: a deleted segment that a flush's snapshot still listed
+            os.fsync(fd)
 
     def truncate_to(self, size: int) -> int:
         """Cut the file to `size` bytes; return how many bytes went."""

@@ -12,6 +12,10 @@ Contract:
 - A roll schedules no fsync of its own: `flush_rolled()` (called by the
   manager's periodic task) fsyncs segments that rolled and moves the recovery
   point, as Kafka's asynchronous flush-on-roll does.
+- Retention (`delete_old_segments`, rules in storage/retention.py) takes the same
+  lock; deleted segments' files go later, in `delete_due_files`.
+- The cleaner (storage/cleaner.py) writes cleaned segments outside the lock and
+  swaps them in with `replace_segments`, under it (storage/segment_swap.py).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from .file_records import FileSlice
 from .fileutil import segment_file_name
 from .loader import LogLoader
 from .records import validate_and_assign
+from . import retention
 from .segment import LogSegment, TimestampOffset
 from .segments import LogSegments
 
@@ -68,6 +73,7 @@ class Log:
         self._recovery_point = recovery_point
         self._last_flush_ms = clock.monotonic_ms()
         self._closed = False
+        self.pending_deletions = retention.PendingDeletions()  # `.deleted` segments awaiting file.delete.delay.ms
         active = segments.active
         self._end = LogEnd(next_offset, active, active.size)
 
@@ -182,13 +188,13 @@ class Log:
         At the log end: an empty slice. Below the log start or past the log end:
         OffsetOutOfRangeError. The caller releases the slice when sent."""
         end = self._end
+        snapshot = self.segments.snapshot()  # before the start: retention moves the start first
         start = self._log_start_offset
         if offset == end.offset:
             return end.segment.log.slice(end.position, 0)
         if offset < start or offset > end.offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is out of range [{start}, {end.offset}] for {self.name}")
-        snapshot = self.segments.snapshot()
         segment = snapshot.floor(offset) or snapshot.first
         while segment is not None:
             max_position = end.position if segment is end.segment else None
@@ -225,8 +231,39 @@ class Log:
                 raise OffsetOutOfRangeError(
                     f"offset {new_start} is past the log end {self._end.offset} of {self.name}")
             if new_start > self._log_start_offset:
-                self._log_start_offset = new_start
+                self._update_log_start_offset(new_start)
             return self._log_start_offset
+
+    def _update_log_start_offset(self, offset: int) -> None:
+        """Kafka's updateLogStartOffset (lock held): the recovery point follows the start."""
+        self._log_start_offset = offset
+        if self._recovery_point < offset:
+            self._recovery_point = offset
+
+    # ---- retention (storage/retention.py) -------------------------------------------------
+
+    def delete_old_segments(self, now_ms: int | None = None) -> "retention.RetentionResult":
+        """Kafka's retention pass: segments below the log start, past retention.bytes,
+        older than retention.ms go (see storage/retention.py)."""
+        return retention.delete_old_segments(self, self._clock.time_ms() if now_ms is None else now_ms)
+
+    def delete_segments_below_log_start(self) -> "retention.RetentionResult":
+        """Only the log-start-offset rule (whole segments below it go), for DELETE_RECORDS."""
+        return retention.delete_log_start_offset_breached_segments(self)
+
+    def delete_due_files(self, now_ms: int | None = None) -> int:
+        """Remove the files of deleted segments whose file.delete.delay.ms has passed
+        (`now_ms` on the clock's monotonic scale); returns how many segments."""
+        return self.pending_deletions.delete_due(self._clock.monotonic_ms() if now_ms is None else now_ms)
+
+    # ---- compaction (storage/cleaner.py, storage/segment_swap.py) -------------------------
+
+    def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment],
+                         step=None) -> None:
+        """Swap a cleaned segment (files `.cleaned`) in for `old_segments`, crash-safely,
+        under this log's lock (see storage/segment_swap.py)."""
+        from .segment_swap import replace_segments
+        replace_segments(self, new_segment, old_segments, step or (lambda name: None))
 
     # ---- durability -------------------------------------------------------------
 
@@ -269,6 +306,7 @@ class Log:
             self._closed = True
             for segment in self.segments:
                 segment.close()
+            self.pending_deletions.close()  # their `.deleted` files stay for the loader
 
     def __repr__(self) -> str:
         return (f"Log({self.name}, start={self._log_start_offset}, end={self._end.offset}, "

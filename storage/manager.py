@@ -12,6 +12,11 @@ Contract:
   crash half-way never brings the partition back; startup removes leftovers.
 - Topic configuration lives with the caller: `config_for(topic)` gives each
   log its LogConfig.
+- Retention: `delete_old_segments()` runs one pass over every log and
+  `delete_due_files()` removes deleted segments' files once due; the broker
+  calls both periodically (storage/retention.py). Log start offsets moved by a
+  pass reach `log-start-offset-checkpoint` at the next `checkpoint()`; a crash
+  before it loses nothing (the loader starts at the first segment left).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from .errors import KafkaStorageError
 from .fileutil import atomic_write, fsync_dir
 from .log import Log
 from .names import DELETE_DIR_SUFFIX, parse_partition_dir_name, partition_dir_name, validate_topic_name
+from .retention import RetentionResult, run_retention
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
@@ -55,6 +61,7 @@ class LogManager:
         self.had_clean_shutdown = False
         self._recovery_points = OffsetCheckpointFile(os.path.join(self.data_dir, RECOVERY_POINT_CHECKPOINT))
         self._log_starts = OffsetCheckpointFile(os.path.join(self.data_dir, LOG_START_OFFSET_CHECKPOINT))
+        self.cleaner = None  # the broker's LogCleaner (storage/log_cleaner.py), when it runs one
 
     # ---- start and stop ------------------------------------------------------------
 
@@ -148,6 +155,8 @@ class LogManager:
             doomed = self._logs.pop((topic, partition), None)
         if doomed is None:
             return
+        if self.cleaner is not None:
+            self.cleaner.abort(topic, partition)  # waits until no clean of it runs
         doomed.close()  # a fetch still sending keeps its file open until released
         renamed = f"{doomed.directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         os.rename(doomed.directory, renamed)
@@ -161,6 +170,16 @@ class LogManager:
         logs = self.logs_by_partition()
         self._recovery_points.write({tp: one.recovery_point for tp, one in logs.items()})
         self._log_starts.write({tp: one.log_start_offset for tp, one in logs.items()})
+
+    def delete_old_segments(self, now_ms: int | None = None) -> list[RetentionResult]:
+        """One retention pass over every log (Kafka's cleanupLogs; storage/retention.py)."""
+        return run_retention(self.logs(), self.clock.time_ms() if now_ms is None else now_ms)
+
+    def delete_due_files(self, now_ms: int | None = None) -> int:
+        """Remove deleted segments' files once their file.delete.delay.ms has passed
+        (`now_ms` on the clock's monotonic scale); returns how many segments."""
+        now = self.clock.monotonic_ms() if now_ms is None else now_ms
+        return sum(one.delete_due_files(now) for one in self.logs())
 
     def flush_due(self) -> None:
         """fsync rolled segments and logs past their `flush.ms`."""

@@ -79,6 +79,15 @@ class LogSegments:
         self._replace(pairs)
         return removed
 
+    def replace(self, new: LogSegment, old: list[LogSegment]) -> None:
+        """Swap `old` segments for `new` in one step (the cleaner's swap): a reader
+        sees either the old segments or the new one, never both or neither."""
+        pairs = {s.base_offset: s for s in self._state.segments}
+        for segment in old:
+            pairs.pop(segment.base_offset, None)
+        pairs[new.base_offset] = new
+        self._replace(pairs)
+
     def clear(self) -> None:
         self._state = SegmentsSnapshot((), ())
 

@@ -2,10 +2,15 @@
 
 Contract:
 - `BrokerProcess(data_dir, *extra_args, env=None).start()` runs
-  `python -m broker serve --data-dir DIR --host 127.0.0.1 --port 0 ...` from the
-  repository root, waits for the `strata listening on HOST:PORT` line (generous
-  timeout: a guard against hangs, not a speed assumption) and exposes `host`,
-  `port`, `address` and `data_dir`. If the process exits before it is ready,
+  `python -m broker serve --data-dir DIR --host 127.0.0.1 --port 0 --kafka-port 0 ...`
+  from the repository root, waits for the `strata listening on HOST:PORT` line
+  and then `strata kafka listening on HOST:PORT` (generous timeout: a guard
+  against hangs, not a speed assumption) and exposes `host`, `port`, `address`,
+  `kafka_port`, `kafka_address`, `bootstrap` ("HOST:PORT" of the Kafka listener)
+  and `data_dir`. `kafka_port=None` passes `--kafka-port -1` (no Kafka listener,
+  one ready line); a fixed `port`/`kafka_port` is passed as given. Every broker
+  gets a Kafka port of its own (0 by default), never 9092, so brokers of tests
+  running in parallel never collide. If the process exits before it is ready,
   `start()` raises BrokerStartFailed carrying the exit code and stderr.
 - `stop(sig=SIGTERM)` signals the broker and returns its exit code;
   `kill()` is `stop(SIGKILL)`; `restart()` starts it again on the same data
@@ -32,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 READY_PREFIX = "strata listening on "
+KAFKA_READY_PREFIX = "strata kafka listening on "
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 60.0
 
@@ -56,7 +62,10 @@ def serve_command(*args: str) -> list[str]:
 
 
 def run_serve(*args: str, env: dict[str, str] | None = None, timeout: float = START_TIMEOUT):
-    """Run `strata serve ARGS` to completion: (exit code, stdout, stderr)."""
+    """Run `strata serve ARGS` to completion: (exit code, stdout, stderr). Adds
+    `--kafka-port 0` unless ARGS choose one, so 9092 is never taken."""
+    if "--kafka-port" not in args:
+        args = (*args, "--kafka-port", "0")
     done = subprocess.run(serve_command(*args), cwd=ROOT, env=_env(env), capture_output=True,
                           text=True, timeout=timeout)
     return done.returncode, done.stdout, done.stderr
@@ -64,13 +73,16 @@ def run_serve(*args: str, env: dict[str, str] | None = None, timeout: float = ST
 
 class BrokerProcess:
     def __init__(self, data_dir: str | os.PathLike, *extra_args: str, env: dict[str, str] | None = None,
-                 host: str = "127.0.0.1", port: int = 0):
+                 host: str = "127.0.0.1", port: int = 0, kafka_port: int | None = 0):
         self.data_dir = str(data_dir)
         self.extra_args = list(extra_args)
         self.env = env
         self.host = host
         self.port = port
         self.requested_port = port
+        self.kafka_port: int | None = kafka_port
+        self.requested_kafka_port = kafka_port
+        self._buffer = b""
         self.proc: subprocess.Popen | None = None
         self._stderr_path: str | None = None
         self.returncode: int | None = None
@@ -79,27 +91,43 @@ class BrokerProcess:
     def address(self) -> tuple[str, int]:
         return self.host, self.port
 
+    @property
+    def kafka_address(self) -> tuple[str, int]:
+        assert self.kafka_port is not None, "this broker has no Kafka listener"
+        return self.host, self.kafka_port
+
+    @property
+    def bootstrap(self) -> str:
+        """bootstrap.servers for Kafka clients."""
+        host, port = self.kafka_address
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
     def start(self, timeout: float = START_TIMEOUT) -> "BrokerProcess":
+        kafka = -1 if self.requested_kafka_port is None else self.requested_kafka_port
         args = ["--data-dir", self.data_dir, "--host", self.host, "--port", str(self.requested_port),
-                *self.extra_args]
+                "--kafka-port", str(kafka), *self.extra_args]
         if self._stderr_path is None:
             fd, self._stderr_path = tempfile.mkstemp(prefix="strata-broker-", suffix=".log")
             os.close(fd)
         self.returncode = None
+        self._buffer = b""
         with open(self._stderr_path, "ab") as stderr:  # every run of this broker, appended
             self.proc = subprocess.Popen(serve_command(*args), cwd=ROOT, env=_env(self.env),
                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=stderr)
-        line = self._read_ready_line(timeout)
+        deadline = time.monotonic() + timeout
+        line = self._read_ready_line(deadline, READY_PREFIX)
         address = line[len(READY_PREFIX):].strip()
         host, _, port = address.rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
+        if self.requested_kafka_port is not None:
+            line = self._read_ready_line(deadline, KAFKA_READY_PREFIX)
+            self.kafka_port = int(line[len(KAFKA_READY_PREFIX):].strip().rpartition(":")[2])
         return self
 
-    def _read_ready_line(self, timeout: float) -> str:
+    def _read_ready_line(self, deadline: float, prefix: str) -> str:
         assert self.proc is not None and self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        buf = b""
+        buf = self._buffer
         with selectors.DefaultSelector() as sel:
             sel.register(self.proc.stdout, selectors.EVENT_READ)
             while b"\n" not in buf:
@@ -115,8 +143,9 @@ class BrokerProcess:
                         raise BrokerStartFailed("broker exited before listening", self.returncode,
                                                 self.stderr_text())
                     buf += chunk
-        line = buf.split(b"\n", 1)[0].decode()
-        if not line.startswith(READY_PREFIX):
+        raw, _, self._buffer = buf.partition(b"\n")
+        line = raw.decode()
+        if not line.startswith(prefix):
             self.kill()
             raise BrokerStartFailed(f"unexpected first line {line!r}", self.returncode, self.stderr_text())
         return line
@@ -154,6 +183,8 @@ class BrokerProcess:
         if self.running:
             self.stop()
         self.requested_port = 0 if self.requested_port == 0 else self.port
+        if self.requested_kafka_port not in (None, 0):
+            self.requested_kafka_port = self.kafka_port
         return self.start(**kwargs)
 
     def stderr_text(self) -> str:

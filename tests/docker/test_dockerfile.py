@@ -112,7 +112,7 @@ def test_dockerfile_shape():
     users = joined["USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0"), "the broker must not run as root"
     assert joined["VOLUME"] == ['["/var/lib/strata"]']
-    assert joined["EXPOSE"] == [str(native_default_port())]
+    assert joined["EXPOSE"] == [f"{native_default_port()} 9092"]  # native, Kafka
     assert len(joined["HEALTHCHECK"]) == 1 and "healthcheck.py" in joined["HEALTHCHECK"][0]
     assert "STRATA_LOG_FORMAT=json" in " ".join(joined["ENV"])
 

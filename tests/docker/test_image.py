@@ -235,13 +235,13 @@ def stop(container: str) -> float:
 
 
 def check_json_logs(container: str) -> list[dict]:
-    """Every log line is a JSON object, except the one ready line the CLI prints to stdout."""
+    """Every log line is a JSON object, except the ready lines the CLI prints to stdout."""
     out, err = logs(container)
     events, other = [], []
     for line in (out + "\n" + err).splitlines():
         if not line.strip():
             continue
-        if line.startswith("strata listening on "):
+        if line.startswith(("strata listening on ", "strata kafka listening on ")):
             continue
         try:
             event = json.loads(line)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from storage.clock import ManualClock
 from storage.config import LogConfig
+from storage.errors import RecordListTooLargeError
 from storage.log import Log
 from storage.records import build_batch, build_classic, iter_entries, iter_records
 
@@ -50,9 +51,13 @@ def test_appended_sets_read_back_equal_with_contiguous_offsets(batches, segment_
         expected = []
         for kind, recs in batches:
             data = build(kind, recs)
-            if len(data) > segment_bytes:
+            try:
+                result = log.append(data)
+            except RecordListTooLargeError:
+                # Over segment.bytes as sent, or once a magic-0 wrapper was
+                # recompressed with its offsets renumbered: refused, nothing written.
+                assert log.log_end_offset == len(expected)
                 continue
-            result = log.append(data)
             assert result.first_offset == len(expected)
             assert result.last_offset == len(expected) + len(recs) - 1
             expected.extend((r[0], r[1]) for r in recs)

@@ -1,0 +1,196 @@
+"""The Kafka listener's request handling: a dispatch table api_key -> async handler.
+
+Contract (the interface for API modules is in broker/kafka/__init__.py):
+- `KafkaApis(native, advertised=...)` shares the native `Handlers`' state (config,
+  LogManager, TopicRegistry, GroupOffsets, PartitionWaiters, executor) and builds
+  its table: the core handlers (broker/kafka/handlers.py), then each importable
+  module of EXTENSION_MODULES through its `register(apis)`.
+- It is what `broker.server.BrokerServer` serves (its `RequestHandlers`): `handle`
+  takes one frame (`header | body`, size stripped) and returns the framed reply
+  parts, None for no reply (acks=0), or raises CloseConnection.
+- Unsupported requests, as Kafka's SocketServer/KafkaApis: ApiVersions of a version
+  the broker does not know gets a v0 response with UNSUPPORTED_VERSION and the
+  supported list (KIP-511: header v0, so any client can read it); any other
+  unknown api_key or version, or a request that does not decode, closes the
+  connection without an answer (Kafka throws InvalidRequestException while
+  parsing and closes the channel).
+- Requests on one connection are handled one at a time, in order (the server's
+  connection task), so responses go out in request order even when some (acks=0
+  produce) have none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import structlog
+from kio.index import UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+
+from protocol import ProtocolError
+from storage.errors import StrataError
+from storage.log import Log
+
+from ..server import CloseConnection
+from . import codec
+
+log = structlog.get_logger("strata.kafka")
+
+API_VERSIONS = 18
+NODE_ID = 0
+# Modules whose `register(apis)` adds handlers (consumer groups).
+EXTENSION_MODULES: tuple[str, ...] = ("broker.kafka.groups",)
+
+Handler = Callable[[Any, "RequestContext"], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiEntry:
+    api_key: int
+    handler: Handler
+    min_version: int
+    max_version: int
+    request_classes: dict[int, type]
+    response_classes: dict[int, type]
+
+
+@dataclass(slots=True)
+class RequestContext:
+    header: Any  # kio RequestHeader (v1 or v2)
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    peer: Any
+    apis: "KafkaApis"
+    response_class: type = field(repr=False)
+
+
+class KafkaApis:
+    def __init__(self, native, *, advertised: tuple[str, int] | None = None,
+                 extensions: tuple[str, ...] = EXTENSION_MODULES):
+        from .handlers import CoreHandlers  # the core APIs; they use this module's types
+
+        self.native = native  # broker.handlers.Handlers: the state both protocols share
+        self.config = native.config
+        self.manager = native.manager
+        self.registry = native.registry
+        self.offsets = native.offsets
+        self.waiters = native.waiters
+        self.executor = native.executor
+        self.loop = native.loop
+        self.node_id = NODE_ID
+        self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
+        self._table: dict[int, ApiEntry] = {}
+        self._shutdown_callbacks: list[Callable[[], Any]] = []
+        self.shutting_down = False
+        self.core = CoreHandlers(self)
+        self.core.register_all()
+        for name in extensions:
+            try:
+                module = importlib.import_module(name)
+            except ModuleNotFoundError as e:
+                if e.name != name:
+                    raise
+                continue
+            register = getattr(module, "register", None)
+            if register is None:
+                log.warning("kafka_extension_without_register", module=name)
+                continue
+            register(self)
+
+    # ---- the table ------------------------------------------------------------------------------
+
+    def register(self, api_key: int, handler: Handler, min_version: int, max_version: int) -> None:
+        """Serve `api_key` versions min..max with `handler` (replaces an earlier entry)."""
+        if not 0 <= min_version <= max_version:
+            raise ValueError(f"bad version range {min_version}..{max_version} for api {api_key}")
+        requests, responses = {}, {}
+        for version in range(min_version, max_version + 1):
+            try:
+                requests[version] = load_request_schema(api_key, version)
+                responses[version] = load_response_schema(api_key, version)
+            except (UnknownEntity, KeyError, LookupError) as e:
+                raise ValueError(f"kio has no schema for api {api_key} v{version}: {e}") from None
+        self._table[api_key] = ApiEntry(api_key, handler, min_version, max_version, requests, responses)
+
+    def supported(self) -> list[tuple[int, int, int]]:
+        """(api_key, min, max) of every registered API, ApiVersions included."""
+        return sorted((e.api_key, e.min_version, e.max_version) for e in self._table.values())
+
+    def on_shutdown(self, callback: Callable[[], Any]) -> None:
+        self._shutdown_callbacks.append(callback)
+
+    # ---- shared helpers -----------------------------------------------------------------------
+
+    async def blocking(self, fn: Callable, *args, cleanup: Callable[[Any], None] | None = None):
+        """Run blocking storage work in the executor (see Handlers._blocking)."""
+        return await self.native._blocking(fn, *args, cleanup=cleanup)
+
+    async def log_for(self, topic: str, partition: int, *, produce: bool = False) -> Log:
+        """The live Log of a partition or the StrataError to answer (auto-creates on
+        produce when auto.create.topics.enable is on)."""
+        return await self.native._log(topic, partition, produce=produce)
+
+    # ---- RequestHandlers (broker.server) --------------------------------------------------------
+
+    def bad_frame_reply(self, error: ProtocolError) -> None:
+        return None  # too short for a header: close, as Kafka
+
+    def fatal_reply(self, error: ProtocolError) -> list:
+        return []  # over socket.request.max.bytes: Kafka closes without an answer
+
+    def begin_shutdown(self) -> None:
+        self.shutting_down = True
+        self.waiters.notify_all()
+        for callback in self._shutdown_callbacks:
+            try:
+                result = callback()
+                if inspect.isawaitable(result):
+                    self.loop.create_task(result)
+            except Exception:
+                log.exception("shutdown_callback_failed")
+
+    async def handle(self, frame, peer: Any = None):
+        try:
+            api_key, api_version, correlation_id = codec.peek_header(frame)
+        except codec.MalformedRequest as e:
+            log.info("kafka_bad_request", error=str(e), peer=peer)
+            raise CloseConnection() from None
+        entry = self._table.get(api_key)
+        if entry is None or not entry.min_version <= api_version <= entry.max_version:
+            if api_key == API_VERSIONS:
+                return [self.core.unsupported_api_versions(correlation_id)]
+            log.info("kafka_unsupported_request", api_key=api_key, api_version=api_version, peer=peer)
+            raise CloseConnection()
+        request_class = entry.request_classes[api_version]
+        try:
+            header, request = codec.decode_request(frame, request_class)
+        except codec.MalformedRequest as e:
+            log.info("kafka_bad_request", api_key=api_key, api_version=api_version, error=str(e),
+                     peer=peer)
+            raise CloseConnection() from None
+        response_class = entry.response_classes[api_version]
+        ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer,
+                             self, response_class)
+        try:
+            response = await entry.handler(request, ctx)
+        except asyncio.CancelledError:
+            raise
+        except CloseConnection:
+            raise
+        except StrataError as e:
+            response = codec.error_response(response_class, e.code)
+        except Exception:
+            log.exception("kafka_request_failed", api_key=api_key, api_version=api_version)
+            response = codec.error_response(response_class, ErrorCode.unknown_server_error)
+        if response is None or isinstance(response, list):
+            return response  # no answer (acks=0), or already framed (Fetch)
+        return [codec.encode_response(correlation_id, response)]
+
+
+__all__ = ["API_VERSIONS", "EXTENSION_MODULES", "KafkaApis", "NODE_ID", "RequestContext"]

@@ -1,0 +1,44 @@
+"""Consumer groups on the Kafka listener: Kafka's classic group protocol.
+
+`register(apis)` (called by KafkaApis for EXTENSION_MODULES) makes one
+GroupCoordinator per broker (`apis.groups`), registers the group APIs and closes
+the coordinator when the broker begins its shutdown, so parked JoinGroup and
+SyncGroup requests are answered at once.
+
+APIs and versions (every version kio has a schema for):
+    FindCoordinator 10  v0-6   this broker for every group (v4+ batches of keys);
+                               transaction and share keys: COORDINATOR_NOT_AVAILABLE
+    JoinGroup       11  v0-9   v4+: MEMBER_ID_REQUIRED first, as Kafka
+    SyncGroup       14  v0-5
+    Heartbeat       12  v0-4
+    LeaveGroup      13  v0-5   v3+: several members, by member or group instance id
+    OffsetCommit     8  v2-10  v10 by topic id
+    OffsetFetch      9  v1-10  v8+ several groups, v10 by topic id
+    ListGroups      16  v0-5   states (v4+) and types (v5+) filters
+    DescribeGroups  15  v0-6
+    DeleteGroups    42  v0-2   only groups without members; tombstones their offsets
+    OffsetDelete    47  v0     refused for groups with members, except topics a
+                               "consumer" group is not subscribed to (as Kafka)
+
+The state machine and its decisions: coordinator.py. The wire side: handlers.py.
+Committed offsets are broker.group_offsets.GroupOffsets (Kafka's layout in
+`__consumer_offsets`), shared with the native COMMIT_OFFSET / FETCH_OFFSET.
+Settings: group.min.session.timeout.ms, group.max.session.timeout.ms,
+group.initial.rebalance.delay.ms, group.max.size (broker/config.py).
+"""
+
+from __future__ import annotations
+
+from .coordinator import GroupCoordinator
+from .handlers import GroupHandlers
+
+
+def register(apis) -> None:
+    coordinator = GroupCoordinator.from_config(apis.config, loop=apis.loop)
+    handlers = GroupHandlers(apis, coordinator)
+    handlers.register_all()
+    apis.groups = coordinator
+    apis.on_shutdown(coordinator.close)
+
+
+__all__ = ["GroupCoordinator", "GroupHandlers", "register"]

@@ -1,0 +1,393 @@
+"""The consumer-group APIs of the Kafka listener: kio requests in, kio responses out.
+
+One coroutine per API serves every registered version (codec.make drops the fields a
+version lacks). The group state machine is broker/kafka/groups/coordinator.py;
+committed offsets are the shared GroupOffsets (the native COMMIT_OFFSET /
+FETCH_OFFSET read and write the same map and `__consumer_offsets` records).
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import typing
+from functools import lru_cache
+from typing import Any
+
+from storage.errors import StrataError
+
+from ..codec import has_field, make, nested
+from .coordinator import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NONE, NON_EMPTY_GROUP, GroupCoordinator
+
+# FindCoordinator key types
+GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2
+COORDINATOR_NOT_AVAILABLE = 15
+INVALID_REQUEST = 42
+UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_TOPIC_ID = 100
+GROUP_SUBSCRIBED_TO_TOPIC = 86
+NO_EPOCH = -1
+# DescribeGroups authorized_operations: not asked for, and what a broker without an
+# authorizer allows on a group (READ=3, DELETE=6, DESCRIBE=8 as bits of AclOperation codes)
+AUTHORIZED_OPERATIONS_OMITTED = -2**31
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+CONSUMER_PROTOCOL = "consumer"
+
+
+def millis(value: Any) -> int:
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(milliseconds=1)
+    return int(value)
+
+
+@lru_cache(maxsize=None)
+def _nullable(cls: type, name: str) -> bool:
+    hint = typing.get_type_hints(cls).get(name)
+    return hint is not None and type(None) in typing.get_args(hint)
+
+
+def _opt(cls: type, name: str, value: str | None) -> str | None:
+    """`value`, or "" where this version's field cannot be null."""
+    if value is None and not _nullable(cls, name):
+        return ""
+    return value
+
+
+def client_host(peer: Any) -> str:
+    """Kafka's form of the client address: "/127.0.0.1"."""
+    if isinstance(peer, (tuple, list)) and peer:
+        return f"/{peer[0]}"
+    return f"/{peer}" if peer else ""
+
+
+def subscribed_topics(metadata: bytes) -> set[str] | None:
+    """The topics of a ConsumerProtocolSubscription (every version starts with v0's
+    version:int16, topics:[string]); None when it does not parse."""
+    try:
+        pos = 2
+        (count,) = struct.unpack_from(">i", metadata, pos)
+        pos += 4
+        topics = set()
+        for _ in range(max(count, 0)):
+            (n,) = struct.unpack_from(">h", metadata, pos)
+            pos += 2
+            topics.add(metadata[pos:pos + n].decode("utf-8"))
+            pos += n
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+class GroupHandlers:
+    def __init__(self, apis, coordinator: GroupCoordinator):
+        self.apis = apis
+        self.coordinator = coordinator
+
+    def register_all(self) -> None:
+        r = self.apis.register
+        r(10, self.find_coordinator, 0, 6)
+        r(11, self.join_group, 0, 9)
+        r(14, self.sync_group, 0, 5)
+        r(12, self.heartbeat, 0, 4)
+        r(13, self.leave_group, 0, 5)
+        r(8, self.offset_commit, 2, 10)
+        r(9, self.offset_fetch, 1, 10)
+        r(16, self.list_groups, 0, 5)
+        r(15, self.describe_groups, 0, 6)
+        r(42, self.delete_groups, 0, 2)
+        r(47, self.offset_delete, 0, 0)
+
+    # ---- FindCoordinator ---------------------------------------------------------------------
+
+    def _coordinator_for(self, key_type: int) -> tuple[int, str | None, int, str, int]:
+        """(error, message, node id, host, port) for a key of `key_type`."""
+        if key_type == GROUP_KEY:
+            host, port = self.apis.advertised
+            return NONE, None, self.apis.node_id, host, port
+        if key_type in (TRANSACTION_KEY, SHARE_KEY):
+            kind = "transaction" if key_type == TRANSACTION_KEY else "share group"
+            return COORDINATOR_NOT_AVAILABLE, f"Strata has no {kind} coordinator", -1, "", -1
+        return INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1
+
+    async def find_coordinator(self, req, ctx):
+        R = ctx.response_class
+        key_type = getattr(req, "key_type", GROUP_KEY)
+        if has_field(R, "coordinators"):  # v4+: a batch of keys
+            CoordR = nested(R, "coordinators")
+            out = []
+            for key in req.coordinator_keys:
+                error, message, node, host, port = self._coordinator_for(key_type)
+                out.append(make(CoordR, key=key, node_id=node, host=host, port=port, error_code=error,
+                                error_message=message))
+            return make(R, throttle_time=0, coordinators=tuple(out))
+        error, message, node, host, port = self._coordinator_for(key_type)
+        return make(R, throttle_time=0, error_code=error, error_message=message, node_id=node, host=host,
+                    port=port)
+
+    # ---- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ---------------------------------------
+
+    async def join_group(self, req, ctx):
+        R = ctx.response_class
+        MemberR = nested(R, "members")
+        rebalance = millis(req.rebalance_timeout) if has_field(type(req), "rebalance_timeout") else -1
+        result = await self.coordinator.join(
+            req.group_id, req.member_id, protocol_type=req.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in req.protocols],
+            session_timeout_ms=millis(req.session_timeout), rebalance_timeout_ms=rebalance,
+            group_instance_id=getattr(req, "group_instance_id", None), client_id=ctx.client_id or "",
+            client_host=client_host(ctx.peer), require_known_member_id=ctx.api_version >= 4,
+            supports_skip_assignment=ctx.api_version >= 9, reason=getattr(req, "reason", None))
+        members = tuple(make(MemberR, member_id=mid, group_instance_id=iid, metadata=data)
+                        for mid, iid, data in result.members)
+        return make(R, throttle_time=0, error_code=result.error, generation_id=result.generation_id,
+                    protocol_type=result.protocol_type,
+                    protocol_name=_opt(R, "protocol_name", result.protocol_name), leader=result.leader,
+                    skip_assignment=result.skip_assignment, member_id=result.member_id, members=members)
+
+    async def sync_group(self, req, ctx):
+        R = ctx.response_class
+        result = await self.coordinator.sync(
+            req.group_id, req.generation_id, req.member_id,
+            group_instance_id=getattr(req, "group_instance_id", None),
+            protocol_type=getattr(req, "protocol_type", None), protocol_name=getattr(req, "protocol_name", None),
+            assignments=[(a.member_id, bytes(a.assignment)) for a in req.assignments])
+        return make(R, throttle_time=0, error_code=result.error, protocol_type=result.protocol_type,
+                    protocol_name=result.protocol_name, assignment=result.assignment)
+
+    async def heartbeat(self, req, ctx):
+        error = self.coordinator.heartbeat(req.group_id, req.generation_id, req.member_id,
+                                           getattr(req, "group_instance_id", None))
+        return make(ctx.response_class, throttle_time=0, error_code=error)
+
+    async def leave_group(self, req, ctx):
+        R = ctx.response_class
+        if has_field(type(req), "members"):  # v3+
+            leaving = [(m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in req.members]
+        else:
+            leaving = [(req.member_id, None, None)]
+        error, results = self.coordinator.leave(req.group_id, leaving)
+        if not has_field(R, "members"):  # v0-2: the one member's error is the response's
+            if error == NONE and results:
+                error = results[0][2]
+            return make(R, throttle_time=0, error_code=error)
+        MemberR = nested(R, "members")
+        return make(R, throttle_time=0, error_code=error,
+                    members=tuple(make(MemberR, member_id=mid, group_instance_id=iid, error_code=code)
+                                  for mid, iid, code in results))
+
+    # ---- OffsetCommit ------------------------------------------------------------------------
+
+    def _topic_name(self, topic, by_id: bool) -> tuple[str | None, int]:
+        """(name, 0) of a request topic (by name, or by id in v10+), or (None, error)."""
+        if not by_id:
+            return topic.name, NONE
+        known = self.apis.registry.by_id(str(topic.topic_id)) if topic.topic_id is not None else None
+        if known is None:
+            return None, UNKNOWN_TOPIC_ID
+        return known.name, NONE
+
+    async def offset_commit(self, req, ctx):
+        R = ctx.response_class
+        TopicR = nested(R, "topics")
+        PartR = nested(TopicR, "partitions")
+        by_id = ctx.api_version >= 10
+        group_error = self.coordinator.validate_offset_commit(
+            req.group_id, getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
+            getattr(req, "generation_id_or_member_epoch", -1), api_version=ctx.api_version)
+        codes: list[list[int]] = []
+        entries: list[tuple[str, int, int, str | None]] = []
+        where: list[tuple[int, int]] = []  # (topic index, partition index) of each entry
+        for ti, topic in enumerate(req.topics):
+            name, topic_error = self._topic_name(topic, by_id)
+            row = []
+            for pi, part in enumerate(topic.partitions):
+                code = group_error or topic_error
+                if not code:
+                    entries.append((name, part.partition_index, part.committed_offset, part.committed_metadata))
+                    where.append((ti, pi))
+                row.append(code)
+            codes.append(row)
+        if entries:
+            try:
+                errors = await self.apis.blocking(self.apis.offsets.commit_many, req.group_id, entries)
+            except StrataError as e:
+                errors = [e] * len(entries)
+            for (ti, pi), e in zip(where, errors):
+                codes[ti][pi] = e.code if e is not None else NONE
+        topics = []
+        for topic, row in zip(req.topics, codes):
+            parts = tuple(make(PartR, partition_index=p.partition_index, error_code=code)
+                          for p, code in zip(topic.partitions, row))
+            topics.append(make(TopicR, name=getattr(topic, "name", None), topic_id=getattr(topic, "topic_id", None),
+                               partitions=parts))
+        return make(R, throttle_time=0, topics=tuple(topics))
+
+    # ---- OffsetFetch -------------------------------------------------------------------------
+
+    def _fetch_topics(self, group_id: str, topics, TopicR: type, by_id: bool) -> tuple:
+        """The response topics of one group: those asked (None = every committed one)."""
+        PartR = nested(TopicR, "partitions")
+        offsets = self.apis.offsets
+        registry = self.apis.registry
+
+        def part(partition: int, error: int = NONE):
+            found = offsets.fetch(group_id, name, partition) if name is not None and not error else None
+            if found is None:
+                return make(PartR, partition_index=partition, committed_offset=-1, committed_leader_epoch=NO_EPOCH,
+                            metadata="", error_code=error)
+            return make(PartR, partition_index=partition, committed_offset=found.offset,
+                        committed_leader_epoch=NO_EPOCH, metadata=found.metadata or "", error_code=NONE)
+
+        out = []
+        if topics is None:
+            by_topic: dict[str, list[int]] = {}
+            for (topic, partition) in sorted(offsets.committed_for(group_id)):
+                by_topic.setdefault(topic, []).append(partition)
+            for name, partitions in by_topic.items():
+                topic_id = None
+                if by_id:
+                    known = registry.get(name)
+                    if known is None or not known.topic_id:
+                        continue
+                    topic_id = known.topic_id
+                out.append(make(TopicR, name=name, topic_id=topic_id,
+                                partitions=tuple(part(p) for p in partitions)))
+            return tuple(out)
+        for topic in topics:
+            name, error = self._topic_name(topic, by_id)
+            out.append(make(TopicR, name=getattr(topic, "name", None), topic_id=getattr(topic, "topic_id", None),
+                            partitions=tuple(part(p, error) for p in topic.partition_indexes)))
+        return tuple(out)
+
+    async def offset_fetch(self, req, ctx):
+        R = ctx.response_class
+        if has_field(R, "groups"):  # v8+: several groups
+            GroupR = nested(R, "groups")
+            TopicR = nested(GroupR, "topics")
+            groups = []
+            by_id = ctx.api_version >= 10
+            for g in req.groups:
+                if not g.group_id:
+                    groups.append(make(GroupR, group_id=g.group_id, error_code=INVALID_GROUP_ID, topics=()))
+                    continue
+                groups.append(make(GroupR, group_id=g.group_id, error_code=NONE,
+                                   topics=self._fetch_topics(g.group_id, g.topics, TopicR, by_id)))
+            return make(R, throttle_time=0, groups=tuple(groups))
+        TopicR = nested(R, "topics")
+        if not req.group_id:
+            if has_field(R, "error_code"):
+                return make(R, throttle_time=0, error_code=INVALID_GROUP_ID, topics=())
+            PartR = nested(TopicR, "partitions")  # v1: no top-level error; every partition carries it
+            return make(R, topics=tuple(
+                make(TopicR, name=t.name, partitions=tuple(
+                    make(PartR, partition_index=p, committed_offset=-1, metadata="", error_code=INVALID_GROUP_ID)
+                    for p in t.partition_indexes)) for t in req.topics or ()))
+        return make(R, throttle_time=0, error_code=NONE,
+                    topics=self._fetch_topics(req.group_id, req.topics, TopicR, False))
+
+    # ---- ListGroups / DescribeGroups / DeleteGroups / OffsetDelete ------------------------------
+
+    async def list_groups(self, req, ctx):
+        R = ctx.response_class
+        GroupR = nested(R, "groups")
+        rows = self.coordinator.list_groups(self.apis.offsets.groups(), getattr(req, "states_filter", ()),
+                                            getattr(req, "types_filter", ()))
+        return make(R, throttle_time=0, error_code=NONE,
+                    groups=tuple(make(GroupR, group_id=gid, protocol_type=ptype, group_state=state,
+                                      group_type=gtype) for gid, ptype, state, gtype in rows))
+
+    async def describe_groups(self, req, ctx):
+        R = ctx.response_class
+        GroupR = nested(R, "groups")
+        MemberR = nested(GroupR, "members")
+        with_ops = getattr(req, "include_authorized_operations", False)
+        offsets_groups = self.apis.offsets.groups()
+        out = []
+        for group_id in req.groups:
+            if not group_id:
+                out.append(make(GroupR, error_code=INVALID_GROUP_ID, error_message="group id must not be empty",
+                                group_id=group_id, group_state="", protocol_type="", protocol_data="",
+                                members=(), authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                continue
+            d = self.coordinator.describe(group_id, group_id in offsets_groups)
+            error, message = d.error, None
+            if error == GROUP_ID_NOT_FOUND:
+                if ctx.api_version >= 6:
+                    message = f"Group {group_id} not found."
+                else:
+                    error = NONE  # older versions: a "Dead" group without members
+            members = tuple(make(MemberR, member_id=m.member_id, group_instance_id=m.group_instance_id,
+                                 client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,
+                                 member_assignment=m.assignment) for m in d.members)
+            out.append(make(GroupR, error_code=error, error_message=message, group_id=group_id,
+                            group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol_data,
+                            members=members,
+                            authorized_operations=GROUP_OPERATIONS if with_ops else AUTHORIZED_OPERATIONS_OMITTED))
+        return make(R, throttle_time=0, groups=tuple(out))
+
+    async def delete_groups(self, req, ctx):
+        R = ctx.response_class
+        ResultR = nested(R, "results")
+        results = []
+        for group_id in req.groups_names:
+            if not group_id:
+                results.append(make(ResultR, group_id=group_id, error_code=INVALID_GROUP_ID))
+                continue
+            has_offsets = group_id in self.apis.offsets.groups()
+            error = self.coordinator.validate_delete(group_id, has_offsets)
+            if error == NONE:
+                try:
+                    if has_offsets:
+                        await self.apis.blocking(self.apis.offsets.delete_group_offsets, group_id, None)
+                    self.coordinator.delete(group_id)
+                except StrataError as e:
+                    error = e.code
+            results.append(make(ResultR, group_id=group_id, error_code=error))
+        return make(R, throttle_time=0, results=tuple(results))
+
+    async def offset_delete(self, req, ctx):
+        R = ctx.response_class
+        TopicR = nested(R, "topics")
+        PartR = nested(TopicR, "partitions")
+        group_id = req.group_id
+        offsets = self.apis.offsets
+        group = self.coordinator.groups.get(group_id)
+        has_offsets = group_id in offsets.groups()
+        if not group_id:
+            return make(R, error_code=INVALID_GROUP_ID, throttle_time=0, topics=())
+        if (group is None or group.state == "Dead") and not has_offsets:
+            return make(R, error_code=GROUP_ID_NOT_FOUND, throttle_time=0, topics=())
+        subscribed: set[str] = set()
+        if self.coordinator.is_active(group_id):
+            if group.protocol_type != CONSUMER_PROTOCOL:
+                return make(R, error_code=NON_EMPTY_GROUP, throttle_time=0, topics=())
+            for m in group.members.values():
+                topics = subscribed_topics(m.metadata(group.protocol_name))
+                if topics is None:  # cannot tell what it consumes: refuse, as for other groups
+                    return make(R, error_code=NON_EMPTY_GROUP, throttle_time=0, topics=())
+                subscribed |= topics
+        doomed: list[tuple[str, int]] = []
+        codes: list[list[int]] = []
+        for topic in req.topics:
+            known = self.apis.registry.get(topic.name)
+            row = []
+            for p in topic.partitions:
+                if known is None or not 0 <= p.partition_index < known.partitions:
+                    row.append(UNKNOWN_TOPIC_OR_PARTITION)
+                elif topic.name in subscribed:
+                    row.append(GROUP_SUBSCRIBED_TO_TOPIC)
+                else:
+                    row.append(NONE)
+                    doomed.append((topic.name, p.partition_index))
+            codes.append(row)
+        if doomed:
+            await self.apis.blocking(offsets.delete_group_offsets, group_id, doomed)
+        topics_out = tuple(
+            make(TopicR, name=topic.name,
+                 partitions=tuple(make(PartR, partition_index=p.partition_index, error_code=code)
+                                  for p, code in zip(topic.partitions, row)))
+            for topic, row in zip(req.topics, codes))
+        return make(R, error_code=NONE, throttle_time=0, topics=topics_out)
+
+
+__all__ = ["GroupHandlers", "client_host", "millis", "subscribed_topics"]

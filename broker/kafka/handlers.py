@@ -1,0 +1,736 @@
+"""The core Kafka APIs over Strata's logs: one coroutine per API, every version.
+
+Each handler takes the kio request of the version that arrived and builds the
+response class of that version with `codec.make` (fields a version lacks are
+dropped), so one body serves every supported version. See KAFKA.md for the
+supported versions and the decisions; the notable ones:
+
+- Metadata: this broker (node 0, the advertised host:port) leads every partition,
+  is the only replica and the controller. Listing all topics includes
+  `__consumer_offsets` with is_internal (as Kafka). Auto-creation (v4+:
+  allow_auto_topic_creation; v0-3: always asked) needs auto.create.topics.enable;
+  the topic is created synchronously and listed at once (Kafka answers
+  LEADER_NOT_AVAILABLE until its controller has created it).
+- Produce: each partition's records are appended as they arrived (the validator
+  restamps base offsets, and timestamps for LogAppendTime), all partitions of a
+  request in one executor call. acks 1 and -1 answer once the batch is in the
+  log; -1 adds no fsync (one replica: the in-sync set is this log; durability
+  follows flush.messages/flush.ms, as Kafka's). acks 0: no answer; if a partition
+  failed, the connection is closed, as Kafka does so that the client notices.
+  Other acks: INVALID_REQUIRED_ACKS. Batches with producerId >= 0 are appended;
+  ProducerStateHook is where sequence checks will go.
+- Fetch: see `fetch`. Fetch sessions are declined: a full fetch is answered with
+  session id 0; an incremental fetch of a session gets FETCH_SESSION_ID_NOT_FOUND,
+  after which clients send full fetches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from storage.config import BROKER_NAMES, KEYS as TOPIC_KEYS, LogConfig
+from storage.errors import InvalidConfigError, InvalidRequestError, StrataError
+from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
+from storage.names import validate_topic_name
+
+from . import codec
+from .codec import RecordsSplicer, has_field, make, nested
+from .state import KafkaState, ProducerStateHook
+
+log = structlog.get_logger("strata.kafka")
+
+INT32_MAX = 2**31 - 1
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest)
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+READ_COMMITTED = 1
+# DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type, ConfigSource)
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+FINAL_EPOCH = -1
+
+E = ErrorCode
+
+
+def _code(e: StrataError) -> int:
+    return e.code
+
+
+class _Target:
+    """One partition of a Produce/Fetch/ListOffsets request, resolved."""
+
+    __slots__ = ("index", "log", "error", "offset", "max_bytes", "records", "result")
+
+    def __init__(self, index: int, log: Log | None = None, error: int = 0):
+        self.index = index
+        self.log = log
+        self.error = error
+        self.result: Any = None
+
+
+class CoreHandlers:
+    def __init__(self, apis):
+        self.apis = apis
+        self.config = apis.config
+        self.registry = apis.registry
+        self.native = apis.native
+        self.state: KafkaState | None = None  # set by the app once the data dir is locked
+        self.producer_state = ProducerStateHook()
+        self._claiming: asyncio.Lock | None = None
+
+    def register_all(self) -> None:
+        r = self.apis.register
+        r(18, self.api_versions, 0, 4)
+        r(3, self.metadata, 0, 13)
+        r(0, self.produce, 3, 13)
+        r(1, self.fetch, 4, 18)
+        r(2, self.list_offsets, 1, 10)
+        r(19, self.create_topics, 2, 7)
+        r(20, self.delete_topics, 1, 6)
+        r(32, self.describe_configs, 1, 4)
+        r(33, self.alter_configs, 0, 2)
+        r(44, self.incremental_alter_configs, 0, 1)
+        r(21, self.delete_records, 0, 2)
+        r(22, self.init_producer_id, 0, 5)
+
+    # ---- helpers ---------------------------------------------------------------------------------
+
+    async def _resolve(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> _Target:
+        """A partition by topic name, or by topic id (name None): the Log or an error code."""
+        target = _Target(partition)
+        if name is None:
+            known = self.registry.by_id(str(topic_id)) if topic_id is not None else None
+            if known is None:
+                target.error = E.unknown_topic_id
+                return target
+            name = known.name
+        try:
+            target.log = await self.apis.log_for(name, partition, produce=produce)
+        except StrataError as e:
+            target.error = _code(e)
+        return target
+
+    async def _each_partition(self, ctx, topics, answer) -> tuple:
+        """The per-topic, per-partition answers of a request addressed by topic name
+        (ListOffsets, DeleteRecords): `answer(part, target, PartitionResponse)`."""
+        TopicR = nested(ctx.response_class, "topics")
+        PartR = nested(TopicR, "partitions")
+        out = []
+        for topic in topics:
+            parts = []
+            for part in topic.partitions:
+                target = await self._resolve(topic.name, None, part.partition_index)
+                parts.append(await answer(part, target, PartR))
+            out.append(make(TopicR, name=topic.name, partitions=tuple(parts)))
+        return tuple(out)
+
+    # ---- ApiVersions -------------------------------------------------------------------------
+
+    def _api_keys(self, response_class: type) -> tuple:
+        key_class = nested(response_class, "api_keys")
+        return tuple(make(key_class, api_key=k, min_version=lo, max_version=hi)
+                     for k, lo, hi in self.apis.supported())
+
+    async def api_versions(self, req, ctx):
+        return make(ctx.response_class, error_code=E.none, api_keys=self._api_keys(ctx.response_class),
+                    throttle_time=0)
+
+    def unsupported_api_versions(self, correlation_id: int) -> bytes:
+        """KIP-511: an ApiVersions version the broker does not know is answered v0
+        with UNSUPPORTED_VERSION and the supported versions (header v0)."""
+        response_class = load_response_schema(18, 0)
+        response = make(response_class, error_code=E.unsupported_version,
+                        api_keys=self._api_keys(response_class))
+        return codec.encode_response(correlation_id, response)
+
+    # ---- Metadata ----------------------------------------------------------------------------
+
+    async def metadata(self, req, ctx):
+        R = ctx.response_class
+        TopicR = nested(R, "topics")
+        PartR = nested(TopicR, "partitions")
+        host, port = self.apis.advertised
+        node = self.apis.node_id
+        brokers = (make(nested(R, "brokers"), node_id=node, host=host, port=port, rack=None),)
+        allow_auto = getattr(req, "allow_auto_topic_creation", True) and self.config.auto_create_topics
+        requested = req.topics
+        if requested is None or (ctx.api_version == 0 and not requested):
+            wanted: list[tuple[str | None, Any]] = [(n, None) for n in
+                                                    self.registry.names(include_internal=True)]
+        else:
+            wanted = [(getattr(t, "name", None), getattr(t, "topic_id", None)) for t in requested]
+        topics = []
+        for name, topic_id in wanted:
+            if name is None:
+                known = self.registry.by_id(str(topic_id)) if topic_id is not None else None
+                if known is None:
+                    topics.append(make(TopicR, error_code=E.unknown_topic_id, name=None,
+                                       topic_id=topic_id, partitions=()))
+                    continue
+                name = known.name
+            try:
+                validate_topic_name(name)
+            except StrataError as e:
+                topics.append(make(TopicR, error_code=_code(e), name=name, topic_id=codec.ZERO_UUID,
+                                   partitions=()))
+                continue
+            known = self.registry.get(name)
+            if known is None and allow_auto:
+                try:
+                    await self.apis.blocking(self.native._auto_create, name)
+                except StrataError as e:
+                    topics.append(make(TopicR, error_code=_code(e), name=name,
+                                       topic_id=codec.ZERO_UUID, partitions=()))
+                    continue
+                known = self.registry.get(name)
+            if known is None:
+                topics.append(make(TopicR, error_code=E.unknown_topic_or_partition, name=name,
+                                   topic_id=codec.ZERO_UUID, partitions=()))
+                continue
+            partitions = tuple(make(PartR, error_code=E.none, partition_index=p, leader_id=node,
+                                    leader_epoch=0, replica_nodes=(node,), isr_nodes=(node,),
+                                    offline_replicas=())
+                               for p in range(known.partitions))
+            topics.append(make(TopicR, error_code=E.none, name=name, topic_id=known.topic_id or None,
+                               is_internal=known.internal, partitions=partitions))
+        cluster_id = self.state.cluster_id if self.state is not None else None
+        return make(R, throttle_time=0, brokers=brokers, cluster_id=cluster_id, controller_id=node,
+                    topics=tuple(topics), error_code=E.none)
+
+    # ---- Produce -----------------------------------------------------------------------------
+
+    async def produce(self, req, ctx):
+        R = ctx.response_class
+        TopicR = nested(R, "responses")
+        PartR = nested(TopicR, "partition_responses")
+        acks = req.acks
+        by_id = not has_field(type(req.topic_data[0]), "name") if req.topic_data else False
+        plan: list[tuple[Any, list[_Target]]] = []
+        for topic in req.topic_data:
+            name = None if by_id else topic.name
+            targets = []
+            for part in topic.partition_data:
+                if acks not in (0, 1, -1):
+                    targets.append(_Target(part.index, error=E.invalid_required_acks))
+                    continue
+                target = await self._resolve(name, getattr(topic, "topic_id", None), part.index,
+                                             produce=True)
+                if part.records is None:
+                    target.error = target.error or E.corrupt_message
+                target.records = part.records
+                targets.append(target)
+            plan.append((topic, targets))
+
+        def append_all() -> None:
+            for _, targets in plan:
+                for target in targets:
+                    if target.error:
+                        continue
+                    try:
+                        self.producer_state.before_append(target.log, target.records)
+                        target.result = self.native._append(target.log, target.records)
+                    except StrataError as e:
+                        target.error = self.native._error_code(e, target.log)
+                    except Exception:
+                        log.exception("kafka_append_failed", topic=target.log.topic,
+                                      partition=target.index)
+                        target.error = E.unknown_server_error
+                    target.records = None
+
+        if any(not t.error for _, targets in plan for t in targets):
+            await self.apis.blocking(append_all)
+        if acks == 0:
+            if any(t.error for _, targets in plan for t in targets):
+                from ..server import CloseConnection
+                log.info("kafka_acks0_produce_failed", peer=ctx.peer)
+                raise CloseConnection()
+            return None
+        responses = []
+        for topic, targets in plan:
+            parts = []
+            for t in targets:
+                if t.error:
+                    parts.append(make(PartR, index=t.index, error_code=t.error, base_offset=-1,
+                                      log_append_time=-1, log_start_offset=-1, record_errors=()))
+                else:
+                    done = t.result
+                    parts.append(make(PartR, index=t.index, error_code=E.none,
+                                      base_offset=done.first_offset,
+                                      log_append_time=done.log_append_time,
+                                      log_start_offset=done.log_start_offset, record_errors=()))
+            responses.append(make(TopicR, name=getattr(topic, "name", None),
+                                  topic_id=getattr(topic, "topic_id", None),
+                                  partition_responses=tuple(parts)))
+        return make(R, responses=tuple(responses), throttle_time=0)
+
+    # ---- Fetch -------------------------------------------------------------------------------
+
+    async def fetch(self, req, ctx):
+        """Kafka's fetch over the shared logs.
+
+        - Sessions declined (see the module docstring).
+        - Budget: min(max_bytes, fetch.max.bytes); each partition reads at most
+          min(partition_max_bytes, what is left). Until some partition returned
+          bytes, reads use min_one_message, so the first batch comes whole even past
+          the limits (Kafka's minOneMessage); later partitions get whole batches
+          that fit (a lone batch over the rest is cut, as Kafka's slice).
+        - Answers at once with any error, with >= min_bytes, or when max_wait <= 0;
+          otherwise waits for an append to one of the partitions (either protocol
+          wakes PartitionWaiters), for max_wait, or for shutdown, then reads again.
+        - The records are FileSlices spliced into kio's encoding and sent with sendfile.
+        """
+        R = ctx.response_class
+        TopicR = nested(R, "responses")
+        PartR = nested(TopicR, "partitions")
+        session_id = getattr(req, "session_id", 0)
+        session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
+        if session_id != 0 and session_epoch != FINAL_EPOCH:
+            return make(R, throttle_time=0, error_code=E.fetch_session_id_not_found, session_id=0,
+                        responses=())
+        replica = getattr(req, "replica_id", -1)
+        if has_field(type(req), "replica_state"):
+            replica = req.replica_state.replica_id
+        by_id = ctx.api_version >= 13
+        max_wait_ms = int(req.max_wait.total_seconds() * 1000)
+        min_bytes = req.min_bytes
+        budget_total = min(req.max_bytes if req.max_bytes >= 0 else 0, self.config.fetch_max_bytes,
+                           INT32_MAX - (1 << 20))
+        read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+        loop = self.apis.loop
+        deadline = loop.time() + max_wait_ms / 1000
+        while True:
+            plan: list[tuple[Any, list[_Target]]] = []
+            for topic in req.topics:
+                name = None if by_id else topic.topic
+                targets = []
+                for part in topic.partitions:
+                    if replica >= 0:  # a follower: there are none
+                        targets.append(_Target(part.partition, error=E.not_leader_or_follower))
+                        continue
+                    target = await self._resolve(name, getattr(topic, "topic_id", None), part.partition)
+                    target.offset = part.fetch_offset
+                    target.max_bytes = max(part.partition_max_bytes, 0)
+                    targets.append(target)
+                plan.append((topic, targets))
+            flat = [t for _, targets in plan for t in targets]
+            may_wait = max_wait_ms > 0 and not self.apis.shutting_down
+            events = [self.apis.waiters.event((t.log.topic, t.log.partition))
+                      for t in flat if t.log is not None] if may_wait else []
+            if any(t.log is not None and t.offset != t.log.log_end_offset for t in flat):
+                await self.apis.blocking(self._read_all, flat, budget_total,
+                                         cleanup=lambda _: _release(flat))
+            total = sum(t.result.length for t in flat if t.result is not None)
+            remaining = deadline - loop.time()
+            if (not may_wait or total >= min_bytes or any(t.error for t in flat) or remaining <= 0
+                    or not events):
+                break
+            _release(flat)
+            await _wait_any(events, remaining)
+        try:
+            return self._fetch_response(ctx, R, TopicR, PartR, plan, read_committed)
+        except BaseException:
+            _release(flat)
+            raise
+
+    def _read_all(self, flat: list[_Target], budget: int) -> None:
+        """Executor side: read every partition in order from the budget."""
+        min_one = True
+        for t in flat:
+            if t.error or t.log is None:
+                continue
+            try:
+                if t.offset == t.log.log_end_offset:
+                    continue
+                found = t.log.read(t.offset, min(t.max_bytes, budget), min_one_message=min_one)
+            except StrataError as e:
+                t.error = self.native._error_code(e, t.log)
+                continue
+            except Exception:
+                log.exception("kafka_read_failed", topic=t.log.topic, partition=t.index)
+                t.error = E.unknown_server_error
+                continue
+            if found.length:
+                budget = max(budget - found.length, 0)
+                min_one = False
+                t.result = found
+            else:
+                found.release()
+
+    def _fetch_response(self, ctx, R, TopicR, PartR, plan, read_committed: bool):
+        splicer = RecordsSplicer()
+        responses = []
+        for topic, targets in plan:
+            parts = []
+            for t in targets:
+                if t.error or t.log is None:
+                    parts.append(make(PartR, partition_index=t.index, error_code=t.error or E.none,
+                                      high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                                      aborted_transactions=None, preferred_read_replica=-1,
+                                      records=b""))
+                    continue
+                end = t.log.log_end_offset
+                records = splicer.marker(t.result) if t.result is not None else b""
+                t.result = None  # the splicer owns it now
+                parts.append(make(PartR, partition_index=t.index, error_code=E.none, high_watermark=end,
+                                  last_stable_offset=end, log_start_offset=t.log.log_start_offset,
+                                  aborted_transactions=() if read_committed else None,
+                                  preferred_read_replica=-1, records=records))
+            responses.append(make(TopicR, topic=getattr(topic, "topic", None),
+                                  topic_id=getattr(topic, "topic_id", None), partitions=tuple(parts)))
+        response = make(R, throttle_time=0, error_code=E.none, session_id=0, responses=tuple(responses))
+        try:
+            if not splicer.slices:
+                return [codec.encode_response(ctx.correlation_id, response)]
+            return codec.encode_spliced(ctx.correlation_id, response, splicer)
+        except BaseException:
+            splicer.release()
+            raise
+
+    # ---- ListOffsets -------------------------------------------------------------------------
+
+    async def list_offsets(self, req, ctx):
+        async def answer(part, target, PartR):
+            code, timestamp, offset = target.error, -1, -1
+            if not code:
+                try:
+                    timestamp, offset = await self._offset_for(target.log, part.timestamp)
+                except StrataError as e:
+                    code = _code(e)
+            return make(PartR, partition_index=part.partition_index, error_code=code,
+                        timestamp=timestamp, offset=offset, leader_epoch=0 if offset >= 0 else -1)
+
+        return make(ctx.response_class, throttle_time=0,
+                    topics=await self._each_partition(ctx, req.topics, answer))
+
+    async def _offset_for(self, one: Log, timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) for a ListOffsets timestamp: -1 latest, -2 earliest,
+        -3 the largest timestamp, -4 earliest local (= earliest), -5 latest tiered
+        (nothing is tiered: -1), else the first record at or after the timestamp."""
+        if timestamp == LATEST_TIMESTAMP:
+            return -1, one.log_end_offset
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return -1, one.log_start_offset
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return -1, -1
+        if timestamp == MAX_TIMESTAMP:
+            return await self.apis.blocking(_max_timestamp, one)
+        found = await self.apis.blocking(one.offset_for_timestamp, timestamp)
+        return (-1, -1) if found is None else (found.timestamp, found.offset)
+
+    # ---- topics ------------------------------------------------------------------------------
+
+    async def create_topics(self, req, ctx):
+        R = ctx.response_class
+        TopicR = nested(R, "topics")
+        ConfigR = nested(TopicR, "configs") if has_field(TopicR, "configs") else None
+        names = [t.name for t in req.topics]
+        results = []
+        for topic in req.topics:
+            message = None
+            created = None
+            try:
+                if names.count(topic.name) > 1:
+                    raise InvalidRequestError(f"topic {topic.name!r} appears more than once in the request")
+                partitions = self._partitions_to_create(topic)
+                configs = tuple((c.name, c.value) for c in topic.configs)
+                created = await self.apis.blocking(self._create, topic.name, partitions, configs,
+                                                   req.validate_only)
+                code = E.none
+            except StrataError as e:
+                code, message = _code(e), str(e)
+            if code:
+                results.append(make(TopicR, name=topic.name, topic_id=None, error_code=code,
+                                    error_message=message, num_partitions=-1, replication_factor=-1,
+                                    configs=None))
+                continue
+            configs_out = None
+            if ConfigR is not None:
+                configs_out = tuple(
+                    make(ConfigR, name=k, value=v, read_only=False,
+                         config_source=self._topic_config_source(created, k), is_sensitive=False)
+                    for k, v in created.log_config.to_props().items())
+            results.append(make(TopicR, name=topic.name, topic_id=created.topic_id or None,
+                                error_code=E.none, error_message=None, num_partitions=created.partitions,
+                                replication_factor=1, configs=configs_out))
+        return make(R, throttle_time=0, topics=tuple(results))
+
+    def _partitions_to_create(self, topic) -> int:
+        if topic.assignments:
+            if topic.num_partitions != -1 or topic.replication_factor != -1:
+                raise InvalidRequestError("both numPartitions or replicationFactor and "
+                                          "replicasAssignments were set")
+            for a in topic.assignments:
+                if tuple(a.broker_ids) != (self.apis.node_id,):
+                    raise _InvalidReplicaAssignment(
+                        f"partition {a.partition_index}: the only broker is {self.apis.node_id}")
+            indexes = sorted(a.partition_index for a in topic.assignments)
+            if indexes != list(range(len(indexes))):
+                raise _InvalidReplicaAssignment("partitions must be numbered 0..n-1")
+            return len(indexes)
+        if topic.replication_factor not in (-1, 1):
+            raise _InvalidReplicationFactor(
+                f"replication factor {topic.replication_factor} is larger than the 1 available broker"
+                if topic.replication_factor > 1 else
+                f"replication factor must be larger than 0, or -1 to use the default")
+        return topic.num_partitions
+
+    def _create(self, name: str, partitions: int, configs, validate_only: bool):
+        """Executor side; returns the Topic (what it would be with validate_only)."""
+        if validate_only:
+            self.registry.create(name, partitions, configs, validate_only=True)
+            from ..topics import Topic
+            overrides = dict(configs)
+            return Topic(name, self.registry.num_partitions if partitions == -1 else partitions,
+                         overrides, False, LogConfig.from_props(overrides, self.registry.defaults))
+        return self.registry.create(name, partitions, configs)
+
+    async def delete_topics(self, req, ctx):
+        R = ctx.response_class
+        ResultR = nested(R, "responses")
+        if has_field(type(req), "topics"):
+            wanted = [(t.name, t.topic_id) for t in req.topics]
+        else:
+            wanted = [(name, None) for name in req.topic_names]
+        results = []
+        for name, topic_id in wanted:
+            code, message = E.none, None
+            if name is None:
+                known = self.registry.by_id(str(topic_id)) if topic_id is not None else None
+                if known is None:
+                    results.append(make(ResultR, name=None, topic_id=topic_id, error_code=E.unknown_topic_id,
+                                        error_message="unknown topic id"))
+                    continue
+                name = known.name
+            known = self.registry.get(name)
+            try:
+                await self.native.remove_topic(name)
+            except StrataError as e:
+                code, message = _code(e), str(e)
+            results.append(make(ResultR, name=name,
+                                topic_id=(known.topic_id if known is not None and known.topic_id else None),
+                                error_code=code, error_message=message))
+        return make(R, throttle_time=0, responses=tuple(results))
+
+    # ---- configs -----------------------------------------------------------------------------
+
+    def _topic_config_source(self, topic, key: str) -> int:
+        if key in topic.configs:
+            return DYNAMIC_TOPIC_CONFIG
+        if any(self.config.source(name) != "default" for name, _ in BROKER_NAMES.get(key, ())):
+            return STATIC_BROKER_CONFIG
+        return DEFAULT_CONFIG
+
+    async def describe_configs(self, req, ctx):
+        R = ctx.response_class
+        ResultR = nested(R, "results")
+        EntryR = nested(ResultR, "configs")
+        SynonymR = nested(EntryR, "synonyms") if has_field(EntryR, "synonyms") else None
+        synonyms = getattr(req, "include_synonyms", False)
+        kinds = {k.name: k.kind for k in TOPIC_KEYS}
+        results = []
+        for resource in req.resources:
+            keys = resource.configuration_keys
+            entries: list[tuple[str, str | None, int, bool, str]] = []  # name, value, source, ro, kind
+            code, message = E.none, None
+            try:
+                if resource.resource_type == TOPIC_RESOURCE:
+                    topic = self.registry.require(resource.resource_name)
+                    for k, v in topic.log_config.to_props().items():
+                        entries.append((k, v, self._topic_config_source(topic, k), False,
+                                        kinds.get(k, "")))
+                elif resource.resource_type == BROKER_RESOURCE:
+                    if resource.resource_name not in ("", str(self.apis.node_id)):
+                        raise InvalidRequestError(f"unexpected broker id {resource.resource_name!r}")
+                    for k in sorted(self.config.values):
+                        v = self.config.values[k]
+                        if v is None:
+                            continue
+                        v = str(v).lower() if isinstance(v, bool) else str(v)
+                        source = DEFAULT_CONFIG if self.config.source(k) == "default" else STATIC_BROKER_CONFIG
+                        entries.append((k, v, source, True, ""))
+                elif resource.resource_type == BROKER_LOGGER_RESOURCE:
+                    pass
+                else:
+                    raise InvalidRequestError(f"unsupported resource type {resource.resource_type}")
+            except StrataError as e:
+                code, message, entries = _code(e), str(e), []
+            if keys:  # null or empty: every config (Kafka's ConfigHelper)
+                wanted = set(keys)
+                entries = [e for e in entries if e[0] in wanted]
+            configs = tuple(
+                make(EntryR, name=n, value=v, read_only=ro, config_source=src, is_default=src == DEFAULT_CONFIG,
+                     is_sensitive=False, config_type=CONFIG_TYPES.get(kind, 0), documentation=None,
+                     synonyms=(make(SynonymR, name=n, value=v, source=src),)
+                     if synonyms and SynonymR is not None else ())
+                for n, v, src, ro, kind in entries)
+            results.append(make(ResultR, error_code=code, error_message=message,
+                                resource_type=resource.resource_type,
+                                resource_name=resource.resource_name, configs=configs))
+        return make(R, throttle_time=0, results=tuple(results))
+
+    async def alter_configs(self, req, ctx):
+        """Legacy AlterConfigs: the listed configs replace all of a topic's overrides."""
+        async def one(resource) -> None:
+            topic = self.registry.require(resource.resource_name)
+            listed = {}
+            for c in resource.configs:
+                if c.name in listed:
+                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
+                if c.value is None:
+                    raise InvalidRequestError(f"null value not supported for {c.name!r}")
+                listed[c.name] = c.value
+            changes = list(listed.items()) + [(k, None) for k in topic.configs if k not in listed]
+            await self.apis.blocking(self._alter, resource.resource_name, changes, req.validate_only)
+        return await self._alter_each(req, ctx, one)
+
+    async def incremental_alter_configs(self, req, ctx):
+        kinds = {k.name: k.kind for k in TOPIC_KEYS}
+
+        async def one(resource) -> None:
+            topic = self.registry.require(resource.resource_name)
+            effective = topic.log_config.to_props()
+            changes: dict[str, str | None] = {}
+            for c in resource.configs:
+                if c.name in changes:
+                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
+                if c.name not in kinds:
+                    raise InvalidConfigError(f"unknown topic config {c.name!r}")
+                op = c.config_operation
+                if op == SET:
+                    if c.value is None:
+                        raise InvalidRequestError(f"null value not supported for {c.name!r}")
+                    changes[c.name] = c.value
+                elif op == DELETE:
+                    changes[c.name] = None
+                elif op in (APPEND, SUBTRACT):
+                    if kinds[c.name] != "list":
+                        raise InvalidConfigError(f"config value append/subtract is not allowed for "
+                                                 f"config key {c.name!r}: it is not a list")
+                    current = [v for v in effective[c.name].split(",") if v]
+                    items = [v for v in (c.value or "").split(",") if v]
+                    if op == APPEND:
+                        current += [v for v in items if v not in current]
+                    else:
+                        current = [v for v in current if v not in items]
+                    changes[c.name] = ",".join(current)
+                else:
+                    raise InvalidRequestError(f"unknown config operation {op}")
+            await self.apis.blocking(self._alter, resource.resource_name, list(changes.items()),
+                                     req.validate_only)
+        return await self._alter_each(req, ctx, one)
+
+    def _alter(self, name: str, changes, validate_only: bool) -> None:
+        self.registry.alter(name, changes, validate_only=validate_only)
+
+    async def _alter_each(self, req, ctx, apply_topic) -> Any:
+        R = ctx.response_class
+        ResultR = nested(R, "responses")
+        results = []
+        for resource in req.resources:
+            code, message = E.none, None
+            try:
+                if resource.resource_type == TOPIC_RESOURCE:
+                    await apply_topic(resource)
+                elif resource.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
+                    raise InvalidRequestError("broker configs are static in Strata (server.properties, "
+                                              "STRATA_* or --set, then restart)")
+                else:
+                    raise InvalidRequestError(f"unsupported resource type {resource.resource_type}")
+            except StrataError as e:
+                code, message = _code(e), str(e)
+            results.append(make(ResultR, error_code=code, error_message=message,
+                                resource_type=resource.resource_type,
+                                resource_name=resource.resource_name))
+        return make(R, throttle_time=0, responses=tuple(results))
+
+    # ---- DeleteRecords -----------------------------------------------------------------------
+
+    async def delete_records(self, req, ctx):
+        async def answer(part, target, PartR):
+            low, code = -1, target.error
+            if not code:
+                try:
+                    low = await self.native.delete_records_before(target.log, part.offset)
+                except StrataError as e:
+                    code = self.native._error_code(e, target.log)
+            return make(PartR, partition_index=part.partition_index, low_watermark=low, error_code=code)
+
+        return make(ctx.response_class, throttle_time=0,
+                    topics=await self._each_partition(ctx, req.topics, answer))
+
+    # ---- InitProducerId ----------------------------------------------------------------------
+
+    async def init_producer_id(self, req, ctx):
+        R = ctx.response_class
+        if req.transactional_id is not None:
+            # No transaction coordinator: transactional producers are refused clearly.
+            log.info("kafka_transactions_unsupported", transactional_id=req.transactional_id,
+                     peer=ctx.peer)
+            return make(R, throttle_time=0, error_code=E.invalid_request, producer_id=-1,
+                        producer_epoch=-1)
+        producer_id = await self.next_producer_id()
+        return make(R, throttle_time=0, error_code=E.none, producer_id=producer_id, producer_epoch=0)
+
+    async def next_producer_id(self) -> int:
+        assert self.state is not None
+        while True:
+            value = self.state.next_producer_id()
+            if value is not None:
+                return value
+            if self._claiming is None:
+                self._claiming = asyncio.Lock()
+            async with self._claiming:
+                await self.apis.blocking(self.state.claim_block)
+
+
+class _InvalidReplicationFactor(StrataError):
+    code = 38
+
+
+class _InvalidReplicaAssignment(StrataError):
+    code = 39
+
+
+def _max_timestamp(one: Log) -> tuple[int, int]:
+    """(largest timestamp, its offset) over the log's segments, or (-1, -1) when empty."""
+    best_ts, best_offset = -1, -1
+    start = one.log_start_offset
+    for segment in one.segments.snapshot():
+        ts = segment.max_timestamp_so_far
+        if ts > best_ts and segment.offset_of_max_timestamp_so_far >= start:
+            best_ts, best_offset = ts, segment.offset_of_max_timestamp_so_far
+    return best_ts, best_offset
+
+
+def _release(flat: list[_Target]) -> None:
+    for t in flat:
+        if t.result is not None and hasattr(t.result, "release"):
+            t.result.release()
+            t.result = None
+
+
+async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
+    unique = list({id(e): e for e in events}.values())
+    if len(unique) == 1:
+        try:
+            await asyncio.wait_for(unique[0].wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        return
+    waits = [asyncio.ensure_future(e.wait()) for e in unique]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+__all__ = ["CoreHandlers"]

@@ -1,0 +1,115 @@
+"""The Kafka listener's own durable state: the cluster id and producer id blocks.
+
+`<data-dir>/strata-kafka.json`, replaced whole with storage.fileutil.atomic_write:
+
+    {"version": 1, "cluster_id": "q1Sh-9_ISia_zwGINzRvyQ", "producer_id_block_end": 2000}
+
+Contract:
+- `KafkaState.open(data_dir)` (blocking; after the data directory is locked)
+  reads the file or creates it with a new cluster id (Kafka's form: a random
+  UUID in URL-safe base64 without padding, 22 characters).
+- Producer ids are handed out from blocks of PRODUCER_ID_BLOCK_SIZE, as Kafka's
+  ProducerIdManager takes blocks from the controller: the end of a block is
+  written (and fsynced) before any id in it is used, so after a crash or a
+  restart ids only ever grow and are never handed out twice (the rest of an
+  unfinished block is skipped). `next_producer_id()` is called on the event loop;
+  it returns None when the block is used up, and `claim_block()` (blocking, run in
+  the executor) takes the next one.
+- Epochs: every InitProducerId without a transactional id gets a new producer id
+  with epoch 0 (Kafka's coordinator does the same for idempotent producers), so
+  epochs never need to be stored.
+- Sequence numbers (idempotent producers): not checked yet. The produce path calls
+  `ProducerStateHook.before_append` for every partition; the later issue puts
+  the per-partition producer state (and its `.snapshot` files) behind it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+import uuid
+
+from storage.errors import InvalidConfigError
+from storage.fileutil import atomic_write
+from storage.log import Log
+
+STATE_FILE = "strata-kafka.json"
+FORMAT_VERSION = 1
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class KafkaState:
+    def __init__(self, path: str, cluster_id: str, block_end: int):
+        self.path = path
+        self.cluster_id = cluster_id
+        self._block_end = block_end  # persisted: ids below it may have been handed out
+        self._next = block_end  # the current block is empty until claimed
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, data_dir: str) -> "KafkaState":
+        path = os.path.join(data_dir, STATE_FILE)
+        try:
+            with open(path, "rb") as f:
+                doc = json.loads(f.read())
+            if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
+                raise ValueError("unsupported format")
+            state = cls(path, str(doc["cluster_id"]), int(doc["producer_id_block_end"]))
+        except FileNotFoundError:
+            state = cls(path, new_cluster_id(), 0)
+            state._write()
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise InvalidConfigError(f"cannot read {path}: {e}") from None
+        return state
+
+    def _write(self) -> None:
+        doc = {"version": FORMAT_VERSION, "cluster_id": self.cluster_id,
+               "producer_id_block_end": self._block_end}
+        atomic_write(self.path, json.dumps(doc, indent=2).encode() + b"\n")
+
+    def next_producer_id(self) -> int | None:
+        """The next id of the current block, or None when a block must be claimed."""
+        with self._lock:
+            if self._next >= self._block_end:
+                return None
+            value = self._next
+            self._next += 1
+            return value
+
+    def claim_block(self) -> None:
+        """Persist the end of a new block, then make it current (blocking)."""
+        with self._lock:
+            if self._next < self._block_end:
+                return  # another request claimed one meanwhile
+            start = self._block_end
+            self._block_end = start + PRODUCER_ID_BLOCK_SIZE
+            try:
+                self._write()
+            except BaseException:
+                self._block_end = start
+                raise
+            self._next = start
+
+
+class ProducerStateHook:
+    """Idempotent-producer checks, called in the executor before each append of a
+    Kafka Produce (`records` is the partition's message set as it arrived).
+
+    Today: nothing (batches with producerId >= 0 are appended as they are). The
+    idempotence issue replaces this with per-partition producer state: the
+    sequence check (OUT_OF_ORDER_SEQUENCE_NUMBER, DUPLICATE_SEQUENCE_NUMBER answered
+    with the original offset), epoch fencing (INVALID_PRODUCER_EPOCH), and `.snapshot`
+    files next to the segments. Raise a StrataError subclass to refuse the append."""
+
+    def before_append(self, one: Log, records) -> None:
+        return None
+
+
+__all__ = ["KafkaState", "ProducerStateHook", "PRODUCER_ID_BLOCK_SIZE", "STATE_FILE",
+           "new_cluster_id"]

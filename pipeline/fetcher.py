@@ -1,0 +1,306 @@
+"""Reading one offset range of one partition from the broker, on an executor.
+
+Contract:
+- `BrokerLink(bootstrap, timeout_ms)` is one blocking TCP connection speaking
+  the native protocol through the `protocol` codec (no event loop and no
+  thread: Spark's Python workers fork and are reused, and a plain socket is
+  the cheapest thing to carry across that). It connects on first use to the
+  first reachable address of `bootstrap` (`client.parse_bootstrap`); requests
+  are pipelined and answers come back in order.
+- `read_range(options, topic, partition, start, end)` yields pyarrow
+  RecordBatches (schema.arrow_schema) holding exactly the records with
+  offsets in [start, end), in order, skipping records below `start` inside
+  entries and stopping at `end`. While one answer is decoded the next FETCH
+  is already on its way (its offset is read from the entry headers first).
+  An answer holding only a cut-short entry doubles the fetch size (up to
+  64 MiB, then MESSAGE_TOO_LARGE).
+- Data loss, as Spark's Kafka source: the range start below the log start
+  (retention or DELETE_RECORDS removed records), the log end below a wanted
+  offset, or the topic gone. With `failOnDataLoss` (the default) the task
+  fails with DataLossError and Spark's advice; without it a warning is logged
+  and the read goes on from the log start (or stops when nothing is left).
+- Transport failures (connection refused or broken, timeouts) reconnect and
+  resume from the current position, `fetchOffset.numRetries` times with
+  `fetchOffset.retryIntervalMs` between attempts; broker error codes other
+  than the ones above raise StrataClientError.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import time
+from collections import deque
+from typing import Iterator
+
+from client import parse_bootstrap
+from client.errors import BrokerUnreachable, StrataClientError, raise_for
+from protocol import (ErrorCode, FetchRequest, OffsetsRequest, ProtocolError, encode_request,
+                      parse_response)
+from protocol.requests import RequestType
+from storage.records.framing import ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
+
+from .decode import decode_into
+from .options import ReadOptions
+from .schema import Columns
+
+__all__ = ["BrokerLink", "DataLossError", "read_range", "data_loss", "ROWS_PER_BATCH"]
+
+log = logging.getLogger("pipeline")
+
+ROWS_PER_BATCH = 16384
+MAX_FETCH_BYTES = 64 * 1024 * 1024
+SIZE = struct.Struct(">i")
+ERROR = struct.Struct(">h")
+LAST_DELTA = struct.Struct(">i")
+LAST_DELTA_AT = 23
+DATA_LOSS_ADVICE = (
+    "Some data may have been lost because they are not available in Strata any more; either the "
+    "data was aged out by retention or removed with DELETE_RECORDS, or the topic may have been "
+    "deleted before all the data in the topic was processed. If you want your query to go on "
+    "in such cases, set the source option \"failOnDataLoss\" to \"false\".")
+
+
+class DataLossError(StrataClientError):
+    """Records a query should have read are gone (failOnDataLoss=true)."""
+
+
+def data_loss(message: str, fail: bool) -> None:
+    """Fail with Spark's advice, or log a warning and go on."""
+    if fail:
+        raise DataLossError(f"{message} {DATA_LOSS_ADVICE}")
+    log.warning("%s Some data may have been lost; failOnDataLoss is false, going on.", message)
+
+
+class BrokerLink:
+    def __init__(self, bootstrap: str, timeout_ms: int = 120_000):
+        self.bootstrap = bootstrap
+        self.timeout_ms = timeout_ms
+        self._sock: socket.socket | None = None
+        self._pending: deque[int] = deque()  # request types of unanswered requests
+        self.address = ""
+
+    def _connect(self) -> socket.socket:
+        problems = []
+        for host, port in parse_bootstrap(self.bootstrap):
+            try:
+                sock = socket.create_connection((host, port), timeout=min(self.timeout_ms, 10_000) / 1000)
+            except OSError as e:
+                problems.append(f"{host}:{port}: {e.strerror or e}")
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+            sock.settimeout(self.timeout_ms / 1000)
+            self.address = f"{host}:{port}"
+            return sock
+        raise BrokerUnreachable("cannot reach broker at " + "; ".join(problems))
+
+    def send(self, request) -> None:
+        if self._sock is None:
+            self._sock = self._connect()
+        try:
+            self._sock.sendall(encode_request(request))
+        except OSError as e:
+            self.close()
+            raise BrokerUnreachable(f"connection to broker at {self.address} lost: {e}") from None
+        self._pending.append(request.TYPE)
+
+    def _receive_frame(self) -> tuple[int, bytearray]:
+        if not self._pending:
+            raise StrataClientError("nothing was asked of the broker")
+        try:
+            head = self._read_exactly(SIZE.size)
+            frame = self._read_exactly(SIZE.unpack(head)[0])
+        except socket.timeout:
+            self.close()
+            raise BrokerUnreachable(f"no answer from broker at {self.address} within "
+                                    f"{self.timeout_ms} ms") from None
+        except OSError as e:
+            self.close()
+            raise BrokerUnreachable(f"connection to broker at {self.address} lost: {e}") from None
+        return self._pending.popleft(), frame
+
+    def _read_exactly(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            chunk = self._sock.recv_into(view[got:])
+            if not chunk:
+                raise OSError("connection closed by the broker")
+            got += chunk
+        return buf
+
+    def receive(self):
+        """The parsed answer to the oldest unanswered request."""
+        request_type, frame = self._receive_frame()
+        try:
+            return parse_response(request_type, frame)
+        except ProtocolError as e:
+            self.close()
+            raise StrataClientError(f"bad answer from broker at {self.address}: {e.message}",
+                                    ErrorCode.CORRUPT_MESSAGE) from None
+
+    def receive_fetch(self) -> tuple[int, bytes]:
+        """(error, message set as bytes) of the oldest unanswered FETCH."""
+        request_type, frame = self._receive_frame()
+        if request_type != RequestType.FETCH or len(frame) < ERROR.size:
+            self.close()
+            raise StrataClientError("bad answer to FETCH", ErrorCode.CORRUPT_MESSAGE)
+        (error,) = ERROR.unpack_from(frame)
+        return error, bytes(memoryview(frame)[ERROR.size:])
+
+    def request(self, request):
+        self.send(request)
+        return self.receive()
+
+    def offset(self, topic: str, partition: int, time_: int) -> int | None:
+        response = self.request(OffsetsRequest(topic, partition, time_, 1))
+        raise_for(response.error, f"offsets of {topic}-{partition}")
+        return response.offsets[0] if response.offsets else None
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        self._pending.clear()
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def __enter__(self) -> "BrokerLink":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def next_offset_of(data: bytes, start: int) -> tuple[int, int]:
+    """(one past the last offset of the last whole entry, whole entries): headers only."""
+    pos, end, last, whole = 0, len(data), start - 1, 0
+    unpack = ENTRY_PREFIX.unpack_from
+    while end - pos > MAGIC_OFFSET:
+        offset, size = unpack(data, pos)
+        entry_end = pos + LOG_OVERHEAD + size
+        if size <= 0 or entry_end > end:
+            break
+        if data[pos + MAGIC_OFFSET] == MAGIC_V2:
+            if entry_end < pos + LAST_DELTA_AT + LAST_DELTA.size:
+                break
+            offset += LAST_DELTA.unpack_from(data, pos + LAST_DELTA_AT)[0]
+        last = max(last, offset)  # a classic entry's offset field is its last offset
+        whole += 1
+        pos = entry_end
+    return max(start, last + 1), whole
+
+
+class _RangeReader:
+    def __init__(self, options: ReadOptions, topic: str, partition: int, start: int, end: int):
+        self.options = options
+        self.topic = topic
+        self.partition = partition
+        self.where = f"{topic}-{partition}"
+        self.start = start
+        self.end = end
+        self.link = BrokerLink(options.bootstrap, options.request_timeout_ms)
+        self.failures = 0
+
+    def fetch(self, offset: int, size: int) -> None:
+        self.link.send(FetchRequest(self.topic, self.partition, offset, size, 0))
+
+    def out_of_range(self, position: int) -> int:
+        """Where to go on after OFFSET_OUT_OF_RANGE at `position` (`end`: stop)."""
+        earliest = self.link.offset(self.topic, self.partition, OffsetsRequest.EARLIEST)
+        latest = self.link.offset(self.topic, self.partition, OffsetsRequest.LATEST)
+        if earliest is not None and position < earliest:
+            data_loss(f"Cannot fetch offset {position} of {self.where}: the log now starts at "
+                      f"offset {earliest}, so offsets {position} to "
+                      f"{min(earliest, self.end) - 1} are gone.", self.options.fail_on_data_loss)
+            return min(earliest, self.end)
+        if latest is not None and position > latest:
+            self.log_ends_early(position, latest)
+            return self.end
+        self.retry_later(f"offset {position} of {self.where} is out of range "
+                         f"[{earliest}, {latest}]")
+        return position  # the log moved meanwhile: try again
+
+    def log_ends_early(self, position: int, latest: int) -> None:
+        data_loss(f"Cannot fetch offsets {position} to {self.end - 1} of {self.where}: the log "
+                  f"ends at offset {latest}.", self.options.fail_on_data_loss)
+
+    def transport_failed(self, error: StrataClientError) -> None:
+        self.link.close()
+        self.failures += 1
+        if self.failures > self.options.fetch_retries:
+            raise error
+        time.sleep(self.options.retry_interval_ms / 1000)
+
+    def retry_later(self, problem: str) -> None:
+        self.transport_failed(StrataClientError(f"{problem}, after {self.failures} retries"))
+
+    def batches(self) -> Iterator:
+        columns = Columns(self.options.include_headers)
+        position, end = self.start, self.end
+        size = self.options.fetch_bytes
+        pending: int | None = None  # the offset of the FETCH on its way
+        try:
+            while position < end:
+                try:
+                    if pending is not None and pending != position:
+                        self.link.close()  # a stale answer is on its way: drop it
+                        pending = None
+                    if pending is None:
+                        self.fetch(position, size)
+                    pending = None
+                    error, data = self.link.receive_fetch()
+                    if error == ErrorCode.OFFSET_OUT_OF_RANGE:
+                        position = self.out_of_range(position)
+                        continue
+                    if error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                        data_loss(f"Cannot fetch offsets {position} to {end - 1} of {self.where}: "
+                                  f"the topic or partition is gone.",
+                                  self.options.fail_on_data_loss)
+                        break
+                    raise_for(error, f"fetch {self.where} at offset {position}")
+                    if not data:
+                        latest = self.link.offset(self.topic, self.partition, OffsetsRequest.LATEST)
+                        if latest is not None and latest <= position:
+                            self.log_ends_early(position, latest)
+                            break
+                        self.retry_later(f"empty answer at offset {position} of {self.where}")
+                        continue
+                    following, whole = next_offset_of(data, position)
+                    if not whole:
+                        if size >= MAX_FETCH_BYTES:
+                            raise StrataClientError(
+                                f"the entry at offset {position} of {self.where} is larger than "
+                                f"the largest fetch size ({MAX_FETCH_BYTES} bytes)",
+                                ErrorCode.MESSAGE_TOO_LARGE)
+                        size = min(size * 2, MAX_FETCH_BYTES)
+                        continue
+                    size = self.options.fetch_bytes
+                    if following < end:
+                        self.fetch(following, size)  # on its way while this one is decoded
+                        pending = following
+                except BrokerUnreachable as e:
+                    pending = None
+                    self.transport_failed(e)
+                    continue
+                walked = decode_into(data, position, end, columns)
+                position = max(position, walked.next_offset)
+                self.failures = 0
+                if len(columns) >= ROWS_PER_BATCH:
+                    yield columns.to_batch(self.topic, self.partition)
+        finally:
+            self.link.close()
+        if len(columns):
+            yield columns.to_batch(self.topic, self.partition)
+
+
+def read_range(options: ReadOptions, topic: str, partition: int, start: int,
+               end: int) -> Iterator:
+    """RecordBatches of the records of topic-partition with offsets in [start, end)."""
+    if start >= end:
+        return iter(())
+    return _RangeReader(options, topic, partition, start, end).batches()

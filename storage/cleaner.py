@@ -1,0 +1,393 @@
+"""Cleaning one log: Kafka's Cleaner (log compaction), one round.
+
+Contract: `Cleaner(offset_map, ...).clean(log, first_dirty, first_uncleanable)`
+cleans the log's segments below `first_uncleanable` (the caller never passes an
+offset past the active segment's base) and returns `(end_offset, stats)`: every
+record below `end_offset` is now clean, and the caller records `end_offset` in
+`cleaner-offset-checkpoint` (last, after the swaps).
+
+1. Pass 1 maps each key to its latest offset over the dirty records, from
+   `first_dirty`, segment by segment, until the map is full (storage/offset_map.py;
+   whole entries only, so a round always maps at least one entry). The round
+   cleans up to where the map got.
+2. Pass 2 groups the segments from the first one up to the round's end, each
+   group fitting segment.bytes, segment.index.bytes (both indexes) and int32
+   relative offsets (Kafka's groupSegmentsBySize), and rewrites each group into
+   one `<base>.log.cleaned` segment with what stays (storage/cleaner_records.py:
+   latest record per key, tombstones until their delete horizon, no keyless
+   records, every offset unchanged, untouched entries copied byte for byte).
+   The last entry of a group always stays, if only as an empty batch, so that the
+   cleaned segment ends at the old segments' last offset (the loader finds what a
+   `.swap` replaces by its offset range).
+3. Each group is flushed, given the last old segment's modification time, and
+   swapped in (storage/segment_swap.py) before the next group starts, so at most
+   one group's temporary files exist at any moment.
+
+Magic 0/1 tombstones stay while their segment was modified after the last clean
+segment's modification time minus delete.retention.ms (Kafka's legacy horizon).
+
+Stopping: `check_done()` runs between chunks of at most `io_buffer_size` bytes
+and may raise (shutdown, a log being deleted); the group being written is then
+discarded, segments already swapped stay swapped (they are clean), and the
+checkpoint is not moved. Only the swap takes the log's lock.
+
+Not done (no transactions or producer state in Strata): aborted transaction
+removal, transaction markers, and keeping a producer's last batch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import structlog
+
+from .clock import SYSTEM_CLOCK, SystemClock
+from .cleaner_records import FilterStats, RecordFilter, entry_keys, entry_info
+from .errors import CorruptRecordError
+from .fileutil import segment_file_name
+from .offset_map import OffsetMap
+from .records import LogEntry
+from .records.batch import BATCH_HEADER, FIELD_OFFSET
+from .records.framing import LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD
+from .segment import INT_MAX, LogSegment
+from .segment_swap import CLEANED_SUFFIX
+
+log = structlog.get_logger("strata.cleaner")
+
+DEFAULT_IO_BUFFER_SIZE = 512 * 1024  # Kafka's log.cleaner.io.buffer.size
+_SIZE = _INT32 = struct.Struct(">i")
+_ENTRY_HEAD = struct.Struct(">qi")
+LAST_DELTA_AT = FIELD_OFFSET["last_offset_delta"]
+
+
+class CleaningAborted(Exception):
+    """The clean was stopped (shutdown, or the log is going away)."""
+
+
+@dataclass
+class CleanerStats:
+    """What one clean did, for the `log_cleaned` line."""
+
+    log: str = ""
+    first_dirty: int = 0
+    end_offset: int = 0
+    map_bytes_read: int = 0
+    map_records_read: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    segments: int = 0
+    groups: int = 0
+    records: FilterStats = field(default_factory=FilterStats)
+    map: dict = field(default_factory=dict)
+    map_seconds: float = 0.0
+    clean_seconds: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def records_dropped(self) -> int:
+        return self.records.records_read - self.records.records_kept
+
+    def fields(self) -> dict:
+        total = time.perf_counter() - self.started
+        r = self.records
+        mb = self.bytes_read / 1e6
+        return {"log": self.log, "first_dirty_offset": self.first_dirty, "end_offset": self.end_offset,
+                "segments": self.segments, "groups": self.groups,
+                "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+                "map_bytes_read": self.map_bytes_read, "map_records_read": self.map_records_read,
+                "records_read": r.records_read, "records_kept": r.records_kept,
+                "records_dropped": self.records_dropped, "keyless_dropped": r.keyless_dropped,
+                "tombstones_dropped": r.tombstones_dropped, "entries_copied": r.entries_copied,
+                "entries_rebuilt": r.entries_rebuilt, "entries_dropped": r.entries_dropped,
+                "empty_batches": r.empty_batches, **self.map,
+                "map_seconds": round(self.map_seconds, 3), "clean_seconds": round(self.clean_seconds, 3),
+                "duration_seconds": round(total, 3),
+                "mb_per_second": round(mb / total, 2) if total > 0 else 0.0}
+
+
+class _Chunk:
+    """What LogSegment.append needs of a set of entries (a ValidatedSet's shape)."""
+
+    __slots__ = ("buffer", "entries", "max_timestamp")
+
+    def __init__(self, buffer, entries, max_timestamp):
+        self.buffer = buffer
+        self.entries = entries
+        self.max_timestamp = max_timestamp
+
+
+def read_entries(segment: LogSegment, start: int, stop: int, chunk_size: int,
+                 check_done: Callable[[], None]) -> Iterator[tuple[int, bytes, list[tuple[int, int]]]]:
+    """Whole entries of segment's file in [start, stop), a chunk at a time: yields
+    (file position of the buffer, buffer, [(start, end) of each entry in the buffer])."""
+    records = segment.log
+    position = start
+    unpack = _SIZE.unpack_from
+    while position < stop:
+        check_done()
+        buf = records.read(position, min(chunk_size, stop - position))
+        n = len(buf)
+        spans = []
+        pos = 0
+        while pos + LOG_OVERHEAD <= n:
+            size = unpack(buf, pos + 8)[0]
+            if size < MIN_ENTRY_SIZE_FIELD:
+                raise CorruptRecordError(f"{records.path}: entry at {position + pos} has size {size}")
+            end = pos + LOG_OVERHEAD + size
+            if end > n:
+                break
+            spans.append((pos, end))
+            pos = end
+        if not spans:  # one entry larger than the chunk
+            if n < LOG_OVERHEAD:
+                raise CorruptRecordError(f"{records.path}: partial entry at {position}")
+            total = LOG_OVERHEAD + unpack(buf, 8)[0]
+            if position + total > stop:
+                raise CorruptRecordError(f"{records.path}: entry at {position} runs past the end")
+            buf = records.read(position, total)
+            spans = [(0, total)]
+            pos = total
+        yield position, buf, spans
+        position += pos
+
+
+def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_size: int,
+                           first_uncleanable: int) -> list[list[LogSegment]]:
+    """Kafka's groupSegmentsBySize: consecutive segments whose data, offset index
+    and time index each add up to at most the limits, and whose offsets stay
+    within int32 of the group's base."""
+    groups = []
+    i = 0
+    while i < len(segments):
+        group = [segments[i]]
+        log_size = segments[i].size
+        index_size = segments[i].offset_index.size_in_bytes
+        time_index_size = segments[i].time_index.size_in_bytes
+        i += 1
+        while i < len(segments):
+            nxt = segments[i]
+            last_offset = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else first_uncleanable - 1
+            if (log_size + nxt.size > max_size
+                    or index_size + nxt.offset_index.size_in_bytes > max_index_size
+                    or time_index_size + nxt.time_index.size_in_bytes > max_index_size
+                    or (nxt.size > 0 and last_offset - group[0].base_offset > INT_MAX)):
+                break
+            group.append(nxt)
+            log_size += nxt.size
+            index_size += nxt.offset_index.size_in_bytes
+            time_index_size += nxt.time_index.size_in_bytes
+            i += 1
+        groups.append(group)
+    return groups
+
+
+class _BatchTable:
+    """Pass 1's tally of each dirty batch (magic 2, all of it past the first dirty
+    offset): which of its records a later record of the same key superseded. Pass 2
+    then keeps or drops those records without looking their keys up again, and
+    copies or drops a batch whole without reading its records when it can."""
+
+    __slots__ = ("bases", "last_offsets", "dead", "eligible")
+
+    COST = 4 * (8 + 36) + 40  # bytes charged to the map per batch: four list slots, their objects
+
+    def __init__(self) -> None:
+        self.bases: list[int] = []
+        self.last_offsets: list[int] = []
+        self.dead: list[int] = []  # bit i: the record at base + i is superseded
+        self.eligible: list[bool] = []  # False: a tombstone or keyless record, decided by key
+
+    def add(self, base_offset: int, last_offset: int, eligible: bool) -> None:
+        self.bases.append(base_offset)
+        self.last_offsets.append(last_offset)
+        self.dead.append(0)
+        self.eligible.append(eligible)
+
+    def supersede(self, offsets: list[int]) -> None:
+        last_offsets, bases, dead = self.last_offsets, self.bases, self.dead
+        n = len(last_offsets)
+        for offset in offsets:
+            i = bisect.bisect_left(last_offsets, offset)
+            if i < n and bases[i] <= offset:
+                dead[i] |= 1 << (offset - bases[i])
+
+    def dead_mask(self, last_offset: int) -> int | None:
+        """The superseded-records mask of the batch ending at `last_offset`, or None
+        when pass 2 must decide by key."""
+        i = bisect.bisect_left(self.last_offsets, last_offset)
+        if i < len(self.last_offsets) and self.last_offsets[i] == last_offset and self.eligible[i]:
+            return self.dead[i]
+        return None
+
+
+class _LogKeyReader:
+    """The key of the record at an offset, read back from the log (for the offset
+    map's long keys), with a small cache of decoded entries."""
+
+    def __init__(self, segments):
+        self._segments = segments
+        self._cache: dict[tuple[int, int], dict[int, bytes | None]] = {}
+
+    def __call__(self, offset: int) -> bytes | None:
+        segment = self._segments.floor(offset)
+        if segment is None:
+            return None
+        found = segment.translate_offset(offset)
+        if found is None:
+            return None
+        cache_key = (segment.base_offset, found.position)
+        keys = self._cache.get(cache_key)
+        if keys is None:
+            data = segment.log.read(found.position, found.size)
+            keys = {r.offset: r.key for r in LogEntry(data).records()}
+            if len(self._cache) >= 64:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[cache_key] = keys
+        return keys.get(offset)
+
+
+class Cleaner:
+    def __init__(self, offset_map: OffsetMap, *, io_buffer_size: int = DEFAULT_IO_BUFFER_SIZE,
+                 clock: SystemClock = SYSTEM_CLOCK, step: Callable[[str], None] | None = None):
+        self.offset_map = offset_map
+        self.io_buffer_size = io_buffer_size
+        self.clock = clock
+        self.step = step or (lambda name: None)
+
+    # ---- one round -------------------------------------------------------------------
+
+    def clean(self, log, first_dirty: int, first_uncleanable: int, *,
+              check_done: Callable[[], None] = lambda: None,
+              now_ms: int | None = None) -> tuple[int, CleanerStats]:
+        now = self.clock.time_ms() if now_ms is None else now_ms
+        stats = CleanerStats(log=log.name, first_dirty=first_dirty)
+        snapshot = log.segments.snapshot()
+        active = snapshot.last
+        first_uncleanable = min(first_uncleanable, active.base_offset)
+        config = log.config
+
+        before_dirty = [s for s in snapshot if s.base_offset < first_dirty and s is not active]
+        legacy_horizon = before_dirty[-1].log.mtime_ms() - config.delete_retention_ms if before_dirty else 0
+
+        started = time.perf_counter()
+        table = self._build_offset_map(snapshot, first_dirty, first_uncleanable, stats, check_done)
+        end_offset = self.offset_map.latest_offset + 1
+        stats.map_seconds = time.perf_counter() - started
+        stats.end_offset = end_offset = max(end_offset, first_dirty)
+        if end_offset <= first_dirty:
+            stats.map = self.offset_map.stats()
+            return first_dirty, stats
+
+        started = time.perf_counter()
+        to_clean = [s for s in snapshot if s.base_offset < end_offset and s is not active]
+        groups = group_segments_by_size(to_clean, config.segment_bytes, config.segment_index_bytes,
+                                        first_uncleanable)
+        record_filter = RecordFilter(self.offset_map, now, config.delete_retention_ms, stats.records)
+        for group in groups:
+            self._clean_group(log, group, record_filter, table, legacy_horizon, stats, check_done)
+        stats.clean_seconds = time.perf_counter() - started
+        stats.map = self.offset_map.stats()
+        return end_offset, stats
+
+    # ---- pass 1 -------------------------------------------------------------------------
+
+    def _build_offset_map(self, snapshot, start: int, end: int, stats: CleanerStats,
+                          check_done: Callable[[], None]) -> _BatchTable:
+        offset_map = self.offset_map
+        offset_map.clear(_LogKeyReader(snapshot))
+        table = _BatchTable()
+        segments = [s for s in snapshot.from_offset(start) if s.base_offset < end]
+        unpack_head = _ENTRY_HEAD.unpack_from
+        for i, segment in enumerate(segments):
+            if segment is snapshot.last:
+                break
+            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else end
+            position = segment.offset_index.lookup(start)[1] if segment.base_offset < start else 0
+            for _, buf, spans in read_entries(segment, position, segment.size, self.io_buffer_size,
+                                              check_done):
+                for pos, stop in spans:
+                    offset_field = unpack_head(buf, pos)[0]
+                    magic = buf[pos + MAGIC_OFFSET]
+                    last_offset = (offset_field + BATCH_HEADER.unpack_from(buf, pos)[6]
+                                   if magic == MAGIC_V2 else offset_field)
+                    if last_offset < start:
+                        continue
+                    keys = entry_keys(buf, pos, stop, start)
+                    if offset_map.entries and (
+                            not offset_map.fits(keys.key_bytes, len(keys.keys))
+                            or offset_map.used_bytes + _BatchTable.COST > offset_map.capacity_bytes):
+                        return table  # full: this round cleans up to the previous entry
+                    if magic == MAGIC_V2 and offset_field >= start:
+                        table.add(offset_field, last_offset, not (keys.tombstones or keys.keyless))
+                        offset_map.used_bytes += _BatchTable.COST
+                    superseded = offset_map.put_all(keys.keys, keys.offsets)
+                    if superseded:  # (a key twice in one batch supersedes within it)
+                        table.supersede(superseded)
+                    offset_map.update_latest_offset(last_offset)
+                    stats.map_records_read += keys.records
+                    stats.map_bytes_read += stop - pos
+            offset_map.update_latest_offset(next_base - 1)  # a gap at the segment's end
+        return table
+
+    # ---- pass 2 -------------------------------------------------------------------------
+
+    def _clean_group(self, log, group: list[LogSegment], record_filter: RecordFilter, table: _BatchTable,
+                     legacy_horizon: int, stats: CleanerStats, check_done: Callable[[], None]) -> None:
+        config = log.config
+        base = group[0].base_offset
+        for suffix in (".log", ".index", ".timeindex"):  # left by a clean that failed
+            leftover = os.path.join(log.directory, segment_file_name(base, suffix + CLEANED_SUFFIX))
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+        cleaned = LogSegment.open(log.directory, base, index_interval_bytes=config.index_interval_bytes,
+                                  max_index_size=config.segment_index_bytes, clock=self.clock,
+                                  suffix=CLEANED_SUFFIX)
+        try:
+            last_non_empty = max((i for i, s in enumerate(group) if s.size > 0), default=-1)
+            latest = self.offset_map.latest_offset
+            unpack_head, unpack_delta = _ENTRY_HEAD.unpack_from, _INT32.unpack_from
+            for i, segment in enumerate(group):
+                retain_legacy_deletes = segment.log.mtime_ms() > legacy_horizon
+                size = segment.size
+                for chunk_at, buf, spans in read_entries(segment, 0, size, self.io_buffer_size, check_done):
+                    out = bytearray()
+                    infos = []
+                    largest = -1
+                    max_ts = -1
+                    for pos, stop in spans:
+                        # the group's last entry stays, if only as an empty batch
+                        keep_empty = i == last_non_empty and chunk_at + stop == size
+                        dead = None
+                        if buf[pos + MAGIC_OFFSET] == MAGIC_V2:
+                            last = unpack_head(buf, pos)[0] + unpack_delta(buf, pos + LAST_DELTA_AT)[0]
+                            if last <= latest:
+                                dead = table.dead_mask(last)
+                        kept = record_filter.filter(buf, pos, stop, keep_empty=keep_empty,
+                                                    retain_legacy_deletes=retain_legacy_deletes, dead=dead)
+                        if kept is None:
+                            continue
+                        infos.append(entry_info(kept, len(out)))
+                        out += kept.data
+                        largest = kept.last_offset
+                        if kept.max_timestamp > max_ts:
+                            max_ts = kept.max_timestamp
+                    stats.bytes_read += spans[-1][1]
+                    if infos:
+                        cleaned.append(largest, _Chunk(out, infos, max_ts))
+                        stats.bytes_written += len(out)
+                stats.segments += 1
+            cleaned.on_became_inactive()
+            mtime = os.stat(group[-1].log.path).st_mtime_ns
+            os.utime(cleaned.log.path, ns=(mtime, mtime))
+            cleaned.flush()
+            self.step("cleaned_written")
+            log.replace_segments(cleaned, group, step=self.step)
+        except Exception:
+            cleaned.delete()  # a crash before the swap leaves `.cleaned` files: the loader removes them
+            raise
+        stats.groups += 1

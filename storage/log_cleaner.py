@@ -1,0 +1,95 @@
+"""The log cleaner of a data directory (Kafka's LogCleaner, one cleaner thread).
+
+Contract:
+- `LogCleaner(manager, dedupe_buffer_size=..., io_buffer_size=...)` owns the
+  offset map (memory: the dedupe buffer), one Cleaner and the
+  LogCleanerManager (choice of log, `cleaner-offset-checkpoint`).
+- `clean_once()` cleans the dirtiest compacted log, if one qualifies, and returns
+  whether it did; the broker runs it in an executor thread and sleeps
+  `log.cleaner.backoff.ms` when it returns False. Each clean logs one
+  `log_cleaned` line on `strata.cleaner` (bytes read and written, records kept
+  and dropped, offset map use, durations, MB/s). A failing log is logged and
+  left alone until restart (Kafka's uncleanable partitions).
+- `shutdown()` stops a clean in progress at its next check (between chunks of
+  `io_buffer_size` bytes): the group being written is discarded, the checkpoint
+  not moved. `abort(topic, partition)` does the same for one log (before it is
+  deleted) and forgets it.
+- The offset map is emptied after every clean, so an idle cleaner holds no map.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import structlog
+
+from .cleaner import DEFAULT_IO_BUFFER_SIZE, Cleaner, CleaningAborted
+from .cleaner_manager import LogCleanerManager
+from .clock import SYSTEM_CLOCK, SystemClock
+from .offset_map import OffsetMap
+from .segment_swap import SwapAborted
+
+log = structlog.get_logger("strata.cleaner")
+
+DEFAULT_DEDUPE_BUFFER_SIZE = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
+DEFAULT_LOAD_FACTOR = 0.9  # log.cleaner.io.buffer.load.factor
+
+
+class LogCleaner:
+    def __init__(self, manager, *, dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE,
+                 io_buffer_size: int = DEFAULT_IO_BUFFER_SIZE, load_factor: float = DEFAULT_LOAD_FACTOR,
+                 clock: SystemClock = SYSTEM_CLOCK, step: Callable[[str], None] | None = None):
+        self.manager = manager
+        self.clock = clock
+        self.cleaner_manager = LogCleanerManager(manager.data_dir, manager.logs_by_partition)
+        self.offset_map = OffsetMap(dedupe_buffer_size, load_factor=load_factor)
+        self._step = step or (lambda name: None)
+        self.cleaner = Cleaner(self.offset_map, io_buffer_size=io_buffer_size, clock=clock, step=self._step)
+        self._stop = threading.Event()
+        self.cleans = 0  # finished cleans, for tests and stats
+
+    def clean_once(self) -> bool:
+        """Clean the dirtiest log that qualifies; False when none does (or stopping)."""
+        if self._stop.is_set():
+            return False
+        chosen = self.cleaner_manager.grab_filthiest_log(self.clock.time_ms())
+        if chosen is None:
+            return False
+        tp = chosen.tp
+
+        def check_done() -> None:
+            if self._stop.is_set():
+                raise CleaningAborted("the cleaner is shutting down")
+            self.cleaner_manager.check_aborted(tp)
+
+        end_offset = None
+        try:
+            end_offset, stats = self.cleaner.clean(chosen.log, chosen.first_dirty, chosen.first_uncleanable,
+                                                   check_done=check_done)
+        except (CleaningAborted, SwapAborted) as e:
+            log.info("cleaning_stopped", log=chosen.log.name, reason=str(e))
+        except Exception:
+            log.exception("cleaning_failed", log=chosen.log.name)
+            self.cleaner_manager.mark_uncleanable(tp)
+        else:
+            self.cleans += 1
+            log.info("log_cleaned", dirty_ratio=round(chosen.cleanable_ratio, 4), **stats.fields())
+        finally:
+            self.offset_map.clear()
+        self.cleaner_manager.done_cleaning(tp, end_offset)
+        self._step("checkpoint_written")
+        return True
+
+    def abort(self, topic: str, partition: int) -> None:
+        """Stop any clean of the log and forget it (it is being deleted)."""
+        tp = (topic, partition)
+        self.cleaner_manager.abort_and_pause(tp)
+        self.cleaner_manager.forget(tp)
+
+    def shutdown(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()

@@ -1,0 +1,250 @@
+"""The cleaner's key -> latest offset map (Kafka's OffsetMap / SkimpyOffsetMap),
+exact: two different keys are never taken for one.
+
+Why not Kafka's map: SkimpyOffsetMap keeps only the MD5 of a key and its
+offset (24 bytes a slot). Two keys with one MD5 (collisions are cheap to make)
+share a slot, the older key's latest record looks superseded, and the cleaner
+deletes a live record. Strata's map never merges two keys, whatever its hashes
+do:
+
+- A key of at most `inline_key_limit` bytes (128 by default: ids, UUIDs,
+  composite keys) is stored whole, as the key of a Python dict. A dict matches
+  keys by equality once their hashes agree, so a hash collision costs a probe,
+  never a wrong answer.
+- A longer key is stored as a 16-byte BLAKE2b digest (an injectable function)
+  and its offset. When a put finds its digest already there, the map compares
+  the key with the key of the stored offset, read back from the log through
+  `key_reader(offset)` (a small cache of recently put long keys saves most
+  reads). Same key: the offset moves on. Different key, same digest: the slot
+  becomes a bucket holding one offset per distinct key, and later lookups in
+  that slot compare keys the same way.
+
+Correctness argument. After pass 1 over the records with offsets in
+[start_offset, latest_offset], for every distinct key K among them the map
+holds exactly one offset, the largest offset of a record with key K: short
+keys by dict equality; long keys because a digest slot or bucket gets a new
+offset only after the key bytes were compared equal, and a new entry only
+after they were compared different from every key already in the slot. A
+lookup `get(K, offset_of_the_record)` returns K's own latest offset or -1:
+short keys by equality; long keys in a one-key slot without a read when the
+record lies inside the mapped range (then K itself was put, and the slot holds
+only one key, so it is K's), and otherwise only after comparing K with the key
+at the stored offset. So the cleaner, which drops a record only when `get`
+returns a larger offset, drops a record only when a later record with the very
+same key exists: never because of a collision, in any hash the map uses (the
+tests inject a digest that maps every key to one value).
+
+Memory bound. Each distinct key costs at most
+    ENTRY_OVERHEAD (144) + 8 * ceil((33 + stored) / 8) bytes,
+stored = len(key) when len(key) <= inline_key_limit, else 16 (the digest):
+the dict slot (112, counting the moment a resize holds two tables), the offset
+(a Python int, 32) and the stored key object (`entry_cost`). With the default
+limit of 128 an entry costs at most 312 bytes, one for a 10-byte key 192 bytes
+(Kafka: 24 bytes, but inexact). Colliding long keys add at most BUCKET_COST to
+their slot, and the cache of recently put long keys holds at most
+RECENT_LONG_KEYS_BYTES of keys (1 MiB, keys of 129 bytes or more). The map charges
+every new entry against its budget (`log.cleaner.dedupe.buffer.size` times
+the load factor) and reports itself full before a batch that might not fit,
+so its memory never passes the budget; the cleaner then cleans up to where
+the map got (more rounds when the map fills), as Kafka does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Callable, Sequence
+
+INLINE_KEY_LIMIT = 128
+DIGEST_SIZE = 16
+# Per entry, measured on CPython 3.11 (tracemalloc, 1K..3M entries): the dict's
+# table takes at most 112 bytes an entry counting the moment a resize holds the
+# old and the new table, the offset int 32.
+ENTRY_OVERHEAD = 112 + 32
+BUCKET_COST = 64 + 40  # a list for the first collision; then 40 bytes per extra key
+RECENT_LONG_KEYS_BYTES = 1 << 20  # cache of recently put long keys (saves log reads)
+
+KeyReader = Callable[[int], "bytes | None"]
+
+
+def default_digest(key: bytes) -> bytes:
+    return hashlib.blake2b(key, digest_size=DIGEST_SIZE).digest()
+
+
+def stored_size(length: int) -> int:
+    """Bytes of the Python bytes object holding `length` bytes (pymalloc rounds to 8)."""
+    return (33 + length + 7) & ~7
+
+
+def entry_cost(key_length: int, inline_key_limit: int = INLINE_KEY_LIMIT) -> int:
+    """The most one entry for a key of `key_length` bytes costs."""
+    stored = key_length if key_length <= inline_key_limit else DIGEST_SIZE
+    return ENTRY_OVERHEAD + stored_size(stored)
+
+
+def max_entry_cost(inline_key_limit: int = INLINE_KEY_LIMIT) -> int:
+    return ENTRY_OVERHEAD + stored_size(max(inline_key_limit, DIGEST_SIZE))
+
+
+class OffsetMap:
+    """key -> latest offset over one cleaning round's dirty range (see the module doc)."""
+
+    def __init__(self, budget_bytes: int, *, load_factor: float = 0.9,
+                 inline_key_limit: int = INLINE_KEY_LIMIT,
+                 digest: Callable[[bytes], bytes] = default_digest):
+        if budget_bytes <= 0:
+            raise ValueError("the offset map needs a positive budget")
+        self.budget_bytes = budget_bytes
+        self.capacity_bytes = int(budget_bytes * load_factor)
+        self.inline_key_limit = inline_key_limit
+        self._digest = digest
+        self._key_reader: KeyReader | None = None
+        self.clear()
+
+    # ---- state -------------------------------------------------------------------
+
+    def clear(self, key_reader: KeyReader | None = None) -> None:
+        """Empty the map for a new round; `key_reader(offset)` gives the key of the
+        record at `offset` (needed only for keys longer than the inline limit)."""
+        self._short: dict[bytes, int] = {}
+        self._long: dict[bytes, int | list[int]] = {}
+        self._recent: dict[int, bytes] = {}
+        self._recent_bytes = 0
+        self._key_reader = key_reader
+        self.used_bytes = 0
+        self.entries = 0
+        self.start_offset = -1  # the first offset put this round
+        self.latest_offset = -1  # every keyed record in [start_offset, latest_offset] was put
+        self.collisions = 0  # distinct long keys that share a digest with another
+        self.key_reads = 0  # long-key comparisons that had to read the log
+
+    @property
+    def utilization(self) -> float:
+        return self.used_bytes / self.budget_bytes
+
+    def stats(self) -> dict:
+        return {"map_entries": self.entries, "map_bytes": self.used_bytes,
+                "map_budget_bytes": self.budget_bytes,
+                "map_utilization": round(self.utilization, 4),
+                "map_collisions": self.collisions, "map_key_reads": self.key_reads}
+
+    def fits(self, key_lengths_total: int, count: int) -> bool:
+        """Whether `count` more keys (of `key_lengths_total` bytes together) surely fit."""
+        if count == 0:
+            return True
+        # stored_size(n) <= n + 40, and a long key's digest object is smaller than the key
+        worst = count * (ENTRY_OVERHEAD + 40 + BUCKET_COST) + key_lengths_total
+        return self.used_bytes + worst <= self.capacity_bytes
+
+    def update_latest_offset(self, offset: int) -> None:
+        if offset > self.latest_offset:
+            self.latest_offset = offset
+
+    # ---- writing -------------------------------------------------------------------
+
+    def put_all(self, keys: Sequence[bytes], offsets: Sequence[int]) -> list[int]:
+        """Put each (key, offset), in offset order; returns the offsets superseded
+        (the previous latest offset of a key that was already in the map)."""
+        superseded = []
+        if not keys:
+            return superseded
+        if self.start_offset < 0:
+            self.start_offset = offsets[0]
+        short = self._short
+        limit = self.inline_key_limit
+        added = 0
+        charged = 0
+        for key, offset in zip(keys, offsets):
+            if len(key) <= limit:
+                old = short.get(key)
+                short[key] = offset
+                if old is None:
+                    added += 1
+                    charged += (33 + len(key) + 7) & ~7
+                else:
+                    superseded.append(old)
+            else:
+                old = self._put_long(key, offset)
+                if old is not None:
+                    superseded.append(old)
+        self.entries += added
+        self.used_bytes += added * ENTRY_OVERHEAD + charged
+        return superseded
+
+    def put(self, key: bytes, offset: int) -> int | None:
+        superseded = self.put_all((key,), (offset,))
+        return superseded[0] if superseded else None
+
+    def _put_long(self, key: bytes, offset: int) -> int | None:
+        digest = self._digest(key)
+        slot = self._long.get(digest)
+        self._remember(offset, key)
+        if slot is None:
+            self._long[digest] = offset
+            self._charge_new(stored_size(len(digest)))
+            return None
+        if isinstance(slot, int):
+            if self._key_at(slot) == key:
+                self._long[digest] = offset
+                return slot
+            self._long[digest] = [slot, offset]
+            self.collisions += 1
+            self._charge_new(BUCKET_COST)
+            return None
+        for i, stored in enumerate(slot):
+            if self._key_at(stored) == key:
+                slot[i] = offset
+                return stored
+        slot.append(offset)
+        self.collisions += 1
+        self._charge_new(40)
+        return None
+
+    def _charge_new(self, extra: int) -> None:
+        self.entries += 1
+        self.used_bytes += ENTRY_OVERHEAD + extra
+
+    def _remember(self, offset: int, key: bytes) -> None:
+        recent = self._recent
+        recent[offset] = key
+        self._recent_bytes += len(key)
+        while self._recent_bytes > RECENT_LONG_KEYS_BYTES and recent:
+            oldest = next(iter(recent))
+            self._recent_bytes -= len(recent.pop(oldest))
+
+    def _key_at(self, offset: int) -> bytes | None:
+        key = self._recent.get(offset)
+        if key is not None:
+            return key
+        if self._key_reader is None:
+            raise RuntimeError("a long key needs comparing but the map has no key reader")
+        self.key_reads += 1
+        key = self._key_reader(offset)
+        if key is not None:
+            self._remember(offset, key)
+        return key
+
+    # ---- reading -------------------------------------------------------------------
+
+    def get(self, key: bytes, record_offset: int = -1) -> int:
+        """The latest offset of `key` in the mapped range, or -1. `record_offset` is
+        where the asking record lies: inside the mapped range a long key was put
+        itself, which spares a comparison (see the module doc)."""
+        if len(key) <= self.inline_key_limit:
+            return self._short.get(key, -1)
+        slot = self._long.get(self._digest(key))
+        if slot is None:
+            return -1
+        if isinstance(slot, int):
+            if self.start_offset <= record_offset <= self.latest_offset:
+                return slot
+            return slot if self._key_at(slot) == key else -1
+        for stored in slot:
+            if self._key_at(stored) == key:
+                return stored
+        return -1
+
+    @property
+    def short_keys(self) -> dict[bytes, int]:
+        """The dict of whole keys (read-only use: the cleaner's hot loop looks up here
+        directly when a key is short, sparing a method call per record)."""
+        return self._short
