@@ -120,6 +120,10 @@ def _batch_into(buf, pos: int, end_pos: int, count: int, base: int, base_ts: int
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif buf[pos + 1] < 0x80:  # two bytes: lengths up to 8191
+                b = (b & 0x7F) | (buf[pos + 1] << 7)
+                length = (b >> 1) ^ -(b & 1)
+                pos += 2
             else:
                 length, pos = dv(buf, pos)
             record_end = pos + length
@@ -148,6 +152,10 @@ def _batch_into(buf, pos: int, end_pos: int, count: int, base: int, base_ts: int
             if b < 0x80:
                 n = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif buf[pos + 1] < 0x80:  # two bytes: lengths up to 8191
+                b = (b & 0x7F) | (buf[pos + 1] << 7)
+                n = (b >> 1) ^ -(b & 1)
+                pos += 2
             else:
                 n, pos = dv(buf, pos)
             if n < 0:
@@ -159,6 +167,10 @@ def _batch_into(buf, pos: int, end_pos: int, count: int, base: int, base_ts: int
             if b < 0x80:
                 n = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif buf[pos + 1] < 0x80:  # two bytes: lengths up to 8191
+                b = (b & 0x7F) | (buf[pos + 1] << 7)
+                n = (b >> 1) ^ -(b & 1)
+                pos += 2
             else:
                 n, pos = dv(buf, pos)
             if n < 0:

@@ -187,42 +187,56 @@ def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_
 
 
 class _BatchTable:
-    """Pass 1's tally of each dirty batch (magic 2, all of it past the first dirty
-    offset): which of its records a later record of the same key superseded. Pass 2
-    then keeps or drops those records without looking their keys up again, and
-    copies or drops a batch whole without reading its records when it can."""
+    """Pass 1's tally of the dirty records: one bit per offset from the first dirty
+    offset (set: a later record of the same key superseded it), and the dirty batches
+    (magic 2, all past the first dirty offset) whose records pass 2 may keep or drop
+    by those bits alone, without looking their keys up again; a batch with a
+    tombstone or a keyless record is decided by key."""
 
-    __slots__ = ("bases", "last_offsets", "dead", "eligible")
+    __slots__ = ("start", "bits", "bases", "last_offsets", "eligible")
 
-    COST = 4 * (8 + 36) + 40  # bytes charged to the map per batch: four list slots, their objects
+    COST = 3 * (8 + 36)  # bytes charged to the map per batch: three list slots and their objects
 
-    def __init__(self) -> None:
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.bits = bytearray()
         self.bases: list[int] = []
         self.last_offsets: list[int] = []
-        self.dead: list[int] = []  # bit i: the record at base + i is superseded
-        self.eligible: list[bool] = []  # False: a tombstone or keyless record, decided by key
+        self.eligible: list[bool] = []
+
+    def growth(self, last_offset: int) -> int:
+        """How many bytes the bit map needs to grow by to cover `last_offset`."""
+        return max(0, ((last_offset - self.start) >> 3) + 1 - len(self.bits))
+
+    def cover(self, last_offset: int) -> int:
+        """Make room for bits up to `last_offset`; returns the bytes the bit map grew by."""
+        grown = self.growth(last_offset)
+        if grown:
+            self.bits.extend(bytes(grown))
+        return grown
 
     def add(self, base_offset: int, last_offset: int, eligible: bool) -> None:
         self.bases.append(base_offset)
         self.last_offsets.append(last_offset)
-        self.dead.append(0)
         self.eligible.append(eligible)
 
     def supersede(self, offsets: list[int]) -> None:
-        last_offsets, bases, dead = self.last_offsets, self.bases, self.dead
-        n = len(last_offsets)
+        bits, start = self.bits, self.start
         for offset in offsets:
-            i = bisect.bisect_left(last_offsets, offset)
-            if i < n and bases[i] <= offset:
-                dead[i] |= 1 << (offset - bases[i])
+            i = offset - start
+            bits[i >> 3] |= 1 << (i & 7)
 
-    def dead_mask(self, last_offset: int) -> int | None:
-        """The superseded-records mask of the batch ending at `last_offset`, or None
-        when pass 2 must decide by key."""
+    def dead_mask(self, base_offset: int, last_offset: int) -> int | None:
+        """Bit i set: the record at base_offset + i was superseded; None when pass 2
+        must decide this batch by key."""
         i = bisect.bisect_left(self.last_offsets, last_offset)
-        if i < len(self.last_offsets) and self.last_offsets[i] == last_offset and self.eligible[i]:
-            return self.dead[i]
-        return None
+        if not (i < len(self.last_offsets) and self.last_offsets[i] == last_offset
+                and self.bases[i] == base_offset and self.eligible[i]):
+            return None
+        first = base_offset - self.start
+        last = last_offset - self.start
+        chunk = int.from_bytes(self.bits[first >> 3:(last >> 3) + 1], "little")
+        return (chunk >> (first & 7)) & ((1 << (last - first + 1)) - 1)
 
 
 class _LogKeyReader:
@@ -300,7 +314,7 @@ class Cleaner:
                           check_done: Callable[[], None]) -> _BatchTable:
         offset_map = self.offset_map
         offset_map.clear(_LogKeyReader(snapshot))
-        table = _BatchTable()
+        table = _BatchTable(start)
         segments = [s for s in snapshot.from_offset(start) if s.base_offset < end]
         unpack_head = _ENTRY_HEAD.unpack_from
         for i, segment in enumerate(segments):
@@ -318,10 +332,12 @@ class Cleaner:
                     if last_offset < start:
                         continue
                     keys = entry_keys(buf, pos, stop, start)
+                    extra = _BatchTable.COST + table.growth(last_offset)
                     if offset_map.entries and (
                             not offset_map.fits(keys.key_bytes, len(keys.keys))
-                            or offset_map.used_bytes + _BatchTable.COST > offset_map.capacity_bytes):
+                            or offset_map.used_bytes + extra > offset_map.capacity_bytes):
                         return table  # full: this round cleans up to the previous entry
+                    offset_map.used_bytes += table.cover(last_offset)
                     if magic == MAGIC_V2 and offset_field >= start:
                         table.add(offset_field, last_offset, not (keys.tombstones or keys.keyless))
                         offset_map.used_bytes += _BatchTable.COST
@@ -364,9 +380,10 @@ class Cleaner:
                         keep_empty = i == last_non_empty and chunk_at + stop == size
                         dead = None
                         if buf[pos + MAGIC_OFFSET] == MAGIC_V2:
-                            last = unpack_head(buf, pos)[0] + unpack_delta(buf, pos + LAST_DELTA_AT)[0]
+                            base_offset = unpack_head(buf, pos)[0]
+                            last = base_offset + unpack_delta(buf, pos + LAST_DELTA_AT)[0]
                             if last <= latest:
-                                dead = table.dead_mask(last)
+                                dead = table.dead_mask(base_offset, last)
                         kept = record_filter.filter(buf, pos, stop, keep_empty=keep_empty,
                                                     retain_legacy_deletes=retain_legacy_deletes, dead=dead)
                         if kept is None:

@@ -33,6 +33,7 @@ class OffsetPosition(NamedTuple):
 class OffsetIndex(IndexFile):
     ENTRY = struct.Struct(">ii")  # relativeOffset, position
     OFFSET_FIELD = 0
+    POSITION_FIELD = 1
 
     def __init__(self, path: str | os.PathLike, base_offset: int,
                  max_index_size: int = DEFAULT_MAX_INDEX_SIZE, writable: bool = True):
@@ -64,6 +65,14 @@ class OffsetIndex(IndexFile):
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The last entry whose offset is <= target_offset, else (base_offset, 0)."""
         found = self._floor_entry(self.OFFSET_FIELD, target_offset - self._base_offset)
+        if found is None:
+            return OffsetPosition(self._base_offset, 0)
+        return OffsetPosition(self._base_offset + found[0], found[1])
+
+    def lookup_by_position(self, position: int) -> OffsetPosition:
+        """The last entry whose position is <= `position`, else (base_offset, 0).
+        Positions grow with offsets, so the same binary search applies."""
+        found = self._floor_entry(self.POSITION_FIELD, position)
         if found is None:
             return OffsetPosition(self._base_offset, 0)
         return OffsetPosition(self._base_offset + found[0], found[1])

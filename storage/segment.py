@@ -76,6 +76,8 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
         self._max_timestamp_and_offset: TimestampOffset | None = None  # loaded lazily
+        # (offset, position): where the last bounded read ended, an entry boundary.
+        self._read_cursor: tuple[int, int] | None = None
 
     @classmethod
     def open(cls, directory: str, base_offset: int, *, index_interval_bytes: int,
@@ -236,7 +238,7 @@ class LogSegment:
         if max_size < 0:
             raise ValueError(f"max_size {max_size} is negative")
         end = self.log.size if max_position is None else min(max_position, self.log.size)
-        start = self.translate_offset(start_offset)
+        start = self._start_at_read_cursor(start_offset) or self.translate_offset(start_offset)
         if start is None or start.position >= end:
             return None
         first_end = start.position + start.size
@@ -246,33 +248,34 @@ class LogSegment:
             length = start.size if min_one_message else max_size
             return self.log.slice(start.position, min(length, end - start.position))
         limit = min(end, start.position + max_size)
-        return self.log.slice(start.position, self._last_whole_entry_end(first_end, limit) - start.position)
+        return self.log.slice(start.position, self._last_whole_entry_end(start, limit) - start.position)
 
-    def _last_whole_entry_end(self, known_end: int, limit: int) -> int:
-        """The end of the last whole entry at or before `limit`, given that an entry
-        ends at `known_end`. Jumps with the offset index, then walks a few headers."""
+    def _start_at_read_cursor(self, offset: int) -> OffsetPosition | None:
+        """A consumer reading on asks for one past the last entry it got: where the
+        previous read stopped. Starting there skips the index search."""
+        cursor = self._read_cursor
+        if cursor is None or cursor[0] != offset:
+            return None
+        for header in self.log.iter_headers(cursor[1]):
+            return OffsetPosition(header.last_offset, header.position, header.size)
+        return None
+
+    def _last_whole_entry_end(self, first: OffsetPosition, limit: int) -> int:
+        """The end of the last whole entry at or before `limit`, the first entry being
+        whole. Jumps with the offset index, then walks a few headers; remembers where
+        it stopped as the read cursor."""
+        known_end = first.position + first.size
         if limit >= self.log.size:
             return self.log.size  # every committed entry is whole
-        position = max(known_end, self._floor_index_position(limit))
-        end = position
+        position = max(known_end, self.offset_index.lookup_by_position(limit).position)
+        # `position` is an entry boundary; the offset of the entry ending there is
+        # known only when it is the first entry.
+        end, last_offset = position, first.offset if position == known_end else None
         for header in self.log.iter_headers(position, limit):
-            end = header.position + header.size
-        return max(end, known_end)
-
-    def _floor_index_position(self, position: int) -> int:
-        # Index positions grow with offsets: binary search for the last <= position.
-        index = self.offset_index
-        low, high = 0, index.entries - 1
-        found = 0
-        while low <= high:
-            mid = (low + high) // 2
-            entry_position = index.entry(mid)[1]
-            if entry_position <= position:
-                found = entry_position
-                low = mid + 1
-            else:
-                high = mid - 1
-        return found
+            end, last_offset = header.position + header.size, header.last_offset
+        if last_offset is not None:
+            self._read_cursor = (last_offset + 1, end)
+        return end
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> TimestampOffset | None:
         """The first record at or after `starting_offset` whose timestamp is >= `timestamp`."""
@@ -332,6 +335,7 @@ class LogSegment:
                 chunk_size = max(RECOVERY_CHUNK, needed)  # an entry larger than the chunk
             elif not entries:
                 break
+        self._read_cursor = None
         truncated = self.log.truncate_to(position) if position < file_size else 0
         if truncated:
             self._rolling_based_timestamp = None
@@ -351,6 +355,7 @@ class LogSegment:
         self.time_index.truncate_to(offset)
         if mapping is None:
             return 0
+        self._read_cursor = None
         truncated = self.log.truncate_to(mapping.position)
         if self.log.size == 0:
             self.created_ms = self._clock.time_ms()

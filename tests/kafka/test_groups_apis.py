@@ -101,14 +101,23 @@ async def test_find_coordinator_every_version(app):
             assert (response.error_code, response.node_id, response.host, response.port) == (0, 0, host, port)
 
 
+async def test_api_versions_lists_the_group_apis(app):
+    broker = await app()
+    supported = {key: (low, high) for key, low, high in broker.kafka.supported()}
+    assert {key: supported.get(key) for key in (8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47)} == {
+        8: (2, 10), 9: (1, 10), 10: (0, 6), 11: (2, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5), 15: (0, 6),
+        16: (0, 5), 42: (0, 2), 47: (0, 0)}
+
+
 @pytest.mark.parametrize("version", range(0, 10))
 async def test_join_sync_heartbeat_leave_every_version(app, version):
     broker = await app()
     group = f"g-v{version}"
-    first = await join_v(broker, version, group)
-    if version >= 4:
+    join_version = max(version, 2)  # JoinGroup starts at v2 (Kafka 4)
+    first = await join_v(broker, join_version, group)
+    if join_version >= 4:
         assert first.error_code == 79  # MEMBER_ID_REQUIRED
-        first = await join_v(broker, version, group, first.member_id)
+        first = await join_v(broker, join_version, group, first.member_id)
     assert first.error_code == 0 and first.generation_id == 1
     assert first.leader == first.member_id and first.protocol_name == "range"
     assert [(m.member_id, m.metadata) for m in first.members] == [(first.member_id, b"meta")]

@@ -43,7 +43,7 @@ def test_topic_column_and_topic_option(spark, strata):
     a, b, c = unique("col-a"), unique("col-b"), unique("opt-c")
     create(strata.address, a, b, c, partitions=1)
     df = spark.createDataFrame([(a, "1"), (b, "2"), (a, "3")], "topic string, value string")
-    write(df, strata.address)  # the default mode (errorifexists) appends too, as in Spark's sink
+    write(df, strata.address, mode="errorifexists")  # the default mode appends, as Spark's sink
     assert values(read(spark, strata.address, subscribe=a)) == [b"1", b"3"]
     assert values(read(spark, strata.address, subscribe=b)) == [b"2"]
     write(df, strata.address, topic=c)  # the option wins over the column

@@ -280,3 +280,22 @@ def test_log_start_offset_moves_forward_only_and_hides_records(open_log):
         log.increase_log_start_offset(6)
     assert log.increase_log_start_offset(5) == 5  # the log end: everything hidden
     assert log.offset_for_timestamp(-2).offset == 5
+
+
+@pytest.mark.parametrize("max_bytes", [150, 200, 333, 1000])
+def test_a_consumer_reading_on_in_small_steps_sees_every_record_once(open_log, max_bytes):
+    # Each read continues where the last one stopped (the segment's read cursor);
+    # interleaved reads elsewhere must not confuse it.
+    log = open_log(index_interval_bytes=64, segment_bytes=2000)
+    for i in range(40):
+        log.append(batch(1 + i % 3, size=5 + i % 7))
+    assert [r.offset for r in read_all(log, max_bytes=max_bytes)] == list(range(log.log_end_offset))
+    offsets, offset = [], 0
+    while offset < log.log_end_offset:
+        with log.read(offset, max_bytes) as got:
+            entries = list(iter_entries(got.read()))
+        with log.read(log.log_end_offset // 2, 60):  # someone else reads elsewhere
+            pass
+        offsets.extend(r.offset for e in entries for r in e.records() if r.offset >= offset)
+        offset = entries[-1].last_offset + 1
+    assert offsets == list(range(log.log_end_offset))

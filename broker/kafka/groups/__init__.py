@@ -5,10 +5,10 @@ GroupCoordinator per broker (`apis.groups`), registers the group APIs and closes
 the coordinator when the broker begins its shutdown, so parked JoinGroup and
 SyncGroup requests are answered at once.
 
-APIs and versions (every version kio has a schema for):
+APIs and versions (what kio has schemas for, from Kafka 4's lower bounds: KIP-896):
     FindCoordinator 10  v0-6   this broker for every group (v4+ batches of keys);
                                transaction and share keys: COORDINATOR_NOT_AVAILABLE
-    JoinGroup       11  v0-9   v4+: MEMBER_ID_REQUIRED first, as Kafka
+    JoinGroup       11  v2-9   v4+: MEMBER_ID_REQUIRED first, as Kafka
     SyncGroup       14  v0-5
     Heartbeat       12  v0-4
     LeaveGroup      13  v0-5   v3+: several members, by member or group instance id

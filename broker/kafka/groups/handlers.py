@@ -86,7 +86,7 @@ class GroupHandlers:
     def register_all(self) -> None:
         r = self.apis.register
         r(10, self.find_coordinator, 0, 6)
-        r(11, self.join_group, 0, 9)
+        r(11, self.join_group, 2, 9)  # Kafka 4 dropped v0-1 (KIP-896)
         r(14, self.sync_group, 0, 5)
         r(12, self.heartbeat, 0, 4)
         r(13, self.leave_group, 0, 5)
