@@ -131,9 +131,9 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("log.dir", "string", None, None, "the data directory when log.dirs is not set"),
     BrokerKey("num.partitions", "int", 1, _at_least(1),
               "partitions of a topic created with partitions = -1 or auto-created"),
-    BrokerKey("auto.create.topics.enable", "boolean", False, None,
-              "create an unknown topic on PRODUCE (Kafka's default is true; the native "
-              "protocol has CREATE_TOPIC, so Strata defaults to false)"),
+    BrokerKey("auto.create.topics.enable", "boolean", True, None,
+              "Kafka listener: a Metadata request that allows it creates unknown topics "
+              "(as Kafka; a produce never creates a topic, on either protocol)"),
     BrokerKey("offsets.topic.num.partitions", "int", 50, _at_least(1),
               "partitions of __consumer_offsets (fixed when the topic is first created)"),
     BrokerKey("offset.metadata.max.bytes", "int", 4096, _at_least(0),

@@ -44,8 +44,9 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
   answers -1/null with NONE, as Kafka's OffsetFetch does.
 - DELETE_TOPIC of `__consumer_offsets`: INVALID_REQUEST (internal topics cannot
   be deleted); committed offsets of a deleted topic are tombstoned.
-- auto.create.topics.enable (default false): PRODUCE and MULTIPRODUCE to an
-  unknown topic with a valid name create it with num.partitions partitions.
+- PRODUCE and MULTIPRODUCE to an unknown topic answer UNKNOWN_TOPIC_OR_PARTITION:
+  as in Kafka, a produce never creates a topic (auto.create.topics.enable acts on
+  the Kafka listener's Metadata requests only; the native protocol has CREATE_TOPIC).
 """
 
 from __future__ import annotations
@@ -224,9 +225,6 @@ class Handlers:
         """The live log of a partition, or the per-request error."""
         validate_topic_name(topic)
         known = self.registry.get(topic)
-        if known is None and produce and self.config.auto_create_topics:
-            await self._blocking(self._auto_create, topic)
-            known = self.registry.get(topic)
         if known is None or not 0 <= partition < known.partitions:
             raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
         if produce and known.internal:

@@ -15,7 +15,8 @@ Contract (Spark's Kafka source, where this file is silent):
   for partitions that are gone or whose offsets went backwards; executors
   report records gone below the log start (failOnDataLoss decides: fail, or
   warn and go on).
-- Write: see writer.py; `mode("append")` only.
+- Write: see writer.py; `mode("append")` only (Spark itself refuses the default
+  errorifexists mode for every Python data source, where the Kafka sink takes it).
 - The schema is fixed (schema.py); a user-given schema different from it is
   refused, as Spark's Kafka source does.
 """
@@ -74,8 +75,8 @@ class StrataDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> StrataBatchWriter:
         if overwrite:
-            raise OptionError("Save mode overwrite not allowed for Strata. Allowed save modes "
-                              "are append and errorifexists (the default)")
+            raise OptionError("Save mode overwrite not allowed for Strata: records are "
+                              "appended to topics, use mode(\"append\")")
         options = write_options(self.options)
         check_write_schema(schema, options)
         return StrataBatchWriter(options)

@@ -51,7 +51,7 @@ def test_defaults(tmp_path):
     assert config.host == "0.0.0.0"
     assert config.num_partitions == 1
     assert config.socket_request_max_bytes == 104_857_600
-    assert config.auto_create_topics is False
+    assert config.auto_create_topics is True
     assert config.checkpoint_interval_ms == 60_000
     assert config["log.flush.scheduler.interval.ms"] == LONG_MAX
     assert config.flush_interval_ms == 1000  # at least every second

@@ -43,7 +43,7 @@ def test_topic_column_and_topic_option(spark, strata):
     a, b, c = unique("col-a"), unique("col-b"), unique("opt-c")
     create(strata.address, a, b, c, partitions=1)
     df = spark.createDataFrame([(a, "1"), (b, "2"), (a, "3")], "topic string, value string")
-    write(df, strata.address, mode="errorifexists")  # the default mode appends, as Spark's sink
+    write(df, strata.address)
     assert values(read(spark, strata.address, subscribe=a)) == [b"1", b"3"]
     assert values(read(spark, strata.address, subscribe=b)) == [b"2"]
     write(df, strata.address, topic=c)  # the option wins over the column
@@ -70,6 +70,9 @@ def test_write_refuses_bad_frames(spark, strata):
     df = spark.createDataFrame([("v",)], "value string")
     with pytest.raises(Exception, match="overwrite not allowed"):
         write(df, strata.address, mode="overwrite", topic=topic)
+    # Spark refuses errorifexists (the default mode) for every Python data source.
+    with pytest.raises(Exception, match="ErrorIfExists"):
+        write(df, strata.address, mode="errorifexists", topic=topic)
     with pytest.raises(Exception, match="does not exist|UNKNOWN_TOPIC"):
         write(df, strata.address, topic=unique("nowhere"))
 

@@ -227,3 +227,22 @@ def test_a_crash_at_each_step_of_a_clean_loses_nothing(tmp_path, clock, crash_at
     assert cleaner.clean_once() == (crash_at != "checkpoint_written")
     assert latest_by_key(records(recovered)) == before
     second.shutdown()
+
+
+def test_compact_delete_topics_get_both_compaction_and_retention(manager, clock):
+    cfg = config(cleanup_policy="compact,delete", retention_ms=HOUR)
+    manager.configs["t"] = cfg
+    log = manager.get_or_create_log("t", 0, cfg)
+    produce(log, clock, 30, ts=clock.time_ms() - 2 * HOUR)  # past retention.ms
+    old_end = log.log_end_offset
+    log.roll()
+    produce(log, clock, 60, seed=1)
+    cleaner = LogCleaner(manager, dedupe_buffer_size=1 << 20, clock=clock)
+    assert cleaner.clean_once()  # compaction, from the log start
+    log.delete_old_segments(clock.time_ms())  # retention removes the expired segments
+    assert log.log_start_offset >= old_end
+    recs = records(log)
+    assert recs and all(r.offset >= old_end for r in recs)
+    active = log.active_segment.base_offset
+    cleaned = [r.key for r in recs if r.offset < active]
+    assert len(cleaned) == len(set(cleaned))  # one record per key in the cleaned part
