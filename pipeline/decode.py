@@ -58,14 +58,16 @@ def decode_into(buf, start: int, end: int, columns: Columns, pos: int = 0,
     while limit - pos > MAGIC_OFFSET:
         base, size = unpack_prefix(buf, pos)
         if size < MIN_ENTRY_SIZE_FIELD:
-            raise CorruptRecordError(f"entry at {origin + pos}: size {size} is below {MIN_ENTRY_SIZE_FIELD}")
+            raise CorruptRecordError(f"entry at {origin + pos}: size {size} is below "
+                                     f"{MIN_ENTRY_SIZE_FIELD}")
         entry_end = pos + LOG_OVERHEAD + size
         if entry_end > limit:
             break
         magic = buf[pos + MAGIC_OFFSET]
         if magic == MAGIC_V2:
             if size + LOG_OVERHEAD < BATCH_OVERHEAD:
-                raise CorruptRecordError(f"entry at {origin + pos}: batch length {size} is too short")
+                raise CorruptRecordError(f"entry at {origin + pos}: batch length {size} is "
+                                         f"too short")
             (_, _, _, _, crc, attributes, last_delta, base_ts, max_ts, _, _, _,
              count) = unpack_batch(buf, pos)
             if crc32c(view[pos + CRC_START:entry_end]) != crc:

@@ -85,7 +85,8 @@ class BrokerLink:
         problems = []
         for host, port in parse_bootstrap(self.bootstrap):
             try:
-                sock = socket.create_connection((host, port), timeout=min(self.timeout_ms, 10_000) / 1000)
+                sock = socket.create_connection((host, port),
+                                                timeout=min(self.timeout_ms, 10_000) / 1000)
             except OSError as e:
                 problems.append(f"{host}:{port}: {e.strerror or e}")
                 continue

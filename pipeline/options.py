@@ -207,6 +207,9 @@ def read_options(raw: Mapping[str, str], streaming: bool) -> ReadOptions:
     for key, why in UNSUPPORTED.items():
         if key in options:
             raise OptionError(f"option '{key}' is not supported by the Strata source: {why}")
+    if options.get("isolation.level", "read_uncommitted").strip().lower() != "read_uncommitted":
+        raise OptionError("option 'isolation.level': only read_uncommitted (Kafka's default) is "
+                          "supported; transaction markers are skipped, aborted records are not")
     subscription = _subscription(options)
     bootstrap = bootstrap_of(options)
     starting = _offset_spec(options, "starting", "latest" if streaming else "earliest")

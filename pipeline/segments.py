@@ -105,7 +105,11 @@ def segment_options(raw) -> SegmentOptions:
         topics = tuple(t.strip() for t in options["subscribe"].split(",") if t.strip())
     elif "subscribepattern" in options:
         pattern = options["subscribepattern"].strip()
-        re.compile(pattern)
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise OptionError(f"option 'subscribePattern': bad regular expression "
+                              f"{pattern!r}: {e}") from None
     elif "assign" in options:
         assigned = tuple(parse_assign(options["assign"]))
     return SegmentOptions(

@@ -24,6 +24,7 @@ Contract (Spark's Kafka source, where this file is silent):
 from __future__ import annotations
 
 import logging
+from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
@@ -87,7 +88,7 @@ class StrataDataSource(DataSource):
         return StrataStreamWriter(options)
 
 
-def _read(options: ReadOptions, partition) -> "Iterator":
+def _read(options: ReadOptions, partition) -> Iterator:
     if not isinstance(partition, OffsetRange):  # no range at all: Spark's placeholder
         return iter(())
     return read_range(options, partition.topic, partition.partition, partition.start,

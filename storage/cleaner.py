@@ -31,8 +31,10 @@ and may raise (shutdown, a log being deleted); the group being written is then
 discarded, segments already swapped stay swapped (they are clean), and the
 checkpoint is not moved. Only the swap takes the log's lock.
 
-Not done (no transactions or producer state in Strata): aborted transaction
-removal, transaction markers, and keeping a producer's last batch.
+Idempotent producers: the last batch of each active producer stays, if only as
+an empty batch with its producer fields, so its sequence survives the clean (Kafka's
+RETAIN_EMPTY). Not done (Strata has no transactions): aborted transaction removal
+and transaction markers; transactional batches are cleaned as any other.
 """
 
 from __future__ import annotations
@@ -44,8 +46,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-import structlog
-
 from .clock import SYSTEM_CLOCK, SystemClock
 from .cleaner_records import FilterStats, RecordFilter, entry_keys, entry_info
 from .errors import CorruptRecordError
@@ -56,8 +56,6 @@ from .records.batch import BATCH_HEADER, FIELD_OFFSET
 from .records.framing import LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD
 from .segment import INT_MAX, LogSegment
 from .segment_swap import CLEANED_SUFFIX
-
-log = structlog.get_logger("strata.cleaner")
 
 DEFAULT_IO_BUFFER_SIZE = 512 * 1024  # Kafka's log.cleaner.io.buffer.size
 _SIZE = _INT32 = struct.Struct(">i")
@@ -265,6 +263,16 @@ class _LogKeyReader:
         return keys.get(offset)
 
 
+def producer_last_offsets(log) -> dict[int, int]:
+    """Each active idempotent producer's last offset (storage/producer_state.py),
+    read under the log's lock (Kafka's lastRecordsOfActiveProducers)."""
+    state = getattr(log, "producer_state", None)
+    if state is None:
+        return {}
+    with log._lock:  # noqa: SLF001 -- appends change the producers under it
+        return {pid: entry.last_offset for pid, entry in state.producers.items() if entry.last_offset >= 0}
+
+
 class Cleaner:
     def __init__(self, offset_map: OffsetMap, *, io_buffer_size: int = DEFAULT_IO_BUFFER_SIZE,
                  clock: SystemClock = SYSTEM_CLOCK, step: Callable[[str], None] | None = None):
@@ -301,7 +309,8 @@ class Cleaner:
         to_clean = [s for s in snapshot if s.base_offset < end_offset and s is not active]
         groups = group_segments_by_size(to_clean, config.segment_bytes, config.segment_index_bytes,
                                         first_uncleanable)
-        record_filter = RecordFilter(self.offset_map, now, config.delete_retention_ms, stats.records)
+        record_filter = RecordFilter(self.offset_map, now, config.delete_retention_ms, stats.records,
+                                     producer_last_offsets(log))
         for group in groups:
             self._clean_group(log, group, record_filter, table, legacy_horizon, stats, check_done)
         stats.clean_seconds = time.perf_counter() - started
@@ -405,6 +414,9 @@ class Cleaner:
             self.step("cleaned_written")
             log.replace_segments(cleaned, group, step=self.step)
         except Exception:
-            cleaned.delete()  # a crash before the swap leaves `.cleaned` files: the loader removes them
+            # Not swapped in: its files go (after a crash the loader removes `.cleaned`
+            # files). Swapped in, the failure came after: the segment is the log's now.
+            if log.segments.snapshot().get(base) is not cleaned:
+                cleaned.delete()
             raise
         stats.groups += 1

@@ -12,8 +12,9 @@ Contract:
   offset >= the map's offset for the key) and it has a value or is a tombstone
   whose delete horizon has not passed. It returns the entry to write:
   * the entry's own bytes when every record stays and nothing must change;
-  * nothing when no record stays (or, with `keep_empty`, an empty batch holding
-    the entry's first and last offsets, which Kafka's format allows);
+  * nothing when no record stays (or, with `keep_empty` or for the last batch of
+    an active idempotent producer, an empty batch holding the entry's first and
+    last offsets and producer fields, which Kafka's format allows);
   * otherwise the entry rebuilt with the records that stay: a batch keeps its
     base offset, last offset delta, producer fields, leader epoch, codec and
     attributes (Kafka's buildRetainedRecordsInto); a compressed classic wrapper
@@ -307,11 +308,15 @@ class RecordFilter:
     `offset_map` is the round's OffsetMap; `now_ms` the time the round started
     (Kafka's currentTime); `delete_retention_ms` the topic's setting."""
 
-    def __init__(self, offset_map, now_ms: int, delete_retention_ms: int, stats: FilterStats | None = None):
+    def __init__(self, offset_map, now_ms: int, delete_retention_ms: int, stats: FilterStats | None = None,
+                 producer_last_offsets: dict[int, int] | None = None):
         self.map = offset_map
         self.now_ms = now_ms
         self.delete_retention_ms = delete_retention_ms
         self.stats = stats or FilterStats()
+        # Kafka keeps each active idempotent producer's last batch, if only empty, so
+        # that its sequence survives (producer id -> last offset of its last batch).
+        self.producer_last_offsets = producer_last_offsets or {}
         self._short = offset_map.short_keys
         self._limit = offset_map.inline_key_limit
 
@@ -360,6 +365,8 @@ class RecordFilter:
         last_offset = base_offset + last_delta
         codec = attributes & CODEC_MASK
         has_horizon = bool(attributes & DELETE_HORIZON_BIT)
+        if producer_id >= 0 and self.producer_last_offsets.get(producer_id) == last_offset:
+            keep_empty = True  # an active producer's last batch
         if count == 0 and not attributes & CONTROL_BIT:
             # An empty batch (left by an earlier clean) stays only where one is needed.
             if keep_empty:

@@ -82,3 +82,22 @@ class CorruptIndexError(StrataError):
     the log deletes and rebuilds it from the segment."""
 
     code = -1
+
+
+class OutOfOrderSequenceError(StrataError):
+    """An idempotent producer's batch does not follow its last sequence (storage/producer_state.py)."""
+
+    code = 45
+
+
+class DuplicateSequenceError(StrataError):
+    """Kafka's DUPLICATE_SEQUENCE_NUMBER; unused: a duplicate batch is answered with its
+    original offsets, as modern Kafka does."""
+
+    code = 46
+
+
+class InvalidProducerEpochError(StrataError):
+    """A batch from an older epoch of an idempotent producer (fenced)."""
+
+    code = 47

@@ -16,6 +16,12 @@ Contract:
   lock; deleted segments' files go later, in `delete_due_files`.
 - The cleaner (storage/cleaner.py) writes cleaned segments outside the lock and
   swaps them in with `replace_segments`, under it (storage/segment_swap.py).
+- Idempotent producers (storage/producer_state.py): `append` checks batches with
+  producerId >= 0 against `producer_state` after assigning offsets and before
+  writing, under the lock, for both protocols (native clients send producerId -1
+  and are not tracked). A duplicate of a cached batch returns the original offsets
+  and writes nothing; a gap or a stale epoch raises. Snapshots are written at each
+  roll and at close, deleted below the log start, and loaded by `open`.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from .errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLarge
 from .file_records import FileSlice
 from .fileutil import segment_file_name
 from .loader import LogLoader
+from .producer_state import ProducerStateManager, logger as producer_state_logger
 from .records import validate_and_assign
 from . import retention
 from .segment import LogSegment, TimestampOffset
@@ -60,7 +67,8 @@ class Log:
     def __init__(self, directory: str, topic: str, partition: int, config: LogConfig,
                  segments: LogSegments, *, log_start_offset: int, recovery_point: int,
                  next_offset: int, clock: SystemClock = SYSTEM_CLOCK,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None,
+                 producer_state: ProducerStateManager | None = None):
         self.directory = directory
         self.topic = topic
         self.partition = partition
@@ -76,6 +84,11 @@ class Log:
         self.pending_deletions = retention.PendingDeletions()  # `.deleted` segments awaiting file.delete.delay.ms
         active = segments.active
         self._end = LogEnd(next_offset, active, active.size)
+        # Idempotent producers (storage/producer_state.py): checked under self._lock in append.
+        if producer_state is None:
+            producer_state = ProducerStateManager(directory, f"{topic}-{partition}")
+            producer_state.update_end_offset(next_offset)
+        self.producer_state = producer_state
 
     @classmethod
     def open(cls, directory: str, topic: str, partition: int, config: LogConfig, *,
@@ -87,9 +100,12 @@ class Log:
         loaded = LogLoader(directory, config, clock=clock, log_start_offset=log_start_offset,
                            recovery_point=recovery_point, had_clean_shutdown=had_clean_shutdown,
                            roll_jitter=lambda: roll_jitter_ms(config, rng)).load()
+        producer_state = ProducerStateManager(directory, f"{topic}-{partition}")
+        producer_state.load(loaded.segments, log_end=loaded.next_offset,
+                            had_clean_shutdown=had_clean_shutdown, now_ms=clock.time_ms())
         return cls(directory, topic, partition, config, loaded.segments,
                    log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
-                   next_offset=loaded.next_offset, clock=clock, rng=rng)
+                   next_offset=loaded.next_offset, clock=clock, rng=rng, producer_state=producer_state)
 
     # ---- state --------------------------------------------------------------------
 
@@ -133,6 +149,13 @@ class Log:
             now = self._clock.time_ms()
             validated = validate_and_assign(data, next_offset=self._end.offset, now_ms=now, config=config,
                                             in_place=in_place)
+            # Idempotent producers: check before writing; a duplicate is answered, not written.
+            producer_update = self.producer_state.check(validated)
+            if producer_update is not None and producer_update.duplicate is not None:
+                dup = producer_update.duplicate
+                return AppendResult(dup.first_offset, dup.last_offset,
+                                    dup.timestamp if validated.log_append_time != -1 else -1,
+                                    dup.offset_delta + 1, self._log_start_offset)
             size = len(validated.buffer)
             if size > config.segment_bytes:
                 raise RecordListTooLargeError(
@@ -140,6 +163,10 @@ class Log:
             segment = self._maybe_roll(size, validated, now, config)
             segment.append(validated.last_offset, validated)
             self._end = LogEnd(validated.last_offset + 1, segment, segment.size)
+            if producer_update is not None:
+                self.producer_state.apply(producer_update, self._end.offset)
+            else:
+                self.producer_state.update_end_offset(self._end.offset)
             flush_due = self._end.offset - self._recovery_point >= config.flush_messages
         if flush_due:
             self.flush()
@@ -178,6 +205,8 @@ class Log:
                                   roll_jitter_ms=roll_jitter_ms(config, self._rng), clock=self._clock)
         self.segments.add(segment)
         self._end = LogEnd(self._end.offset, segment, 0)
+        # Kafka snapshots the producer state at every roll, at the new segment's base.
+        self.producer_state.maybe_snapshot(new_base, self._clock.time_ms())
         return segment
 
     # ---- reading ------------------------------------------------------------------
@@ -239,6 +268,7 @@ class Log:
         self._log_start_offset = offset
         if self._recovery_point < offset:
             self._recovery_point = offset
+        self.producer_state.delete_snapshots_below(offset)
 
     # ---- retention (storage/retention.py) -------------------------------------------------
 
@@ -304,6 +334,10 @@ class Log:
             if self._closed:
                 return
             self._closed = True
+            try:
+                self.producer_state.maybe_snapshot(self._end.offset)  # a clean load needs no scan
+            except OSError as e:
+                producer_state_logger.warning("producer_snapshot_failed", log=self.name, error=str(e))
             for segment in self.segments:
                 segment.close()
             self.pending_deletions.close()  # their `.deleted` files stay for the loader

@@ -18,7 +18,8 @@ supported versions and the decisions; the notable ones:
   follows flush.messages/flush.ms, as Kafka's). acks 0: no answer; if a partition
   failed, the connection is closed, as Kafka does so that the client notices.
   Other acks: INVALID_REQUIRED_ACKS. Batches with producerId >= 0 are appended;
-  ProducerStateHook is where sequence checks will go.
+  idempotence (sequence checks, duplicates answered with their original offset)
+  is checked by Log.append itself, under the log's lock (storage/producer_state.py).
 - Fetch: see `fetch`. Fetch sessions are declined: a full fetch is answered with
   session id 0; an incremental fetch of a session gets FETCH_SESSION_ID_NOT_FOUND,
   after which clients send full fetches.
@@ -40,7 +41,7 @@ from storage.names import validate_topic_name
 
 from . import codec
 from .codec import RecordsSplicer, has_field, make, nested
-from .state import KafkaState, ProducerStateHook
+from .state import KafkaState
 
 log = structlog.get_logger("strata.kafka")
 
@@ -83,7 +84,6 @@ class CoreHandlers:
         self.registry = apis.registry
         self.native = apis.native
         self.state: KafkaState | None = None  # set by the app once the data dir is locked
-        self.producer_state = ProducerStateHook()
         self._claiming: asyncio.Lock | None = None
 
     def register_all(self) -> None:
@@ -235,7 +235,6 @@ class CoreHandlers:
                     if target.error:
                         continue
                     try:
-                        self.producer_state.before_append(target.log, target.records)
                         target.result = self.native._append(target.log, target.records)
                     except StrataError as e:
                         target.error = self.native._error_code(e, target.log)

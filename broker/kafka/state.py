@@ -18,9 +18,10 @@ Contract:
 - Epochs: every InitProducerId without a transactional id gets a new producer id
   with epoch 0 (Kafka's coordinator does the same for idempotent producers), so
   epochs never need to be stored.
-- Sequence numbers (idempotent producers): not checked yet. The produce path calls
-  `ProducerStateHook.before_append` for every partition; the later issue puts
-  the per-partition producer state (and its `.snapshot` files) behind it.
+- Sequence numbers (idempotent producers) are checked by the storage engine,
+  inside `Log.append` under the log's lock, so check and append are atomic per
+  partition and both protocols get them (storage/producer_state.py, with the
+  `.snapshot` files).
 """
 
 from __future__ import annotations
@@ -98,14 +99,9 @@ class KafkaState:
 
 
 class ProducerStateHook:
-    """Idempotent-producer checks, called in the executor before each append of a
-    Kafka Produce (`records` is the partition's message set as it arrived).
-
-    Today: nothing (batches with producerId >= 0 are appended as they are). The
-    idempotence issue replaces this with per-partition producer state: the
-    sequence check (OUT_OF_ORDER_SEQUENCE_NUMBER, DUPLICATE_SEQUENCE_NUMBER answered
-    with the original offset), epoch fencing (INVALID_PRODUCER_EPOCH), and `.snapshot`
-    files next to the segments. Raise a StrataError subclass to refuse the append."""
+    """Kept for compatibility; no longer called. Idempotent-producer checks run in
+    `Log.append` under the log's lock (storage/producer_state.py): a check made
+    here, outside the lock, could race another append to the same partition."""
 
     def before_append(self, one: Log, records) -> None:
         return None

@@ -73,8 +73,8 @@ def unique(prefix: str) -> str:
 def fill(address: str, topic: str, count: int, *, partitions: int = 1, start: int = 0,
          create: bool = True, headers: bool = False, timestamp=None, keys: int | None = None,
          configs=None, **producer_options) -> None:
-    """Create `topic` (unless told not to; retention.ms=-1) and send records value b"v<i>", key b"k<i % keys>"
-    (or b"k<i>"), partition i % partitions, for i in start..start+count-1."""
+    """Create `topic` (unless told not to; retention.ms=-1) and send records value b"v<i>",
+    key b"k<i % keys>" (or b"k<i>"), partition i % partitions, for i in start..start+count-1."""
     from client import Admin, Producer
 
     if create:

@@ -91,3 +91,27 @@ def test_data_lost_to_delete_records(spark, strata, tmp_path):
     run_available_now(stream(spark, strata.address, topic, failOnDataLoss="false"), checkpoint,
                       seen)
     assert [r[2] for _, rows in seen for r in rows] == [b"v%d" % i for i in range(150, 200)]
+
+
+def test_pattern_picks_up_new_topics_and_reports_deleted_ones(spark, strata, tmp_path):
+    prefix = unique("pattern")
+    first, second = f"{prefix}-a", f"{prefix}-b"
+    fill(strata.address, first, 10)
+    checkpoint = tmp_path / "ckpt"
+    seen: list = []
+
+    def pattern_stream(**options):
+        return (spark.readStream.format("strata").option("bootstrap.servers", strata.address)
+                .option("subscribePattern", f"{prefix}-.*").option("startingOffsets", "earliest")
+                .options(**options).load())
+
+    run_available_now(pattern_stream(), checkpoint, seen)
+    assert sum(len(rows) for _, rows in seen) == 10
+    fill(strata.address, second, 5)  # a new topic matching the pattern: read from its start
+    with Admin(strata.address) as admin:
+        admin.delete_topic(first)
+    seen.clear()
+    with pytest.raises(Exception, match=f"{first}-0 are gone"):
+        run_available_now(pattern_stream(), checkpoint, seen)
+    run_available_now(pattern_stream(failOnDataLoss="false"), checkpoint, seen)
+    assert sorted(r[2] for _, rows in seen for r in rows) == [b"v%d" % i for i in range(5)]

@@ -75,6 +75,9 @@ def test_bad_values_are_refused_never_ignored():
             read_options({**B, "subscribe": "a", key: value}, streaming=True)
     with pytest.raises(OptionError, match="not supported"):
         read_options({**B, "subscribe": "a", "minOffsetsPerTrigger": "5"}, streaming=True)
+    with pytest.raises(OptionError, match="read_uncommitted"):
+        read_options({**B, "subscribe": "a", "kafka.isolation.level": "read_committed"},
+                     streaming=False)
     with pytest.raises(OptionError, match="bad regular expression"):
         read_options({**B, "subscribePattern": "("}, streaming=True)
 

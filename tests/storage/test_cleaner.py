@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 
 import pytest
 
-from storage.clock import ManualClock
 from storage.codecs import Codec
 from storage.config import LogConfig
 from storage.cleaner import CleaningAborted, Cleaner, group_segments_by_size
 from storage.log import Log
 from storage.offset_map import DIGEST_SIZE, OffsetMap
-from storage.records import LogEntry, build_batch, build_classic, iter_entries, scan_entries
+from storage.records import build_batch, build_classic, iter_entries, scan_entries
 from storage.records.batch import DELETE_HORIZON_BIT
 from storage.segment_swap import SwapAborted
 
@@ -595,3 +593,27 @@ def test_random_logs_cleaned_in_random_rounds_keep_every_latest_value(tmp_path, 
                     assert got[key][1] == value, (key, got.get(key), value)
             offsets = [r.offset for r in records(log)]
             assert offsets == sorted(set(offsets))
+
+
+def test_an_active_producers_last_batch_stays_even_when_all_its_records_go(tmp_path, clock):
+    """Kafka's RETAIN_EMPTY: the batch carrying an idempotent producer's last sequence
+    stays (as an empty batch with its producer fields) so the producer can go on."""
+    log = open_log(tmp_path / "t-0", clock, segment_bytes=100_000)
+    now = clock.time_ms()  # producers idle for producer.id.expiration.ms are forgotten
+    log.append(build_batch([(b"k", b"1", now), (b"j", b"1", now)], producer_id=42, producer_epoch=0,
+                           base_sequence=0))
+    log.append(build_batch([(b"k", b"2", now), (b"j", b"2", now)]))  # supersedes both, no producer
+    log.append(build_batch([(b"k", b"3", now)], producer_id=7, producer_epoch=0, base_sequence=0))
+    log.append(build_batch([(b"k", b"4", now)], producer_id=7, producer_epoch=0, base_sequence=1))
+    log.roll()
+    clean(log, clock)
+    got = [(e.base_offset, e.last_offset, e.record_count, e.producer_id, e.base_sequence)
+           for e, _ in entries(log)]
+    # 42's only batch stays empty; 7's first batch goes, its last one stays with its record
+    assert got == [(0, 1, 0, 42, 0), (2, 3, 1, -1, -1), (5, 5, 1, 7, 1)]
+    log.append(build_batch([(b"k", b"5", now)], producer_id=42, producer_epoch=0, base_sequence=2))
+    log.close()
+    reopened = open_log(tmp_path / "t-0", clock, had_clean_shutdown=False, segment_bytes=100_000)
+    reopened.append(build_batch([(b"k", b"6", now)], producer_id=42, producer_epoch=0, base_sequence=3))
+    assert latest_by_key(records(reopened))[b"k"][1] == b"6"
+    reopened.close()

@@ -1,0 +1,433 @@
+"""Idempotent producers: per-partition producer state and its `.snapshot` files
+(Kafka's ProducerStateManager, ProducerStateEntry, ProducerAppendInfo).
+
+Contract:
+- Only magic-2 batches with producerId >= 0 are tracked (control batches are
+  skipped: Strata has no transactions). Native clients write producerId -1 and
+  pay one header read per entry.
+- `check(validated)` runs inside `Log.append`, under the log's lock, after offsets
+  are assigned and before anything is written. It returns None (nothing to
+  track), or a `PendingUpdate` whose `duplicate` is the cached batch when the set
+  repeats one of a producer's last 5 batches (same epoch, first and last
+  sequence): the caller then writes nothing and answers the original offsets, as
+  Kafka does (not DUPLICATE_SEQUENCE_NUMBER). Otherwise `apply(update, end)`
+  after the write records the batches. Rules, per batch, as Kafka's
+  ProducerAppendInfo (ValidationType.Full):
+    * epoch lower than the producer's: InvalidProducerEpochError (47);
+    * epoch higher: the first sequence must be 0 unless the producer is unknown
+      (OutOfOrderSequenceError, 45); the batches cached for the old epoch go;
+    * same epoch: the first sequence must follow the last one (int32 wrap:
+      MAX_VALUE is followed by 0), else OutOfOrderSequenceError; an unknown
+      producer (no state: new, expired, or its records deleted) may start at any
+      sequence (Kafka dropped UNKNOWN_PRODUCER_ID for this case);
+    * a batch with producerId >= 0 and baseSequence < 0: InvalidRecordError.
+- Snapshots: `<20-digit offset>.snapshot` in the partition directory, Kafka's
+  layout (big-endian): version int16 (1) | crc uint32 (CRC32C of everything after
+  it) | count int32 | count x (producerId int64, epoch int16, lastSequence int32,
+  lastOffset int64, offsetDelta int32, timestamp int64, coordinatorEpoch int32,
+  currentTxnFirstOffset int64). Only the last batch of each producer is kept in
+  a snapshot (so after a reload only that batch is detected as a duplicate, as
+  in Kafka). Written with atomic_write at each roll (at the new segment's base)
+  and at close (at the log end), but only for a log that has, or had, producer
+  state: a native-only log gets no snapshot files (Kafka writes one per segment
+  regardless).
+- `load(...)`: snapshots above the log end go; the newest readable one is
+  loaded (a corrupt one is deleted and logged; the next older is tried) and the
+  log is scanned batch header by batch header from its offset to the log end.
+  Without any snapshot the scan starts at the first segment, except after a
+  clean shutdown (a log with producer state always leaves a snapshot at close,
+  so none means no producers).
+- `delete_snapshots_below(offset)` runs when the log start moves (retention,
+  DELETE_RECORDS).
+- Producers idle for `producer.id.expiration.ms` (86400000) are dropped when a
+  snapshot is loaded or taken (Kafka: a periodic task).
+- Not thread-safe by itself: every call is made under the Log's lock (or before
+  the Log is published).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import deque
+from typing import Iterable, NamedTuple
+
+import crc32c
+import structlog
+
+from .errors import (CorruptRecordError, InvalidProducerEpochError, InvalidRecordError,
+                     OutOfOrderSequenceError)
+from .fileutil import atomic_write, parse_segment_file_name, segment_file_name
+from .records.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, FIELD_OFFSET
+from .records.framing import MAGIC_V2
+
+logger = structlog.get_logger("strata.producer_state")
+
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 1
+NUM_BATCHES_TO_RETAIN = 5
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+INT32_MAX = 2**31 - 1
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86400000
+
+_SNAP_HEADER = struct.Struct(">hI")  # version, crc
+_COUNT = struct.Struct(">i")
+_SNAP_ENTRY = struct.Struct(">qhiqiqiq")
+_PRODUCER_ID = struct.Struct(">q")
+_PRODUCER_ID_AT = FIELD_OFFSET["producer_id"]
+
+
+class CorruptSnapshotError(Exception):
+    pass
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    if sequence < decrement:
+        return INT32_MAX - (decrement - sequence) + 1
+    return sequence - decrement
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+class BatchMetadata(NamedTuple):
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_seq(self) -> int:
+        return decrement_sequence(self.last_seq, self.offset_delta)
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+class ProducerStateEntry:
+    """One producer on one partition: its epoch and its last (up to 5) batches."""
+
+    __slots__ = ("producer_id", "epoch", "batches", "last_timestamp", "coordinator_epoch",
+                 "current_txn_first_offset")
+
+    def __init__(self, producer_id: int, epoch: int = NO_PRODUCER_EPOCH, last_timestamp: int = -1,
+                 coordinator_epoch: int = -1, current_txn_first_offset: int = -1):
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.batches: deque[BatchMetadata] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
+        self.last_timestamp = last_timestamp
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_first_offset = current_txn_first_offset
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def copy(self) -> "ProducerStateEntry":
+        other = ProducerStateEntry(self.producer_id, self.epoch, self.last_timestamp,
+                                   self.coordinator_epoch, self.current_txn_first_offset)
+        other.batches.extend(self.batches)
+        return other
+
+    def add_batch(self, epoch: int, last_seq: int, last_offset: int, offset_delta: int,
+                  timestamp: int) -> None:
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.batches.clear()
+        self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        self.last_timestamp = timestamp
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.epoch:
+            return None
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+    def __repr__(self) -> str:
+        return f"ProducerStateEntry(id={self.producer_id}, epoch={self.epoch}, batches={list(self.batches)})"
+
+
+class ProducerBatch(NamedTuple):
+    """What the producer state needs from one batch header (offsets assigned)."""
+
+    producer_id: int
+    epoch: int
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+
+    @classmethod
+    def from_header(cls, buf, position: int) -> "ProducerBatch | None":
+        (base_offset, _, _, magic, _, attributes, last_delta, _, max_ts, producer_id, epoch,
+         base_seq, _) = BATCH_HEADER.unpack_from(buf, position)
+        if magic != MAGIC_V2 or producer_id < 0 or attributes & CONTROL_BIT:
+            return None
+        return cls(producer_id, epoch, base_seq, increment_sequence(base_seq, last_delta) if base_seq >= 0
+                   else base_seq, base_offset, base_offset + last_delta, max_ts)
+
+
+class PendingUpdate(NamedTuple):
+    entries: dict[int, ProducerStateEntry]  # producer id -> its state after the append
+    duplicate: BatchMetadata | None
+
+
+def producer_batches(validated) -> list[ProducerBatch]:
+    """The tracked batches of a validated message set (empty for native clients)."""
+    buf = validated.buffer
+    found = []
+    for info in validated.entries:
+        if info.magic != MAGIC_V2:
+            continue
+        if _PRODUCER_ID.unpack_from(buf, info.position + _PRODUCER_ID_AT)[0] < 0:
+            continue
+        batch = ProducerBatch.from_header(buf, info.position)
+        if batch is not None:
+            found.append(batch)
+    return found
+
+
+def snapshot_path(directory: str, offset: int) -> str:
+    return os.path.join(directory, segment_file_name(offset, SNAPSHOT_SUFFIX))
+
+
+def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
+    body = []
+    count = 0
+    for e in sorted(entries, key=lambda e: e.producer_id):
+        last = e.batches[-1] if e.batches else None
+        body.append(_SNAP_ENTRY.pack(
+            e.producer_id, e.epoch, last.last_seq if last else NO_SEQUENCE,
+            last.last_offset if last else -1, last.offset_delta if last else 0,
+            e.last_timestamp, e.coordinator_epoch, e.current_txn_first_offset))
+        count += 1
+    payload = _COUNT.pack(count) + b"".join(body)
+    return _SNAP_HEADER.pack(SNAPSHOT_VERSION, crc32c.crc32c(payload)) + payload
+
+
+def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
+    if len(data) < _SNAP_HEADER.size + _COUNT.size:
+        raise CorruptSnapshotError(f"snapshot of {len(data)} bytes is too short")
+    version, crc = _SNAP_HEADER.unpack_from(data, 0)
+    if version != SNAPSHOT_VERSION:
+        raise CorruptSnapshotError(f"snapshot version {version} is not {SNAPSHOT_VERSION}")
+    payload = memoryview(data)[_SNAP_HEADER.size:]
+    actual = crc32c.crc32c(payload)
+    if actual != crc:
+        raise CorruptSnapshotError(f"snapshot CRC {actual:#x} does not match the stored {crc:#x}")
+    (count,) = _COUNT.unpack_from(payload, 0)
+    if count < 0 or len(payload) != _COUNT.size + count * _SNAP_ENTRY.size:
+        raise CorruptSnapshotError(f"snapshot of {len(data)} bytes cannot hold {count} entries")
+    entries = []
+    for i in range(count):
+        (producer_id, epoch, last_seq, last_offset, offset_delta, timestamp, coordinator_epoch,
+         txn_first) = _SNAP_ENTRY.unpack_from(payload, _COUNT.size + i * _SNAP_ENTRY.size)
+        entry = ProducerStateEntry(producer_id, epoch, timestamp, coordinator_epoch, txn_first)
+        if last_offset >= 0:
+            entry.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        entries.append(entry)
+    return entries
+
+
+class ProducerStateManager:
+    def __init__(self, directory: str, name: str = "", *,
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS):
+        self.directory = directory
+        self.name = name or os.path.basename(directory)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.map_end_offset = 0
+        self.last_snapshot_offset: int | None = None
+
+    # ---- the append path (under the log's lock) -----------------------------------------
+
+    def check(self, validated) -> PendingUpdate | None:
+        """Validate the set's batches against the state; see the module contract."""
+        batches = producer_batches(validated)
+        if not batches:
+            return None
+        updated: dict[int, ProducerStateEntry] = {}
+        for batch in batches:
+            current = self.producers.get(batch.producer_id)
+            if current is not None:
+                duplicate = current.find_duplicate(batch.epoch, batch.first_seq, batch.last_seq)
+                if duplicate is not None:
+                    return PendingUpdate({}, duplicate)
+            entry = updated.get(batch.producer_id)
+            if entry is None:
+                entry = updated[batch.producer_id] = (
+                    current.copy() if current is not None else ProducerStateEntry(batch.producer_id))
+            self._validate(batch, current, entry)
+            entry.add_batch(batch.epoch, batch.last_seq, batch.last_offset,
+                            batch.last_offset - batch.first_offset, batch.max_timestamp)
+        return PendingUpdate(updated, None)
+
+    def _validate(self, batch: ProducerBatch, current: ProducerStateEntry | None,
+                  entry: ProducerStateEntry) -> None:
+        if batch.first_seq < 0:
+            raise InvalidRecordError(
+                f"{self.name}: batch of producer {batch.producer_id} has invalid sequence {batch.first_seq}")
+        if batch.epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"{self.name}: producer {batch.producer_id}'s epoch {batch.epoch} is older than "
+                f"the current epoch {entry.epoch}")
+        if batch.epoch != entry.epoch:
+            if batch.first_seq != 0 and entry.epoch != NO_PRODUCER_EPOCH:
+                raise OutOfOrderSequenceError(
+                    f"{self.name}: producer {batch.producer_id} bumped its epoch to {batch.epoch} "
+                    f"with sequence {batch.first_seq} (expected 0)")
+            return
+        if current is None or current.epoch == NO_PRODUCER_EPOCH:
+            return  # no state for this producer before this append: any sequence is accepted
+        if not in_sequence(entry.last_seq, batch.first_seq):
+            raise OutOfOrderSequenceError(
+                f"{self.name}: out of order sequence for producer {batch.producer_id} at offset "
+                f"{batch.first_offset}: {batch.first_seq} (incoming), {entry.last_seq} (current)")
+
+    def apply(self, update: PendingUpdate, end_offset: int) -> None:
+        """Record a written append's batches (after the segment append)."""
+        self.producers.update(update.entries)
+        self.map_end_offset = end_offset
+
+    def update_end_offset(self, end_offset: int) -> None:
+        self.map_end_offset = end_offset
+
+    # ---- rebuilding from the log ----------------------------------------------------------
+
+    def replay(self, batch: ProducerBatch) -> None:
+        """Take a batch read from the log, without validation (Kafka's ValidationType.None)."""
+        entry = self.producers.get(batch.producer_id)
+        if entry is None:
+            entry = self.producers[batch.producer_id] = ProducerStateEntry(batch.producer_id)
+        entry.add_batch(batch.epoch, batch.last_seq, batch.last_offset,
+                        batch.last_offset - batch.first_offset, batch.max_timestamp)
+        self.map_end_offset = batch.last_offset + 1
+
+    def load(self, segments, *, log_end: int, had_clean_shutdown: bool, now_ms: int) -> None:
+        """Rebuild the state of an opened log (see the module contract)."""
+        self.producers.clear()
+        snapshots = self.list_snapshots()
+        for offset in [o for o in snapshots if o > log_end]:
+            self._delete_snapshot(offset)
+            snapshots.remove(offset)
+        self.last_snapshot_offset = snapshots[-1] if snapshots else None
+        if not snapshots and had_clean_shutdown:
+            self.map_end_offset = log_end
+            return
+        start = None
+        for offset in reversed(snapshots):
+            try:
+                with open(snapshot_path(self.directory, offset), "rb") as f:
+                    entries = decode_snapshot(f.read())
+            except (OSError, CorruptSnapshotError) as e:
+                logger.warning("producer_snapshot_corrupt", log=self.name, offset=offset, error=str(e),
+                               action="deleted; trying an older snapshot or rebuilding from the log")
+                self._delete_snapshot(offset)
+                continue
+            for entry in entries:
+                if not self._expired(entry, now_ms):
+                    self.producers[entry.producer_id] = entry
+            start = offset
+            break
+        if start is None:
+            start = segments.first.base_offset if len(segments) else 0
+            logger.info("producer_state_rebuild", log=self.name, from_offset=start, to_offset=log_end,
+                        reason="no usable snapshot")
+        self.map_end_offset = start
+        scanned = 0
+        ordered = list(segments) if start < log_end else []
+        for i, segment in enumerate(ordered):
+            if i + 1 < len(ordered) and ordered[i + 1].base_offset <= start:
+                continue  # wholly below the snapshot
+            position = 0
+            if segment.base_offset < start:
+                position = segment.offset_index.lookup(start).position
+            for header in segment.log.iter_headers(position):
+                if header.last_offset < start or header.magic != MAGIC_V2:
+                    continue
+                raw = segment.log.read(header.position, BATCH_OVERHEAD)
+                if len(raw) < BATCH_OVERHEAD:
+                    raise CorruptRecordError(f"{self.name}: batch at {header.position} is cut short")
+                batch = ProducerBatch.from_header(raw, 0)
+                scanned += 1
+                if batch is not None:
+                    self.replay(batch)
+        self.map_end_offset = log_end
+        remaining = self.list_snapshots()
+        self.last_snapshot_offset = remaining[-1] if remaining else None
+        if scanned:
+            logger.info("producer_state_loaded", log=self.name, snapshot=self.last_snapshot_offset,
+                        from_offset=start, batches_scanned=scanned, producers=len(self.producers))
+
+    # ---- snapshots --------------------------------------------------------------------------
+
+    def list_snapshots(self) -> list[int]:
+        found = []
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        for name in names:
+            parsed = parse_segment_file_name(name)
+            if parsed is not None and parsed[1] == SNAPSHOT_SUFFIX:
+                found.append(parsed[0])
+        return sorted(found)
+
+    def has_state(self) -> bool:
+        """True when the log has producers or snapshot files (then snapshots are kept up)."""
+        return bool(self.producers) or self.last_snapshot_offset is not None
+
+    def take_snapshot(self, offset: int | None = None, now_ms: int | None = None) -> None:
+        if now_ms is not None:
+            self.remove_expired(now_ms)
+        offset = self.map_end_offset if offset is None else offset
+        atomic_write(snapshot_path(self.directory, offset), encode_snapshot(self.producers.values()))
+        if self.last_snapshot_offset is None or offset > self.last_snapshot_offset:
+            self.last_snapshot_offset = offset
+
+    def maybe_snapshot(self, offset: int, now_ms: int | None = None) -> None:
+        if self.has_state():
+            self.take_snapshot(offset, now_ms)
+
+    def delete_snapshots_below(self, offset: int) -> None:
+        if self.last_snapshot_offset is None:
+            return  # no snapshot was loaded or written: nothing to delete
+        for o in self.list_snapshots():
+            if o < offset:
+                self._delete_snapshot(o)
+        remaining = self.list_snapshots()
+        self.last_snapshot_offset = remaining[-1] if remaining else None
+
+    def _delete_snapshot(self, offset: int) -> None:
+        try:
+            os.unlink(snapshot_path(self.directory, offset))
+        except FileNotFoundError:
+            pass
+
+    # ---- expiration ---------------------------------------------------------------------------
+
+    def _expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
+        return (entry.current_txn_first_offset < 0
+                and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms)
+
+    def remove_expired(self, now_ms: int) -> int:
+        gone = [pid for pid, e in self.producers.items() if self._expired(e, now_ms)]
+        for pid in gone:
+            del self.producers[pid]
+        return len(gone)
