@@ -76,7 +76,7 @@ from storage.names import validate_topic_name
 
 from .config import BrokerConfig
 from .group_offsets import GroupOffsets
-from .topics import OFFSETS_TOPIC, TopicRegistry
+from .topics import TopicRegistry
 
 Part = Union[bytes, FileSlice]
 Reply = list[Part]

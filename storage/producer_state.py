@@ -347,8 +347,10 @@ class ProducerStateManager:
             break
         if start is None:
             start = segments.first.base_offset if len(segments) else 0
-            logger.info("producer_state_rebuild", log=self.name, from_offset=start, to_offset=log_end,
-                        reason="no usable snapshot")
+            # Worth a line only when there is data to scan (a new log has none).
+            (logger.info if log_end > start else logger.debug)(
+                "producer_state_rebuild", log=self.name, from_offset=start, to_offset=log_end,
+                reason="no usable snapshot")
         self.map_end_offset = start
         scanned = 0
         ordered = list(segments) if start < log_end else []

@@ -478,7 +478,7 @@ class CoreHandlers:
             raise _InvalidReplicationFactor(
                 f"replication factor {topic.replication_factor} is larger than the 1 available broker"
                 if topic.replication_factor > 1 else
-                f"replication factor must be larger than 0, or -1 to use the default")
+                "replication factor must be larger than 0, or -1 to use the default")
         return topic.num_partitions
 
     def _create(self, name: str, partitions: int, configs, validate_only: bool):

@@ -144,6 +144,7 @@ def test_kafka_fetch_goes_through_sendfile(tmp_path):
     broker = InProcessBroker(tmp_path, "auto.create.topics.enable=true").start()
     try:
         host, port = broker.app.kafka_address
+        create_topic(f"{host}:{port}", "zc")  # a produce never creates a topic, as in Kafka
         with KafkaWire(host, port) as conn:
             batch = build_batch([(None, b"s" * 200_000)])
             for _ in range(5):
@@ -180,6 +181,7 @@ def test_shutdown_answers_a_long_poll(tmp_path):
     process = BrokerProcess(tmp_path / "data", "--set", "auto.create.topics.enable=true")
     try:
         process.start()
+        create_topic("%s:%d" % tuple(process.kafka_address), "lp")
         conn = KafkaWire(*process.kafka_address)
         conn.call(produce_request(9, "lp", 0, build_batch([(None, b"x")])))
         result = {}

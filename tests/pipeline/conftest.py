@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import time
 
 import pytest
 
@@ -26,6 +25,7 @@ if _missing or not (shutil.which("java") or os.environ.get("JAVA_HOME")):
                 f"pip install '.[spark]'", allow_module_level=True)
 
 from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.client.live_broker import LiveBroker, unique  # noqa: E402,F401  (shared with the client tests)
 
 SPARK_CONF = {
     "spark.ui.enabled": "false",
@@ -49,25 +49,12 @@ def spark():
     session.stop()
 
 
-class Strata:
-    def __init__(self, process: BrokerProcess):
-        self.process = process
-
-    @property
-    def address(self) -> str:
-        return f"{self.process.host}:{self.process.port}"
-
-
 @pytest.fixture(scope="session")
 def strata(tmp_path_factory):
     process = BrokerProcess(tmp_path_factory.mktemp("pipeline-broker"))
     process.start()
-    yield Strata(process)
+    yield LiveBroker(process)
     process.close()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{os.getpid()}-{time.monotonic_ns()}"
 
 
 def fill(address: str, topic: str, count: int, *, partitions: int = 1, start: int = 0,
