@@ -2,7 +2,8 @@
 
 Contract:
 - `ErrorCode` holds Kafka's numbers for every code the native protocol uses
-  (the table in NATIVE-PROTOCOL.md plus KAFKA_STORAGE_ERROR, which storage raises).
+  (the table in NATIVE-PROTOCOL.md plus the codes storage raises beyond it:
+  KAFKA_STORAGE_ERROR and the idempotent-producer codes 45-47).
 - `ProtocolError(code, message)` is the only exception the codec raises for bytes
   it cannot accept. `code` is INVALID_REQUEST (a malformed request or frame) or
   CORRUPT_MESSAGE (a malformed response, seen by the client side). The server
@@ -29,6 +30,9 @@ class ErrorCode(IntEnum):
     INVALID_PARTITIONS = 37
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
     KAFKA_STORAGE_ERROR = 56
     INVALID_RECORD = 87
 

@@ -39,9 +39,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _library_logs_to_stderr() -> None:
+    """Client commands print their results on stdout; what the libraries they
+    use (storage, client) log goes to stderr, warnings and worse only. `serve`
+    configures logging itself."""
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command != "serve":
+        _library_logs_to_stderr()
     try:
         return int(args.func(args) or 0)
     except CliError as e:

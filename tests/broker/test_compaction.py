@@ -75,9 +75,12 @@ def test_the_cleaner_compacts_a_topic_and_consumers_see_the_latest_values(broker
         assert got == latest  # every key's latest value, at the offset it was given
         assert len(records) < keys * versions / 3
 
-    events = b.log_events()
-    cleaned = [e for e in events if e["event"] == "log_cleaned" and e["log"] == "c-0"]
-    assert cleaned
+    def cleaned_events():
+        return [e for e in b.log_events() if e["event"] == "log_cleaned" and e["log"] == "c-0"]
+
+    # The stats line follows the swap that made the log shrink: wait for it too.
+    wait_for(lambda: cleaned_events(), "the cleaner's stats line")
+    cleaned = cleaned_events()
     for field in ("bytes_read", "bytes_written", "records_kept", "records_dropped", "map_entries",
                   "map_utilization", "duration_seconds"):
         assert field in cleaned[0]
