@@ -1,15 +1,6 @@
 """Shared test fixtures (kept minimal)."""
 
-import logging
-import sys
-
 import pytest
-import structlog
-
-# Storage and client code log through structlog; unconfigured it prints every
-# level to stdout, where tests capture command output. In tests: stderr, info up.
-structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-                    logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
 
 @pytest.fixture(scope="session")

@@ -39,23 +39,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _library_logs_to_stderr() -> None:
+def _library_logs_to_stderr() -> dict:
     """Client commands print their results on stdout; what the libraries they
     use (storage, client) log goes to stderr, warnings and worse only. `serve`
-    configures logging itself."""
+    configures logging itself. Returns the previous configuration."""
     import logging
 
     import structlog
 
+    previous = structlog.get_config()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+                        logger_factory=lambda *args: structlog.PrintLogger(sys.stderr))
+    return previous
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command != "serve":
-        _library_logs_to_stderr()
+    previous_logging = _library_logs_to_stderr() if args.command != "serve" else None
+    try:
+        return _run(args)
+    finally:
+        if previous_logging is not None:  # main() may run inside another program (tests)
+            import structlog
+            structlog.configure(**previous_logging)
+
+
+def _run(args) -> int:
     try:
         return int(args.func(args) or 0)
     except CliError as e:

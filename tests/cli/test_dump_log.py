@@ -207,6 +207,7 @@ def test_live_preallocated_indexes_of_a_young_segment_dump_as_empty(tmp_path, ca
         log.append(build_batch([(b"k", b"v", T0), (b"k", b"w", T0)]))
         index, time_index = (tmp_path / "t-0" / f"{BASE}{s}" for s in (".index", ".timeindex"))
         assert index.stat().st_size > 1000  # still preallocated
+        capsys.readouterr()  # what opening the log itself logged is not the command's output
         code, out, err = dump(capsys, index, time_index)
         assert (code, err) == (0, "")
         assert out == f"Dumping {index}\nDumping {time_index}\n"
