@@ -268,7 +268,7 @@ def health_status(container: str) -> str:
 def test_image_metadata(image):
     config = json.loads(podman("image", "inspect", "--format", "{{json .Config}}", image).stdout)
     assert config["User"] == f"{UID}:{UID}"
-    assert list(config["ExposedPorts"]) == [f"{NATIVE_PORT}/tcp"]
+    assert sorted(config["ExposedPorts"]) == [f"{NATIVE_PORT}/tcp", "9092/tcp"]  # native, Kafka
     assert list(config["Volumes"]) == ["/var/lib/strata"]
     assert config["Entrypoint"] == ["/usr/bin/tini", "--", "/usr/local/bin/strata-entrypoint"]
     assert "STRATA_LOG_FORMAT=json" in config["Env"]
