@@ -317,7 +317,7 @@ class LogSegment:
         chunk_size = RECOVERY_CHUNK
         while position < file_size:
             chunk = self.log.read(position, min(chunk_size, file_size - position))
-            result = scan_entries(chunk, 0, len(chunk), min_offset=min_offset)
+            result = scan_entries(chunk, 0, len(chunk), min_offset=min_offset, check_lengths=False)
             entries = result.entries
             fitting = entries
             if entries and not self.can_convert_to_relative_offset(entries[-1].last_offset):

@@ -54,8 +54,13 @@ class ScanResult(NamedTuple):
 
 
 def scan_entries(buf, start: int = 0, end: int | None = None, *, min_offset: int = -1,
-                 check_crc: bool = True) -> ScanResult:
-    """Shallowly walk and check the entries of buf[start:end]."""
+                 check_crc: bool = True, check_lengths: bool = True) -> ScanResult:
+    """Shallowly walk and check the entries of buf[start:end].
+
+    `check_lengths=False` skips a classic message's key/value length check, as
+    Kafka's recovery does: the lengths were checked when the message was
+    appended and its CRC covers them, so a torn or corrupted write still fails
+    the CRC."""
     view = memoryview(buf)
     if end is None:
         end = len(view)
@@ -110,15 +115,16 @@ def scan_entries(buf, start: int = 0, end: int | None = None, *, min_offset: int
             if entry_end > end:
                 return stopped(f"message of {entry_end - pos} bytes cut short after {remaining}", True)
             fields = HEADERS[magic].unpack_from(view, pos)
-            # classic.message_lengths, inlined: the key and value must fill the size.
-            key_at = pos + KEY_LENGTH_OFFSET[magic]
-            key_len = unpack_length(view, key_at)[0]
-            value_at = key_at + LENGTH.size + (key_len if key_len > 0 else 0)
-            if key_len < -1 or value_at + LENGTH.size > entry_end:
-                return stopped(f"key length {key_len} disagrees with size {size}")
-            value_len = unpack_length(view, value_at)[0]
-            if value_len < -1 or value_at + LENGTH.size + (value_len if value_len > 0 else 0) != entry_end:
-                return stopped(f"value length {value_len} disagrees with size {size}")
+            if check_lengths:
+                # classic.message_lengths, inlined: the key and value must fill the size.
+                key_at = pos + KEY_LENGTH_OFFSET[magic]
+                key_len = unpack_length(view, key_at)[0]
+                value_at = key_at + LENGTH.size + (key_len if key_len > 0 else 0)
+                if key_len < -1 or value_at + LENGTH.size > entry_end:
+                    return stopped(f"key length {key_len} disagrees with size {size}")
+                value_len = unpack_length(view, value_at)[0]
+                if value_len < -1 or value_at + LENGTH.size + (value_len if value_len > 0 else 0) != entry_end:
+                    return stopped(f"value length {value_len} disagrees with size {size}")
             if check_crc and crc32(view[pos + CLASSIC_CRC_START:entry_end]) != fields[2]:
                 return stopped("message fails its CRC32")
             codec = fields[4] & CODEC_MASK
