@@ -259,6 +259,8 @@ class ProducerStateManager:
 
     def check(self, validated) -> PendingUpdate | None:
         """Validate the set's batches against the state; see the module contract."""
+        if not validated.has_producer_ids:
+            return None  # the validator saw no producer id: nothing to walk again
         batches = producer_batches(validated)
         if not batches:
             return None

@@ -54,6 +54,7 @@ LEADER_EPOCH_OFFSET = FIELD_OFFSET["partition_leader_epoch"]
 CRC_OFFSET = FIELD_OFFSET["crc"]
 ATTRIBUTES_OFFSET = CRC_START = FIELD_OFFSET["attributes"]
 MAX_TIMESTAMP_OFFSET = FIELD_OFFSET["max_timestamp"]
+PRODUCER_ID_OFFSET = FIELD_OFFSET["producer_id"]
 
 INT64 = struct.Struct(">q")
 INT32 = struct.Struct(">i")

@@ -50,6 +50,7 @@ from ..errors import (CorruptRecordError, InvalidRecordError, MessageTooLargeErr
 from .batch import (ATTRIBUTES_OFFSET, BASE_OFFSET_OFFSET, BATCH_CODECS, BATCH_HEADER,
                     BATCH_OVERHEAD, CONTROL_BIT, CRC_OFFSET as BATCH_CRC_OFFSET, INT16, INT32,
                     INT64, LEADER_EPOCH_OFFSET, MAX_TIMESTAMP_OFFSET, MIN_BATCH_LENGTH,
+                    PRODUCER_ID_OFFSET,
                     TRANSACTIONAL_BIT, UINT32, batch_crc, decode_records, summarize_records)
 from .builder import build_batch
 from .classic import (ATTRIBUTES_OFFSET as CLASSIC_ATTRIBUTES_OFFSET, CLASSIC_CODECS,
@@ -74,6 +75,9 @@ class ValidatedSet(NamedTuple):
     log_append_time: int  # now_ms under LogAppendTime, else -1
     entries: list[EntryInfo]  # positions relative to `buffer`
     record_count: int
+    # Some batch carries a producer id (an idempotent producer): only then does
+    # the log's producer state need to look at the set.
+    has_producer_ids: bool = False
 
 
 class _Assigned(NamedTuple):
@@ -114,6 +118,7 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
     shift = 0  # how far rebuilds so far have moved later entries
     max_timestamp = offset_of_max = NO_TIMESTAMP
     record_count = 0
+    has_producer_ids = False
     # Hoisted for the per-message loop below: a set of small classic messages is
     # the worst case, thousands of entries per MiB.
     view = memoryview(buf)
@@ -185,6 +190,8 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
                 continue
         else:
             done = _assign_batch(buf, pos, entry_end, next_offset, rules)
+            if not has_producer_ids:
+                has_producer_ids = INT64.unpack_from(buf, pos + PRODUCER_ID_OFFSET)[0] >= 0
             codec = done.codec
 
         entry_size = entry_end - pos
@@ -210,7 +217,7 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
         raise RecordListTooLargeError(
             f"message set of {len(buf)} bytes is over segment.bytes {config.segment_bytes}")
     return ValidatedSet(buf, first_offset, next_offset - 1, max_timestamp, offset_of_max,
-                        now_ms if log_append else NO_TIMESTAMP, entries, record_count)
+                        now_ms if log_append else NO_TIMESTAMP, entries, record_count, has_producer_ids)
 
 
 def _splice(buf: bytearray, rebuilds: list[tuple[int, int, bytes]]) -> bytearray:
