@@ -10,7 +10,8 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(VENV)/bin/python
+# setup.py builds the optional C accelerators; a change to their sources rebuilds them.
+$(STAMP): pyproject.toml setup.py $(wildcard storage/*.c storage/records/*.c) | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e '.[test,bench,spark]'
 	touch $(STAMP)
 
@@ -19,8 +20,9 @@ venv: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/strata serve --data-dir ./data
 
+# STRATA_REQUIRE_NATIVE: the C accelerators must have built (storage/native.py).
 test: $(STAMP)
-	$(PY) -m pytest -q
+	STRATA_REQUIRE_NATIVE=1 $(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) bench/storage.py

@@ -1,0 +1,23 @@
+"""Optional C accelerators for the per-entry and per-record hot paths.
+
+Everything else is in pyproject.toml. Each extension is `optional`: where no C
+compiler is found the install still succeeds and Strata runs on the pure-Python
+implementations of the same functions (storage/native.py picks one at import;
+`STRATA_PURE_PYTHON=1` forces the Python ones). `make test` sets
+`STRATA_REQUIRE_NATIVE=1`, so a build that silently failed there fails the tests
+instead of quietly measuring the fallback.
+"""
+
+from setuptools import Extension, setup
+
+# -O2 is the Python default; the C is plain C99 with no platform intrinsics.
+COMPILE_ARGS = ["-std=c99", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+
+setup(
+    ext_modules=[
+        Extension("storage.records._crecords", ["storage/records/_crecords.c"],
+                  extra_compile_args=COMPILE_ARGS, optional=True),
+        Extension("storage._ccleaner", ["storage/_ccleaner.c"],
+                  extra_compile_args=COMPILE_ARGS, optional=True),
+    ],
+)
