@@ -52,6 +52,7 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
 from __future__ import annotations
 
 import asyncio
+import struct
 from concurrent.futures import Executor
 from typing import Any, Awaitable, Callable, Union
 
@@ -63,7 +64,7 @@ from protocol import (AlterConfigRequest, CommitOffsetRequest, CreateTopicReques
                       FetchOffsetRequest, FetchOffsetResponse, FetchRequest, MetadataRequest,
                       MetadataResponse, MultiFetchRequest, MultiProduceRequest,
                       MultiProduceResponse, OffsetsRequest, OffsetsResponse, PartitionMetadata,
-                      ProduceRequest, ProduceResponse, ProduceResult, ProtocolError,
+                      ProduceRequest, ProduceResponse, ProduceResult, ProtocolError, RequestType,
                       TopicMetadata, encode_response, error_response, fetch_response_header,
                       multifetch_response_parts, parse_request)
 from storage.errors import (InvalidRequestError, InvalidTopicError, KafkaStorageError,
@@ -86,6 +87,8 @@ INT32_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 INLINE_APPEND_MAX_BYTES = 64 * 1024  # larger appends go to the executor
 HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend
+PRODUCE_HEAD = struct.Struct(">hh")  # type, topic length: the start of a PRODUCE frame
+PARTITION = struct.Struct(">i")
 
 log = structlog.get_logger("strata.handlers")
 
@@ -109,6 +112,10 @@ class PartitionWaiters:
         event = self._events.pop(tp, None)
         if event is not None:
             event.set()
+
+    def wanted(self, tp: TopicPartition) -> bool:
+        """Whether a long poll waits on `tp` (any thread: one dict lookup)."""
+        return tp in self._events
 
     def notify_all(self) -> None:
         events, self._events = self._events, {}
@@ -206,9 +213,18 @@ class Handlers:
             pass  # the loop is closed: nobody is waiting any more
 
     def _append(self, one: Log, data) -> Any:
-        """Executor side of an append: write, then wake long-poll fetches."""
+        """Executor side of an append: write, then wake long-poll fetches. A fetch
+        takes its event before it reads the log end, so when no event is there yet
+        the fetch will see this append's end: no wake-up needed."""
         result = one.append(data, in_place=True)  # the frame is ours to patch
-        self._notify_threadsafe(one.topic, one.partition)
+        if self.waiters.wanted((one.topic, one.partition)):
+            self._notify_threadsafe(one.topic, one.partition)
+        return result
+
+    def _append_inline(self, one: Log, data) -> Any:
+        """`_append` on the loop thread: wake long polls directly."""
+        result = one.append(data, in_place=True)
+        self.waiters.notify((one.topic, one.partition))
         return result
 
     def _internal_log(self, topic: str, partition: int) -> Log:
@@ -254,13 +270,71 @@ class Handlers:
         one = await self._log(req.topic, req.partition, produce=True)
         try:
             if self._cheap_append(one, req.message_set):
-                result = self._append(one, req.message_set)
+                result = self._append_inline(one, req.message_set)
             else:
                 result = await self._blocking(self._append, one, req.message_set)
         except StrataError as e:
             return [error_response(self._error_code(e, one))]
         return [encode_response(ProduceResponse(ErrorCode.NONE, result.first_offset,
                                                 result.log_append_time))]
+
+    def run_key(self, frame) -> tuple[bytes, int] | None:
+        """For the server's runs (RequestHandlers): a PRODUCE whose append goes to the
+        executor is keyed by its partition, so consecutive queued PRODUCEs to one
+        partition share one executor hop (`handle_run`). Anything else: None."""
+        if len(frame) <= INLINE_APPEND_MAX_BYTES:
+            return None
+        type_, topic_len = PRODUCE_HEAD.unpack_from(frame)
+        if type_ != RequestType.PRODUCE or topic_len < 0:
+            return None
+        at = PRODUCE_HEAD.size + topic_len
+        if at + PARTITION.size > len(frame):
+            return None  # malformed: `handle` answers it alone
+        return bytes(frame[PRODUCE_HEAD.size:at]), PARTITION.unpack_from(frame, at)[0]
+
+    async def handle_run(self, frames: list, peer=None) -> list[Reply]:
+        """PRODUCEs to one partition (same `run_key`), in order: each is parsed and
+        checked as `handle` would, then every append runs in one executor call, one
+        after another, so each sees the effects of the ones before it. One reply per
+        frame, as `handle` would answer it alone."""
+        replies: list[Reply | None] = [None] * len(frames)
+        jobs: list[tuple[int, Log, Any]] = []
+        for i, frame in enumerate(frames):
+            try:
+                req = parse_request(frame)
+                if not isinstance(req, ProduceRequest):  # run_key saw a PRODUCE type
+                    raise ProtocolError(ErrorCode.INVALID_REQUEST, "not a PRODUCE")
+                one = await self._log(req.topic, req.partition, produce=True)
+            except (ProtocolError, StrataError) as e:
+                replies[i] = [error_response(e.code)]
+                continue
+            jobs.append((i, one, req.message_set))
+
+        def append_run() -> list:
+            out: list = []
+            woken = set()
+            for _, one, data in jobs:
+                try:
+                    out.append(one.append(data, in_place=True))
+                except Exception as e:  # answered below, as `handle` would
+                    out.append(e)
+                tp = (one.topic, one.partition)
+                if tp not in woken and self.waiters.wanted(tp):
+                    woken.add(tp)
+                    self._notify_threadsafe(*tp)
+            return out
+
+        results = await self._blocking(append_run) if jobs else []
+        for (i, one, _), result in zip(jobs, results):
+            if isinstance(result, StrataError):
+                replies[i] = [error_response(self._error_code(result, one))]
+            elif isinstance(result, Exception):
+                log.error("request_failed", request="ProduceRequest", exc_info=result)
+                replies[i] = [error_response(ErrorCode.UNKNOWN_SERVER_ERROR)]
+            else:
+                replies[i] = [encode_response(ProduceResponse(ErrorCode.NONE, result.first_offset,
+                                                              result.log_append_time))]
+        return replies  # type: ignore[return-value]
 
     async def multiproduce(self, req: MultiProduceRequest) -> Reply:
         targets: list[Log | int] = []

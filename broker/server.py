@@ -65,7 +65,8 @@ from typing import Any, Protocol, Union
 
 import structlog
 
-from protocol import FrameDecoder, FrameTooLarge, ProtocolError
+from protocol import FrameTooLarge, ProtocolError
+from protocol.framing import FrameReader
 from storage.file_records import FileSlice
 
 from .handlers import Reply
@@ -132,6 +133,7 @@ class _Fatal:
 
 
 QueueItem = Union[memoryview, bytes, list, _Fatal]
+MAX_RUN = 16  # the most frames handed to `handle_run` at once
 
 
 class ConnectionClosed(Exception):
@@ -153,7 +155,13 @@ class RequestHandlers(Protocol):
       framing is still in step (too short); None closes the connection instead.
     - `fatal_reply(error)`: what to write before closing after a frame over
       socket.request.max.bytes (may be empty).
-    - `begin_shutdown()`: answer long polls now."""
+    - `begin_shutdown()`: answer long polls now.
+    - Optional, both or neither: `run_key(frame)` and `handle_run(frames, peer)`. When
+      the frame being taken has a run key (not None) and the frames queued right
+      behind it have the same key, they are handled together: `handle_run` returns
+      one reply (or None) per frame, in order, with every effect of frame i taking
+      place before those of frame i+1 (the native handlers: consecutive PRODUCEs to
+      one partition, appended in one executor hop). Must not raise either."""
 
     loop: asyncio.AbstractEventLoop
 
@@ -166,7 +174,7 @@ class RequestHandlers(Protocol):
     def begin_shutdown(self) -> None: ...
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     def __init__(self, server: "BrokerServer"):
         self.server = server
         self.handlers: RequestHandlers = server.handlers
@@ -174,9 +182,10 @@ class Connection(asyncio.Protocol):
         self.write_high = server.write_buffer_high
         self.transport: asyncio.Transport | None = None
         self.peer: Any = None
-        self.decoder = FrameDecoder(server.max_frame_bytes)
+        self.decoder = FrameReader(server.max_frame_bytes)
+        self._run_key = getattr(self.handlers, "run_key", None)
         self.queue: deque[QueueItem] = deque()
-        self.busy = False  # a request is being handled or its reply written
+        self.busy = 0  # requests being handled or their replies written
         self.reading = True
         self.write_paused = False
         self.eof = False
@@ -203,10 +212,15 @@ class Connection(asyncio.Protocol):
         if self.server.closing:
             self.drain()
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next bytes from the socket go: straight into the frame being
+        received when it is a large one (FrameReader)."""
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
         if self.fatal or self.lost:
             return
-        self.decoder.feed(data)
+        self.decoder.buffer_updated(nbytes)
         self._take_frames()
 
     def eof_received(self) -> bool:
@@ -242,7 +256,7 @@ class Connection(asyncio.Protocol):
     @property
     def in_flight(self) -> int:
         """Requests read and not yet answered."""
-        return len(self.queue) + (1 if self.busy else 0)
+        return len(self.queue) + self.busy
 
     def _take_frames(self) -> None:
         """Move complete frames from the decoder into the queue while there is room."""
@@ -309,19 +323,29 @@ class Connection(asyncio.Protocol):
                     await self._work.wait()
                     continue
                 item = self.queue.popleft()
-                self.busy = True
+                self.busy = 1
                 if isinstance(item, _Fatal):
                     for part in self.handlers.fatal_reply(item.error):
                         transport.write(part)
                     break
-                try:
-                    reply = item if isinstance(item, list) else await self.handlers.handle(item, self.peer)
-                except CloseConnection:
-                    break
-                if reply is not None:
-                    await self._write_reply(reply)
-                self.busy = False
-                self.server.stats.requests += 1
+                if isinstance(item, list):
+                    await self._write_reply(item)
+                elif self._run_key is not None and self.queue and \
+                        (run := self._take_run(item)) is not None:
+                    self.busy = len(run)
+                    replies = await self.handlers.handle_run(run, self.peer)  # type: ignore[attr-defined]
+                    for reply in replies:
+                        if reply is not None:
+                            await self._write_reply(reply)
+                else:
+                    try:
+                        reply = await self.handlers.handle(item, self.peer)
+                    except CloseConnection:
+                        break
+                    if reply is not None:
+                        await self._write_reply(reply)
+                self.server.stats.requests += self.busy
+                self.busy = 0
                 self._take_frames()  # room again: frames waiting in the decoder
         except asyncio.CancelledError:
             if not self.lost:
@@ -336,6 +360,21 @@ class Connection(asyncio.Protocol):
             transport.abort()
             return
         transport.close()  # flushes what is buffered first
+
+    def _take_run(self, first: memoryview) -> list | None:
+        """`first` and the frames queued right behind it with the same run key, taken
+        off the queue; None when there is no such frame."""
+        key = self._run_key(first)  # type: ignore[misc]
+        if key is None:
+            return None
+        queue = self.queue
+        run = [first]
+        while queue and len(run) < MAX_RUN:
+            nxt = queue[0]
+            if isinstance(nxt, (list, _Fatal)) or self._run_key(nxt) != key:  # type: ignore[misc]
+                break
+            run.append(queue.popleft())
+        return run if len(run) > 1 else None
 
     async def _write_reply(self, reply: Reply) -> None:
         transport = self.transport

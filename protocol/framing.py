@@ -159,3 +159,126 @@ class FrameDecoder:
             if k < len(chunk):
                 self._chunks.appendleft(chunk[k:])
         return memoryview(out)
+
+
+SCRATCH_BYTES = 64 * 1024  # FrameReader's buffer for sizes and small frames
+DIRECT_MIN_BYTES = 16 * 1024  # a frame at least this large is received into its own buffer
+
+
+class FrameReader:
+    """Frames received straight into their final buffer: the receiving side of an
+    `asyncio.BufferedProtocol` (the broker's connections).
+
+    Same frames, limits and errors as `FrameDecoder`; only the input side differs:
+    - `get_buffer()` returns a writable memoryview to receive into and
+      `buffer_updated(n)` says how many bytes landed there (the BufferedProtocol
+      calls). `feed(data)` does both with a copy, for tests and tools.
+    - Sizes and small frames land in one reusable scratch buffer (SCRATCH_BYTES);
+      a complete small frame is copied out into its own bytearray. Once the size
+      of a frame of DIRECT_MIN_BYTES or more is read, its bytearray is allocated
+      (bytes already received are copied in) and `get_buffer` hands out the rest
+      of it, so the socket's bytes are written once, by the kernel, where the
+      frame will stay: a 1 MiB PRODUCE is never copied in Python.
+    - Every frame is a memoryview of a bytearray of its own: writable, never
+      reused, so a handler may patch it and keep it.
+    - Bytes received while nobody takes frames (the owner paused reading) stay in
+      the scratch buffer; the owner bounds that by pausing reads. If the scratch
+      buffer is ever full of unread input it grows rather than fail.
+    """
+
+    __slots__ = ("max_frame_bytes", "_scratch", "_start", "_end", "_frame", "_filled",
+                 "_into_frame", "_broken")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 scratch_bytes: int = SCRATCH_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._scratch = bytearray(max(scratch_bytes, SIZE.size + MIN_FRAME))
+        self._start = 0  # unconsumed scratch bytes are [_start, _end)
+        self._end = 0
+        self._frame: bytearray | None = None  # the large frame being received directly
+        self._filled = 0
+        self._into_frame = False  # the last get_buffer handed out the frame's rest
+        self._broken: FrameTooLarge | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return self._end - self._start + self._filled + (SIZE.size if self._frame is not None else 0)
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        frame = self._frame
+        if frame is not None and self._filled < len(frame):
+            self._into_frame = True
+            return memoryview(frame)[self._filled:]
+        self._into_frame = False
+        scratch = self._scratch
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif len(scratch) - self._end < len(scratch) // 4 and self._start:
+            # Little room left: move the unconsumed tail (a partial small frame) to the front.
+            n = self._end - self._start
+            scratch[:n] = scratch[self._start:self._end]
+            self._start, self._end = 0, n
+        if self._end == len(scratch):  # full of input nobody has taken yet: a bigger one
+            n = self._end - self._start
+            grown = bytearray(2 * len(scratch))
+            grown[:n] = memoryview(scratch)[self._start:self._end]
+            self._scratch = scratch = grown
+            self._start, self._end = 0, n
+        return memoryview(scratch)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._into_frame:
+            self._filled += nbytes
+        else:
+            self._end += nbytes
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Copy `data` in (as if received); for tests and tools."""
+        if self._broken is not None:
+            raise self._broken
+        view = memoryview(data).cast("B")
+        while view:
+            buf = self.get_buffer(len(view))
+            n = min(len(buf), len(view))
+            buf[:n] = view[:n]
+            buf.release()
+            self.buffer_updated(n)
+            view = view[n:]
+
+    def next_frame(self) -> memoryview | None:
+        if self._broken is not None:
+            raise self._broken
+        frame = self._frame
+        if frame is not None:
+            if self._filled < len(frame):
+                return None
+            self._frame, self._filled = None, 0
+            return FrameDecoder._checked(memoryview(frame))
+        start, end = self._start, self._end
+        if end - start < SIZE.size:
+            return None
+        scratch = self._scratch
+        (size,) = SIZE.unpack_from(scratch, start)
+        if size < 0 or size > self.max_frame_bytes:
+            self._broken = FrameTooLarge(size, self.max_frame_bytes)
+            self._start = self._end = 0
+            raise self._broken
+        body = start + SIZE.size
+        available = end - body
+        if available >= size:
+            self._start = body + size
+            return FrameDecoder._checked(memoryview(scratch[body:body + size]))
+        if size < DIRECT_MIN_BYTES:
+            return None  # stays in the scratch buffer until it is complete
+        # A large frame: its own buffer from now on; receive the rest straight into it.
+        frame = self._frame = bytearray(size)
+        frame[:available] = memoryview(scratch)[body:end]
+        self._filled = available
+        self._start = self._end = 0
+        return None
+
+    def frames(self) -> Iterator[memoryview]:
+        """Every complete frame received so far, in order."""
+        while (frame := self.next_frame()) is not None:
+            yield frame

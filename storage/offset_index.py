@@ -21,6 +21,7 @@ import os
 import struct
 from typing import NamedTuple
 
+from . import native
 from .errors import CorruptIndexError, InvalidOffsetError
 from .index_file import DEFAULT_MAX_INDEX_SIZE, INT32_MAX, IndexFile
 
@@ -28,6 +29,16 @@ from .index_file import DEFAULT_MAX_INDEX_SIZE, INT32_MAX, IndexFile
 class OffsetPosition(NamedTuple):
     offset: int
     position: int
+
+
+def pack_offset_points_py(points, base_offset: int, base_position: int) -> bytes:
+    """The entries of index points (offset, position, ...) as the file holds them."""
+    flat = [value for point in points for value in (point[0] - base_offset, base_position + point[1])]
+    return struct.pack(f">{len(flat)}i", *flat)
+
+
+_crecords = native.load("records._crecords")
+pack_offset_points = _crecords.pack_offset_points if _crecords is not None else pack_offset_points_py
 
 
 class OffsetIndex(IndexFile):
@@ -61,6 +72,28 @@ class OffsetIndex(IndexFile):
                 raise ValueError(f"position {position} does not fit an int32 in {self._path}")
             self._publish_entry(relative, position)
             self._last_offset = offset
+
+    def append_points(self, points, base_position: int) -> None:
+        """Add (offset, base_position + position) for each (offset, position, ...)
+        in `points` (ascending offsets, as LogSegment computes them): what
+        `append` one by one would do, under one lock with one pack."""
+        if not points:
+            return
+        with self._write_lock:
+            self._require_writable()
+            slot = self._entries
+            first, last = points[0], points[-1]
+            if (slot + len(points) > self._max_entries or (slot > 0 and first[0] <= self._last_offset)
+                    or base_position + last[1] > INT32_MAX or base_position + first[1] < 0):
+                for point in points:  # the one-by-one path raises where it applies
+                    self.append(point[0], base_position + point[1])
+                return
+            self._relative_offset(last[0])  # offsets ascend: the last fits, so all do
+            packed = pack_offset_points(points, self._base_offset, base_position)
+            at = slot * self._entry_size
+            self._mmap[at:at + len(packed)] = packed
+            self._entries = slot + len(points)  # published: readers see whole entries only
+            self._last_offset = last[0]
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The last entry whose offset is <= target_offset, else (base_offset, 0)."""

@@ -23,6 +23,7 @@ import bisect
 import os
 from typing import NamedTuple
 
+from . import native
 from .clock import SystemClock
 from .errors import CorruptIndexError, InvalidOffsetError
 from .file_records import FileRecords, FileSlice
@@ -59,6 +60,44 @@ def _fold_max(entries, timestamps: list[int], start: int, stop: int, best_ts: in
     if top > best_ts:
         return top, entries[timestamps.index(top, start, stop)].last_offset
     return best_ts, best_offset
+
+
+def index_points_py(entries, interval: int, since: int, best_ts: int, best_offset: int):
+    """Where Kafka's sparse indexes take entries, over `entries` just written.
+
+    Kafka's rule, per entry: once more than index.interval.bytes were written
+    since the last index entry, index this entry. Returns (points, since,
+    best_ts, best_offset): a point (last_offset, position, best_ts,
+    best_offset) per indexed entry, with the running largest timestamp up to
+    and including it (the first holder wins), what the time index takes there;
+    `since` carries over to the next append. Rather than test every entry
+    (thousands per MiB of small classic messages), jump from one index point to
+    the next with bisect and take each stretch's largest timestamp with max().
+    storage/records/_crecords.c has the same function as one C loop."""
+    positions = [e.position for e in entries]
+    timestamps = [e.max_timestamp for e in entries]
+    count = len(entries)
+    points = []
+    if not count:
+        return points, since, best_ts, best_offset
+    last_end = positions[-1] + entries[-1].size
+    done = 0  # entries before this one are folded into best_ts
+    indexed = -1
+    # Before the first index point `since` carries over from earlier appends.
+    j = bisect.bisect_right(positions, positions[0] + interval - since)
+    while j < count:
+        best_ts, best_offset = _fold_max(entries, timestamps, done, j + 1, best_ts, best_offset)
+        done = j + 1
+        points.append((entries[j].last_offset, positions[j], best_ts, best_offset))
+        indexed = j
+        j = bisect.bisect_right(positions, positions[j] + interval, j + 1)
+    best_ts, best_offset = _fold_max(entries, timestamps, done, count, best_ts, best_offset)
+    since = since + last_end - positions[0] if indexed < 0 else last_end - positions[indexed]
+    return points, since, best_ts, best_offset
+
+
+_crecords = native.load("records._crecords")
+index_points = _crecords.index_points if _crecords is not None else index_points_py
 
 
 class LogSegment:
@@ -189,36 +228,13 @@ class LogSegment:
         self._index_entries(validated.entries, physical_position, best)
 
     def _index_entries(self, entries, start_position: int, best: TimestampOffset) -> None:
-        """Add index entries for `entries` (just written from `start_position`).
-
-        Kafka's rule, per entry: once more than index.interval.bytes were written
-        since the last index entry, index this entry. Rather than test every
-        entry (thousands per MiB of small classic messages, on the append and
-        recovery hot paths), jump from one index point to the next with bisect
-        and take each stretch's largest timestamp with max()."""
-        interval = self.index_interval_bytes
-        since = self._bytes_since_last_index_entry
-        best_ts, best_offset = best
-        positions = [e.position for e in entries]
-        timestamps = [e.max_timestamp for e in entries]
-        count = len(entries)
-        last_end = positions[-1] + entries[-1].size
-        done = 0  # entries before this one are folded into best_ts
-        indexed = -1
-        # Before the first index point `since` carries over from earlier appends.
-        j = bisect.bisect_right(positions, positions[0] + interval - since)
-        while j < count:
-            best_ts, best_offset = _fold_max(entries, timestamps, done, j + 1, best_ts, best_offset)
-            done = j + 1
-            self.offset_index.append(entries[j].last_offset, start_position + positions[j])
-            self.time_index.maybe_append(best_ts, best_offset)
-            indexed = j
-            j = bisect.bisect_right(positions, positions[j] + interval, j + 1)
-        best_ts, best_offset = _fold_max(entries, timestamps, done, count, best_ts, best_offset)
-        if indexed < 0:
-            self._bytes_since_last_index_entry = since + last_end - positions[0]
-        else:
-            self._bytes_since_last_index_entry = last_end - positions[indexed]
+        """Add index entries for `entries` (just written from `start_position`)."""
+        points, since, best_ts, best_offset = index_points(
+            entries, self.index_interval_bytes, self._bytes_since_last_index_entry, best.timestamp, best.offset)
+        if points:
+            self.offset_index.append_points(points, start_position)
+            self.time_index.append_points(points)
+        self._bytes_since_last_index_entry = since
         self._max_timestamp_and_offset = TimestampOffset(best_ts, best_offset)
 
     # ---- reading -----------------------------------------------------------------

@@ -24,6 +24,7 @@ import os
 import struct
 from typing import NamedTuple
 
+from . import native
 from .errors import CorruptIndexError, InvalidOffsetError
 from .index_file import DEFAULT_MAX_INDEX_SIZE, IndexFile
 
@@ -33,6 +34,21 @@ NO_TIMESTAMP = -1
 class TimestampOffset(NamedTuple):
     timestamp: int
     offset: int
+
+
+def pack_time_points_py(points, base_offset: int, newest: int) -> bytes:
+    """The entries of index points (..., ..., timestamp, offset) as the file
+    holds them, keeping only timestamps above every earlier one and `newest`."""
+    packed = bytearray()
+    for point in points:
+        if point[2] > newest:
+            newest = point[2]
+            packed += TimeIndex.ENTRY.pack(newest, point[3] - base_offset)
+    return bytes(packed)
+
+
+_crecords = native.load("records._crecords")
+pack_time_points = _crecords.pack_time_points if _crecords is not None else pack_time_points_py
 
 
 class TimeIndex(IndexFile):
@@ -73,6 +89,30 @@ class TimeIndex(IndexFile):
                                          f"({self._entries} entries)")
             self._publish_entry(timestamp, self._relative_offset(offset))
             self._last_entry = TimestampOffset(timestamp, offset)
+
+    def append_points(self, points) -> None:
+        """`maybe_append(timestamp, offset)` for each (..., ..., timestamp, offset)
+        in `points` (offsets ascending, timestamps never falling, as LogSegment
+        computes them), under one lock with one pack."""
+        if not points:
+            return
+        with self._write_lock:
+            self._require_writable()
+            last = self._last_entry
+            slot = self._entries
+            if slot + len(points) >= self._max_entries - 1 or (slot > 0 and points[0][3] < last.offset):
+                for point in points:  # the one-by-one path raises where it applies
+                    self.maybe_append(point[2], point[3])
+                return
+            self._relative_offset(points[-1][3])  # offsets ascend: the last fits, so all do
+            packed = pack_time_points(points, self._base_offset, last.timestamp)
+            if not packed:
+                return
+            at = slot * self._entry_size
+            self._mmap[at:at + len(packed)] = packed
+            self._entries = slot + len(packed) // self._entry_size  # published: whole entries only
+            timestamp, relative = self.ENTRY.unpack_from(packed, len(packed) - self._entry_size)
+            self._last_entry = TimestampOffset(timestamp, self._base_offset + relative)
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """The last entry whose timestamp is <= target, else (-1, base_offset)."""

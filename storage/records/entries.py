@@ -27,12 +27,17 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from .. import native
 from .batch import BATCH_CODECS, BATCH_HEADER, CRC_START as BATCH_CRC_START, MIN_BATCH_LENGTH
 from .classic import (CLASSIC_CODECS, CRC_START as CLASSIC_CRC_START, HEADERS, KEY_LENGTH_OFFSET,
                       LENGTH, MIN_SIZE_FIELD)
 from .framing import crc32 as framing_crc32
 from .framing import (CODEC_MASK, ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
                       MIN_ENTRY_SIZE_FIELD, NO_TIMESTAMP)
+
+
+# C fast path for runs of good entries (storage/records/_crecords.c); None: Python only.
+_crecords = native.load("records._crecords")
 
 
 class EntryInfo(NamedTuple):
@@ -78,6 +83,13 @@ def scan_entries(buf, start: int = 0, end: int | None = None, *, min_offset: int
         return ScanResult(entries, pos, f"entry at {pos}: {problem}", partial)
 
     while pos < end:
+        if _crecords is not None:
+            # Takes every good entry it can; the entry it stops at (if any) is
+            # checked below, so problems are reported by this code alone.
+            pos, previous_last = _crecords.scan_run(view, pos, end, previous_last, check_crc, check_lengths,
+                                                    entries, crc32, crc32c, EntryInfo)
+            if pos >= end:
+                break
         remaining = end - pos
         if remaining <= MAGIC_OFFSET:
             if remaining >= LOG_OVERHEAD:  # the size alone can already be wrong

@@ -52,6 +52,7 @@ from .batch import (ATTRIBUTES_OFFSET, BASE_OFFSET_OFFSET, BATCH_CODECS, BATCH_H
                     INT64, LEADER_EPOCH_OFFSET, MAX_TIMESTAMP_OFFSET, MIN_BATCH_LENGTH,
                     PRODUCER_ID_OFFSET,
                     TRANSACTIONAL_BIT, UINT32, batch_crc, decode_records, summarize_records)
+from .. import native
 from .builder import build_batch
 from .classic import (ATTRIBUTES_OFFSET as CLASSIC_ATTRIBUTES_OFFSET, CLASSIC_CODECS,
                       CRC_OFFSET as CLASSIC_CRC_OFFSET, CRC_START as CLASSIC_CRC_START,
@@ -62,6 +63,9 @@ from .framing import crc32 as framing_crc32
 from .framing import (CODEC_MASK, CREATE_TIME, ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD,
                       MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD, NO_TIMESTAMP,
                       TIMESTAMP_TYPE_BIT)
+
+# C fast path for runs of plain classic messages (storage/records/_crecords.c).
+_crecords = native.load("records._crecords")
 
 LEADER_EPOCH_ON_APPEND = 0  # a single-node broker: the leader epoch never moves
 
@@ -131,6 +135,17 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
     new_tuple = tuple.__new__
     pos = 0
     while pos < end:
+        if _crecords is not None:
+            # Plain uncompressed classic messages, as many as follow; the entry it
+            # stops at (a batch, a wrapper, a timestamp to set, a bad one) is
+            # handled below, which also raises every error.
+            first = next_offset
+            pos, next_offset, max_timestamp, offset_of_max = _crecords.assign_classic_run(
+                view, pos, end, next_offset, max_bytes, compact, log_append, shift, max_timestamp,
+                offset_of_max, entries, crc32, EntryInfo)
+            record_count += next_offset - first
+            if pos >= end:
+                break
         remaining = end - pos
         if remaining <= MAGIC_OFFSET:
             raise CorruptRecordError(f"entry at {pos} is cut short after {remaining} bytes")

@@ -1,0 +1,199 @@
+"""storage/records/_crecords.c against its pure-Python twins.
+
+The C module only speeds up runs of good entries; whatever it is given, the
+functions that use it must give exactly what the Python code alone gives:
+the same entries and offsets, the same patched bytes, the same error with the
+same message, the same index entries. Each test runs both ways on the same
+random (and randomly damaged) input. The Python path is reached by setting the
+modules' `_crecords` to None, as storage/native.py does without the build.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+
+import storage.records.entries as entries_module
+import storage.records.validator as validator_module
+from storage import native
+from storage.codecs import Codec
+from storage.config import LogConfig
+from storage.errors import StrataError
+from storage.offset_index import OffsetIndex, pack_offset_points_py
+from storage.records import build_batch, build_classic, scan_entries, validate_and_assign
+from storage.records.entries import EntryInfo
+from storage.segment import index_points_py
+from storage.time_index import TimeIndex, pack_time_points_py
+
+crecords = native.load("records._crecords")
+pytestmark = pytest.mark.skipif(crecords is None, reason="the C accelerator is not built here")
+
+CONFIGS = [
+    LogConfig(),
+    LogConfig(message_timestamp_type="LogAppendTime"),
+    LogConfig(cleanup_policy=("compact",)),
+    LogConfig(max_message_bytes=300),
+]
+
+
+def random_entry(rng: random.Random, offset: int) -> tuple[bytes, int]:
+    """One random entry (mostly plain classic messages, the C path's case) and its record count."""
+    kind = rng.random()
+    count = rng.randint(1, 4)
+    records = [(None if rng.random() < 0.1 else b"k%d" % rng.randrange(50),
+                None if rng.random() < 0.1 else bytes(rng.randrange(256) for _ in range(rng.randrange(0, 200))),
+                1_700_000_000_000 + rng.randrange(-5, 1000))
+               for _ in range(count)]
+    if kind < 0.7:
+        magic = rng.choice((0, 1))
+        timestamp_type = 1 if magic == 1 and rng.random() < 0.1 else 0
+        return build_classic(records[:1], magic=magic, base_offset=offset, timestamp_type=timestamp_type), 1
+    if kind < 0.8:
+        return build_classic(records, magic=rng.choice((0, 1)), codec=Codec.GZIP, base_offset=offset), count
+    return build_batch(records, base_offset=offset,
+                       codec=rng.choice((Codec.NONE, Codec.NONE, Codec.LZ4))), count
+
+
+def random_set(rng: random.Random, entries: int = 30) -> bytes:
+    parts, offset = [], rng.randrange(0, 1000)
+    for _ in range(entries):
+        data, count = random_entry(rng, offset)
+        parts.append(data)
+        offset += count + (rng.randrange(3) if rng.random() < 0.05 else 0)
+    return b"".join(parts)
+
+
+def damage(rng: random.Random, data: bytes) -> bytes:
+    """Nothing, a cut, a flipped byte or a patched size/length field."""
+    buf = bytearray(data)
+    choice = rng.randrange(5)
+    if choice == 1:
+        del buf[rng.randrange(len(buf)):]
+    elif choice == 2:
+        buf[rng.randrange(len(buf))] ^= 1 << rng.randrange(8)
+    elif choice == 3:
+        at = rng.randrange(max(1, len(buf) - 4))
+        struct.pack_into(">i", buf, at, rng.choice((-2, -1, 0, 13, 14, 48, 2**31 - 1)))
+    elif choice == 4 and len(buf) > 20:
+        buf[16] = rng.choice((0, 1, 2, 3, 200))  # the first entry's magic
+    return bytes(buf)
+
+
+def both_ways(monkeypatch, module, call):
+    """(result or error) with the C path, then with the Python path alone."""
+    outcomes = []
+    for native_module in (crecords, None):
+        monkeypatch.setattr(module, "_crecords", native_module)
+        try:
+            outcomes.append(("ok", call()))
+        except StrataError as error:
+            outcomes.append(("error", type(error), str(error)))
+    return outcomes
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_scan_matches_python(monkeypatch, seed):
+    rng = random.Random(seed)
+    data = damage(rng, random_set(rng))
+    for check_crc, check_lengths in ((True, True), (True, False), (False, True)):
+        min_offset = rng.choice((-1, 0, 500))
+        with_c, python = both_ways(monkeypatch, entries_module, lambda: scan_entries(
+            data, 0, len(data), min_offset=min_offset, check_crc=check_crc,
+            check_lengths=check_lengths))
+        assert with_c == python
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_validate_matches_python(monkeypatch, seed):
+    rng = random.Random(1000 + seed)
+    data = damage(rng, random_set(rng, entries=rng.randint(1, 40)))
+    config = rng.choice(CONFIGS)
+    next_offset = rng.randrange(0, 10**6)
+
+    def run():
+        buf = bytearray(data)  # in place: the patched bytes are part of the result
+        result = validate_and_assign(buf, next_offset=next_offset, now_ms=1_800_000_000_000, config=config,
+                                     in_place=True)
+        return bytes(result.buffer), result._replace(buffer=None)
+
+    with_c, python = both_ways(monkeypatch, validator_module, run)
+    assert with_c == python
+
+
+def test_validate_patches_every_plain_message_in_c():
+    """The whole set goes through the C loop: offsets restamped, entries listed."""
+    data = b"".join(build_classic([(b"k", b"v%d" % i, 1000 + i)], magic=1, base_offset=0) for i in range(100))
+    result = validate_and_assign(bytearray(data), next_offset=77, now_ms=0, config=LogConfig(), in_place=True)
+    scanned = scan_entries(result.buffer)
+    assert scanned.problem is None
+    assert [e.last_offset for e in scanned.entries] == list(range(77, 177))
+    assert result.entries == scanned.entries
+    assert (result.max_timestamp, result.offset_of_max_timestamp, result.record_count) == (1099, 176, 100)
+
+
+def test_run_functions_refuse_bad_arguments():
+    with pytest.raises(ValueError):
+        crecords.scan_run(b"x" * 20, 0, 40, -1, True, True, [], None, None, EntryInfo)
+    with pytest.raises(TypeError):
+        crecords.scan_run(b"x" * 20, 0, 20, -1, True, True, (), None, None, EntryInfo)
+    with pytest.raises(TypeError):  # the buffer is patched: read-only bytes will not do
+        crecords.assign_classic_run(b"x" * 20, 0, 20, 0, 100, False, False, 0, -1, -1, [], None, EntryInfo)
+
+
+def random_entries(rng: random.Random) -> list[EntryInfo]:
+    out, position, offset = [], rng.randrange(0, 100), rng.randrange(0, 10**6)
+    for _ in range(rng.randrange(1, 300)):
+        size = rng.choice((40, 1036, 5000, rng.randrange(14, 20000)))
+        offset += rng.randint(1, 3)
+        timestamp = rng.choice((-1, 1_700_000_000_000 + rng.randrange(-100, 100)))
+        out.append(EntryInfo(position, size, rng.randrange(3), offset, timestamp, 0))
+        position += size
+    return out
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_index_points_match_python(seed):
+    rng = random.Random(seed)
+    entries = random_entries(rng)
+    interval = rng.choice((1, 4096, 10_000, 1 << 20))
+    since = rng.randrange(0, interval + 1)
+    best = rng.choice(((-1, -1), (1_700_000_000_000, 5)))
+    assert crecords.index_points(entries, interval, since, *best) == index_points_py(entries, interval, since, *best)
+    assert crecords.index_points([], interval, since, *best) == index_points_py([], interval, since, *best)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_packed_index_entries_match_python(seed):
+    rng = random.Random(seed)
+    points, _, _, _ = index_points_py(random_entries(rng), 4096, 0, -1, -1)
+    base = points[0][0] - rng.randrange(0, 10) if points else 0
+    assert crecords.pack_offset_points(points, base, 777) == pack_offset_points_py(points, base, 777)
+    newest = rng.choice((-1, 1_700_000_000_000))
+    assert crecords.pack_time_points(points, base, newest) == pack_time_points_py(points, base, newest)
+
+
+def test_bulk_index_appends_equal_one_by_one(tmp_path):
+    """append_points writes what append / maybe_append would, one entry at a time."""
+    rng = random.Random(7)
+    points, _, _, _ = index_points_py(random_entries(rng), 4096, 0, -1, -1)
+    bulk_offsets, single_offsets = OffsetIndex(tmp_path / "a.index", 0), OffsetIndex(tmp_path / "b.index", 0)
+    bulk_times, single_times = TimeIndex(tmp_path / "a.timeindex", 0), TimeIndex(tmp_path / "b.timeindex", 0)
+    half = len(points) // 2
+    for chunk in (points[:half], points[half:]):
+        bulk_offsets.append_points(chunk, 100)
+        bulk_times.append_points(chunk)
+        for offset, position, timestamp, timestamp_offset in chunk:
+            single_offsets.append(offset, 100 + position)
+            single_times.maybe_append(timestamp, timestamp_offset)
+    assert bulk_offsets.entries == single_offsets.entries > 0
+    assert [bulk_offsets.entry(i) for i in range(bulk_offsets.entries)] == \
+        [single_offsets.entry(i) for i in range(single_offsets.entries)]
+    assert bulk_times.entries == single_times.entries > 0
+    assert [bulk_times.entry(i) for i in range(bulk_times.entries)] == \
+        [single_times.entry(i) for i in range(single_times.entries)]
+    assert bulk_times.last_entry == single_times.last_entry
+    assert bulk_offsets.last_offset == single_offsets.last_offset
+    for index in (bulk_offsets, single_offsets, bulk_times, single_times):
+        index.close()
