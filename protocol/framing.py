@@ -34,6 +34,7 @@ Contract:
 from __future__ import annotations
 
 import struct
+import sys
 from collections import deque
 from typing import Iterator
 
@@ -163,6 +164,7 @@ class FrameDecoder:
 
 SCRATCH_BYTES = 64 * 1024  # FrameReader's buffer for sizes and small frames
 DIRECT_MIN_BYTES = 16 * 1024  # a frame at least this large is received into its own buffer
+POOL_BYTES = 8 * 1024 * 1024  # FrameReader: frame buffers kept for reuse, in total
 
 
 class FrameReader:
@@ -179,15 +181,20 @@ class FrameReader:
       (bytes already received are copied in) and `get_buffer` hands out the rest
       of it, so the socket's bytes are written once, by the kernel, where the
       frame will stay: a 1 MiB PRODUCE is never copied in Python.
-    - Every frame is a memoryview of a bytearray of its own: writable, never
-      reused, so a handler may patch it and keep it.
+    - Every frame is a memoryview of a bytearray of its own: writable, so a handler
+      may patch it (an append validates in place). Large frames' bytearrays (up to
+      POOL_BYTES in all) are kept and reused for a later frame of the same size,
+      but only once nothing else refers to them (CPython's reference count: any
+      memoryview or buffer export of it holds a reference), so a frame a handler
+      still holds is never overwritten; reuse spares zero-filling and page-faulting
+      a fresh buffer per frame.
     - Bytes received while nobody takes frames (the owner paused reading) stay in
       the scratch buffer; the owner bounds that by pausing reads. If the scratch
       buffer is ever full of unread input it grows rather than fail.
     """
 
     __slots__ = ("max_frame_bytes", "_scratch", "_start", "_end", "_frame", "_filled",
-                 "_into_frame", "_broken")
+                 "_into_frame", "_broken", "_pool", "_pooled")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
                  scratch_bytes: int = SCRATCH_BYTES) -> None:
@@ -199,6 +206,31 @@ class FrameReader:
         self._filled = 0
         self._into_frame = False  # the last get_buffer handed out the frame's rest
         self._broken: FrameTooLarge | None = None
+        self._pool: list[bytearray] = []  # large frames handed out, reusable once free
+        self._pooled = 0  # their total size
+
+    def _frame_buffer(self, size: int) -> bytearray:
+        """A bytearray of `size` for a large frame: a free pooled one, or a new one."""
+        pool = self._pool
+        getrefcount = sys.getrefcount
+        for i in range(len(pool)):
+            # 2 = the pool's reference + getrefcount's argument: nobody else holds it.
+            if len(pool[i]) == size and getrefcount(pool[i]) == 2:
+                buf = pool.pop(i)
+                pool.append(buf)  # most recently used last
+                return buf
+        buf = bytearray(size)
+        if size <= POOL_BYTES:
+            while pool and self._pooled + size > POOL_BYTES:
+                for i in range(len(pool)):  # make room: forget the oldest free buffer
+                    if getrefcount(pool[i]) == 2:
+                        self._pooled -= len(pool.pop(i))
+                        break
+                else:
+                    return buf  # all in use: this one is not pooled
+            pool.append(buf)
+            self._pooled += size
+        return buf
 
     @property
     def buffered(self) -> int:
@@ -272,7 +304,7 @@ class FrameReader:
         if size < DIRECT_MIN_BYTES:
             return None  # stays in the scratch buffer until it is complete
         # A large frame: its own buffer from now on; receive the rest straight into it.
-        frame = self._frame = bytearray(size)
+        frame = self._frame = self._frame_buffer(size)
         frame[:available] = memoryview(scratch)[body:end]
         self._filled = available
         self._start = self._end = 0

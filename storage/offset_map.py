@@ -54,6 +54,10 @@ from __future__ import annotations
 import hashlib
 from typing import Callable, Sequence
 
+from . import native
+
+_ccleaner = native.load("_ccleaner")
+
 INLINE_KEY_LIMIT = 128
 DIGEST_SIZE = 16
 # Per entry, measured on CPython 3.11 (tracemalloc, 1K..3M entries): the dict's
@@ -62,6 +66,12 @@ DIGEST_SIZE = 16
 ENTRY_OVERHEAD = 112 + 32
 BUCKET_COST = 64 + 40  # a list for the first collision; then 40 bytes per extra key
 RECENT_LONG_KEYS_BYTES = 1 << 20  # cache of recently put long keys (saves log reads)
+LONG_KEY_WORST = ENTRY_OVERHEAD + 40 + BUCKET_COST  # the most a long key costs, its length aside
+# The native table (storage/_ccleaner.c): 32-byte slots, at most 3/4 full, at least
+# 3/8 full after it doubles; keys longer than NATIVE_INLINE_KEY bytes go to the arena.
+NATIVE_SLOT_BYTES = 32
+NATIVE_INLINE_KEY = 16
+NATIVE_ENTRY_BOUND = 128  # 32 * 8/3 (86) a key, 32 * 4/3 * 3 = 128 while a doubling holds both tables
 
 KeyReader = Callable[[int], "bytes | None"]
 
@@ -85,12 +95,23 @@ def max_entry_cost(inline_key_limit: int = INLINE_KEY_LIMIT) -> int:
     return ENTRY_OVERHEAD + stored_size(max(inline_key_limit, DIGEST_SIZE))
 
 
+def native_entry_bound(key_length: int, inline_key_limit: int = INLINE_KEY_LIMIT) -> int:
+    """The most one key of `key_length` bytes costs in the native map (see the module doc)."""
+    if key_length > inline_key_limit:
+        return entry_cost(key_length, inline_key_limit)  # a long key: the Python digest path
+    return NATIVE_ENTRY_BOUND + (key_length if key_length > NATIVE_INLINE_KEY else 0)
+
+
+def native_available() -> bool:
+    return _ccleaner is not None
+
+
 class OffsetMap:
     """key -> latest offset over one cleaning round's dirty range (see the module doc)."""
 
     def __init__(self, budget_bytes: int, *, load_factor: float = 0.9,
                  inline_key_limit: int = INLINE_KEY_LIMIT,
-                 digest: Callable[[bytes], bytes] = default_digest):
+                 digest: Callable[[bytes], bytes] = default_digest, use_native: bool | None = None):
         if budget_bytes <= 0:
             raise ValueError("the offset map needs a positive budget")
         self.budget_bytes = budget_bytes
@@ -98,6 +119,12 @@ class OffsetMap:
         self.inline_key_limit = inline_key_limit
         self._digest = digest
         self._key_reader: KeyReader | None = None
+        if use_native is None:
+            use_native = _ccleaner is not None
+        elif use_native and _ccleaner is None:
+            raise RuntimeError("storage._ccleaner is not built (or STRATA_PURE_PYTHON is set)")
+        # keys of at most inline_key_limit bytes live in the C table when there is one
+        self.native = _ccleaner.KeyMap(self.capacity_bytes, inline_key_limit) if use_native else None
         self.clear()
 
     # ---- state -------------------------------------------------------------------
@@ -110,12 +137,36 @@ class OffsetMap:
         self._recent: dict[int, bytes] = {}
         self._recent_bytes = 0
         self._key_reader = key_reader
-        self.used_bytes = 0
-        self.entries = 0
+        if self.native is not None:
+            self.native.clear()
+        self._used = 0  # charged by Python (all of it without the native map)
+        self._entries = 0  # entries held by Python
         self.start_offset = -1  # the first offset put this round
         self.latest_offset = -1  # every keyed record in [start_offset, latest_offset] was put
         self.collisions = 0  # distinct long keys that share a digest with another
         self.key_reads = 0  # long-key comparisons that had to read the log
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes charged: all the native map allocates, plus what Python holds."""
+        if self.native is not None:
+            return self.native.used_bytes + self._used
+        return self._used
+
+    @used_bytes.setter
+    def used_bytes(self, value: int) -> None:  # callers charge more (`+=`)
+        self._used += value - self.used_bytes
+
+    @property
+    def entries(self) -> int:
+        if self.native is not None:
+            return self.native.entries + self._entries
+        return self._entries
+
+    @property
+    def python_entries(self) -> int:
+        """Entries held by Python (all of them without the native map)."""
+        return self._entries
 
     @property
     def utilization(self) -> float:
@@ -125,15 +176,35 @@ class OffsetMap:
         return {"map_entries": self.entries, "map_bytes": self.used_bytes,
                 "map_budget_bytes": self.budget_bytes,
                 "map_utilization": round(self.utilization, 4),
-                "map_collisions": self.collisions, "map_key_reads": self.key_reads}
+                "map_collisions": self.collisions, "map_key_reads": self.key_reads,
+                "map_native": self.native is not None}
 
     def fits(self, key_lengths_total: int, count: int) -> bool:
         """Whether `count` more keys (of `key_lengths_total` bytes together) surely fit."""
         if count == 0:
             return True
         # stored_size(n) <= n + 40, and a long key's digest object is smaller than the key
-        worst = count * (ENTRY_OVERHEAD + 40 + BUCKET_COST) + key_lengths_total
+        worst = count * LONG_KEY_WORST + key_lengths_total
+        if self.native is not None:  # lengths unknown: as native keys and as Python ones
+            return self.native.fits(count, key_lengths_total, self._used + worst, -1)
         return self.used_bytes + worst <= self.capacity_bytes
+
+    def fits_keys(self, keys: Sequence[bytes], key_lengths_total: int, last_offset: int = -1) -> bool:
+        """Whether these keys surely fit (and, natively, pass 1's bits up to `last_offset`)."""
+        if self.native is None:
+            return self.fits(key_lengths_total, len(keys))
+        limit = self.inline_key_limit
+        short = arena = 0
+        worst = self._used
+        for key in keys:
+            n = len(key)
+            if n <= limit:
+                short += 1
+                if n > NATIVE_INLINE_KEY:
+                    arena += n
+            else:
+                worst += LONG_KEY_WORST + n
+        return self.native.fits(short, arena, worst, last_offset)
 
     def update_latest_offset(self, offset: int) -> None:
         if offset > self.latest_offset:
@@ -149,8 +220,19 @@ class OffsetMap:
             return superseded
         if self.start_offset < 0:
             self.start_offset = offsets[0]
-        short = self._short
         limit = self.inline_key_limit
+        if self.native is not None:
+            if max(map(len, keys)) <= limit:
+                return self.native.put_keys(keys, offsets)
+            for key, offset in zip(keys, offsets):
+                if len(key) <= limit:
+                    superseded += self.native.put_keys((key,), (offset,))
+                else:
+                    old = self._put_long(key, offset)
+                    if old is not None:
+                        superseded.append(old)
+            return superseded
+        short = self._short
         added = 0
         charged = 0
         for key, offset in zip(keys, offsets):
@@ -166,8 +248,8 @@ class OffsetMap:
                 old = self._put_long(key, offset)
                 if old is not None:
                     superseded.append(old)
-        self.entries += added
-        self.used_bytes += added * ENTRY_OVERHEAD + charged
+        self._entries += added
+        self._used += added * ENTRY_OVERHEAD + charged
         return superseded
 
     def put(self, key: bytes, offset: int) -> int | None:
@@ -200,8 +282,8 @@ class OffsetMap:
         return None
 
     def _charge_new(self, extra: int) -> None:
-        self.entries += 1
-        self.used_bytes += ENTRY_OVERHEAD + extra
+        self._entries += 1
+        self._used += ENTRY_OVERHEAD + extra
 
     def _remember(self, offset: int, key: bytes) -> None:
         recent = self._recent
@@ -230,7 +312,7 @@ class OffsetMap:
         where the asking record lies: inside the mapped range a long key was put
         itself, which spares a comparison (see the module doc)."""
         if len(key) <= self.inline_key_limit:
-            return self._short.get(key, -1)
+            return self.short_get(key, -1)
         slot = self._long.get(self._digest(key))
         if slot is None:
             return -1
@@ -244,7 +326,12 @@ class OffsetMap:
         return -1
 
     @property
+    def short_get(self) -> Callable[[bytes, int], int]:
+        """`get(key, default)` for a key of at most `inline_key_limit` bytes (the
+        cleaner's hot loop calls it directly, sparing a method call per record)."""
+        return self.native.get if self.native is not None else self._short.get
+
+    @property
     def short_keys(self) -> dict[bytes, int]:
-        """The dict of whole keys (read-only use: the cleaner's hot loop looks up here
-        directly when a key is short, sparing a method call per record)."""
+        """The dict of whole keys of the pure-Python map (empty with the native map)."""
         return self._short
