@@ -18,6 +18,15 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_ROOT_USER_ACTION=ignore
 
+# A C compiler for the optional accelerators in setup.py (build stage only; the runtime image
+# gets the built extension, not the compiler). Python's headers come with the official image;
+# where python is Debian's own (a local stand-in base), python3.11-dev brings them.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends 'gcc=4:12.2.0-*' 'libc6-dev=2.36-9+deb12u*' \
+    && if [ ! -f "$(python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ]; then \
+        apt-get install -y --no-install-recommends 'python3.11-dev=3.11.2-6+deb12u*'; fi \
+    && rm -rf /var/lib/apt/lists/*
+
 RUN python -m venv /opt/strata
 
 WORKDIR /src
@@ -32,9 +41,12 @@ COPY . .
 # --no-deps: exactly the pinned set above, nothing resolved again. pip and setuptools are build
 # tools: out of the runtime venv (about 25 MB). `strata --help` imports every subcommand, so a
 # package missing from the wheel fails here rather than in a user's container.
+# STRATA_REQUIRE_NATIVE: the accelerators must have built and must import (-I: with
+# no current directory on the path, so the sources in /src cannot stand in for the installed package).
 RUN /opt/strata/bin/pip install --no-cache-dir --require-virtualenv --no-deps . \
     && /opt/strata/bin/python -m pip uninstall --yes --quiet pip setuptools \
-    && /opt/strata/bin/strata --help > /dev/null
+    && /opt/strata/bin/strata --help > /dev/null \
+    && STRATA_REQUIRE_NATIVE=1 /opt/strata/bin/python -I -c 'import storage.native as n; n.load("records._crecords"); n.load("_ccleaner")'
 
 # ---- runtime ---------------------------------------------------------------------------------
 FROM python:3.11-slim-bookworm

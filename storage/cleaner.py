@@ -48,6 +48,7 @@ from typing import Callable, Iterator
 
 from .clock import SYSTEM_CLOCK, SystemClock
 from .cleaner_records import FilterStats, RecordFilter, entry_keys, entry_info
+from .records.entries import EntryInfo
 from .errors import CorruptRecordError
 from .fileutil import segment_file_name
 from .offset_map import OffsetMap
@@ -61,6 +62,7 @@ DEFAULT_IO_BUFFER_SIZE = 512 * 1024  # Kafka's log.cleaner.io.buffer.size
 _SIZE = _INT32 = struct.Struct(">i")
 _ENTRY_HEAD = struct.Struct(">qi")
 LAST_DELTA_AT = FIELD_OFFSET["last_offset_delta"]
+_NEED_PYTHON, _FULL = 1, 2  # storage/_ccleaner.c's map_entries statuses
 
 
 class CleaningAborted(Exception):
@@ -237,6 +239,36 @@ class _BatchTable:
         return (chunk >> (first & 7)) & ((1 << (last - first + 1)) - 1)
 
 
+class _NativeBatchTable:
+    """_BatchTable's bits kept by the native map (storage/_ccleaner.c), which charges
+    them to its own memory: same answers, no Python objects per batch."""
+
+    __slots__ = ("native",)
+
+    COST = 0
+
+    def __init__(self, native_map, start: int) -> None:
+        self.native = native_map
+        native_map.begin(start)
+
+    def growth(self, last_offset: int) -> int:
+        return 0  # counted by the map's fits_keys(..., last_offset)
+
+    def cover(self, last_offset: int) -> int:
+        self.native.cover(last_offset)
+        return 0  # charged by the map itself
+
+    def add(self, base_offset: int, last_offset: int, eligible: bool) -> None:
+        self.native.mark_batch(base_offset, eligible)
+
+    def supersede(self, offsets: list[int]) -> None:
+        self.native.supersede(offsets)
+
+    def dead_mask(self, base_offset: int, last_offset: int) -> int | None:
+        bits = self.native.dead_mask(base_offset, last_offset)
+        return None if bits is None else int.from_bytes(bits, "little")
+
+
 class _LogKeyReader:
     """The key of the record at an offset, read back from the log (for the offset
     map's long keys), with a small cache of decoded entries."""
@@ -323,9 +355,9 @@ class Cleaner:
                           check_done: Callable[[], None]) -> _BatchTable:
         offset_map = self.offset_map
         offset_map.clear(_LogKeyReader(snapshot))
-        table = _BatchTable(start)
+        native_map = offset_map.native
+        table = _BatchTable(start) if native_map is None else _NativeBatchTable(native_map, start)
         segments = [s for s in snapshot.from_offset(start) if s.base_offset < end]
-        unpack_head = _ENTRY_HEAD.unpack_from
         for i, segment in enumerate(segments):
             if segment is snapshot.last:
                 break
@@ -333,31 +365,59 @@ class Cleaner:
             position = segment.offset_index.lookup(start)[1] if segment.base_offset < start else 0
             for _, buf, spans in read_entries(segment, position, segment.size, self.io_buffer_size,
                                               check_done):
-                for pos, stop in spans:
-                    offset_field = unpack_head(buf, pos)[0]
-                    magic = buf[pos + MAGIC_OFFSET]
-                    last_offset = (offset_field + BATCH_HEADER.unpack_from(buf, pos)[6]
-                                   if magic == MAGIC_V2 else offset_field)
-                    if last_offset < start:
-                        continue
-                    keys = entry_keys(buf, pos, stop, start)
-                    extra = _BatchTable.COST + table.growth(last_offset)
-                    if offset_map.entries and (
-                            not offset_map.fits(keys.key_bytes, len(keys.keys))
-                            or offset_map.used_bytes + extra > offset_map.capacity_bytes):
-                        return table  # full: this round cleans up to the previous entry
-                    offset_map.used_bytes += table.cover(last_offset)
-                    if magic == MAGIC_V2 and offset_field >= start:
-                        table.add(offset_field, last_offset, not (keys.tombstones or keys.keyless))
-                        offset_map.used_bytes += _BatchTable.COST
-                    superseded = offset_map.put_all(keys.keys, keys.offsets)
-                    if superseded:  # (a key twice in one batch supersedes within it)
-                        table.supersede(superseded)
-                    offset_map.update_latest_offset(last_offset)
-                    stats.map_records_read += keys.records
-                    stats.map_bytes_read += stop - pos
+                if native_map is None:
+                    for pos, stop in spans:
+                        if not self._map_entry(buf, pos, stop, start, table, stats):
+                            return table  # full: this round cleans up to the previous entry
+                    continue
+                # Native: whole runs of plain batches in one call (GIL released); the
+                # entries it leaves (classic, compressed, long keys) go through Python.
+                pos, chunk_end = spans[0][0], spans[-1][1]
+                while pos < chunk_end:
+                    pos, status, latest, first_put, records, nbytes = native_map.map_entries(
+                        buf, pos, chunk_end, offset_map.python_entries, offset_map.used_bytes - native_map.used_bytes)
+                    stats.map_records_read += records
+                    stats.map_bytes_read += nbytes
+                    if latest >= 0:
+                        offset_map.update_latest_offset(latest)
+                    if first_put >= 0 and offset_map.start_offset < 0:
+                        offset_map.start_offset = first_put
+                    if status == _FULL:
+                        return table
+                    if status == _NEED_PYTHON:
+                        stop = pos + LOG_OVERHEAD + _SIZE.unpack_from(buf, pos + 8)[0]
+                        if not self._map_entry(buf, pos, stop, start, table, stats):
+                            return table
+                        pos = stop
             offset_map.update_latest_offset(next_base - 1)  # a gap at the segment's end
         return table
+
+    def _map_entry(self, buf, pos: int, stop: int, start: int, table, stats: CleanerStats) -> bool:
+        """Pass 1 for the entry at buf[pos:stop]; False when the map is full."""
+        offset_map = self.offset_map
+        offset_field = _ENTRY_HEAD.unpack_from(buf, pos)[0]
+        magic = buf[pos + MAGIC_OFFSET]
+        last_offset = (offset_field + BATCH_HEADER.unpack_from(buf, pos)[6]
+                       if magic == MAGIC_V2 else offset_field)
+        if last_offset < start:
+            return True
+        keys = entry_keys(buf, pos, stop, start)
+        extra = table.COST + table.growth(last_offset)
+        if offset_map.entries and (
+                not offset_map.fits_keys(keys.keys, keys.key_bytes, last_offset)
+                or offset_map.used_bytes + extra > offset_map.capacity_bytes):
+            return False
+        offset_map.used_bytes += table.cover(last_offset)
+        if magic == MAGIC_V2 and offset_field >= start:
+            table.add(offset_field, last_offset, not (keys.tombstones or keys.keyless))
+            offset_map.used_bytes += table.COST
+        superseded = offset_map.put_all(keys.keys, keys.offsets)
+        if superseded:  # (a key twice in one batch supersedes within it)
+            table.supersede(superseded)
+        offset_map.update_latest_offset(last_offset)
+        stats.map_records_read += keys.records
+        stats.map_bytes_read += stop - pos
+        return True
 
     # ---- pass 2 -------------------------------------------------------------------------
 
@@ -375,7 +435,9 @@ class Cleaner:
         try:
             last_non_empty = max((i for i, s in enumerate(group) if s.size > 0), default=-1)
             latest = self.offset_map.latest_offset
-            unpack_head, unpack_delta = _ENTRY_HEAD.unpack_from, _INT32.unpack_from
+            native_map = self.offset_map.native
+            filter_stats = record_filter.stats
+            unpack_head, unpack_delta, unpack_size = _ENTRY_HEAD.unpack_from, _INT32.unpack_from, _SIZE.unpack_from
             for i, segment in enumerate(group):
                 retain_legacy_deletes = segment.log.mtime_ms() > legacy_horizon
                 size = segment.size
@@ -384,8 +446,28 @@ class Cleaner:
                     infos = []
                     largest = -1
                     max_ts = -1
-                    for pos, stop in spans:
-                        # the group's last entry stays, if only as an empty batch
+                    pos, chunk_end = spans[0][0], spans[-1][1]
+                    # the group's last entry stays, if only as an empty batch: Python's
+                    native_end = spans[-1][0] if i == last_non_empty and chunk_at + chunk_end == size else chunk_end
+                    while pos < chunk_end:
+                        if native_map is not None and pos < native_end:
+                            # Native: the batches pass 1 decided, in one call (GIL released)
+                            pos, _, data, flat, counts = native_map.filter_entries(buf, pos, native_end, latest)
+                            if flat:
+                                at = len(out)
+                                out += data
+                                infos += [EntryInfo(at + flat[k], flat[k + 1], MAGIC_V2, flat[k + 2], flat[k + 3], 0)
+                                          for k in range(0, len(flat), 4)]
+                                largest = flat[-2]
+                                max_ts = max(max_ts, max(flat[3::4]))
+                            filter_stats.records_read += counts[0]
+                            filter_stats.records_kept += counts[1]
+                            filter_stats.entries_copied += counts[2]
+                            filter_stats.entries_rebuilt += counts[3]
+                            filter_stats.entries_dropped += counts[4]
+                            if pos >= chunk_end:
+                                break
+                        stop = pos + LOG_OVERHEAD + unpack_size(buf, pos + 8)[0]
                         keep_empty = i == last_non_empty and chunk_at + stop == size
                         dead = None
                         if buf[pos + MAGIC_OFFSET] == MAGIC_V2:
@@ -395,6 +477,7 @@ class Cleaner:
                                 dead = table.dead_mask(base_offset, last)
                         kept = record_filter.filter(buf, pos, stop, keep_empty=keep_empty,
                                                     retain_legacy_deletes=retain_legacy_deletes, dead=dead)
+                        pos = stop
                         if kept is None:
                             continue
                         infos.append(entry_info(kept, len(out)))

@@ -317,12 +317,12 @@ class RecordFilter:
         # Kafka keeps each active idempotent producer's last batch, if only empty, so
         # that its sequence survives (producer id -> last offset of its last batch).
         self.producer_last_offsets = producer_last_offsets or {}
-        self._short = offset_map.short_keys
+        self._short_get = offset_map.short_get
         self._limit = offset_map.inline_key_limit
 
     def _latest(self, key: bytes, offset: int) -> int:
         if len(key) <= self._limit:
-            return self._short.get(key, -1)
+            return self._short_get(key, -1)
         return self.map.get(key, offset)
 
     def _keep(self, offset: int, key: bytes | None, is_tombstone: bool, retain_deletes: bool) -> bool:
