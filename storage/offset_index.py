@@ -90,8 +90,7 @@ class OffsetIndex(IndexFile):
                 return
             self._relative_offset(last[0])  # offsets ascend: the last fits, so all do
             packed = pack_offset_points(points, self._base_offset, base_position)
-            at = slot * self._entry_size
-            self._mmap[at:at + len(packed)] = packed
+            self._write_at(slot * self._entry_size, packed)
             self._entries = slot + len(points)  # published: readers see whole entries only
             self._last_offset = last[0]
 

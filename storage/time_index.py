@@ -108,8 +108,7 @@ class TimeIndex(IndexFile):
             packed = pack_time_points(points, self._base_offset, last.timestamp)
             if not packed:
                 return
-            at = slot * self._entry_size
-            self._mmap[at:at + len(packed)] = packed
+            self._write_at(slot * self._entry_size, packed)
             self._entries = slot + len(packed) // self._entry_size  # published: whole entries only
             timestamp, relative = self.ENTRY.unpack_from(packed, len(packed) - self._entry_size)
             self._last_entry = TimestampOffset(timestamp, self._base_offset + relative)
