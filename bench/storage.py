@@ -5,7 +5,9 @@
 - append: 1 KiB messages in 1 MiB message sets (v2: one batch per set; v1: one
   classic message each) through Log.append (in place, as the broker appends a
   request frame), against plain os.write of the same bytes to a file in the
-  same directory. Target >= 0.9x.
+  same directory, each set in its own buffer on both sides. Target >= 0.9x.
+  For v2 it also prints os.write after a crc32c of each batch: the ceiling of
+  any append that checks CRCs as Kafka does.
 - recovery: LogSegment.recover over the written log, against reading the same
   file and computing each entry's CRC with the same CRC functions. Target >= 0.5x.
 - lookups: offset and timestamp lookups on logs of growing size up to
@@ -65,12 +67,19 @@ def bench_append(workdir: str, total_mb: int, runs: int) -> None:
         data, count = message_set(magic, 1_700_000_000_000)
         sets = max(1, total_mb * MIB // len(data))
 
-        def plain() -> float:
+        # Every path gets its own copy of the sets, one buffer per set, as the broker
+        # receives each request frame into a new buffer. (Writing one 1 MiB buffer
+        # over and over, as this baseline once did, writes from a hot cache while
+        # the log reads cold frames: not the same work.)
+        def plain(checked: bool = False) -> float:
             path = os.path.join(workdir, "plain.bin")
+            frames = [bytearray(data) for _ in range(sets)]
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             start = time.perf_counter()
-            for _ in range(sets):
-                os.write(fd, data)
+            for frame in frames:
+                if checked:  # the one check no validating append can skip: the batch CRC
+                    crc32c.crc32c(memoryview(frame)[21:])
+                os.write(fd, frame)
             elapsed = time.perf_counter() - start
             os.close(fd)
             os.unlink(path)
@@ -95,6 +104,10 @@ def bench_append(workdir: str, total_mb: int, runs: int) -> None:
         mb = sets * len(data) / MIB
         print(f"v{magic}: Log.append {mb / ours:8.1f} MiB/s {sets * count / ours:10.0f} msgs/s | "
               f"os.write {mb / base:8.1f} MiB/s | ratio {base / ours:.2f}x (target >= 0.9)")
+        if magic == 2:
+            floor = best_of(runs, lambda: plain(checked=True))
+            print(f"    reference: os.write after crc32c of each batch {mb / floor:8.1f} MiB/s, "
+                  f"ratio {base / floor:.2f}x: the most a CRC-checking append can reach here")
 
 
 def crc_walk(path: str) -> float:
