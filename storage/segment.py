@@ -302,9 +302,9 @@ class LogSegment:
             for entry in iter_entries(data):
                 if entry.max_timestamp < timestamp:
                     continue
-                for record in entry.records():
-                    if record.timestamp >= timestamp and record.offset >= starting_offset:
-                        return TimestampOffset(record.timestamp, record.offset)
+                found = entry.first_record_at(timestamp, starting_offset)
+                if found is not None:
+                    return TimestampOffset(*found)
         return None
 
     def read_next_offset(self) -> int:

@@ -530,6 +530,147 @@ static PyObject *pack_time_points(PyObject *self, PyObject *args) {
     return packed;
 }
 
+/* ---- the records of a batch (magic 2) ------------------------------------------
+ *
+ *   record: length:varint | attributes:int8 | timestampDelta:varlong |
+ *           offsetDelta:varint | keyLength:varint key | valueLength:varint value |
+ *           headerCount:varint [headerKeyLength:varint key headerValueLength:varint value]...
+ *
+ * Varints are zigzag, 7 bits a byte, low group first, at most 10 bytes. A walk
+ * that meets anything malformed (or a varint whose value does not fit 64 bits)
+ * gives up and returns "malformed"; the caller then runs the Python walk, which
+ * names the problem in the words the rest of storage/ uses. */
+
+static int read_varint(const unsigned char *b, Py_ssize_t *pos, Py_ssize_t limit, int64_t *out) {
+    uint64_t result = 0;
+    Py_ssize_t p = *pos;
+    for (int i = 0; i < 10; i++) {
+        if (p >= limit)
+            return -1;
+        unsigned char byte = b[p++];
+        if (i == 9 && byte > 1)
+            return -1;
+        result |= (uint64_t)(byte & 0x7F) << (7 * i);
+        if (byte < 0x80) {
+            *out = (int64_t)((result >> 1) ^ (0 - (result & 1)));
+            *pos = p;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Skips a length-prefixed field (-1: null) inside the record; -1 when malformed. */
+static int skip_field(const unsigned char *b, Py_ssize_t *pos, Py_ssize_t record_end, int64_t *length) {
+    if (read_varint(b, pos, record_end, length) < 0 || *length < -1 || (*length > 0 && *length > record_end - *pos))
+        return -1;
+    if (*length > 0)
+        *pos += (Py_ssize_t)*length;
+    return 0;
+}
+
+typedef struct {
+    int64_t timestamp_delta, offset_delta, key_length;
+} RecordFields;
+
+/* One record from *pos (< end); *pos moves past it. 0, or -1 when malformed. */
+static int walk_record(const unsigned char *b, Py_ssize_t *pos, Py_ssize_t end, RecordFields *fields) {
+    int64_t length, value_length, header_count, skipped;
+    Py_ssize_t p = *pos;
+    if (read_varint(b, &p, end, &length) < 0 || length < 0 || length > end - p)
+        return -1;
+    Py_ssize_t record_end = p + (Py_ssize_t)length;
+    p += 1; /* attributes: unused */
+    if (read_varint(b, &p, record_end, &fields->timestamp_delta) < 0 ||
+        read_varint(b, &p, record_end, &fields->offset_delta) < 0 ||
+        skip_field(b, &p, record_end, &fields->key_length) < 0 || skip_field(b, &p, record_end, &value_length) < 0 ||
+        read_varint(b, &p, record_end, &header_count) < 0 || header_count < 0)
+        return -1;
+    for (int64_t h = 0; h < header_count; h++) {
+        if (skip_field(b, &p, record_end, &skipped) < 0 || skipped < 0 || skip_field(b, &p, record_end, &skipped) < 0)
+            return -1;
+    }
+    if (p != record_end)
+        return -1;
+    *pos = p;
+    return 0;
+}
+
+/* summarize_records(buf, pos, end, count) -> (max_timestamp_delta | None, has_null_key,
+ *                                             offset_deltas_in_order) | None (malformed)
+ * records.batch.summarize_records for well-formed records. */
+static PyObject *summarize_records(PyObject *self, PyObject *args) {
+    Py_buffer buffer;
+    Py_ssize_t pos, end, count;
+    if (!PyArg_ParseTuple(args, "y*nnn", &buffer, &pos, &end, &count))
+        return NULL;
+    PyObject *result = NULL;
+    if (pos < 0 || end > buffer.len || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "pos and end must lie inside the buffer");
+        goto done;
+    }
+    const unsigned char *b = buffer.buf;
+    int64_t max_delta = 0;
+    int null_key = 0, in_order = 1;
+    RecordFields fields;
+    for (Py_ssize_t index = 0; index < count; index++) {
+        if (pos >= end || walk_record(b, &pos, end, &fields) < 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (index == 0 || fields.timestamp_delta > max_delta)
+            max_delta = fields.timestamp_delta;
+        null_key |= fields.key_length < 0;
+        in_order &= fields.offset_delta == index;
+    }
+    if (pos != end) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (count > 0)
+        result = Py_BuildValue("(LNN)", (long long)max_delta, PyBool_FromLong(null_key), PyBool_FromLong(in_order));
+    else
+        result = Py_BuildValue("(ONN)", Py_None, PyBool_FromLong(null_key), PyBool_FromLong(in_order));
+done:
+    PyBuffer_Release(&buffer);
+    return result;
+}
+
+/* find_timestamp(buf, pos, end, count, min_timestamp_delta, min_offset_delta)
+ *   -> (1, timestamp_delta, offset_delta) for the first record with both deltas at
+ *      least the given ones, (0, 0, 0) when none has, (-1, 0, 0) when malformed.
+ * The time index lookup's last step, without decoding keys and values. */
+static PyObject *find_timestamp(PyObject *self, PyObject *args) {
+    Py_buffer buffer;
+    Py_ssize_t pos, end, count;
+    long long min_timestamp_delta, min_offset_delta;
+    if (!PyArg_ParseTuple(args, "y*nnnLL", &buffer, &pos, &end, &count, &min_timestamp_delta, &min_offset_delta))
+        return NULL;
+    PyObject *result = NULL;
+    if (pos < 0 || end > buffer.len || pos > end) {
+        PyErr_SetString(PyExc_ValueError, "pos and end must lie inside the buffer");
+        goto done;
+    }
+    const unsigned char *b = buffer.buf;
+    RecordFields fields;
+    int status = 0;
+    for (Py_ssize_t index = 0; index < count; index++) {
+        if (pos >= end || walk_record(b, &pos, end, &fields) < 0) {
+            status = -1;
+            break;
+        }
+        if (fields.timestamp_delta >= min_timestamp_delta && fields.offset_delta >= min_offset_delta) {
+            status = 1;
+            break;
+        }
+    }
+    result = status == 1 ? Py_BuildValue("(iLL)", 1, (long long)fields.timestamp_delta, (long long)fields.offset_delta)
+                         : Py_BuildValue("(iii)", status, 0, 0);
+done:
+    PyBuffer_Release(&buffer);
+    return result;
+}
+
 /* crc32(data, use_table=False) -> int: zlib's CRC32 computed here (for tests and
  * checks); use_table forces the byte-table path. */
 static PyObject *crc32_py(PyObject *self, PyObject *args) {
@@ -547,6 +688,8 @@ static PyObject *crc32_py(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
+    {"summarize_records", summarize_records, METH_VARARGS, "A batch's records summarised, or None if malformed."},
+    {"find_timestamp", find_timestamp, METH_VARARGS, "The first record at or after a timestamp and offset."},
     {"crc32", crc32_py, METH_VARARGS, "zlib's CRC32 of a buffer, computed in C."},
     {"pack_offset_points", pack_offset_points, METH_VARARGS, "Offset index entries of index points."},
     {"pack_time_points", pack_time_points, METH_VARARGS, "Time index entries of index points."},

@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 import crc32c
 
+from .. import native
 from ..errors import CorruptRecordError
 from .framing import LOG_APPEND_TIME, LOG_OVERHEAD, Record
 from .varint import decode_varint, encode_varint
@@ -95,6 +96,10 @@ def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
     return encode_varint(len(body)) + body
 
 
+# C walks of records (storage/records/_crecords.c); None: Python only.
+_crecords = native.load("records._crecords")
+
+
 class RecordsSummary(NamedTuple):
     max_timestamp_delta: int | None  # None when there are no records
     has_null_key: bool
@@ -103,6 +108,17 @@ class RecordsSummary(NamedTuple):
 
 def summarize_records(buf, pos: int, end: int, count: int) -> RecordsSummary:
     """Walk `count` records in buf[pos:end], checking their structure."""
+    if _crecords is not None:
+        # The C walk, for well-formed records; it gives up on anything else, and
+        # the Python walk below then names the problem.
+        summary = _crecords.summarize_records(buf, pos, end, count)
+        if summary is not None:
+            return tuple.__new__(RecordsSummary, summary)
+    return summarize_records_py(buf, pos, end, count)
+
+
+def summarize_records_py(buf, pos: int, end: int, count: int) -> RecordsSummary:
+    """summarize_records in Python: the reference, and the one that raises."""
     max_delta = None
     null_key = False
     in_order = True

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from .. import native
 from ..codecs import Codec, decompress
 from ..errors import CorruptRecordError
 from .batch import (BATCH_CODECS, BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, MIN_BATCH_LENGTH,
@@ -28,6 +29,9 @@ from .framing import (CODEC_MASK, CREATE_TIME, ENTRY_PREFIX, LOG_APPEND_TIME, LO
                       MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD, NO_TIMESTAMP,
                       TIMESTAMP_TYPE_BIT, Record)
 
+
+# The C record walk for timestamp lookups (storage/records/_crecords.c).
+_crecords = native.load("records._crecords")
 
 class LogEntry:
     """One entry of a log or message set: a batch, a message or a wrapper."""
@@ -153,6 +157,33 @@ class LogEntry:
                        self.timestamp_type, _slice(inner, m.key_position, m.key_len),
                        _slice(inner, m.value_position, m.value_len))
                 for m in messages]
+
+    def first_record_at(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the entry's first record with a timestamp >=
+        `timestamp` and an offset >= `starting_offset`, or None. A batch is
+        walked without decoding keys and values (in C when built)."""
+        if self.magic == MAGIC_V2 and _crecords is not None:
+            buf, start, end = self._buf, self.position + BATCH_OVERHEAD, self.position + self.size
+            if self.codec != Codec.NONE:
+                buf = decompress(self.codec, memoryview(buf)[start:end], magic=MAGIC_V2)
+                start, end = 0, len(buf)
+            log_append = self.timestamp_type == LOG_APPEND_TIME
+            if log_append and self.max_timestamp < timestamp:
+                return None
+            min_delta = -(1 << 63) if log_append else max(timestamp - self.base_timestamp, -(1 << 63))
+            if min_delta < 1 << 63:
+                found, delta, offset_delta = _crecords.find_timestamp(
+                    buf, start, end, self._count, min_delta,
+                    max(starting_offset - self._offset_field, -(1 << 63)))
+                if found >= 0:  # else malformed: the decoding walk below says how
+                    if not found:
+                        return None
+                    return (self.max_timestamp if log_append else self.base_timestamp + delta,
+                            self._offset_field + offset_delta)
+        for record in self.records():
+            if record.timestamp >= timestamp and record.offset >= starting_offset:
+                return record.timestamp, record.offset
+        return None
 
     def _inner_set(self) -> tuple[bytes, list[InnerMessage]]:
         if self._inner is None:

@@ -211,3 +211,60 @@ def test_crc32_in_c_matches_isal_at_every_length_and_alignment():
             piece = data[start:start + length]
             assert crecords.crc32(piece) == crc32(piece), (length, start)
             assert crecords.crc32(piece, True) == crc32(piece), (length, start)
+
+
+def random_records(rng: random.Random, count: int) -> list[tuple]:
+    return [(None if rng.random() < 0.2 else b"k%d" % rng.randrange(100),
+             None if rng.random() < 0.1 else bytes(rng.randrange(256) for _ in range(rng.randrange(0, 300))),
+             1_700_000_000_000 + rng.randrange(-10_000, 10_000),
+             [("h%d" % i, None if rng.random() < 0.3 else b"v") for i in range(rng.randrange(3))])
+            for _ in range(count)]
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_summarize_records_matches_python(seed):
+    import storage.records.batch as batch_module
+
+    rng = random.Random(seed)
+    count = rng.randrange(0, 40)
+    offset_deltas = None
+    if count and rng.random() < 0.2:
+        offset_deltas = sorted(rng.sample(range(count * 2), count))
+    data = bytearray(build_batch(random_records(rng, count), offset_deltas=offset_deltas))
+    payload_at = 61
+    if rng.random() < 0.6 and len(data) > payload_at:  # damage only the records
+        at = rng.randrange(payload_at, len(data))
+        data[at] = rng.randrange(256) if rng.random() < 0.7 else 0xFF
+        if rng.random() < 0.3:
+            del data[rng.randrange(payload_at, len(data)):]
+    declared = count if rng.random() < 0.8 else count + rng.choice((-1, 1))
+
+    def outcome(function):
+        try:
+            return "ok", function(bytes(data), payload_at, len(data), declared)
+        except StrataError as error:
+            return "error", type(error), str(error)
+
+    assert outcome(batch_module.summarize_records) == outcome(batch_module.summarize_records_py)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_first_record_at_matches_python(monkeypatch, seed):
+    import storage.records.reader as reader_module
+    from storage.records import iter_entries
+
+    rng = random.Random(seed)
+    records = random_records(rng, rng.randrange(1, 50))
+    codec = rng.choice((Codec.NONE, Codec.NONE, Codec.GZIP, Codec.ZSTD))
+    data = build_batch(records, base_offset=rng.randrange(0, 1000), codec=codec,
+                       timestamp_type=1 if rng.random() < 0.2 else 0)
+    entry = next(iter_entries(data))
+    timestamps = sorted(r[2] for r in records)
+    for _ in range(10):
+        timestamp = rng.choice(timestamps) + rng.choice((-1, 0, 1, 10**9)) if rng.random() < 0.9 else -(1 << 62)
+        starting = entry.base_offset + rng.randrange(-5, len(records) + 5)
+        found = []
+        for native_module in (crecords, None):
+            monkeypatch.setattr(reader_module, "_crecords", native_module)
+            found.append(entry.first_record_at(timestamp, starting))
+        assert found[0] == found[1]
