@@ -11,7 +11,13 @@ Contract:
 - Blocking storage work (appends, reads that look up indexes, timestamp lookups,
   topic changes, commits) runs in the executor, so the event loop never waits for
   a disk. Answers from memory (log end, log start, metadata, committed offsets)
-  run inline.
+  run inline, and so do small appends (INLINE_APPEND_MAX_BYTES, no fsync due).
+- Larger PRODUCE appends go through the partition's `Appender`: one executor job
+  at a time per partition runs every append queued for it, in order, and resolves
+  each reply's future as its append finishes. The server streams pipelined
+  PRODUCEs into it (`run_key` / `begin`, see broker/server.py), so consecutive
+  PRODUCEs to one partition cost one executor hop and the append thread does not
+  wait for the loop between them.
 - Long-poll FETCH: at the log end with maxWaitMs > 0 the request waits for the
   partition's `PartitionWaiters` event, which every successful append sets
   (from the executor thread via call_soon_threadsafe, so a cancelled request
@@ -53,6 +59,8 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import threading
+from collections import deque
 from concurrent.futures import Executor
 from typing import Any, Awaitable, Callable, Union
 
@@ -87,6 +95,7 @@ INT32_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
 INLINE_APPEND_MAX_BYTES = 64 * 1024  # larger appends go to the executor
 HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend
+APPENDS_PER_JOB = 16  # an Appender's job yields its executor thread after this many
 PRODUCE_HEAD = struct.Struct(">hh")  # type, topic length: the start of a PRODUCE frame
 PARTITION = struct.Struct(">i")
 
@@ -126,6 +135,93 @@ class PartitionWaiters:
         return len(self._events)
 
 
+class Appender:
+    """The appends of one partition, in the order submitted, by one executor job at
+    a time: while appends are queued a job runs them one after another, so a stream
+    of PRODUCEs (pipelined on a connection, or from several) costs one executor hop,
+    not one each, and each append sees the effects of the ones before it.
+
+    `submit` (loop thread) queues the message set with the future of its reply and
+    starts a job when none runs. The job (executor thread) appends, builds the reply
+    (or the error reply, as `Handlers.handle` would) and resolves the future through
+    call_soon_threadsafe as each append finishes, so replies go out while later
+    appends run. After APPENDS_PER_JOB appends a job that still has work queues a
+    fresh job behind the executor's other work, so hot partitions never starve
+    other blocking requests of threads. An append's effects survive a cancelled
+    future (the connection died)."""
+
+    __slots__ = ("handlers", "log", "_items", "_lock", "_running")
+
+    def __init__(self, handlers: "Handlers", one: Log):
+        self.handlers = handlers
+        self.log = one
+        self._items: deque[tuple[Any, asyncio.Future]] = deque()
+        self._lock = threading.Lock()
+        self._running = False
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._running and not self._items
+
+    def submit(self, data, future: asyncio.Future) -> None:
+        with self._lock:
+            self._items.append((data, future))
+            if self._running:
+                return
+            self._running = True
+        try:
+            self.handlers.executor.submit(self._run)
+        except RuntimeError:  # the executor is shut down: the broker is stopping
+            with self._lock:
+                items, self._items, self._running = list(self._items), deque(), False
+            for _, waiting in items:
+                if not waiting.done():
+                    waiting.set_result([error_response(ErrorCode.KAFKA_STORAGE_ERROR)])
+
+    def _run(self) -> None:
+        handlers, one, loop = self.handlers, self.log, self.handlers.loop
+        tp = (one.topic, one.partition)
+        done = 0
+        while True:
+            with self._lock:
+                if not self._items:
+                    self._running = False
+                    break
+                if done >= APPENDS_PER_JOB:
+                    try:
+                        handlers.executor.submit(self._run)  # still running: the next job goes on
+                        return
+                    except RuntimeError:
+                        pass  # shutting down: finish here
+                data, future = self._items.popleft()
+            done += 1
+            try:
+                result = one.append(data, in_place=True)  # the frame is ours to patch
+                reply = [encode_response(ProduceResponse(ErrorCode.NONE, result.first_offset,
+                                                         result.log_append_time))]
+            except StrataError as e:
+                reply = [error_response(handlers._error_code(e, one))]
+            except Exception:
+                log.exception("request_failed", request="ProduceRequest")
+                reply = [error_response(ErrorCode.UNKNOWN_SERVER_ERROR)]
+            del data
+            try:
+                loop.call_soon_threadsafe(_resolve, future, reply)
+                if handlers.waiters.wanted(tp):
+                    loop.call_soon_threadsafe(handlers.waiters.notify, tp)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits any more
+        try:
+            loop.call_soon_threadsafe(handlers._appender_idle, self)
+        except RuntimeError:
+            pass
+
+
+def _resolve(future: asyncio.Future, reply: Reply) -> None:
+    if not future.done():  # cancelled: the connection died; the append stands
+        future.set_result(reply)
+
+
 def _release_all(result: Any) -> None:
     if isinstance(result, FileSlice):
         result.release()
@@ -143,6 +239,7 @@ class Handlers:
         self.executor = executor
         self.loop = loop
         self.waiters = PartitionWaiters()
+        self._appenders: dict[Log, Appender] = {}  # logs with appends queued or running
         self.shutting_down = False
         self.offsets = GroupOffsets(registry, self._internal_log,
                                     metadata_max_bytes=config.offset_metadata_max_bytes,
@@ -269,10 +366,11 @@ class Handlers:
     async def produce(self, req: ProduceRequest) -> Reply:
         one = await self._log(req.topic, req.partition, produce=True)
         try:
-            if self._cheap_append(one, req.message_set):
-                result = self._append_inline(one, req.message_set)
-            else:
-                result = await self._blocking(self._append, one, req.message_set)
+            if not self._cheap_append(one, req.message_set):
+                future = self.loop.create_future()
+                self._appender(one).submit(req.message_set, future)
+                return await future
+            result = self._append_inline(one, req.message_set)
         except StrataError as e:
             return [error_response(self._error_code(e, one))]
         return [encode_response(ProduceResponse(ErrorCode.NONE, result.first_offset,
@@ -292,49 +390,52 @@ class Handlers:
             return None  # malformed: `handle` answers it alone
         return bytes(frame[PRODUCE_HEAD.size:at]), PARTITION.unpack_from(frame, at)[0]
 
-    async def handle_run(self, frames: list, peer=None) -> list[Reply]:
-        """PRODUCEs to one partition (same `run_key`), in order: each is parsed and
-        checked as `handle` would, then every append runs in one executor call, one
-        after another, so each sees the effects of the ones before it. One reply per
-        frame, as `handle` would answer it alone."""
-        replies: list[Reply | None] = [None] * len(frames)
-        jobs: list[tuple[int, Log, Any]] = []
-        for i, frame in enumerate(frames):
-            try:
-                req = parse_request(frame)
-                if not isinstance(req, ProduceRequest):  # run_key saw a PRODUCE type
-                    raise ProtocolError(ErrorCode.INVALID_REQUEST, "not a PRODUCE")
-                one = await self._log(req.topic, req.partition, produce=True)
-            except (ProtocolError, StrataError) as e:
-                replies[i] = [error_response(e.code)]
-                continue
-            jobs.append((i, one, req.message_set))
+    def begin(self, frame, peer=None) -> asyncio.Future:
+        """For the server (RequestHandlers): start a keyed PRODUCE now and return the
+        future of its reply. Parsing and checks happen here, on the loop; the append
+        goes to the partition's appender, behind every append begun before it. The
+        future never fails: errors are answered as `handle` answers them."""
+        future = self.loop.create_future()
+        try:
+            req = parse_request(frame)
+            if not isinstance(req, ProduceRequest):  # run_key saw a PRODUCE type
+                raise ProtocolError(ErrorCode.INVALID_REQUEST, "not a PRODUCE")
+            one = self._produce_log(req.topic, req.partition)
+        except (ProtocolError, StrataError) as e:
+            future.set_result([error_response(e.code)])
+            return future
+        except Exception:
+            log.exception("request_failed", request="ProduceRequest")
+            future.set_result([error_response(ErrorCode.UNKNOWN_SERVER_ERROR)])
+            return future
+        self._appender(one).submit(req.message_set, future)
+        return future
 
-        def append_run() -> list:
-            out: list = []
-            woken = set()
-            for _, one, data in jobs:
-                try:
-                    out.append(one.append(data, in_place=True))
-                except Exception as e:  # answered below, as `handle` would
-                    out.append(e)
-                tp = (one.topic, one.partition)
-                if tp not in woken and self.waiters.wanted(tp):
-                    woken.add(tp)
-                    self._notify_threadsafe(*tp)
-            return out
+    def _produce_log(self, topic: str, partition: int) -> Log:
+        """`_log(..., produce=True)` without the await: a PRODUCE never creates a log
+        (internal topics refuse it before any creation)."""
+        validate_topic_name(topic)
+        known = self.registry.get(topic)
+        if known is None or not 0 <= partition < known.partitions:
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
+        if known.internal:
+            raise InvalidTopicError(f"cannot append to internal topic {topic}")
+        one = self.manager.get_log(topic, partition)
+        if one is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
+        return one
 
-        results = await self._blocking(append_run) if jobs else []
-        for (i, one, _), result in zip(jobs, results):
-            if isinstance(result, StrataError):
-                replies[i] = [error_response(self._error_code(result, one))]
-            elif isinstance(result, Exception):
-                log.error("request_failed", request="ProduceRequest", exc_info=result)
-                replies[i] = [error_response(ErrorCode.UNKNOWN_SERVER_ERROR)]
-            else:
-                replies[i] = [encode_response(ProduceResponse(ErrorCode.NONE, result.first_offset,
-                                                              result.log_append_time))]
-        return replies  # type: ignore[return-value]
+    def _appender(self, one: Log) -> "Appender":
+        appender = self._appenders.get(one)
+        if appender is None:
+            appender = self._appenders[one] = Appender(self, one)
+        return appender
+
+    def _appender_idle(self, appender: "Appender") -> None:
+        """Loop thread: forget an appender with nothing to do (submits happen on this
+        thread too, so none can slip in between the check and the removal)."""
+        if appender.idle() and self._appenders.get(appender.log) is appender:
+            del self._appenders[appender.log]
 
     async def multiproduce(self, req: MultiProduceRequest) -> Reply:
         targets: list[Log | int] = []

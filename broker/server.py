@@ -2,12 +2,24 @@
 zero-copy FETCH, and a server state that knows its connections.
 
 Contract:
-- One `Connection` per socket. Bytes go into a `FrameDecoder`; frames queue up
-  and one task per connection handles them strictly one after another and writes
-  each reply before the next one starts: responses are in request order, and a
-  request sees the effects of every earlier request on the same connection (as
-  Kafka, which mutes a channel while its request is in flight). A long-poll FETCH
-  therefore delays later responses of its own connection, never other connections.
+- One `Connection` per socket, an asyncio.BufferedProtocol: the transport receives
+  straight into a `FrameReader` (protocol/framing.py), so the bytes of a large frame
+  land once, by the kernel, in the buffer the frame keeps (one of the server's
+  `FramePool`, reused once nothing refers to it). Frames queue up and one task per
+  connection handles them strictly one after another and writes each reply before
+  the next one starts: responses are in request order, and a request sees the
+  effects of every earlier request on the same connection (as Kafka, which mutes a
+  channel while its request is in flight). A long-poll FETCH therefore delays later
+  responses of its own connection, never other connections.
+- Streaming: a frame the handlers key with `run_key` (native: a PRODUCE large enough
+  for the executor, keyed by partition) is handled with `begin`, which starts it at
+  once and returns the future of its reply. While every request from the one being
+  answered to the last one read is begun with the same key, a new frame with that
+  key is begun as soon as it is read, before its turn: its append queues behind the
+  earlier ones (the partition's appender runs them in order), so a stream of
+  pipelined PRODUCEs keeps the append thread busy while replies still go out in
+  order, each one when its own append is done. Any other request breaks the streak
+  and waits for every earlier reply, as before. `stats.begun_early` counts them.
 - A frame over `socket.request.max.bytes` is answered INVALID_REQUEST (after the
   responses to the requests before it) and the connection is closed. A frame the
   codec cannot parse is answered by the handlers and the connection stays open.
@@ -66,7 +78,7 @@ from typing import Any, Protocol, Union
 import structlog
 
 from protocol import FrameTooLarge, ProtocolError
-from protocol.framing import FrameReader
+from protocol.framing import FramePool, FrameReader
 from storage.file_records import FileSlice
 
 from .handlers import Reply
@@ -118,6 +130,7 @@ class ServerStats:
     read_pauses: int = 0
     write_pauses: int = 0
     max_queued_requests: int = 0  # the most requests ever queued on one connection
+    begun_early: int = 0  # requests begun before their turn (pipelined PRODUCEs, `begin`)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -132,8 +145,17 @@ class _Fatal:
         self.error = error
 
 
-QueueItem = Union[memoryview, bytes, list, _Fatal]
-MAX_RUN = 16  # the most frames handed to `handle_run` at once
+class _Begun:
+    """Queue marker: a request already begun (`RequestHandlers.begin`); its reply is
+    the future's result."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future):
+        self.future = future
+
+
+QueueItem = Union[memoryview, bytes, list, _Fatal, _Begun]
 
 
 class ConnectionClosed(Exception):
@@ -156,12 +178,15 @@ class RequestHandlers(Protocol):
     - `fatal_reply(error)`: what to write before closing after a frame over
       socket.request.max.bytes (may be empty).
     - `begin_shutdown()`: answer long polls now.
-    - Optional, both or neither: `run_key(frame)` and `handle_run(frames, peer)`. When
-      the frame being taken has a run key (not None) and the frames queued right
-      behind it have the same key, they are handled together: `handle_run` returns
-      one reply (or None) per frame, in order, with every effect of frame i taking
-      place before those of frame i+1 (the native handlers: consecutive PRODUCEs to
-      one partition, appended in one executor hop). Must not raise either."""
+    - Optional, both or neither: `run_key(frame)` and `begin(frame, peer)`. A frame
+      with a run key (not None) is handled by `begin`, which starts the work and
+      returns a future of the reply (never raises; the future never fails). Work
+      begun for frames of the same key takes effect in the order begun (the native
+      handlers: large PRODUCEs, keyed by partition, appended in order by the
+      partition's appender). So the server may begin a keyed frame before its turn,
+      as soon as it is read, when every request before it on the connection is
+      already begun with the same key: appends stream through the executor while
+      replies still go out in order, each after the previous one."""
 
     loop: asyncio.AbstractEventLoop
 
@@ -182,8 +207,12 @@ class Connection(asyncio.BufferedProtocol):
         self.write_high = server.write_buffer_high
         self.transport: asyncio.Transport | None = None
         self.peer: Any = None
-        self.decoder = FrameReader(server.max_frame_bytes)
+        self.decoder = FrameReader(server.max_frame_bytes, pool=server.frame_pool)
         self._run_key = getattr(self.handlers, "run_key", None)
+        self._begin = getattr(self.handlers, "begin", None)
+        # Not None: every item from the one being handled to the end of the queue is a
+        # request begun with this run key, so a new frame with it may begin at once.
+        self._streak: Any = None
         self.queue: deque[QueueItem] = deque()
         self.busy = 0  # requests being handled or their replies written
         self.reading = True
@@ -220,8 +249,8 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self.fatal or self.lost:
             return
-        self.decoder.buffer_updated(nbytes)
-        self._take_frames()
+        if self.decoder.buffer_updated(nbytes):
+            self._take_frames()
 
     def eof_received(self) -> bool:
         self.eof = True
@@ -268,18 +297,26 @@ class Connection(asyncio.BufferedProtocol):
                 self.server.stats.frames_too_large += 1
                 log.warning("frame_too_large", peer=self.peer, size=e.size, limit=e.limit)
                 self.queue.append(_Fatal(e))
+                self._streak = None
                 break
             except ProtocolError as e:
                 reply = self.handlers.bad_frame_reply(e)  # framing is still in step
                 if reply is None:
                     self.fatal = True
                     self.queue.append(_Fatal(e))
+                    self._streak = None
                     break
                 self.queue.append(reply)
+                self._streak = None
                 continue
             if frame is None:
                 break
-            self.queue.append(frame)
+            if self._streak is not None and self._run_key(frame) == self._streak:  # type: ignore[misc]
+                self.queue.append(_Begun(self._begin(frame, self.peer)))  # type: ignore[misc]
+                self.server.stats.begun_early += 1
+            else:
+                self.queue.append(frame)
+                self._streak = None
         if len(self.queue) > self.server.stats.max_queued_requests:
             self.server.stats.max_queued_requests = len(self.queue)
         if self.queue:
@@ -330,13 +367,16 @@ class Connection(asyncio.BufferedProtocol):
                     break
                 if isinstance(item, list):
                     await self._write_reply(item)
-                elif self._run_key is not None and self.queue and \
-                        (run := self._take_run(item)) is not None:
-                    self.busy = len(run)
-                    replies = await self.handlers.handle_run(run, self.peer)  # type: ignore[attr-defined]
-                    for reply in replies:
-                        if reply is not None:
-                            await self._write_reply(reply)
+                elif isinstance(item, _Begun):
+                    reply = await item.future
+                    if reply is not None:
+                        await self._write_reply(reply)
+                elif self._run_key is not None and (key := self._run_key(item)) is not None:
+                    future = self._begin(item, self.peer)  # type: ignore[misc]
+                    self._begin_queued(key)
+                    reply = await future
+                    if reply is not None:
+                        await self._write_reply(reply)
                 else:
                     try:
                         reply = await self.handlers.handle(item, self.peer)
@@ -344,7 +384,7 @@ class Connection(asyncio.BufferedProtocol):
                         break
                     if reply is not None:
                         await self._write_reply(reply)
-                self.server.stats.requests += self.busy
+                self.server.stats.requests += 1
                 self.busy = 0
                 self._take_frames()  # room again: frames waiting in the decoder
         except asyncio.CancelledError:
@@ -361,20 +401,19 @@ class Connection(asyncio.BufferedProtocol):
             return
         transport.close()  # flushes what is buffered first
 
-    def _take_run(self, first: memoryview) -> list | None:
-        """`first` and the frames queued right behind it with the same run key, taken
-        off the queue; None when there is no such frame."""
-        key = self._run_key(first)  # type: ignore[misc]
-        if key is None:
-            return None
+    def _begin_queued(self, key: Any) -> None:
+        """The request being handled was just begun with run key `key`: begin the
+        frames queued right behind it with the same key too, and keep streaming new
+        ones (`_streak`) if that leaves nothing else queued."""
         queue = self.queue
-        run = [first]
-        while queue and len(run) < MAX_RUN:
-            nxt = queue[0]
-            if isinstance(nxt, (list, _Fatal)) or self._run_key(nxt) != key:  # type: ignore[misc]
-                break
-            run.append(queue.popleft())
-        return run if len(run) > 1 else None
+        for i in range(len(queue)):
+            item = queue[i]
+            if isinstance(item, (list, _Fatal, _Begun)) or self._run_key(item) != key:  # type: ignore[misc]
+                self._streak = None
+                return
+            queue[i] = _Begun(self._begin(item, self.peer))  # type: ignore[misc]
+            self.server.stats.begun_early += 1
+        self._streak = key
 
     async def _write_reply(self, reply: Reply) -> None:
         transport = self.transport
@@ -458,6 +497,7 @@ class BrokerServer:
         self.max_queued_requests = max_queued_requests
         self.write_buffer_high = write_buffer_high
         self.connections: set[Connection] = set()
+        self.frame_pool = FramePool()  # large frames' buffers, shared by the connections
         self.stats = ServerStats()
         self.closing = False
         self._server: asyncio.AbstractServer | None = None

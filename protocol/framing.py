@@ -29,6 +29,12 @@ Contract:
 - A frame of 0 or 1 bytes (no room for type/error) raises ProtocolError
   (INVALID_REQUEST) once it has been consumed; framing is still in step, so the
   decoder stays usable and the server may answer and read on.
+
+`FrameReader` is the same splitter for an asyncio.BufferedProtocol (the broker):
+the transport receives into buffers it hands out (`get_buffer` /
+`buffer_updated`), a large frame straight into its own buffer, optionally taken
+from a `FramePool` that reuses buffers once nothing refers to them. Same frames,
+limits and errors as FrameDecoder; see the classes.
 """
 
 from __future__ import annotations
@@ -164,73 +170,103 @@ class FrameDecoder:
 
 SCRATCH_BYTES = 64 * 1024  # FrameReader's buffer for sizes and small frames
 DIRECT_MIN_BYTES = 16 * 1024  # a frame at least this large is received into its own buffer
-POOL_BYTES = 8 * 1024 * 1024  # FrameReader: frame buffers kept for reuse, in total
+POOL_BYTES = 16 * 1024 * 1024  # FramePool's default: buffers kept for reuse, in total
+POOL_GRAIN = 64 * 1024  # pooled buffers are allocated in multiples of this
+
+
+class FramePool:
+    """Buffers for large frames, reused once nothing refers to them any more.
+
+    `take(size)` returns a writable memoryview of exactly `size` bytes over a
+    bytearray: a pooled one that is free (its capacity between `size` and twice
+    that), else a new one (capacity rounded up to POOL_GRAIN; kept in the pool
+    while the pool holds at most `max_bytes`, oldest free buffers making room).
+    A buffer is free when the pool's own reference is the only one left: every
+    memoryview of it, every buffer export (a C extension reading it, a write in
+    progress) holds a reference (CPython's reference count), so a frame that a
+    handler, an executor thread or a log still holds is never handed out again.
+    Reuse spares zero-filling a fresh buffer and, more, the page faults of fresh
+    memory (the allocator gives large blocks back to the kernel when they are
+    freed from another thread). Not thread-safe: one event loop's thread takes;
+    any thread may drop its references."""
+
+    __slots__ = ("max_bytes", "_buffers", "_bytes")
+
+    def __init__(self, max_bytes: int = POOL_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._buffers: list[bytearray] = []  # oldest first
+        self._bytes = 0
+
+    @property
+    def pooled_bytes(self) -> int:
+        return self._bytes
+
+    def take(self, size: int) -> memoryview:
+        buffers = self._buffers
+        getrefcount = sys.getrefcount
+        best = -1
+        for i in range(len(buffers)):
+            # 2 = the pool's reference + getrefcount's argument: nobody else holds it.
+            if size <= len(buffers[i]) <= 2 * size and getrefcount(buffers[i]) == 2 and \
+                    (best < 0 or len(buffers[i]) < len(buffers[best])):
+                best = i
+        if best >= 0:
+            buf = buffers.pop(best)
+            buffers.append(buf)  # most recently used last
+            return memoryview(buf)[:size]
+        capacity = -(-size // POOL_GRAIN) * POOL_GRAIN
+        buf = bytearray(capacity)
+        if capacity <= self.max_bytes // 2:  # a frame of half the pool or more: never pooled
+            i = 0
+            while self._bytes + capacity > self.max_bytes and i < len(buffers):
+                if getrefcount(buffers[i]) == 2:  # make room: forget the oldest free one
+                    self._bytes -= len(buffers.pop(i))
+                else:
+                    i += 1
+            if self._bytes + capacity <= self.max_bytes:
+                buffers.append(buf)
+                self._bytes += capacity
+        return memoryview(buf)[:size]
 
 
 class FrameReader:
     """Frames received straight into their final buffer: the receiving side of an
     `asyncio.BufferedProtocol` (the broker's connections).
 
-    Same frames, limits and errors as `FrameDecoder`; only the input side differs:
+    Same frames, limits and errors as `FrameDecoder` (a size over the limit breaks
+    the reader for good; a frame of 0 or 1 bytes raises ProtocolError once, and
+    framing goes on); only the input side differs:
     - `get_buffer()` returns a writable memoryview to receive into and
       `buffer_updated(n)` says how many bytes landed there (the BufferedProtocol
       calls). `feed(data)` does both with a copy, for tests and tools.
-    - Sizes and small frames land in one reusable scratch buffer (SCRATCH_BYTES);
-      a complete small frame is copied out into its own bytearray. Once the size
-      of a frame of DIRECT_MIN_BYTES or more is read, its bytearray is allocated
-      (bytes already received are copied in) and `get_buffer` hands out the rest
-      of it, so the socket's bytes are written once, by the kernel, where the
-      frame will stay: a 1 MiB PRODUCE is never copied in Python.
-    - Every frame is a memoryview of a bytearray of its own: writable, so a handler
-      may patch it (an append validates in place). Large frames' bytearrays (up to
-      POOL_BYTES in all) are kept and reused for a later frame of the same size,
-      but only once nothing else refers to them (CPython's reference count: any
-      memoryview or buffer export of it holds a reference), so a frame a handler
-      still holds is never overwritten; reuse spares zero-filling and page-faulting
-      a fresh buffer per frame.
-    - Bytes received while nobody takes frames (the owner paused reading) stay in
-      the scratch buffer; the owner bounds that by pausing reads. If the scratch
-      buffer is ever full of unread input it grows rather than fail.
+    - Sizes and small frames land in one reusable scratch buffer (SCRATCH_BYTES); a
+      complete small frame is copied out into a bytearray of its own. Once the size
+      of a frame of DIRECT_MIN_BYTES or more has been read, its buffer is taken
+      (from `pool` when given: see FramePool; else a new bytearray), the bytes
+      already received are copied in and `get_buffer` hands out the rest of it, so
+      the socket's bytes are written once, by the kernel, where the frame will
+      stay: a 1 MiB PRODUCE is not copied in Python (but for its first piece).
+    - Every frame is a writable memoryview over a buffer no one else is using, so a
+      handler may patch it (an append validates in place) and keep it.
+    - Bytes received while nobody takes frames stay in the scratch buffer (the owner
+      bounds that by pausing reads); if it is ever full of unread input it grows
+      rather than fail.
     """
 
-    __slots__ = ("max_frame_bytes", "_scratch", "_start", "_end", "_frame", "_filled",
-                 "_into_frame", "_broken", "_pool", "_pooled")
+    __slots__ = ("max_frame_bytes", "pool", "_scratch", "_start", "_end", "_frame", "_filled",
+                 "_into_frame", "_broken")
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-                 scratch_bytes: int = SCRATCH_BYTES) -> None:
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *,
+                 pool: FramePool | None = None, scratch_bytes: int = SCRATCH_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self.pool = pool
         self._scratch = bytearray(max(scratch_bytes, SIZE.size + MIN_FRAME))
         self._start = 0  # unconsumed scratch bytes are [_start, _end)
         self._end = 0
-        self._frame: bytearray | None = None  # the large frame being received directly
+        self._frame: memoryview | None = None  # the large frame being received directly
         self._filled = 0
         self._into_frame = False  # the last get_buffer handed out the frame's rest
         self._broken: FrameTooLarge | None = None
-        self._pool: list[bytearray] = []  # large frames handed out, reusable once free
-        self._pooled = 0  # their total size
-
-    def _frame_buffer(self, size: int) -> bytearray:
-        """A bytearray of `size` for a large frame: a free pooled one, or a new one."""
-        pool = self._pool
-        getrefcount = sys.getrefcount
-        for i in range(len(pool)):
-            # 2 = the pool's reference + getrefcount's argument: nobody else holds it.
-            if len(pool[i]) == size and getrefcount(pool[i]) == 2:
-                buf = pool.pop(i)
-                pool.append(buf)  # most recently used last
-                return buf
-        buf = bytearray(size)
-        if size <= POOL_BYTES:
-            while pool and self._pooled + size > POOL_BYTES:
-                for i in range(len(pool)):  # make room: forget the oldest free buffer
-                    if getrefcount(pool[i]) == 2:
-                        self._pooled -= len(pool.pop(i))
-                        break
-                else:
-                    return buf  # all in use: this one is not pooled
-            pool.append(buf)
-            self._pooled += size
-        return buf
 
     @property
     def buffered(self) -> int:
@@ -241,12 +277,12 @@ class FrameReader:
         frame = self._frame
         if frame is not None and self._filled < len(frame):
             self._into_frame = True
-            return memoryview(frame)[self._filled:]
+            return frame[self._filled:]
         self._into_frame = False
         scratch = self._scratch
         if self._start == self._end:
             self._start = self._end = 0
-        elif len(scratch) - self._end < len(scratch) // 4 and self._start:
+        elif self._start and len(scratch) - self._end < len(scratch) // 4:
             # Little room left: move the unconsumed tail (a partial small frame) to the front.
             n = self._end - self._start
             scratch[:n] = scratch[self._start:self._end]
@@ -259,11 +295,14 @@ class FrameReader:
             self._start, self._end = 0, n
         return memoryview(scratch)[self._end:]
 
-    def buffer_updated(self, nbytes: int) -> None:
+    def buffer_updated(self, nbytes: int) -> bool:
+        """Count `nbytes` received into the last `get_buffer`. False while the large
+        frame being received is still incomplete (no frame can be ready yet)."""
         if self._into_frame:
             self._filled += nbytes
-        else:
-            self._end += nbytes
+            return self._filled >= len(self._frame)  # type: ignore[arg-type]
+        self._end += nbytes
+        return True
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Copy `data` in (as if received); for tests and tools."""
@@ -286,7 +325,7 @@ class FrameReader:
             if self._filled < len(frame):
                 return None
             self._frame, self._filled = None, 0
-            return FrameDecoder._checked(memoryview(frame))
+            return FrameDecoder._checked(frame)
         start, end = self._start, self._end
         if end - start < SIZE.size:
             return None
@@ -304,7 +343,7 @@ class FrameReader:
         if size < DIRECT_MIN_BYTES:
             return None  # stays in the scratch buffer until it is complete
         # A large frame: its own buffer from now on; receive the rest straight into it.
-        frame = self._frame = self._frame_buffer(size)
+        frame = self._frame = self.pool.take(size) if self.pool is not None else memoryview(bytearray(size))
         frame[:available] = memoryview(scratch)[body:end]
         self._filled = available
         self._start = self._end = 0

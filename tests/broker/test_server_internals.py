@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 
 import pytest
@@ -16,7 +17,7 @@ import structlog
 
 from broker import server as server_module
 from protocol import (CreateTopicRequest, ErrorCode, FetchItem, FetchRequest, MetadataRequest,
-                      MultiFetchRequest, ProduceRequest, encode_request)
+                      MultiFetchRequest, OffsetsRequest, ProduceRequest, encode_request)
 from storage.records import build_batch, iter_records
 from tests.broker.inprocess import InProcessBroker
 from tests.broker.wire import NativeClient
@@ -140,3 +141,98 @@ def test_an_unexpected_failure_answers_unknown_server_error_and_keeps_the_connec
             assert c.call(CreateTopicRequest("still-fine", 1)).error == ErrorCode.NONE
     finally:
         handlers._dispatch[MetadataRequest] = original
+
+
+# ---- large PRODUCEs: received into pooled buffers, streamed through the partition's appender ----
+
+def big_batch(tag: int) -> bytes:
+    return build_batch([(None, bytes([tag]) * 100_000)])  # over the inline-append size
+
+
+def test_pipelined_large_produces_are_begun_early_and_answered_in_order(inprocess):
+    with NativeClient(*inprocess.address) as c:
+        assert c.call(CreateTopicRequest("stream", 2)).error == ErrorCode.NONE
+        requests = [ProduceRequest("stream", 0, big_batch(1)), ProduceRequest("stream", 0, big_batch(2)),
+                    ProduceRequest("stream", 0, big_batch(3)),
+                    ProduceRequest("stream", 1, big_batch(4)),  # another partition: a new streak
+                    FetchRequest("stream", 0, 0, 10 << 20, 0),  # sees the three appends before it
+                    ProduceRequest("stream", 0, build_batch([(None, b"small")])),  # inline
+                    ProduceRequest("stream", 0, big_batch(5)), ProduceRequest("stream", 0, big_batch(6)),
+                    OffsetsRequest("stream", 0, -1, 1)]
+        c.sock.sendall(b"".join(encode_request(r) for r in requests))  # all at once: pipelined
+        for r in requests:
+            c.pending.append(r.TYPE)
+        answers = [c.recv() for _ in requests]
+    assert all(a.error == ErrorCode.NONE for a in answers)
+    assert [a.base_offset for a in answers[:4]] == [0, 1, 2, 0]
+    fetched = [r.value for r in iter_records(answers[4].message_set)]
+    assert [v[:1] for v in fetched] == [b"\x01", b"\x02", b"\x03"]
+    assert [a.base_offset for a in answers[5:8]] == [3, 4, 5]
+    assert answers[8].offsets == (6,)
+    # Begun before their turn: the 2nd and 3rd PRODUCE of the first streak and the
+    # 2nd of the last one (whatever the timing: queued behind a begun one, or read
+    # while the streak lasts).
+    assert inprocess.server.stats.begun_early == 3
+    with NativeClient(*inprocess.address) as c:
+        fetched = c.call(FetchRequest("stream", 0, 0, 10 << 20, 0)).message_set
+    assert [r.value[:1] for r in iter_records(fetched)] == [b"\x01", b"\x02", b"\x03", b"s", b"\x05", b"\x06"]
+
+
+def test_a_failed_append_in_a_streak_answers_its_error_and_the_rest_goes_on(inprocess):
+    good = big_batch(7)
+    corrupt = bytearray(big_batch(8))
+    corrupt[-1] ^= 0xFF  # the CRC no longer matches: nothing of it may reach the log
+    with NativeClient(*inprocess.address) as c:
+        assert c.call(CreateTopicRequest("streak-error", 1)).error == ErrorCode.NONE
+        requests = [ProduceRequest("streak-error", 0, good), ProduceRequest("streak-error", 0, bytes(corrupt)),
+                    ProduceRequest("streak-error", 0, good), ProduceRequest("nowhere", 0, good)]
+        c.sock.sendall(b"".join(encode_request(r) for r in requests))
+        for r in requests:
+            c.pending.append(r.TYPE)
+        answers = [c.recv() for _ in requests]
+        assert [a.error for a in answers] == [ErrorCode.NONE, ErrorCode.CORRUPT_MESSAGE, ErrorCode.NONE,
+                                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+        assert [answers[0].base_offset, answers[2].base_offset] == [0, 1]
+        assert c.call(OffsetsRequest("streak-error", 0, -1, 1)).offsets == (2,)
+
+
+def test_a_large_frame_split_across_many_reads_is_whole(inprocess):
+    with NativeClient(*inprocess.address) as c:
+        assert c.call(CreateTopicRequest("split", 1)).error == ErrorCode.NONE
+        wire = encode_request(ProduceRequest("split", 0, big_batch(9)))
+        for pos in (0, 2, 7, 1000, 50_000, len(wire) - 1):  # pauses let each piece arrive alone
+            end = next((p for p in (2, 7, 1000, 50_000, len(wire) - 1, len(wire)) if p > pos))
+            c.sock.sendall(wire[pos:end])
+            time.sleep(0.01)
+        c.pending.append(ProduceRequest.TYPE)
+        assert c.recv().base_offset == 0
+        fetched = c.call(FetchRequest("split", 0, 0, 1 << 20, 0)).message_set
+    assert [r.value for r in iter_records(fetched)] == [bytes([9]) * 100_000]
+
+
+def test_a_flood_of_large_produces_holds_bounded_state_and_is_answered_in_order(inprocess):
+    with NativeClient(*inprocess.address) as c:
+        assert c.call(CreateTopicRequest("flood", 1)).error == ErrorCode.NONE
+    count = 100
+    wire = encode_request(ProduceRequest("flood", 0, big_batch(1)))
+    flood = socket.create_connection(inprocess.address)
+    sender = threading.Thread(target=flood.sendall, args=(wire * count,))
+    sender.start()
+
+    def snapshot():
+        return [(conn.in_flight, conn.decoder.buffered, inprocess.server.frame_pool.pooled_bytes)
+                for conn in inprocess.server.connections]
+
+    while sender.is_alive():
+        for in_flight, buffered, pooled in inprocess.call_in_loop(snapshot):
+            assert in_flight <= MAX_QUEUED
+            assert buffered <= 2 * len(wire)  # one socket read + the frame being received
+            assert pooled <= 16 << 20
+        time.sleep(0.005)
+    sender.join()
+    flood.settimeout(30)
+    client = NativeClient.__new__(NativeClient)
+    client.sock, client.decoder, client.pending = flood, __import__("protocol").FrameDecoder(2**31 - 1), \
+        __import__("collections").deque([ProduceRequest.TYPE] * count)
+    assert [client.recv().base_offset for _ in range(count)] == list(range(count))
+    flood.close()
