@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/compaction.py                  # 200+ MB, 1M keys, ~3 versions a key
     .venv/bin/python bench/compaction.py --mb 50 --keys 250000 --profile   # smaller, with pyinstrument
+    .venv/bin/python bench/compaction.py --pure-python    # the cleaner without storage._ccleaner
 
 What it does:
 1. Writes a compacted log of at least --mb MB: every one of --keys distinct keys once
@@ -15,7 +16,9 @@ What it does:
    that every key's latest record is there. Reports MB/s (input bytes / time),
    the ratio to the copy, the cleaner's own stats, and peak memory (RSS growth
    during the clean, and with --tracemalloc the Python heap peak of a second clean
-   of a fresh copy) against the dedupe buffer.
+   of a fresh copy) against the dedupe buffer. The cleaner uses the C extension
+   storage._ccleaner when it is built (the first line of the result says which);
+   --pure-python runs the child with STRATA_PURE_PYTHON=1.
 """
 
 from __future__ import annotations
@@ -141,6 +144,7 @@ def clean_child(directory: str, dedupe: int, io_buffer: int, trace: bool, profil
     cpu_seconds = time.process_time() - cpu_started
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out = {"seconds": seconds, "cpu_seconds": cpu_seconds, "rounds": rounds, "input_bytes": input_bytes,
+           "native": offset_map.native is not None,
            "output_bytes": sum(s.size for s in log.segments.snapshot() if s.base_offset < target),
            "rss_growth": max(0, peak_rss - rss_before), "stats": stats_list}
     if trace:
@@ -181,7 +185,8 @@ def run_child(directory: str, args, records: int, trace: bool = False, profile: 
         cmd.append("--tracemalloc")
     if profile:
         cmd.append("--profile")
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    env = dict(os.environ, STRATA_PURE_PYTHON="1") if args.pure_python else None
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise SystemExit(f"child failed:\n{done.stderr}")
     if profile:
@@ -201,6 +206,7 @@ def main() -> None:
     parser.add_argument("--dir", help="work directory (default: a temporary one)")
     parser.add_argument("--tracemalloc", action="store_true", help="also measure the Python heap peak")
     parser.add_argument("--profile", action="store_true", help="also profile a clean with pyinstrument")
+    parser.add_argument("--pure-python", action="store_true", help="clean without the C extension")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--records", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -232,6 +238,7 @@ def main() -> None:
     shutil.copytree(source, target)
     result = run_child(target, args, built["records"])
     rate = result["input_bytes"] / MB / result["seconds"]
+    print(f"cleaner: {'native (storage._ccleaner)' if result['native'] else 'pure Python'}")
     print(f"compaction:                        {rate:8.1f} MB/s  ({result['seconds']:.2f} s, "
           f"{result['cpu_seconds']:.2f} s CPU, "
           f"{result['rounds']} round(s), {result['input_bytes'] / MB:.1f} MB -> "

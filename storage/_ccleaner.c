@@ -2,31 +2,39 @@
  * and storage/cleaner.py, which keep the pure-Python twins as the reference).
  *
  * KeyMap: an exact key -> latest offset map for keys of at most `inline_key_limit`
- * bytes, plus pass 1's per-offset bit table (superseded records, and the batches
+ * bytes, plus pass 1's per-offset bit tables (superseded records, and the batches
  * pass 2 may decide by those bits alone).
  *
  * Layout. An open-addressing table (linear probing, power-of-two size, at most 3/4
- * full) of 32-byte slots: offset (int64, -1 = empty), the upper 32 bits of the
- * key's hash, the key length, and either the key itself (up to 16 bytes) or the
- * position of its bytes in an arena of fixed-size chunks (longer keys). A probe
- * compares hash, length and then the key bytes, so two different keys are never
- * merged, whatever their hashes (set_hash_mask(0) makes every hash equal, for
- * the tests). Hash: CPython's bytes hash (SipHash-1-3, per-process random key),
- * the one the Python dict it replaces used.
+ * full) of 32-byte slots: offset + 1 (0 = empty, so a new table is calloc's
+ * zeroes), the lower 32 bits of the key's hash, the key length, and either the
+ * key itself (up to 16 bytes, zero-padded) or the position of its bytes in an
+ * arena of fixed-size chunks (longer keys). A probe compares hash, length and
+ * then the key bytes, so two different keys are never merged, whatever their
+ * hashes (set_hash_mask(0) makes every hash equal, for the tests). Hash: a
+ * multiply-xorshift mix of the key's words under a per-process secret seed
+ * drawn from CPython's randomized bytes hash.
  *
  * Memory. Every byte the map allocates is counted in `used_bytes` (table + arena
- * chunks + chunk directory + bit tables + what Python charges through `extra`),
+ * chunks + chunk directory + bit tables, plus `extra`, bytes a caller charges),
  * and `fits()` says whether a batch of keys surely fits, counting the moment a
  * table resize holds the old and the new table. Per key: the table is at least
  * 3/8 full after a resize, so at most 32 * 8/3 = 86 bytes a key (128 at the
  * moment of a resize), plus the key bytes when longer than 16 (keys never
- * straddle chunks: a chunk wastes less than one key).
+ * straddle chunks: a chunk wastes less than one key). Not charged: the walks'
+ * scratch (512 records, 32 KiB) and pass 2's output, about one read's worth.
  *
- * Pass 1 (map_entries) and pass 2 (filter_entries) walk whole chunks of log
- * entries with the GIL released and stop at the first entry they leave to Python
- * (classic messages, compressed batches, keys longer than the limit, batches of
- * active producers, ...). Every length and varint read is bounds-checked;
- * structure errors raise storage.errors.CorruptRecordError.
+ * Pass 1 (map_entries) and pass 2 (filter_entries) walk whole entries of one
+ * read with the GIL released (a busy flag refuses any other use of the map
+ * meanwhile) and stop at the first entry they leave to Python (classic
+ * messages, compressed or control batches, keys longer than the limit, batches
+ * with tombstones or keyless records, active producers' batches, the group's
+ * last entry). Pass 1 loads the home slots of up to 64 keys at once before
+ * putting them, so that their cache misses overlap. Every length and varint
+ * read is bounds-checked; structure errors raise
+ * storage.errors.CorruptRecordError and leave the damaged batch unmapped. The
+ * CRC32Cs of rebuilt batches (the old one checked first, as Python does) come
+ * from the crc32c package, called with the GIL once the walk is done.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,6 +42,7 @@
 #include <string.h>
 
 static PyObject *CorruptRecordError = NULL;
+static PyTypeObject *EntryInfo = NULL; /* storage.records.entries.EntryInfo, a tuple subclass */
 static PyObject *crc32c_fn = NULL;
 static uint64_t g_hash_mask = ~(uint64_t)0;
 
@@ -49,7 +58,7 @@ static uint64_t g_hash_mask = ~(uint64_t)0;
 #define HORIZON_BIT 0x40
 
 typedef struct {
-    int64_t offset; /* -1: empty */
+    uint64_t off1; /* offset + 1; 0: empty (so a fresh table is calloc's zeroes) */
     uint32_t hash;
     uint32_t len;
     union {
@@ -75,6 +84,8 @@ typedef struct {
     unsigned char *dead, *elig;
     size_t bits_len, bits_cap;
     int busy;
+    void *scratch; /* the walks' record arrays (STASH each), allocated on first use */
+    int64_t native_entries[2]; /* entries done by map_entries / filter_entries since clear() */
 } KeyMap;
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -91,7 +102,10 @@ static inline void wr64(unsigned char *p, uint64_t v) {
     for (int i = 7; i >= 0; i--) { p[i] = (unsigned char)v; v >>= 8; }
 }
 static inline void wr32(unsigned char *p, uint32_t v) {
-    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
 }
 static inline int64_t s64(uint64_t v) { return v > (uint64_t)INT64_MAX ? -(int64_t)(~v) - 1 : (int64_t)v; }
 static inline int32_t s32(uint32_t v) { return v > (uint32_t)INT32_MAX ? -(int32_t)(~v) - 1 : (int32_t)v; }
@@ -172,8 +186,55 @@ static inline const char *parse_record(const unsigned char *b, Py_ssize_t *pos, 
 
 /* ---- the table ---------------------------------------------------------------------- */
 
+/* The key hash: a multiply-xorshift mix (MurmurHash3's finalizer) of the key's
+   8-byte words under a per-process secret seed, taken from CPython's own
+   randomized bytes hash at import (PYTHONHASHSEED rules apply). Colliding keys
+   only cost probes: the table compares their bytes. */
+static uint64_t seed0 = 0x9E3779B97F4A7C15ULL, seed1 = 0xC2B2AE3D27D4EB4FULL;
+
+static inline uint64_t fmix64(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xFF51AFD7ED558CCDULL;
+    k ^= k >> 33;
+    k *= 0xC4CEB9FE1A85EC53ULL;
+    k ^= k >> 33;
+    return k;
+}
+
+static inline uint64_t load64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint64_t hash_words(uint64_t h, uint64_t a, uint64_t b) {
+    h ^= (a ^ seed0) * 0x87C37B91114253D5ULL;
+    h = (h << 31) | (h >> 33);
+    h ^= (b ^ seed1) * 0x4CF5AD432745937FULL;
+    return h;
+}
+
+/* A key of at most SLOT_INLINE bytes, given zero-padded to SLOT_INLINE. */
+static inline uint64_t padded_hash(const unsigned char *padded, uint32_t len) {
+    uint64_t h = hash_words((uint64_t)len * 0x9E3779B97F4A7C15ULL, load64(padded), load64(padded + 8));
+    return fmix64(h) & g_hash_mask;
+}
+
 static inline uint64_t key_hash(const unsigned char *key, Py_ssize_t len) {
-    return (uint64_t)_Py_HashBytes(key, len) & g_hash_mask;
+    if (len <= SLOT_INLINE) {
+        unsigned char padded[SLOT_INLINE];
+        memset(padded, 0, SLOT_INLINE);
+        memcpy(padded, key, (size_t)len);
+        return padded_hash(padded, (uint32_t)len);
+    }
+    uint64_t h = (uint64_t)len * 0x9E3779B97F4A7C15ULL;
+    Py_ssize_t i = 0;
+    for (; i + 16 <= len; i += 16) h = hash_words(h, load64(key + i), load64(key + i + 8));
+    unsigned char tail[16];
+    memset(tail, 0, 16);
+    memcpy(tail, key + i, (size_t)(len - i));
+    h = hash_words(h, load64(tail), load64(tail + 8));
+    return fmix64(h) & g_hash_mask;
 }
 
 static inline const unsigned char *slot_key(const KeyMap *m, const Slot *s) {
@@ -182,11 +243,23 @@ static inline const unsigned char *slot_key(const KeyMap *m, const Slot *s) {
 }
 
 static inline Slot *probe(KeyMap *m, const unsigned char *key, uint32_t len, uint64_t h) {
-    uint32_t hh = (uint32_t)(h >> 32);
+    uint32_t hh = (uint32_t)h;
     size_t mask = m->cap - 1, i = (size_t)h & mask;
+    if (len <= SLOT_INLINE) {
+        /* inline keys are stored zero-padded: one fixed-size compare */
+        unsigned char padded[SLOT_INLINE];
+        memset(padded, 0, SLOT_INLINE);
+        memcpy(padded, key, len);
+        for (;;) {
+            Slot *s = &m->slots[i];
+            if (!s->off1) return s;
+            if (s->hash == hh && s->len == len && memcmp(s->u.key, padded, SLOT_INLINE) == 0) return s;
+            i = (i + 1) & mask;
+        }
+    }
     for (;;) {
         Slot *s = &m->slots[i];
-        if (s->offset < 0) return s;
+        if (!s->off1) return s;
         if (s->hash == hh && s->len == len && memcmp(slot_key(m, s), key, len) == 0) return s;
         i = (i + 1) & mask;
     }
@@ -199,23 +272,41 @@ static int64_t used_bytes(const KeyMap *m) {
            (int64_t)(2 * m->bits_cap) + m->extra;
 }
 
+/* Grow the table to `cap` slots in place: realloc (which moves a large block's
+   pages rather than copying them), zero the new part, then move each entry to
+   its home under the larger mask. Entries not yet moved are flagged; a moving
+   entry skips moved ones and takes the first slot that is empty or holds an
+   unmoved entry (which it then carries on), so a moved entry's probe run never
+   spans an unmoved one, and the slot an unmoved entry leaves never breaks a
+   run: the table ends as if every key had been put afresh. Only the new part
+   is fresh memory (a table that doubles touches each page once). */
+#define UNMOVED 0x80000000u
+
 static int resize(KeyMap *m, size_t cap) {
-    Slot *slots = (Slot *)malloc(cap * sizeof(Slot));
-    if (!slots) return -1;
-    memset(slots, 0xFF, cap * sizeof(Slot));
-    size_t mask = cap - 1;
-    for (size_t i = 0; i < m->cap; i++) {
-        Slot *s = &m->slots[i];
-        if (s->offset < 0) continue;
-        /* the stored hash is the upper half; the index needs the lower one: rehash */
-        uint64_t h = key_hash(slot_key(m, s), s->len);
-        size_t j = (size_t)h & mask;
-        while (slots[j].offset >= 0) j = (j + 1) & mask;
-        slots[j] = *s;
-    }
-    free(m->slots);
+    size_t old = m->cap;
+    Slot *slots = old ? (Slot *)realloc(m->slots, cap * sizeof(Slot)) : (Slot *)calloc(cap, sizeof(Slot));
+    if (!slots) return -1; /* the old table is intact */
+    if (old) memset(slots + old, 0, (cap - old) * sizeof(Slot));
     m->slots = slots;
     m->cap = cap;
+    size_t mask = cap - 1;
+    for (size_t i = 0; i < old; i++)
+        if (slots[i].off1) slots[i].len |= UNMOVED;
+    for (size_t i = 0; i < old; i++) {
+        if (!slots[i].off1 || !(slots[i].len & UNMOVED)) continue;
+        Slot x = slots[i];
+        memset(&slots[i], 0, sizeof(Slot));
+        for (;;) {
+            x.len &= ~UNMOVED;
+            /* the stored hash is the lower half: the home slot, up to 2^32 slots */
+            size_t j = ((uint64_t)mask >> 32 ? (size_t)key_hash(slot_key(m, &x), x.len) : (size_t)x.hash) & mask;
+            while (slots[j].off1 && !(slots[j].len & UNMOVED)) j = (j + 1) & mask;
+            Slot y = slots[j];
+            slots[j] = x;
+            if (!y.off1) break;
+            x = y; /* an unmoved entry: carry it on */
+        }
+    }
     return 0;
 }
 
@@ -245,34 +336,81 @@ static int arena_store(KeyMap *m, const unsigned char *key, uint32_t len, uint64
     return 0;
 }
 
-/* Put key -> offset: 1 and *old when it supersedes, 0 when new, -1 out of memory. */
-static int put(KeyMap *m, const unsigned char *key, uint32_t len, int64_t offset, int64_t *old) {
-    if (m->cap == 0 || (m->entries + 1) * 4 > m->cap * 3) {
-        if (resize(m, grown_cap(m->cap, m->entries + 1))) return -1;
-    }
-    uint64_t h = key_hash(key, len);
+static inline int reserve_entries(KeyMap *m, size_t more) {
+    if (m->cap == 0 || (m->entries + more) * 4 > m->cap * 3) return resize(m, grown_cap(m->cap, m->entries + more));
+    return 0;
+}
+
+/* Put key -> offset (h: its hash): 1 and *old when it supersedes, 0 when new, -1 out
+   of memory. */
+static int put_hashed(KeyMap *m, const unsigned char *key, uint32_t len, uint64_t h, int64_t offset,
+                      int64_t *old) {
+    if (reserve_entries(m, 1)) return -1;
     Slot *s = probe(m, key, len, h);
-    if (s->offset >= 0) {
-        *old = s->offset;
-        s->offset = offset;
+    if (s->off1) {
+        *old = (int64_t)(s->off1 - 1);
+        s->off1 = (uint64_t)offset + 1;
         return 1;
     }
     if (len > SLOT_INLINE) {
         if (arena_store(m, key, len, &s->u.pos)) return -1;
     } else {
+        memset(s->u.key, 0, SLOT_INLINE);
         memcpy(s->u.key, key, len);
     }
-    s->hash = (uint32_t)(h >> 32);
+    s->hash = (uint32_t)h;
     s->len = len;
-    s->offset = offset;
+    s->off1 = (uint64_t)offset + 1;
     m->entries++;
+    return 0;
+}
+
+static int put(KeyMap *m, const unsigned char *key, uint32_t len, int64_t offset, int64_t *old) {
+    return put_hashed(m, key, len, key_hash(key, len), offset, old);
+}
+
+/* Keys put GROUP at a time: their home slots are loaded first, all at once
+   (independent loads the CPU overlaps; plain C, no prefetch intrinsic), so that
+   the puts that follow find them in cache instead of waiting for each in turn. */
+#define GROUP 64
+#define STASH 512 /* a batch of at most this many records is parsed once */
+
+typedef struct {
+    int64_t offset;
+    const unsigned char *key;
+    uint64_t hash;
+    uint32_t len;
+} KeyRec;
+
+#define SCRATCH_BYTES (STASH * (sizeof(KeyRec) > sizeof(Rec) ? sizeof(KeyRec) : sizeof(Rec)))
+
+static inline void set_dead(KeyMap *m, int64_t offset);
+
+/* -1: out of memory; else 0. Superseded offsets get their dead bits. */
+static int put_keyrecs(KeyMap *m, const KeyRec *k, size_t n, int64_t *first_put) {
+    for (size_t i0 = 0; i0 < n; i0 += GROUP) {
+        size_t e = i0 + GROUP < n ? i0 + GROUP : n;
+        if (reserve_entries(m, e - i0)) return -1;
+        size_t mask = m->cap - 1;
+        uint64_t acc = 0;
+        for (size_t i = i0; i < e; i++) acc += m->slots[(size_t)k[i].hash & mask].off1;
+        volatile uint64_t sink = acc; /* the loads must happen */
+        (void)sink;
+        for (size_t i = i0; i < e; i++) {
+            int64_t old;
+            int x = put_hashed(m, k[i].key, k[i].len, k[i].hash, k[i].offset, &old);
+            if (x < 0) return -1;
+            if (x == 1) set_dead(m, old);
+        }
+    }
+    if (n && *first_put < 0) *first_put = k[0].offset;
     return 0;
 }
 
 static int64_t get(KeyMap *m, const unsigned char *key, Py_ssize_t len) {
     if (m->cap == 0 || len > m->limit) return -1;
     Slot *s = probe(m, key, (uint32_t)len, key_hash(key, len));
-    return s->offset;
+    return (int64_t)s->off1 - 1;
 }
 
 /* ---- bits --------------------------------------------------------------------------- */
@@ -335,7 +473,10 @@ static int fits(const KeyMap *m, size_t count, int64_t arena, int64_t extra_wors
         int64_t per_chunk = (int64_t)m->chunk_size - m->limit;
         if (per_chunk < 1) per_chunk = 1;
         int64_t chunks = arena / per_chunk + 1;
-        peak += chunks * (int64_t)(m->chunk_size + 2 * sizeof(void *));
+        peak += chunks * (int64_t)m->chunk_size;
+        size_t dir = m->chunks_cap ? m->chunks_cap : 16;
+        while (dir < m->nchunks + (size_t)chunks) dir *= 2;
+        if (dir != m->chunks_cap) peak += (int64_t)(dir * sizeof(void *)); /* realloc: old and new */
     }
     size_t need = bits_needed(m, last);
     if (need > m->bits_cap) peak += 2 * (int64_t)bits_new_cap(m, need) + 2 * (int64_t)m->bits_cap;
@@ -359,6 +500,7 @@ static void km_free_all(KeyMap *m) {
     m->bits_len = m->bits_cap = 0;
     m->start = -1;
     m->extra = 0;
+    m->native_entries[0] = m->native_entries[1] = 0;
 }
 
 static int km_check(KeyMap *m) {
@@ -385,7 +527,7 @@ static int km_init(KeyMap *m, PyObject *args, PyObject *kw) {
     km_free_all(m);
     m->capacity = capacity;
     m->limit = limit;
-    /* chunks of capacity/16 bytes, a power of two in [4 KiB, 1 MiB], at least 2 keys */
+    /* chunks of about capacity/32 bytes, a power of two in [4 KiB, 1 MiB], at least 2 keys */
     size_t cs = 4096;
     while (cs < (1u << 20) && (int64_t)cs * 32 <= capacity) cs <<= 1;
     while (cs < (size_t)limit * 2) cs <<= 1;
@@ -395,6 +537,7 @@ static int km_init(KeyMap *m, PyObject *args, PyObject *kw) {
 
 static void km_dealloc(KeyMap *m) {
     km_free_all(m);
+    free(m->scratch);
     Py_TYPE(m)->tp_free((PyObject *)m);
 }
 
@@ -567,6 +710,11 @@ static PyObject *km_map_entries(KeyMap *m, PyObject *args) {
     }
     const unsigned char *b = (const unsigned char *)view.buf;
     Pass1 r = {NULL, 0, 0, -1, -1, 0, 0};
+    if (!m->scratch && !(m->scratch = malloc(SCRATCH_BYTES))) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    KeyRec *stash = (KeyRec *)m->scratch; /* the keys of the batch at hand */
     int status = DONE;
     int64_t start = m->start;
     m->busy = 1;
@@ -592,6 +740,7 @@ static PyObject *km_map_entries(KeyMap *m, PyObject *args) {
         int64_t arena = 0, taken = 0, tomb = 0, keyless = 0;
         int too_long = 0;
         Rec rec;
+        int stashed = count <= STASH;
         if (!control) {
             Py_ssize_t p = pos + BATCH_OVERHEAD;
             for (int32_t i = 0; i < count; i++) {
@@ -602,7 +751,14 @@ static PyObject *km_map_entries(KeyMap *m, PyObject *args) {
                 taken++;
                 tomb += rec.tombstone;
                 if (rec.key_len < 0) { keyless++; continue; }
-                if (rec.key_len > m->limit) too_long = 1;
+                if (rec.key_len > m->limit) { too_long = 1; stashed = 0; }
+                if (stashed) {
+                    KeyRec *k = &stash[nkeys];
+                    k->offset = off;
+                    k->key = b + rec.key;
+                    k->len = (uint32_t)rec.key_len;
+                    k->hash = key_hash(b + rec.key, (Py_ssize_t)rec.key_len);
+                }
                 nkeys++;
                 if (rec.key_len > SLOT_INLINE) arena += rec.key_len;
             }
@@ -619,21 +775,29 @@ static PyObject *km_map_entries(KeyMap *m, PyObject *args) {
             size_t i;
             if (bit_index(m, base, &i)) m->elig[i >> 3] |= (unsigned char)(1u << (i & 7));
         }
-        if (nkeys) {
+        if (nkeys && stashed) {
+            if (put_keyrecs(m, stash, nkeys, &r.first_put)) { r.nomem = 1; break; }
+        } else if (nkeys) { /* a batch of many records: parsed again, GROUP keys at a time */
             Py_ssize_t p = pos + BATCH_OVERHEAD;
+            size_t n = 0;
             for (int32_t i = 0; i < count; i++) {
                 parse_record(b, &p, end, &rec); /* checked above */
                 int64_t off = add64(base, rec.offset_delta);
                 if (off < start || rec.key_len < 0) continue;
-                int64_t old;
-                int x = put(m, b + rec.key, (uint32_t)rec.key_len, off, &old);
-                if (x < 0) { r.nomem = 1; break; }
-                if (x == 1) set_dead(m, old);
-                if (r.first_put < 0) r.first_put = off;
+                KeyRec *k = &stash[n++];
+                k->offset = off;
+                k->key = b + rec.key;
+                k->len = (uint32_t)rec.key_len;
+                k->hash = key_hash(b + rec.key, (Py_ssize_t)rec.key_len);
+                if (n == GROUP) {
+                    if (put_keyrecs(m, stash, n, &r.first_put)) { r.nomem = 1; break; }
+                    n = 0;
+                }
             }
-            if (r.nomem) break;
+            if (r.nomem || put_keyrecs(m, stash, n, &r.first_put)) { r.nomem = 1; break; }
         }
         if (last > r.latest) r.latest = last;
+        m->native_entries[0]++;
         r.records += taken;
         r.bytes += LOG_OVERHEAD + size;
         pos = end;
@@ -662,7 +826,8 @@ typedef struct {
     /* per written entry: output position, size, last offset, max timestamp */
     int64_t *infos;
     size_t ninfos, infos_cap;
-    int64_t read, kept, copied, rebuilt, dropped;
+    int64_t read, kept, copied, rebuilt, dropped, keyless, tombstones;
+    int64_t latest, now, retention; /* the round's map end, clock and delete.retention.ms */
     const char *error;
     int64_t error_at;
     int nomem;
@@ -723,9 +888,29 @@ static int ts_sub(int64_t a, int64_t b, int64_t *out) {
     return 0;
 }
 
-/* One eligible batch (magic 2, uncompressed, records > 0, decided by the dead bits).
-   0: done; 1: leave it to Python; -1: error (r->error / r->nomem). */
-static int filter_batch(KeyMap *m, const unsigned char *b, Py_ssize_t pos, Py_ssize_t end, Pass2 *r) {
+/* Python's RecordFilter._keep for a record of a batch decided by key: 1 keep, 0 drop
+   (*why: 1 a keyless record, 2 a tombstone past its horizon). */
+static inline int keep_by_key(KeyMap *m, const unsigned char *b, const Rec *rec, int64_t offset, int64_t latest,
+                              int retain_deletes, int *why) {
+    *why = 0;
+    if (offset > latest) return 1;
+    if (rec->key < 0) {
+        *why = 1;
+        return 0;
+    }
+    if (offset < get(m, b + rec->key, (Py_ssize_t)rec->key_len)) return 0;
+    if (rec->tombstone && !retain_deletes) {
+        *why = 2;
+        return 0;
+    }
+    return 1;
+}
+
+/* One batch (magic 2, uncompressed, records > 0, not a control batch), as Python's
+   RecordFilter._filter_batch: decided by pass 1's dead bits (`by_bits`: the batch
+   is eligible) or else by looking its keys up. 0: done; 1: leave it to Python
+   (nothing written); -1: error (r->error / r->nomem). */
+static int filter_batch(KeyMap *m, const unsigned char *b, Py_ssize_t pos, Py_ssize_t end, Pass2 *r, int by_bits) {
     const unsigned char *h = b + pos;
     int64_t base = s64(rd64(h));
     int32_t last_delta = s32(rd32(h + 23));
@@ -733,66 +918,97 @@ static int filter_batch(KeyMap *m, const unsigned char *b, Py_ssize_t pos, Py_ss
     int attrs = rd16(h + 21);
     int64_t base_ts = s64(rd64(h + 27)), max_ts = s64(rd64(h + 35));
     int32_t count = s32(rd32(h + 57));
-    size_t i0;
-    bit_index(m, base, &i0);
+    int64_t latest = r->latest;
+    size_t i0 = 0;
     const unsigned char *dead = m->dead;
     int log_append = (attrs & LOG_APPEND_BIT) != 0, has_horizon = (attrs & HORIZON_BIT) != 0;
-#define DEAD(delta) ((dead[(i0 + (size_t)(delta)) >> 3] >> ((i0 + (size_t)(delta)) & 7)) & 1)
-    int any = 0, all = 1;
-    for (int64_t d = 0; d <= last_delta; d++) {
-        if (DEAD(d)) any = 1; else all = 0;
-    }
+    int retain_deletes = !has_horizon || r->now < base_ts;
     size_t size = (size_t)(end - pos);
     size_t out_at = r->len;
-    if (!any) {
-        if (reserve(r, size) || add_info(r, (int64_t)out_at, (int64_t)size, last, max_ts)) return r->nomem = 1, -1;
-        memcpy(r->out + r->len, h, size);
-        r->len += size;
-        r->read += count;
-        r->kept += count;
-        r->copied++;
-        return 0;
+#define DEAD(delta) ((dead[(i0 + (size_t)(delta)) >> 3] >> ((i0 + (size_t)(delta)) & 7)) & 1)
+#define COPY_ALL()                                                                                  \
+    do {                                                                                            \
+        if (reserve(r, size) || add_info(r, (int64_t)out_at, (int64_t)size, last, max_ts))         \
+            return r->nomem = 1, -1;                                                                \
+        memcpy(r->out + r->len, h, size);                                                           \
+        r->len += size;                                                                             \
+        r->read += count;                                                                           \
+        r->kept += count;                                                                           \
+        r->copied++;                                                                                \
+        return 0;                                                                                   \
+    } while (0)
+    int all = 0;
+    if (by_bits) {
+        bit_index(m, base, &i0);
+        int any = 0;
+        all = 1;
+        for (int64_t d = 0; d <= last_delta; d++) {
+            if (DEAD(d)) any = 1; else all = 0;
+        }
+        if (!any) COPY_ALL();
+    } else if (has_horizon && base > latest) {
+        COPY_ALL();
     }
-    int64_t nkept = 0, first_ts = 0, new_max = INT64_MIN;
+    int64_t nkept = 0, first_ts = 0, new_max = INT64_MIN, keyless = 0, tombs = 0;
+    int kept_tombstone = 0;
     Py_ssize_t rec_bytes = 0;
     Rec rec;
-    if (!(all && last_delta == count - 1)) {
+    Rec *kept = (Rec *)m->scratch; /* the kept records, when the batch has at most STASH */
+    int stashed = count <= STASH;
+    if (!(by_bits && all && last_delta == count - 1)) {
         Py_ssize_t p = pos + BATCH_OVERHEAD;
         for (int32_t i = 0; i < count; i++) {
             const char *e = parse_record(b, &p, end, &rec);
             if (e) { r->error = e; r->error_at = base; return -1; }
-            if (rec.offset_delta < 0 || rec.offset_delta > last_delta) {
-                r->error = "a record's offset lies outside its batch";
-                r->error_at = base;
-                return -1;
+            int keep;
+            if (by_bits) {
+                if (rec.offset_delta < 0 || rec.offset_delta > last_delta) {
+                    r->error = "a record's offset lies outside its batch";
+                    r->error_at = base;
+                    return -1;
+                }
+                keep = !DEAD(rec.offset_delta);
+            } else {
+                if (rec.key_len > m->limit) return 1; /* a long key: Python's map */
+                int why;
+                keep = keep_by_key(m, b, &rec, add64(base, rec.offset_delta), latest, retain_deletes, &why);
+                keyless += why == 1;
+                tombs += why == 2;
             }
-            if (DEAD(rec.offset_delta)) continue;
+            if (!keep) continue;
             int64_t ts;
             if (ts_add(base_ts, rec.ts_delta, &ts)) return 1;
             if (nkept == 0) first_ts = ts;
             if (ts > new_max) new_max = ts;
+            kept_tombstone |= rec.tombstone;
+            if (stashed) kept[nkept] = rec;
             nkept++;
             rec_bytes += rec.end - rec.start;
         }
         if (p != end) { r->error = "bytes left after the batch's records"; r->error_at = base; return -1; }
-        if (nkept == count) {
-            if (reserve(r, size) || add_info(r, (int64_t)out_at, (int64_t)size, last, max_ts)) return r->nomem = 1, -1;
-            memcpy(r->out + r->len, h, size);
-            r->len += size;
-            r->read += count;
-            r->kept += count;
-            r->copied++;
-            return 0;
-        }
+        if (nkept == count && !(kept_tombstone && !has_horizon)) COPY_ALL();
     }
+#undef COPY_ALL
     if (nkept == 0) {
         /* the CRC is checked before anything is dropped, as Python does */
         if (add_job(r, pos, (Py_ssize_t)size, (Py_ssize_t)rd32(h + CRC_OFFSET), -1, 0)) return r->nomem = 1, -1;
         r->read += count;
         r->dropped++;
+        r->keyless += keyless;
+        r->tombstones += tombs;
         return 0;
     }
-    int64_t new_base_ts = has_horizon ? base_ts : (log_append ? max_ts : first_ts);
+    /* Kafka's buildRetainedRecordsInto: baseTimestamp the delete horizon when there
+       is one (a new one when a tombstone stays in a batch without), else the first
+       kept record's */
+    int new_attrs = attrs, have_horizon = has_horizon;
+    int64_t horizon = base_ts;
+    if (kept_tombstone && !has_horizon) {
+        if (ts_add(r->now, r->retention, &horizon)) return 1;
+        have_horizon = 1;
+        new_attrs |= HORIZON_BIT;
+    }
+    int64_t new_base_ts = have_horizon ? horizon : (log_append ? max_ts : first_ts);
     if (log_append) new_max = max_ts;
     int verbatim = !log_append && new_base_ts == base_ts;
     size_t bound = BATCH_OVERHEAD + (size_t)rec_bytes + (verbatim ? 0 : 20 * (size_t)nkept);
@@ -800,9 +1016,19 @@ static int filter_batch(KeyMap *m, const unsigned char *b, Py_ssize_t pos, Py_ss
     unsigned char *o = r->out + out_at;
     size_t w = BATCH_OVERHEAD;
     Py_ssize_t p = pos + BATCH_OVERHEAD;
-    for (int32_t i = 0; i < count; i++) {
-        parse_record(b, &p, end, &rec);
-        if (DEAD(rec.offset_delta)) continue;
+    int32_t n = stashed ? (int32_t)nkept : count;
+    for (int32_t i = 0; i < n; i++) {
+        if (stashed) {
+            rec = kept[i];
+        } else {
+            parse_record(b, &p, end, &rec);
+            if (by_bits) {
+                if (DEAD(rec.offset_delta)) continue;
+            } else {
+                int why;
+                if (!keep_by_key(m, b, &rec, add64(base, rec.offset_delta), latest, retain_deletes, &why)) continue;
+            }
+        }
         if (verbatim) {
             memcpy(o + w, b + rec.start, (size_t)(rec.end - rec.start));
             w += (size_t)(rec.end - rec.start);
@@ -820,9 +1046,12 @@ static int filter_batch(KeyMap *m, const unsigned char *b, Py_ssize_t pos, Py_ss
         }
     }
 #undef DEAD
-    /* header: as the old one but length, CRC, base timestamp, max timestamp, count */
+    /* header: as the old one but length, CRC, attributes, base timestamp, max
+       timestamp, count */
     memcpy(o, h, BATCH_OVERHEAD);
     wr32(o + 8, (uint32_t)(w - LOG_OVERHEAD));
+    o[21] = (unsigned char)(new_attrs >> 8);
+    o[22] = (unsigned char)new_attrs;
     wr64(o + 27, (uint64_t)new_base_ts);
     wr64(o + 35, (uint64_t)new_max);
     wr32(o + 57, (uint32_t)nkept);
@@ -833,6 +1062,8 @@ static int filter_batch(KeyMap *m, const unsigned char *b, Py_ssize_t pos, Py_ss
     r->read += count;
     r->kept += nkept;
     r->rebuilt++;
+    r->keyless += keyless;
+    r->tombstones += tombs;
     return 0;
 }
 
@@ -844,24 +1075,36 @@ static PyObject *crc_of(const unsigned char *p, Py_ssize_t n) {
     return c;
 }
 
-/* filter_entries(buf, pos, stop, latest_offset): pass 2 over the whole entries of
-   buf[pos:stop] until one is left to Python. -> (pos, status, data, infos, counts):
-   infos a flat list (position in data, size, last offset, max timestamp) per entry
-   written; counts (records read, kept, entries copied, rebuilt, dropped). */
+/* filter_entries(buf, pos, stop, latest_offset, keep_end, out_position, now_ms,
+   delete_retention_ms): pass 2 over the whole entries of buf[pos:stop] until one
+   is left to Python (the entry ending at keep_end among them: the group's last,
+   which stays if only empty), or one is cut by stop. -> (pos, status, data,
+   entries, max_timestamp, counts): entries an EntryInfo per entry written,
+   positions from out_position; counts (records read, kept, entries copied,
+   rebuilt, dropped, keyless records dropped, tombstones dropped). */
 static PyObject *km_filter_entries(KeyMap *m, PyObject *args) {
     Py_buffer view;
-    Py_ssize_t pos, stop;
-    long long latest;
-    if (!PyArg_ParseTuple(args, "y*nnL", &view, &pos, &stop, &latest)) return NULL;
+    Py_ssize_t pos, stop, keep_end, out_position;
+    long long latest, now, retention;
+    if (!PyArg_ParseTuple(args, "y*nnLnnLL", &view, &pos, &stop, &latest, &keep_end, &out_position, &now,
+                          &retention))
+        return NULL;
     if (km_check(m)) { PyBuffer_Release(&view); return NULL; }
     if (pos < 0 || stop > view.len || pos > stop) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "bad span");
         return NULL;
     }
+    if (!m->scratch && !(m->scratch = malloc(SCRATCH_BYTES))) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
     const unsigned char *b = (const unsigned char *)view.buf;
     Pass2 r;
     memset(&r, 0, sizeof(r));
+    r.latest = latest;
+    r.now = now;
+    r.retention = retention;
     int status = DONE;
     PyObject *data = NULL, *infos = NULL, *result = NULL;
     m->busy = 1;
@@ -881,13 +1124,13 @@ static PyObject *km_filter_entries(KeyMap *m, PyObject *args) {
         int32_t count = s32(rd32(h + 57));
         int64_t producer_id = s64(rd64(h + 43));
         size_t j;
-        if (last > latest || last < base || count <= 0 || (attrs & (CONTROL_BIT | CODEC_MASK)) || producer_id >= 0 ||
-            !is_eligible(m, base) || !bit_index(m, last, &j)) {
+        if (end == keep_end || last < base || count <= 0 || (attrs & (CONTROL_BIT | CODEC_MASK)) || producer_id >= 0) {
             status = NEED_PYTHON;
             break;
         }
+        int by_bits = last <= latest && is_eligible(m, base) && bit_index(m, last, &j);
         size_t out_len = r.len, ninfos = r.ninfos, njobs = r.njobs;
-        int x = filter_batch(m, b, pos, end, &r);
+        int x = filter_batch(m, b, pos, end, &r, by_bits);
         if (x < 0) break;
         if (x == 1) { /* undo, and leave it to Python */
             r.len = out_len;
@@ -896,6 +1139,7 @@ static PyObject *km_filter_entries(KeyMap *m, PyObject *args) {
             status = NEED_PYTHON;
             break;
         }
+        m->native_entries[1]++;
         pos = end;
     }
     Py_END_ALLOW_THREADS
@@ -928,15 +1172,26 @@ static PyObject *km_filter_entries(KeyMap *m, PyObject *args) {
     }
     data = PyBytes_FromStringAndSize((const char *)r.out, (Py_ssize_t)r.len);
     if (!data) goto done;
-    infos = PyList_New((Py_ssize_t)r.ninfos);
+    infos = PyList_New((Py_ssize_t)(r.ninfos / 4));
     if (!infos) goto done;
-    for (size_t k = 0; k < r.ninfos; k++) {
-        PyObject *v = PyLong_FromLongLong(r.infos[k]);
-        if (!v) goto done;
-        PyList_SET_ITEM(infos, (Py_ssize_t)k, v);
+    int64_t max_ts = -1;
+    for (size_t k = 0; k < r.ninfos; k += 4) {
+        /* EntryInfo(position, size, magic 2, last offset, max timestamp, codec 0) */
+        PyObject *e = EntryInfo->tp_alloc(EntryInfo, 6); /* a tuple subclass: as tuple.__new__ */
+        if (!e) goto done;
+        PyList_SET_ITEM(infos, (Py_ssize_t)(k / 4), e);
+        long long fields[6] = {(long long)(r.infos[k] + out_position), (long long)r.infos[k + 1], 2,
+                               (long long)r.infos[k + 2], (long long)r.infos[k + 3], 0};
+        for (int f = 0; f < 6; f++) {
+            PyObject *v = PyLong_FromLongLong(fields[f]);
+            if (!v) goto done;
+            PyTuple_SET_ITEM(e, f, v);
+        }
+        if (r.infos[k + 3] > max_ts) max_ts = r.infos[k + 3];
     }
-    result = Py_BuildValue("niOO(LLLLL)", pos, status, data, infos, (long long)r.read, (long long)r.kept,
-                           (long long)r.copied, (long long)r.rebuilt, (long long)r.dropped);
+    result = Py_BuildValue("niOOL(LLLLLLL)", pos, status, data, infos, (long long)max_ts, (long long)r.read,
+                           (long long)r.kept, (long long)r.copied, (long long)r.rebuilt, (long long)r.dropped,
+                           (long long)r.keyless, (long long)r.tombstones);
 done:
     Py_XDECREF(data);
     Py_XDECREF(infos);
@@ -960,6 +1215,9 @@ static PyObject *km_get_arena_bytes(KeyMap *m, void *c) {
 static PyObject *km_get_chunk_size(KeyMap *m, void *c) { return PyLong_FromSize_t(m->chunk_size); }
 static PyObject *km_get_bits_bytes(KeyMap *m, void *c) { return PyLong_FromSize_t(2 * m->bits_cap); }
 static PyObject *km_get_start(KeyMap *m, void *c) { return PyLong_FromLongLong(m->start); }
+static PyObject *km_get_native_entries(KeyMap *m, void *c) {
+    return Py_BuildValue("LL", (long long)m->native_entries[0], (long long)m->native_entries[1]);
+}
 static PyObject *km_get_extra(KeyMap *m, void *c) { return PyLong_FromLongLong(m->extra); }
 static int km_set_extra(KeyMap *m, PyObject *v, void *c) {
     if (!v) { PyErr_SetString(PyExc_AttributeError, "cannot delete extra"); return -1; }
@@ -979,6 +1237,8 @@ static PyGetSetDef km_getset[] = {
     {"chunk_size", (getter)km_get_chunk_size, NULL, NULL, NULL},
     {"bits_bytes", (getter)km_get_bits_bytes, NULL, NULL, NULL},
     {"start", (getter)km_get_start, NULL, "the offset of the first bit (-1: none)", NULL},
+    {"native_entries", (getter)km_get_native_entries, NULL,
+     "(entries mapped by map_entries, entries written by filter_entries) since clear()", NULL},
     {"extra", (getter)km_get_extra, (setter)km_set_extra, "bytes charged by Python", NULL},
     {NULL}};
 
@@ -1037,6 +1297,17 @@ PyMODINIT_FUNC PyInit__ccleaner(void) {
     crc32c_fn = PyObject_GetAttrString(crc, "crc32c");
     Py_DECREF(crc);
     if (!crc32c_fn) return NULL;
+    PyObject *entries = PyImport_ImportModule("storage.records.entries");
+    if (!entries) return NULL;
+    EntryInfo = (PyTypeObject *)PyObject_GetAttrString(entries, "EntryInfo");
+    Py_DECREF(entries);
+    if (!EntryInfo) return NULL;
+    if (!PyType_Check(EntryInfo) || !PyType_IsSubtype(EntryInfo, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "EntryInfo must be a tuple type");
+        return NULL;
+    }
+    seed0 = (uint64_t)_Py_HashBytes("strata: _ccleaner seed 0", 24) ^ 0x9E3779B97F4A7C15ULL;
+    seed1 = (uint64_t)_Py_HashBytes("strata: _ccleaner seed 1", 24) ^ 0xC2B2AE3D27D4EB4FULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&KeyMapType);

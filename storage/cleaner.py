@@ -31,6 +31,16 @@ and may raise (shutdown, a log being deleted); the group being written is then
 discarded, segments already swapped stay swapped (they are clean), and the
 checkpoint is not moved. Only the swap takes the log's lock.
 
+Native passes: when storage._ccleaner is built (storage/native.py), the offset
+map keeps its short keys and pass 1's bits in C, and both passes hand each chunk
+read to C, which walks the runs of uncompressed magic-2 batches with the GIL
+released (pass 1: keys into the map; pass 2: the batches pass 1 decided, copied
+or rebuilt byte for byte as RecordFilter would). Every other entry (classic
+messages, compressed or control batches, keys over the inline limit, tombstones,
+keyless records, active producers' batches, the group's last entry) goes through
+the Python code below, which stays the reference: tests/storage/test_ccleaner.py
+checks that both write the same bytes.
+
 Idempotent producers: the last batch of each active producer stays, if only as
 an empty batch with its producer fields, so its sequence survives the clean (Kafka's
 RETAIN_EMPTY). Not done (Strata has no transactions): aborted transaction removal
@@ -48,7 +58,6 @@ from typing import Callable, Iterator
 
 from .clock import SYSTEM_CLOCK, SystemClock
 from .cleaner_records import FilterStats, RecordFilter, entry_keys, entry_info
-from .records.entries import EntryInfo
 from .errors import CorruptRecordError
 from .fileutil import segment_file_name
 from .offset_map import OffsetMap
@@ -154,6 +163,52 @@ def read_entries(segment: LogSegment, start: int, stop: int, chunk_size: int,
             pos = total
         yield position, buf, spans
         position += pos
+
+
+class _ChunkReader:
+    """The native passes' reads: a chunk of at most `chunk_size` bytes at a time from
+    `start`; the caller says how many bytes of whole entries it used (`advance`). When
+    it could use none (one entry larger than the chunk) the next read is that entry."""
+
+    __slots__ = ("records", "position", "stop", "chunk_size", "want", "check_done")
+
+    def __init__(self, segment: LogSegment, start: int, stop: int, chunk_size: int,
+                 check_done: Callable[[], None]) -> None:
+        self.records = segment.log
+        self.position = start
+        self.stop = stop
+        self.chunk_size = chunk_size
+        self.want = chunk_size
+        self.check_done = check_done
+
+    def read(self) -> bytes | None:
+        if self.position >= self.stop:
+            return None
+        self.check_done()
+        return self.records.read(self.position, min(self.want, self.stop - self.position))
+
+    def advance(self, buf: bytes, used: int) -> None:
+        if used:
+            self.position += used
+            self.want = self.chunk_size
+            return
+        n = len(buf)
+        if n < LOG_OVERHEAD:
+            raise CorruptRecordError(f"{self.records.path}: partial entry at {self.position}")
+        total = LOG_OVERHEAD + _SIZE.unpack_from(buf, 8)[0]
+        if self.position + total > self.stop or total <= n:
+            raise CorruptRecordError(f"{self.records.path}: entry at {self.position} runs past the end")
+        self.want = total
+
+    def entry_end(self, buf: bytes, pos: int) -> int:
+        """Where the entry at buf[pos] ends, or -1 when buf cuts it."""
+        if pos + LOG_OVERHEAD > len(buf):
+            return -1
+        size = _SIZE.unpack_from(buf, pos + 8)[0]
+        if size < MIN_ENTRY_SIZE_FIELD:
+            raise CorruptRecordError(f"{self.records.path}: entry at {self.position + pos} has size {size}")
+        end = pos + LOG_OVERHEAD + size
+        return end if end <= len(buf) else -1
 
 
 def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_size: int,
@@ -363,34 +418,50 @@ class Cleaner:
                 break
             next_base = segments[i + 1].base_offset if i + 1 < len(segments) else end
             position = segment.offset_index.lookup(start)[1] if segment.base_offset < start else 0
+            if native_map is not None:
+                if not self._map_segment_native(segment, position, start, table, stats, check_done):
+                    return table  # full: this round cleans up to the previous entry
+                offset_map.update_latest_offset(next_base - 1)  # a gap at the segment's end
+                continue
             for _, buf, spans in read_entries(segment, position, segment.size, self.io_buffer_size,
                                               check_done):
-                if native_map is None:
-                    for pos, stop in spans:
-                        if not self._map_entry(buf, pos, stop, start, table, stats):
-                            return table  # full: this round cleans up to the previous entry
-                    continue
-                # Native: whole runs of plain batches in one call (GIL released); the
-                # entries it leaves (classic, compressed, long keys) go through Python.
-                pos, chunk_end = spans[0][0], spans[-1][1]
-                while pos < chunk_end:
-                    pos, status, latest, first_put, records, nbytes = native_map.map_entries(
-                        buf, pos, chunk_end, offset_map.python_entries, offset_map.used_bytes - native_map.used_bytes)
-                    stats.map_records_read += records
-                    stats.map_bytes_read += nbytes
-                    if latest >= 0:
-                        offset_map.update_latest_offset(latest)
-                    if first_put >= 0 and offset_map.start_offset < 0:
-                        offset_map.start_offset = first_put
-                    if status == _FULL:
-                        return table
-                    if status == _NEED_PYTHON:
-                        stop = pos + LOG_OVERHEAD + _SIZE.unpack_from(buf, pos + 8)[0]
-                        if not self._map_entry(buf, pos, stop, start, table, stats):
-                            return table
-                        pos = stop
+                for pos, stop in spans:
+                    if not self._map_entry(buf, pos, stop, start, table, stats):
+                        return table  # full: this round cleans up to the previous entry
             offset_map.update_latest_offset(next_base - 1)  # a gap at the segment's end
         return table
+
+    def _map_segment_native(self, segment: LogSegment, position: int, start: int, table,
+                            stats: CleanerStats, check_done: Callable[[], None]) -> bool:
+        """Pass 1 over a segment from `position`: whole runs of plain batches in one C
+        call each (GIL released); the entries it leaves (classic, compressed, long
+        keys) go through Python. False when the map is full."""
+        offset_map = self.offset_map
+        native_map = offset_map.native
+        reader = _ChunkReader(segment, position, segment.size, self.io_buffer_size, check_done)
+        while (buf := reader.read()) is not None:
+            n = len(buf)
+            pos = 0
+            while pos < n:
+                pos, status, latest, first_put, records, nbytes = native_map.map_entries(
+                    buf, pos, n, offset_map.python_entries, offset_map.used_bytes - native_map.used_bytes)
+                stats.map_records_read += records
+                stats.map_bytes_read += nbytes
+                if latest >= 0:
+                    offset_map.update_latest_offset(latest)
+                if first_put >= 0 and offset_map.start_offset < 0:
+                    offset_map.start_offset = first_put
+                if status == _FULL:
+                    return False
+                if status == _NEED_PYTHON:
+                    end = reader.entry_end(buf, pos)
+                    if end < 0:
+                        break  # cut by the chunk: the next read starts with it
+                    if not self._map_entry(buf, pos, end, start, table, stats):
+                        return False
+                    pos = end
+            reader.advance(buf, pos)
+        return True
 
     def _map_entry(self, buf, pos: int, stop: int, start: int, table, stats: CleanerStats) -> bool:
         """Pass 1 for the entry at buf[pos:stop]; False when the map is full."""
@@ -437,37 +508,60 @@ class Cleaner:
             latest = self.offset_map.latest_offset
             native_map = self.offset_map.native
             filter_stats = record_filter.stats
-            unpack_head, unpack_delta, unpack_size = _ENTRY_HEAD.unpack_from, _INT32.unpack_from, _SIZE.unpack_from
+            now_ms, retention_ms = record_filter.now_ms, record_filter.delete_retention_ms
+            unpack_head, unpack_delta = _ENTRY_HEAD.unpack_from, _INT32.unpack_from
             for i, segment in enumerate(group):
                 retain_legacy_deletes = segment.log.mtime_ms() > legacy_horizon
                 size = segment.size
-                for chunk_at, buf, spans in read_entries(segment, 0, size, self.io_buffer_size, check_done):
-                    out = bytearray()
+                if native_map is not None:
+                    reader = _ChunkReader(segment, 0, size, self.io_buffer_size, check_done)
+                    chunks = iter(lambda: reader.read(), None)  # noqa: PLW0108 -- reads on each call
+                else:
+                    chunks = read_entries(segment, 0, size, self.io_buffer_size, check_done)
+                for chunk in chunks:
+                    if native_map is not None:
+                        buf = chunk
+                        chunk_at, n = reader.position, len(buf)
+                        spans = None
+                        # the group's last entry stays, if only as an empty batch: Python decides it
+                        keep_end = size - chunk_at if i == last_non_empty else -1
+                    else:
+                        chunk_at, buf, spans = chunk
+                        n = spans[-1][1]
+                    parts = []  # what to write, joined once (often one part: the C output)
+                    written = 0
                     infos = []
                     largest = -1
                     max_ts = -1
-                    pos, chunk_end = spans[0][0], spans[-1][1]
-                    # the group's last entry stays, if only as an empty batch: Python's
-                    native_end = spans[-1][0] if i == last_non_empty and chunk_at + chunk_end == size else chunk_end
-                    while pos < chunk_end:
-                        if native_map is not None and pos < native_end:
+                    span_index = 0
+                    pos = 0 if spans is None else spans[0][0]
+                    while pos < n:
+                        if spans is None:
                             # Native: the batches pass 1 decided, in one call (GIL released)
-                            pos, _, data, flat, counts = native_map.filter_entries(buf, pos, native_end, latest)
-                            if flat:
-                                at = len(out)
-                                out += data
-                                infos += [EntryInfo(at + flat[k], flat[k + 1], MAGIC_V2, flat[k + 2], flat[k + 3], 0)
-                                          for k in range(0, len(flat), 4)]
-                                largest = flat[-2]
-                                max_ts = max(max_ts, max(flat[3::4]))
+                            pos, _, data, done, done_max_ts, counts = native_map.filter_entries(
+                                buf, pos, n, latest, keep_end, written, now_ms, retention_ms)
+                            if done:
+                                parts.append(data)
+                                written += len(data)
+                                infos += done
+                                largest = done[-1].last_offset
+                                if done_max_ts > max_ts:
+                                    max_ts = done_max_ts
                             filter_stats.records_read += counts[0]
                             filter_stats.records_kept += counts[1]
                             filter_stats.entries_copied += counts[2]
                             filter_stats.entries_rebuilt += counts[3]
                             filter_stats.entries_dropped += counts[4]
-                            if pos >= chunk_end:
+                            filter_stats.keyless_dropped += counts[5]
+                            filter_stats.tombstones_dropped += counts[6]
+                            if pos >= n:
                                 break
-                        stop = pos + LOG_OVERHEAD + unpack_size(buf, pos + 8)[0]
+                            stop = reader.entry_end(buf, pos)
+                            if stop < 0:
+                                break  # cut by the chunk: the next read starts with it
+                        else:
+                            stop = spans[span_index][1]
+                            span_index += 1
                         keep_empty = i == last_non_empty and chunk_at + stop == size
                         dead = None
                         if buf[pos + MAGIC_OFFSET] == MAGIC_V2:
@@ -480,15 +574,19 @@ class Cleaner:
                         pos = stop
                         if kept is None:
                             continue
-                        infos.append(entry_info(kept, len(out)))
-                        out += kept.data
+                        infos.append(entry_info(kept, written))
+                        parts.append(kept.data)
+                        written += len(kept.data)
                         largest = kept.last_offset
                         if kept.max_timestamp > max_ts:
                             max_ts = kept.max_timestamp
-                    stats.bytes_read += spans[-1][1]
+                    if spans is None:
+                        reader.advance(buf, pos)
+                    stats.bytes_read += pos
                     if infos:
+                        out = parts[0] if len(parts) == 1 else b"".join(parts)
                         cleaned.append(largest, _Chunk(out, infos, max_ts))
-                        stats.bytes_written += len(out)
+                        stats.bytes_written += written
                 stats.segments += 1
             cleaned.on_became_inactive()
             mtime = os.stat(group[-1].log.path).st_mtime_ns

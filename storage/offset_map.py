@@ -8,9 +8,15 @@ deletes a live record. Strata's map never merges two keys, whatever its hashes
 do:
 
 - A key of at most `inline_key_limit` bytes (128 by default: ids, UUIDs,
-  composite keys) is stored whole, as the key of a Python dict. A dict matches
-  keys by equality once their hashes agree, so a hash collision costs a probe,
-  never a wrong answer.
+  composite keys) is stored whole: in the native table (storage/_ccleaner.c,
+  used whenever `native.load("_ccleaner")` finds it built), else as the key of a
+  Python dict. Both match keys by their bytes once their hashes agree, so a hash
+  collision costs a probe, never a wrong answer. The native table is open
+  addressing (linear probing, at most 3/4 full) over 32-byte slots holding the
+  offset, 32 bits of the key's hash, its length and the key itself when it has
+  at most 16 bytes, else the place of its bytes in an arena of fixed-size chunks;
+  a probe compares hash, length and then every byte (the tests set the hash mask
+  to 0, so that every key collides, and check that the map stays exact).
 - A longer key is stored as a 16-byte BLAKE2b digest (an injectable function)
   and its offset. When a put finds its digest already there, the map compares
   the key with the key of the stored offset, read back from the log through
@@ -22,7 +28,7 @@ do:
 Correctness argument. After pass 1 over the records with offsets in
 [start_offset, latest_offset], for every distinct key K among them the map
 holds exactly one offset, the largest offset of a record with key K: short
-keys by dict equality; long keys because a digest slot or bucket gets a new
+keys by byte equality (dict or native table); long keys because a digest slot or bucket gets a new
 offset only after the key bytes were compared equal, and a new entry only
 after they were compared different from every key already in the slot. A
 lookup `get(K, offset_of_the_record)` returns K's own latest offset or -1:
@@ -34,7 +40,23 @@ returns a larger offset, drops a record only when a later record with the very
 same key exists: never because of a collision, in any hash the map uses (the
 tests inject a digest that maps every key to one value).
 
-Memory bound. Each distinct key costs at most
+Memory bound, native map. A key of n <= inline_key_limit bytes costs at most
+    NATIVE_ENTRY_BOUND (128) + (n if n > 16 else 0) bytes
+(`native_entry_bound`): its slot, 32 bytes in a table at least 3/8 full once it
+has doubled, so 86 bytes a key, and 128 if a doubling holds the old and the new
+table at once (the table grows in place with realloc, which moves a large
+block's pages without copying; the bound covers a realloc that copies); longer
+keys add their bytes in the arena, whose chunks
+(capacity / 32, 4 KiB to 1 MiB) waste less than one key each. With the default
+limit an entry costs at most 256 bytes, one for a 10-byte key at most 128 (86
+between doublings; Kafka: 24, but inexact). Fixed parts: the smallest table (16
+slots), one partly filled chunk, and pass 1's bit table of the cleaner (2 bits
+per dirty offset, kept and charged by the map). The native map counts every byte
+it allocates in `used_bytes` and its `fits` counts the moment of a doubling, so
+the charged figure is the real one. Keys longer than the limit take the Python
+path below (its per-entry cost, charged the same way).
+
+Memory bound, pure-Python map. Each distinct key costs at most
     ENTRY_OVERHEAD (144) + 8 * ceil((33 + stored) / 8) bytes,
 stored = len(key) when len(key) <= inline_key_limit, else 16 (the digest):
 the dict slot (112, counting the moment a resize holds two tables), the offset
