@@ -117,10 +117,14 @@ def batch_record_keys(buf: bytes, pos: int, end: int, count: int, base_offset: i
                     b, q = _zigzag(buf, q)
                 key_len = (b >> 1) ^ -(b & 1)
                 if key_len < 0:
+                    if key_len < -1:
+                        raise _corrupt(f"a record's key length {key_len} at {q}")
                     keyless += 1
                     value_at = q
                 else:
                     value_at = q + key_len
+                    if value_at > record_end:
+                        raise _corrupt(f"a record's key of {key_len} bytes overruns it at {q}")
                     add_key(buf[q:value_at])
                     add_offset(offset)
                     key_bytes += key_len

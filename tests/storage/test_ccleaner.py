@@ -336,6 +336,17 @@ def test_damaged_records_raise_corrupt_record_error_in_pass_1(name, damaged):
 
 
 @pytest.mark.parametrize("name,damaged", _corruptions(), ids=[n for n, _ in _corruptions()])
+def test_the_python_pass_1_refuses_the_same_damage(name, damaged):
+    """The fallback is as strict: a key length below -1 or past its record is refused
+    too, not read as a keyless record or a short key."""
+    from storage.cleaner_records import entry_keys
+
+    data = bytes(damaged)
+    with pytest.raises(CorruptRecordError):
+        entry_keys(data, 0, len(data), 0)
+
+
+@pytest.mark.parametrize("name,damaged", _corruptions(), ids=[n for n, _ in _corruptions()])
 def test_damaged_records_raise_corrupt_record_error_in_pass_2(name, damaged):
     """Pass 1 saw the good batch (and a later one superseding a key); pass 2 reads a
     damaged one in its place."""
