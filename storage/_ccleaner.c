@@ -157,6 +157,31 @@ typedef struct {
     int attr, tombstone;
 } Rec;
 
+/* The header fields both passes need, of the magic-2 entry at b[pos] if it is
+ * whole before `stop`; 0 when it is not (something for the Python code). */
+typedef struct {
+    Py_ssize_t end;
+    int64_t base, last, producer_id;
+    int attrs;
+    int32_t count;
+} BatchHead;
+
+static inline int batch_head(const unsigned char *b, Py_ssize_t pos, Py_ssize_t stop, BatchHead *head) {
+    if (stop - pos < LOG_OVERHEAD)
+        return 0;
+    const unsigned char *h = b + pos;
+    int32_t size = s32(rd32(h + 8));
+    if (size < MIN_BATCH_SIZE_FIELD || size > stop - pos - LOG_OVERHEAD || h[16] != 2)
+        return 0;
+    head->end = pos + LOG_OVERHEAD + size;
+    head->base = s64(rd64(h));
+    head->attrs = rd16(h + 21);
+    head->last = add64(head->base, s32(rd32(h + 23)));
+    head->count = s32(rd32(h + 57));
+    head->producer_id = s64(rd64(h + 43));
+    return 1;
+}
+
 static inline const char *parse_record(const unsigned char *b, Py_ssize_t *pos, Py_ssize_t end, Rec *r) {
     Py_ssize_t p = *pos;
     int64_t len;
@@ -720,18 +745,12 @@ static PyObject *km_map_entries(KeyMap *m, PyObject *args) {
     m->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     while (pos < stop) {
-        if (stop - pos < LOG_OVERHEAD) { status = NEED_PYTHON; break; }
-        const unsigned char *h = b + pos;
-        int32_t size = s32(rd32(h + 8));
-        if (size < MIN_BATCH_SIZE_FIELD || size > stop - pos - LOG_OVERHEAD || h[16] != 2) {
-            status = NEED_PYTHON;
-            break;
-        }
-        Py_ssize_t end = pos + LOG_OVERHEAD + size;
-        int64_t base = s64(rd64(h));
-        int attrs = rd16(h + 21);
-        int64_t last = add64(base, s32(rd32(h + 23)));
-        int32_t count = s32(rd32(h + 57));
+        BatchHead head;
+        if (!batch_head(b, pos, stop, &head)) { status = NEED_PYTHON; break; }
+        Py_ssize_t end = head.end;
+        int64_t base = head.base, last = head.last;
+        int attrs = head.attrs;
+        int32_t count = head.count;
         if (last < start) { pos = end; continue; }
         int control = (attrs & CONTROL_BIT) != 0;
         if (!control && (attrs & CODEC_MASK)) { status = NEED_PYTHON; break; }
@@ -799,7 +818,7 @@ static PyObject *km_map_entries(KeyMap *m, PyObject *args) {
         if (last > r.latest) r.latest = last;
         m->native_entries[0]++;
         r.records += taken;
-        r.bytes += LOG_OVERHEAD + size;
+        r.bytes += end - pos;
         pos = end;
     }
     Py_END_ALLOW_THREADS
@@ -1110,19 +1129,12 @@ static PyObject *km_filter_entries(KeyMap *m, PyObject *args) {
     m->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     while (pos < stop) {
-        if (stop - pos < LOG_OVERHEAD) { status = NEED_PYTHON; break; }
-        const unsigned char *h = b + pos;
-        int32_t size = s32(rd32(h + 8));
-        if (size < MIN_BATCH_SIZE_FIELD || size > stop - pos - LOG_OVERHEAD || h[16] != 2) {
-            status = NEED_PYTHON;
-            break;
-        }
-        Py_ssize_t end = pos + LOG_OVERHEAD + size;
-        int64_t base = s64(rd64(h));
-        int64_t last = add64(base, s32(rd32(h + 23)));
-        int attrs = rd16(h + 21);
-        int32_t count = s32(rd32(h + 57));
-        int64_t producer_id = s64(rd64(h + 43));
+        BatchHead head;
+        if (!batch_head(b, pos, stop, &head)) { status = NEED_PYTHON; break; }
+        Py_ssize_t end = head.end;
+        int64_t base = head.base, last = head.last, producer_id = head.producer_id;
+        int attrs = head.attrs;
+        int32_t count = head.count;
         size_t j;
         if (end == keep_end || last < base || count <= 0 || (attrs & (CONTROL_BIT | CODEC_MASK)) || producer_id >= 0) {
             status = NEED_PYTHON;
