@@ -336,6 +336,14 @@ class Handlers:
 
     async def _log(self, topic: str, partition: int, *, produce: bool = False) -> Log:
         """The live log of a partition, or the per-request error."""
+        one = self._open_log(topic, partition, produce=produce)
+        if one is None:  # an internal topic's log, created on first use
+            one = await self._blocking(self._internal_log, topic, partition)
+        return one
+
+    def _open_log(self, topic: str, partition: int, *, produce: bool = False) -> Log | None:
+        """`_log` without the await: None for an internal topic's log not created yet
+        (never for a PRODUCE, which internal topics refuse first)."""
         validate_topic_name(topic)
         known = self.registry.get(topic)
         if known is None or not 0 <= partition < known.partitions:
@@ -343,10 +351,8 @@ class Handlers:
         if produce and known.internal:
             raise InvalidTopicError(f"cannot append to internal topic {topic}")
         one = self.manager.get_log(topic, partition)
-        if one is None:
-            if not known.internal:
-                raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
-            one = await self._blocking(self._internal_log, topic, partition)
+        if one is None and not known.internal:
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
         return one
 
     def _error_code(self, e: StrataError, one: Log | None) -> int:
@@ -400,7 +406,7 @@ class Handlers:
             req = parse_request(frame)
             if not isinstance(req, ProduceRequest):  # run_key saw a PRODUCE type
                 raise ProtocolError(ErrorCode.INVALID_REQUEST, "not a PRODUCE")
-            one = self._produce_log(req.topic, req.partition)
+            one = self._open_log(req.topic, req.partition, produce=True)
         except (ProtocolError, StrataError) as e:
             future.set_result([error_response(e.code)])
             return future
@@ -410,20 +416,6 @@ class Handlers:
             return future
         self._appender(one).submit(req.message_set, future)
         return future
-
-    def _produce_log(self, topic: str, partition: int) -> Log:
-        """`_log(..., produce=True)` without the await: a PRODUCE never creates a log
-        (internal topics refuse it before any creation)."""
-        validate_topic_name(topic)
-        known = self.registry.get(topic)
-        if known is None or not 0 <= partition < known.partitions:
-            raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
-        if known.internal:
-            raise InvalidTopicError(f"cannot append to internal topic {topic}")
-        one = self.manager.get_log(topic, partition)
-        if one is None:
-            raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
-        return one
 
     def _appender(self, one: Log) -> "Appender":
         appender = self._appenders.get(one)
