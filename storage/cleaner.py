@@ -130,41 +130,6 @@ class _Chunk:
         self.max_timestamp = max_timestamp
 
 
-def read_entries(segment: LogSegment, start: int, stop: int, chunk_size: int,
-                 check_done: Callable[[], None]) -> Iterator[tuple[int, bytes, list[tuple[int, int]]]]:
-    """Whole entries of segment's file in [start, stop), a chunk at a time: yields
-    (file position of the buffer, buffer, [(start, end) of each entry in the buffer])."""
-    records = segment.log
-    position = start
-    unpack = _SIZE.unpack_from
-    while position < stop:
-        check_done()
-        buf = records.read(position, min(chunk_size, stop - position))
-        n = len(buf)
-        spans = []
-        pos = 0
-        while pos + LOG_OVERHEAD <= n:
-            size = unpack(buf, pos + 8)[0]
-            if size < MIN_ENTRY_SIZE_FIELD:
-                raise CorruptRecordError(f"{records.path}: entry at {position + pos} has size {size}")
-            end = pos + LOG_OVERHEAD + size
-            if end > n:
-                break
-            spans.append((pos, end))
-            pos = end
-        if not spans:  # one entry larger than the chunk
-            if n < LOG_OVERHEAD:
-                raise CorruptRecordError(f"{records.path}: partial entry at {position}")
-            total = LOG_OVERHEAD + unpack(buf, 8)[0]
-            if position + total > stop:
-                raise CorruptRecordError(f"{records.path}: entry at {position} runs past the end")
-            buf = records.read(position, total)
-            spans = [(0, total)]
-            pos = total
-        yield position, buf, spans
-        position += pos
-
-
 class _ChunkReader:
     """The native passes' reads: a chunk of at most `chunk_size` bytes at a time from
     `start`; the caller says how many bytes of whole entries it used (`advance`). When
@@ -209,6 +174,22 @@ class _ChunkReader:
             raise CorruptRecordError(f"{self.records.path}: entry at {self.position + pos} has size {size}")
         end = pos + LOG_OVERHEAD + size
         return end if end <= len(buf) else -1
+
+
+def read_entries(segment: LogSegment, start: int, stop: int, chunk_size: int,
+                 check_done: Callable[[], None]) -> Iterator[tuple[int, bytes, list[tuple[int, int]]]]:
+    """Whole entries of segment's file in [start, stop), a chunk at a time: yields
+    (file position of the buffer, buffer, [(start, end) of each entry in the buffer])."""
+    reader = _ChunkReader(segment, start, stop, chunk_size, check_done)
+    while (buf := reader.read()) is not None:
+        spans = []
+        pos = 0
+        while (end := reader.entry_end(buf, pos)) >= 0:
+            spans.append((pos, end))
+            pos = end
+        if spans:
+            yield reader.position, buf, spans
+        reader.advance(buf, pos)
 
 
 def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_size: int,
