@@ -352,8 +352,3 @@ class OffsetMap:
         """`get(key, default)` for a key of at most `inline_key_limit` bytes (the
         cleaner's hot loop calls it directly, sparing a method call per record)."""
         return self.native.get if self.native is not None else self._short.get
-
-    @property
-    def short_keys(self) -> dict[bytes, int]:
-        """The dict of whole keys of the pure-Python map (empty with the native map)."""
-        return self._short
