@@ -11,7 +11,7 @@ $(VENV)/bin/python:
 	$(PY) -m pip install --quiet --upgrade pip
 
 # setup.py builds the optional C accelerators; a change to their sources rebuilds them.
-$(STAMP): pyproject.toml setup.py $(wildcard storage/*.c storage/records/*.c) | $(VENV)/bin/python
+$(STAMP): pyproject.toml setup.py $(wildcard storage/*.c storage/records/*.c storage/records/*.h) | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e '.[test,bench,spark]'
 	touch $(STAMP)
 

@@ -10,15 +10,16 @@ instead of quietly measuring the fallback.
 
 from setuptools import Extension, setup
 
-# Plain C99; the one platform-specific part (x86-64 PCLMULQDQ for CRC32 in _crecords.c) is
-# compiled with a function-level target attribute and chosen at run time by a CPU check.
+# Plain C99; the one platform-specific part (x86-64 carry-less multiply for the CRCs,
+# storage/records/crc_fold.h: PCLMULQDQ, and AVX-512 VPCLMULQDQ) is compiled with
+# function-level target attributes and chosen at run time by a CPU check.
 COMPILE_ARGS = ["-std=c99", "-Wall", "-Wextra", "-Wno-unused-parameter",
                 "-Wno-missing-field-initializers"]
 
 setup(
     ext_modules=[
         Extension("storage.records._crecords", ["storage/records/_crecords.c"],
-                  extra_compile_args=COMPILE_ARGS, optional=True),
+                  depends=["storage/records/crc_fold.h"], extra_compile_args=COMPILE_ARGS, optional=True),
         Extension("storage._ccleaner", ["storage/_ccleaner.c"],
                   extra_compile_args=COMPILE_ARGS, optional=True),
     ],

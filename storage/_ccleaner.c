@@ -34,7 +34,8 @@
  * read is bounds-checked; structure errors raise
  * storage.errors.CorruptRecordError and leave the damaged batch unmapped. The
  * CRC32Cs of rebuilt batches (the old one checked first, as Python does) come
- * from the crc32c package, called with the GIL once the walk is done.
+ * from storage.records.framing's crc32c (the one every other caller uses),
+ * called with the GIL once the walk is done.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1304,7 +1305,7 @@ PyMODINIT_FUNC PyInit__ccleaner(void) {
     CorruptRecordError = PyObject_GetAttrString(errors, "CorruptRecordError");
     Py_DECREF(errors);
     if (!CorruptRecordError) return NULL;
-    PyObject *crc = PyImport_ImportModule("crc32c");
+    PyObject *crc = PyImport_ImportModule("storage.records.framing");
     if (!crc) return NULL;
     crc32c_fn = PyObject_GetAttrString(crc, "crc32c");
     Py_DECREF(crc);

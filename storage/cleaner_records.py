@@ -38,8 +38,6 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from .codecs import Codec, compress, decompress
 from .errors import CorruptRecordError
 from .records.batch import (BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, CRC_OFFSET as BATCH_CRC_OFFSET,
@@ -48,7 +46,7 @@ from .records.classic import (CRC_START as CLASSIC_CRC_START, HEADERS, KEY_LENGT
                               append_message, inner_messages)
 from .records.entries import EntryInfo
 from .records.framing import (CODEC_MASK, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, NO_TIMESTAMP,
-                              TIMESTAMP_TYPE_BIT, crc32)
+                              TIMESTAMP_TYPE_BIT, crc32, crc32c)
 from .records.varint import decode_varint, encode_varint
 
 _LOG_APPEND_TIME = TIMESTAMP_TYPE_BIT

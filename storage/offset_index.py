@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from . import native
 from .errors import CorruptIndexError, InvalidOffsetError
-from .index_file import DEFAULT_MAX_INDEX_SIZE, INT32_MAX, IndexFile
+from .index_file import DEFAULT_MAX_INDEX_SIZE, INT32_MAX, IndexFile, IndexPoints
 
 
 class OffsetPosition(NamedTuple):
@@ -38,7 +38,14 @@ def pack_offset_points_py(points, base_offset: int, base_position: int) -> bytes
 
 
 _crecords = native.load("records._crecords")
-pack_offset_points = _crecords.pack_offset_points if _crecords is not None else pack_offset_points_py
+
+
+def pack_offset_points(points: IndexPoints, base_offset: int, base_position: int) -> bytes:
+    if _crecords is None:
+        return pack_offset_points_py(points, base_offset, base_position)
+    if not isinstance(points, IndexPoints):
+        points = IndexPoints.of(points)
+    return _crecords.pack_offset_points(points.rows, base_offset, base_position)
 
 
 class OffsetIndex(IndexFile):

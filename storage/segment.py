@@ -28,8 +28,10 @@ from .clock import SystemClock
 from .errors import CorruptIndexError, InvalidOffsetError
 from .file_records import FileRecords, FileSlice
 from .fileutil import segment_file_name
+from .index_file import IndexPoints
 from .offset_index import OffsetIndex
 from .records import iter_entries, scan_entries
+from .records.entries import EntryTable
 from .time_index import TimeIndex
 
 INT_MAX = 2**31 - 1
@@ -74,12 +76,14 @@ def index_points_py(entries, interval: int, since: int, best_ts: int, best_offse
     (thousands per MiB of small classic messages), jump from one index point to
     the next with bisect and take each stretch's largest timestamp with max().
     storage/records/_crecords.c has the same function as one C loop."""
+    if isinstance(entries, EntryTable):
+        entries = list(entries)
     positions = [e.position for e in entries]
     timestamps = [e.max_timestamp for e in entries]
     count = len(entries)
     points = []
     if not count:
-        return points, since, best_ts, best_offset
+        return IndexPoints(), since, best_ts, best_offset
     last_end = positions[-1] + entries[-1].size
     done = 0  # entries before this one are folded into best_ts
     indexed = -1
@@ -93,11 +97,21 @@ def index_points_py(entries, interval: int, since: int, best_ts: int, best_offse
         j = bisect.bisect_right(positions, positions[j] + interval, j + 1)
     best_ts, best_offset = _fold_max(entries, timestamps, done, count, best_ts, best_offset)
     since = since + last_end - positions[0] if indexed < 0 else last_end - positions[indexed]
-    return points, since, best_ts, best_offset
+    return IndexPoints.of(points), since, best_ts, best_offset
 
 
 _crecords = native.load("records._crecords")
-index_points = _crecords.index_points if _crecords is not None else index_points_py
+
+
+def index_points(entries, interval: int, since: int, best_ts: int, best_offset: int):
+    """index_points_py's results, in C when built: over an EntryTable's rows
+    (the validator's) no object is made per entry."""
+    if _crecords is None:
+        return index_points_py(entries, interval, since, best_ts, best_offset)
+    if isinstance(entries, EntryTable):
+        entries = entries.rows
+    rows, since, best_ts, best_offset = _crecords.index_points(entries, interval, since, best_ts, best_offset)
+    return IndexPoints(rows), since, best_ts, best_offset
 
 
 class LogSegment:

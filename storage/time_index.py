@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from . import native
 from .errors import CorruptIndexError, InvalidOffsetError
-from .index_file import DEFAULT_MAX_INDEX_SIZE, IndexFile
+from .index_file import DEFAULT_MAX_INDEX_SIZE, IndexFile, IndexPoints
 
 NO_TIMESTAMP = -1
 
@@ -48,7 +48,14 @@ def pack_time_points_py(points, base_offset: int, newest: int) -> bytes:
 
 
 _crecords = native.load("records._crecords")
-pack_time_points = _crecords.pack_time_points if _crecords is not None else pack_time_points_py
+
+
+def pack_time_points(points: IndexPoints, base_offset: int, newest: int) -> bytes:
+    if _crecords is None:
+        return pack_time_points_py(points, base_offset, newest)
+    if not isinstance(points, IndexPoints):
+        points = IndexPoints.of(points)
+    return _crecords.pack_time_points(points.rows, base_offset, newest)
 
 
 class TimeIndex(IndexFile):

@@ -30,6 +30,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define LOG_OVERHEAD 12
 #define MAGIC_OFFSET 16
@@ -70,93 +71,25 @@ static inline void put64(unsigned char *p, int64_t value) {
     }
 }
 
-/* ---- CRC32 (IEEE, reflected; zlib's) ------------------------------------------
+/* ---- CRCs ----------------------------------------------------------------------
  *
- * A classic message needs its own CRC32. Through a Python callable that is about
- * 250 ns a message (the call and a memoryview), most of a 1 KiB message's cost;
- * here it is carry-less multiplication (PCLMULQDQ) folding, the method of
- * Intel's "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ": 64
- * bytes folded per step in four lanes, the lanes folded into one, then
- * reduced to 32 bits (Barrett). The constants are x^k mod P for the reflected
- * polynomial P = 0x104C11DB7. Where the CPU lacks PCLMULQDQ (or this is not
- * x86-64), the caller's callable (ISA-L's crc32) is used; a byte table
- * handles lengths the folding does not cover. tests/storage/test_crecords.py
- * checks it against ISA-L on every length up to several KiB. */
-static uint32_t crc_table[256];
+ * CRC32 (classic messages) and CRC32C (batches) by carry-less multiply folding:
+ * crc_fold.h. CRC32 is computed here whenever the CPU has PCLMULQDQ (a call
+ * through Python per 1 KiB message would cost more than the CRC); CRC32C only
+ * on the AVX-512 path, since below it the crc32c package (the SSE4.2 crc32
+ * instruction) is faster than 128-bit folding. Otherwise the caller's callable
+ * (ISA-L's crc32, the crc32c package) is used. */
+#include "crc_fold.h"
 
-static void init_crc_table(void) {
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t c = n;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[n] = c;
-    }
-}
+static inline int crc32_in_c(void) { return crc_best_path >= CRC_SSE; }
+static inline int crc32c_in_c(void) { return crc_best_path >= CRC_AVX512; }
 
-/* The register form: state = ~crc before and after, as inside zlib's loop. */
-static uint32_t crc_bytes(uint32_t state, const unsigned char *p, Py_ssize_t n) {
-    while (n-- > 0)
-        state = crc_table[(state ^ *p++) & 0xFF] ^ (state >> 8);
-    return state;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_CLMUL_PATH 1
-
-/* `n` is at least 64 and a multiple of 16. */
-__attribute__((target("pclmul,sse4.1"))) static uint32_t crc_fold(uint32_t state, const unsigned char *p,
-                                                                    Py_ssize_t n) {
-    const __m128i fold_by_4 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
-    const __m128i fold_by_1 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
-    const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
-    const __m128i barrett = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL); /* mu, P */
-    const __m128i low32 = _mm_setr_epi32(-1, 0, -1, 0);
-    __m128i a = _mm_loadu_si128((const __m128i *)(p + 0));
-    __m128i b = _mm_loadu_si128((const __m128i *)(p + 16));
-    __m128i c = _mm_loadu_si128((const __m128i *)(p + 32));
-    __m128i d = _mm_loadu_si128((const __m128i *)(p + 48));
-    a = _mm_xor_si128(a, _mm_cvtsi32_si128((int)state));
-    p += 64;
-    n -= 64;
-    for (; n >= 64; p += 64, n -= 64) {
-#define FOLD(x, k, next) _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), \
-                                                     _mm_clmulepi64_si128(x, k, 0x11)), next)
-        a = FOLD(a, fold_by_4, _mm_loadu_si128((const __m128i *)(p + 0)));
-        b = FOLD(b, fold_by_4, _mm_loadu_si128((const __m128i *)(p + 16)));
-        c = FOLD(c, fold_by_4, _mm_loadu_si128((const __m128i *)(p + 32)));
-        d = FOLD(d, fold_by_4, _mm_loadu_si128((const __m128i *)(p + 48)));
-    }
-    a = FOLD(a, fold_by_1, b);
-    a = FOLD(a, fold_by_1, c);
-    a = FOLD(a, fold_by_1, d);
-    for (; n >= 16; p += 16, n -= 16)
-        a = FOLD(a, fold_by_1, _mm_loadu_si128((const __m128i *)p));
-#undef FOLD
-    /* 128 -> 64 bits, then the 32-bit step with k5. */
-    a = _mm_xor_si128(_mm_srli_si128(a, 8), _mm_clmulepi64_si128(a, fold_by_1, 0x10));
-    a = _mm_xor_si128(_mm_srli_si128(a, 4), _mm_clmulepi64_si128(_mm_and_si128(a, low32), k5, 0x00));
-    /* Barrett reduction to 32 bits. */
-    __m128i t = _mm_clmulepi64_si128(_mm_and_si128(a, low32), barrett, 0x10);
-    t = _mm_clmulepi64_si128(_mm_and_si128(t, low32), barrett, 0x00);
-    return (uint32_t)_mm_extract_epi32(_mm_xor_si128(a, t), 1);
-}
-#endif
-
-static int clmul_usable = 0;
-
-/* CRC32 of data[0:n] in C; only when clmul_usable or the caller accepts the table. */
 static uint32_t crc32_native(const unsigned char *p, Py_ssize_t n) {
-    uint32_t state = 0xFFFFFFFFu;
-#ifdef HAVE_CLMUL_PATH
-    if (clmul_usable && n >= 64) {
-        Py_ssize_t folded = n & ~(Py_ssize_t)15;
-        state = crc_fold(state, p, folded);
-        p += folded;
-        n -= folded;
-    }
-#endif
-    return ~crc_bytes(state, p, n);
+    return crc_compute(&crc32_ieee, crc_best_path, p, (size_t)n);
+}
+
+static uint32_t crc32c_native(const unsigned char *p, Py_ssize_t n) {
+    return crc_compute(&crc32_castagnoli, crc_best_path, p, (size_t)n);
 }
 
 /* crc(data[start:end]) through a Python callable; -1 with an exception set on failure. */
@@ -208,6 +141,24 @@ static int append_entry(PyObject *entries, PyTypeObject *entry_type, Py_ssize_t 
     int failed = PyList_Append(entries, entry);
     Py_DECREF(entry);
     return failed;
+}
+
+/* An IndexPoints row (index_file.POINT_ROW): last_offset, position, best_timestamp, best_offset. */
+#define POINT_BYTES ((Py_ssize_t)(4 * sizeof(int64_t)))
+
+/* The fields of an EntryTable row (records.entries.ENTRY_ROW: six native int64s). */
+enum { ROW_POSITION, ROW_SIZE, ROW_MAGIC, ROW_LAST_OFFSET, ROW_MAX_TIMESTAMP, ROW_CODEC, ROW_FIELDS };
+#define ROW_BYTES ((Py_ssize_t)(ROW_FIELDS * sizeof(int64_t)))
+
+/* Appends a row to an EntryTable's bytearray (which over-allocates as it grows). */
+static int append_row(PyObject *rows, Py_ssize_t position, Py_ssize_t size, int magic, int64_t last_offset,
+                      int64_t max_timestamp, int codec) {
+    Py_ssize_t at = PyByteArray_GET_SIZE(rows);
+    if (PyByteArray_Resize(rows, at + ROW_BYTES) < 0)
+        return -1;
+    int64_t row[ROW_FIELDS] = {position, size, magic, last_offset, max_timestamp, codec};
+    memcpy(PyByteArray_AS_STRING(rows) + at, row, sizeof(row));
+    return 0;
 }
 
 /* Whether a classic message's key and value lengths fill its size exactly. */
@@ -280,7 +231,8 @@ static PyObject *scan_run(PyObject *self, PyObject *args) {
             if (codec >= BATCH_CODECS || last_delta < 0 || count < 0 || offset <= previous_last)
                 break;
             if (check_crc) {
-                int64_t crc = call_crc(crc32c, b, pos + BATCH_CRC_START, entry_end);
+                int64_t crc = crc32c_in_c() ? (int64_t)crc32c_native(b + pos + BATCH_CRC_START, entry_end - pos - BATCH_CRC_START)
+                                             : call_crc(crc32c, b, pos + BATCH_CRC_START, entry_end);
                 if (crc < 0)
                     goto done;
                 if ((uint32_t)crc != be32(b + pos + BATCH_CRC_OFFSET))
@@ -298,7 +250,7 @@ static PyObject *scan_run(PyObject *self, PyObject *args) {
             if (codec >= CLASSIC_CODECS || offset <= previous_last)
                 break;
             if (check_crc) {
-                int64_t crc = clmul_usable ? (int64_t)crc32_native(b + pos + MAGIC_OFFSET, entry_end - pos - MAGIC_OFFSET)
+                int64_t crc = crc32_in_c() ? (int64_t)crc32_native(b + pos + MAGIC_OFFSET, entry_end - pos - MAGIC_OFFSET)
                                            : call_crc(crc32, b, pos + MAGIC_OFFSET, entry_end);
                 if (crc < 0)
                     goto done;
@@ -323,13 +275,13 @@ done:
 }
 
 /* assign_classic_run(buf, pos, end, next_offset, max_bytes, compact, log_append, shift,
- *                    max_timestamp, offset_of_max, entries, crc32, entry_type)
+ *                    max_timestamp, offset_of_max, rows, crc32)
  *   -> (pos, next_offset, max_timestamp, offset_of_max)
  *
  * records.validator's inline loop for uncompressed classic messages that need
  * nothing but their offset: checks size, lengths, CRC and max.message.bytes,
- * restamps the offset (outside the CRC) and appends an EntryInfo at
- * position + shift. Stops at a batch, a compressed message, a keyless message on
+ * restamps the offset (outside the CRC) and appends a row at position + shift
+ * to `rows`, an EntryTable's bytearray. Stops at a batch, a compressed message, a keyless message on
  * a compacted topic, a v1 message whose timestamp or type bit must change, and
  * at anything bad. */
 static PyObject *assign_classic_run(PyObject *self, PyObject *args) {
@@ -337,14 +289,12 @@ static PyObject *assign_classic_run(PyObject *self, PyObject *args) {
     Py_ssize_t pos, end, max_bytes, shift;
     long long next_offset, max_timestamp, offset_of_max;
     int compact, log_append;
-    PyObject *entries, *crc32, *entry_type;
-    if (!PyArg_ParseTuple(args, "w*nnLnppnLLOOO", &buffer, &pos, &end, &next_offset, &max_bytes, &compact,
-                          &log_append, &shift, &max_timestamp, &offset_of_max, &entries, &crc32,
-                          &entry_type))
+    PyObject *rows, *crc32;
+    if (!PyArg_ParseTuple(args, "w*nnLnppnLLO!O", &buffer, &pos, &end, &next_offset, &max_bytes, &compact,
+                          &log_append, &shift, &max_timestamp, &offset_of_max, &PyByteArray_Type, &rows,
+                          &crc32))
         return NULL;
     PyObject *result = NULL;
-    if (check_type(entries, entry_type) < 0)
-        goto done;
     if (pos < 0 || end > buffer.len || pos > end) {
         PyErr_SetString(PyExc_ValueError, "pos and end must lie inside the buffer");
         goto done;
@@ -364,7 +314,7 @@ static PyObject *assign_classic_run(PyObject *self, PyObject *args) {
             break;
         if (magic == 1 && (log_append || (attributes & TIMESTAMP_TYPE_BIT)))
             break;
-        int64_t crc = clmul_usable ? (int64_t)crc32_native(b + pos + MAGIC_OFFSET, entry_end - pos - MAGIC_OFFSET)
+        int64_t crc = crc32_in_c() ? (int64_t)crc32_native(b + pos + MAGIC_OFFSET, entry_end - pos - MAGIC_OFFSET)
                                    : call_crc(crc32, b, pos + MAGIC_OFFSET, entry_end);
         if (crc < 0)
             goto done;
@@ -372,8 +322,7 @@ static PyObject *assign_classic_run(PyObject *self, PyObject *args) {
             break;
         int64_t timestamp = magic ? sbe64(b + pos + V1_TIMESTAMP_OFFSET) : NO_TIMESTAMP;
         put64(b + pos, next_offset);
-        if (append_entry(entries, (PyTypeObject *)entry_type, pos + shift, entry_end - pos, magic, next_offset,
-                         timestamp, 0) < 0)
+        if (append_row(rows, pos + shift, entry_end - pos, magic, next_offset, timestamp, 0) < 0)
             goto done;
         if (timestamp > max_timestamp) {
             max_timestamp = timestamp;
@@ -400,56 +349,93 @@ static int entry_field(PyObject *entry, Py_ssize_t index, long long *out) {
     return 0;
 }
 
+/* Entry i's position, size, last offset and max timestamp, from a list of
+ * EntryInfo tuples or from EntryTable rows (a bytearray); -1 with an exception
+ * set on failure. */
+static int entry_fields(PyObject *entries, const int64_t *rows, Py_ssize_t i, long long *position,
+                        long long *size, long long *last_offset, long long *timestamp) {
+    if (rows != NULL) {
+        const int64_t *row = rows + i * ROW_FIELDS;
+        *position = row[ROW_POSITION];
+        *size = row[ROW_SIZE];
+        *last_offset = row[ROW_LAST_OFFSET];
+        *timestamp = row[ROW_MAX_TIMESTAMP];
+        return 0;
+    }
+    PyObject *entry = PyList_GET_ITEM(entries, i);
+    if (entry_field(entry, 0, position) < 0 || entry_field(entry, 1, size) < 0 ||
+        entry_field(entry, 3, last_offset) < 0 || entry_field(entry, 4, timestamp) < 0)
+        return -1;
+    return 0;
+}
+
 /* index_points(entries, interval, since, best_timestamp, best_offset)
  *   -> (points, since, best_timestamp, best_offset)
  *
- * Kafka's rule for the sparse indexes, over entries just written: once more
- * than `interval` bytes were written since the last index entry, the entry
- * gets one. `points` lists (last_offset, position, best_timestamp, best_offset)
- * for each such entry, where best_* is the running largest timestamp (the first
- * entry reaching it wins) up to and including that entry, which is what the
- * time index takes at that point. `since` carries the bytes written since the
- * last index entry over to the next append. Same results as
- * LogSegment._index_points_py. */
+ * Kafka's rule for the sparse indexes, over entries just written (a list of
+ * EntryInfo, or an EntryTable's rows): once more than `interval` bytes were
+ * written since the last index entry, the entry gets one. `points` is bytes of
+ * IndexPoints rows (index_file.POINT_ROW: four native int64s), one
+ * (last_offset, position, best_timestamp, best_offset) for each such entry,
+ * where best_* is the running largest timestamp (the first entry reaching it
+ * wins) up to and including that entry, which is what the time index takes at
+ * that point. `since` carries the bytes written since the last index entry
+ * over to the next append. Same results as segment.index_points_py. */
 static PyObject *index_points(PyObject *self, PyObject *args) {
     PyObject *entries;
     long long interval, since, best_timestamp, best_offset;
-    if (!PyArg_ParseTuple(args, "O!LLLL", &PyList_Type, &entries, &interval, &since, &best_timestamp,
-                          &best_offset))
+    if (!PyArg_ParseTuple(args, "OLLLL", &entries, &interval, &since, &best_timestamp, &best_offset))
         return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(entries);
-    PyObject *points = PyList_New(0);
+    const int64_t *rows = NULL;
+    Py_ssize_t count;
+    if (PyByteArray_Check(entries)) {
+        if (PyByteArray_GET_SIZE(entries) % ROW_BYTES) {
+            PyErr_SetString(PyExc_ValueError, "rows must be whole EntryTable rows");
+            return NULL;
+        }
+        rows = (const int64_t *)PyByteArray_AS_STRING(entries);
+        count = PyByteArray_GET_SIZE(entries) / ROW_BYTES;
+    } else if (PyList_Check(entries)) {
+        count = PyList_GET_SIZE(entries);
+    } else {
+        PyErr_SetString(PyExc_TypeError, "entries must be a list of EntryInfo or an EntryTable's rows");
+        return NULL;
+    }
+    /* At most one point per entry; cut to size at the end. */
+    PyObject *points = PyBytes_FromStringAndSize(NULL, count * POINT_BYTES);
     if (points == NULL)
         return NULL;
     if (count == 0)
         return Py_BuildValue("NLLL", points, since, best_timestamp, best_offset);
+    int64_t *point = (int64_t *)PyBytes_AS_STRING(points);
+    Py_ssize_t taken = 0;
     long long first_position, position = 0, size = 0, last_offset, timestamp;
-    if (entry_field(PyList_GET_ITEM(entries, 0), 0, &first_position) < 0)
+    if (entry_fields(entries, rows, 0, &first_position, &size, &last_offset, &timestamp) < 0)
         goto failed;
     long long threshold = first_position + interval - since;
     long long indexed_position = -1;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *entry = PyList_GET_ITEM(entries, i);
-        if (entry_field(entry, 0, &position) < 0 || entry_field(entry, 1, &size) < 0 ||
-            entry_field(entry, 3, &last_offset) < 0 || entry_field(entry, 4, &timestamp) < 0)
+        if (entry_fields(entries, rows, i, &position, &size, &last_offset, &timestamp) < 0)
             goto failed;
         if (timestamp > best_timestamp) {
             best_timestamp = timestamp;
             best_offset = last_offset;
         }
         if (position > threshold) {
-            PyObject *point = Py_BuildValue("(LLLL)", last_offset, position, best_timestamp, best_offset);
-            if (point == NULL || PyList_Append(points, point) < 0) {
-                Py_XDECREF(point);
-                goto failed;
-            }
-            Py_DECREF(point);
+            point[0] = last_offset;
+            point[1] = position;
+            point[2] = best_timestamp;
+            point[3] = best_offset;
+            point += 4;
+            taken++;
             threshold = position + interval;
             indexed_position = position;
         }
     }
     long long last_end = position + size;
     since = indexed_position < 0 ? since + last_end - first_position : last_end - indexed_position;
+    if (taken < count && _PyBytes_Resize(&points, taken * POINT_BYTES) < 0)
+        return NULL;
     return Py_BuildValue("NLLL", points, since, best_timestamp, best_offset);
 failed:
     Py_DECREF(points);
@@ -464,69 +450,69 @@ static inline void put32(unsigned char *p, int32_t value) {
     p[3] = (unsigned char)v;
 }
 
-/* Field `index` of point `i` (a tuple from index_points) as an int64. */
-static int point_field(PyObject *points, Py_ssize_t i, Py_ssize_t index, long long *out) {
-    return entry_field(PyList_GET_ITEM(points, i), index, out);
+/* The point rows of a bytes-like (IndexPoints.rows); NULL with an exception set
+ * when it is not whole rows. The caller releases `buffer`. */
+static const int64_t *point_rows(Py_buffer *buffer, Py_ssize_t *count) {
+    if (buffer->len % POINT_BYTES) {
+        PyErr_SetString(PyExc_ValueError, "points must be whole IndexPoints rows");
+        return NULL;
+    }
+    *count = buffer->len / POINT_BYTES;
+    return (const int64_t *)buffer->buf;
 }
 
-/* pack_offset_points(points, base_offset, base_position) -> bytes
+/* pack_offset_points(rows, base_offset, base_position) -> bytes
  *
  * The offset index entries (relativeOffset:int32, position:int32) of the
- * points, each at base_position + its position. The caller (OffsetIndex)
- * checked that the offsets and positions fit. */
+ * points (IndexPoints rows), each at base_position + its position. The caller
+ * (OffsetIndex) checked that the offsets and positions fit. */
 static PyObject *pack_offset_points(PyObject *self, PyObject *args) {
-    PyObject *points;
+    Py_buffer buffer;
     long long base_offset, base_position;
-    if (!PyArg_ParseTuple(args, "O!LL", &PyList_Type, &points, &base_offset, &base_position))
+    if (!PyArg_ParseTuple(args, "y*LL", &buffer, &base_offset, &base_position))
         return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(points);
-    PyObject *packed = PyBytes_FromStringAndSize(NULL, count * 8);
-    if (packed == NULL)
-        return NULL;
-    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packed);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        long long offset, position;
-        if (point_field(points, i, 0, &offset) < 0 || point_field(points, i, 1, &position) < 0) {
-            Py_DECREF(packed);
-            return NULL;
+    Py_ssize_t count;
+    const int64_t *point = point_rows(&buffer, &count);
+    PyObject *packed = point == NULL ? NULL : PyBytes_FromStringAndSize(NULL, count * 8);
+    if (packed != NULL) {
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packed);
+        for (Py_ssize_t i = 0; i < count; i++, point += 4) {
+            put32(out + 8 * i, (int32_t)(point[0] - base_offset));
+            put32(out + 8 * i + 4, (int32_t)(base_position + point[1]));
         }
-        put32(out + 8 * i, (int32_t)(offset - base_offset));
-        put32(out + 8 * i + 4, (int32_t)(base_position + position));
     }
+    PyBuffer_Release(&buffer);
     return packed;
 }
 
-/* pack_time_points(points, base_offset, last_timestamp) -> bytes
+/* pack_time_points(rows, base_offset, last_timestamp) -> bytes
  *
  * The time index entries (timestamp:int64, relativeOffset:int32) of the points
  * whose timestamp is above every earlier one (and above last_timestamp): the
  * time index takes only strictly increasing timestamps. */
 static PyObject *pack_time_points(PyObject *self, PyObject *args) {
-    PyObject *points;
+    Py_buffer buffer;
     long long base_offset, newest;
-    if (!PyArg_ParseTuple(args, "O!LL", &PyList_Type, &points, &base_offset, &newest))
+    if (!PyArg_ParseTuple(args, "y*LL", &buffer, &base_offset, &newest))
         return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(points);
-    PyObject *packed = PyBytes_FromStringAndSize(NULL, count * 12);
-    if (packed == NULL)
-        return NULL;
-    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packed);
-    Py_ssize_t taken = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        long long timestamp, offset;
-        if (point_field(points, i, 2, &timestamp) < 0 || point_field(points, i, 3, &offset) < 0) {
-            Py_DECREF(packed);
-            return NULL;
+    Py_ssize_t count;
+    const int64_t *point = point_rows(&buffer, &count);
+    PyObject *packed = point == NULL ? NULL : PyBytes_FromStringAndSize(NULL, count * 12);
+    if (packed != NULL) {
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packed);
+        Py_ssize_t taken = 0;
+        for (Py_ssize_t i = 0; i < count; i++, point += 4) {
+            if (point[2] > newest) {
+                newest = point[2];
+                put64(out + 12 * taken, point[2]);
+                put32(out + 12 * taken + 8, (int32_t)(point[3] - base_offset));
+                taken++;
+            }
         }
-        if (timestamp > newest) {
-            newest = timestamp;
-            put64(out + 12 * taken, timestamp);
-            put32(out + 12 * taken + 8, (int32_t)(offset - base_offset));
-            taken++;
-        }
+        if (taken < count)
+            _PyBytes_Resize(&packed, taken * 12); /* NULL with the error set on failure */
     }
-    if (taken < count && _PyBytes_Resize(&packed, taken * 12) < 0)
-        return NULL;
+    PyBuffer_Release(&buffer);
     return packed;
 }
 
@@ -671,26 +657,47 @@ done:
     return result;
 }
 
-/* crc32(data, use_table=False) -> int: zlib's CRC32 computed here (for tests and
- * checks); use_table forces the byte-table path. */
-static PyObject *crc32_py(PyObject *self, PyObject *args) {
-    Py_buffer buffer;
-    int use_table = 0;
-    if (!PyArg_ParseTuple(args, "y*|p", &buffer, &use_table))
+/* crc32(data, path=-1) / crc32c(data, path=-1) -> int: the CRC computed here
+ * (for the validator's Python path and tests); `path` forces a slower path
+ * (0 table, 1 SSE, 2 AVX-512: at most CRC_PATH), -1 takes the best. */
+static PyObject *crc_py(const crc_params *params, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "crc32(data, path=-1) takes one or two arguments");
         return NULL;
-    int saved = clmul_usable;
-    if (use_table)
-        clmul_usable = 0;
-    uint32_t crc = crc32_native(buffer.buf, buffer.len);
-    clmul_usable = saved;
+    }
+    int path = -1;
+    if (nargs == 2 && (path = _PyLong_AsInt(args[1])) == -1 && PyErr_Occurred())
+        return NULL;
+    if (path < 0 || path > crc_best_path)
+        path = crc_best_path;
+    Py_buffer buffer;
+    if (PyObject_GetBuffer(args[0], &buffer, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t crc;
+    if (buffer.len >= 65536) { /* long enough to be worth letting other threads run */
+        Py_BEGIN_ALLOW_THREADS
+        crc = crc_compute(params, path, buffer.buf, (size_t)buffer.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        crc = crc_compute(params, path, buffer.buf, (size_t)buffer.len);
+    }
     PyBuffer_Release(&buffer);
     return PyLong_FromUnsignedLong(crc);
+}
+
+static PyObject *crc32_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return crc_py(&crc32_ieee, args, nargs);
+}
+
+static PyObject *crc32c_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return crc_py(&crc32_castagnoli, args, nargs);
 }
 
 static PyMethodDef methods[] = {
     {"summarize_records", summarize_records, METH_VARARGS, "A batch's records summarised, or None if malformed."},
     {"find_timestamp", find_timestamp, METH_VARARGS, "The first record at or after a timestamp and offset."},
-    {"crc32", crc32_py, METH_VARARGS, "zlib's CRC32 of a buffer, computed in C."},
+    {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL, "zlib's CRC32 of a buffer, computed in C."},
+    {"crc32c", (PyCFunction)(void (*)(void))crc32c_py, METH_FASTCALL, "The CRC32C (Castagnoli) of a buffer, computed in C."},
     {"pack_offset_points", pack_offset_points, METH_VARARGS, "Offset index entries of index points."},
     {"pack_time_points", pack_time_points, METH_VARARGS, "Time index entries of index points."},
     {"scan_run", scan_run, METH_VARARGS, "The shallow scan's loop over good entries."},
@@ -705,13 +712,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_crecords",
                                     methods};
 
 PyMODINIT_FUNC PyInit__crecords(void) {
-    init_crc_table();
-#ifdef HAVE_CLMUL_PATH
-    __builtin_cpu_init();
-    clmul_usable = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-#endif
+    crc_init();
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "CLMUL", clmul_usable) < 0) {
+    if (m != NULL && (PyModule_AddIntConstant(m, "CLMUL", crc32_in_c()) < 0 ||
+                      PyModule_AddIntConstant(m, "CRC_PATH", crc_best_path) < 0 ||
+                      PyModule_AddIntConstant(m, "CRC32C_IN_C", crc32c_in_c()) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -30,11 +30,9 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-import crc32c
-
 from .. import native
 from ..errors import CorruptRecordError
-from .framing import LOG_APPEND_TIME, LOG_OVERHEAD, Record
+from .framing import LOG_APPEND_TIME, LOG_OVERHEAD, Record, crc32c
 from .varint import decode_varint, encode_varint
 
 _FIELDS = (
@@ -72,7 +70,7 @@ NO_SEQUENCE = -1
 
 def batch_crc(buf, pos: int, entry_end: int) -> int:
     """The CRC32C the batch at `pos` should carry."""
-    return crc32c.crc32c(memoryview(buf)[pos + CRC_START:entry_end])
+    return crc32c(memoryview(buf)[pos + CRC_START:entry_end])
 
 
 def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,

@@ -21,9 +21,10 @@ from storage import native
 from storage.codecs import Codec
 from storage.config import LogConfig
 from storage.errors import StrataError
+from storage.index_file import IndexPoints
 from storage.offset_index import OffsetIndex, pack_offset_points_py
 from storage.records import build_batch, build_classic, scan_entries, validate_and_assign
-from storage.records.entries import EntryInfo
+from storage.records.entries import EntryInfo, EntryTable
 from storage.segment import index_points_py
 from storage.time_index import TimeIndex, pack_time_points_py
 
@@ -139,7 +140,13 @@ def test_run_functions_refuse_bad_arguments():
     with pytest.raises(TypeError):
         crecords.scan_run(b"x" * 20, 0, 20, -1, True, True, (), None, None, EntryInfo)
     with pytest.raises(TypeError):  # the buffer is patched: read-only bytes will not do
-        crecords.assign_classic_run(b"x" * 20, 0, 20, 0, 100, False, False, 0, -1, -1, [], None, EntryInfo)
+        crecords.assign_classic_run(b"x" * 20, 0, 20, 0, 100, False, False, 0, -1, -1, bytearray(), None)
+    with pytest.raises(TypeError):  # rows are an EntryTable's bytearray
+        crecords.assign_classic_run(bytearray(20), 0, 20, 0, 100, False, False, 0, -1, -1, [], None)
+    with pytest.raises(TypeError):
+        crecords.index_points((), 4096, 0, -1, -1)
+    with pytest.raises(ValueError):  # not whole rows
+        crecords.index_points(bytearray(47), 4096, 0, -1, -1)
 
 
 def random_entries(rng: random.Random) -> list[EntryInfo]:
@@ -160,8 +167,38 @@ def test_index_points_match_python(seed):
     interval = rng.choice((1, 4096, 10_000, 1 << 20))
     since = rng.randrange(0, interval + 1)
     best = rng.choice(((-1, -1), (1_700_000_000_000, 5)))
-    assert crecords.index_points(entries, interval, since, *best) == index_points_py(entries, interval, since, *best)
-    assert crecords.index_points([], interval, since, *best) == index_points_py([], interval, since, *best)
+    expected = index_points_py(entries, interval, since, *best)
+    assert c_index_points(entries, interval, since, *best) == expected
+    table = EntryTable(entries)
+    assert c_index_points(table.rows, interval, since, *best) == expected
+    assert index_points_py(table, interval, since, *best) == expected
+    assert c_index_points([], interval, since, *best) == index_points_py([], interval, since, *best)
+    assert c_index_points(bytearray(), interval, since, *best) == index_points_py([], interval, since, *best)
+
+
+def c_index_points(*args):
+    """crecords.index_points, its point rows read as IndexPoints."""
+    rows, *rest = crecords.index_points(*args)
+    return (IndexPoints(rows), *rest)
+
+
+def test_index_points_read_as_a_sequence_of_tuples():
+    points = IndexPoints.of([(5, 100, 7, 5), (9, 5000, 7, 5), (12, 9000, 8, 11)])
+    assert len(points) == 3 and points[1] == (9, 5000, 7, 5) and points[-1] == (12, 9000, 8, 11)
+    assert points[1:] == [(9, 5000, 7, 5), (12, 9000, 8, 11)] and points[5:1] == []
+    with pytest.raises(IndexError):
+        points[3]
+    assert not IndexPoints() and IndexPoints() == []
+
+
+def test_entry_table_reads_as_a_sequence_of_entry_info():
+    entries = random_entries(random.Random(7))
+    table = EntryTable(entries)
+    assert len(table) == len(entries) and list(table) == entries and table == entries
+    assert table[0] == entries[0] and table[-1] == entries[-1] and table[2:5] == entries[2:5]
+    with pytest.raises(IndexError):
+        table[len(entries)]
+    assert EntryTable() == [] and not EntryTable()
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -169,9 +206,11 @@ def test_packed_index_entries_match_python(seed):
     rng = random.Random(seed)
     points, _, _, _ = index_points_py(random_entries(rng), 4096, 0, -1, -1)
     base = points[0][0] - rng.randrange(0, 10) if points else 0
-    assert crecords.pack_offset_points(points, base, 777) == pack_offset_points_py(points, base, 777)
+    assert crecords.pack_offset_points(points.rows, base, 777) == pack_offset_points_py(points, base, 777)
     newest = rng.choice((-1, 1_700_000_000_000))
-    assert crecords.pack_time_points(points, base, newest) == pack_time_points_py(points, base, newest)
+    assert crecords.pack_time_points(points.rows, base, newest) == pack_time_points_py(points, base, newest)
+    with pytest.raises(ValueError):  # not whole rows
+        crecords.pack_offset_points(points.rows + b"x", base, 777)
 
 
 def test_bulk_index_appends_equal_one_by_one(tmp_path):
@@ -199,18 +238,47 @@ def test_bulk_index_appends_equal_one_by_one(tmp_path):
         index.close()
 
 
-def test_crc32_in_c_matches_isal_at_every_length_and_alignment():
-    """The folding CRC32 (and its byte-table fallback) against ISA-L's."""
+@pytest.mark.parametrize("name", ["crc32", "crc32c"])
+def test_crcs_in_c_match_the_libraries_on_every_path_length_and_alignment(name):
+    """Each folding path this CPU runs (byte table, SSE, AVX-512), for CRC32
+    against ISA-L's and for CRC32C against the crc32c package: every length
+    around the paths' block sizes (16, 64, 256 bytes) and random longer ones."""
+    import crc32c
     from isal.isal_zlib import crc32
 
+    reference = crc32 if name == "crc32" else crc32c.crc32c
+    ours = getattr(crecords, name)
     rng = random.Random(3)
-    data = bytes(rng.randrange(256) for _ in range(9000))
-    lengths = list(range(0, 300)) + [rng.randrange(300, 8000) for _ in range(100)]
+    data = bytes(rng.randrange(256) for _ in range(70_000))
+    lengths = list(range(0, 600)) + [rng.randrange(600, 9000) for _ in range(100)] + [65_535, 65_536, 69_000]
     for length in lengths:
-        for start in (0, 1, 5, 15):
+        for start in (0, 1, 5, 15, 63):
             piece = data[start:start + length]
-            assert crecords.crc32(piece) == crc32(piece), (length, start)
-            assert crecords.crc32(piece, True) == crc32(piece), (length, start)
+            expected = reference(piece)
+            for path in range(crecords.CRC_PATH + 1):
+                assert ours(piece, path) == expected, (length, start, path)
+            assert ours(memoryview(piece)) == expected, (length, start)
+
+
+def test_crc_functions_refuse_bad_arguments():
+    with pytest.raises(TypeError):
+        crecords.crc32c()
+    with pytest.raises(TypeError):
+        crecords.crc32c(b"x", 1, 2)
+    with pytest.raises(TypeError):
+        crecords.crc32c("not bytes")
+    assert crecords.crc32c(b"123456789", 99) == 0xE3069283  # a path above the CPU's: the best one
+    assert crecords.crc32(b"123456789", -5) == 0xCBF43926
+
+
+def test_crc32c_is_chosen_once_for_every_caller():
+    """The validator, the scan and the cleaner share framing's CRC32C."""
+    from storage import cleaner_records
+    from storage.records import batch, entries, framing
+
+    assert batch.crc32c is entries.crc32c is cleaner_records.crc32c is framing.crc32c
+    if crecords.CRC32C_IN_C:
+        assert framing.crc32c is crecords.crc32c
 
 
 def random_records(rng: random.Random, count: int) -> list[tuple]:
