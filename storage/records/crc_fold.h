@@ -15,11 +15,14 @@
  *   - the AVX-512 path folds four 512-bit registers (256 bytes) per step
  *     (D = 2048), then joins them (D = 512);
  *   - the SSE path folds four 128-bit registers (64 bytes) per step (D = 512);
- *   - both end in one 128-bit lane, folded to 64 then 32 bits and reduced by
- *     Barrett (mu = reflect(x^64 / P), P' = reflect(P)).
+ *   - both end in one 128-bit lane; the last 1-15 bytes join it as one more
+ *     fold (the lane and the tail are 16 + r bytes: zero-padded in front to 32,
+ *     the first 16 fold onto the second, so no byte loop is needed), then it
+ *     is folded to 64 and 32 bits and reduced by Barrett
+ *     (mu = reflect(x^64 / P), P' = reflect(P)).
  * The constants below were computed from the polynomials (the IEEE set equals
  * the one published with the Linux kernel's crc32-pclmul). A byte table covers
- * short ranges and the last few bytes. Callers pick the path with crc_path:
+ * ranges too short to fold (under 64 bytes). Callers pick the path (crc_path):
  * tests run every path on every length and alignment against ISA-L and the
  * crc32c package.
  */
@@ -73,16 +76,37 @@ static uint32_t crc_bytes(const crc_params *params, uint32_t state, const unsign
 #define CRC_FOLD128(x, k, next)                                                                              \
     _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next)
 
-/* One 128-bit lane (the fold of everything so far) plus the 16-byte blocks of
- * p[0:n] (n a multiple of 16) down to the 32-bit register state. */
-__attribute__((target("pclmul,sse4.1"))) static uint32_t crc_finish_lane(const crc_params *params, __m128i a,
-                                                                            const unsigned char *p, size_t n) {
+/* pshufb masks: loadu(crc_shift_masks + 16 - k) moves a lane's bytes k places up
+ * (to higher addresses), loadu(crc_shift_masks + 16 + k) k places down; 0x80
+ * makes a zero byte. loadu(crc_tail_masks + r) keeps a lane's last r bytes. */
+static const unsigned char crc_shift_masks[48] = {
+    0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+    0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+    0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80};
+static const unsigned char crc_tail_masks[32] = {
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+
+/* One 128-bit lane (the fold of everything before p) plus p[0:n] down to the
+ * 32-bit register state. At least 16 bytes precede p in the same buffer (the
+ * tail is read as the last 16 bytes). */
+__attribute__((target("pclmul,ssse3,sse4.1"))) static uint32_t crc_finish_lane(const crc_params *params,
+                                                                                  __m128i a, const unsigned char *p,
+                                                                                  size_t n) {
     const __m128i fold_128 = _mm_set_epi64x((long long)params->fold_128_hi, (long long)params->fold_128_lo);
     const __m128i k64 = _mm_set_epi64x(0, (long long)params->k64);
     const __m128i barrett = _mm_set_epi64x((long long)params->mu, (long long)params->poly);
     const __m128i low32 = _mm_setr_epi32(-1, 0, -1, 0);
     for (; n >= 16; p += 16, n -= 16)
         a = CRC_FOLD128(a, fold_128, _mm_loadu_si128((const __m128i *)p));
+    if (n > 0) {
+        /* [16 - n zeros | a's first n bytes] folds onto [a's last 16 - n bytes | the n tail bytes]. */
+        __m128i head = _mm_shuffle_epi8(a, _mm_loadu_si128((const __m128i *)(crc_shift_masks + n)));
+        __m128i rest = _mm_shuffle_epi8(a, _mm_loadu_si128((const __m128i *)(crc_shift_masks + 16 + n)));
+        __m128i last16 = _mm_loadu_si128((const __m128i *)(p + n - 16));
+        rest = _mm_xor_si128(rest, _mm_and_si128(last16, _mm_loadu_si128((const __m128i *)(crc_tail_masks + n))));
+        a = CRC_FOLD128(head, fold_128, rest);
+    }
     /* 128 -> 64 bits, then the 32-bit step. */
     a = _mm_xor_si128(_mm_srli_si128(a, 8), _mm_clmulepi64_si128(a, fold_128, 0x10));
     a = _mm_xor_si128(_mm_srli_si128(a, 4), _mm_clmulepi64_si128(_mm_and_si128(a, low32), k64, 0x00));
@@ -92,8 +116,8 @@ __attribute__((target("pclmul,sse4.1"))) static uint32_t crc_finish_lane(const c
     return (uint32_t)_mm_extract_epi32(_mm_xor_si128(a, t), 1);
 }
 
-/* `n` is at least 64 and a multiple of 16. */
-__attribute__((target("pclmul,sse4.1"))) static uint32_t crc_fold_sse(const crc_params *params, uint32_t state,
+/* `n` is at least 64. */
+__attribute__((target("pclmul,ssse3,sse4.1"))) static uint32_t crc_fold_sse(const crc_params *params, uint32_t state,
                                                                          const unsigned char *p, size_t n) {
     const __m128i fold_512 = _mm_set_epi64x((long long)params->fold_512_hi, (long long)params->fold_512_lo);
     const __m128i fold_128 = _mm_set_epi64x((long long)params->fold_128_hi, (long long)params->fold_128_lo);
@@ -119,8 +143,8 @@ __attribute__((target("pclmul,sse4.1"))) static uint32_t crc_fold_sse(const crc_
     _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00), _mm512_clmulepi64_epi128(x, k, 0x11), next, \
                               0x96)
 
-/* `n` is at least 256 and a multiple of 16. */
-__attribute__((target("pclmul,sse4.1,avx512f,vpclmulqdq"))) static uint32_t
+/* `n` is at least 256. */
+__attribute__((target("pclmul,ssse3,sse4.1,avx512f,vpclmulqdq"))) static uint32_t
 crc_fold_avx512(const crc_params *params, uint32_t state, const unsigned char *p, size_t n) {
     const __m512i fold_2048 = _mm512_broadcast_i32x4(
         _mm_set_epi64x((long long)params->fold_2048_hi, (long long)params->fold_2048_lo));
@@ -159,7 +183,7 @@ static void crc_init(void) {
     crc_init_table(&crc32_castagnoli);
 #ifdef CRC_HAVE_CLMUL
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1")) {
+    if (__builtin_cpu_supports("pclmul") && __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1")) {
         crc_best_path = CRC_SSE;
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq"))
             crc_best_path = CRC_AVX512;
@@ -171,16 +195,10 @@ static void crc_init(void) {
 static uint32_t crc_compute(const crc_params *params, int path, const unsigned char *p, size_t n) {
     uint32_t state = 0xFFFFFFFFu;
 #ifdef CRC_HAVE_CLMUL
-    size_t folded = n & ~(size_t)15;
-    if (path >= CRC_AVX512 && n >= 256) {
-        state = crc_fold_avx512(params, state, p, folded);
-        p += folded;
-        n -= folded;
-    } else if (path >= CRC_SSE && n >= 64) {
-        state = crc_fold_sse(params, state, p, folded);
-        p += folded;
-        n -= folded;
-    }
+    if (path >= CRC_AVX512 && n >= 256)
+        return ~crc_fold_avx512(params, state, p, n);
+    if (path >= CRC_SSE && n >= 64)
+        return ~crc_fold_sse(params, state, p, n);
 #endif
     return ~crc_bytes(params, state, p, n);
 }
