@@ -43,6 +43,10 @@
 #define BATCH_LAST_DELTA_OFFSET 23
 #define BATCH_MAX_TIMESTAMP_OFFSET 35
 #define BATCH_RECORD_COUNT_OFFSET 57
+#define BATCH_LEADER_EPOCH_OFFSET 12
+#define BATCH_PRODUCER_ID_OFFSET 43
+#define BATCH_BASE_SEQUENCE_OFFSET 53
+#define BATCH_CONTROL_BIT 0x20
 #define MIN_BATCH_LENGTH 49
 #define CODEC_MASK 0x07
 #define TIMESTAMP_TYPE_BIT 0x08
@@ -61,6 +65,14 @@ static inline int32_t sbe32(const unsigned char *p) { return (int32_t)be32(p); }
 
 static inline int64_t sbe64(const unsigned char *p) {
     return (int64_t)(((uint64_t)be32(p) << 32) | (uint64_t)be32(p + 4));
+}
+
+static inline void put32(unsigned char *p, int32_t value) {
+    uint32_t v = (uint32_t)value;
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
 }
 
 static inline void put64(unsigned char *p, int64_t value) {
@@ -274,27 +286,34 @@ done:
     return result;
 }
 
-/* assign_classic_run(buf, pos, end, next_offset, max_bytes, compact, log_append, shift,
- *                    max_timestamp, offset_of_max, rows, crc32)
- *   -> (pos, next_offset, max_timestamp, offset_of_max)
+/* assign_plain_run(buf, pos, end, next_offset, max_bytes, compact, log_append, shift,
+ *                  max_timestamp, offset_of_max, rows, crc32, crc32c)
+ *   -> (pos, next_offset, max_timestamp, offset_of_max, record_count, has_producer_ids)
  *
- * records.validator's inline loop for uncompressed classic messages that need
- * nothing but their offset: checks size, lengths, CRC and max.message.bytes,
- * restamps the offset (outside the CRC) and appends a row at position + shift
- * to `rows`, an EntryTable's bytearray. Stops at a batch, a compressed message, a keyless message on
- * a compacted topic, a v1 message whose timestamp or type bit must change, and
- * at anything bad. */
-static PyObject *assign_classic_run(PyObject *self, PyObject *args) {
+ * records.validator's loop for the entries that need nothing but their offsets:
+ * uncompressed classic messages and uncompressed record batches. Checks size,
+ * max.message.bytes, lengths (classic), the batch header's rules (count is
+ * lastOffsetDelta + 1, no control batch, a producer id has a sequence) and the
+ * CRC; restamps the offset (a batch: baseOffset and partitionLeaderEpoch 0),
+ * all outside the CRC, and appends a row at position + shift to `rows`, an
+ * EntryTable's bytearray. Stops at a compressed entry, a keyless message on a
+ * compacted topic (any batch on one: its records must be walked), a timestamp
+ * or type bit to change (LogAppendTime; CreateTime with the bit set), and at
+ * anything bad; the validator's Python code takes that entry and raises every
+ * error. */
+static PyObject *assign_plain_run(PyObject *self, PyObject *args) {
     Py_buffer buffer;
     Py_ssize_t pos, end, max_bytes, shift;
     long long next_offset, max_timestamp, offset_of_max;
     int compact, log_append;
-    PyObject *rows, *crc32;
-    if (!PyArg_ParseTuple(args, "w*nnLnppnLLO!O", &buffer, &pos, &end, &next_offset, &max_bytes, &compact,
+    PyObject *rows, *crc32, *crc32c;
+    if (!PyArg_ParseTuple(args, "w*nnLnppnLLO!OO", &buffer, &pos, &end, &next_offset, &max_bytes, &compact,
                           &log_append, &shift, &max_timestamp, &offset_of_max, &PyByteArray_Type, &rows,
-                          &crc32))
+                          &crc32, &crc32c))
         return NULL;
     PyObject *result = NULL;
+    long long record_count = 0;
+    int has_producer_ids = 0;
     if (pos < 0 || end > buffer.len || pos > end) {
         PyErr_SetString(PyExc_ValueError, "pos and end must lie inside the buffer");
         goto done;
@@ -303,35 +322,68 @@ static PyObject *assign_classic_run(PyObject *self, PyObject *args) {
     while (end - pos > MAGIC_OFFSET) {
         int32_t size = sbe32(b + pos + 8);
         int magic = b[pos + MAGIC_OFFSET];
-        if (magic > 1 || size < MIN_SIZE_FIELD[magic] || size > end - pos - LOG_OVERHEAD)
+        if (magic > 2 || size < MIN_ENTRY_SIZE_FIELD || size > end - pos - LOG_OVERHEAD)
             break;
         Py_ssize_t entry_end = pos + LOG_OVERHEAD + size;
-        int32_t key_len;
-        if (entry_end - pos > max_bytes || !classic_lengths_fit(b, pos, entry_end, magic, &key_len))
+        if (entry_end - pos > max_bytes)
             break;
-        int attributes = b[pos + CLASSIC_ATTRIBUTES_OFFSET];
-        if ((attributes & CODEC_MASK) || (compact && key_len < 0))
-            break;
-        if (magic == 1 && (log_append || (attributes & TIMESTAMP_TYPE_BIT)))
-            break;
-        int64_t crc = crc32_in_c() ? (int64_t)crc32_native(b + pos + MAGIC_OFFSET, entry_end - pos - MAGIC_OFFSET)
-                                   : call_crc(crc32, b, pos + MAGIC_OFFSET, entry_end);
-        if (crc < 0)
-            goto done;
-        if ((uint32_t)crc != be32(b + pos + CLASSIC_CRC_OFFSET))
-            break;
-        int64_t timestamp = magic ? sbe64(b + pos + V1_TIMESTAMP_OFFSET) : NO_TIMESTAMP;
-        put64(b + pos, next_offset);
-        if (append_row(rows, pos + shift, entry_end - pos, magic, next_offset, timestamp, 0) < 0)
+        int64_t last_offset, timestamp, count;
+        if (magic == 2) {
+            if (size < MIN_BATCH_LENGTH || compact || log_append)
+                break;
+            int attributes = b[pos + BATCH_CRC_START + 1]; /* the low byte of the int16 attributes */
+            int32_t last_delta = sbe32(b + pos + BATCH_LAST_DELTA_OFFSET);
+            int32_t records = sbe32(b + pos + BATCH_RECORD_COUNT_OFFSET);
+            int64_t producer_id = sbe64(b + pos + BATCH_PRODUCER_ID_OFFSET);
+            if (b[pos + BATCH_CRC_START] != 0 || (attributes & (CODEC_MASK | TIMESTAMP_TYPE_BIT | BATCH_CONTROL_BIT)) ||
+                last_delta < 0 || records <= 0 || records != (int64_t)last_delta + 1 ||
+                (producer_id >= 0 && sbe32(b + pos + BATCH_BASE_SEQUENCE_OFFSET) < 0))
+                break;
+            int64_t crc = crc32c_in_c() ? (int64_t)crc32c_native(b + pos + BATCH_CRC_START, entry_end - pos - BATCH_CRC_START)
+                                         : call_crc(crc32c, b, pos + BATCH_CRC_START, entry_end);
+            if (crc < 0)
+                goto done;
+            if ((uint32_t)crc != be32(b + pos + BATCH_CRC_OFFSET))
+                break;
+            put64(b + pos, next_offset);
+            put32(b + pos + BATCH_LEADER_EPOCH_OFFSET, 0); /* LEADER_EPOCH_ON_APPEND */
+            last_offset = next_offset + last_delta;
+            timestamp = sbe64(b + pos + BATCH_MAX_TIMESTAMP_OFFSET);
+            count = records;
+            if (producer_id >= 0)
+                has_producer_ids = 1;
+        } else {
+            int32_t key_len;
+            if (size < MIN_SIZE_FIELD[magic] || !classic_lengths_fit(b, pos, entry_end, magic, &key_len))
+                break;
+            int attributes = b[pos + CLASSIC_ATTRIBUTES_OFFSET];
+            if ((attributes & CODEC_MASK) || (compact && key_len < 0))
+                break;
+            if (magic == 1 && (log_append || (attributes & TIMESTAMP_TYPE_BIT)))
+                break;
+            int64_t crc = crc32_in_c() ? (int64_t)crc32_native(b + pos + MAGIC_OFFSET, entry_end - pos - MAGIC_OFFSET)
+                                       : call_crc(crc32, b, pos + MAGIC_OFFSET, entry_end);
+            if (crc < 0)
+                goto done;
+            if ((uint32_t)crc != be32(b + pos + CLASSIC_CRC_OFFSET))
+                break;
+            put64(b + pos, next_offset);
+            last_offset = next_offset;
+            timestamp = magic ? sbe64(b + pos + V1_TIMESTAMP_OFFSET) : NO_TIMESTAMP;
+            count = 1;
+        }
+        if (append_row(rows, pos + shift, entry_end - pos, magic, last_offset, timestamp, 0) < 0)
             goto done;
         if (timestamp > max_timestamp) {
             max_timestamp = timestamp;
-            offset_of_max = next_offset;
+            offset_of_max = last_offset;
         }
-        next_offset++;
+        record_count += count;
+        next_offset = last_offset + 1;
         pos = entry_end;
     }
-    result = Py_BuildValue("nLLL", pos, next_offset, max_timestamp, offset_of_max);
+    result = Py_BuildValue("nLLLLO", pos, next_offset, max_timestamp, offset_of_max, record_count,
+                           has_producer_ids ? Py_True : Py_False);
 done:
     PyBuffer_Release(&buffer);
     return result;
@@ -440,14 +492,6 @@ static PyObject *index_points(PyObject *self, PyObject *args) {
 failed:
     Py_DECREF(points);
     return NULL;
-}
-
-static inline void put32(unsigned char *p, int32_t value) {
-    uint32_t v = (uint32_t)value;
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
 }
 
 /* The point rows of a bytes-like (IndexPoints.rows); NULL with an exception set
@@ -701,8 +745,8 @@ static PyMethodDef methods[] = {
     {"pack_offset_points", pack_offset_points, METH_VARARGS, "Offset index entries of index points."},
     {"pack_time_points", pack_time_points, METH_VARARGS, "Time index entries of index points."},
     {"scan_run", scan_run, METH_VARARGS, "The shallow scan's loop over good entries."},
-    {"assign_classic_run", assign_classic_run, METH_VARARGS,
-     "Offset assignment over plain uncompressed classic messages."},
+    {"assign_plain_run", assign_plain_run, METH_VARARGS,
+     "Offset assignment over uncompressed classic messages and record batches."},
     {"index_points", index_points, METH_VARARGS, "The sparse-index points of entries just written."},
     {NULL, NULL, 0, NULL},
 };

@@ -60,6 +60,7 @@ from .classic import (ATTRIBUTES_OFFSET as CLASSIC_ATTRIBUTES_OFFSET, CLASSIC_CO
                       V0_HEADER, V1_HEADER, append_message, inner_messages, message_crc)
 from .entries import EntryTable
 from .framing import crc32 as framing_crc32
+from .framing import crc32c
 from .framing import (CODEC_MASK, CREATE_TIME, ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD,
                       MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD, NO_TIMESTAMP,
                       TIMESTAMP_TYPE_BIT)
@@ -135,14 +136,15 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
     pos = 0
     while pos < end:
         if _crecords is not None:
-            # Plain uncompressed classic messages, as many as follow; the entry it
-            # stops at (a batch, a wrapper, a timestamp to set, a bad one) is
-            # handled below, which also raises every error.
-            first = next_offset
-            pos, next_offset, max_timestamp, offset_of_max = _crecords.assign_classic_run(
-                view, pos, end, next_offset, max_bytes, compact, log_append, shift, max_timestamp,
-                offset_of_max, entries.rows, crc32)
-            record_count += next_offset - first
+            # Uncompressed classic messages and batches that need only their
+            # offsets, as many as follow; the entry it stops at (compressed, a
+            # timestamp to set, a compacted topic's batch, a bad one) is handled
+            # below, which also raises every error.
+            pos, next_offset, max_timestamp, offset_of_max, plain_records, plain_ids = \
+                _crecords.assign_plain_run(view, pos, end, next_offset, max_bytes, compact, log_append, shift,
+                                           max_timestamp, offset_of_max, entries.rows, crc32, crc32c)
+            record_count += plain_records
+            has_producer_ids = has_producer_ids or plain_ids
             if pos >= end:
                 break
         remaining = end - pos

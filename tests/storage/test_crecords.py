@@ -47,14 +47,31 @@ def random_entry(rng: random.Random, offset: int) -> tuple[bytes, int]:
                 None if rng.random() < 0.1 else bytes(rng.randrange(256) for _ in range(rng.randrange(0, 200))),
                 1_700_000_000_000 + rng.randrange(-5, 1000))
                for _ in range(count)]
-    if kind < 0.7:
+    if kind < 0.6:
         magic = rng.choice((0, 1))
         timestamp_type = 1 if magic == 1 and rng.random() < 0.1 else 0
         return build_classic(records[:1], magic=magic, base_offset=offset, timestamp_type=timestamp_type), 1
     if kind < 0.8:
         return build_classic(records, magic=rng.choice((0, 1)), codec=Codec.GZIP, base_offset=offset), count
-    return build_batch(records, base_offset=offset,
-                       codec=rng.choice((Codec.NONE, Codec.NONE, Codec.LZ4))), count
+    # Mostly plain batches (the C path's other case), with each header field the
+    # C loop checks or stops at set now and then.
+    options = {}
+    odd = rng.random()
+    if odd < 0.1:
+        options = {"producer_id": rng.randrange(1000), "producer_epoch": 0,
+                   "base_sequence": rng.choice((0, 7, -1))}
+    elif odd < 0.15:
+        options = {"timestamp_type": 1}
+    elif odd < 0.2:
+        options = {"is_control": True}
+    elif odd < 0.25:
+        options = {"is_transactional": True, "producer_id": 5, "producer_epoch": 0, "base_sequence": 0}
+    elif odd < 0.3:
+        options = {"last_offset_delta": count + rng.choice((-1, 1))}
+    elif odd < 0.35:
+        options = {"partition_leader_epoch": rng.randrange(1, 100)}
+    return build_batch(records, base_offset=offset, codec=rng.choice((Codec.NONE, Codec.NONE, Codec.LZ4)),
+                       **options), count
 
 
 def random_set(rng: random.Random, entries: int = 30) -> bytes:
@@ -106,7 +123,7 @@ def test_scan_matches_python(monkeypatch, seed):
         assert with_c == python
 
 
-@pytest.mark.parametrize("seed", range(80))
+@pytest.mark.parametrize("seed", range(160))
 def test_validate_matches_python(monkeypatch, seed):
     rng = random.Random(1000 + seed)
     data = damage(rng, random_set(rng, entries=rng.randint(1, 40)))
@@ -134,15 +151,34 @@ def test_validate_patches_every_plain_message_in_c():
     assert (result.max_timestamp, result.offset_of_max_timestamp, result.record_count) == (1099, 176, 100)
 
 
+def test_plain_batches_are_assigned_in_one_c_call():
+    """Uncompressed batches, one with an idempotent producer: all restamped
+    (baseOffset, leader epoch 0) by the C loop, which stops only at the end."""
+    batches = [build_batch([(b"k", b"v%d" % i, 1000 + i), (b"k", b"w", 999)], base_offset=0,
+                           partition_leader_epoch=9) for i in range(10)]
+    batches.append(build_batch([(b"k", b"p", 5)], producer_id=42, producer_epoch=0, base_sequence=0))
+    data = bytearray(b"".join(batches))
+    rows = bytearray()
+    pos, next_offset, max_ts, offset_of_max, records, has_ids = crecords.assign_plain_run(
+        data, 0, len(data), 500, 1 << 20, False, False, 0, -1, -1, rows, None, None)
+    assert (pos, next_offset, max_ts, offset_of_max, records, has_ids) == (len(data), 521, 1009, 519, 21, True)
+    scanned = scan_entries(data)
+    assert scanned.problem is None
+    table = EntryTable()
+    table.rows = rows
+    assert table == scanned.entries
+    assert all(struct.unpack_from(">i", data, e.position + 12)[0] == 0 for e in scanned.entries)
+
+
 def test_run_functions_refuse_bad_arguments():
     with pytest.raises(ValueError):
         crecords.scan_run(b"x" * 20, 0, 40, -1, True, True, [], None, None, EntryInfo)
     with pytest.raises(TypeError):
         crecords.scan_run(b"x" * 20, 0, 20, -1, True, True, (), None, None, EntryInfo)
     with pytest.raises(TypeError):  # the buffer is patched: read-only bytes will not do
-        crecords.assign_classic_run(b"x" * 20, 0, 20, 0, 100, False, False, 0, -1, -1, bytearray(), None)
+        crecords.assign_plain_run(b"x" * 20, 0, 20, 0, 100, False, False, 0, -1, -1, bytearray(), None, None)
     with pytest.raises(TypeError):  # rows are an EntryTable's bytearray
-        crecords.assign_classic_run(bytearray(20), 0, 20, 0, 100, False, False, 0, -1, -1, [], None)
+        crecords.assign_plain_run(bytearray(20), 0, 20, 0, 100, False, False, 0, -1, -1, [], None, None)
     with pytest.raises(TypeError):
         crecords.index_points((), 4096, 0, -1, -1)
     with pytest.raises(ValueError):  # not whole rows
