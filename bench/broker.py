@@ -659,6 +659,10 @@ def report_broker_log(broker: BrokerProcess) -> None:
             print(f"\nbroker: {sf['bytes'] / total:.1%} of FETCH bytes went through sendfile "
                   f"({sf.get('would_block', 0)} EAGAIN, {sf.get('copied_writes', 0)} copied pieces); "
                   f"read pauses {stopped[-1].get('read_pauses')}, write pauses {stopped[-1].get('write_pauses')}")
+        appends = stopped[-1].get("appends") or {}
+        if appends:
+            print(f"broker: appends inline {appends.get('inline')}, in the executor {appends.get('executor')}, "
+                  f"inline back-offs {appends.get('backoffs')}")
     for event in problems[:5]:
         print(f"broker log: {event}")
 

@@ -224,7 +224,9 @@ class BrokerApp:
             await loop.run_in_executor(None, self.manager.shutdown)
         stats = self.server.stats.as_dict() if self.server is not None else {}
         kafka_stats = self.kafka_server.stats.as_dict() if self.kafka_server is not None else None
-        log.info("broker_stopped", **stats, kafka=kafka_stats, sendfile=sendfile_stats.as_dict())
+        appends = self.handlers.append_stats.as_dict() if self.handlers is not None else None
+        log.info("broker_stopped", **stats, kafka=kafka_stats, sendfile=sendfile_stats.as_dict(),
+                 appends=appends)
 
 
 async def _bind(server: BrokerServer, host: str, port: int) -> tuple[str, int]:

@@ -11,6 +11,14 @@ Contract:
   effects of every earlier request on the same connection (as Kafka, which mutes a
   channel while its request is in flight). A long-poll FETCH therefore delays later
   responses of its own connection, never other connections.
+- Fast path: while a connection is idle (nothing queued, nothing being handled, the
+  write buffer under its limit, not draining), a frame just read is handled right in
+  the socket callback: `handle_now` (optional; native: a PRODUCE appended inline)
+  answers it synchronously and the reply is written at once, so a small request
+  costs no task wake-up, no future, no Event (an asyncio.Event wait also costs a
+  getpid). A frame `handle_now` declines (None) queues for the task as before; a
+  keyed frame is begun at once. Since the connection was idle, every earlier
+  request is answered by then: order and visibility are those of the task.
 - Streaming: a frame the handlers key with `run_key` (native: a PRODUCE large enough
   for the executor, keyed by partition) is handled with `begin`, which starts it at
   once and returns the future of its reply. While every request from the one being
@@ -40,7 +48,8 @@ Flow control (a slow or stalled reader never makes the broker buffer without bou
   stays as raw bytes in the decoder (at most one socket read, 256 KiB in uvloop).
 - Reading also pauses while the transport is paused for writing: its write buffer
   is above `connection.write.buffer.bytes` (default 256 KiB; resume at a quarter).
-  The request task waits for the drain before writing more, so per connection the
+  The request task waits for the drain before writing more (and the fast path
+  stops at the high-water mark: the next frames queue), so per connection the
   broker holds at most: one socket read + the queued frames + one reply in memory
   + the write buffer (<= high-water mark + the largest single write).
 - `stats` counts pauses so tests can watch this happen.
@@ -178,6 +187,10 @@ class RequestHandlers(Protocol):
     - `fatal_reply(error)`: what to write before closing after a frame over
       socket.request.max.bytes (may be empty).
     - `begin_shutdown()`: answer long polls now.
+    - Optional: `handle_now(frame, peer)`: the reply if it can be made at once with no
+      waiting (same answer as `handle`), or None, having done nothing, to send the
+      frame to `handle`. Never raises. Called only when every earlier request on the
+      connection is answered.
     - Optional, both or neither: `run_key(frame)` and `begin(frame, peer)`. A frame
       with a run key (not None) is handled by `begin`, which starts the work and
       returns a future of the reply (never raises; the future never fails). Work
@@ -208,8 +221,13 @@ class Connection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.peer: Any = None
         self.decoder = FrameReader(server.max_frame_bytes, pool=server.frame_pool)
+        # BufferedProtocol.get_buffer: where the next bytes from the socket go, straight
+        # into the frame being received when it is a large one. The decoder's own bound
+        # method (uvloop keeps the one it finds here): a Python call less per read.
+        self.get_buffer = self.decoder.get_buffer
         self._run_key = getattr(self.handlers, "run_key", None)
         self._begin = getattr(self.handlers, "begin", None)
+        self._handle_now = getattr(self.handlers, "handle_now", None)
         # Not None: every item from the one being handled to the end of the queue is a
         # request begun with this run key, so a new frame with it may begin at once.
         self._streak: Any = None
@@ -224,7 +242,9 @@ class Connection(asyncio.BufferedProtocol):
         self._fd = -1
         self._writable = asyncio.Event()
         self._writable.set()
-        self._work = asyncio.Event()
+        # The request task parks on this future while there is nothing to do (a plain
+        # future: an asyncio.Event costs a get_running_loop, hence a getpid, per wait).
+        self._idle: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
         self.closed = server.loop.create_future()
 
@@ -241,11 +261,6 @@ class Connection(asyncio.BufferedProtocol):
         if self.server.closing:
             self.drain()
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        """Where the next bytes from the socket go: straight into the frame being
-        received when it is a large one (FrameReader)."""
-        return self.decoder.get_buffer(sizehint)
-
     def buffer_updated(self, nbytes: int) -> None:
         if self.fatal or self.lost:
             return
@@ -255,13 +270,13 @@ class Connection(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self.eof = True
         self._update_reading()
-        self._work.set()
+        self._wake()
         return True  # keep the write side open: queued requests still get answers
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._writable.set()
-        self._work.set()
+        self._wake()
         if self._task is not None and not self._task.done():
             self._task.cancel()
         self.server.connection_lost(self)
@@ -288,13 +303,22 @@ class Connection(asyncio.BufferedProtocol):
         return len(self.queue) + self.busy
 
     def _take_frames(self) -> None:
-        """Move complete frames from the decoder into the queue while there is room."""
+        """Move complete frames from the decoder into the queue while there is room.
+
+        While the connection is idle (nothing queued, nothing being handled or written),
+        a frame is handled right here instead: a keyed frame is begun at once, and
+        (the write buffer below its limit, not draining) `handle_now` answers what
+        needs no waiting (native: a PRODUCE appended inline), its reply written at
+        once, without waking the request task. Every earlier request is answered by
+        then, so order and "each request sees the effects of the earlier ones" hold
+        as on the task."""
+        stats = self.server.stats
         while not self.fatal and self.in_flight < self.max_queued:
             try:
                 frame = self.decoder.next_frame()
             except FrameTooLarge as e:
                 self.fatal = True
-                self.server.stats.frames_too_large += 1
+                stats.frames_too_large += 1
                 log.warning("frame_too_large", peer=self.peer, size=e.size, limit=e.limit)
                 self.queue.append(_Fatal(e))
                 self._streak = None
@@ -311,17 +335,52 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             if frame is None:
                 break
-            if self._streak is not None and self._run_key(frame) == self._streak:  # type: ignore[misc]
+            if self.queue or self.busy:
+                if self._streak is not None and self._run_key(frame) == self._streak:  # type: ignore[misc]
+                    self.queue.append(_Begun(self._begin(frame, self.peer)))  # type: ignore[misc]
+                    stats.begun_early += 1
+                else:
+                    self.queue.append(frame)
+                    self._streak = None
+                continue
+            # Idle: nothing before this frame is unanswered.
+            if self._run_key is not None and (key := self._run_key(frame)) is not None:
                 self.queue.append(_Begun(self._begin(frame, self.peer)))  # type: ignore[misc]
-                self.server.stats.begun_early += 1
-            else:
-                self.queue.append(frame)
-                self._streak = None
-        if len(self.queue) > self.server.stats.max_queued_requests:
-            self.server.stats.max_queued_requests = len(self.queue)
+                self._streak = key
+                continue
+            self._streak = None
+            if self._handle_now is not None and not (self.write_paused or self.draining or self.lost
+                                                     or self.transport.is_closing()):  # type: ignore[union-attr]
+                reply = self._handle_now(frame, self.peer)
+                if reply is not None:
+                    del frame  # a pooled buffer is free again once nothing refers to it
+                    if self._write_now(reply):
+                        stats.requests += 1
+                    else:
+                        self.queue.append(reply)  # has FileSlices: the task sends (and counts) it
+                    continue
+            self.queue.append(frame)
+        if len(self.queue) > stats.max_queued_requests:
+            stats.max_queued_requests = len(self.queue)
         if self.queue:
-            self._work.set()
+            self._wake()
         self._update_reading()
+
+    def _write_now(self, reply: Reply) -> bool:
+        """Write a reply of bytes only, now; False (nothing written) if it has a FileSlice."""
+        for part in reply:
+            if type(part) is not bytes:
+                return False
+        transport = self.transport
+        assert transport is not None
+        for part in reply:
+            transport.write(part)
+        return True
+
+    def _wake(self) -> None:
+        idle = self._idle
+        if idle is not None and not idle.done():
+            idle.set_result(None)
 
     def _update_reading(self) -> None:
         if self.lost or self.transport is None:
@@ -340,7 +399,7 @@ class Connection(asyncio.BufferedProtocol):
         """Shutdown: read nothing more; answer what is queued, then close."""
         self.draining = True
         self._update_reading()
-        self._work.set()
+        self._wake()
 
     def abort(self) -> None:
         if self.transport is not None and not self.lost:
@@ -356,8 +415,12 @@ class Connection(asyncio.BufferedProtocol):
                 if not self.queue:
                     if self.fatal or self.eof or self.draining or self.lost:
                         break
-                    self._work.clear()
-                    await self._work.wait()
+                    self._idle = idle = self.server.loop.create_future()
+                    await idle
+                    self._idle = None
+                    continue
+                if self.write_paused and not self.lost:  # `_take_frames` filled the write buffer
+                    await self._writable.wait()
                     continue
                 item = self.queue.popleft()
                 self.busy = 1

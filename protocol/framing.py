@@ -253,14 +253,15 @@ class FrameReader:
       rather than fail.
     """
 
-    __slots__ = ("max_frame_bytes", "pool", "_scratch", "_start", "_end", "_frame", "_filled",
-                 "_into_frame", "_broken")
+    __slots__ = ("max_frame_bytes", "pool", "_scratch", "_scratch_view", "_start", "_end", "_frame",
+                 "_filled", "_into_frame", "_broken")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *,
                  pool: FramePool | None = None, scratch_bytes: int = SCRATCH_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
         self.pool = pool
         self._scratch = bytearray(max(scratch_bytes, SIZE.size + MIN_FRAME))
+        self._scratch_view = memoryview(self._scratch)  # sliced for each receive (never resized)
         self._start = 0  # unconsumed scratch bytes are [_start, _end)
         self._end = 0
         self._frame: memoryview | None = None  # the large frame being received directly
@@ -290,10 +291,11 @@ class FrameReader:
         if self._end == len(scratch):  # full of input nobody has taken yet: a bigger one
             n = self._end - self._start
             grown = bytearray(2 * len(scratch))
-            grown[:n] = memoryview(scratch)[self._start:self._end]
+            grown[:n] = self._scratch_view[self._start:self._end]
             self._scratch = scratch = grown
+            self._scratch_view = memoryview(grown)
             self._start, self._end = 0, n
-        return memoryview(scratch)[self._end:]
+        return self._scratch_view[self._end:]
 
     def buffer_updated(self, nbytes: int) -> bool:
         """Count `nbytes` received into the last `get_buffer`. False while the large
@@ -344,7 +346,7 @@ class FrameReader:
             return None  # stays in the scratch buffer until it is complete
         # A large frame: its own buffer from now on; receive the rest straight into it.
         frame = self._frame = self.pool.take(size) if self.pool is not None else memoryview(bytearray(size))
-        frame[:available] = memoryview(scratch)[body:end]
+        frame[:available] = self._scratch_view[body:end]
         self._filled = available
         self._start = self._end = 0
         return None

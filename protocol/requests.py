@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Callable, ClassVar, Iterable, Union
 
-from .errors import ErrorCode
+from .errors import ErrorCode, ProtocolError
 from .wire import (INT16, INT32, Reader, check_count16, encode_nullable_str, encode_str)
 
 __all__ = [
@@ -48,7 +48,7 @@ __all__ = [
     "ProduceItem", "MultiProduceRequest", "OffsetsRequest", "CreateTopicRequest",
     "DeleteTopicRequest", "MetadataRequest", "DescribeConfigRequest", "AlterConfigRequest",
     "DeleteRecordsRequest", "CommitOffsetRequest", "FetchOffsetRequest",
-    "parse_request", "encode_request",
+    "parse_request", "parse_produce", "encode_request",
 ]
 
 Buffer = Union[bytes, bytearray, memoryview]
@@ -73,6 +73,7 @@ class RequestType(IntEnum):
 
 # One struct per fixed run of fields (the strs in between are read on their own).
 HEADER = struct.Struct(">ih")          # size, type
+PRODUCE_HEAD = struct.Struct(">hh")    # type, topic length: the start of a PRODUCE frame
 PRODUCE_FIXED = struct.Struct(">ii")   # partition, setSize
 FETCH_FIXED = struct.Struct(">iqii")   # partition, offset, maxBytes, maxWaitMs
 FETCH_ITEM_FIXED = struct.Struct(">iqi")  # partition, offset, maxBytes
@@ -325,6 +326,29 @@ def parse_request(frame: Buffer) -> Request:
     request = parser(r)
     r.finish()
     return request
+
+
+def parse_produce(frame: Buffer) -> tuple[str, int, memoryview]:
+    """A PRODUCE's (topic, partition, messageSet) without building a ProduceRequest:
+    the broker's hot path. Accepts and refuses exactly what `parse_request` does for a
+    PRODUCE frame (anything else, including another request type, raises
+    ProtocolError(INVALID_REQUEST)); a frame the quick check does not take is handed
+    to `parse_request`, so errors carry its messages."""
+    view = memoryview(frame)
+    try:
+        type_, topic_len = PRODUCE_HEAD.unpack_from(view)
+        if type_ == RequestType.PRODUCE and topic_len >= 0:
+            at = PRODUCE_HEAD.size + topic_len
+            partition, set_size = PRODUCE_FIXED.unpack_from(view, at)
+            start = at + PRODUCE_FIXED.size
+            if set_size >= 0 and start + set_size == len(view) and view.format == "B" and view.ndim == 1:
+                return str(view[PRODUCE_HEAD.size:at], "utf-8"), partition, view[start:]
+    except (struct.error, UnicodeDecodeError):
+        pass
+    req = parse_request(frame)  # raises the ProtocolError that says what is wrong
+    if not isinstance(req, ProduceRequest):
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"expected a PRODUCE, got type {req.TYPE}")
+    return req.topic, req.partition, req.message_set  # type: ignore[return-value]
 
 
 # ---- encoding: each function returns the body as a list of byte strings ----

@@ -55,13 +55,14 @@ __all__ = [
     "PartitionMetadata", "TopicMetadata", "MetadataResponse", "DescribeConfigResponse",
     "DeleteRecordsResponse", "FetchOffsetResponse",
     "encode_response", "error_response", "fetch_response_header", "multifetch_response_parts",
-    "parse_response",
+    "produce_response", "parse_response",
 ]
 
 Buffer = Union[bytes, bytearray, memoryview]
 
 HEADER = struct.Struct(">ih")            # size, error: every frame, and each MessageSetSend
 PRODUCE_BODY = struct.Struct(">qq")      # baseOffset, logAppendTime
+PRODUCE_FRAME = struct.Struct(">ihqq")   # size, error, baseOffset, logAppendTime: a whole PRODUCE answer
 PRODUCE_RESULT = struct.Struct(">hqq")   # error, baseOffset, logAppendTime (MULTIPRODUCE item)
 TOPIC_FIXED = struct.Struct(">hi")       # error, partitions (after the topic str)
 PARTITION_METADATA = struct.Struct(">iqq")  # partition, logStartOffset, logEndOffset
@@ -193,6 +194,15 @@ def _frame(error: int, body: Sequence[Buffer]) -> bytes:
 def error_response(code: int) -> bytes:
     """`size=2 | error | (empty body)`: the answer for any top-level error."""
     return HEADER.pack(INT16.size, code)
+
+
+def produce_response(base_offset: int, log_append_time: int) -> bytes:
+    """A successful PRODUCE answer, the whole frame: `encode_response(ProduceResponse(NONE,
+    ...))` in one pack (the broker's hot path)."""
+    try:
+        return PRODUCE_FRAME.pack(INT16.size + PRODUCE_BODY.size, ErrorCode.NONE, base_offset, log_append_time)
+    except struct.error as e:
+        raise ValueError(f"ProduceResponse: {e}") from None
 
 
 def fetch_response_header(error: int, message_set_length: int) -> bytes:

@@ -15,6 +15,7 @@ import time
 import pytest
 import structlog
 
+from broker import handlers as handlers_module
 from broker import server as server_module
 from protocol import (CreateTopicRequest, ErrorCode, FetchItem, FetchRequest, MetadataRequest,
                       MultiFetchRequest, OffsetsRequest, ProduceRequest, encode_request)
@@ -146,10 +147,17 @@ def test_an_unexpected_failure_answers_unknown_server_error_and_keeps_the_connec
 # ---- large PRODUCEs: received into pooled buffers, streamed through the partition's appender ----
 
 def big_batch(tag: int) -> bytes:
-    return build_batch([(None, bytes([tag]) * 100_000)])  # over the inline-append size
+    return build_batch([(None, bytes([tag]) * 100_000)])  # over INLINE_APPEND_MAX_BYTES
 
 
-def test_pipelined_large_produces_are_begun_early_and_answered_in_order(inprocess):
+@pytest.fixture
+def executor_appends(monkeypatch):
+    """Appends over INLINE_APPEND_MAX_BYTES go to the executor (as during an inline
+    back-off), so big_batch() PRODUCEs stream through the partition's appender."""
+    monkeypatch.setattr(handlers_module, "LARGE_INLINE_APPEND_MAX_BYTES", handlers_module.INLINE_APPEND_MAX_BYTES)
+
+
+def test_pipelined_large_produces_are_begun_early_and_answered_in_order(inprocess, executor_appends):
     with NativeClient(*inprocess.address) as c:
         assert c.call(CreateTopicRequest("stream", 2)).error == ErrorCode.NONE
         requests = [ProduceRequest("stream", 0, big_batch(1)), ProduceRequest("stream", 0, big_batch(2)),
@@ -178,7 +186,7 @@ def test_pipelined_large_produces_are_begun_early_and_answered_in_order(inproces
     assert [r.value[:1] for r in iter_records(fetched)] == [b"\x01", b"\x02", b"\x03", b"s", b"\x05", b"\x06"]
 
 
-def test_a_failed_append_in_a_streak_answers_its_error_and_the_rest_goes_on(inprocess):
+def test_a_failed_append_in_a_streak_answers_its_error_and_the_rest_goes_on(inprocess, executor_appends):
     good = big_batch(7)
     corrupt = bytearray(big_batch(8))
     corrupt[-1] ^= 0xFF  # the CRC no longer matches: nothing of it may reach the log
@@ -210,7 +218,10 @@ def test_a_large_frame_split_across_many_reads_is_whole(inprocess):
     assert [r.value for r in iter_records(fetched)] == [bytes([9]) * 100_000]
 
 
-def test_a_flood_of_large_produces_holds_bounded_state_and_is_answered_in_order(inprocess):
+@pytest.mark.parametrize("path", ["inline", "executor"])
+def test_a_flood_of_large_produces_holds_bounded_state_and_is_answered_in_order(inprocess, path, monkeypatch):
+    if path == "executor":
+        monkeypatch.setattr(handlers_module, "LARGE_INLINE_APPEND_MAX_BYTES", handlers_module.INLINE_APPEND_MAX_BYTES)
     with NativeClient(*inprocess.address) as c:
         assert c.call(CreateTopicRequest("flood", 1)).error == ErrorCode.NONE
     count = 100
@@ -236,3 +247,5 @@ def test_a_flood_of_large_produces_holds_bounded_state_and_is_answered_in_order(
         __import__("collections").deque([ProduceRequest.TYPE] * count)
     assert [client.recv().base_offset for _ in range(count)] == list(range(count))
     flood.close()
+    stats = inprocess.app.handlers.append_stats
+    assert (stats.inline, stats.executor) == ((count, 0) if path == "inline" else (0, count))

@@ -1,0 +1,152 @@
+"""The connection fast path (a request answered straight from the socket callback while
+the connection is idle) and inline appends: same answers and the same order as the
+request task and the executor.
+
+End-to-end tests run against the shared broker process; the ones that look at where
+appends ran (`Handlers.append_stats`) use the in-process broker
+(tests/broker/inprocess.py). Nothing is mocked; the back-off test only lowers
+SLOW_INLINE_APPEND_S so that any inline append counts as slow.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from broker import handlers as handlers_module
+from protocol import (CreateTopicRequest, ErrorCode, FetchRequest, FrameDecoder, OffsetsRequest,
+                      ProduceRequest, encode_request)
+from storage.records import build_batch, iter_records
+from tests.broker.conftest import batch
+from tests.broker.inprocess import InProcessBroker
+from tests.broker.wire import NativeClient
+
+
+def values(message_set) -> list[bytes]:
+    return [r.value for r in iter_records(bytes(message_set))]
+
+
+def big_batch(tag: int) -> bytes:
+    return build_batch([(None, bytes([tag]) * 100_000)])  # over INLINE_APPEND_MAX_BYTES, under 1 MiB
+
+
+# ---- against the broker process ---------------------------------------------------------------
+
+def test_a_produce_behind_a_long_poll_waits_for_its_turn(connect, new_topic):
+    """The PRODUCE arrives while the connection's long poll is waiting: it must not be
+    answered, nor appended, before the FETCH ahead of it is answered."""
+    c = connect()
+    topic = new_topic()
+    c.send(FetchRequest(topic, 0, 0, 4096, 300))
+    c.send(ProduceRequest(topic, 0, batch(b"after the poll")))
+    fetched = c.recv()
+    assert fetched.error == ErrorCode.NONE and fetched.message_set == b""  # it timed out: nothing came
+    produced = c.recv()
+    assert produced.error == ErrorCode.NONE and produced.base_offset == 0
+    assert values(c.call(FetchRequest(topic, 0, 0, 4096, 0)).message_set) == [b"after the poll"]
+
+
+def test_pipelined_small_and_large_produces_keep_their_order(connect, new_topic):
+    c = connect()
+    topic = new_topic()
+    sent = []
+    wire = []
+    for i in range(40):
+        value = (b"%d" % i) * (30_000 if i % 5 == 0 else 1)  # every fifth over 64 KiB
+        sent.append(value)
+        wire.append(encode_request(ProduceRequest(topic, 0, build_batch([(None, value)]))))
+        c.pending.append(ProduceRequest.TYPE)
+    c.sock.sendall(b"".join(wire))  # one burst: the broker reads many frames at a time
+    assert [c.recv().base_offset for _ in sent] == list(range(len(sent)))
+    fetched = []
+    while len(fetched) < len(sent):
+        fetched += values(c.call(FetchRequest(topic, 0, len(fetched), 4 << 20, 0)).message_set)
+    assert fetched == sent
+
+
+def test_a_burst_of_pipelined_produces_read_late_is_answered_whole_and_in_order(shared_broker, new_topic):
+    """Thousands of tiny PRODUCEs in one burst, answered on the fast path while the
+    client reads nothing yet: the answers pile up in the socket buffers (and, past
+    the high-water mark, the broker stops answering and reading until they drain).
+    None is lost, duplicated or reordered."""
+    topic = new_topic()
+    count = 5000
+    request = encode_request(ProduceRequest(topic, 0, batch(b"x")))
+    with NativeClient(shared_broker.host, shared_broker.port) as c:
+        sender = threading.Thread(target=c.sock.sendall, args=(request * count,))
+        sender.start()
+        time.sleep(0.2)  # let answers accumulate unread (the assertions hold either way)
+        decoder = FrameDecoder()
+        offsets: list[int] = []
+        while len(offsets) < count:
+            chunk = c.sock.recv(1 << 20)
+            assert chunk, "the broker closed the connection"
+            decoder.feed(chunk)
+            for frame in decoder.frames():
+                error, offset = struct.unpack_from(">hq", frame)  # a PRODUCE answer: error, baseOffset, ...
+                assert error == ErrorCode.NONE
+                offsets.append(offset)
+        sender.join()
+        assert offsets == list(range(count))
+        c.pending.append(OffsetsRequest.TYPE)
+        c.sock.sendall(encode_request(OffsetsRequest(topic, 0, -1, 1)))
+        assert c.recv().offsets == (count,)
+
+
+# ---- in-process: where appends ran -------------------------------------------------------------
+
+@pytest.fixture
+def inprocess(tmp_path):
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    b = InProcessBroker(tmp_path).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+        structlog.configure(**saved)
+
+
+def pipeline(client: NativeClient, requests) -> list:
+    client.sock.sendall(b"".join(encode_request(r) for r in requests))
+    for r in requests:
+        client.pending.append(r.TYPE)
+    return [client.recv() for _ in requests]
+
+
+def test_appends_up_to_1_mib_run_inline_unless_an_fsync_is_due(inprocess):
+    stats = inprocess.app.handlers.append_stats
+    with NativeClient(*inprocess.address) as c:
+        assert c.call(CreateTopicRequest("plain", 1)).error == ErrorCode.NONE
+        assert c.call(CreateTopicRequest("synced", 1, (("flush.messages", "2"),))).error == ErrorCode.NONE
+        answers = pipeline(c, [ProduceRequest("plain", 0, big_batch(i)) for i in range(6)]
+                           + [ProduceRequest("plain", 0, batch(b"small"))])
+        assert [a.base_offset for a in answers] == list(range(7))
+        assert (stats.inline, stats.executor) == (7, 0)
+        answers = pipeline(c, [ProduceRequest("synced", 0, big_batch(1)), ProduceRequest("synced", 0, batch(b"s"))])
+        assert [a.base_offset for a in answers] == [0, 1]
+        assert (stats.inline, stats.executor, stats.backoffs) == (7, 2, 0)
+    assert inprocess.server.stats.begun_early == 0  # nothing went through an appender streak
+
+
+def test_a_slow_inline_append_sends_large_appends_to_the_executor_for_a_while(inprocess, monkeypatch):
+    monkeypatch.setattr(handlers_module, "SLOW_INLINE_APPEND_S", 0.0)  # every inline append is "slow"
+    stats = inprocess.app.handlers.append_stats
+    with capture_logs() as logs, NativeClient(*inprocess.address) as c:
+        assert c.call(CreateTopicRequest("slow", 1)).error == ErrorCode.NONE
+        assert c.call(ProduceRequest("slow", 0, big_batch(0))).base_offset == 0  # inline, then the back-off
+        assert (stats.inline, stats.executor, stats.backoffs) == (1, 0, 1)
+        answers = pipeline(c, [ProduceRequest("slow", 0, big_batch(i)) for i in (1, 2, 3)])
+        assert [a.base_offset for a in answers] == [1, 2, 3]
+        assert (stats.inline, stats.executor) == (1, 3)  # large ones: the executor, in order
+        assert c.call(ProduceRequest("slow", 0, batch(b"small"))).base_offset == 4  # small: still inline
+        assert (stats.inline, stats.executor, stats.backoffs) == (2, 3, 1)  # one warning per back-off
+        fetched = c.call(FetchRequest("slow", 0, 0, 4 << 20, 0)).message_set
+    assert [v[:1] for v in values(fetched)] == [b"\x00", b"\x01", b"\x02", b"\x03", b"s"]
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["inline_append_slow"]
