@@ -35,6 +35,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -279,6 +280,12 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, app.request_shutdown)  # a signal during startup waits for it
         await app.start()
+        # What startup built (modules, configuration, every log's segments and
+        # indexes) lives until shutdown: frozen out of the cyclic GC's reach, the
+        # collections that request handling triggers walk only what came after.
+        # perf under one-record PRODUCEs: gc_collect_main was ~7% of broker CPU.
+        gc.collect()
+        gc.freeze()
         assert app.address is not None
         if ready is not None:
             ready(format_address(*app.address))

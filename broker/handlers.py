@@ -446,9 +446,14 @@ class Handlers:
     def handle_now(self, frame, peer=None) -> Reply | None:
         """For the server (RequestHandlers): the reply to `frame` if it can be made
         right now, on the loop, without waiting for anything: a PRODUCE whose append
-        runs inline (`_cheap_append`). None, with nothing done, for anything else,
-        which then goes through `handle`. Answers exactly as `handle` would."""
-        if frame[1] != RequestType.PRODUCE or frame[0]:  # the int16 type, big-endian
+        runs inline (`_cheap_append`), a FETCH with data to send or nothing to wait
+        for. None, with nothing done, for anything else, which then goes through
+        `handle`. Answers exactly as `handle` would."""
+        if frame[0]:  # the int16 type, big-endian: every type so far has a zero high byte
+            return None
+        if frame[1] == RequestType.FETCH:
+            return self._fetch_now(frame)
+        if frame[1] != RequestType.PRODUCE:
             return None
         one = None
         try:
@@ -578,16 +583,37 @@ class Handlers:
                 if self.manager.get_log(*tp) is not one:
                     raise UnknownTopicOrPartitionError(f"{req.topic}-{req.partition} was deleted")
                 continue
-            try:
-                # On the loop: an index search and a few header reads from the page
-                # cache, the same kind of work as the sendfile that follows.
-                found = one.read(req.offset, max_bytes)
-            except StrataError as e:
-                return [error_response(self._error_code(e, one))]
-            if found.length == 0:
-                found.release()
-                return [fetch_response_header(ErrorCode.NONE, 0)]
-            return [fetch_response_header(ErrorCode.NONE, found.length), found]
+            return self._fetch_answer(one, req.offset, max_bytes)
+
+    def _fetch_answer(self, one: Log, offset: int, max_bytes: int) -> Reply:
+        """A FETCH's answer from what the log holds now (no waiting)."""
+        try:
+            # On the loop: an index search and a few header reads from the page
+            # cache, the same kind of work as the sendfile that follows.
+            found = one.read(offset, max_bytes)
+        except StrataError as e:
+            return [error_response(self._error_code(e, one))]
+        if found.length == 0:
+            found.release()
+            return [fetch_response_header(ErrorCode.NONE, 0)]
+        return [fetch_response_header(ErrorCode.NONE, found.length), found]
+
+    def _fetch_now(self, frame) -> Reply | None:
+        """handle_now for a FETCH: the answer when nothing needs waiting for (data
+        there, no long poll to start, the partition's log open); else None."""
+        try:
+            req = parse_request(frame)
+        except ProtocolError:
+            return None  # `handle` answers it
+        if not isinstance(req, FetchRequest) or req.max_bytes < 0:
+            return None
+        try:
+            one = self._open_log(req.topic, req.partition)
+        except StrataError as e:
+            return [error_response(e.code)]
+        if one is None or (req.offset == one.log_end_offset and req.max_wait_ms > 0 and not self.shutting_down):
+            return None  # an internal log to create, or a long poll: the task waits
+        return self._fetch_answer(one, req.offset, min(req.max_bytes, self.config.fetch_max_bytes, INT32_MAX - 2))
 
     async def multifetch(self, req: MultiFetchRequest) -> Reply:
         targets: list[Log | int] = []

@@ -13,10 +13,11 @@ Contract:
   responses of its own connection, never other connections.
 - Fast path: while a connection is idle (nothing queued, nothing being handled, the
   write buffer under its limit, not draining), a frame just read is handled right in
-  the socket callback: `handle_now` (optional; native: a PRODUCE appended inline)
-  answers it synchronously and the reply is written at once, so a small request
-  costs no task wake-up, no future, no Event (an asyncio.Event wait also costs a
-  getpid). A frame `handle_now` declines (None) queues for the task as before; a
+  the socket callback: `handle_now` (optional; native: a PRODUCE appended inline, a
+  FETCH that need not wait) answers it synchronously and the reply is written at
+  once, a FileSlice by sendfile while the socket takes it (the rest, if any, goes to
+  the task), so a request costs no task wake-up, no future, no Event (an
+  asyncio.Event wait also costs a getpid). A frame `handle_now` declines (None) queues for the task as before; a
   keyed frame is begun at once. Since the connection was idle, every earlier
   request is answered by then: order and visibility are those of the task.
 - Streaming: a frame the handlers key with `run_key` (native: a PRODUCE large enough
@@ -140,6 +141,7 @@ class ServerStats:
     write_pauses: int = 0
     max_queued_requests: int = 0  # the most requests ever queued on one connection
     begun_early: int = 0  # requests begun before their turn (pipelined PRODUCEs, `begin`)
+    answered_at_once: int = 0  # requests answered by the fast path (`handle_now`), sent whole or not
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -354,10 +356,12 @@ class Connection(asyncio.BufferedProtocol):
                 reply = self._handle_now(frame, self.peer)
                 if reply is not None:
                     del frame  # a pooled buffer is free again once nothing refers to it
-                    if self._write_now(reply):
+                    stats.answered_at_once += 1
+                    rest = self._write_now(reply)
+                    if rest is None:
                         stats.requests += 1
                     else:
-                        self.queue.append(reply)  # has FileSlices: the task sends (and counts) it
+                        self.queue.append(rest)  # the socket is full: the task sends (and counts) it
                     continue
             self.queue.append(frame)
         if len(self.queue) > stats.max_queued_requests:
@@ -366,16 +370,31 @@ class Connection(asyncio.BufferedProtocol):
             self._wake()
         self._update_reading()
 
-    def _write_now(self, reply: Reply) -> bool:
-        """Write a reply of bytes only, now; False (nothing written) if it has a FileSlice."""
-        for part in reply:
-            if type(part) is not bytes:
-                return False
+    def _write_now(self, reply: Reply) -> Reply | None:
+        """Write a reply now: bytes through the transport, a FileSlice by sendfile
+        straight to the socket while nothing is buffered ahead of it. None when all
+        of it went; else the rest, from the part that did not fit (a FileSlice
+        advanced past what was sent), for the task, which sends and releases it
+        (and reports a failing sendfile)."""
         transport = self.transport
         assert transport is not None
-        for part in reply:
-            transport.write(part)
-        return True
+        for i, part in enumerate(reply):
+            if type(part) is bytes:
+                transport.write(part)
+                continue
+            if not _sendfile_supported or self._fd < 0 or transport.get_write_buffer_size():
+                return reply[i:]
+            try:
+                while part.length:
+                    sent = _sendfile(self._fd, part.fileno(), part.position, part.length)
+                    if not sent:
+                        return reply[i:]
+                    part.position += sent
+                    part.length -= sent
+            except OSError:  # BlockingIOError: the socket is full; others: the task's to handle
+                return reply[i:]
+            part.release()
+        return None
 
     def _wake(self) -> None:
         idle = self._idle

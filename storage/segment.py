@@ -239,6 +239,16 @@ class LogSegment:
             self._rolling_based_timestamp = validated.max_timestamp
         best = self._max_ts_and_offset()
         self.log.append(validated.buffer)
+        size = len(validated.buffer)
+        since = self._bytes_since_last_index_entry
+        offset_of_max = getattr(validated, "offset_of_max_timestamp", None)  # a ValidatedSet's
+        if offset_of_max is not None and since + size <= self.index_interval_bytes:
+            # No entry of the set can reach the next index point (what index_points
+            # would find): a small append only counts its bytes and its timestamp.
+            self._bytes_since_last_index_entry = since + size
+            if validated.max_timestamp > best.timestamp:
+                self._max_timestamp_and_offset = TimestampOffset(validated.max_timestamp, offset_of_max)
+            return
         self._index_entries(validated.entries, physical_position, best)
 
     def _index_entries(self, entries, start_position: int, best: TimestampOffset) -> None:

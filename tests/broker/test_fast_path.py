@@ -20,6 +20,7 @@ import structlog
 from structlog.testing import capture_logs
 
 from broker import handlers as handlers_module
+from broker import server as server_module
 from protocol import (CreateTopicRequest, ErrorCode, FetchRequest, FrameDecoder, OffsetsRequest,
                       ProduceRequest, encode_request)
 from storage.records import build_batch, iter_records
@@ -99,6 +100,18 @@ def test_a_burst_of_pipelined_produces_read_late_is_answered_whole_and_in_order(
         assert c.recv().offsets == (count,)
 
 
+def test_fetches_answered_at_once_say_what_the_task_would(connect, new_topic):
+    c = connect()
+    topic = new_topic()
+    assert c.call(ProduceRequest(topic, 0, batch(b"a", b"b"))).base_offset == 0
+    assert values(c.call(FetchRequest(topic, 0, 1, 4096, 0)).message_set) == [b"a", b"b"]  # the whole batch
+    assert c.call(FetchRequest(topic, 0, 2, 4096, 0)).message_set == b""  # at the end, no wait
+    assert c.call(FetchRequest(topic, 0, 3, 4096, 0)).error == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert c.call(FetchRequest("no-such-topic", 0, 0, 4096, 0)).error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert c.call(FetchRequest(topic, 7, 0, 4096, 0)).error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert c.call(FetchRequest(topic, 0, 0, -1, 0)).error == ErrorCode.INVALID_REQUEST
+
+
 # ---- in-process: where appends ran -------------------------------------------------------------
 
 @pytest.fixture
@@ -133,6 +146,47 @@ def test_appends_up_to_1_mib_run_inline_unless_an_fsync_is_due(inprocess):
         assert [a.base_offset for a in answers] == [0, 1]
         assert (stats.inline, stats.executor, stats.backoffs) == (7, 2, 0)
     assert inprocess.server.stats.begun_early == 0  # nothing went through an appender streak
+
+
+def test_a_fetch_too_big_for_the_socket_read_late_arrives_whole_before_the_next_answer(inprocess):
+    """The fast path sendfiles what the socket takes; the rest of the FETCH goes to the
+    request task, and the PRODUCE pipelined behind it is answered only after it."""
+    stats = inprocess.server.stats
+    blocked_before = server_module.sendfile_stats.would_block
+    count = 24  # ~24 MiB: more than loopback's socket buffers hold
+    with NativeClient(*inprocess.address) as c:
+        assert c.call(CreateTopicRequest("big", 1)).error == ErrorCode.NONE
+        for i in range(count):
+            one = build_batch([(None, bytes([i]) * 1000) for _ in range(1000)])
+            assert c.call(ProduceRequest("big", 0, one)).base_offset == i * 1000
+        answered = stats.answered_at_once
+        c.send(FetchRequest("big", 0, 0, 50 << 20, 0))
+        c.send(ProduceRequest("big", 0, batch(b"behind the fetch")))
+        time.sleep(0.3)  # read nothing yet: the socket buffers fill up
+        fetched = c.recv()
+        assert fetched.error == ErrorCode.NONE
+        assert values(fetched.message_set) == [bytes([i]) * 1000 for i in range(count) for _ in range(1000)]
+        assert c.recv().base_offset == count * 1000
+    # The FETCH began on the fast path (the PRODUCE too if reading had paused until the
+    # FETCH was sent: then the connection was idle again when it was read).
+    assert stats.answered_at_once >= answered + 1
+    assert server_module.sendfile_stats.would_block > blocked_before  # the socket did fill up
+
+
+def test_fetches_with_data_are_answered_at_once_and_long_polls_wait_on_the_task(inprocess):
+    stats = inprocess.server.stats
+    with NativeClient(*inprocess.address) as c:
+        assert c.call(CreateTopicRequest("polled", 1)).error == ErrorCode.NONE
+        assert c.call(ProduceRequest("polled", 0, batch(b"one"))).base_offset == 0
+        before = stats.answered_at_once
+        assert values(c.call(FetchRequest("polled", 0, 0, 4096, 500)).message_set) == [b"one"]
+        assert stats.answered_at_once == before + 1
+        c.send(FetchRequest("polled", 0, 1, 4096, 5000))  # at the end: a long poll, on the task
+        time.sleep(0.1)
+        assert stats.answered_at_once == before + 1
+        with NativeClient(*inprocess.address) as other:
+            assert other.call(ProduceRequest("polled", 0, batch(b"two"))).base_offset == 1
+        assert values(c.recv().message_set) == [b"two"]  # woken by the append
 
 
 def test_a_slow_inline_append_sends_large_appends_to_the_executor_for_a_while(inprocess, monkeypatch):

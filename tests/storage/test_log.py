@@ -299,3 +299,31 @@ def test_a_consumer_reading_on_in_small_steps_sees_every_record_once(open_log, m
         offsets.extend(r.offset for e in entries for r in e.records() if r.offset >= offset)
         offset = entries[-1].last_offset + 1
     assert offsets == list(range(log.log_end_offset))
+
+
+def test_index_entries_do_not_depend_on_how_entries_are_grouped_into_appends(tmp_path, clock):
+    """Kafka's sparse-index rule is per entry: the same entries appended one set at a
+    time (mostly too small to reach an index point: the append's shortcut) or all in
+    one set give the same .index, .timeindex and largest timestamp."""
+    import random
+
+    rng = random.Random(5)
+    entries = [batch(rng.randint(1, 4), ts=1_700_000_000_000 + rng.randrange(-50, 500), size=rng.randrange(10, 900))
+               for _ in range(400)]
+    from storage.config import LogConfig
+    from storage.log import Log
+
+    apart, together = (Log.open(str(tmp_path / f"{name}-0"), name, 0, LogConfig(), clock=clock)
+                       for name in ("apart", "together"))
+    for entry in entries:
+        apart.append(entry)
+    together.append(b"".join(entries))
+    one, other = apart.active_segment, together.active_segment
+    assert one.offset_index.entries > 10
+    assert [one.offset_index.entry(i) for i in range(one.offset_index.entries)] == \
+        [other.offset_index.entry(i) for i in range(other.offset_index.entries)]
+    assert [one.time_index.entry(i) for i in range(one.time_index.entries)] == \
+        [other.time_index.entry(i) for i in range(other.time_index.entries)]
+    assert one._max_ts_and_offset() == other._max_ts_and_offset()
+    apart.close()
+    together.close()
