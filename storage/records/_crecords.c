@@ -120,6 +120,21 @@ static int64_t call_crc(PyObject *crc, const unsigned char *data, Py_ssize_t sta
     return (int64_t)(value & 0xFFFFFFFFu);
 }
 
+/* Whether a batch's stored CRC32C matches its bytes: 1 yes, 0 no, -1 with an
+ * exception set (the Python callable, used without the AVX-512 path, failed). */
+static int batch_crc_ok(const unsigned char *b, Py_ssize_t pos, Py_ssize_t entry_end, PyObject *crc32c) {
+    int64_t crc = crc32c_in_c() ? (int64_t)crc32c_native(b + pos + BATCH_CRC_START, entry_end - pos - BATCH_CRC_START)
+                                 : call_crc(crc32c, b, pos + BATCH_CRC_START, entry_end);
+    return crc < 0 ? -1 : (uint32_t)crc == be32(b + pos + BATCH_CRC_OFFSET);
+}
+
+/* The same for a classic message's CRC32 (magic..end). */
+static int message_crc_ok(const unsigned char *b, Py_ssize_t pos, Py_ssize_t entry_end, PyObject *crc32) {
+    int64_t crc = crc32_in_c() ? (int64_t)crc32_native(b + pos + MAGIC_OFFSET, entry_end - pos - MAGIC_OFFSET)
+                               : call_crc(crc32, b, pos + MAGIC_OFFSET, entry_end);
+    return crc < 0 ? -1 : (uint32_t)crc == be32(b + pos + CLASSIC_CRC_OFFSET);
+}
+
 /* An EntryInfo (a NamedTuple, so a tuple subtype) built as tuple.__new__ would. */
 static PyObject *new_entry(PyTypeObject *entry_type, Py_ssize_t position, Py_ssize_t size, int magic,
                            int64_t last_offset, int64_t max_timestamp, int codec) {
@@ -243,11 +258,10 @@ static PyObject *scan_run(PyObject *self, PyObject *args) {
             if (codec >= BATCH_CODECS || last_delta < 0 || count < 0 || offset <= previous_last)
                 break;
             if (check_crc) {
-                int64_t crc = crc32c_in_c() ? (int64_t)crc32c_native(b + pos + BATCH_CRC_START, entry_end - pos - BATCH_CRC_START)
-                                             : call_crc(crc32c, b, pos + BATCH_CRC_START, entry_end);
-                if (crc < 0)
+                int ok = batch_crc_ok(b, pos, entry_end, crc32c);
+                if (ok < 0)
                     goto done;
-                if ((uint32_t)crc != be32(b + pos + BATCH_CRC_OFFSET))
+                if (!ok)
                     break;
             }
             last = offset + last_delta;
@@ -262,11 +276,10 @@ static PyObject *scan_run(PyObject *self, PyObject *args) {
             if (codec >= CLASSIC_CODECS || offset <= previous_last)
                 break;
             if (check_crc) {
-                int64_t crc = crc32_in_c() ? (int64_t)crc32_native(b + pos + MAGIC_OFFSET, entry_end - pos - MAGIC_OFFSET)
-                                           : call_crc(crc32, b, pos + MAGIC_OFFSET, entry_end);
-                if (crc < 0)
+                int ok = message_crc_ok(b, pos, entry_end, crc32);
+                if (ok < 0)
                     goto done;
-                if ((uint32_t)crc != be32(b + pos + CLASSIC_CRC_OFFSET))
+                if (!ok)
                     break;
             }
             last = offset;
@@ -339,11 +352,10 @@ static PyObject *assign_plain_run(PyObject *self, PyObject *args) {
                 last_delta < 0 || records <= 0 || records != (int64_t)last_delta + 1 ||
                 (producer_id >= 0 && sbe32(b + pos + BATCH_BASE_SEQUENCE_OFFSET) < 0))
                 break;
-            int64_t crc = crc32c_in_c() ? (int64_t)crc32c_native(b + pos + BATCH_CRC_START, entry_end - pos - BATCH_CRC_START)
-                                         : call_crc(crc32c, b, pos + BATCH_CRC_START, entry_end);
-            if (crc < 0)
+            int ok = batch_crc_ok(b, pos, entry_end, crc32c);
+            if (ok < 0)
                 goto done;
-            if ((uint32_t)crc != be32(b + pos + BATCH_CRC_OFFSET))
+            if (!ok)
                 break;
             put64(b + pos, next_offset);
             put32(b + pos + BATCH_LEADER_EPOCH_OFFSET, 0); /* LEADER_EPOCH_ON_APPEND */
@@ -361,11 +373,10 @@ static PyObject *assign_plain_run(PyObject *self, PyObject *args) {
                 break;
             if (magic == 1 && (log_append || (attributes & TIMESTAMP_TYPE_BIT)))
                 break;
-            int64_t crc = crc32_in_c() ? (int64_t)crc32_native(b + pos + MAGIC_OFFSET, entry_end - pos - MAGIC_OFFSET)
-                                       : call_crc(crc32, b, pos + MAGIC_OFFSET, entry_end);
-            if (crc < 0)
+            int ok = message_crc_ok(b, pos, entry_end, crc32);
+            if (ok < 0)
                 goto done;
-            if ((uint32_t)crc != be32(b + pos + CLASSIC_CRC_OFFSET))
+            if (!ok)
                 break;
             put64(b + pos, next_offset);
             last_offset = next_offset;
@@ -505,59 +516,68 @@ static const int64_t *point_rows(Py_buffer *buffer, Py_ssize_t *count) {
     return (const int64_t *)buffer->buf;
 }
 
-/* pack_offset_points(rows, base_offset, base_position) -> bytes
- *
- * The offset index entries (relativeOffset:int32, position:int32) of the
- * points (IndexPoints rows), each at base_position + its position. The caller
- * (OffsetIndex) checked that the offsets and positions fit. */
-static PyObject *pack_offset_points(PyObject *self, PyObject *args) {
+/* Writes the index entries of `count` points to `out`; returns how many it wrote. */
+typedef Py_ssize_t (*pack_fn)(const int64_t *point, Py_ssize_t count, long long base_offset, long long extra,
+                              unsigned char *out);
+
+/* The shell of both pack functions: (rows, base_offset, extra) -> bytes of the
+ * entries `pack` writes, at most one of `entry_size` bytes per point. */
+static PyObject *pack_points(PyObject *args, Py_ssize_t entry_size, pack_fn pack) {
     Py_buffer buffer;
-    long long base_offset, base_position;
-    if (!PyArg_ParseTuple(args, "y*LL", &buffer, &base_offset, &base_position))
+    long long base_offset, extra;
+    if (!PyArg_ParseTuple(args, "y*LL", &buffer, &base_offset, &extra))
         return NULL;
     Py_ssize_t count;
     const int64_t *point = point_rows(&buffer, &count);
-    PyObject *packed = point == NULL ? NULL : PyBytes_FromStringAndSize(NULL, count * 8);
+    PyObject *packed = point == NULL ? NULL : PyBytes_FromStringAndSize(NULL, count * entry_size);
     if (packed != NULL) {
-        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packed);
-        for (Py_ssize_t i = 0; i < count; i++, point += 4) {
-            put32(out + 8 * i, (int32_t)(point[0] - base_offset));
-            put32(out + 8 * i + 4, (int32_t)(base_position + point[1]));
-        }
+        Py_ssize_t taken = pack(point, count, base_offset, extra, (unsigned char *)PyBytes_AS_STRING(packed));
+        if (taken < count)
+            _PyBytes_Resize(&packed, taken * entry_size); /* NULL with the error set on failure */
     }
     PyBuffer_Release(&buffer);
     return packed;
 }
 
-/* pack_time_points(rows, base_offset, last_timestamp) -> bytes
- *
- * The time index entries (timestamp:int64, relativeOffset:int32) of the points
- * whose timestamp is above every earlier one (and above last_timestamp): the
- * time index takes only strictly increasing timestamps. */
-static PyObject *pack_time_points(PyObject *self, PyObject *args) {
-    Py_buffer buffer;
-    long long base_offset, newest;
-    if (!PyArg_ParseTuple(args, "y*LL", &buffer, &base_offset, &newest))
-        return NULL;
-    Py_ssize_t count;
-    const int64_t *point = point_rows(&buffer, &count);
-    PyObject *packed = point == NULL ? NULL : PyBytes_FromStringAndSize(NULL, count * 12);
-    if (packed != NULL) {
-        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packed);
-        Py_ssize_t taken = 0;
-        for (Py_ssize_t i = 0; i < count; i++, point += 4) {
-            if (point[2] > newest) {
-                newest = point[2];
-                put64(out + 12 * taken, point[2]);
-                put32(out + 12 * taken + 8, (int32_t)(point[3] - base_offset));
-                taken++;
-            }
-        }
-        if (taken < count)
-            _PyBytes_Resize(&packed, taken * 12); /* NULL with the error set on failure */
+/* Offset index entries (relativeOffset:int32, position:int32), each at
+ * base_position + the point's position. The caller (OffsetIndex) checked that
+ * the offsets and positions fit. */
+static Py_ssize_t pack_offset_entries(const int64_t *point, Py_ssize_t count, long long base_offset,
+                                      long long base_position, unsigned char *out) {
+    for (Py_ssize_t i = 0; i < count; i++, point += 4) {
+        put32(out + 8 * i, (int32_t)(point[0] - base_offset));
+        put32(out + 8 * i + 4, (int32_t)(base_position + point[1]));
     }
-    PyBuffer_Release(&buffer);
-    return packed;
+    return count;
+}
+
+/* Time index entries (timestamp:int64, relativeOffset:int32) of the points whose
+ * timestamp is above every earlier one (and above `newest`, the index's last):
+ * the time index takes only strictly increasing timestamps. */
+static Py_ssize_t pack_time_entries(const int64_t *point, Py_ssize_t count, long long base_offset, long long newest,
+                                    unsigned char *out) {
+    Py_ssize_t taken = 0;
+    for (Py_ssize_t i = 0; i < count; i++, point += 4) {
+        if (point[2] > newest) {
+            newest = point[2];
+            put64(out + 12 * taken, point[2]);
+            put32(out + 12 * taken + 8, (int32_t)(point[3] - base_offset));
+            taken++;
+        }
+    }
+    return taken;
+}
+
+/* pack_offset_points(rows, base_offset, base_position) -> bytes: the offset
+ * index entries of IndexPoints rows. */
+static PyObject *pack_offset_points(PyObject *self, PyObject *args) {
+    return pack_points(args, 8, pack_offset_entries);
+}
+
+/* pack_time_points(rows, base_offset, last_timestamp) -> bytes: the time index
+ * entries of IndexPoints rows. */
+static PyObject *pack_time_points(PyObject *self, PyObject *args) {
+    return pack_points(args, 12, pack_time_entries);
 }
 
 /* ---- the records of a batch (magic 2) ------------------------------------------
@@ -737,10 +757,25 @@ static PyObject *crc32c_py(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return crc_py(&crc32_castagnoli, args, nargs);
 }
 
+/* set_crc_path(path) -> the previous path: for tests, runs the entry walks on a
+ * slower CRC path than this CPU's best (0: the callers' Python callables for both
+ * CRCs; 1: CRC32 folded with SSE, CRC32C by callable), clamped to what the CPU has. */
+static int crc_detected_path = CRC_TABLE;
+
+static PyObject *set_crc_path(PyObject *self, PyObject *arg) {
+    int path = _PyLong_AsInt(arg);
+    if (path == -1 && PyErr_Occurred())
+        return NULL;
+    int previous = crc_best_path;
+    crc_best_path = path < 0 ? CRC_TABLE : path > crc_detected_path ? crc_detected_path : path;
+    return PyLong_FromLong(previous);
+}
+
 static PyMethodDef methods[] = {
     {"summarize_records", summarize_records, METH_VARARGS, "A batch's records summarised, or None if malformed."},
     {"find_timestamp", find_timestamp, METH_VARARGS, "The first record at or after a timestamp and offset."},
     {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL, "zlib's CRC32 of a buffer, computed in C."},
+    {"set_crc_path", set_crc_path, METH_O, "Tests: run the walks on a slower CRC path."},
     {"crc32c", (PyCFunction)(void (*)(void))crc32c_py, METH_FASTCALL, "The CRC32C (Castagnoli) of a buffer, computed in C."},
     {"pack_offset_points", pack_offset_points, METH_VARARGS, "Offset index entries of index points."},
     {"pack_time_points", pack_time_points, METH_VARARGS, "Time index entries of index points."},
@@ -757,6 +792,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_crecords",
 
 PyMODINIT_FUNC PyInit__crecords(void) {
     crc_init();
+    crc_detected_path = crc_best_path;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && (PyModule_AddIntConstant(m, "CLMUL", crc32_in_c()) < 0 ||
                       PyModule_AddIntConstant(m, "CRC_PATH", crc_best_path) < 0 ||

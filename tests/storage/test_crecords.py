@@ -99,6 +99,18 @@ def damage(rng: random.Random, data: bytes) -> bytes:
     return bytes(buf)
 
 
+# Every CRC path this CPU runs: the walks call the Python CRC functions below the
+# AVX-512 path (for CRC32C) or the SSE one (for both), as on a CPU without them.
+CRC_PATHS = list(range(crecords.CRC_PATH + 1)) if crecords is not None else [0]
+
+
+@pytest.fixture(params=CRC_PATHS)
+def crc_path(request):
+    previous = crecords.set_crc_path(request.param)
+    yield request.param
+    crecords.set_crc_path(previous)
+
+
 def both_ways(monkeypatch, module, call):
     """(result or error) with the C path, then with the Python path alone."""
     outcomes = []
@@ -112,7 +124,7 @@ def both_ways(monkeypatch, module, call):
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_scan_matches_python(monkeypatch, seed):
+def test_scan_matches_python(monkeypatch, seed, crc_path):
     rng = random.Random(seed)
     data = damage(rng, random_set(rng))
     for check_crc, check_lengths in ((True, True), (True, False), (False, True)):
@@ -124,7 +136,7 @@ def test_scan_matches_python(monkeypatch, seed):
 
 
 @pytest.mark.parametrize("seed", range(160))
-def test_validate_matches_python(monkeypatch, seed):
+def test_validate_matches_python(monkeypatch, seed, crc_path):
     rng = random.Random(1000 + seed)
     data = damage(rng, random_set(rng, entries=rng.randint(1, 40)))
     config = rng.choice(CONFIGS)
@@ -294,6 +306,14 @@ def test_crcs_in_c_match_the_libraries_on_every_path_length_and_alignment(name):
             for path in range(crecords.CRC_PATH + 1):
                 assert ours(piece, path) == expected, (length, start, path)
             assert ours(memoryview(piece)) == expected, (length, start)
+
+
+def test_set_crc_path_is_clamped_to_what_the_cpu_has():
+    best = crecords.CRC_PATH
+    assert crecords.set_crc_path(99) == best
+    assert crecords.set_crc_path(-3) == best  # 99 was clamped to the CPU's best
+    assert crecords.set_crc_path(best) == 0
+    assert crecords.CRC32C_IN_C == (best >= 2) and crecords.CLMUL == (best >= 1)
 
 
 def test_crc_functions_refuse_bad_arguments():
