@@ -35,6 +35,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import os
 import signal
@@ -225,7 +226,7 @@ class BrokerApp:
             await loop.run_in_executor(None, self.manager.shutdown)
         stats = self.server.stats.as_dict() if self.server is not None else {}
         kafka_stats = self.kafka_server.stats.as_dict() if self.kafka_server is not None else None
-        appends = self.handlers.append_stats.as_dict() if self.handlers is not None else None
+        appends = dataclasses.asdict(self.handlers.append_stats) if self.handlers is not None else None
         log.info("broker_stopped", **stats, kafka=kafka_stats, sendfile=sendfile_stats.as_dict(),
                  appends=appends)
 

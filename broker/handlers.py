@@ -70,12 +70,11 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
 from __future__ import annotations
 
 import asyncio
-import struct
 import threading
 import time
 from collections import deque
 from concurrent.futures import Executor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Union
 
 import structlog
@@ -89,6 +88,7 @@ from protocol import (AlterConfigRequest, CommitOffsetRequest, CreateTopicReques
                       ProduceRequest, ProduceResult, ProtocolError, RequestType,
                       TopicMetadata, encode_response, error_response, fetch_response_header,
                       multifetch_response_parts, parse_produce, parse_request, produce_response)
+from protocol.requests import PRODUCE_FIXED, PRODUCE_HEAD
 from storage.errors import (InvalidRequestError, InvalidTopicError, KafkaStorageError,
                             OffsetOutOfRangeError, StrataError, TopicAlreadyExistsError,
                             UnknownTopicOrPartitionError)
@@ -117,9 +117,6 @@ SLOW_INLINE_APPEND_S = 0.02  # an inline append slower than this: the page cache
 INLINE_BACKOFF_S = 10.0  # ... so large appends go to the executor for this long
 HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend
 APPENDS_PER_JOB = 16  # an Appender's job yields its executor thread after this many
-PRODUCE_HEAD = struct.Struct(">hh")  # type, topic length: the start of a PRODUCE frame
-PARTITION = struct.Struct(">i")
-PRODUCE_TAIL = 8  # partition:int32, setSize:int32 between a PRODUCE's topic and its message set
 VALID_NAMES_CACHED = 4096  # `_valid_names` starts over past this many
 
 log = structlog.get_logger("strata.handlers")
@@ -134,9 +131,6 @@ class AppendStats:
     inline: int = 0
     executor: int = 0
     backoffs: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 class PartitionWaiters:
@@ -424,9 +418,10 @@ class Handlers:
         INLINE_APPEND_MAX_BYTES a few microseconds, up to LARGE_INLINE_APPEND_MAX_BYTES
         a fraction of a millisecond; either way cheaper on the loop than the hand-off
         to the executor and back (see LARGE_INLINE_APPEND_MAX_BYTES)."""
-        if one.config.flush_messages != LONG_MAX:
-            return False
-        size = len(data)
+        return one.config.flush_messages == LONG_MAX and self._inline_size(len(data))
+
+    def _inline_size(self, size: int) -> bool:
+        """Whether a message set of `size` bytes is appended on the loop (no fsync due)."""
         return size <= INLINE_APPEND_MAX_BYTES or (
             size <= LARGE_INLINE_APPEND_MAX_BYTES and self.loop.time() >= self._inline_backoff_until)
 
@@ -483,12 +478,11 @@ class Handlers:
         if type_ != RequestType.PRODUCE or topic_len < 0:
             return None
         at = PRODUCE_HEAD.size + topic_len
-        if at + PARTITION.size > size:
+        if at + PRODUCE_FIXED.size > size:
             return None  # malformed: `handle` answers it alone
-        topic, partition = bytes(frame[PRODUCE_HEAD.size:at]), PARTITION.unpack_from(frame, at)[0]
-        set_size = size - at - PRODUCE_TAIL  # the message set's, if the frame is well formed
-        if set_size <= INLINE_APPEND_MAX_BYTES or (
-                set_size <= LARGE_INLINE_APPEND_MAX_BYTES and self.loop.time() >= self._inline_backoff_until):
+        topic = bytes(frame[PRODUCE_HEAD.size:at])
+        partition, set_size = PRODUCE_FIXED.unpack_from(frame, at)
+        if self._inline_size(set_size):
             # Inline (`_cheap_append`) unless the log wants an fsync.
             one = self.manager.get_log(topic.decode("utf-8", "replace"), partition)
             if one is None or one.config.flush_messages == LONG_MAX:
@@ -562,7 +556,6 @@ class Handlers:
             raise InvalidRequestError(f"maxBytes {req.max_bytes} is negative")
         tp = (req.topic, req.partition)
         one = await self._log(req.topic, req.partition)
-        max_bytes = min(req.max_bytes, self.config.fetch_max_bytes, INT32_MAX - 2)
         deadline = None
         while True:
             # Take the event before looking at the log end: an append that moves the
@@ -583,14 +576,15 @@ class Handlers:
                 if self.manager.get_log(*tp) is not one:
                     raise UnknownTopicOrPartitionError(f"{req.topic}-{req.partition} was deleted")
                 continue
-            return self._fetch_answer(one, req.offset, max_bytes)
+            return self._fetch_answer(one, req)
 
-    def _fetch_answer(self, one: Log, offset: int, max_bytes: int) -> Reply:
+    def _fetch_answer(self, one: Log, req: FetchRequest) -> Reply:
         """A FETCH's answer from what the log holds now (no waiting)."""
+        max_bytes = min(req.max_bytes, self.config.fetch_max_bytes, INT32_MAX - 2)
         try:
             # On the loop: an index search and a few header reads from the page
             # cache, the same kind of work as the sendfile that follows.
-            found = one.read(offset, max_bytes)
+            found = one.read(req.offset, max_bytes)
         except StrataError as e:
             return [error_response(self._error_code(e, one))]
         if found.length == 0:
@@ -613,7 +607,7 @@ class Handlers:
             return [error_response(e.code)]
         if one is None or (req.offset == one.log_end_offset and req.max_wait_ms > 0 and not self.shutting_down):
             return None  # an internal log to create, or a long poll: the task waits
-        return self._fetch_answer(one, req.offset, min(req.max_bytes, self.config.fetch_max_bytes, INT32_MAX - 2))
+        return self._fetch_answer(one, req)
 
     async def multifetch(self, req: MultiFetchRequest) -> Reply:
         targets: list[Log | int] = []

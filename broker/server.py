@@ -382,17 +382,11 @@ class Connection(asyncio.BufferedProtocol):
             if type(part) is bytes:
                 transport.write(part)
                 continue
-            if not _sendfile_supported or self._fd < 0 or transport.get_write_buffer_size():
-                return reply[i:]
             try:
-                while part.length:
-                    sent = _sendfile(self._fd, part.fileno(), part.position, part.length)
-                    if not sent:
-                        return reply[i:]
-                    part.position += sent
-                    part.length -= sent
-            except OSError:  # BlockingIOError: the socket is full; others: the task's to handle
-                return reply[i:]
+                if transport.get_write_buffer_size() or not self._sendfile_now(part):
+                    return reply[i:]
+            except OSError:
+                return reply[i:]  # the task's _send_file meets it again and reports it
             part.release()
         return None
 
@@ -515,40 +509,50 @@ class Connection(asyncio.BufferedProtocol):
                 if isinstance(part, FileSlice):
                     part.release()
 
-    async def _send_file(self, part: FileSlice) -> None:
+    def _sendfile_now(self, part: FileSlice) -> bool:
+        """Send `part` with sendfile while the socket takes it (the transport's buffer
+        must be empty), advancing it past what went; True when all of it went. False
+        when the socket is full or sendfile is off (a kernel that refuses it for the
+        file turns it off, logged once); other errors raise."""
         global _sendfile_supported
+        if not _sendfile_supported or self._fd < 0:
+            return False
+        try:
+            while part.length:
+                sent = _sendfile(self._fd, part.fileno(), part.position, part.length)
+                if sent == 0:
+                    raise OSError(f"segment file ended {part.length} bytes early")
+                part.position += sent
+                part.length -= sent
+        except BlockingIOError:
+            return False
+        except OSError as e:
+            if e.errno not in SENDFILE_UNSUPPORTED:
+                raise
+            _sendfile_supported = False
+            log.warning("sendfile_unsupported", error=str(e))
+            return False
+        return True
+
+    async def _send_file(self, part: FileSlice) -> None:
         transport = self.transport
         assert transport is not None
-        position, remaining = part.position, part.length
-        file_fd = part.fileno()
-        while remaining > 0:
+        while part.length:
             if transport.get_write_buffer_size():
                 await self._drained()
             if self.lost or transport.is_closing():
                 raise ConnectionClosed()
-            sent = 0
-            if _sendfile_supported and self._fd >= 0:
-                try:
-                    sent = _sendfile(self._fd, file_fd, position, remaining)
-                    if sent == 0:
-                        raise OSError(f"segment file ended {remaining} bytes early")
-                except BlockingIOError:
-                    pass  # the socket is full: copy a little to learn when it drains
-                except OSError as e:
-                    if e.errno not in SENDFILE_UNSUPPORTED:
-                        raise
-                    _sendfile_supported = False
-                    log.warning("sendfile_unsupported", error=str(e))
-            if not sent:
-                chunk = os.pread(file_fd, min(SENDFILE_FALLBACK_CHUNK, remaining), position)
-                if not chunk:
-                    raise OSError(f"segment file ended {remaining} bytes early")
-                transport.write(chunk)
-                sent = len(chunk)
-                sendfile_stats.copied_bytes += sent
-                sendfile_stats.copied_writes += 1
-            position += sent
-            remaining -= sent
+            if self._sendfile_now(part):
+                return
+            # The socket is full (or sendfile is off): copy a little, to learn when it drains.
+            chunk = os.pread(part.fileno(), min(SENDFILE_FALLBACK_CHUNK, part.length), part.position)
+            if not chunk:
+                raise OSError(f"segment file ended {part.length} bytes early")
+            transport.write(chunk)
+            part.position += len(chunk)
+            part.length -= len(chunk)
+            sendfile_stats.copied_bytes += len(chunk)
+            sendfile_stats.copied_writes += 1
 
     async def _drained(self) -> None:
         """Wait until the transport's write buffer is empty (uvloop calls
