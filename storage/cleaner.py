@@ -120,9 +120,12 @@ class CleanerStats:
 
 
 class _Chunk:
-    """What LogSegment.append needs of a set of entries (a ValidatedSet's shape)."""
+    """What LogSegment.append needs of a set of entries (a ValidatedSet's shape).
+    The offset of the largest timestamp is not tracked here: None, so the segment
+    takes it from the entries."""
 
     __slots__ = ("buffer", "entries", "max_timestamp")
+    offset_of_max_timestamp = None
 
     def __init__(self, buffer, entries, max_timestamp):
         self.buffer = buffer

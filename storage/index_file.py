@@ -33,6 +33,7 @@ import threading
 from typing import Any
 
 from .errors import InvalidOffsetError, KafkaStorageError
+from .packed_rows import PackedRows
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes
 
@@ -41,52 +42,17 @@ DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes
 POINT_ROW = struct.Struct("=4q")
 
 
-class IndexPoints:
+class IndexPoints(PackedRows):
     """Where a write's entries get sparse index entries (LogSegment computes
-    them; OffsetIndex and TimeIndex take them): rows of POINT_ROW in `rows`,
-    read as a sequence of (last_offset, position, best_timestamp, best_offset)
-    tuples. Packed because a MiB of 1 KiB classic messages has some 250 of them,
-    which as tuples cost more to make than to write."""
+    them; OffsetIndex and TimeIndex take them), read as (last_offset, position,
+    best_timestamp, best_offset) tuples. Packed because a MiB of 1 KiB classic
+    messages has some 250 of them, which as tuples cost more to make than to
+    write."""
 
-    __slots__ = ("rows",)
+    ROW = POINT_ROW
+    __slots__ = ()
 
-    def __init__(self, rows: bytes = b"") -> None:
-        self.rows = rows
 
-    @classmethod
-    def of(cls, points) -> "IndexPoints":
-        return cls(b"".join(POINT_ROW.pack(*point) for point in points))
-
-    def __len__(self) -> int:
-        return len(self.rows) // POINT_ROW.size
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                raise ValueError("IndexPoints slices take no step")
-            return IndexPoints(self.rows[start * POINT_ROW.size:max(start, stop) * POINT_ROW.size])
-        count = len(self)
-        if index < 0:
-            index += count
-        if not 0 <= index < count:
-            raise IndexError("index point out of range")
-        return POINT_ROW.unpack_from(self.rows, index * POINT_ROW.size)
-
-    def __iter__(self):
-        return POINT_ROW.iter_unpack(self.rows)
-
-    def __eq__(self, other) -> bool:
-        if isinstance(other, IndexPoints):
-            return self.rows == other.rows
-        if isinstance(other, (list, tuple)):
-            return list(self) == [tuple(point) for point in other]
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"IndexPoints({list(self)!r})"
 INT32_MAX = 2**31 - 1
 
 # Kafka searches the last 8 KiB of an index first: most lookups come from consumers

@@ -241,7 +241,7 @@ class LogSegment:
         self.log.append(validated.buffer)
         size = len(validated.buffer)
         since = self._bytes_since_last_index_entry
-        offset_of_max = getattr(validated, "offset_of_max_timestamp", None)  # a ValidatedSet's
+        offset_of_max = validated.offset_of_max_timestamp  # None: not known, the entries tell
         if offset_of_max is not None and since + size <= self.index_interval_bytes:
             # No entry of the set can reach the next index point (what index_points
             # would find): a small append only counts its bytes and its timestamp.

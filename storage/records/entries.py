@@ -27,6 +27,7 @@ import struct
 from typing import NamedTuple
 
 from .. import native
+from ..packed_rows import PackedRows
 from .batch import BATCH_CODECS, BATCH_HEADER, CRC_START as BATCH_CRC_START, MIN_BATCH_LENGTH
 from .classic import (CLASSIC_CODECS, CRC_START as CLASSIC_CRC_START, HEADERS, KEY_LENGTH_OFFSET,
                       LENGTH, MIN_SIZE_FIELD)
@@ -56,7 +57,7 @@ class EntryInfo(NamedTuple):
 ENTRY_ROW = struct.Struct("=6q")
 
 
-class EntryTable:
+class EntryTable(PackedRows):
     """Entries packed one `ENTRY_ROW` each into a bytearray (`rows`), read as a
     sequence of EntryInfo. The validator returns one: a MiB of 1 KiB classic
     messages is a thousand entries, which as EntryInfo tuples cost about 100 ns
@@ -64,42 +65,16 @@ class EntryTable:
     in C; as rows they are a 48-byte copy, appended directly by the C validator,
     and LogSegment indexes them without making any object."""
 
-    __slots__ = ("rows",)
+    ROW = ENTRY_ROW
+    make = EntryInfo._make
+    __slots__ = ()
 
-    def __init__(self, entries=()) -> None:
-        self.rows = bytearray()
-        for entry in entries:
-            self.add(*entry)
+    def __init__(self, rows: bytearray | None = None) -> None:
+        super().__init__(bytearray() if rows is None else rows)
 
     def add(self, position: int, size: int, magic: int, last_offset: int, max_timestamp: int,
             codec: int) -> None:
         self.rows += ENTRY_ROW.pack(position, size, magic, last_offset, max_timestamp, codec)
-
-    def __len__(self) -> int:
-        return len(self.rows) // ENTRY_ROW.size
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        count = len(self)
-        if index < 0:
-            index += count
-        if not 0 <= index < count:
-            raise IndexError("entry index out of range")
-        return EntryInfo._make(ENTRY_ROW.unpack_from(self.rows, index * ENTRY_ROW.size))
-
-    def __iter__(self):
-        return map(EntryInfo._make, ENTRY_ROW.iter_unpack(self.rows))
-
-    def __eq__(self, other) -> bool:
-        if isinstance(other, (EntryTable, list, tuple)):
-            return list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  (mutable, like a list)
-
-    def __repr__(self) -> str:
-        return f"EntryTable({list(self)!r})"
 
 
 class ScanResult(NamedTuple):

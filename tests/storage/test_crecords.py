@@ -176,8 +176,7 @@ def test_plain_batches_are_assigned_in_one_c_call():
     assert (pos, next_offset, max_ts, offset_of_max, records, has_ids) == (len(data), 521, 1009, 519, 21, True)
     scanned = scan_entries(data)
     assert scanned.problem is None
-    table = EntryTable()
-    table.rows = rows
+    table = EntryTable(rows)
     assert table == scanned.entries
     assert all(struct.unpack_from(">i", data, e.position + 12)[0] == 0 for e in scanned.entries)
 
@@ -217,7 +216,7 @@ def test_index_points_match_python(seed):
     best = rng.choice(((-1, -1), (1_700_000_000_000, 5)))
     expected = index_points_py(entries, interval, since, *best)
     assert c_index_points(entries, interval, since, *best) == expected
-    table = EntryTable(entries)
+    table = EntryTable.of(entries)
     assert c_index_points(table.rows, interval, since, *best) == expected
     assert index_points_py(table, interval, since, *best) == expected
     assert c_index_points([], interval, since, *best) == index_points_py([], interval, since, *best)
@@ -241,7 +240,7 @@ def test_index_points_read_as_a_sequence_of_tuples():
 
 def test_entry_table_reads_as_a_sequence_of_entry_info():
     entries = random_entries(random.Random(7))
-    table = EntryTable(entries)
+    table = EntryTable.of(entries)
     assert len(table) == len(entries) and list(table) == entries and table == entries
     assert table[0] == entries[0] and table[-1] == entries[-1] and table[2:5] == entries[2:5]
     with pytest.raises(IndexError):
