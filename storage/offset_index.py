@@ -43,8 +43,6 @@ _crecords = native.load("records._crecords")
 def pack_offset_points(points: IndexPoints, base_offset: int, base_position: int) -> bytes:
     if _crecords is None:
         return pack_offset_points_py(points, base_offset, base_position)
-    if not isinstance(points, IndexPoints):
-        points = IndexPoints.of(points)
     return _crecords.pack_offset_points(points.rows, base_offset, base_position)
 
 

@@ -53,8 +53,6 @@ _crecords = native.load("records._crecords")
 def pack_time_points(points: IndexPoints, base_offset: int, newest: int) -> bytes:
     if _crecords is None:
         return pack_time_points_py(points, base_offset, newest)
-    if not isinstance(points, IndexPoints):
-        points = IndexPoints.of(points)
     return _crecords.pack_time_points(points.rows, base_offset, newest)
 
 
