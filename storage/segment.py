@@ -361,7 +361,11 @@ class LogSegment:
             entries = result.entries
             fitting = entries
             if entries and not self.can_convert_to_relative_offset(entries[-1].last_offset):
-                fitting = [e for e in entries if self.can_convert_to_relative_offset(e.last_offset)]
+                # Offsets ascend: the entries that fit the segment are a prefix.
+                fits = 0
+                while fits < len(entries) and self.can_convert_to_relative_offset(entries[fits].last_offset):
+                    fits += 1
+                fitting = entries[:fits]
             if fitting:
                 self._index_entries(fitting, position, self._max_timestamp_and_offset)
                 min_offset = fitting[-1].last_offset + 1

@@ -135,41 +135,6 @@ static int message_crc_ok(const unsigned char *b, Py_ssize_t pos, Py_ssize_t ent
     return crc < 0 ? -1 : (uint32_t)crc == be32(b + pos + CLASSIC_CRC_OFFSET);
 }
 
-/* An EntryInfo (a NamedTuple, so a tuple subtype) built as tuple.__new__ would. */
-static PyObject *new_entry(PyTypeObject *entry_type, Py_ssize_t position, Py_ssize_t size, int magic,
-                           int64_t last_offset, int64_t max_timestamp, int codec) {
-    PyObject *entry = entry_type->tp_alloc(entry_type, 6);
-    if (entry == NULL)
-        return NULL;
-    PyObject *fields[6] = {PyLong_FromSsize_t(position), PyLong_FromSsize_t(size), PyLong_FromLong(magic),
-                           PyLong_FromLongLong(last_offset), PyLong_FromLongLong(max_timestamp),
-                           PyLong_FromLong(codec)};
-    for (int i = 0; i < 6; i++) {
-        if (fields[i] == NULL) {
-            for (int j = 0; j < 6; j++)
-                Py_XDECREF(fields[j]);
-            Py_DECREF(entry);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(entry, i, fields[i]);
-    }
-    /* It holds ints only, so it can never be part of a cycle: untracked, the
-     * thousands made per MiB of small messages cost the cyclic GC nothing
-     * (CPython untracks such tuples itself, but only at its next collection). */
-    PyObject_GC_UnTrack(entry);
-    return entry;
-}
-
-static int append_entry(PyObject *entries, PyTypeObject *entry_type, Py_ssize_t position, Py_ssize_t size,
-                        int magic, int64_t last_offset, int64_t max_timestamp, int codec) {
-    PyObject *entry = new_entry(entry_type, position, size, magic, last_offset, max_timestamp, codec);
-    if (entry == NULL)
-        return -1;
-    int failed = PyList_Append(entries, entry);
-    Py_DECREF(entry);
-    return failed;
-}
-
 /* An IndexPoints row (index_file.POINT_ROW): last_offset, position, best_timestamp, best_offset. */
 #define POINT_BYTES ((Py_ssize_t)(4 * sizeof(int64_t)))
 
@@ -205,36 +170,23 @@ static int classic_lengths_fit(const unsigned char *b, Py_ssize_t pos, Py_ssize_
     return 1;
 }
 
-static int check_type(PyObject *entries, PyObject *entry_type) {
-    if (!PyList_Check(entries)) {
-        PyErr_SetString(PyExc_TypeError, "entries must be a list");
-        return -1;
-    }
-    if (!PyType_Check(entry_type) || !PyType_IsSubtype((PyTypeObject *)entry_type, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "entry_type must be a tuple subtype");
-        return -1;
-    }
-    return 0;
-}
 
-/* scan_run(buf, pos, end, previous_last, check_crc, check_lengths, entries, crc32, crc32c,
- *          entry_type) -> (pos, previous_last)
+/* scan_run(buf, pos, end, previous_last, check_crc, check_lengths, rows, crc32, crc32c)
+ *   -> (pos, previous_last)
  *
- * records.entries.scan_entries' loop for good entries: appends an EntryInfo per
- * good entry and returns where it stopped (`end`, or the first entry that is not
+ * records.entries.scan_entries' loop for good entries: appends a row per good
+ * entry to `rows` (an EntryTable's bytearray) and returns where it stopped (`end`, or the first entry that is not
  * good and whole) and the last offset of the last good entry. */
 static PyObject *scan_run(PyObject *self, PyObject *args) {
     Py_buffer buffer;
     Py_ssize_t pos, end;
     long long previous_last;
     int check_crc, check_lengths;
-    PyObject *entries, *crc32, *crc32c, *entry_type;
-    if (!PyArg_ParseTuple(args, "y*nnLppOOOO", &buffer, &pos, &end, &previous_last, &check_crc,
-                          &check_lengths, &entries, &crc32, &crc32c, &entry_type))
+    PyObject *rows, *crc32, *crc32c;
+    if (!PyArg_ParseTuple(args, "y*nnLppO!OO", &buffer, &pos, &end, &previous_last, &check_crc,
+                          &check_lengths, &PyByteArray_Type, &rows, &crc32, &crc32c))
         return NULL;
     PyObject *result = NULL;
-    if (check_type(entries, entry_type) < 0)
-        goto done;
     if (pos < 0 || end > buffer.len || pos > end) {
         PyErr_SetString(PyExc_ValueError, "pos and end must lie inside the buffer");
         goto done;
@@ -287,8 +239,7 @@ static PyObject *scan_run(PyObject *self, PyObject *args) {
         } else {
             break;
         }
-        if (append_entry(entries, (PyTypeObject *)entry_type, pos, entry_end - pos, magic, last,
-                         max_timestamp, codec) < 0)
+        if (append_row(rows, pos, entry_end - pos, magic, last, max_timestamp, codec) < 0)
             goto done;
         previous_last = last;
         pos = entry_end;

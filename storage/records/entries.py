@@ -2,8 +2,8 @@
 
 Contract: `scan_entries(buf, start, end, *, min_offset, check_crc)` walks the
 entries of buf[start:end] (any mix of magics) and stops at the first entry that
-is bad or not all there. For each good entry it records an `EntryInfo`; the
-`ScanResult` says where it stopped, why, and whether the stop is merely an
+is bad or not all there. For each good entry it records an `EntryInfo` (a row
+of an `EntryTable`); the `ScanResult` says where it stopped, why, and whether the stop is merely an
 entry cut short by `end` (`partial`: more bytes could make it whole, which
 recovery uses to read on or to cut a torn tail). `problem` is None exactly when
 every byte up to `end` belongs to a good entry (then `stop == end`).
@@ -18,7 +18,7 @@ baseOffset, a classic message's offset) is above the previous entry's last
 offset and at least `min_offset`.
 
 This is recovery's hot path: one header unpack and one CRC per entry, no walk
-over the records of a batch, no objects but the EntryInfo.
+over the records of a batch, no Python object per entry (C appends the rows).
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ ENTRY_ROW = struct.Struct("=6q")
 
 class EntryTable(PackedRows):
     """Entries packed one `ENTRY_ROW` each into a bytearray (`rows`), read as a
-    sequence of EntryInfo. The validator returns one: a MiB of 1 KiB classic
-    messages is a thousand entries, which as EntryInfo tuples cost about 100 ns
+    sequence of EntryInfo. The validator and the scan return one: a MiB of 1 KiB
+    classic messages is a thousand entries, which as EntryInfo tuples cost about 100 ns
     each to make and free again, most of the per-message cost once the CRC is
     in C; as rows they are a 48-byte copy, appended directly by the C validator,
     and LogSegment indexes them without making any object."""
@@ -78,7 +78,7 @@ class EntryTable(PackedRows):
 
 
 class ScanResult(NamedTuple):
-    entries: list[EntryInfo]
+    entries: EntryTable
     stop: int  # where the first bad or incomplete entry starts, or `end`
     problem: str | None
     partial: bool  # the entry at `stop` is only cut short by `end`
@@ -95,13 +95,12 @@ def scan_entries(buf, start: int = 0, end: int | None = None, *, min_offset: int
     view = memoryview(buf)
     if end is None:
         end = len(view)
-    entries: list[EntryInfo] = []
-    append = entries.append
+    entries = EntryTable()
+    add_entry = entries.add
     unpack_prefix = ENTRY_PREFIX.unpack_from
     unpack_batch = BATCH_HEADER.unpack_from
     unpack_length = LENGTH.unpack_from
     crc32 = framing_crc32
-    new_tuple = tuple.__new__
     previous_last = min_offset - 1
     pos = start
 
@@ -113,7 +112,7 @@ def scan_entries(buf, start: int = 0, end: int | None = None, *, min_offset: int
             # Takes every good entry it can; the entry it stops at (if any) is
             # checked below, so problems are reported by this code alone.
             pos, previous_last = _crecords.scan_run(view, pos, end, previous_last, check_crc, check_lengths,
-                                                    entries, crc32, crc32c, EntryInfo)
+                                                    entries.rows, crc32, crc32c)
             if pos >= end:
                 break
         remaining = end - pos
@@ -176,7 +175,6 @@ def scan_entries(buf, start: int = 0, end: int | None = None, *, min_offset: int
         else:
             return stopped(f"unknown magic {magic}")
 
-        # tuple.__new__ skips NamedTuple's Python-level __new__ (0.4 -> 0.15 us per entry)
-        append(new_tuple(EntryInfo, (pos, entry_end - pos, magic, last, max_timestamp, codec)))
+        add_entry(pos, entry_end - pos, magic, last, max_timestamp, codec)
         pos = entry_end
     return ScanResult(entries, pos, None, False)

@@ -183,9 +183,9 @@ def test_plain_batches_are_assigned_in_one_c_call():
 
 def test_run_functions_refuse_bad_arguments():
     with pytest.raises(ValueError):
-        crecords.scan_run(b"x" * 20, 0, 40, -1, True, True, [], None, None, EntryInfo)
+        crecords.scan_run(b"x" * 20, 0, 40, -1, True, True, bytearray(), None, None)
     with pytest.raises(TypeError):
-        crecords.scan_run(b"x" * 20, 0, 20, -1, True, True, (), None, None, EntryInfo)
+        crecords.scan_run(b"x" * 20, 0, 20, -1, True, True, (), None, None)
     with pytest.raises(TypeError):  # the buffer is patched: read-only bytes will not do
         crecords.assign_plain_run(b"x" * 20, 0, 20, 0, 100, False, False, 0, -1, -1, bytearray(), None, None)
     with pytest.raises(TypeError):  # rows are an EntryTable's bytearray

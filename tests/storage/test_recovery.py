@@ -266,3 +266,22 @@ def test_recovered_records_are_readable_by_iter_records(open_log, tmp_path):
     expected = fill(log, 5)
     data = segment_path(tmp_path, 0).read_bytes()
     assert [(r.key, r.value) for r in iter_records(data)] == expected
+
+
+def test_entries_whose_offsets_do_not_fit_the_segment_are_cut(open_log, tmp_path):
+    """A crashed segment holding an entry more than 2**31 offsets past its base (only
+    a damaged or foreign file can): recovery keeps the entries before it, whose
+    offsets fit the segment's relative offsets, and cuts the file there."""
+    log = open_log()
+    for i in range(3):
+        log.append(small(i))
+    path = segment_path(tmp_path, 0)
+    kept = path.stat().st_size
+    far = bytearray(build_batch([(b"far", b"v", 1), (b"far2", b"v", 2)], base_offset=2**31 + 5))
+    with open(path, "ab") as f:
+        f.write(far)
+        f.write(build_batch([(b"after", b"v", 3)], base_offset=2**31 + 7))
+    again = open_log(had_clean_shutdown=False)
+    assert [r.key for r in read_all(again)] == [b"k000", b"k001", b"k002"]
+    assert path.stat().st_size == kept
+    assert again.log_end_offset == 3
