@@ -379,7 +379,7 @@ class Connection(asyncio.BufferedProtocol):
         transport = self.transport
         assert transport is not None
         for i, part in enumerate(reply):
-            if type(part) is bytes:
+            if not isinstance(part, FileSlice):
                 transport.write(part)
                 continue
             try:
