@@ -181,6 +181,48 @@ def test_plain_batches_are_assigned_in_one_c_call():
     assert all(struct.unpack_from(">i", data, e.position + 12)[0] == 0 for e in scanned.entries)
 
 
+def test_rows_are_exact_after_growing_and_after_an_error():
+    """The C walks grow the rows bytearray by doubling while they write and cut
+    it to the rows written on the way out, an error included: a table that
+    already holds rows keeps them, and no spare row is ever left at the end."""
+    data = bytearray(b"".join(build_classic([(b"k", b"v%d" % i, 1000 + i)], magic=1, base_offset=0)
+                              for i in range(3000)))
+    earlier = EntryTable.of([(0, 1, 1, 5, -1, 0)] * 7)
+    rows = bytearray(earlier.rows)
+    pos, next_offset, *_ = crecords.assign_plain_run(data, 0, len(data), 10, 1 << 20, False, False, 0, -1, -1,
+                                                     rows, None, None)
+    assert (pos, next_offset) == (len(data), 3010)
+    assert len(rows) == (7 + 3000) * EntryTable.ROW.size
+    table = EntryTable(rows)
+    assert table[:7] == earlier and [e.last_offset for e in table[7:]] == list(range(10, 3010))
+    rows = bytearray(earlier.rows)
+    assert crecords.scan_run(bytes(data), 0, len(data), -1, True, True, rows, None, None) == (len(data), 3009)
+    assert EntryTable(rows)[7:] == table[7:]
+
+    calls = []
+
+    def failing_crc(view):  # the Python CRC path, failing on the 1000th message
+        calls.append(1)
+        if len(calls) == 1000:
+            raise RuntimeError("crc callable failed")
+        return crecords.crc32(view)
+
+    previous = crecords.set_crc_path(0)
+    try:
+        for walk in ("assign", "scan"):
+            calls.clear()
+            rows = bytearray()
+            with pytest.raises(RuntimeError, match="crc callable failed"):
+                if walk == "assign":
+                    crecords.assign_plain_run(bytearray(data), 0, len(data), 0, 1 << 20, False, False, 0, -1, -1,
+                                              rows, failing_crc, None)
+                else:
+                    crecords.scan_run(bytes(data), 0, len(data), -1, True, True, rows, failing_crc, None)
+            assert len(rows) == 999 * EntryTable.ROW.size
+    finally:
+        crecords.set_crc_path(previous)
+
+
 def test_run_functions_refuse_bad_arguments():
     with pytest.raises(ValueError):
         crecords.scan_run(b"x" * 20, 0, 40, -1, True, True, bytearray(), None, None)
