@@ -120,19 +120,19 @@ static int64_t call_crc(PyObject *crc, const unsigned char *data, Py_ssize_t sta
     return (int64_t)(value & 0xFFFFFFFFu);
 }
 
-/* Whether a batch's stored CRC32C matches its bytes: 1 yes, 0 no, -1 with an
- * exception set (the Python callable, used without the AVX-512 path, failed). */
-static int batch_crc_ok(const unsigned char *b, Py_ssize_t pos, Py_ssize_t entry_end, PyObject *crc32c) {
-    int64_t crc = crc32c_in_c() ? (int64_t)crc32c_native(b + pos + BATCH_CRC_START, entry_end - pos - BATCH_CRC_START)
-                                 : call_crc(crc32c, b, pos + BATCH_CRC_START, entry_end);
-    return crc < 0 ? -1 : (uint32_t)crc == be32(b + pos + BATCH_CRC_OFFSET);
-}
-
-/* The same for a classic message's CRC32 (magic..end). */
-static int message_crc_ok(const unsigned char *b, Py_ssize_t pos, Py_ssize_t entry_end, PyObject *crc32) {
-    int64_t crc = crc32_in_c() ? (int64_t)crc32_native(b + pos + MAGIC_OFFSET, entry_end - pos - MAGIC_OFFSET)
-                               : call_crc(crc32, b, pos + MAGIC_OFFSET, entry_end);
-    return crc < 0 ? -1 : (uint32_t)crc == be32(b + pos + CLASSIC_CRC_OFFSET);
+/* Whether an entry's stored CRC matches its bytes (a batch: CRC32C over
+ * attributes..end; a classic message: CRC32 over magic..end): 1 yes, 0 no, -1
+ * with an exception set (a Python callable, used without the C path, failed). */
+static int entry_crc_ok(const unsigned char *b, Py_ssize_t pos, Py_ssize_t entry_end, int magic, PyObject *crc32,
+                        PyObject *crc32c) {
+    int64_t crc;
+    if (magic == 2)
+        crc = crc32c_in_c() ? (int64_t)crc32c_native(b + pos + BATCH_CRC_START, entry_end - pos - BATCH_CRC_START)
+                            : call_crc(crc32c, b, pos + BATCH_CRC_START, entry_end);
+    else
+        crc = crc32_in_c() ? (int64_t)crc32_native(b + pos + MAGIC_OFFSET, entry_end - pos - MAGIC_OFFSET)
+                           : call_crc(crc32, b, pos + MAGIC_OFFSET, entry_end);
+    return crc < 0 ? -1 : (uint32_t)crc == be32(b + pos + (magic == 2 ? BATCH_CRC_OFFSET : CLASSIC_CRC_OFFSET));
 }
 
 /* An IndexPoints row (index_file.POINT_ROW): last_offset, position, best_timestamp, best_offset. */
@@ -243,13 +243,6 @@ static PyObject *scan_run(PyObject *self, PyObject *args) {
             int32_t count = sbe32(b + pos + BATCH_RECORD_COUNT_OFFSET);
             if (codec >= BATCH_CODECS || last_delta < 0 || count < 0 || offset <= previous_last)
                 break;
-            if (check_crc) {
-                int ok = batch_crc_ok(b, pos, entry_end, crc32c);
-                if (ok < 0)
-                    goto done;
-                if (!ok)
-                    break;
-            }
             last = offset + last_delta;
             max_timestamp = sbe64(b + pos + BATCH_MAX_TIMESTAMP_OFFSET);
         } else if (magic <= 1) {
@@ -261,17 +254,17 @@ static PyObject *scan_run(PyObject *self, PyObject *args) {
             codec = b[pos + CLASSIC_ATTRIBUTES_OFFSET] & CODEC_MASK;
             if (codec >= CLASSIC_CODECS || offset <= previous_last)
                 break;
-            if (check_crc) {
-                int ok = message_crc_ok(b, pos, entry_end, crc32);
-                if (ok < 0)
-                    goto done;
-                if (!ok)
-                    break;
-            }
             last = offset;
             max_timestamp = magic ? sbe64(b + pos + V1_TIMESTAMP_OFFSET) : NO_TIMESTAMP;
         } else {
             break;
+        }
+        if (check_crc) {
+            int ok = entry_crc_ok(b, pos, entry_end, magic, crc32, crc32c);
+            if (ok < 0)
+                goto done;
+            if (!ok)
+                break;
         }
         if (append_row(&writer, pos, entry_end - pos, magic, last, max_timestamp, codec) < 0)
             goto done;
@@ -329,30 +322,21 @@ static PyObject *assign_plain_run(PyObject *self, PyObject *args) {
         Py_ssize_t entry_end = pos + LOG_OVERHEAD + size;
         if (entry_end - pos > max_bytes)
             break;
-        int64_t last_offset, timestamp, count;
+        int64_t last_offset, timestamp, count, producer_id = -1;
         if (magic == 2) {
             if (size < MIN_BATCH_LENGTH || compact || log_append)
                 break;
             int attributes = b[pos + BATCH_CRC_START + 1]; /* the low byte of the int16 attributes */
             int32_t last_delta = sbe32(b + pos + BATCH_LAST_DELTA_OFFSET);
             int32_t records = sbe32(b + pos + BATCH_RECORD_COUNT_OFFSET);
-            int64_t producer_id = sbe64(b + pos + BATCH_PRODUCER_ID_OFFSET);
+            producer_id = sbe64(b + pos + BATCH_PRODUCER_ID_OFFSET);
             if (b[pos + BATCH_CRC_START] != 0 || (attributes & (CODEC_MASK | TIMESTAMP_TYPE_BIT | BATCH_CONTROL_BIT)) ||
                 last_delta < 0 || records <= 0 || records != (int64_t)last_delta + 1 ||
                 (producer_id >= 0 && sbe32(b + pos + BATCH_BASE_SEQUENCE_OFFSET) < 0))
                 break;
-            int ok = batch_crc_ok(b, pos, entry_end, crc32c);
-            if (ok < 0)
-                goto done;
-            if (!ok)
-                break;
-            put64(b + pos, next_offset);
-            put32(b + pos + BATCH_LEADER_EPOCH_OFFSET, 0); /* LEADER_EPOCH_ON_APPEND */
             last_offset = next_offset + last_delta;
             timestamp = sbe64(b + pos + BATCH_MAX_TIMESTAMP_OFFSET);
             count = records;
-            if (producer_id >= 0)
-                has_producer_ids = 1;
         } else {
             int32_t key_len;
             if (size < MIN_SIZE_FIELD[magic] || !classic_lengths_fit(b, pos, entry_end, magic, &key_len))
@@ -362,16 +346,20 @@ static PyObject *assign_plain_run(PyObject *self, PyObject *args) {
                 break;
             if (magic == 1 && (log_append || (attributes & TIMESTAMP_TYPE_BIT)))
                 break;
-            int ok = message_crc_ok(b, pos, entry_end, crc32);
-            if (ok < 0)
-                goto done;
-            if (!ok)
-                break;
-            put64(b + pos, next_offset);
             last_offset = next_offset;
             timestamp = magic ? sbe64(b + pos + V1_TIMESTAMP_OFFSET) : NO_TIMESTAMP;
             count = 1;
         }
+        int ok = entry_crc_ok(b, pos, entry_end, magic, crc32, crc32c);
+        if (ok < 0)
+            goto done;
+        if (!ok)
+            break;
+        put64(b + pos, next_offset); /* outside the CRC, as is a batch's leader epoch */
+        if (magic == 2)
+            put32(b + pos + BATCH_LEADER_EPOCH_OFFSET, 0); /* LEADER_EPOCH_ON_APPEND */
+        if (producer_id >= 0)
+            has_producer_ids = 1;
         if (append_row(&writer, pos + shift, entry_end - pos, magic, last_offset, timestamp, 0) < 0)
             goto done;
         if (timestamp > max_timestamp) {
