@@ -23,9 +23,9 @@
  *                 | 53 baseSequence:int32 | 57 recordCount:int32 | 61 records;
  *                 CRC32C over attributes..end
  *
- * CRCs are computed by the Python callables the caller passes (ISA-L's crc32,
- * the crc32c package): both are faster than a table-driven C loop, and the call
- * costs less than the CRC of a 1 KiB message would in portable C.
+ * CRCs are computed here by crc_fold.h where the CPU allows (CRC32 with
+ * PCLMULQDQ, CRC32C with AVX-512 VPCLMULQDQ), else by the Python callables the
+ * caller passes (zlib's crc32, the crc32c package), which beat a table loop.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -146,7 +146,7 @@ enum { ROW_POSITION, ROW_SIZE, ROW_MAGIC, ROW_LAST_OFFSET, ROW_MAX_TIMESTAMP, RO
  * grown by doubling and cut to the rows written when the walk ends (rows_end,
  * on every way out): CPython grows a bytearray by an eighth, so a thousand
  * 48-byte appends (a MiB of 1 KiB messages) reallocated and copied it ~60 times,
- * ~30 µs a MiB. */
+ * ~20 µs a MiB (measured: v1 Log.append 299 -> 278 µs a MiB). */
 typedef struct {
     PyObject *rows;
     Py_ssize_t used; /* bytes of real rows; the bytearray may be longer until rows_end */
