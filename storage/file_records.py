@@ -7,6 +7,11 @@ Contract:
 - A `FileSlice` pins the open file: a segment deleted while a fetch is still
   sending from it keeps its descriptor until the slice is released, so the
   send completes (Linux keeps an unlinked file's data while it is open).
+- Blocks ahead: an append may ask for blocks past the end to be reserved
+  (`reserve_ahead`, fileutil.reserve_blocks): the file's size does not change,
+  so readers, recovery and Kafka's tools see nothing of them. They are given
+  back by `release_reserved` (a segment rolling or closing), and by truncation;
+  a crash leaves them to the next release of that file.
 - Reading headers needs only the 12-byte entry overhead plus, for magic 2, the
   lastOffsetDelta field: `iter_headers` reads small chunks, never whole batches.
 """
@@ -19,6 +24,7 @@ import threading
 from typing import Iterator, NamedTuple
 
 from .errors import CorruptRecordError
+from .fileutil import reserve_blocks
 
 # offset:int64 | size:int32 | (crc:uint32 | magic:int8 ...)         classic
 # baseOffset:int64 | length:int32 | leaderEpoch:int32 | magic:int8 | crc:uint32 |
@@ -81,6 +87,9 @@ class FileRecords:
         self._fd = fd
         self.size = size
         self._refs = 0
+        # Blocks are reserved up to here (fileutil.reserve_blocks); None once the
+        # filesystem refused, so no later append asks again.
+        self._reserved_end: int | None = size
         self._close_when_released = False
         self._ref_lock = threading.Lock()
 
@@ -91,9 +100,15 @@ class FileRecords:
 
     # ---- writing --------------------------------------------------------------
 
-    def append(self, data) -> int:
-        """Write `data` at the end; return the position it starts at."""
+    def append(self, data, reserve_ahead: int = 0) -> int:
+        """Write `data` at the end; return the position it starts at. With
+        `reserve_ahead`, blocks for `data` and that many bytes more are
+        reserved first when they are not yet (see the module contract)."""
         position = self.size
+        reserved_end = self._reserved_end
+        if reserve_ahead and reserved_end is not None and position + len(data) > reserved_end:
+            wanted = position + len(data) + reserve_ahead
+            self._reserved_end = wanted if reserve_blocks(self._fd, position, wanted - position) else None
         view = memoryview(data)
         written = 0
         while written < len(view):
@@ -111,9 +126,24 @@ class FileRecords:
         if size > self.size or size < 0:
             raise ValueError(f"cannot truncate {self.path} of {self.size} bytes to {size}")
         cut = self.size - size
-        os.ftruncate(self._fd, size)
+        os.ftruncate(self._fd, size)  # also gives back any blocks reserved past `size`
         self.size = size
+        if self._reserved_end is not None:
+            self._reserved_end = size
         return cut
+
+    def release_reserved(self) -> None:
+        """Give back the blocks reserved past the end. The size and the
+        modification time stay (retention falls back on the mtime of segments
+        without timestamps, and Kafka's trim at roll leaves it too)."""
+        reserved_end = self._reserved_end
+        if reserved_end is None or reserved_end <= self.size or self._fd < 0:
+            return
+        fd = self._fd
+        before = os.fstat(fd)
+        os.ftruncate(fd, self.size)
+        os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
+        self._reserved_end = self.size
 
     # ---- reading --------------------------------------------------------------
 
@@ -178,6 +208,7 @@ class FileRecords:
 
     def close(self) -> None:
         """Close now, or as soon as the last outstanding slice is released."""
+        self.release_reserved()
         with self._ref_lock:
             self._close_when_released = True
             close_now = self._refs == 0

@@ -8,6 +8,9 @@ Contract:
   is in place but may not survive a crash. A `.tmp` left by an earlier crash is
   simply overwritten.
 - `fsync_dir(path)` makes renames, creations and deletions inside a directory durable.
+- `reserve_blocks(fd, offset, length)` asks the filesystem for the blocks of a
+  range without changing the file's size (fallocate, FALLOC_FL_KEEP_SIZE); it
+  returns False, changing nothing, where the system or filesystem cannot.
 - `segment_file_name` / `parse_segment_file_name` convert between a segment's base
   offset and Kafka's file names: the offset zero-padded to 20 digits, then a suffix
   chain such as `.log`, `.index.deleted`, `.log.cleaned` or `.timeindex.swap`.
@@ -15,6 +18,7 @@ Contract:
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 
@@ -74,6 +78,37 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
                 pass
         raise
     fsync_dir(os.path.dirname(os.path.abspath(target)))
+
+
+FALLOC_FL_KEEP_SIZE = 0x01  # linux/falloc.h
+
+
+def _libc_fallocate():
+    """glibc's or musl's fallocate(2) wrapper, or None (not Linux, no such symbol)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fallocate = getattr(libc, "fallocate64", None) or libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fallocate.restype = ctypes.c_int
+    return fallocate
+
+
+_fallocate = _libc_fallocate()
+
+
+def reserve_blocks(fd: int, offset: int, length: int) -> bool:
+    """Allocate disk blocks for bytes offset..offset+length of `fd` without
+    changing its size, so that later writes there skip the filesystem's
+    per-page block reservation (ext4's delayed allocation: about a third of
+    the cost of appending 1 MiB, bench/storage.py). The file reads as before:
+    blocks past the end are invisible, and an ftruncate to the same size gives
+    them back. False where fallocate is missing or the filesystem refuses it
+    (EOPNOTSUPP), or the disk is full: the write itself then decides."""
+    if _fallocate is None or length <= 0:
+        return False
+    return _fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) == 0
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:

@@ -12,6 +12,9 @@ Contract:
 - A roll schedules no fsync of its own: `flush_rolled()` (called by the
   manager's periodic task) fsyncs segments that rolled and moves the recovery
   point, as Kafka's asynchronous flush-on-roll does.
+- The active segment's appends reserve disk blocks ahead of them
+  (RESERVE_AHEAD_BYTES, FileRecords' contract): the files' sizes and bytes do
+  not change, and a roll or close gives the rest back.
 - Retention (`delete_old_segments`, rules in storage/retention.py) takes the same
   lock; deleted segments' files go later, in `delete_due_files`.
 - The cleaner (storage/cleaner.py) writes cleaned segments outside the lock and
@@ -42,6 +45,13 @@ from .records import validate_and_assign
 from . import retention
 from .segment import LogSegment, TimestampOffset
 from .segments import LogSegments
+
+# How far past an append the active segment's blocks are reserved, at most
+# (capped by segment.bytes). Writing into reserved blocks skips ext4's per-page
+# delayed allocation: 1 MiB appends ran ~1.4x faster (bench/storage.py prints
+# both writes). 2 MiB keeps the space held per partition small; a fallocate
+# per 2 MiB costs a few microseconds.
+RESERVE_AHEAD_BYTES = 2 * 1024 * 1024
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -161,7 +171,8 @@ class Log:
                 raise RecordListTooLargeError(
                     f"message set of {size} bytes is larger than segment.bytes {config.segment_bytes}")
             segment = self._maybe_roll(size, validated, now, config)
-            segment.append(validated.last_offset, validated)
+            segment.append(validated.last_offset, validated,
+                           min(RESERVE_AHEAD_BYTES, config.segment_bytes))
             self._end = LogEnd(validated.last_offset + 1, segment, segment.size)
             if producer_update is not None:
                 self.producer_state.apply(producer_update, self._end.offset)

@@ -218,17 +218,20 @@ class LogSegment:
 
     def on_became_inactive(self) -> None:
         """Called when a newer segment takes over: record the final time index
-        entry (in the slot kept for it) and trim both indexes to their entries."""
+        entry (in the slot kept for it), trim both indexes to their entries and
+        give back the log's reserved blocks."""
         best = self._max_ts_and_offset()
         if best.timestamp >= 0:
             self.time_index.maybe_append(best.timestamp, best.offset, skip_full_check=True)
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+        self.log.release_reserved()
 
     # ---- appending ---------------------------------------------------------------
 
-    def append(self, largest_offset: int, validated) -> None:
-        """Write a validated set (see records.validate_and_assign) and index it."""
+    def append(self, largest_offset: int, validated, reserve_ahead: int = 0) -> None:
+        """Write a validated set (see records.validate_and_assign) and index it;
+        `reserve_ahead`: see FileRecords.append."""
         if not validated.entries:
             return
         if not self.can_convert_to_relative_offset(largest_offset):
@@ -238,7 +241,7 @@ class LogSegment:
         if physical_position == 0:
             self._rolling_based_timestamp = validated.max_timestamp
         best = self._max_ts_and_offset()
-        self.log.append(validated.buffer)
+        self.log.append(validated.buffer, reserve_ahead)
         size = len(validated.buffer)
         since = self._bytes_since_last_index_entry
         offset_of_max = validated.offset_of_max_timestamp  # None: not known, the entries tell

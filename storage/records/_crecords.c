@@ -157,14 +157,28 @@ static void rows_begin(row_writer *writer, PyObject *rows) {
     writer->used = PyByteArray_GET_SIZE(rows);
 }
 
+/* Field `index` of a packed row of native int64s. */
+static inline void put_native64(char *row, int index, int64_t value) {
+    memcpy(row + index * sizeof(int64_t), &value, sizeof(value));
+}
+
 static int append_row(row_writer *writer, Py_ssize_t position, Py_ssize_t size, int magic, int64_t last_offset,
                       int64_t max_timestamp, int codec) {
     Py_ssize_t room = PyByteArray_GET_SIZE(writer->rows);
     if (writer->used + ROW_BYTES > room &&
         PyByteArray_Resize(writer->rows, room > 32 * ROW_BYTES ? 2 * room : 64 * ROW_BYTES) < 0)
         return -1;
-    int64_t row[ROW_FIELDS] = {position, size, magic, last_offset, max_timestamp, codec};
-    memcpy(PyByteArray_AS_STRING(writer->rows) + writer->used, row, sizeof(row));
+    /* Field by field into place: a row built on the stack and copied whole
+     * was read back with 16-byte loads over 8-byte stores, which cannot be
+     * forwarded (a stall of ~20 cycles per load; perf showed it as half the
+     * loop's own time). */
+    char *row = PyByteArray_AS_STRING(writer->rows) + writer->used;
+    put_native64(row, ROW_POSITION, position);
+    put_native64(row, ROW_SIZE, size);
+    put_native64(row, ROW_MAGIC, magic);
+    put_native64(row, ROW_LAST_OFFSET, last_offset);
+    put_native64(row, ROW_MAX_TIMESTAMP, max_timestamp);
+    put_native64(row, ROW_CODEC, codec);
     writer->used += ROW_BYTES;
     return 0;
 }
