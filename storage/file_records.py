@@ -11,7 +11,8 @@ Contract:
   (`reserve_ahead`, fileutil.reserve_blocks): the file's size does not change,
   so readers, recovery and Kafka's tools see nothing of them. They are given
   back by `release_reserved` (a segment rolling or closing), and by truncation;
-  a crash leaves them to the next release of that file.
+  after a crash, recovery gives back what the crashed process had reserved
+  (`release_leftover_reservation`).
 - Reading headers needs only the 12-byte entry overhead plus, for magic 2, the
   lastOffsetDelta field: `iter_headers` reads small chunks, never whole batches.
 """
@@ -37,6 +38,8 @@ LAST_OFFSET_DELTA_POSITION = 23
 HEADER_PEEK = LAST_OFFSET_DELTA_POSITION + LAST_OFFSET_DELTA.size  # 27 bytes tell an entry's span
 MIN_ENTRY_SIZE = 14  # Kafka: size field smaller than this is corrupt
 SCAN_CHUNK = 8192
+# Blocks past the end that can only be a reservation (release_leftover_reservation).
+LEFTOVER_BLOCKS_BYTES = 64 * 1024
 
 
 class EntryHeader(NamedTuple):
@@ -139,11 +142,26 @@ class FileRecords:
         reserved_end = self._reserved_end
         if reserved_end is None or reserved_end <= self.size or self._fd < 0:
             return
+        self._give_back_blocks(os.fstat(self._fd))
+
+    def release_leftover_reservation(self) -> None:
+        """Give back blocks past the end that this process did not reserve: a
+        crashed one did (recovery calls this). A file holding at least
+        LEFTOVER_BLOCKS_BYTES past its last block has some; smaller slack is
+        the filesystem's own (extent blocks) and stays."""
+        if self._fd < 0:
+            return
+        stat = os.fstat(self._fd)
+        last_block_end = -(-self.size // stat.st_blksize) * stat.st_blksize
+        if stat.st_blocks * 512 - last_block_end >= LEFTOVER_BLOCKS_BYTES:
+            self._give_back_blocks(stat)
+
+    def _give_back_blocks(self, before: os.stat_result) -> None:
         fd = self._fd
-        before = os.fstat(fd)
         os.ftruncate(fd, self.size)
         os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
-        self._reserved_end = self.size
+        if self._reserved_end is not None:
+            self._reserved_end = self.size
 
     # ---- reading --------------------------------------------------------------
 

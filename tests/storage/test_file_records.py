@@ -106,3 +106,19 @@ def test_log_segments_hold_no_reserved_blocks_once_rolled_or_closed(open_log, re
     log.close()
     assert allocated(active.log.path) < active.size + 8192
     assert os.stat(active.log.path).st_mtime_ns == 1_600_000_000_000_000_000
+
+
+def test_recovery_gives_back_what_a_crashed_process_reserved(open_log, reservable):
+    crashed = open_log(segment_bytes=64 * 1024 * 1024)
+    for i in range(5):
+        crashed.append(build_batch([(b"k", os.urandom(1000), i)]))
+    path = crashed.active_segment.log.path
+    size = crashed.active_segment.size
+    assert allocated(path) > size + MIB  # the crashed process never gave them back
+    os.utime(path, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    reopened = open_log(segment_bytes=64 * 1024 * 1024, had_clean_shutdown=False)
+    assert allocated(path) < size + 64 * 1024
+    assert os.stat(path).st_size == size
+    assert os.stat(path).st_mtime_ns == 1_600_000_000_000_000_000
+    assert reopened.log_end_offset == 5
+
