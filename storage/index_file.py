@@ -33,25 +33,8 @@ import threading
 from typing import Any
 
 from .errors import InvalidOffsetError, KafkaStorageError
-from .packed_rows import PackedRows
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes
-
-# One IndexPoints row: last_offset, position, best_timestamp, best_offset as
-# native int64s (_crecords.c's POINT_BYTES reads and writes the same layout).
-POINT_ROW = struct.Struct("=4q")
-
-
-class IndexPoints(PackedRows):
-    """Where a write's entries get sparse index entries (LogSegment computes
-    them; OffsetIndex and TimeIndex take them), read as (last_offset, position,
-    best_timestamp, best_offset) tuples. Packed because a MiB of 1 KiB classic
-    messages has some 250 of them, which as tuples cost more to make than to
-    write."""
-
-    ROW = POINT_ROW
-    __slots__ = ()
-
 
 INT32_MAX = 2**31 - 1
 
@@ -64,14 +47,16 @@ class IndexFile:
     """One memory-mapped file of fixed-size entries, searched by binary search.
 
     Subclasses set `ENTRY` (one struct for one entry), `OFFSET_FIELD` (which field of
-    an entry holds the relative offset; field 0 is always the search key) and
-    implement `_on_entries_changed` (refresh cached last-entry values) and
-    `sanity_check`.
+    an entry holds the relative offset; field 0 is always the search key),
+    `FREE_SLOTS_KEPT` (slots appends leave free) and implement
+    `_on_entries_changed` (refresh cached last-entry values), the three hooks of
+    `append_entries` and `sanity_check`.
     """
 
     ENTRY: struct.Struct
     OFFSET_FIELD: int
     KEY_FIELD = 0
+    FREE_SLOTS_KEPT = 0
 
     def __init__(self, path: str | os.PathLike, base_offset: int,
                  max_index_size: int = DEFAULT_MAX_INDEX_SIZE, writable: bool = True):
@@ -169,7 +154,7 @@ class IndexFile:
         return self._closed
 
     def is_full(self) -> bool:
-        return self._entries >= self._max_entries
+        return self._entries >= self._max_entries - self.FREE_SLOTS_KEPT
 
     def can_append_offset(self, offset: int) -> bool:
         """Whether `offset` fits this index's 32-bit relative offsets."""
@@ -245,6 +230,30 @@ class IndexFile:
         slot = self._entries
         self.ENTRY.pack_into(self._mmap, slot * self._entry_size, *fields)
         self._entries = slot + 1
+
+    def append_entries(self, packed: bytes) -> None:
+        """Add entries packed as the file holds them, in order (LogSegment
+        computes them: segment.index_entries), under one lock with one write.
+        When they do not follow the last entry or do not fit, they go one by one
+        through the subclass's single-entry append instead, which raises where
+        it applies."""
+        size = self._entry_size
+        if len(packed) % size:
+            raise ValueError(f"{len(packed)} bytes are not whole entries of {self._path}")
+        count = len(packed) // size
+        if count == 0:
+            return
+        with self._write_lock:
+            self._require_writable()
+            slot = self._entries
+            if (slot + count > self._max_entries - self.FREE_SLOTS_KEPT
+                    or not self._continues(self._unpack_from(packed, 0))):
+                for n in range(count):
+                    self._append_unpacked(self._unpack_from(packed, n * size))
+                return
+            self._write_at(slot * size, packed)
+            self._entries = slot + count  # published: readers see whole entries only
+            self._on_appended(self._unpack_from(packed, len(packed) - size))
 
     def _write_at(self, position: int, data: bytes) -> None:
         """Store whole entries at `position` with pwrite rather than through the
@@ -384,6 +393,18 @@ class IndexFile:
 
     def _on_entries_changed(self) -> None:
         """Refresh values cached from the last entry after open, truncation or resize."""
+        raise NotImplementedError
+
+    def _continues(self, first: tuple[Any, ...]) -> bool:
+        """Whether an entry (as unpacked) may follow the last one."""
+        raise NotImplementedError
+
+    def _append_unpacked(self, entry: tuple[Any, ...]) -> None:
+        """The subclass's checked single-entry append of an entry as unpacked."""
+        raise NotImplementedError
+
+    def _on_appended(self, last: tuple[Any, ...]) -> None:
+        """Refresh the cached last-entry values from the entry just appended last."""
         raise NotImplementedError
 
     def sanity_check(self) -> None:

@@ -21,29 +21,13 @@ import os
 import struct
 from typing import NamedTuple
 
-from . import native
 from .errors import CorruptIndexError, InvalidOffsetError
-from .index_file import DEFAULT_MAX_INDEX_SIZE, INT32_MAX, IndexFile, IndexPoints
+from .index_file import DEFAULT_MAX_INDEX_SIZE, INT32_MAX, IndexFile
 
 
 class OffsetPosition(NamedTuple):
     offset: int
     position: int
-
-
-def pack_offset_points_py(points, base_offset: int, base_position: int) -> bytes:
-    """The entries of index points (offset, position, ...) as the file holds them."""
-    flat = [value for point in points for value in (point[0] - base_offset, base_position + point[1])]
-    return struct.pack(f">{len(flat)}i", *flat)
-
-
-_crecords = native.load("records._crecords")
-
-
-def pack_offset_points(points: IndexPoints, base_offset: int, base_position: int) -> bytes:
-    if _crecords is None:
-        return pack_offset_points_py(points, base_offset, base_position)
-    return _crecords.pack_offset_points(points.rows, base_offset, base_position)
 
 
 class OffsetIndex(IndexFile):
@@ -78,26 +62,15 @@ class OffsetIndex(IndexFile):
             self._publish_entry(relative, position)
             self._last_offset = offset
 
-    def append_points(self, points, base_position: int) -> None:
-        """Add (offset, base_position + position) for each (offset, position, ...)
-        in `points` (ascending offsets, as LogSegment computes them): what
-        `append` one by one would do, under one lock with one pack."""
-        if not points:
-            return
-        with self._write_lock:
-            self._require_writable()
-            slot = self._entries
-            first, last = points[0], points[-1]
-            if (slot + len(points) > self._max_entries or (slot > 0 and first[0] <= self._last_offset)
-                    or base_position + last[1] > INT32_MAX or base_position + first[1] < 0):
-                for point in points:  # the one-by-one path raises where it applies
-                    self.append(point[0], base_position + point[1])
-                return
-            self._relative_offset(last[0])  # offsets ascend: the last fits, so all do
-            packed = pack_offset_points(points, self._base_offset, base_position)
-            self._write_at(slot * self._entry_size, packed)
-            self._entries = slot + len(points)  # published: readers see whole entries only
-            self._last_offset = last[0]
+    # append_entries' hooks: entries as unpacked are (relativeOffset, position).
+    def _continues(self, first) -> bool:
+        return self._entries == 0 or self._base_offset + first[0] > self._last_offset
+
+    def _append_unpacked(self, entry) -> None:
+        self.append(self._base_offset + entry[0], entry[1])
+
+    def _on_appended(self, last) -> None:
+        self._last_offset = self._base_offset + last[0]
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The last entry whose offset is <= target_offset, else (base_offset, 0)."""

@@ -4,9 +4,9 @@ Contract: a `PackedRows` subclass names its `ROW` struct and how a row reads
 (`make`, default: a tuple). `rows` is the buffer (bytes or bytearray); len,
 indexing (a slice is the same class over the sliced rows), iteration and
 equality with lists of rows work as on a list. The C accelerators read and
-write `rows` directly, so no Python object is made per row on the hot paths:
-the validator's entries (a thousand per MiB of 1 KiB classic messages) and the
-sparse-index points computed from them.
+write `rows` directly, so no Python object is made per row on the hot path:
+the validator's and the recovery scan's entries (records.entries.EntryTable, a
+thousand per MiB of 1 KiB classic messages).
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ from .clock import SystemClock
 from .errors import CorruptIndexError, InvalidOffsetError
 from .file_records import FileRecords, FileSlice
 from .fileutil import segment_file_name
-from .index_file import IndexPoints
 from .offset_index import OffsetIndex
 from .records import iter_entries, scan_entries
 from .records.entries import EntryTable
@@ -74,8 +73,7 @@ def index_points_py(entries, interval: int, since: int, best_ts: int, best_offse
     and including it (the first holder wins), what the time index takes there;
     `since` carries over to the next append. Rather than test every entry
     (thousands per MiB of small classic messages), jump from one index point to
-    the next with bisect and take each stretch's largest timestamp with max().
-    storage/records/_crecords.c has the same function as one C loop."""
+    the next with bisect and take each stretch's largest timestamp with max()."""
     if isinstance(entries, EntryTable):
         entries = list(entries)
     positions = [e.position for e in entries]
@@ -83,7 +81,7 @@ def index_points_py(entries, interval: int, since: int, best_ts: int, best_offse
     count = len(entries)
     points = []
     if not count:
-        return IndexPoints(), since, best_ts, best_offset
+        return points, since, best_ts, best_offset
     last_end = positions[-1] + entries[-1].size
     done = 0  # entries before this one are folded into best_ts
     indexed = -1
@@ -97,21 +95,50 @@ def index_points_py(entries, interval: int, since: int, best_ts: int, best_offse
         j = bisect.bisect_right(positions, positions[j] + interval, j + 1)
     best_ts, best_offset = _fold_max(entries, timestamps, done, count, best_ts, best_offset)
     since = since + last_end - positions[0] if indexed < 0 else last_end - positions[indexed]
-    return IndexPoints.of(points), since, best_ts, best_offset
+    return points, since, best_ts, best_offset
+
+
+def _index_field(value: int, what: str, base_offset: int) -> int:
+    if not 0 <= value <= INT_MAX:
+        raise OverflowError(f"{what} {value} does not fit an index entry of a segment at base offset {base_offset}")
+    return value
+
+
+def index_entries_py(entries, interval: int, since: int, best_ts: int, best_offset: int,
+                     base_offset: int, base_position: int, newest: int):
+    """The index entries of `entries`, just written from `base_position`, packed
+    as the files hold them: (offset_entries, time_entries, since, best_ts,
+    best_offset). An offset entry for each of index_points_py's points; a time
+    entry where the point's timestamp rises above every earlier one and above
+    `newest`, the time index's last (it takes strictly increasing timestamps).
+    OverflowError when a relative offset or a position does not fit an int32.
+    storage/records/_crecords.c has the same function as one C loop."""
+    points, since, best_ts, best_offset = index_points_py(entries, interval, since, best_ts, best_offset)
+    offset_entries, time_entries = bytearray(), bytearray()
+    for last_offset, position, timestamp, timestamp_offset in points:
+        offset_entries += OffsetIndex.ENTRY.pack(
+            _index_field(last_offset - base_offset, "relative offset", base_offset),
+            _index_field(base_position + position, "position", base_offset))
+        if timestamp > newest:
+            newest = timestamp
+            time_entries += TimeIndex.ENTRY.pack(
+                timestamp, _index_field(timestamp_offset - base_offset, "relative offset", base_offset))
+    return bytes(offset_entries), bytes(time_entries), since, best_ts, best_offset
 
 
 _crecords = native.load("records._crecords")
 
 
-def index_points(entries, interval: int, since: int, best_ts: int, best_offset: int):
-    """index_points_py's results, in C when built: over an EntryTable's rows
+def index_entries(entries, interval: int, since: int, best_ts: int, best_offset: int,
+                  base_offset: int, base_position: int, newest: int):
+    """index_entries_py's results, in C when built: over an EntryTable's rows
     (the validator's) no object is made per entry."""
     if _crecords is None:
-        return index_points_py(entries, interval, since, best_ts, best_offset)
+        return index_entries_py(entries, interval, since, best_ts, best_offset, base_offset, base_position, newest)
     if isinstance(entries, EntryTable):
         entries = entries.rows
-    rows, since, best_ts, best_offset = _crecords.index_points(entries, interval, since, best_ts, best_offset)
-    return IndexPoints(rows), since, best_ts, best_offset
+    return _crecords.index_entries(entries, interval, since, best_ts, best_offset, base_offset, base_position,
+                                   newest)
 
 
 class LogSegment:
@@ -246,7 +273,7 @@ class LogSegment:
         since = self._bytes_since_last_index_entry
         offset_of_max = validated.offset_of_max_timestamp  # None: not known, the entries tell
         if offset_of_max is not None and since + size <= self.index_interval_bytes:
-            # No entry of the set can reach the next index point (what index_points
+            # No entry of the set can reach the next index point (what index_entries
             # would find): a small append only counts its bytes and its timestamp.
             self._bytes_since_last_index_entry = since + size
             if validated.max_timestamp > best.timestamp:
@@ -256,11 +283,11 @@ class LogSegment:
 
     def _index_entries(self, entries, start_position: int, best: TimestampOffset) -> None:
         """Add index entries for `entries` (just written from `start_position`)."""
-        points, since, best_ts, best_offset = index_points(
-            entries, self.index_interval_bytes, self._bytes_since_last_index_entry, best.timestamp, best.offset)
-        if points:
-            self.offset_index.append_points(points, start_position)
-            self.time_index.append_points(points)
+        offset_entries, time_entries, since, best_ts, best_offset = index_entries(
+            entries, self.index_interval_bytes, self._bytes_since_last_index_entry, best.timestamp, best.offset,
+            self.base_offset, start_position, self.time_index.last_entry.timestamp)
+        self.offset_index.append_entries(offset_entries)
+        self.time_index.append_entries(time_entries)
         self._bytes_since_last_index_entry = since
         self._max_timestamp_and_offset = TimestampOffset(best_ts, best_offset)
 

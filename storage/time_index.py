@@ -24,9 +24,8 @@ import os
 import struct
 from typing import NamedTuple
 
-from . import native
 from .errors import CorruptIndexError, InvalidOffsetError
-from .index_file import DEFAULT_MAX_INDEX_SIZE, IndexFile, IndexPoints
+from .index_file import DEFAULT_MAX_INDEX_SIZE, IndexFile
 
 NO_TIMESTAMP = -1
 
@@ -34,26 +33,6 @@ NO_TIMESTAMP = -1
 class TimestampOffset(NamedTuple):
     timestamp: int
     offset: int
-
-
-def pack_time_points_py(points, base_offset: int, newest: int) -> bytes:
-    """The entries of index points (..., ..., timestamp, offset) as the file
-    holds them, keeping only timestamps above every earlier one and `newest`."""
-    packed = bytearray()
-    for point in points:
-        if point[2] > newest:
-            newest = point[2]
-            packed += TimeIndex.ENTRY.pack(newest, point[3] - base_offset)
-    return bytes(packed)
-
-
-_crecords = native.load("records._crecords")
-
-
-def pack_time_points(points: IndexPoints, base_offset: int, newest: int) -> bytes:
-    if _crecords is None:
-        return pack_time_points_py(points, base_offset, newest)
-    return _crecords.pack_time_points(points.rows, base_offset, newest)
 
 
 class TimeIndex(IndexFile):
@@ -70,9 +49,8 @@ class TimeIndex(IndexFile):
         """The last entry, or (-1, base_offset) when empty."""
         return self._last_entry
 
-    def is_full(self) -> bool:
-        # One slot stays free for the entry a roll or close adds with skip_full_check.
-        return self._entries >= self._max_entries - 1
+    # One slot stays free for the entry a roll or close adds with skip_full_check.
+    FREE_SLOTS_KEPT = 1
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Add (timestamp, offset) when the timestamp exceeds the last entry's."""
@@ -95,28 +73,16 @@ class TimeIndex(IndexFile):
             self._publish_entry(timestamp, self._relative_offset(offset))
             self._last_entry = TimestampOffset(timestamp, offset)
 
-    def append_points(self, points) -> None:
-        """`maybe_append(timestamp, offset)` for each (..., ..., timestamp, offset)
-        in `points` (offsets ascending, timestamps never falling, as LogSegment
-        computes them), under one lock with one pack."""
-        if not points:
-            return
-        with self._write_lock:
-            self._require_writable()
-            last = self._last_entry
-            slot = self._entries
-            if slot + len(points) >= self._max_entries - 1 or (slot > 0 and points[0][3] < last.offset):
-                for point in points:  # the one-by-one path raises where it applies
-                    self.maybe_append(point[2], point[3])
-                return
-            self._relative_offset(points[-1][3])  # offsets ascend: the last fits, so all do
-            packed = pack_time_points(points, self._base_offset, last.timestamp)
-            if not packed:
-                return
-            self._write_at(slot * self._entry_size, packed)
-            self._entries = slot + len(packed) // self._entry_size  # published: whole entries only
-            timestamp, relative = self.ENTRY.unpack_from(packed, len(packed) - self._entry_size)
-            self._last_entry = TimestampOffset(timestamp, self._base_offset + relative)
+    # append_entries' hooks: entries as unpacked are (timestamp, relativeOffset).
+    def _continues(self, first) -> bool:
+        last = self._last_entry
+        return self._entries == 0 or (self._base_offset + first[1] >= last.offset and first[0] > last.timestamp)
+
+    def _append_unpacked(self, entry) -> None:
+        self.maybe_append(entry[0], self._base_offset + entry[1])
+
+    def _on_appended(self, last) -> None:
+        self._last_entry = TimestampOffset(last[0], self._base_offset + last[1])
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """The last entry whose timestamp is <= target, else (-1, base_offset)."""

@@ -21,12 +21,11 @@ from storage import native
 from storage.codecs import Codec
 from storage.config import LogConfig
 from storage.errors import StrataError
-from storage.index_file import IndexPoints
-from storage.offset_index import OffsetIndex, pack_offset_points_py
+from storage.offset_index import OffsetIndex
 from storage.records import build_batch, build_classic, scan_entries, validate_and_assign
 from storage.records.entries import EntryInfo, EntryTable
-from storage.segment import index_points_py
-from storage.time_index import TimeIndex, pack_time_points_py
+from storage.segment import index_entries_py, index_points_py
+from storage.time_index import TimeIndex
 
 crecords = native.load("records._crecords")
 pytestmark = pytest.mark.skipif(crecords is None, reason="the C accelerator is not built here")
@@ -233,9 +232,9 @@ def test_run_functions_refuse_bad_arguments():
     with pytest.raises(TypeError):  # rows are an EntryTable's bytearray
         crecords.assign_plain_run(bytearray(20), 0, 20, 0, 100, False, False, 0, -1, -1, [], None, None)
     with pytest.raises(TypeError):
-        crecords.index_points((), 4096, 0, -1, -1)
+        crecords.index_entries((), 4096, 0, -1, -1, 0, 0, -1)
     with pytest.raises(ValueError):  # not whole rows
-        crecords.index_points(bytearray(47), 4096, 0, -1, -1)
+        crecords.index_entries(bytearray(47), 4096, 0, -1, -1, 0, 0, -1)
 
 
 def random_entries(rng: random.Random) -> list[EntryInfo]:
@@ -250,34 +249,51 @@ def random_entries(rng: random.Random) -> list[EntryInfo]:
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_index_points_match_python(seed):
+def test_index_entries_match_python(seed):
     rng = random.Random(seed)
     entries = random_entries(rng)
     interval = rng.choice((1, 4096, 10_000, 1 << 20))
     since = rng.randrange(0, interval + 1)
-    best = rng.choice(((-1, -1), (1_700_000_000_000, 5)))
-    expected = index_points_py(entries, interval, since, *best)
-    assert c_index_points(entries, interval, since, *best) == expected
+    base = entries[0].last_offset - rng.randrange(0, 10)
+    best = rng.choice(((-1, -1), (1_700_000_000_000, base)))  # from an earlier append to the segment
+    placed = (base, rng.choice((0, 777)), rng.choice((-1, 1_700_000_000_000)))  # base offset, position, newest
+    expected = index_entries_py(entries, interval, since, *best, *placed)
+    assert crecords.index_entries(entries, interval, since, *best, *placed) == expected
     table = EntryTable.of(entries)
-    assert c_index_points(table.rows, interval, since, *best) == expected
-    assert index_points_py(table, interval, since, *best) == expected
-    assert c_index_points([], interval, since, *best) == index_points_py([], interval, since, *best)
-    assert c_index_points(bytearray(), interval, since, *best) == index_points_py([], interval, since, *best)
+    assert crecords.index_entries(table.rows, interval, since, *best, *placed) == expected
+    assert index_entries_py(table, interval, since, *best, *placed) == expected
+    empty = index_entries_py([], interval, since, *best, *placed)
+    assert empty[:2] == (b"", b"")
+    assert crecords.index_entries([], interval, since, *best, *placed) == empty
+    assert crecords.index_entries(bytearray(), interval, since, *best, *placed) == empty
 
 
-def c_index_points(*args):
-    """crecords.index_points, its point rows read as IndexPoints."""
-    rows, *rest = crecords.index_points(*args)
-    return (IndexPoints(rows), *rest)
+def test_index_entries_unpack_to_the_points():
+    """The packed entries say what index_points_py's points say: each point's
+    offset and position, and the time index's strictly rising timestamps."""
+    entries = random_entries(random.Random(3))
+    base = entries[0].last_offset
+    points, *_ = index_points_py(entries, 4096, 0, -1, -1)
+    offset_entries, time_entries, *_ = crecords.index_entries(entries, 4096, 0, -1, -1, base, 100, -1)
+    assert list(OffsetIndex.ENTRY.iter_unpack(offset_entries)) == [
+        (point[0] - base, 100 + point[1]) for point in points]
+    rising, newest = [], -1
+    for point in points:
+        if point[2] > newest:
+            newest = point[2]
+            rising.append((point[2], point[3] - base))
+    assert list(TimeIndex.ENTRY.iter_unpack(time_entries)) == rising and rising
 
 
-def test_index_points_read_as_a_sequence_of_tuples():
-    points = IndexPoints.of([(5, 100, 7, 5), (9, 5000, 7, 5), (12, 9000, 8, 11)])
-    assert len(points) == 3 and points[1] == (9, 5000, 7, 5) and points[-1] == (12, 9000, 8, 11)
-    assert points[1:] == [(9, 5000, 7, 5), (12, 9000, 8, 11)] and points[5:1] == []
-    with pytest.raises(IndexError):
-        points[3]
-    assert not IndexPoints() and IndexPoints() == []
+@pytest.mark.parametrize("placed", [(10**6, 0), (0, 2**31 - 100), (2**40, 0)])
+def test_index_entries_refuse_what_does_not_fit_an_entry(placed):
+    """A relative offset below 0 or past an int32, or a position past one."""
+    entries = random_entries(random.Random(5))
+    base_offset, base_position = placed
+    with pytest.raises(OverflowError):
+        crecords.index_entries(entries, 1, 0, -1, -1, base_offset, base_position, -1)
+    with pytest.raises(OverflowError):
+        index_entries_py(entries, 1, 0, -1, -1, base_offset, base_position, -1)
 
 
 def test_entry_table_reads_as_a_sequence_of_entry_info():
@@ -290,31 +306,23 @@ def test_entry_table_reads_as_a_sequence_of_entry_info():
     assert EntryTable() == [] and not EntryTable()
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_packed_index_entries_match_python(seed):
-    rng = random.Random(seed)
-    points, _, _, _ = index_points_py(random_entries(rng), 4096, 0, -1, -1)
-    base = points[0][0] - rng.randrange(0, 10) if points else 0
-    assert crecords.pack_offset_points(points.rows, base, 777) == pack_offset_points_py(points, base, 777)
-    newest = rng.choice((-1, 1_700_000_000_000))
-    assert crecords.pack_time_points(points.rows, base, newest) == pack_time_points_py(points, base, newest)
-    with pytest.raises(ValueError):  # not whole rows
-        crecords.pack_offset_points(points.rows + b"x", base, 777)
-
-
 def test_bulk_index_appends_equal_one_by_one(tmp_path):
-    """append_points writes what append / maybe_append would, one entry at a time."""
+    """append_entries writes what append / maybe_append would, one entry at a time."""
     rng = random.Random(7)
-    points, _, _, _ = index_points_py(random_entries(rng), 4096, 0, -1, -1)
+    entries = random_entries(rng)
+    points, _, _, _ = index_points_py(entries, 4096, 0, -1, -1)
     bulk_offsets, single_offsets = OffsetIndex(tmp_path / "a.index", 0), OffsetIndex(tmp_path / "b.index", 0)
     bulk_times, single_times = TimeIndex(tmp_path / "a.timeindex", 0), TimeIndex(tmp_path / "b.timeindex", 0)
-    half = len(points) // 2
-    for chunk in (points[:half], points[half:]):
-        bulk_offsets.append_points(chunk, 100)
-        bulk_times.append_points(chunk)
-        for offset, position, timestamp, timestamp_offset in chunk:
-            single_offsets.append(offset, 100 + position)
-            single_times.maybe_append(timestamp, timestamp_offset)
+    half = len(entries) // 2
+    since, best = 0, (-1, -1)
+    for chunk in (entries[:half], entries[half:]):
+        offset_entries, time_entries, since, *best = crecords.index_entries(
+            chunk, 4096, since, *best, 0, 100, bulk_times.last_entry.timestamp)
+        bulk_offsets.append_entries(offset_entries)
+        bulk_times.append_entries(time_entries)
+    for offset, position, timestamp, timestamp_offset in points:
+        single_offsets.append(offset, 100 + position)
+        single_times.maybe_append(timestamp, timestamp_offset)
     assert bulk_offsets.entries == single_offsets.entries > 0
     assert [bulk_offsets.entry(i) for i in range(bulk_offsets.entries)] == \
         [single_offsets.entry(i) for i in range(single_offsets.entries)]

@@ -26,4 +26,4 @@ def test_built_accelerators_load_when_present(monkeypatch):
     module = native.load("records._crecords")
     if module is None:
         pytest.skip("the C accelerators are not built here")
-    assert callable(module.scan_run) and callable(module.index_points)
+    assert callable(module.scan_run) and callable(module.index_entries)

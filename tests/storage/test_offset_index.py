@@ -569,3 +569,37 @@ def test_lookups_survive_truncation_followed_by_trim(tmp_path, fine_grained_thre
         t.join(timeout=60)
     assert not failures, failures[:5]
     idx.close()
+
+
+# -- bulk appends (LogSegment's path) -------------------------------------------------
+
+
+def packed(*entries):
+    return b"".join(OffsetIndex.ENTRY.pack(*entry) for entry in entries)
+
+
+def test_append_entries_writes_packed_entries_in_one_go(index):
+    index.append(BASE_OFFSET + 1, 10)
+    index.append_entries(packed((5, 100), (9, 200), (12, 300)))
+    assert index.entries == 4 and index.last_offset == BASE_OFFSET + 12
+    assert index.entry(3) == OffsetPosition(BASE_OFFSET + 12, 300)
+    assert index.lookup(BASE_OFFSET + 10) == OffsetPosition(BASE_OFFSET + 9, 200)
+    index.append_entries(b"")
+    assert index.entries == 4
+
+
+def test_append_entries_that_do_not_follow_raise_as_append_does(index):
+    index.append(BASE_OFFSET + 10, 10)
+    with pytest.raises(InvalidOffsetError):
+        index.append_entries(packed((10, 100)))
+    assert index.entries == 1
+    with pytest.raises(ValueError):  # not whole entries
+        index.append_entries(packed((11, 100))[:7])
+    assert index.entries == 1
+
+
+def test_append_entries_past_the_last_slot_fill_it_and_raise(index):
+    index.append_entries(packed(*[(i, i) for i in range(index.max_entries - 1)]))
+    with pytest.raises(InvalidOffsetError):
+        index.append_entries(packed((100, 100), (101, 101)))
+    assert index.is_full() and index.last_offset == BASE_OFFSET + 100

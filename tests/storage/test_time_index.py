@@ -350,3 +350,36 @@ def test_lookups_stay_consistent_while_a_writer_appends_and_rolls(tmp_path):
         idx.close()
     finally:
         sys.setswitchinterval(previous)
+
+
+# -- bulk appends (LogSegment's path) -------------------------------------------------
+
+
+def packed(*entries):
+    return b"".join(TimeIndex.ENTRY.pack(*entry) for entry in entries)
+
+
+def test_append_entries_writes_packed_entries_in_one_go(index):
+    index.maybe_append(10, BASE_OFFSET + 1)
+    index.append_entries(packed((20, 5), (30, 9), (40, 9)))
+    assert index.entries == 4 and index.last_entry == TimestampOffset(40, BASE_OFFSET + 9)
+    assert index.lookup(35) == TimestampOffset(30, BASE_OFFSET + 9)
+
+
+def test_append_entries_that_do_not_follow_go_one_by_one(index):
+    index.maybe_append(50, BASE_OFFSET + 10)
+    index.append_entries(packed((50, 11), (60, 12)))  # 50 is no larger: skipped, as maybe_append does
+    assert index.entries == 2 and index.last_entry == TimestampOffset(60, BASE_OFFSET + 12)
+    with pytest.raises(InvalidOffsetError):  # an offset below the last entry's
+        index.append_entries(packed((70, 11)))
+    assert index.entries == 2
+
+
+def test_append_entries_keep_the_slot_for_the_roll(index):
+    index.append_entries(packed(*[(10 * i, i) for i in range(1, MAX_ENTRIES - 1)]))
+    assert index.entries == MAX_ENTRIES - 2 and not index.is_full()
+    with pytest.raises(InvalidOffsetError):
+        index.append_entries(packed((10_000, 100), (10_001, 101)))
+    assert index.entries == MAX_ENTRIES - 1 and index.is_full()
+    index.maybe_append(20_000, 200, skip_full_check=True)  # the roll's final entry
+    assert index.entries == MAX_ENTRIES
