@@ -448,8 +448,9 @@ static int entry_fields(PyObject *entries, const int64_t *rows, Py_ssize_t i, lo
  * append. OverflowError when a relative offset or a position does not fit an
  * int32 (LogSegment checks offsets before writing; segment.bytes is an int).
  * One call per append: computing points, then packing each index in its own
- * call cost more than the writes (measured: 7.5 -> 3 us an append). Same results
- * as segment.index_entries_py. */
+ * call, each with its Python checks, cost about 2 us more an append (the index
+ * step of a 1 MiB append, measured: v2 7.5 -> 5.9 us, v1 12.4 -> 10.2 us; the
+ * rest is the two pwrites). Same results as segment.index_entries_py. */
 static PyObject *index_entries(PyObject *self, PyObject *args) {
     PyObject *entries;
     long long interval, since, best_timestamp, best_offset, base_offset, base_position, newest;
