@@ -13,8 +13,13 @@
  *   - the data is folded 128 bits at a time: a lane (hi:lo) moved D bits ahead
  *     is clmul(lo, k(D+32)) ^ clmul(hi, k(D-32)), k(n) = reflect32(x^n mod P) << 1;
  *   - the AVX-512 path folds four 512-bit registers (256 bytes) per step
- *     (D = 2048), then joins them (D = 512);
- *   - the SSE path folds four 128-bit registers (64 bytes) per step (D = 512);
+ *     (D = 2048), then joins them in one step (D = 1536, 1024, 512 at once),
+ *     and a register's four lanes likewise (D = 384, 256, 128);
+ *   - the SSE path folds four 128-bit registers (64 bytes) per step (D = 512),
+ *     then joins them in one step (D = 384, 256, 128);
+ *   - joining in one step rather than one register after another shortens the
+ *     chain of dependent multiplies a short range waits on: ~20% for 300-byte
+ *     classic messages, ~8% for 1 KiB ones (AVX-512, measured);
  *   - both end in one 128-bit lane; the last 1-15 bytes join it as one more
  *     fold (the lane and the tail are 16 + r bytes: zero-padded in front to 32,
  *     the first 16 fold onto the second, so no byte loop is needed), then it
@@ -38,15 +43,24 @@ typedef struct {
     uint64_t fold_512_lo, fold_512_hi;
     uint64_t fold_128_lo, fold_128_hi;
     uint64_t k64, mu, poly;
+    /* For the joins in one step: fold_1536 and fold_1024 move a 64-byte
+     * register 192 and 128 bytes ahead, fold_384 and fold_256 a 16-byte lane
+     * 48 and 32 bytes. */
+    uint64_t fold_1536_lo, fold_1536_hi, fold_1024_lo, fold_1024_hi;
+    uint64_t fold_384_lo, fold_384_hi, fold_256_lo, fold_256_hi;
     uint32_t table[256];
 } crc_params;
 
 static crc_params crc32_ieee = {0xEDB88320u, 0x11542778aULL, 0x1322d1430ULL, 0x154442bd4ULL, 0x1c6e41596ULL,
                                 0x1751997d0ULL, 0x0ccaa009eULL, 0x163cd6124ULL, 0x1f7011641ULL,
-                                0x1db710641ULL, {0}};
+                                0x1db710641ULL, 0x1821d8bc0ULL, 0x12e958ac4ULL, 0x1e88ef372ULL,
+                                0x14a7fe880ULL, 0x03db1ecdcULL, 0x174359406ULL, 0x0f1da05aaULL,
+                                0x15a546366ULL, {0}};
 static crc_params crc32_castagnoli = {0x82F63B78u, 0x0dcb17aa4ULL, 0x0b9e02b86ULL, 0x0740eef02ULL,
                                       0x09e4addf8ULL, 0x0f20c0dfeULL, 0x14cd00bd6ULL, 0x0dd45aab8ULL,
-                                      0x0dea713f1ULL, 0x105ec76f1ULL, {0}};
+                                      0x0dea713f1ULL, 0x105ec76f1ULL, 0x0a87ab8a8ULL, 0x0ab7aff2aULL,
+                                      0x06992cea2ULL, 0x00d3b6092ULL, 0x01c291d04ULL, 0x1d82c63daULL,
+                                      0x1384aa63aULL, 0x0ba4fc28eULL, {0}};
 
 enum crc_path { CRC_TABLE = 0, CRC_SSE = 1, CRC_AVX512 = 2 };
 
@@ -132,9 +146,11 @@ __attribute__((target("pclmul,ssse3,sse4.1"))) static uint32_t crc_fold_sse(cons
         c = CRC_FOLD128(c, fold_512, _mm_loadu_si128((const __m128i *)(p + 32)));
         d = CRC_FOLD128(d, fold_512, _mm_loadu_si128((const __m128i *)(p + 48)));
     }
-    a = CRC_FOLD128(a, fold_128, b);
-    a = CRC_FOLD128(a, fold_128, c);
-    a = CRC_FOLD128(a, fold_128, d);
+    /* a, b, c onto d in one step (48, 32 and 16 bytes ahead), as on the AVX-512 path. */
+    const __m128i fold_384 = _mm_set_epi64x((long long)params->fold_384_hi, (long long)params->fold_384_lo);
+    const __m128i fold_256 = _mm_set_epi64x((long long)params->fold_256_hi, (long long)params->fold_256_lo);
+    __m128i c_moved = CRC_FOLD128(c, fold_128, _mm_setzero_si128());
+    a = _mm_xor_si128(CRC_FOLD128(a, fold_384, d), CRC_FOLD128(b, fold_256, c_moved));
     return crc_finish_lane(params, a, p, n);
 }
 
@@ -144,13 +160,12 @@ __attribute__((target("pclmul,ssse3,sse4.1"))) static uint32_t crc_fold_sse(cons
                               0x96)
 
 /* `n` is at least 256. */
-__attribute__((target("pclmul,ssse3,sse4.1,avx512f,vpclmulqdq"))) static uint32_t
+__attribute__((target("pclmul,ssse3,sse4.1,avx2,avx512f,vpclmulqdq"))) static uint32_t
 crc_fold_avx512(const crc_params *params, uint32_t state, const unsigned char *p, size_t n) {
     const __m512i fold_2048 = _mm512_broadcast_i32x4(
         _mm_set_epi64x((long long)params->fold_2048_hi, (long long)params->fold_2048_lo));
     const __m512i fold_512 = _mm512_broadcast_i32x4(
         _mm_set_epi64x((long long)params->fold_512_hi, (long long)params->fold_512_lo));
-    const __m128i fold_128 = _mm_set_epi64x((long long)params->fold_128_hi, (long long)params->fold_128_lo);
     __m512i a = _mm512_loadu_si512((const void *)(p + 0));
     __m512i b = _mm512_loadu_si512((const void *)(p + 64));
     __m512i c = _mm512_loadu_si512((const void *)(p + 128));
@@ -162,16 +177,28 @@ crc_fold_avx512(const crc_params *params, uint32_t state, const unsigned char *p
         c = CRC_FOLD512(c, fold_2048, _mm512_loadu_si512((const void *)(p + 128)));
         d = CRC_FOLD512(d, fold_2048, _mm512_loadu_si512((const void *)(p + 192)));
     }
-    a = CRC_FOLD512(a, fold_512, b);
-    a = CRC_FOLD512(a, fold_512, c);
-    a = CRC_FOLD512(a, fold_512, d);
+    /* a, b, c onto d in one step (a 192 bytes ahead, b 128, c 64), not one
+     * after the other: the chain of dependent multiplies is what a 1 KiB
+     * message waits on. */
+    const __m512i fold_1536 = _mm512_broadcast_i32x4(
+        _mm_set_epi64x((long long)params->fold_1536_hi, (long long)params->fold_1536_lo));
+    const __m512i fold_1024 = _mm512_broadcast_i32x4(
+        _mm_set_epi64x((long long)params->fold_1024_hi, (long long)params->fold_1024_lo));
+    __m512i ad = CRC_FOLD512(a, fold_1536, d);
+    __m512i bc = CRC_FOLD512(b, fold_1024, _mm512_clmulepi64_epi128(c, fold_512, 0x00));
+    a = _mm512_ternarylogic_epi64(ad, bc, _mm512_clmulepi64_epi128(c, fold_512, 0x11), 0x96);
     for (; n >= 64; p += 64, n -= 64)
         a = CRC_FOLD512(a, fold_512, _mm512_loadu_si512((const void *)p));
-    /* The four lanes of `a` to one, then the 16-byte rest. */
-    __m128i lane = _mm512_extracti32x4_epi32(a, 0);
-    lane = CRC_FOLD128(lane, fold_128, _mm512_extracti32x4_epi32(a, 1));
-    lane = CRC_FOLD128(lane, fold_128, _mm512_extracti32x4_epi32(a, 2));
-    lane = CRC_FOLD128(lane, fold_128, _mm512_extracti32x4_epi32(a, 3));
+    /* The four lanes of `a` to one, also in one step: lanes 0, 1 and 2 move
+     * 48, 32 and 16 bytes ahead onto lane 3; then the 16-byte rest. */
+    const __m512i lanes = _mm512_set_epi64(0, 0, (long long)params->fold_128_hi, (long long)params->fold_128_lo,
+                                           (long long)params->fold_256_hi, (long long)params->fold_256_lo,
+                                           (long long)params->fold_384_hi, (long long)params->fold_384_lo);
+    __m512i moved = _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(a, lanes, 0x00),
+                                              _mm512_clmulepi64_epi128(a, lanes, 0x11),
+                                              _mm512_maskz_mov_epi64(0xC0, a), 0x96);
+    __m256i half = _mm256_xor_si256(_mm512_castsi512_si256(moved), _mm512_extracti64x4_epi64(moved, 1));
+    __m128i lane = _mm_xor_si128(_mm256_castsi256_si128(half), _mm256_extracti128_si256(half, 1));
     return crc_finish_lane(params, lane, p, n);
 }
 #undef CRC_FOLD128
@@ -185,7 +212,8 @@ static void crc_init(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("pclmul") && __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1")) {
         crc_best_path = CRC_SSE;
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq"))
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
+            __builtin_cpu_supports("vpclmulqdq"))
             crc_best_path = CRC_AVX512;
     }
 #endif
