@@ -411,10 +411,10 @@ class LogSegment:
                 break
         self._read_cursor = None
         truncated = self.log.truncate_to(position) if position < file_size else 0
-        if not truncated:  # (a truncation gives them back too)
-            self.log.release_leftover_reservation()
         if truncated:
             self._rolling_based_timestamp = None
+        else:  # (a truncation gave back any blocks a crashed process had reserved)
+            self.log.release_leftover_reservation()
         return truncated
 
     def _entry_size_at(self, position: int) -> int | None:
