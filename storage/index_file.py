@@ -48,9 +48,9 @@ class IndexFile:
 
     Subclasses set `ENTRY` (one struct for one entry), `OFFSET_FIELD` (which field of
     an entry holds the relative offset; field 0 is always the search key),
-    `FREE_SLOTS_KEPT` (slots appends leave free) and implement
-    `_on_entries_changed` (refresh cached last-entry values), the three hooks of
-    `append_entries` and `sanity_check`.
+    `FREE_SLOTS_KEPT` (slots appends leave free) and implement `_cache_last`
+    (refresh the values cached from the last entry), `_continues` and
+    `_append_unpacked` (append_entries' checks) and `sanity_check`.
     """
 
     ENTRY: struct.Struct
@@ -253,7 +253,9 @@ class IndexFile:
                 return
             self._write_at(slot * size, packed)
             self._entries = slot + count  # published: readers see whole entries only
-            self._on_appended(self._unpack_from(packed, len(packed) - size))
+            # From the bytes just written: reading them back through the mapping
+            # could take a page fault.
+            self._cache_last(self._unpack_from(packed, len(packed) - size))
 
     def _write_at(self, position: int, data: bytes) -> None:
         """Store whole entries at `position` with pwrite rather than through the
@@ -393,6 +395,10 @@ class IndexFile:
 
     def _on_entries_changed(self) -> None:
         """Refresh values cached from the last entry after open, truncation or resize."""
+        self._cache_last(self._last_raw_entry())
+
+    def _cache_last(self, last: tuple[Any, ...] | None) -> None:
+        """Cache what the subclass keeps of the last entry (as unpacked; None: no entries)."""
         raise NotImplementedError
 
     def _continues(self, first: tuple[Any, ...]) -> bool:
@@ -401,10 +407,6 @@ class IndexFile:
 
     def _append_unpacked(self, entry: tuple[Any, ...]) -> None:
         """The subclass's checked single-entry append of an entry as unpacked."""
-        raise NotImplementedError
-
-    def _on_appended(self, last: tuple[Any, ...]) -> None:
-        """Refresh the cached last-entry values from the entry just appended last."""
         raise NotImplementedError
 
     def sanity_check(self) -> None:

@@ -69,9 +69,6 @@ class OffsetIndex(IndexFile):
     def _append_unpacked(self, entry) -> None:
         self.append(self._base_offset + entry[0], entry[1])
 
-    def _on_appended(self, last) -> None:
-        self._last_offset = self._base_offset + last[0]
-
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The last entry whose offset is <= target_offset, else (base_offset, 0)."""
         found = self._floor_entry(self.OFFSET_FIELD, target_offset - self._base_offset)
@@ -102,6 +99,5 @@ class OffsetIndex(IndexFile):
                 f"index file {self._path} is corrupt: {self._length} bytes is not a multiple "
                 f"of {self._entry_size}")
 
-    def _on_entries_changed(self) -> None:
-        last = self._last_raw_entry()
+    def _cache_last(self, last) -> None:
         self._last_offset = self._base_offset if last is None else self._base_offset + last[0]

@@ -38,6 +38,7 @@ class TimestampOffset(NamedTuple):
 class TimeIndex(IndexFile):
     ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
     OFFSET_FIELD = 1
+    FREE_SLOTS_KEPT = 1  # for the entry a roll or close adds with skip_full_check
 
     def __init__(self, path: str | os.PathLike, base_offset: int,
                  max_index_size: int = DEFAULT_MAX_INDEX_SIZE, writable: bool = True):
@@ -48,9 +49,6 @@ class TimeIndex(IndexFile):
     def last_entry(self) -> TimestampOffset:
         """The last entry, or (-1, base_offset) when empty."""
         return self._last_entry
-
-    # One slot stays free for the entry a roll or close adds with skip_full_check.
-    FREE_SLOTS_KEPT = 1
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Add (timestamp, offset) when the timestamp exceeds the last entry's."""
@@ -81,9 +79,6 @@ class TimeIndex(IndexFile):
     def _append_unpacked(self, entry) -> None:
         self.maybe_append(entry[0], self._base_offset + entry[1])
 
-    def _on_appended(self, last) -> None:
-        self._last_entry = TimestampOffset(last[0], self._base_offset + last[1])
-
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """The last entry whose timestamp is <= target, else (-1, base_offset)."""
         found = self._floor_entry(self.KEY_FIELD, target_timestamp)
@@ -113,7 +108,6 @@ class TimeIndex(IndexFile):
                 f"time index file {self._path} is corrupt: {self._length} bytes is not a multiple "
                 f"of {self._entry_size}")
 
-    def _on_entries_changed(self) -> None:
-        last = self._last_raw_entry()
+    def _cache_last(self, last) -> None:
         self._last_entry = (TimestampOffset(NO_TIMESTAMP, self._base_offset) if last is None
                             else TimestampOffset(last[0], self._base_offset + last[1]))
