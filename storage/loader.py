@@ -12,7 +12,10 @@ Order, as Kafka does it:
    untrustworthy index is rebuilt from its `.log`.
 4. Without a clean shutdown, every segment from the recovery point on is
    scanned: entries validated, indexes rebuilt, the file cut at the first bad or
-   partial entry, and every later segment dropped.
+   partial entry, and every later segment dropped. After a clean shutdown only
+   the active segment's tail is read (for the log end, and checked: whole entries
+   with good CRCs); if it is not whole and valid, the active segment is recovered
+   the same way, so appends never go after a torn or garbage tail.
 5. An empty directory gets one empty segment at the log start offset.
 """
 
@@ -21,12 +24,16 @@ from __future__ import annotations
 import os
 from typing import Callable, NamedTuple
 
+import structlog
+
 from .clock import SystemClock
 from .config import LogConfig
 from .errors import CorruptIndexError, CorruptRecordError
 from .fileutil import fsync_dir, parse_segment_file_name
 from .segment import LogSegment
 from .segments import LogSegments
+
+logger = structlog.get_logger("strata.storage")
 
 SWAP = ".swap"
 CLEANED = ".cleaned"
@@ -59,10 +66,22 @@ class LogLoader:
         self._complete_swaps(swaps)
         segments = self._load_segment_files()
         if not self.had_clean_shutdown:
-            self._recover(segments)
+            self._recover(segments, self.recovery_point)
         if len(segments) == 0:
             segments.add(self._open(self.log_start_offset))
-        next_offset = segments.active.read_next_offset()
+        try:
+            if self.had_clean_shutdown:
+                segments.active.verify_tail()
+            next_offset = segments.active.read_next_offset()
+        except CorruptRecordError as e:
+            # A clean shutdown vouches for the files as they were left, not for what
+            # happened to them since (a torn copy, a bad disk): the active segment is
+            # recovered as after a crash rather than leaving a broker that cannot start.
+            logger.warning("corrupt_tail_recovered", log=os.path.basename(self.directory), error=str(e))
+            self._recover(segments, segments.active.base_offset)
+            if len(segments) == 0:
+                segments.add(self._open(self.log_start_offset))
+            next_offset = segments.active.read_next_offset()
         log_start = max(self.log_start_offset, segments.first.base_offset)
         if log_start > next_offset:
             # Everything below the checkpointed start is gone: start afresh there.
@@ -156,8 +175,8 @@ class LogLoader:
 
     # ---- step 4 -------------------------------------------------------------------------
 
-    def _recover(self, segments: LogSegments) -> None:
-        unflushed = segments.snapshot().from_offset(self.recovery_point)
+    def _recover(self, segments: LogSegments, from_offset: int) -> None:
+        unflushed = segments.snapshot().from_offset(from_offset)
         for i, segment in enumerate(unflushed):
             try:
                 cut = segment.recover(self.config.segment_index_bytes)

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from . import native
 from .clock import SystemClock
-from .errors import CorruptIndexError, InvalidOffsetError
+from .errors import CorruptIndexError, CorruptRecordError, InvalidOffsetError
 from .file_records import FileRecords, FileSlice
 from .fileutil import segment_file_name
 from .offset_index import OffsetIndex
@@ -370,6 +370,21 @@ class LogSegment:
         return max(next_offset, self.base_offset)
 
     # ---- recovery and truncation ------------------------------------------------------
+
+    def verify_tail(self) -> None:
+        """Raise CorruptRecordError unless the entries from the last offset index entry
+        to the end of the file are whole and valid (CRCs, ascending offsets that fit the
+        segment). The loader checks this after a clean shutdown, before any append goes
+        after those entries: it reads at most an index interval and one append."""
+        position = self.offset_index.lookup(self.offset_index.last_offset)[1]
+        tail = self.log.read(position, self.log.size - position)
+        result = scan_entries(tail, 0, len(tail), min_offset=self.base_offset, check_lengths=False)
+        entries = result.entries
+        end = entries[-1].position + entries[-1].size if entries else 0
+        if result.problem is not None or end != len(tail):
+            raise CorruptRecordError(f"{self.log.path}: {result.problem or 'a partial entry at the end'}")
+        if entries and not self.can_convert_to_relative_offset(entries[-1].last_offset):
+            raise CorruptRecordError(f"{self.log.path}: offset {entries[-1].last_offset} does not fit the segment")
 
     def recover(self, max_index_size: int) -> int:
         """Rebuild the indexes from the file, validating each entry; cut the file at

@@ -142,16 +142,38 @@ def test_segments_below_the_recovery_point_are_not_scanned(open_log, tmp_path):
 
 
 def test_a_clean_shutdown_skips_the_scan(open_log, tmp_path):
-    log = open_log()
+    log = open_log(index_interval_bytes=64)
     fill(log, 6)
     log.close()
     path = segment_path(tmp_path, 0)
     data = bytearray(path.read_bytes())
-    data[40] ^= 0xFF  # would be caught by a scan
+    data[40] ^= 0xFF  # would be caught by a scan; it lies before the last index entry
     path.write_bytes(bytes(data))
-    again = open_log(had_clean_shutdown=True)
+    again = open_log(had_clean_shutdown=True, index_interval_bytes=64)
     assert again.log_end_offset == 18
     assert path.stat().st_size == len(data)
+
+
+@pytest.mark.parametrize("damage", ["torn", "garbage", "flipped"])
+def test_a_bad_tail_after_a_clean_shutdown_is_recovered_before_appends_follow_it(open_log, tmp_path, damage):
+    log = open_log()
+    expected = fill(log, 6)
+    log.close()
+    path = segment_path(tmp_path, 0)
+    whole = path.read_bytes()
+    if damage == "torn":  # a copy of the first entry, cut short
+        path.write_bytes(whole + whole[:30])
+    elif damage == "garbage":  # bytes that parse as an entry header with a wild offset
+        path.write_bytes(whole + (2**40).to_bytes(8, "big") + (40).to_bytes(4, "big") + bytes(40))
+    else:  # the last entry's last byte
+        path.write_bytes(whole[:-1] + bytes([whole[-1] ^ 0xFF]))
+    again = open_log(had_clean_shutdown=True)
+    kept = expected if damage != "flipped" else expected[:-3]
+    assert again.log_end_offset == len(kept)
+    again.append(build_batch([(b"after", b"the-tail")]))
+    # A crash now: everything appended after the recovered tail survives the scan.
+    crashed = open_log(had_clean_shutdown=False)
+    assert contents(crashed) == kept + [(b"after", b"the-tail")]
 
 
 def test_garbage_after_a_crash_leaves_no_index_entry_behind(open_log, tmp_path):
