@@ -51,7 +51,7 @@ import structlog
 
 from storage.config import LogConfig
 from storage.errors import (InvalidConfigError, InvalidPartitionsError, InvalidRequestError,
-                            InvalidTopicError, TopicAlreadyExistsError,
+                            InvalidTopicError, KafkaStorageError, TopicAlreadyExistsError,
                             UnknownTopicOrPartitionError)
 from storage.fileutil import atomic_write
 from storage.manager import LogManager
@@ -278,12 +278,17 @@ class TopicRegistry:
                 topic = Topic(name, partitions, MappingProxyType(dict(overrides)), False, log_config,
                               new_topic_id())
                 self._replace(topic)
-            except BaseException:
+            except BaseException as e:
+                # Whole or nothing: every partition made so far goes (a partition
+                # that failed half-way removed its own directory), the registry is
+                # as it was, and a disk error (EMFILE, ENOSPC, ...) is KAFKA_STORAGE_ERROR.
                 for partition in created:
                     try:
                         manager.delete_log(name, partition)
                     except Exception:  # keep the first error; reconcile cleans up later
                         log.exception("create_rollback_failed", topic=name, partition=partition)
+                if isinstance(e, OSError):
+                    raise KafkaStorageError(f"cannot create topic {name!r}: {e.strerror or e}") from e
                 raise
         log.info("topic_created", topic=name, partitions=partitions, configs=dict(overrides))
         return topic

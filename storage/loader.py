@@ -9,7 +9,10 @@ Order, as Kafka does it:
    short: the segments it replaces (its offset range) go, and it takes the final
    name. The result is either the old or the new data, never a loss.
 3. `.log` files are opened; index files without a `.log` go; a missing or
-   untrustworthy index is rebuilt from its `.log`.
+   untrustworthy index (segment.sanity_check: entries out of order or pointing
+   past the `.log`) is rebuilt from its `.log`. Each segment's files are closed
+   again once checked; they reopen on use, so a log of many segments needs only
+   a few descriptors at a time.
 4. Without a clean shutdown, every segment from the recovery point on is
    scanned: entries validated, indexes rebuilt, the file cut at the first bad or
    partial entry, and every later segment dropped. After a clean shutdown only
@@ -168,6 +171,9 @@ class LogLoader:
                 except CorruptIndexError:
                     self._rebuild(segment)
             segments.add(segment)
+            # Startup never needs every segment open at once: a checked segment's
+            # files close now and reopen on their next use (storage/open_files.py).
+            segment.evict()
         return segments
 
     def _rebuild(self, segment: LogSegment) -> None:

@@ -21,6 +21,7 @@ Contract:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
@@ -37,6 +38,7 @@ from .errors import KafkaStorageError
 from .fileutil import atomic_write, fsync_dir
 from .log import Log
 from .names import DELETE_DIR_SUFFIX, parse_partition_dir_name, partition_dir_name, validate_topic_name
+from .open_files import OPEN_FILES
 from .retention import RetentionResult, run_retention
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
@@ -144,11 +146,32 @@ class LogManager:
             if existing is not None:
                 return existing
             path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
-            created = Log.open(path, topic, partition, config or self.config_for(topic),
-                               had_clean_shutdown=True, clock=self.clock)
-            fsync_dir(self.data_dir)
+            new_directory = not os.path.exists(path)
+            try:
+                created = Log.open(path, topic, partition, config or self.config_for(topic),
+                                   had_clean_shutdown=True, clock=self.clock)
+                fsync_dir(self.data_dir)
+            except OSError as e:
+                if new_directory:
+                    self._remove_partial_directory(path, e)
+                raise KafkaStorageError(
+                    f"cannot create the log of {topic}-{partition}: {e.strerror or e}") from e
             self._logs[(topic, partition)] = created
             return created
+
+    def _remove_partial_directory(self, path: str, error: OSError) -> None:
+        """Remove what a failed get_or_create_log left of a directory it was creating,
+        so that the next start does not adopt a half-made partition. Out of
+        descriptors (EMFILE), idle data files are closed first to make room."""
+        if error.errno in (errno.EMFILE, errno.ENFILE):
+            OPEN_FILES.close_idle()
+        shutil.rmtree(path, ignore_errors=True)
+        try:
+            fsync_dir(self.data_dir)
+        except OSError:
+            pass  # the directory is gone either way; a crash now leaves at most an empty one
+        if os.path.exists(path):
+            log.error("partial_log_directory_left", directory=path, error=str(error))
 
     def delete_log(self, topic: str, partition: int) -> None:
         with self._lock:
