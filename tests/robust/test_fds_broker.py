@@ -47,7 +47,8 @@ def read_partition(consumer: Consumer, partition: int, count: int) -> list[bytes
     consumer.seek(TOPIC, partition, 0)
     got: list[bytes] = []
     for _ in range(100):
-        got.extend(r.value for r in consumer.poll(1000))
+        # (records of the partition read before may still arrive)
+        got.extend(r.value for r in consumer.poll(1000) if r.partition == partition)
         if len(got) >= count:
             break
     return got
