@@ -97,20 +97,31 @@ class TimeIndex(IndexFile):
     def sanity_check(self) -> None:
         """Raise CorruptIndexError unless the entries are ordered: timestamps and
         relative offsets non-decreasing, offsets from 0 up (Kafka checks only the
-        length and the last entry)."""
+        length and the last entry). The last two entries are checked first: equal
+        ones (a file preallocated with zeros by a crash) cannot be, since appends
+        take strictly increasing timestamps; then every entry, in C."""
         self._ensure_loaded()
         if self._length % self._entry_size != 0:
             raise CorruptIndexError(
                 f"time index file {self._path} is corrupt: {self._length} bytes is not a multiple "
                 f"of {self._entry_size}")
-        if self._entries == 0:
+        count = self._entries
+        if count == 0:
             return
-        entries = list(self.ENTRY.iter_unpack(self._entries_bytes()))
-        timestamps = [e[0] for e in entries]
-        offsets = [e[1] for e in entries]
-        if timestamps != sorted(timestamps):
+        last = self._raw_entry(count - 1)
+        if last[1] < 0:
+            raise CorruptIndexError(
+                f"corrupt time index {self._path}: it has entries but the last offset "
+                f"{self._base_offset + last[1]} is below the base offset {self._base_offset}")
+        if count > 1:
+            before = self._raw_entry(count - 2)
+            if before[0] >= last[0] or before[1] > last[1]:
+                raise CorruptIndexError(f"corrupt time index {self._path}: the last timestamps do not grow")
+        fields = struct.unpack(">" + "qi" * count, self._entries_bytes())
+        timestamps, offsets = fields[0::2], fields[1::2]
+        if list(timestamps) != sorted(timestamps):
             raise CorruptIndexError(f"corrupt time index {self._path}: timestamps do not ascend")
-        if offsets[0] < 0 or offsets != sorted(offsets):
+        if offsets[0] < 0 or list(offsets) != sorted(offsets):
             raise CorruptIndexError(
                 f"corrupt time index {self._path}: offsets do not ascend from the base offset {self._base_offset}")
 
