@@ -114,7 +114,7 @@ class BrokerApp:
                 self.kafka.advertised = config.kafka_advertised(*self.kafka_address)
             try:
                 await blocking(registry.load)
-                await blocking(manager.startup)
+                await blocking(manager.startup, registry.owns)
                 opened = True
                 await blocking(registry.reconcile, manager)
                 await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)

@@ -4,6 +4,8 @@ Contract:
 - `size` is the committed size: it moves forward only after bytes are fully
   written, so a reader bounded by it never sees half an entry.
 - One writer at a time (the log's append lock); any number of readers.
+- A failed append (ENOSPC, EIO) leaves the file cut back to its committed size:
+  nothing of a torn write stays for a reader or a restart to meet.
 - A `FileSlice` pins the open file: a segment deleted while a fetch is still
   sending from it keeps its descriptor until the slice is released, so the
   send completes (Linux keeps an unlinked file's data while it is open).
@@ -114,10 +116,25 @@ class FileRecords:
             self._reserved_end = wanted if reserve_blocks(self._fd, position, wanted - position) else None
         view = memoryview(data)
         written = 0
-        while written < len(view):
-            written += os.pwrite(self._fd, view[written:], position + written)
+        try:
+            while written < len(view):
+                written += os.pwrite(self._fd, view[written:], position + written)
+        except OSError:
+            self._cut_back(position)
+            raise
         self.size = position + written
         return position
+
+    def _cut_back(self, size: int) -> None:
+        """After a failed write (a full disk writes part of it): cut the file back
+        to `size`, so no torn entry stays behind it. If even that fails, readers
+        still stop at `size` and the next append writes over the rest."""
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError:
+            pass
+        if self._reserved_end is not None:
+            self._reserved_end = size
 
     def flush(self) -> None:
         fd = self._fd

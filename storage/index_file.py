@@ -226,9 +226,10 @@ class IndexFile:
             raise KafkaStorageError(f"index {self._path} was opened read-only")
 
     def _publish_entry(self, *fields: int) -> None:
-        """Store one entry in the next slot, then make it visible to readers."""
+        """Store one entry in the next slot (with pwrite, see `_write_at`), then
+        make it visible to readers."""
         slot = self._entries
-        self.ENTRY.pack_into(self._mmap, slot * self._entry_size, *fields)
+        self._write_at(slot * self._entry_size, self.ENTRY.pack(*fields))
         self._entries = slot + 1
 
     def append_entries(self, packed: bytes) -> None:
@@ -262,7 +263,10 @@ class IndexFile:
         mapping. Linux keeps the two coherent (one page cache). Why: after the
         log's own large write, kernel writeback has often just cleaned the
         index's page, and a store through the mapping then takes a write fault
-        (ext4: about 20 us, measured); pwrite re-dirties the page in about 2 us."""
+        (ext4: about 20 us, measured); pwrite re-dirties the page in about 2 us.
+        And a full disk: the file is preallocated sparse, so a store through the
+        mapping into a hole on a full filesystem (tmpfs) kills the process with
+        SIGBUS, where pwrite fails with ENOSPC, which the log answers."""
         if os.pwrite(self._write_fd, data, position) != len(data):
             raise OSError(f"short write to index {self._path}")
 
