@@ -223,6 +223,15 @@ class LogManager:
         with self._checkpoint_lock:
             self._write_checkpoints({})
 
+    def periodic_checkpoint(self) -> None:
+        """`checkpoint()` for the broker's periodic task: a failed write (a full
+        disk) counts in the storage error episode instead of logging a traceback
+        per interval; the next interval writes again."""
+        try:
+            self.checkpoint()
+        except OSError as e:
+            self.io_errors.failed(e, operation="checkpoint", log_name=self.data_dir)
+
     def _write_checkpoints(self, starts: dict[TopicPartition, int]) -> None:
         """Both checkpoints, with `starts` over the logs' own start offsets (lock held)."""
         logs = self.logs_by_partition()
