@@ -62,7 +62,7 @@ import structlog
 
 from storage.config import LogConfig
 from storage.errors import (InvalidConfigError, InvalidPartitionsError, InvalidRequestError,
-                            InvalidTopicError, StrataError, TopicAlreadyExistsError,
+                            InvalidTopicError, KafkaStorageError, StrataError, TopicAlreadyExistsError,
                             UnknownTopicOrPartitionError)
 from storage.fileutil import atomic_write
 from storage.manager import LogManager
@@ -198,10 +198,10 @@ class TopicRegistry:
             if topics != dict(self._topics) or deleting != self._deleting or not self.file_existed:
                 try:
                     self._commit(topics, deleting, use_reserve=True)
-                except OSError as e:
+                except KafkaStorageError as e:
                     # The directories are the truth this start found; the file catches up
                     # with the next change (or the next start reconciles again).
-                    log.error("registry_write_failed", path=self.path, error=e.strerror or str(e))
+                    log.error("registry_write_failed", path=self.path, error=str(e))
                     self._topics, self._deleting = MappingProxyType(topics), deleting
 
     def owns(self, topic: str, partition: int) -> bool:
@@ -322,12 +322,14 @@ class TopicRegistry:
                 topic = Topic(name, partitions, MappingProxyType(dict(overrides)), False, log_config,
                               new_topic_id())
                 self._replace(topic)
-            except BaseException:
+            except BaseException as e:
                 for partition in created:
                     try:
                         manager.delete_log(name, partition)
                     except Exception:  # keep the first error; reconcile cleans up later
                         log.exception("create_rollback_failed", topic=name, partition=partition)
+                if isinstance(e, OSError):
+                    raise KafkaStorageError(f"cannot create topic {name!r}: {e.strerror or e}") from None
                 raise
         log.info("topic_created", topic=name, partitions=partitions, configs=dict(overrides))
         return topic
@@ -356,8 +358,8 @@ class TopicRegistry:
             return
         try:
             self._commit(self._topics, remaining, use_reserve=True)
-        except OSError as e:
-            log.warning("registry_write_failed", path=self.path, error=e.strerror or str(e),
+        except KafkaStorageError as e:
+            log.warning("registry_write_failed", path=self.path, error=str(e),
                         reason="topics stay marked deleting until the next change or start")
 
     def alter(self, name: str, changes: Sequence[tuple[str, str | None]], *,
@@ -410,10 +412,14 @@ class TopicRegistry:
                "deleting": list(deleting)}
         data = json.dumps(doc, indent=2).encode() + b"\n"
         manager = self._manager
-        if use_reserve and manager is not None:
-            manager.space_reserve.run("topic registry write", lambda: atomic_write(self.path, data))
-        else:
-            atomic_write(self.path, data)
+        try:
+            if use_reserve and manager is not None:
+                manager.space_reserve.run("topic registry write", lambda: atomic_write(self.path, data))
+            else:
+                atomic_write(self.path, data)
+        except OSError as e:
+            raise KafkaStorageError(
+                f"cannot write the topic registry {self.path}: {e.strerror or e}") from None
         self._topics = MappingProxyType(dict(topics))
         self._deleting = tuple(deleting)
 

@@ -164,8 +164,8 @@ class LogManager:
             one.close()
         self.space_reserve.run("shutdown checkpoint", self.checkpoint)
         if clean:
-            self.space_reserve.run("clean shutdown marker",
-                                   lambda: atomic_write(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), b""))
+            marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
+            self.space_reserve.run("clean shutdown marker", lambda: atomic_write(marker, b""))
         with self._lock:
             self._logs.clear()
         if self._lock_fd is not None:
