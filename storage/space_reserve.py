@@ -14,8 +14,9 @@ Contract:
 - `run` gives the reserve up at most once per call and only on ENOSPC/EDQUOT;
   any other error, or a second failure, is raised as it is.
 - `maybe_restore()` (the manager's periodic flush calls it) re-creates a
-  released reserve once the filesystem has at least twice its size free, so
-  the reserve does not take the last free bytes that appends are waiting for.
+  released reserve once the filesystem has its size and RESTORE_MARGIN_BYTES
+  free: the reserve comes back before appends take the space freed (without it
+  the next full disk could not free anything), and never takes the last bytes.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .fileutil import fsync_dir
 
 RESERVE_FILE = ".strata-space-reserve"
 RESERVE_BYTES = 4 * 1024 * 1024
+RESTORE_MARGIN_BYTES = 1024 * 1024
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 log = structlog.get_logger("strata.storage")
@@ -117,7 +119,7 @@ class SpaceReserve:
                 stat = os.statvfs(self.data_dir)
             except OSError:
                 return False
-            if stat.f_bavail * stat.f_frsize < 2 * self.size:
+            if stat.f_bavail * stat.f_frsize < self.size + RESTORE_MARGIN_BYTES:
                 return False
             if self._create():
                 log.info("space_reserve_restored", path=self.path, bytes=self.size)

@@ -52,20 +52,29 @@ def small_disk(tmp_path):
 
 
 def value(tag: str, i: int) -> bytes:
-    head = b"%s-%06d-" % (tag.encode(), i)
+    head = b"%s-%06d-" % (tag.encode(), i)  # unique within its first 64 bytes
     return head + bytes([i % 251]) * (RECORD - len(head))
 
 
 def fill_native(bootstrap: str, topic: str, tag: str, acked: dict[bytes, int]) -> StrataClientError:
-    """Produce until an append fails; returns the failure (the disk is full)."""
+    """Produce until an append fails, then with ever smaller records until those
+    fail too: the disk is full to the last page. Returns the first failure."""
+    first = None
+    i = 0
     with Producer(bootstrap, linger_ms=0, retries=0) as producer:
-        for i in range(10_000):
-            v = value(tag, i)
-            try:
-                acked[v] = producer.send(topic, v, partition=0).result(timeout=HANG_GUARD_S).offset
-            except StrataClientError as e:
-                return e
-    raise AssertionError("the disk never filled")
+        for size in (RECORD, 4096, 512, 64):
+            for _ in range(10_000):
+                v = value(tag, i)[:size]
+                i += 1
+                try:
+                    acked[v] = producer.send(topic, v, partition=0).result(timeout=HANG_GUARD_S).offset
+                except StrataClientError as e:
+                    first = first or e
+                    break
+            else:
+                raise AssertionError("the disk never filled")
+    assert first is not None
+    return first
 
 
 def produce_kafka(bootstrap: str, topic: str, tag: str, count: int, acked: dict[bytes, int]) -> list:
@@ -141,13 +150,17 @@ def test_full_disk_answers_56_frees_space_and_recovers(broker, small_disk):
             acked["victim"][v] = producer.send("victim", v, partition=0).result(timeout=HANG_GUARD_S).offset
 
     # Episode 1: the native producer fills the disk, confluent-kafka meets it too.
+    # (Filling with ever smaller records ends and starts episodes: a small append
+    # that fits ends one; each episode logs one line, counted below.)
     failure = fill_native(native, "fill", "n1", acked["fill"])
     assert failure.code == STORAGE_ERROR, failure
+    episodes = len(events(process, "storage_error"))
+    assert episodes >= 1 and len(events(process, "storage_recovered")) == episodes - 1
     for _ in range(5):
         assert not appends_work(native, "fill", "again", acked["fill"])
     errors = produce_kafka(process.bootstrap, "kfill", "k1", 5, acked["kfill"])
     assert errors and all(err.code() == KafkaError.KAFKA_STORAGE_ERROR for err in errors), errors
-    assert len(events(process, "storage_error")) == 1
+    assert len(events(process, "storage_error")) == episodes  # ten more failures, no more lines
     assert not events(process, "request_failed")
 
     # Reads keep working on the full disk.
@@ -160,24 +173,29 @@ def test_full_disk_answers_56_frees_space_and_recovers(broker, small_disk):
         assert "victim" not in admin.list_topics()
     acked.pop("victim")
     assert not os.path.exists(data_dir / "victim-0")
+    assert len(events(process, "space_reserve_used")) == 1  # the registry write needed it
+    wait_for(lambda: events(process, "space_reserve_restored"), "the space reserve to come back")
     assert appends_work(native, "fill", "after-delete", acked["fill"])
-    wait_for(lambda: len(events(process, "storage_recovered")) == 1, "storage_recovered")
+    wait_for(lambda: len(events(process, "storage_recovered")) == episodes, "storage_recovered")
     assert produce_kafka(process.bootstrap, "kfill", "k2", 3, acked["kfill"]) == []
 
     # Episode 2: full again; DELETE_RECORDS (Kafka's protocol) frees whole segments.
     failure = fill_native(native, "fill", "n2", acked["fill"])
     assert failure.code == STORAGE_ERROR, failure
+    wait_for(lambda: len(events(process, "storage_error")) > episodes, "the next storage_error")
+    episodes = len(events(process, "storage_error"))
     errors = produce_kafka(process.bootstrap, "kfill", "k3", 3, acked["kfill"])
     assert errors and all(err.code() == KafkaError.KAFKA_STORAGE_ERROR for err in errors), errors
-    wait_for(lambda: len(events(process, "storage_error")) == 2, "the second storage_error")
+    assert len(events(process, "storage_error")) == episodes
     cut = sorted(acked["fill"].values())[len(acked["fill"]) // 2]
     admin = AdminClient({"bootstrap.servers": process.bootstrap})
     for future in admin.delete_records([TopicPartition("fill", 0, cut)], request_timeout=10).values():
         assert future.result(timeout=HANG_GUARD_S).low_watermark == cut
     acked["fill"] = {v: o for v, o in acked["fill"].items() if o >= cut}
+    assert len(events(process, "space_reserve_used")) == 2  # the checkpoint write needed it
     wait_for(lambda: appends_work(native, "fill", "after-delete-records", acked["fill"]), "appends to resume")
-    assert len(events(process, "storage_recovered")) == 2
-    assert len(events(process, "storage_error")) == 2
+    assert len(events(process, "storage_recovered")) == episodes
+    assert len(events(process, "storage_error")) == episodes
     assert not events(process, "request_failed")
 
     # Everything acknowledged is intact after a clean stop and a start.
