@@ -351,9 +351,10 @@ class TopicRegistry:
     def _finish_deletions(self) -> None:
         """Clear "deleting" of names whose logs are all gone (lock held); a failed
         write leaves them there for the next change or start."""
+        if not self._deleting:
+            return
         manager = self._require_manager()
-        on_disk = manager.topics()
-        remaining = tuple(n for n in self._deleting if n in on_disk)
+        remaining = tuple(n for n in self._deleting if manager.has_partition_directories(n))
         if remaining == self._deleting:
             return
         try:

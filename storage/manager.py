@@ -188,6 +188,15 @@ class LogManager:
             out.setdefault(topic, []).append(partition)
         return out
 
+    def has_partition_directories(self, topic: str) -> bool:
+        """Whether any `<topic>-<partition>` directory of `topic` is in the data
+        directory (open as a log or not: one whose deletion failed)."""
+        for name in os.listdir(self.data_dir):
+            parsed = parse_partition_dir_name(name)
+            if parsed is not None and parsed[0] == topic:
+                return True
+        return False
+
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
         validate_topic_name(topic)
         if partition < 0:

@@ -20,7 +20,7 @@ from broker import topics as topics_module
 from broker.internal_topics import OFFSETS_TOPIC, check_delete_records
 from broker.topics import REGISTRY_FILE, TopicRegistry
 from storage.config import LogConfig
-from storage.errors import InvalidConfigError, InvalidTopicError, KafkaStorageError
+from storage.errors import InvalidConfigError, InvalidTopicError, KafkaStorageError, TopicAlreadyExistsError
 from storage.manager import LogManager
 from storage.names import special_dir_name
 from storage.space_reserve import RESERVE_FILE
@@ -138,18 +138,21 @@ def test_a_name_being_deleted_is_not_created_again_until_its_directories_are_gon
         open_registry, tmp_path, monkeypatch):
     registry, manager = open_registry()
     registry.create("d", 1, [])
-    real_delete = manager.delete_log
+    real_rename = os.rename
 
-    def stuck(topic, partition):
-        raise OSError(errno.EIO, "I/O error")
+    def stuck(source, target):  # the rename to `-delete` fails after the log was closed
+        if str(target).endswith("-delete"):
+            raise OSError(errno.EIO, "I/O error")
+        real_rename(source, target)
 
-    monkeypatch.setattr(manager, "delete_log", stuck)
+    monkeypatch.setattr(os, "rename", stuck)
     registry.delete("d")  # committed: the topic is gone, its directory stays for now
     assert registry.get("d") is None and registry_file(tmp_path)["deleting"] == ["d"]
-    with pytest.raises(Exception) as raised:
+    assert (tmp_path / "d-0").is_dir() and manager.get_log("d", 0) is None
+    with pytest.raises(TopicAlreadyExistsError) as raised:
         registry.create("d", 1, [])
-    assert raised.value.code == 36  # TOPIC_ALREADY_EXISTS: marked for deletion
-    monkeypatch.setattr(manager, "delete_log", real_delete)
+    assert raised.value.code == 36 and "marked for deletion" in str(raised.value)
+    monkeypatch.setattr(os, "rename", real_rename)
     registry, manager = open_registry()  # the next start finishes the deletion
     assert registry_file(tmp_path)["deleting"] == [] and not (tmp_path / "d-0").exists()
     registry.create("d", 1, [])
