@@ -50,8 +50,8 @@ from .errors import KafkaStorageError, StrataError
 from .fileutil import atomic_write, fsync_dir
 from .io_errors import StorageErrorEpisodes
 from .log import Log
-from .names import (DELETE_DIR_SUFFIX, delete_dir_name, parse_partition_dir_name, partition_dir_name,
-                    stray_dir_name, validate_topic_name)
+from .names import (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX, delete_dir_name,
+                    parse_partition_dir_name, partition_dir_name, stray_dir_name, validate_topic_name)
 from .retention import RetentionResult, run_retention
 from .space_reserve import SpaceReserve
 
@@ -105,7 +105,9 @@ class LogManager:
                 continue
             parsed = parse_partition_dir_name(name)
             if parsed is None:
-                log.warning("skipping_directory", directory=path, reason="not <topic>-<partition>")
+                reason = ("set aside earlier" if name.endswith((STRAY_DIR_SUFFIX, FUTURE_DIR_SUFFIX))
+                          else "not <topic>-<partition>")
+                log.warning("skipping_directory", directory=path, reason=reason)
                 continue
             topic, partition = parsed
             try:
