@@ -211,3 +211,40 @@ def test_full_disk_answers_56_frees_space_and_recovers(broker, small_disk):
     directories = {n for n in os.listdir(data_dir) if os.path.isdir(data_dir / n)}
     assert directories - {"__consumer_offsets-0"} == {"fill-0", "kfill-0"}
     assert not events(process, "request_failed")
+
+
+def test_clean_stop_and_start_on_a_full_disk_then_space_returns(broker, small_disk):
+    data_dir = small_disk / "data"
+    process = broker(*SERVE_ARGS, data_dir=data_dir)
+    native = f"{process.host}:{process.port}"
+    with Admin(native) as admin:
+        admin.create_topic("fill", partitions=1)
+    acked: dict[bytes, int] = {}
+    assert fill_native(native, "fill", "f", acked).code == STORAGE_ERROR
+
+    # The shutdown checkpoints need room: the space reserve gives it, the stop is clean.
+    assert process.stop() == 0
+    assert [e["operation"] for e in events(process, "space_reserve_used")] == ["shutdown checkpoint"]
+    assert (data_dir / ".kafka_cleanshutdown").exists()
+
+    # A start on the full disk works (closing gave back the blocks the active segment
+    # had reserved ahead, so fill it again to the last page), reads work.
+    process.restart()
+    native = f"{process.host}:{process.port}"
+    assert events(process, "logs_loaded")[-1]["clean_shutdown"] is True
+    assert read_partition(native, "fill") == acked
+    assert fill_native(native, "fill", "g", acked).code == STORAGE_ERROR
+    assert read_partition(native, "fill") == acked
+
+    # The volume grows (space returns): appends resume without a restart.
+    done = subprocess.run(["mount", "-o", f"remount,size={DISK_MB + 8}m", str(small_disk)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: appends_work(native, "fill", "grown", acked), "appends to resume")
+    wait_for(lambda: os.path.exists(data_dir / ".strata-space-reserve"), "the space reserve")
+    assert os.path.getsize(data_dir / ".strata-space-reserve") == 4 * 1024 * 1024
+    assert process.stop() == 0
+    process.restart()
+    found = read_partition(f"{process.host}:{process.port}", "fill")
+    assert {v: found.get(v) for v in acked} == acked
+    assert not events(process, "request_failed")
