@@ -109,24 +109,30 @@ class LogManager:
                           else "not <topic>-<partition>")
                 log.warning("skipping_directory", directory=path, reason=reason)
                 continue
-            topic, partition = parsed
-            try:
-                opened = Log.open(path, topic, partition, self.config_for(topic),
-                                  log_start_offset=log_starts.get(parsed, 0),
-                                  recovery_point=recovery_points.get(parsed, 0),
-                                  had_clean_shutdown=self.had_clean_shutdown, clock=self.clock,
-                                  io_errors=self.io_errors)
-            except (OSError, StrataError) as e:
-                if known is None or known(topic, partition):
-                    raise
-                self._set_aside(path, topic, partition, e)
-                continue
-            self._logs[parsed] = opened
+            opened = self._open_at_startup(path, parsed, log_starts.get(parsed, 0),
+                                           recovery_points.get(parsed, 0), known)
+            if opened is not None:
+                self._logs[parsed] = opened
         if self.had_clean_shutdown:
             os.unlink(marker)
             fsync_dir(self.data_dir)
         log.info("logs_loaded", data_dir=self.data_dir, logs=len(self._logs),
                  clean_shutdown=self.had_clean_shutdown)
+
+    def _open_at_startup(self, path: str, tp: TopicPartition, log_start_offset: int, recovery_point: int,
+                         known: Callable[[str, int], bool] | None) -> Log | None:
+        """Open (recovering) one partition directory; None when it failed and was set
+        aside (`known` says no topic owns it); raises when a topic owns it."""
+        topic, partition = tp
+        try:
+            return Log.open(path, topic, partition, self.config_for(topic), log_start_offset=log_start_offset,
+                            recovery_point=recovery_point, had_clean_shutdown=self.had_clean_shutdown,
+                            clock=self.clock, io_errors=self.io_errors)
+        except (OSError, StrataError) as e:
+            if known is None or known(topic, partition):
+                raise
+            self._set_aside(path, topic, partition, e)
+            return None
 
     def _set_aside(self, path: str, topic: str, partition: int, error: Exception) -> None:
         """Rename a partition directory no topic owns and that cannot be opened to
