@@ -118,7 +118,7 @@ class BrokerApp:
                 self.kafka.advertised = config.kafka_advertised(*self.kafka_address)
             try:
                 await blocking(registry.load)
-                await blocking(manager.startup)
+                await blocking(manager.startup, registry.owns)
                 opened = True
                 _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line
                 await blocking(registry.reconcile, manager)
@@ -143,7 +143,8 @@ class BrokerApp:
         self.manager, self.registry = manager, registry
         self._tasks = [
             loop.create_task(self._every("flush", config.flush_interval_ms, manager.flush_due)),
-            loop.create_task(self._every("checkpoint", config.checkpoint_interval_ms, manager.checkpoint)),
+            loop.create_task(self._every("checkpoint", config.checkpoint_interval_ms,
+                                         manager.periodic_checkpoint)),
             loop.create_task(self._every("retention", config.retention_check_interval_ms,
                                          manager.delete_old_segments)),
             # Deleted segments' files go file.delete.delay.ms later: checked every second

@@ -8,6 +8,8 @@ Contract:
   open-file budget (open_files): while idle it may be closed, and the next use
   reopens the file by its current name. Every use of the descriptor happens
   under a pin.
+- A failed append (ENOSPC, EIO) leaves the file cut back to its committed size:
+  nothing of a torn write stays for a reader or a restart to meet.
 - A non-empty `FileSlice` pins the open file: neither the budget nor a delete
   closes it until the slice is released, so a segment deleted while a fetch is
   still sending from it keeps its descriptor and the send completes (Linux keeps
@@ -147,12 +149,27 @@ class FileRecords(ManagedFile):
             self._dirty = True
             view = memoryview(data)
             written = 0
-            while written < len(view):
-                written += os.pwrite(fd, view[written:], position + written)
+            try:
+                while written < len(view):
+                    written += os.pwrite(fd, view[written:], position + written)
+            except OSError:
+                self._cut_back(position)
+                raise
             self.size = position + written
             return position
         finally:
             self._unpin()
+
+    def _cut_back(self, size: int) -> None:
+        """After a failed write (a full disk writes part of it): cut the file back
+        to `size`, so no torn entry stays behind it. If even that fails, readers
+        still stop at `size` and the next append writes over the rest."""
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError:
+            pass
+        if self._reserved_end is not None:
+            self._reserved_end = size
 
     def flush(self) -> None:
         if self._retired or not self._dirty:  # closed: a deleted segment that a flush's snapshot still listed

@@ -282,8 +282,8 @@ class IndexFile(ManagedFile):
             raise KafkaStorageError(f"index {self._path} was opened read-only")
 
     def _publish_entry(self, *fields: int) -> None:
-        """Store one entry in the next slot, then make it visible to readers (writer,
-        pinned by the caller's `_writing`)."""
+        """Store one entry in the next slot (with pwrite, see `_write_at`), then make it
+        visible to readers (writer, pinned by the caller's `_writing`)."""
         slot = self._entries
         self._write_at(slot * self._entry_size, self.ENTRY.pack(*fields))
         self._entries = slot + 1
@@ -322,8 +322,10 @@ class IndexFile(ManagedFile):
         mapping (caller pinned). Linux keeps the two coherent (one page cache). Why:
         after the log's own large write, kernel writeback has often just cleaned the
         index's page, and a store through the mapping then takes a write fault
-        (ext4: about 20 us, measured); pwrite re-dirties the page in about 2 us, and
-        a failing disk gives an OSError rather than a SIGBUS."""
+        (ext4: about 20 us, measured); pwrite re-dirties the page in about 2 us.
+        And a full disk: the file is preallocated sparse, so a store through the
+        mapping into a hole on a full filesystem (tmpfs) kills the process with
+        SIGBUS, where pwrite fails with ENOSPC, which the log answers."""
         self._dirty = True
         if os.pwrite(self._file.fd, data, position) != len(data):  # type: ignore[union-attr]
             raise OSError(f"short write to index {self._path}")

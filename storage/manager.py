@@ -8,8 +8,22 @@ Contract:
   then removes the clean-shutdown marker so that a later crash is noticed.
 - `shutdown()` flushes and closes every log, writes both checkpoints (recovery
   point = log end) and, last, the marker: after it, a restart scans no data.
-- Deleting a partition renames its directory to `<name>.<id>-delete` first, so a
-  crash half-way never brings the partition back; startup removes leftovers.
+- Deleting a partition renames its directory to `<topic>-<partition>.<id>-delete`
+  (storage/names.py: the topic part cut short so the name stays within 255 bytes)
+  first, so a crash half-way never brings the partition back; startup removes
+  leftovers. A partition directory that fails to open and that `startup(known=...)`
+  says no registered topic owns is renamed `...-stray` and left for the operator;
+  startup goes on.
+- Disk errors: every log shares `io_errors` (storage/io_errors.py: an OSError of
+  an append answers KAFKA_STORAGE_ERROR, one log line per episode). The data
+  directory keeps `space_reserve` (storage/space_reserve.py), given up when a
+  write that frees space or closes cleanly (topic deletion, DELETE_RECORDS,
+  shutdown checkpoints) meets a full disk, and restored by `flush_due` once space
+  has come back.
+- `set_log_start_offset` (DELETE_RECORDS) writes the checkpoint holding the new
+  start before the log's memory moves: an answered deletion survives a crash, a
+  failed one changes nothing. Checkpoint writes are serialized, so a periodic
+  checkpoint never writes a start older than one already written.
 - Topic configuration lives with the caller: `config_for(topic)` gives each
   log its LogConfig.
 - Retention: `delete_old_segments()` runs one pass over every log and
@@ -26,7 +40,6 @@ import fcntl
 import os
 import shutil
 import threading
-import uuid
 from typing import Callable
 
 import structlog
@@ -34,12 +47,15 @@ import structlog
 from .checkpoint import OffsetCheckpointFile
 from .clock import SYSTEM_CLOCK, SystemClock
 from .config import LogConfig
-from .errors import KafkaStorageError
+from .errors import KafkaStorageError, StrataError
 from .fileutil import atomic_write, fsync_dir
+from .io_errors import StorageErrorEpisodes
 from .log import Log
-from .names import DELETE_DIR_SUFFIX, parse_partition_dir_name, partition_dir_name, validate_topic_name
+from .names import (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX, delete_dir_name,
+                    parse_partition_dir_name, partition_dir_name, stray_dir_name, validate_topic_name)
 from .open_files import OPEN_FILES
 from .retention import RetentionResult, run_retention
+from .space_reserve import SpaceReserve
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
@@ -64,12 +80,19 @@ class LogManager:
         self._recovery_points = OffsetCheckpointFile(os.path.join(self.data_dir, RECOVERY_POINT_CHECKPOINT))
         self._log_starts = OffsetCheckpointFile(os.path.join(self.data_dir, LOG_START_OFFSET_CHECKPOINT))
         self.cleaner = None  # the broker's LogCleaner (storage/log_cleaner.py), when it runs one
+        self.io_errors = StorageErrorEpisodes(self.data_dir)
+        self.space_reserve = SpaceReserve(self.data_dir)
+        self._checkpoint_lock = threading.Lock()  # one checkpoint write at a time
 
     # ---- start and stop ------------------------------------------------------------
 
-    def startup(self) -> None:
+    def startup(self, known: Callable[[str, int], bool] | None = None) -> None:
+        """Open every partition directory. `known(topic, partition)`: whether a
+        registered topic owns a partition; a directory it does not own that fails
+        to open is renamed `-stray` instead of failing the start."""
         os.makedirs(self.data_dir, exist_ok=True)
         self._take_directory_lock()
+        self.space_reserve.ensure()
         marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
         self.had_clean_shutdown = os.path.exists(marker)
         recovery_points = self._recovery_points.read()
@@ -80,22 +103,51 @@ class LogManager:
                 continue
             if name.endswith(DELETE_DIR_SUFFIX):
                 shutil.rmtree(path, ignore_errors=True)
+                log.info("deleted_directory_removed", directory=path)
                 continue
             parsed = parse_partition_dir_name(name)
             if parsed is None:
-                log.warning("skipping_directory", directory=path, reason="not <topic>-<partition>")
+                reason = ("set aside earlier" if name.endswith((STRAY_DIR_SUFFIX, FUTURE_DIR_SUFFIX))
+                          else "not <topic>-<partition>")
+                log.warning("skipping_directory", directory=path, reason=reason)
                 continue
-            topic, partition = parsed
-            opened = Log.open(path, topic, partition, self.config_for(topic),
-                              log_start_offset=log_starts.get(parsed, 0),
-                              recovery_point=recovery_points.get(parsed, 0),
-                              had_clean_shutdown=self.had_clean_shutdown, clock=self.clock)
-            self._logs[parsed] = opened
+            opened = self._open_at_startup(path, parsed, log_starts.get(parsed, 0),
+                                           recovery_points.get(parsed, 0), known)
+            if opened is not None:
+                self._logs[parsed] = opened
         if self.had_clean_shutdown:
             os.unlink(marker)
             fsync_dir(self.data_dir)
         log.info("logs_loaded", data_dir=self.data_dir, logs=len(self._logs),
                  clean_shutdown=self.had_clean_shutdown)
+
+    def _open_at_startup(self, path: str, tp: TopicPartition, log_start_offset: int, recovery_point: int,
+                         known: Callable[[str, int], bool] | None) -> Log | None:
+        """Open (recovering) one partition directory; None when it failed and was set
+        aside (`known` says no topic owns it); raises when a topic owns it."""
+        topic, partition = tp
+        try:
+            return Log.open(path, topic, partition, self.config_for(topic), log_start_offset=log_start_offset,
+                            recovery_point=recovery_point, had_clean_shutdown=self.had_clean_shutdown,
+                            clock=self.clock, io_errors=self.io_errors)
+        except (OSError, StrataError) as e:
+            if known is None or known(topic, partition):
+                raise
+            self._set_aside(path, topic, partition, e)
+            return None
+
+    def _set_aside(self, path: str, topic: str, partition: int, error: Exception) -> None:
+        """Rename a partition directory no topic owns and that cannot be opened to
+        `-stray`, so that the broker starts and nothing in it is lost."""
+        stray = os.path.join(self.data_dir, stray_dir_name(topic, partition))
+        try:
+            os.rename(path, stray)
+            fsync_dir(self.data_dir)
+        except OSError as e:
+            log.error("stray_directory_rename_failed", directory=path, error=str(e))
+            return
+        log.error("stray_directory", directory=path, renamed_to=stray, error=str(error),
+                  reason="not in the topic registry and cannot be opened")
 
     def _take_directory_lock(self) -> None:
         fd = os.open(os.path.join(self.data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -107,14 +159,23 @@ class LogManager:
         self._lock_fd = fd
 
     def shutdown(self) -> None:
-        """Flush and close every log, write the checkpoints, then the marker."""
+        """Flush and close every log, write the checkpoints, then the marker. A log
+        that fails to flush is logged and the marker is not written (the next start
+        recovers); the checkpoints may use the space reserve."""
         with self._lock:
             logs = list(self._logs.values())
+        clean = True
         for one in logs:
-            one.flush()
+            try:
+                one.flush()
+            except (OSError, StrataError) as e:
+                clean = False
+                log.error("log_flush_failed", log=one.name, error=str(e))
             one.close()
-        self.checkpoint()
-        atomic_write(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), b"")
+        self.space_reserve.run("shutdown checkpoint", self.checkpoint)
+        if clean:
+            marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
+            self.space_reserve.run("clean shutdown marker", lambda: atomic_write(marker, b""))
         with self._lock:
             self._logs.clear()
         if self._lock_fd is not None:
@@ -137,6 +198,15 @@ class LogManager:
             out.setdefault(topic, []).append(partition)
         return out
 
+    def has_partition_directories(self, topic: str) -> bool:
+        """Whether any `<topic>-<partition>` directory of `topic` is in the data
+        directory (open as a log or not: one whose deletion failed)."""
+        for name in os.listdir(self.data_dir):
+            parsed = parse_partition_dir_name(name)
+            if parsed is not None and parsed[0] == topic:
+                return True
+        return False
+
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
         validate_topic_name(topic)
         if partition < 0:
@@ -149,7 +219,8 @@ class LogManager:
             new_directory = not os.path.exists(path)
             try:
                 created = Log.open(path, topic, partition, config or self.config_for(topic),
-                                   had_clean_shutdown=True, clock=self.clock)
+                                   had_clean_shutdown=True, clock=self.clock,
+                                   io_errors=self.io_errors)
                 fsync_dir(self.data_dir)
             except OSError as e:
                 if new_directory:
@@ -181,7 +252,7 @@ class LogManager:
         if self.cleaner is not None:
             self.cleaner.abort(topic, partition)  # waits until no clean of it runs
         doomed.close()  # a fetch still sending keeps its file open until released
-        renamed = f"{doomed.directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        renamed = os.path.join(os.path.dirname(doomed.directory), delete_dir_name(topic, partition))
         os.rename(doomed.directory, renamed)
         fsync_dir(self.data_dir)
         shutil.rmtree(renamed, ignore_errors=True)
@@ -190,9 +261,36 @@ class LogManager:
 
     def checkpoint(self) -> None:
         """Write the recovery points and log start offsets (Kafka's text format)."""
+        with self._checkpoint_lock:
+            self._write_checkpoints({})
+
+    def periodic_checkpoint(self) -> None:
+        """`checkpoint()` for the broker's periodic task: a failed write (a full
+        disk) counts in the storage error episode instead of logging a traceback
+        per interval; the next interval writes again."""
+        try:
+            self.checkpoint()
+        except OSError as e:
+            self.io_errors.failed(e, operation="checkpoint", log_name=self.data_dir)
+
+    def _write_checkpoints(self, starts: dict[TopicPartition, int]) -> None:
+        """Both checkpoints, with `starts` over the logs' own start offsets (lock held)."""
         logs = self.logs_by_partition()
-        self._recovery_points.write({tp: one.recovery_point for tp, one in logs.items()})
-        self._log_starts.write({tp: one.log_start_offset for tp, one in logs.items()})
+        log_starts = {tp: starts.get(tp, one.log_start_offset) for tp, one in logs.items()}
+        self._recovery_points.write({tp: max(one.recovery_point, log_starts[tp]) for tp, one in logs.items()})
+        self._log_starts.write(log_starts)
+
+    def set_log_start_offset(self, one: Log, offset: int) -> int:
+        """DELETE_RECORDS: move `one`'s log start to `offset` (never back); the
+        checkpoint holding it is written first (using the space reserve on a full
+        disk), then the log's memory. Returns the log start offset."""
+        tp = (one.topic, one.partition)
+
+        def persist(start: int) -> None:
+            self.space_reserve.run("delete records checkpoint", lambda: self._write_checkpoints({tp: start}))
+
+        with self._checkpoint_lock:
+            return one.increase_log_start_offset(offset, persist=persist)
 
     def delete_old_segments(self, now_ms: int | None = None) -> list[RetentionResult]:
         """One retention pass over every log (Kafka's cleanupLogs; storage/retention.py)."""
@@ -205,10 +303,15 @@ class LogManager:
         return sum(one.delete_due_files(now) for one in self.logs())
 
     def flush_due(self) -> None:
-        """fsync rolled segments and logs past their `flush.ms`."""
+        """fsync rolled segments and logs past their `flush.ms`; re-create the
+        space reserve once space has come back."""
         for one in self.logs():
-            one.flush_rolled()
-            one.maybe_flush()
+            try:
+                one.flush_rolled()
+                one.maybe_flush()
+            except KafkaStorageError:
+                continue  # logged once per episode (io_errors); the next pass tries again
+        self.space_reserve.maybe_restore()
 
     def logs_by_partition(self) -> dict[TopicPartition, Log]:
         with self._lock:

@@ -265,9 +265,28 @@ class LogSegment:
             raise InvalidOffsetError(
                 f"offset {largest_offset} does not fit segment {self.base_offset}")
         physical_position = self.log.size
+        best = self._max_ts_and_offset()
+        try:
+            self._write(validated, physical_position, best, reserve_ahead)
+        except OSError:
+            self._undo_append(validated.first_offset, physical_position, best)
+            raise
+
+    def _undo_append(self, first_offset: int, position: int, best: TimestampOffset) -> None:
+        """After a failed write (disk full, I/O error): drop what the append added,
+        so that the segment is as before it. The log's file is cut back by
+        FileRecords.append itself when its own write failed."""
+        if self.log.size > position:
+            self.log.truncate_to(position)
+        self.offset_index.truncate_to(first_offset)
+        self.time_index.truncate_to(first_offset)
+        self._max_timestamp_and_offset = best
+        if position == 0:
+            self._rolling_based_timestamp = None
+
+    def _write(self, validated, physical_position: int, best: TimestampOffset, reserve_ahead: int) -> None:
         if physical_position == 0:
             self._rolling_based_timestamp = validated.max_timestamp
-        best = self._max_ts_and_offset()
         self.log.append(validated.buffer, reserve_ahead)
         size = len(validated.buffer)
         since = self._bytes_since_last_index_entry
