@@ -221,7 +221,7 @@ class IndexFile(ManagedFile):
                 count = self._entries
                 if not 0 <= n < count:
                     raise IndexError(f"entry {n} requested from {self._path}, which has {count} entries")
-                return self._unpack_from(self._file.buffer, n * self._entry_size)  # type: ignore[union-attr]
+                return self._unpack_from(self._mapping(), n * self._entry_size)
         finally:
             self._unpin()
 
@@ -235,11 +235,15 @@ class IndexFile(ManagedFile):
                 count = self._entries
                 if count == 0:
                     return None
-                mapping = self._file.buffer  # type: ignore[union-attr]
+                mapping = self._mapping()
                 found = self._count_at_most(mapping, count, field, target)
                 return self._unpack_from(mapping, (found - 1) * self._entry_size) if found else None
         finally:
             self._unpin()
+
+    def _mapping(self) -> Any:
+        """The mapped bytes, for struct (caller pinned; never None while entries > 0)."""
+        return self._file.buffer  # type: ignore[union-attr]
 
     def _entries_bytes(self) -> bytes:
         """A copy of the real entries, as the file holds them."""
@@ -331,7 +335,7 @@ class IndexFile(ManagedFile):
             if count == 0:
                 return
             # Offsets are integers: "offset < target" is "offset <= target - 1".
-            keep = self._count_at_most(self._file.buffer, count, self.OFFSET_FIELD,  # type: ignore[union-attr]
+            keep = self._count_at_most(self._mapping(), count, self.OFFSET_FIELD,
                                        offset - self._base_offset - 1)
             self._truncate_to_entries(keep)
 
@@ -436,7 +440,7 @@ class IndexFile(ManagedFile):
         writer changes the mapping)."""
         if self._entries == 0:
             return None
-        return self._unpack_from(self._file.buffer, (self._entries - 1) * self._entry_size)  # type: ignore[union-attr]
+        return self._unpack_from(self._mapping(), (self._entries - 1) * self._entry_size)
 
     def _on_entries_changed(self) -> None:
         """Refresh values cached from the last entry after open, truncation or resize."""

@@ -123,8 +123,7 @@ class OpenFiles:
                 f._open_descriptor()
                 f._descriptor_open = True
                 self._open[f] = None
-                if len(self._open) > self.peak:
-                    self.peak = len(self._open)
+                self.peak = max(self.peak, len(self._open))
             f._pins += 1
 
     def unpin(self, f: ManagedFile) -> None:

@@ -5,6 +5,7 @@ only an index's length and last entry, and would serve wrong positions)."""
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +33,7 @@ def read_all(log):
 
 @pytest.mark.parametrize("damage", ["swap", "offset", "position", "timestamps"])
 def test_garbage_inside_an_index_below_the_recovery_point_is_rebuilt(open_log, tmp_path, damage):
-    config = dict(segment_bytes=4096, index_interval_bytes=200)
+    config = {"segment_bytes": 4096, "index_interval_bytes": 200}
     log = open_log(**config)
     fill(log)
     expected = read_all(log)
@@ -42,12 +43,12 @@ def test_garbage_inside_an_index_below_the_recovery_point_is_rebuilt(open_log, t
     log.close()  # a clean shutdown: every segment is below the recovery point
 
     if damage == "timestamps":
-        data = bytearray(open(time_path, "rb").read())
+        data = bytearray(Path(time_path).read_bytes())
         assert len(data) >= 36
         struct.pack_into(">q", data, 12, 10**12)  # a timestamp far above the next ones
-        open(time_path, "wb").write(bytes(data))
+        Path(time_path).write_bytes(bytes(data))
     else:
-        data = bytearray(open(index_path, "rb").read())
+        data = bytearray(Path(index_path).read_bytes())
         assert len(data) >= 32  # several entries, the last one left as it was
         if damage == "swap":
             data[8:16], data[16:24] = data[16:24], data[8:16]
@@ -55,7 +56,7 @@ def test_garbage_inside_an_index_below_the_recovery_point_is_rebuilt(open_log, t
             struct.pack_into(">i", data, 8, 10**6)  # a relative offset above the later ones
         else:
             struct.pack_into(">i", data, 12, 10**6)  # a position above the later ones
-        open(index_path, "wb").write(bytes(data))
+        Path(index_path).write_bytes(bytes(data))
 
     with pytest.raises(CorruptIndexError):
         (TimeIndex(time_path, first.base_offset) if damage == "timestamps"
