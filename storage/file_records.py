@@ -271,8 +271,9 @@ class FileRecords(ManagedFile):
     # ---- life cycle -------------------------------------------------------------
 
     def rename(self, new_path: str) -> None:
-        os.rename(self.path, new_path)
-        self.path = new_path
+        with self._budget.no_opens():  # a reopen meanwhile would look for the old name
+            os.rename(self.path, new_path)
+            self.path = new_path
 
     def retain(self) -> None:
         """Keep the file open until `release` (a FileSlice being sent)."""

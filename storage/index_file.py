@@ -419,8 +419,9 @@ class IndexFile(ManagedFile):
         """Rename the file; the index stays usable (a reopen takes the new name)."""
         with self._write_lock:
             new_path = os.fspath(new_path)
-            os.rename(self._path, new_path)
-            self._path = new_path
+            with self._budget.no_opens():  # a reader's reopen meanwhile would look for the old name
+                os.rename(self._path, new_path)
+                self._path = new_path
 
     def delete_if_exists(self) -> bool:
         """Close (without trimming) and delete the file; False when it was already gone."""

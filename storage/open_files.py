@@ -146,6 +146,11 @@ class OpenFiles:
                 return True
             return False
 
+    def no_opens(self) -> threading.Lock:
+        """`with budget.no_opens():` no file opens or closes meanwhile (a rename: a
+        reopen in the middle would look for the old name)."""
+        return self._lock
+
     def close_idle(self) -> int:
         """Close every idle file's descriptor (they reopen on use): room for a caller
         that ran out of descriptors. Returns how many were closed."""
