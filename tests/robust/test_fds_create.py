@@ -3,7 +3,7 @@
 The broker runs under a tiny RLIMIT_NOFILE with `log.max.open.files` set far above
 it, so the open-file budget never closes anything in time and creating a topic of
 many partitions hits EMFILE part of the way through. The request must answer
-KAFKA_STORAGE_ERROR (56), not UNKNOWN_SERVER_ERROR, leave no partition directory
+KAFKA_STORAGE_ERROR (56) on both protocols, not UNKNOWN_SERVER_ERROR, leave no partition directory
 behind and leave the registry as it was; the broker then keeps serving, and a
 restart (which would adopt half-made directories) succeeds.
 """
@@ -14,6 +14,8 @@ import os
 
 import pytest
 
+from client import Admin
+from client.errors import StrataClientError
 from tests.broker_process import BrokerProcess
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -54,6 +56,11 @@ def test_create_topic_out_of_descriptors_leaves_nothing(limited_broker):
     assert partition_dirs(limited_broker.data_dir, TOPIC) == []
     assert TOPIC not in admin.list_topics(timeout=30).topics
     assert '"error_code": -1' not in limited_broker.stderr_text()
+    with Admin(f"{limited_broker.host}:{limited_broker.port}", retries=0) as native:  # the native protocol too
+        with pytest.raises(StrataClientError) as failed:
+            native.create_topic(TOPIC, partitions=PARTITIONS)
+        assert failed.value.code == KAFKA_STORAGE_ERROR
+    assert partition_dirs(limited_broker.data_dir, TOPIC) == []
     assert create(admin, "small", 1) == 0  # the broker still serves
 
     limited_broker.restart()
