@@ -97,7 +97,8 @@ class BrokerApp:
         self.handlers = handlers = Handlers(config, manager, registry, self.executor, loop)
         limits = dict(max_frame_bytes=config.socket_request_max_bytes,
                       max_queued_requests=config.max_queued_requests,
-                      write_buffer_high=config.write_buffer_high)
+                      write_buffer_high=config.write_buffer_high,
+                      bad_requests=handlers.bad_requests)
         self.server = server = BrokerServer(handlers, **limits)
         servers = [server]
         kafka_server = None
@@ -224,6 +225,8 @@ class BrokerApp:
             await loop.run_in_executor(None, self.executor.shutdown, True)
         if self.manager is not None:
             await loop.run_in_executor(None, self.manager.shutdown)
+        if self.handlers is not None:
+            self.handlers.bad_requests.close()  # counts not yet reported
         stats = self.server.stats.as_dict() if self.server is not None else {}
         kafka_stats = self.kafka_server.stats.as_dict() if self.kafka_server is not None else None
         appends = dataclasses.asdict(self.handlers.append_stats) if self.handlers is not None else None

@@ -30,7 +30,9 @@ Contract:
   order, each one when its own append is done. Any other request breaks the streak
   and waits for every earlier reply, as before. `stats.begun_early` counts them.
 - A frame over `socket.request.max.bytes` is answered INVALID_REQUEST (after the
-  responses to the requests before it) and the connection is closed. A frame the
+  responses to the requests before it) and the connection is closed. Bad frames
+  are logged through the broker's `BadRequestLog` (rate-limited per connection
+  and reason, with a broker-wide cap: broker/log_limiter.py). A frame the
   codec cannot parse is answered by the handlers and the connection stays open.
 - The server serves any `RequestHandlers`: the native `Handlers` and the Kafka
   listener's `broker.kafka.KafkaApis` share this machinery (flow control, order,
@@ -92,6 +94,7 @@ from protocol.framing import FramePool, FrameReader
 from storage.file_records import FileSlice
 
 from .handlers import Reply
+from .log_limiter import BadRequestLog
 
 SENDFILE_FALLBACK_CHUNK = 16 * 1024
 LISTEN_BACKLOG = 1024
@@ -321,11 +324,13 @@ class Connection(asyncio.BufferedProtocol):
             except FrameTooLarge as e:
                 self.fatal = True
                 stats.frames_too_large += 1
-                log.warning("frame_too_large", peer=self.peer, size=e.size, limit=e.limit)
+                self.server.bad_requests.record(self.peer, "frame_too_large", peer=self.peer, size=e.size,
+                                                limit=e.limit)
                 self.queue.append(_Fatal(e))
                 self._streak = None
                 break
             except ProtocolError as e:
+                self.server.bad_requests.record(self.peer, "bad_frame", peer=self.peer, error=str(e))
                 reply = self.handlers.bad_frame_reply(e)  # framing is still in step
                 if reply is None:
                     self.fatal = True
@@ -576,8 +581,10 @@ class BrokerServer:
     """The listening socket and every open connection."""
 
     def __init__(self, handlers: RequestHandlers, *, max_frame_bytes: int, max_queued_requests: int,
-                 write_buffer_high: int):
+                 write_buffer_high: int, bad_requests: BadRequestLog | None = None):
         self.handlers = handlers
+        # Bad frames are logged rate-limited (shared by the broker's listeners).
+        self.bad_requests = bad_requests or BadRequestLog(log, loop=handlers.loop)
         self.loop = handlers.loop
         self.max_frame_bytes = max_frame_bytes
         self.max_queued_requests = max_queued_requests
@@ -618,6 +625,7 @@ class BrokerServer:
 
     def connection_lost(self, conn: Connection) -> None:
         self.connections.discard(conn)
+        self.bad_requests.connection_closed(conn.peer)
         log.debug("connection_closed", peer=conn.peer)
 
     async def shutdown(self, timeout: float) -> None:
