@@ -56,7 +56,7 @@ class BadRequestLog:
         self._timer: asyncio.TimerHandle | None = None
         self.lines = 0  # lines written, for tests and stats
 
-    def record(self, connection: Hashable, reason: str, **fields: Any) -> None:
+    def record(self, connection: Hashable, reason: str, /, **fields: Any) -> None:
         now = self.clock()
         self._roll_window(now)
         key = (connection, reason)

@@ -151,3 +151,77 @@ def test_unreported_counts_of_a_closed_connection_reach_the_summary():
     limiter.close()
     assert out.lines[-1][0] == "bad_requests_not_logged"
     assert out.lines[-1][1]["counts"] == {"bad_request": 49}
+
+
+# ---- request memory and frames that grow as bytes arrive ---------------------------------------
+
+from broker.connection_limits import ConnectionLimits, parse_overrides  # noqa: E402
+from broker.request_memory import RequestMemory, give_back_memory  # noqa: E402
+from protocol.framing import INITIAL_FRAME_BYTES, FramePool, FrameReader  # noqa: E402
+
+
+def test_announced_frame_buffer_grows_with_what_arrives():
+    reader = FrameReader(max_frame_bytes=200 << 20)
+    reader.feed(struct.pack(">ih", 100 << 20, 0) + b"x" * 1000)
+    assert reader.next_frame() is None
+    assert len(reader.get_buffer()) == INITIAL_FRAME_BYTES - 1002  # not 100 MB
+    reader.feed(b"y" * INITIAL_FRAME_BYTES)
+    assert len(reader.get_buffer()) == 2 * INITIAL_FRAME_BYTES - 1002 - INITIAL_FRAME_BYTES
+
+
+def test_grown_frame_is_whole_and_exact():
+    payload = bytes(range(256)) * 4000  # ~1 MiB: grows 256 KiB -> 512 KiB -> 1 MiB
+    for pool in (None, FramePool()):
+        reader = FrameReader(pool=pool)
+        wire = struct.pack(">i", len(payload) + 2) + b"\x00\x01" + payload
+        for at in range(0, len(wire), 70_000):
+            reader.feed(wire[at:at + 70_000])
+        frame = reader.next_frame()
+        assert len(frame) == len(payload) + 2 and bytes(frame[2:]) == payload
+
+
+def test_frames_reserve_their_announced_size_and_wait_when_the_pool_is_spent():
+    memory = RequestMemory(1 << 20)
+    first, second = FrameReader(memory=memory), FrameReader(memory=memory)
+    first.feed(struct.pack(">ih", 3 << 20, 0) + b"a" * 100)  # non-strict, as Kafka: room left, taken
+    assert first.next_frame() is None and memory.used == 3 << 20 and not first.waiting_for_memory
+    second.feed(struct.pack(">ih", 100_000, 0) + b"b" * 100)
+    assert second.next_frame() is None and second.waiting_for_memory
+    woken = []
+    memory.wait(lambda: woken.append(second.retry_memory()))
+    first.feed(b"a" * ((3 << 20) - 102))  # a frame once begun always completes
+    assert len(first.next_frame()) == 3 << 20
+    memory.release(first.take_reserved())
+    assert woken == [True] and memory.used == 100_000 and second.reserved_in_progress == 100_000
+
+
+def test_small_frames_take_no_pool_memory_and_idle_readers_hold_no_scratch():
+    memory = RequestMemory(10)
+    reader = FrameReader(memory=memory)
+    reader.feed(struct.pack(">ih", 4, 1) + b"zz")
+    assert bytes(reader.next_frame()) == b"\x00\x01zz" and reader.next_frame() is None
+    assert memory.used == 0 and reader._scratch is None  # given back once empty
+
+
+def test_unbounded_memory_and_trim():
+    memory = RequestMemory(-1)
+    assert memory.reserve(1 << 40) and memory.available
+    give_back_memory()  # glibc: malloc_trim(0); elsewhere a no-op
+
+
+def test_connection_limits_per_ip_overrides_and_total():
+    limits = ConnectionLimits(max_connections=4, max_per_ip=1, overrides="127.0.0.1:3, [::1]:0")
+    assert limits.admit("10.0.0.1") is None
+    assert "max.connections.per.ip 1" in limits.admit("10.0.0.1")
+    assert [limits.admit("127.0.0.1") for _ in range(3)] == [None, None, None]
+    assert "max.connections.per.ip 3" in limits.admit("127.0.0.1")
+    assert "max.connections.per.ip 0" in limits.admit("::1")
+    assert "max.connections 4" in limits.admit("10.0.0.2")
+    limits.release("127.0.0.1")
+    assert limits.admit("10.0.0.2") is None and limits.total == 4
+
+
+@pytest.mark.parametrize("text", ["nohost", "host:", "host:x", ":5"])
+def test_bad_overrides(text):
+    with pytest.raises(ValueError):
+        parse_overrides(text)
