@@ -41,7 +41,7 @@ def parse_overrides(text: str) -> dict[str, int]:
 
 def _resolve(host: str) -> list[str]:
     try:
-        return sorted({info[4][0] for info in socket.getaddrinfo(host, None)})
+        return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None)})
     except OSError:
         return [host]
 

@@ -55,6 +55,16 @@ Flow control (a slow or stalled reader never makes the broker buffer without bou
   stops at the high-water mark: the next frames queue), so per connection the
   broker holds at most: one socket read + the queued frames + one reply in memory
   + the write buffer (<= high-water mark + the largest single write).
+- Reading also pauses while a frame of 16 KiB or more cannot begin because the
+  broker-wide `RequestMemory` (queued.max.request.bytes) is spent; it resumes
+  when answered requests (or closed connections) give memory back. A frame's
+  reservation is released once every request read on its connection is
+  answered. Buffers grow as bytes arrive (protocol/framing.py).
+- Connections: `ConnectionLimits` (max.connections, max.connections.per.ip and
+  overrides, shared by both listeners) may refuse a new connection, which is
+  closed at once; connections.max.idle.ms closes connections with nothing in
+  flight and no read or reply for that long. After a burst of closes the server
+  collects garbage and calls malloc_trim(0), so their memory leaves the RSS.
 - `stats` counts pauses so tests can watch this happen.
 
 Zero-copy FETCH, and why this design (option "a"): uvloop implements neither
@@ -94,8 +104,8 @@ from protocol import FrameTooLarge, ProtocolError
 from protocol.framing import FramePool, FrameReader, ScratchBuffers
 from storage.file_records import FileSlice
 
-from .handlers import Reply
 from .connection_limits import ConnectionLimits
+from .handlers import Reply
 from .log_limiter import BadRequestLog
 from .request_memory import RequestMemory, give_back_memory
 

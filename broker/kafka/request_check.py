@@ -43,7 +43,6 @@ from functools import lru_cache
 from typing import Any, Callable
 
 
-
 class MalformedRequest(Exception):
     """The request cannot be decoded: Kafka closes the connection (codec re-exports it)."""
 
@@ -68,7 +67,7 @@ def check_request(frame: Any, request_class: type) -> None:
     """Raise MalformedRequest unless the frame (size field stripped) is a well-formed
     header and body of `request_class` (see the module contract)."""
     end = len(frame)
-    pos = _entity_step(request_class.__header_schema__, header=True)(frame, 0, end)
+    pos = _entity_step(request_class.__header_schema__, header=True)(frame, 0, end)  # type: ignore[attr-defined]
     plan(request_class)(frame, pos, end)
 
 
@@ -198,12 +197,12 @@ def _value_step(owner: type, field: dataclasses.Field, hint: Any, flexible: bool
         (item_hint, _ellipsis) = typing.get_args(inner)
         item_hint = _strip_none(item_hint)
         if dataclasses.is_dataclass(item_hint):
-            item = _entity_step(item_hint, header=False)
+            item = _entity_step(item_hint, header=False)  # type: ignore[arg-type]  # a dataclass type
         else:
             item = _primitive_step(f"{name}[]", kind, False, flexible)
         return _array_step(name, nullable, flexible, item)
     if dataclasses.is_dataclass(inner):
-        body = _entity_step(inner, header=False)  # type: ignore[arg-type]
+        body = _entity_step(inner, header=False)  # type: ignore[arg-type]  # a dataclass type
         return _nullable_struct_step(name, body) if nullable else body
     if header and field.name == "client_id":
         return _sized_step(name, "string", True, False)  # always int16-prefixed, even in header v2

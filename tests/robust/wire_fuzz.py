@@ -59,10 +59,10 @@ def _value(cls: type, field: dataclasses.Field, hint: Any, topic: str, records: 
         if type(None) in item_args:
             item = next(a for a in item_args if a is not type(None))
         if dataclasses.is_dataclass(item):
-            return tuple(_entity(item, topic, records) for _ in range(1 + (field.name == "partitions")))
+            return tuple(_entity(item, topic, records) for _ in range(1 + (field.name == "partitions")))  # type: ignore[arg-type]
         return (_primitive(kind, field.name, topic, records),)
     if dataclasses.is_dataclass(hint):
-        return _entity(hint, topic, records)  # type: ignore[arg-type]
+        return _entity(hint, topic, records)  # type: ignore[arg-type]  # a dataclass type
     return _primitive(kind, field.name, topic, records)
 
 
