@@ -22,9 +22,11 @@ Contract:
     * an unsigned varint is longer than 5 bytes.
   Anything it accepts kio can decode without allocating more than the frame's
   size in items, and without a None where the schema does not allow one.
-- The walk is compiled once per entity class (`plan`) into a list of small ops
-  (fixed-size fields next to each other are one), interpreted with the common
-  cases inline: a Produce request's check costs about what kio's decode does. `plan(request_class)` raises
+- The walk is compiled once per request class (`plan`, `_compiled`): Python
+  source with the common cases inline (fixed-size runs, one-byte lengths and
+  counts, empty tagged-field sections, nested entities and arrays as loops),
+  falling back to the general step functions below for anything else and for
+  every error message. A one-partition Produce is checked in about 1 us. `plan(request_class)` raises
   ValueError for a field type it does not know, so `KafkaApis.register` calls it
   for every version it serves and a schema it cannot check fails the start, not
   a request.
@@ -66,14 +68,13 @@ Step = Callable[[Any, int, int], int]
 def check_request(frame: Any, request_class: type) -> None:
     """Raise MalformedRequest unless the frame (size field stripped) is a well-formed
     header and body of `request_class` (see the module contract)."""
-    end = len(frame)
-    pos = _entity_step(request_class.__header_schema__, header=True)(frame, 0, end)  # type: ignore[attr-defined]
-    plan(request_class)(frame, pos, end)
+    _compiled_request(request_class)(frame, 0, len(frame))
 
 
-def plan(entity_class: type) -> Step:
-    """The compiled check of one request entity class (cached)."""
-    return _entity_step(entity_class, header=False)
+def plan(request_class: type) -> Step:
+    """The compiled check of a request class, header included (cached):
+    `plan(cls)(frame, 0, len(frame))` is `check_request(frame, cls)`."""
+    return _compiled_request(request_class)
 
 
 # ---- primitives -------------------------------------------------------------------------------
@@ -314,3 +315,145 @@ def _tagged_fields_step(name: str, tagged: dict[int, Step]) -> Step:
 
 
 __all__ = ["FIXED_SIZES", "MalformedRequest", "check_request", "plan"]
+
+
+# ---- the compiled walk ---------------------------------------------------------------------------
+
+def _array_count_step(name: str, nullable: bool, flexible: bool) -> Callable[[Any, int, int], tuple[int, int]]:
+    """(position after the count, count) of an array; null (allowed) counts as 0."""
+    what = f"array field {name}"
+
+    def count_of(buf: Any, pos: int, end: int) -> tuple[int, int]:
+        if flexible:
+            count, pos = _uvarint(buf, pos, end, what)
+            count -= 1
+        else:
+            if pos + 4 > end:
+                raise _underflow(what)
+            (count,) = INT32.unpack_from(buf, pos)
+            pos += 4
+        if count < 0:
+            if count == -1 and nullable:
+                return pos, 0
+            if count == -1:
+                raise MalformedRequest(f"non-nullable field {name} was serialized as null")
+            raise MalformedRequest(f"array field {name} had invalid length {count}")
+        if count > end - pos:
+            raise MalformedRequest(f"Tried to allocate a collection of size {count} for field {name}, "
+                                   f"but there are only {end - pos} bytes remaining.")
+        return pos, count
+    return count_of
+
+
+class _Source:
+    """Python source of one compiled check, and the functions it calls."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names: dict[str, Any] = {"INT32": INT32, "_underflow": _underflow}
+
+    def ref(self, value: Any) -> str:
+        name = f"f{len(self.names)}"
+        self.names[name] = value
+        return name
+
+    def emit(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
+
+
+def _emit_entity(src: _Source, depth: int, entity_class: type, header: bool) -> None:
+    flexible = bool(entity_class.__flexible__)  # type: ignore[attr-defined]
+    hints = typing.get_type_hints(entity_class)
+    name = entity_class.__name__
+    tagged: dict[int, Step] = {}
+    run = 0
+
+    def flush() -> None:
+        nonlocal run
+        if run:
+            src.emit(depth, f"pos += {run}")
+            src.emit(depth, f"if pos > end: raise _underflow({src.ref(name)})")
+            run = 0
+
+    for field in dataclasses.fields(entity_class):
+        hint = hints[field.name]
+        if "tag" in field.metadata:
+            tagged[int(field.metadata["tag"])] = _value_step(entity_class, field, hint, flexible, header)
+            continue
+        kind = field.metadata.get("kafka_type")
+        inner = _strip_none(hint)
+        if kind in FIXED_SIZES and typing.get_origin(inner) is not tuple:
+            run += FIXED_SIZES[kind]
+            continue
+        flush()
+        _emit_value(src, depth, entity_class, field, hint, flexible, header)
+    flush()
+    if flexible:
+        tags = src.ref(_tagged_fields_step(name, tagged))
+        src.emit(depth, "if pos < end and buf[pos] == 0: pos += 1")
+        src.emit(depth, f"else: pos = {tags}(buf, pos, end)")
+
+
+def _emit_value(src: _Source, depth: int, owner: type, field: dataclasses.Field, hint: Any, flexible: bool,
+                header: bool) -> None:
+    name = f"{owner.__name__}.{field.name}"
+    nullable = _is_nullable(hint)
+    inner = _strip_none(hint)
+    kind = field.metadata.get("kafka_type")
+    if typing.get_origin(inner) is tuple:
+        (item_hint, _ellipsis) = typing.get_args(inner)
+        item_hint = _strip_none(item_hint)
+        count_of = src.ref(_array_count_step(name, nullable, flexible))
+        if flexible:
+            src.emit(depth, "b = buf[pos] if pos < end else 0")
+            src.emit(depth, "if 0 < b < 0x80 and b - 1 <= end - pos - 1: pos += 1; count = b - 1")
+        else:
+            src.emit(depth, "count = INT32.unpack_from(buf, pos)[0] if pos + 4 <= end else -2")
+            src.emit(depth, "if 0 <= count <= end - pos - 4: pos += 4")
+        src.emit(depth, f"else: pos, count = {count_of}(buf, pos, end)")
+        src.emit(depth, "for _ in range(count):")
+        if dataclasses.is_dataclass(item_hint):
+            _emit_entity(src, depth + 1, item_hint, False)  # type: ignore[arg-type]
+        else:
+            step = src.ref(_primitive_step(f"{name}[]", kind, False, flexible))
+            src.emit(depth + 1, f"pos = {step}(buf, pos, end)")
+        return
+    if dataclasses.is_dataclass(inner) and not nullable:
+        _emit_entity(src, depth, inner, False)  # type: ignore[arg-type]
+        return
+    step = src.ref(_value_step(owner, field, hint, flexible, header))
+    sized = kind in STRING_TYPES or kind in BYTES_TYPES
+    if sized and flexible and not (header and field.name == "client_id"):
+        # A length+1 of one or two varint bytes, not null: inline.
+        src.emit(depth, "b = buf[pos] if pos < end else -1")
+        src.emit(depth, "if 0 < b < 0x80 and pos + b <= end: pos += b")
+        if nullable:
+            src.emit(depth, "elif b == 0: pos += 1")  # null
+        src.emit(depth, "elif b >= 0x80 and pos + 1 < end and buf[pos + 1] < 0x80 and "
+                        "pos + 1 + ((b & 0x7F) | buf[pos + 1] << 7) <= end: "
+                        "pos += 1 + ((b & 0x7F) | buf[pos + 1] << 7)")
+        src.emit(depth, f"else: pos = {step}(buf, pos, end)")
+    elif sized and kind in BYTES_TYPES:
+        src.emit(depth, "n = INT32.unpack_from(buf, pos)[0] if pos + 4 <= end else -2")
+        src.emit(depth, "if 0 <= n <= end - pos - 4: pos += 4 + n")
+        src.emit(depth, f"else: pos = {step}(buf, pos, end)")
+    elif sized and kind in STRING_TYPES:
+        src.emit(depth, "n = (buf[pos] << 8 | buf[pos + 1]) if pos + 2 <= end else 0x8000")
+        src.emit(depth, "if n < 0x8000 and pos + 2 + n <= end: pos += 2 + n")
+        if nullable or (header and field.name == "client_id"):
+            src.emit(depth, "elif n == 0xFFFF: pos += 2")  # null
+        src.emit(depth, f"else: pos = {step}(buf, pos, end)")
+    else:
+        src.emit(depth, f"pos = {step}(buf, pos, end)")
+
+
+@lru_cache(maxsize=None)
+def _compiled_request(request_class: type) -> Step:
+    src = _Source()
+    src.emit(0, "def check(buf, pos, end):")
+    _emit_entity(src, 1, request_class.__header_schema__, True)  # type: ignore[attr-defined]
+    _emit_entity(src, 1, request_class, False)
+    src.emit(1, "return pos")
+    namespace = dict(src.names)
+    exec(compile("\n".join(src.lines), f"<request_check {request_class.__name__}>", "exec"), namespace)
+    return namespace["check"]  # type: ignore[no-any-return]
