@@ -220,71 +220,27 @@ def _primitive_step(name: str, kind: str | None, nullable: bool, flexible: bool)
     raise ValueError(f"request_check: unknown kafka_type {kind!r} of field {name}")
 
 
-# The ops of an entity's interpreted walk (`_entity_step`): the common cases run
-# inline, anything else (and every error) through the field's own step.
-FIXED, CALL, COMPACT, LEGACY_STRING, TAGS = range(5)
-
-
 @lru_cache(maxsize=None)
 def _entity_step(entity_class: type, *, header: bool) -> Step:
+    """The plain (uncompiled) walk of an entity: for tagged fields' values and
+    nullable structs, which the compiled walk hands to it."""
     flexible = bool(entity_class.__flexible__)  # type: ignore[attr-defined]
     hints = typing.get_type_hints(entity_class)
-    name = entity_class.__name__
-    ops: list[tuple[int, int, Step]] = []
+    steps: list[Step] = []
     tagged: dict[int, Step] = {}
-    run = 0  # bytes of the fixed-size fields in a row not yet made an op
     for field in dataclasses.fields(entity_class):
-        hint = hints[field.name]
+        value_step = _value_step(entity_class, field, hints[field.name], flexible, header)
         if "tag" in field.metadata:
-            tagged[int(field.metadata["tag"])] = _value_step(entity_class, field, hint, flexible, header)
-            continue
-        kind = field.metadata.get("kafka_type")
-        if kind in FIXED_SIZES and typing.get_origin(_strip_none(hint)) is not tuple:
-            run += FIXED_SIZES[kind]
-            continue
-        if run:
-            ops.append((FIXED, run, _fixed_step(run, name)))
-            run = 0
-        value_step = _value_step(entity_class, field, hint, flexible, header)
-        sized = kind in STRING_TYPES or kind in BYTES_TYPES
-        if sized and typing.get_origin(_strip_none(hint)) is not tuple:
-            if flexible and not (header and field.name == "client_id"):
-                ops.append((COMPACT, 0, value_step))
-                continue
-            if kind in STRING_TYPES:
-                ops.append((LEGACY_STRING, 0, value_step))
-                continue
-        ops.append((CALL, 0, value_step))
-    if run:
-        ops.append((FIXED, run, _fixed_step(run, name)))
+            tagged[int(field.metadata["tag"])] = value_step
+        else:
+            steps.append(value_step)
     if flexible:
-        ops.append((TAGS, 0, _tagged_fields_step(name, tagged)))
-    all_ops = tuple(ops)
-    unpack_int16 = INT16.unpack_from
+        steps.append(_tagged_fields_step(entity_class.__name__, tagged))
+    all_steps = tuple(steps)
 
     def step(buf: Any, pos: int, end: int) -> int:
-        for op, size, one in all_ops:
-            if op == FIXED:
-                if pos + size > end:
-                    raise _underflow(name)
-                pos += size
-            elif op == COMPACT:  # a one-byte length of a non-null value: inline
-                if pos < end and 1 <= (first := buf[pos]) < 0x80 and pos + first <= end:
-                    pos += first
-                else:
-                    pos = one(buf, pos, end)
-            elif op == LEGACY_STRING:
-                if pos + 2 <= end and 0 <= (length := unpack_int16(buf, pos)[0]) and pos + 2 + length <= end:
-                    pos += 2 + length
-                else:
-                    pos = one(buf, pos, end)
-            elif op == TAGS:  # usually none: one zero byte
-                if pos < end and buf[pos] == 0:
-                    pos += 1
-                else:
-                    pos = one(buf, pos, end)
-            else:
-                pos = one(buf, pos, end)
+        for one in all_steps:
+            pos = one(buf, pos, end)
         return pos
     return step
 
