@@ -22,14 +22,14 @@ Contract:
     * an unsigned varint is longer than 5 bytes.
   Anything it accepts kio can decode without allocating more than the frame's
   size in items, and without a None where the schema does not allow one.
-- The walk is compiled once per request class (`plan`, `_compiled`): Python
-  source with the common cases inline (fixed-size runs, one-byte lengths and
-  counts, empty tagged-field sections, nested entities and arrays as loops),
-  falling back to the general step functions below for anything else and for
-  every error message. A one-partition Produce is checked in about 1 us. `plan(request_class)` raises
-  ValueError for a field type it does not know, so `KafkaApis.register` calls it
-  for every version it serves and a schema it cannot check fails the start, not
-  a request.
+- The walk is compiled once per request class (`plan`, `_compiled_request`):
+  Python source with the common cases inline (fixed-size runs, one- and two-byte
+  lengths, counts, empty tagged-field sections, nested entities and arrays as
+  loops), falling back to the step functions below for anything else and for
+  every error message. A one-partition Produce costs about 1.2 us more to
+  decode than kio alone (~1 us). `plan(request_class)` raises ValueError for a
+  field type it does not know, so `KafkaApis.register` calls it for every
+  version it serves and a schema it cannot check fails the start, not a request.
 - Tagged fields (flexible versions) are checked too: a known tag's value must fill
   exactly its announced size (kio reads on from the value's end); unknown tags are
   skipped by their size (kio then refuses them).
