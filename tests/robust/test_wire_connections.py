@@ -104,12 +104,26 @@ def test_idle_connections_are_closed(broker):
     assert _served(server.address)
 
 
+def _admitted_native(address: tuple[str, int]) -> NativeClient:
+    """A native connection the broker has admitted (it answered a request on it)."""
+    client = NativeClient(*address)
+    assert client.call(CreateTopicRequest("probe", 1)).error in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)
+    return client
+
+
+def _admitted_kafka(address: tuple[str, int]) -> socket.socket:
+    sock = socket.create_connection(address, timeout=WAIT)
+    sock.sendall(struct.pack(">ihhih", 10, 18, 0, 1, -1))  # ApiVersions v0
+    (size,) = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))
+    assert len(sock.recv(size, socket.MSG_WAITALL)) == size
+    return sock
+
+
 def test_connections_over_the_per_ip_limit_are_closed(broker):
     server = broker("--set", "max.connections.per.ip=3")
-    kept = [socket.create_connection(server.address, timeout=WAIT) for _ in range(2)]
-    kept.append(socket.create_connection(server.kafka_address, timeout=WAIT))  # both listeners count
-    assert _served(server.address) is False  # the 4th from 127.0.0.1
-    over = socket.create_connection(server.address, timeout=WAIT)
+    kept = [_admitted_native(server.address).sock for _ in range(2)]
+    kept.append(_admitted_kafka(server.kafka_address))  # both listeners count
+    over = socket.create_connection(server.address, timeout=WAIT)  # the 4th from 127.0.0.1
     assert _closed_by_broker(over)
     kept.pop().close()
     deadline = time.monotonic() + WAIT
@@ -123,9 +137,7 @@ def test_connections_over_the_per_ip_limit_are_closed(broker):
 def test_per_ip_override_and_broker_wide_limit(broker):
     server = broker("--set", "max.connections.per.ip=1", "--set", "max.connections.per.ip.overrides=127.0.0.1:4",
                     "--set", "max.connections=3")
-    kept = [socket.create_connection(server.address, timeout=WAIT) for _ in range(2)]
-    assert _served(server.address)  # 3rd: within the override (4) and max.connections (3)
-    kept.append(socket.create_connection(server.address, timeout=WAIT))
+    kept = [_admitted_native(server.address).sock for _ in range(3)]  # over 1: the override (4) applies
     over = socket.create_connection(server.address, timeout=WAIT)
     assert _closed_by_broker(over)  # the 4th: over max.connections
     for sock in kept:
