@@ -429,8 +429,8 @@ def test_offsets_topic_records_use_kafka_layout(connect, new_topic):
     assert entries[-1].magic == 2
     record = [r for e in entries for r in e.records()][-1]
     assert decode_key(record.key) == (group, topic, 0)
-    offset, metadata, _ = decode_value(record.value)
-    assert (offset, metadata) == (1234, "hello")
+    value = decode_value(record.value)
+    assert (value.offset, value.metadata, value.leader_epoch) == (1234, "hello", -1)  # native: no epoch
     assert record.value[:2] == b"\x00\x03" and record.key[:2] == b"\x00\x01"
 
 

@@ -204,7 +204,7 @@ class GroupHandlers:
             req.group_id, getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
             getattr(req, "generation_id_or_member_epoch", -1), api_version=ctx.api_version)
         codes: list[list[int]] = []
-        entries: list[tuple[str, int, int, str | None]] = []
+        entries: list[tuple[str, int, int, str | None, int]] = []
         where: list[tuple[int, int]] = []  # (topic index, partition index) of each entry
         for ti, topic in enumerate(req.topics):
             name, topic_error = self._topic_name(topic, by_id)
@@ -212,7 +212,8 @@ class GroupHandlers:
             for pi, part in enumerate(topic.partitions):
                 code = group_error or topic_error
                 if not code:
-                    entries.append((name, part.partition_index, part.committed_offset, part.committed_metadata))
+                    entries.append((name, part.partition_index, part.committed_offset, part.committed_metadata,
+                                    getattr(part, "committed_leader_epoch", NO_EPOCH)))
                     where.append((ti, pi))
                 row.append(code)
             codes.append(row)
@@ -245,7 +246,7 @@ class GroupHandlers:
                 return make(PartR, partition_index=partition, committed_offset=-1, committed_leader_epoch=NO_EPOCH,
                             metadata="", error_code=error)
             return make(PartR, partition_index=partition, committed_offset=found.offset,
-                        committed_leader_epoch=NO_EPOCH, metadata=found.metadata or "", error_code=NONE)
+                        committed_leader_epoch=found.leader_epoch, metadata=found.metadata or "", error_code=NONE)
 
         out = []
         if topics is None:

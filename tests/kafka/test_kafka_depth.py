@@ -1,0 +1,55 @@
+"""Issue 17's admin-API depth, end to end with confluent-kafka against the broker
+process: committed leader epochs, MAX_TIMESTAMP offsets, authorized operations,
+GROUP configs and the topic compression.type, cross-checked with the native protocol."""
+
+from __future__ import annotations
+
+from confluent_kafka import Consumer, TopicPartition
+
+from client import Admin as NativeAdmin
+from tests.broker_process import BrokerProcess
+from tests.kafka.conftest import unique_name
+
+TIMEOUT = 30
+
+
+def native_bootstrap(broker) -> str:
+    return f"{broker.host}:{broker.port}"
+
+
+def committed(bootstrap: str, group: str, partitions: list[TopicPartition]) -> list[TopicPartition]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return consumer.committed(partitions, timeout=TIMEOUT)
+    finally:
+        consumer.close()
+
+
+def commit(bootstrap: str, group: str, partitions: list[TopicPartition]) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=partitions, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+# ---- item 4: the committed leader epoch -------------------------------------------------------
+
+def test_offset_fetch_answers_the_committed_leader_epoch(tmp_path):
+    with BrokerProcess(tmp_path / "data") as broker:
+        broker.start()
+        with NativeAdmin(native_bootstrap(broker)) as native:
+            native.create_topic("epochs", 3)
+            native.commit("g-epoch", "epochs", 2, 9, "native")  # the native commit: no epoch
+        commit(broker.bootstrap, "g-epoch", [TopicPartition("epochs", 0, 5, leader_epoch=7),
+                                             TopicPartition("epochs", 1, 6)])
+        asked = [TopicPartition("epochs", p) for p in range(3)]
+        got = committed(broker.bootstrap, "g-epoch", asked)
+        assert [(tp.offset, tp.leader_epoch) for tp in got] == [(5, 7), (6, None), (9, None)]
+
+        broker.restart()  # the epoch is in the __consumer_offsets record, not only in memory
+        got = committed(broker.bootstrap, "g-epoch", asked)
+        assert [(tp.offset, tp.leader_epoch) for tp in got] == [(5, 7), (6, None), (9, None)]
+        with NativeAdmin(native_bootstrap(broker)) as native:
+            assert native.committed("g-epoch", "epochs", 0) == (5, "")  # one store for both protocols
+            assert native.committed("g-epoch", "epochs", 2) == (9, "native")
