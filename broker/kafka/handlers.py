@@ -37,6 +37,7 @@ from kio.schema.errors import ErrorCode
 from storage.config import BROKER_NAMES, KEYS as TOPIC_KEYS, LogConfig
 from storage.errors import InvalidConfigError, InvalidRequestError, StrataError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
+from storage.max_timestamp import max_timestamp_offset
 from storage.names import validate_topic_name
 
 from . import codec
@@ -420,7 +421,8 @@ class CoreHandlers:
         if timestamp == LATEST_TIERED_TIMESTAMP:
             return -1, -1
         if timestamp == MAX_TIMESTAMP:
-            return await self.apis.blocking(_max_timestamp, one)
+            found = await self.apis.blocking(max_timestamp_offset, one)
+            return (-1, -1) if found is None else (found.timestamp, found.offset)
         found = await self.apis.blocking(one.offset_for_timestamp, timestamp)
         return (-1, -1) if found is None else (found.timestamp, found.offset)
 
@@ -696,17 +698,6 @@ class _InvalidReplicationFactor(StrataError):
 
 class _InvalidReplicaAssignment(StrataError):
     code = 39
-
-
-def _max_timestamp(one: Log) -> tuple[int, int]:
-    """(largest timestamp, its offset) over the log's segments, or (-1, -1) when empty."""
-    best_ts, best_offset = -1, -1
-    start = one.log_start_offset
-    for segment in one.segments.snapshot():
-        ts = segment.max_timestamp_so_far
-        if ts > best_ts and segment.offset_of_max_timestamp_so_far >= start:
-            best_ts, best_offset = ts, segment.offset_of_max_timestamp_so_far
-    return best_ts, best_offset
 
 
 def _release(flat: list[_Target]) -> None:

@@ -4,7 +4,8 @@ GROUP configs and the topic compression.type, cross-checked with the native prot
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from client import Admin as NativeAdmin
 from tests.broker_process import BrokerProcess
@@ -53,3 +54,22 @@ def test_offset_fetch_answers_the_committed_leader_epoch(tmp_path):
         with NativeAdmin(native_bootstrap(broker)) as native:
             assert native.committed("g-epoch", "epochs", 0) == (5, "")  # one store for both protocols
             assert native.committed("g-epoch", "epochs", 2) == (9, "native")
+
+
+# ---- item 6: ListOffsets MAX_TIMESTAMP ---------------------------------------------------------
+
+def test_max_timestamp_is_the_record_not_its_batch_end(bootstrap, new_topic):
+    topic = new_topic()
+    base = 1_700_000_000_000
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1000, "compression.type": "lz4"})
+    for i, delta in enumerate([1, 5, 9, 2, 9, 3]):  # one batch: the largest, 9, first at offset 2
+        producer.produce(topic, value=b"m%d" % i, timestamp=base + delta)
+    producer.flush(TIMEOUT)
+    producer.produce(topic, value=b"later", timestamp=base + 4)  # a later batch with a smaller timestamp
+    producer.flush(TIMEOUT)
+    tp = TopicPartition(topic, 0)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    found = admin.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(TIMEOUT)
+    assert (found.offset, found.timestamp) == (2, base + 9)
+    latest = admin.list_offsets({tp: OffsetSpec.latest()})[tp].result(TIMEOUT)
+    assert latest.offset == 7
