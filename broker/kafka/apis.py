@@ -42,8 +42,8 @@ log = structlog.get_logger("strata.kafka")
 
 API_VERSIONS = 18
 NODE_ID = 0
-# Modules whose `register(apis)` adds handlers (consumer groups).
-EXTENSION_MODULES: tuple[str, ...] = ("broker.kafka.groups",)
+# Modules whose `register(apis)` adds handlers (consumer groups, DescribeCluster).
+EXTENSION_MODULES: tuple[str, ...] = ("broker.kafka.groups", "broker.kafka.cluster")
 
 Handler = Callable[[Any, "RequestContext"], Awaitable[Any]]
 

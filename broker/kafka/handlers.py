@@ -41,6 +41,7 @@ from storage.max_timestamp import max_timestamp_offset
 from storage.names import validate_topic_name
 
 from . import codec
+from .authorized import CLUSTER_NAME, ResourceType, requested as authorized_field
 from .codec import RecordsSplicer, has_field, make, nested
 from .state import KafkaState
 
@@ -201,10 +202,16 @@ class CoreHandlers:
                                     offline_replicas=())
                                for p in range(known.partitions))
             topics.append(make(TopicR, error_code=E.none, name=name, topic_id=known.topic_id or None,
-                               is_internal=known.internal, partitions=partitions))
+                               is_internal=known.internal, partitions=partitions,
+                               topic_authorized_operations=authorized_field(
+                                   getattr(req, "include_topic_authorized_operations", False),
+                                   ResourceType.TOPIC, name)))
         cluster_id = self.state.cluster_id if self.state is not None else None
         return make(R, throttle_time=0, brokers=brokers, cluster_id=cluster_id, controller_id=node,
-                    topics=tuple(topics), error_code=E.none)
+                    topics=tuple(topics), error_code=E.none,
+                    cluster_authorized_operations=authorized_field(
+                        getattr(req, "include_cluster_authorized_operations", False),
+                        ResourceType.CLUSTER, CLUSTER_NAME))
 
     # ---- Produce -----------------------------------------------------------------------------
 

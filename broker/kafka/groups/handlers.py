@@ -16,6 +16,7 @@ from typing import Any
 
 from storage.errors import StrataError
 
+from ..authorized import OMITTED, ResourceType, requested
 from ..codec import has_field, make, nested
 from .coordinator import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NONE, NON_EMPTY_GROUP, GroupCoordinator
 
@@ -29,10 +30,6 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 UNKNOWN_TOPIC_ID = 100
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 NO_EPOCH = -1
-# DescribeGroups authorized_operations: not asked for, and what a broker without an
-# authorizer allows on a group (READ=3, DELETE=6, DESCRIBE=8 as bits of AclOperation codes)
-AUTHORIZED_OPERATIONS_OMITTED = -2**31
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 CONSUMER_PROTOCOL = "consumer"
 
 
@@ -317,7 +314,7 @@ class GroupHandlers:
             if not group_id:
                 out.append(make(GroupR, error_code=INVALID_GROUP_ID, error_message="group id must not be empty",
                                 group_id=group_id, group_state="", protocol_type="", protocol_data="",
-                                members=(), authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                                members=(), authorized_operations=OMITTED))
                 continue
             d = self.coordinator.describe(group_id, group_id in offsets_groups)
             error, message = d.error, None
@@ -332,7 +329,7 @@ class GroupHandlers:
             out.append(make(GroupR, error_code=error, error_message=message, group_id=group_id,
                             group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol_data,
                             members=members,
-                            authorized_operations=GROUP_OPERATIONS if with_ops else AUTHORIZED_OPERATIONS_OMITTED))
+                            authorized_operations=requested(with_ops, ResourceType.GROUP, group_id)))
         return make(R, throttle_time=0, groups=tuple(out))
 
     async def delete_groups(self, req, ctx):
