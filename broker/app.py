@@ -55,6 +55,7 @@ from storage.open_files import OPEN_FILES, raise_nofile_limit
 from .config import BrokerConfig
 from .handlers import Handlers
 from .kafka import KafkaApis
+from .group_configs import GroupConfigs
 from .kafka.state import KafkaState
 from .server import BrokerServer, format_address, sendfile_stats
 from .topics import TopicRegistry
@@ -126,6 +127,7 @@ class BrokerApp:
                 await blocking(handlers.offsets.load, manager.logs())
                 if self.kafka is not None:
                     self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)
+                    self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
             except StrataError as e:
                 raise StartupError(str(e)) from None
             except OSError as e:

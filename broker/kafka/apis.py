@@ -35,6 +35,7 @@ from protocol import ProtocolError
 from storage.errors import StrataError
 from storage.log import Log
 
+from ..group_configs import GroupConfigs
 from ..server import CloseConnection
 from . import codec
 
@@ -85,6 +86,7 @@ class KafkaApis:
         self.loop = native.loop
         self.node_id = NODE_ID
         self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
+        self.group_configs: GroupConfigs | None = None  # set by the app once the data dir is locked
         self._table: dict[int, ApiEntry] = {}
         self._shutdown_callbacks: list[Callable[[], Any]] = []
         self.shutting_down = False

@@ -40,6 +40,7 @@ from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from storage.max_timestamp import max_timestamp_offset
 from storage.names import validate_topic_name
 
+from ..group_configs import GroupConfigs
 from . import codec
 from .authorized import CLUSTER_NAME, ResourceType, requested as authorized_field
 from .codec import RecordsSplicer, has_field, make, nested
@@ -54,8 +55,8 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 READ_COMMITTED = 1
 # DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type, ConfigSource)
-TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, GROUP_RESOURCE = 2, 4, 8, 32
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8
 CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 FINAL_EPOCH = -1
@@ -566,6 +567,9 @@ class CoreHandlers:
                         entries.append((k, v, source, True, ""))
                 elif resource.resource_type == BROKER_LOGGER_RESOURCE:
                     pass
+                elif resource.resource_type == GROUP_RESOURCE:
+                    for k, v, overridden in self._group_configs().describe(resource.resource_name):
+                        entries.append((k, v, GROUP_CONFIG if overridden else DEFAULT_CONFIG, False, "int"))
                 else:
                     raise InvalidRequestError(f"unsupported resource type {resource.resource_type}")
             except StrataError as e:
@@ -597,7 +601,17 @@ class CoreHandlers:
                 listed[c.name] = c.value
             changes = list(listed.items()) + [(k, None) for k in topic.configs if k not in listed]
             await self.apis.blocking(self._alter, resource.resource_name, changes, req.validate_only)
-        return await self._alter_each(req, ctx, one)
+
+        async def group(resource) -> None:
+            changes = [(c.name, c.value) for c in resource.configs]
+            names = [name for name, _ in changes]
+            for name, value in changes:
+                if names.count(name) > 1:
+                    raise InvalidRequestError(f"duplicate config key {name!r}")
+                if value is None:
+                    raise InvalidRequestError(f"null value not supported for {name!r}")
+            await self.apis.blocking(self._alter_group, resource.resource_name, changes, True, req.validate_only)
+        return await self._alter_each(req, ctx, one, group)
 
     async def incremental_alter_configs(self, req, ctx):
         kinds = {k.name: k.kind for k in TOPIC_KEYS}
@@ -633,12 +647,39 @@ class CoreHandlers:
                     raise InvalidRequestError(f"unknown config operation {op}")
             await self.apis.blocking(self._alter, resource.resource_name, list(changes.items()),
                                      req.validate_only)
-        return await self._alter_each(req, ctx, one)
+
+        async def group(resource) -> None:
+            changes: dict[str, str | None] = {}
+            for c in resource.configs:
+                if c.name in changes:
+                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
+                if c.config_operation == SET:
+                    if c.value is None:
+                        raise InvalidRequestError(f"null value not supported for {c.name!r}")
+                    changes[c.name] = c.value
+                elif c.config_operation == DELETE:
+                    changes[c.name] = None
+                elif c.config_operation in (APPEND, SUBTRACT):
+                    raise InvalidConfigError(f"config value append/subtract is not allowed for "
+                                             f"config key {c.name!r}: it is not a list")
+                else:
+                    raise InvalidRequestError(f"unknown config operation {c.config_operation}")
+            await self.apis.blocking(self._alter_group, resource.resource_name, list(changes.items()), False,
+                                     req.validate_only)
+        return await self._alter_each(req, ctx, one, group)
 
     def _alter(self, name: str, changes, validate_only: bool) -> None:
         self.registry.alter(name, changes, validate_only=validate_only)
 
-    async def _alter_each(self, req, ctx, apply_topic) -> Any:
+    def _group_configs(self) -> GroupConfigs:
+        if self.apis.group_configs is None:
+            raise InvalidRequestError("group configs are not loaded yet")
+        return self.apis.group_configs
+
+    def _alter_group(self, group: str, changes, replace: bool, validate_only: bool) -> None:
+        self._group_configs().alter(group, changes, replace=replace, validate_only=validate_only)
+
+    async def _alter_each(self, req, ctx, apply_topic, apply_group) -> Any:
         R = ctx.response_class
         ResultR = nested(R, "responses")
         results = []
@@ -647,6 +688,8 @@ class CoreHandlers:
             try:
                 if resource.resource_type == TOPIC_RESOURCE:
                     await apply_topic(resource)
+                elif resource.resource_type == GROUP_RESOURCE:
+                    await apply_group(resource)
                 elif resource.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
                     raise InvalidRequestError("broker configs are static in Strata (server.properties, "
                                               "STRATA_* or --set, then restart)")
