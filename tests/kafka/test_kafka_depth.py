@@ -273,6 +273,17 @@ def test_topic_compression_type_recompresses_on_both_protocols(kafka_broker, new
     assert configs["compression.type"].value == "producer" and configs["compression.gzip.level"].value == "9"
 
 
+def test_native_create_topic_with_compression_type(kafka_broker):
+    topic = unique_name("nativecodec")
+    with NativeAdmin(native_bootstrap(kafka_broker)) as native_admin:
+        native_admin.create_topic(topic, 1, {"compression.type": "lz4", "compression.lz4.level": "12"})
+        with pytest.raises(Exception, match="INVALID_CONFIG"):
+            native_admin.create_topic(unique_name("nativecodec"), 1, {"compression.lz4.level": "99"})
+    kafka_produce(kafka_broker.bootstrap, topic, [b"g" * 600], "gzip")
+    assert stored_codecs(kafka_broker, topic) == [Codec.LZ4]
+    assert consume_values(kafka_broker.bootstrap, topic, 1) == [b"g" * 600]
+
+
 def test_create_topics_refuses_a_bad_compression_type(bootstrap):
     from confluent_kafka.admin import NewTopic
 
