@@ -107,6 +107,13 @@ def test_describe_cluster_and_topics_answer_authorized_operations(kafka_broker, 
     plain = admin.describe_topics(TopicCollection([topic]))[topic].result(TIMEOUT)
     assert plain.authorized_operations is None
 
+    group = unique_name("ops")
+    commit(kafka_broker.bootstrap, group, [TopicPartition(topic, 0, 1)])
+    described_group = admin.describe_consumer_groups([group], include_authorized_operations=True)[group]
+    assert set(described_group.result(TIMEOUT).authorized_operations) == {
+        AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS}  # Kafka 4.0's group operations
+
 
 def test_describe_cluster_wire_versions_and_controller_endpoint(wire):
     from kio.schema.describe_cluster.v0.request import DescribeClusterRequest as V0
