@@ -56,6 +56,7 @@ from .config import BrokerConfig
 from .connection_limits import ConnectionLimits
 from .handlers import Handlers
 from .kafka import KafkaApis
+from .group_configs import GroupConfigs
 from .kafka.state import KafkaState
 from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
@@ -136,6 +137,7 @@ class BrokerApp:
                 await blocking(handlers.offsets.load, manager.logs())
                 if self.kafka is not None:
                     self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)
+                    self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
             except StrataError as e:
                 raise StartupError(str(e)) from None
             except OSError as e:

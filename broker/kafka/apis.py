@@ -38,6 +38,7 @@ from protocol import ProtocolError
 from storage.errors import StrataError
 from storage.log import Log
 
+from ..group_configs import GroupConfigs
 from ..server import CloseConnection
 from . import codec, request_check
 
@@ -45,8 +46,8 @@ log = structlog.get_logger("strata.kafka")
 
 API_VERSIONS = 18
 NODE_ID = 0
-# Modules whose `register(apis)` adds handlers (consumer groups).
-EXTENSION_MODULES: tuple[str, ...] = ("broker.kafka.groups",)
+# Modules whose `register(apis)` adds handlers (consumer groups, DescribeCluster).
+EXTENSION_MODULES: tuple[str, ...] = ("broker.kafka.groups", "broker.kafka.cluster")
 
 Handler = Callable[[Any, "RequestContext"], Awaitable[Any]]
 
@@ -88,6 +89,7 @@ class KafkaApis:
         self.loop = native.loop
         self.node_id = NODE_ID
         self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
+        self.group_configs: GroupConfigs | None = None  # set by the app once the data dir is locked
         self._table: dict[int, ApiEntry] = {}
         self._shutdown_callbacks: list[Callable[[], Any]] = []
         self.shutting_down = False
