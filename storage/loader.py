@@ -9,10 +9,14 @@ Order, as Kafka does it:
    short: the segments it replaces (its offset range) go, and it takes the final
    name. The result is either the old or the new data, never a loss.
 3. `.log` files are opened; index files without a `.log` go; a missing or
-   untrustworthy index is rebuilt from its `.log`.
+   untrustworthy index is rebuilt from its `.log`. Without a clean shutdown the
+   index files of the segments step 4 recovers (the one holding the recovery
+   point and every later one) are removed unread: they are rebuilt anyway, and
+   an index a crash left untrimmed is megabytes of sparse file to fault in.
 4. Without a clean shutdown, every segment from the recovery point on is
    scanned: entries validated, indexes rebuilt, the file cut at the first bad or
-   partial entry, and every later segment dropped. After a clean shutdown only
+   partial entry, and every later segment dropped (as Kafka, the whole segment
+   holding the recovery point is scanned). After a clean shutdown only
    the active segment's tail is read (for the log end, and checked: whole entries
    with good CRCs); if it is not whole and valid, the active segment is recovered
    the same way, so appends never go after a torn or garbage tail.
@@ -60,6 +64,7 @@ class LogLoader:
         self.had_clean_shutdown = had_clean_shutdown
         self.roll_jitter = roll_jitter
         self.recovered_bytes_cut = 0  # for the caller's log line
+        self.recovered_bytes_scanned = 0  # bytes of the segments recovered or rebuilt
 
     def load(self) -> LoadedLog:
         swaps = self._remove_temp_files_and_collect_swaps()
@@ -156,7 +161,18 @@ class LogLoader:
             if suffix in INDEX_SUFFIXES and base not in logs:
                 os.unlink(path)  # an orphan index
         segments = LogSegments()
-        for base in sorted(logs):
+        bases = sorted(logs)
+        to_recover = self._first_to_recover(bases)
+        for base in bases:
+            if base >= to_recover:
+                # Step 4 rebuilds these indexes: drop them before anything reads them.
+                for suffix in (".index", ".timeindex"):
+                    try:
+                        os.unlink(os.path.join(self.directory, f"{base:020d}{suffix}"))
+                    except FileNotFoundError:
+                        pass
+                segments.add(self._open(base))
+                continue
             index_missing = not all(
                 os.path.exists(os.path.join(self.directory, f"{base:020d}{s}")) for s in (".index", ".timeindex"))
             segment = self._open(base)
@@ -170,7 +186,16 @@ class LogLoader:
             segments.add(segment)
         return segments
 
+    def _first_to_recover(self, bases: list[int]) -> float:
+        """The base of the first segment step 4 recovers (infinity: none, after a clean
+        shutdown): the one holding the recovery point, or the first one."""
+        if self.had_clean_shutdown or not bases:
+            return float("inf")
+        below = [base for base in bases if base <= self.recovery_point]
+        return below[-1] if below else bases[0]
+
     def _rebuild(self, segment: LogSegment) -> None:
+        self.recovered_bytes_scanned += segment.size
         self.recovered_bytes_cut += segment.recover(self.config.segment_index_bytes)
 
     # ---- step 4 -------------------------------------------------------------------------
@@ -178,6 +203,7 @@ class LogLoader:
     def _recover(self, segments: LogSegments, from_offset: int) -> None:
         unflushed = segments.snapshot().from_offset(from_offset)
         for i, segment in enumerate(unflushed):
+            self.recovered_bytes_scanned += segment.size
             try:
                 cut = segment.recover(self.config.segment_index_bytes)
             except CorruptRecordError:

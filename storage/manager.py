@@ -6,8 +6,17 @@ Contract:
   same directory fails with a clear error), reads the checkpoints, opens every
   `<topic>-<partition>` directory, recovering those not closed cleanly, and
   then removes the clean-shutdown marker so that a later crash is noticed.
-- `shutdown()` flushes and closes every log, writes both checkpoints (recovery
-  point = log end) and, last, the marker: after it, a restart scans no data.
+  Logs are opened by `recovery_threads` threads (Kafka's
+  num.recovery.threads.per.data.dir); progress is logged as Kafka does per log
+  directory: `logs_recovered` with recovered/total logs, bytes and elapsed time,
+  at every tenth of the logs and at the end, then `logs_loaded`.
+- `shutdown()` flushes and closes every log (the same number of threads),
+  writes both checkpoints (recovery point = log end) and, last, the marker:
+  after it, a restart scans no data.
+- `checkpoint()` writes the producer-state snapshots captured by flushes that
+  reached the log end, then the recovery-point and log-start checkpoints, then
+  prunes snapshots no start will use (storage/log.py, storage/producer_state.py):
+  an unclean start finds a snapshot at (or just below) each recovery point.
 - Deleting a partition renames its directory to `<name>.<id>-delete` first, so a
   crash half-way never brings the partition back; startup removes leftovers.
 - Topic configuration lives with the caller: `config_for(topic)` gives each
@@ -25,7 +34,9 @@ import fcntl
 import os
 import shutil
 import threading
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import structlog
@@ -43,6 +54,8 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+DEFAULT_RECOVERY_THREADS = 2  # num.recovery.threads.per.data.dir (see broker/config.py)
+PROGRESS_STEPS = 10  # logs_recovered lines per start: one per tenth of the logs
 
 log = structlog.get_logger("strata.storage")
 
@@ -51,10 +64,13 @@ TopicPartition = tuple[str, int]
 
 class LogManager:
     def __init__(self, data_dir: str, *, config_for: Callable[[str], LogConfig],
-                 clock: SystemClock = SYSTEM_CLOCK):
+                 clock: SystemClock = SYSTEM_CLOCK, recovery_threads: int = DEFAULT_RECOVERY_THREADS):
+        if recovery_threads < 1:
+            raise ValueError(f"recovery_threads must be at least 1, not {recovery_threads}")
         self.data_dir = os.path.abspath(data_dir)
         self.config_for = config_for
         self.clock = clock
+        self.recovery_threads = recovery_threads
         self._logs: dict[TopicPartition, Log] = {}
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
@@ -72,6 +88,7 @@ class LogManager:
         self.had_clean_shutdown = os.path.exists(marker)
         recovery_points = self._recovery_points.read()
         log_starts = self._log_starts.read()
+        found: list[tuple[TopicPartition, str]] = []
         for name in sorted(os.listdir(self.data_dir)):
             path = os.path.join(self.data_dir, name)
             if not os.path.isdir(path):
@@ -83,17 +100,58 @@ class LogManager:
             if parsed is None:
                 log.warning("skipping_directory", directory=path, reason="not <topic>-<partition>")
                 continue
-            topic, partition = parsed
-            opened = Log.open(path, topic, partition, self.config_for(topic),
-                              log_start_offset=log_starts.get(parsed, 0),
-                              recovery_point=recovery_points.get(parsed, 0),
-                              had_clean_shutdown=self.had_clean_shutdown, clock=self.clock)
-            self._logs[parsed] = opened
+            found.append((parsed, path))
+
+        def open_one(item: tuple[TopicPartition, str]) -> Log:
+            (topic, partition), path = item
+            return Log.open(path, topic, partition, self.config_for(topic),
+                            log_start_offset=log_starts.get((topic, partition), 0),
+                            recovery_point=recovery_points.get((topic, partition), 0),
+                            had_clean_shutdown=self.had_clean_shutdown, clock=self.clock)
+
+        progress = _RecoveryProgress(self.data_dir, len(found), self.had_clean_shutdown, self.recovery_threads)
+        for (tp, _), opened in zip(found, self._in_parallel(open_one, found, progress.done)):
+            self._logs[tp] = opened
         if self.had_clean_shutdown:
             os.unlink(marker)
             fsync_dir(self.data_dir)
         log.info("logs_loaded", data_dir=self.data_dir, logs=len(self._logs),
-                 clean_shutdown=self.had_clean_shutdown)
+                 clean_shutdown=self.had_clean_shutdown, elapsed_ms=progress.elapsed_ms())
+
+    def _in_parallel(self, work: Callable, items: list, done: Callable[[Log], None]) -> list:
+        """`work(item)` for every item on `recovery_threads` threads, results in the
+        items' order; `done(result)` runs (on the worker) as each finishes. The first
+        failure is raised once every started item has finished."""
+        if self.recovery_threads == 1 or len(items) <= 1:
+            results = []
+            for item in items:
+                results.append(work(item))
+                done(results[-1])
+            return results
+
+        def run(item):
+            result = work(item)
+            done(result)
+            return result
+
+        with ThreadPoolExecutor(self.recovery_threads, thread_name_prefix="strata-recovery") as pool:
+            futures = [pool.submit(run, item) for item in items]
+            failure = None
+            results = []
+            for future in futures:
+                try:
+                    results.append(future.result())
+                except BaseException as e:  # the first one is raised, after the others stop
+                    if failure is None:
+                        failure = e
+                        for later in futures:
+                            later.cancel()
+        if failure is not None:
+            for opened in results:
+                if isinstance(opened, Log):
+                    opened.close()
+            raise failure
+        return results
 
     def _take_directory_lock(self) -> None:
         fd = os.open(os.path.join(self.data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -108,9 +166,13 @@ class LogManager:
         """Flush and close every log, write the checkpoints, then the marker."""
         with self._lock:
             logs = list(self._logs.values())
-        for one in logs:
+
+        def close_one(one: Log) -> Log:
             one.flush()
             one.close()
+            return one
+
+        self._in_parallel(close_one, logs, lambda one: None)
         self.checkpoint()
         atomic_write(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), b"")
         with self._lock:
@@ -166,10 +228,15 @@ class LogManager:
     # ---- periodic work ----------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Write the recovery points and log start offsets (Kafka's text format)."""
+        """Write the recovery points and log start offsets (Kafka's text format), with
+        the producer-state snapshots at the recovery points written first."""
         logs = self.logs_by_partition()
-        self._recovery_points.write({tp: one.recovery_point for tp, one in logs.items()})
+        snapshotted = [(tp, one) for tp, one in logs.items() if one.write_checkpoint_snapshot()]
+        recovery_points = {tp: one.recovery_point for tp, one in logs.items()}
+        self._recovery_points.write(recovery_points)
         self._log_starts.write({tp: one.log_start_offset for tp, one in logs.items()})
+        for tp, one in snapshotted:
+            one.prune_snapshots(recovery_points[tp])
 
     def delete_old_segments(self, now_ms: int | None = None) -> list[RetentionResult]:
         """One retention pass over every log (Kafka's cleanupLogs; storage/retention.py)."""
@@ -190,3 +257,36 @@ class LogManager:
     def logs_by_partition(self) -> dict[TopicPartition, Log]:
         with self._lock:
             return dict(self._logs)
+
+
+class _RecoveryProgress:
+    """Counts the logs a start has opened and logs `logs_recovered` at every tenth
+    of them and at the last one (Kafka's "N/M completed in <dir>")."""
+
+    def __init__(self, data_dir: str, total: int, clean: bool, threads: int):
+        self.data_dir = data_dir
+        self.total = total
+        self.clean = clean
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+        self._done = 0
+        self._bytes = 0
+        self._next_line = 1
+        log.info("logs_recovering", data_dir=data_dir, logs=total, clean_shutdown=clean, threads=threads,
+                 action="loading" if clean else "recovering: no clean shutdown marker")
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self._started) * 1000)
+
+    def done(self, opened: Log) -> None:
+        size = opened.size_in_bytes
+        with self._lock:
+            self._done += 1
+            self._bytes += size
+            done, total, size_so_far = self._done, self.total, self._bytes
+            if done < self._next_line and done < total:
+                return
+            self._next_line = done + max(1, total // PROGRESS_STEPS)
+        log.info("logs_recovered", data_dir=self.data_dir, recovered=done, total=total,
+                 progress=f"{done}/{total}", bytes=size_so_far, elapsed_ms=self.elapsed_ms(),
+                 clean_shutdown=self.clean)
