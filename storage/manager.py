@@ -271,7 +271,7 @@ class _RecoveryProgress:
         self._started = time.monotonic()
         self._done = 0
         self._bytes = 0
-        self._next_line = 1
+        self._tenths_logged = 0
         log.info("logs_recovering", data_dir=data_dir, logs=total, clean_shutdown=clean, threads=threads,
                  action="loading" if clean else "recovering: no clean shutdown marker")
 
@@ -284,9 +284,10 @@ class _RecoveryProgress:
             self._done += 1
             self._bytes += size
             done, total, size_so_far = self._done, self.total, self._bytes
-            if done < self._next_line and done < total:
+            tenths = done * PROGRESS_STEPS // total
+            if tenths <= self._tenths_logged:
                 return
-            self._next_line = done + max(1, total // PROGRESS_STEPS)
+            self._tenths_logged = tenths
         log.info("logs_recovered", data_dir=self.data_dir, recovered=done, total=total,
                  progress=f"{done}/{total}", bytes=size_so_far, elapsed_ms=self.elapsed_ms(),
                  clean_shutdown=self.clean)
