@@ -115,9 +115,9 @@ KEYS: tuple[BrokerKey, ...] = (
               "largest request frame; a larger one is answered INVALID_REQUEST and the connection closed"),
     BrokerKey("num.io.threads", "int", 8, _at_least(1),
               "threads doing blocking storage work (appends, reads, flushes, topic changes)"),
-    BrokerKey("num.recovery.threads.per.data.dir", "int", 2, _at_least(1),
-              "threads that open and recover logs at startup and flush and close them at shutdown "
-              "(Kafka's default is 1; 2 overlaps one log's disk reads with another's CPU work)"),
+    BrokerKey("num.recovery.threads.per.data.dir", "int", 1, _at_least(1),
+              "threads that open and recover logs at startup and flush and close them at shutdown; "
+              "more help where the disk is slow (the work is otherwise Python, one core at a time)"),
     BrokerKey("fetch.max.bytes", "int", 57_671_680, _at_least(1024),
               "most message-set bytes one FETCH or MULTIFETCH response carries"),
     BrokerKey("connection.max.queued.requests", "int", 16, _at_least(1),

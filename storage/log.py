@@ -106,6 +106,7 @@ class Log:
         # Idempotent producers (storage/producer_state.py): checked under self._lock in append.
         if producer_state is None:
             producer_state = ProducerStateManager(directory, f"{topic}-{partition}")
+            producer_state.refresh_snapshots()
             producer_state.update_end_offset(next_offset)
         self.producer_state = producer_state
 

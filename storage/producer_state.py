@@ -38,8 +38,9 @@ Contract:
 - `load(...)`: snapshots above the log end go; after an unclean shutdown so do
   those above the recovery point (written for data that was not yet flushed).
   The newest readable one that is left is loaded (a corrupt one is logged,
-  deleted, and the next older tried) and the log is replayed batch header by
-  batch header from its offset to the log end (`batches_replayed`). Without any
+  deleted, and the next older tried; older ones off segment bases are deleted)
+  and the log is replayed batch header by batch header from its offset to the
+  log end (`batches_replayed`). Without any
   snapshot the replay starts at the first segment, except after a clean shutdown
   (a log from before snapshots were written for every log: Kafka's upgrade case).
 - Old snapshots go as in Kafka: `delete_snapshots_below(offset)` when the log
@@ -263,7 +264,7 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
-        self._snapshot_offsets: list[int] = self.list_snapshots()  # sorted; what is on disk
+        self._snapshot_offsets: list[int] = []  # sorted: what is on disk (read by load or refresh)
         self._file_lock = threading.Lock()  # one snapshot file write or deletion at a time
         self.loaded_from: int | None = None  # where the last load's replay started
         self.batches_replayed = 0  # how many batches the last load replayed
@@ -340,8 +341,7 @@ class ProducerStateManager:
         unclean shutdown `recovery_point` bounds the snapshots that are trusted."""
         self.producers.clear()
         self.batches_replayed = 0
-        with self._file_lock:
-            self._snapshot_offsets = self.list_snapshots()
+        self.refresh_snapshots()
         trusted_up_to = log_end
         if not had_clean_shutdown and recovery_point is not None:
             trusted_up_to = min(log_end, recovery_point)
@@ -364,6 +364,8 @@ class ProducerStateManager:
                 if not self._expired(entry, now_ms):
                     self.producers[entry.producer_id] = entry
             start = offset
+            # Older snapshots off segment bases are of no more use (Kafka's removeStraySnapshots).
+            self.prune_snapshots([segment.base_offset for segment in segments], start)
             break
         if start is None:
             start = segments.first.base_offset if len(segments) else 0
@@ -416,6 +418,11 @@ class ProducerStateManager:
             if parsed is not None and parsed[1] == SNAPSHOT_SUFFIX:
                 found.append(parsed[0])
         return sorted(found)
+
+    def refresh_snapshots(self) -> None:
+        """Read which snapshot files the directory holds (load does this too)."""
+        with self._file_lock:
+            self._snapshot_offsets = self.list_snapshots()
 
     @property
     def snapshot_offsets(self) -> list[int]:
