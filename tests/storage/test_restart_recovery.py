@@ -266,3 +266,26 @@ def test_a_failed_log_fails_the_start_and_closes_the_others(tmp_path, clock):
 def test_recovery_threads_must_be_positive(tmp_path):
     with pytest.raises(ValueError):
         LogManager(str(tmp_path), config_for=lambda topic: LogConfig(), recovery_threads=0)
+
+
+# ---- the loader's untrusted indexes ------------------------------------------------------------------
+
+def test_garbage_in_preallocated_indexes_above_the_recovery_point_is_rebuilt(open_log):
+    log = open_log(segment_bytes=2000, index_interval_bytes=100)
+    for i in range(60):
+        log.append(build_batch([(b"k%d" % i, b"v" * 40, TS + i)]))
+    log.flush(log.active_segment.base_offset)
+    assert len(log.segments) > 2
+    active = log.active_segment
+    expected = [(o, active.offset_index.lookup(o)) for o in range(active.base_offset, log.log_end_offset)]
+    for suffix in (".index", ".timeindex"):  # as a crash may leave them: preallocated, garbage first
+        path = os.path.join(log.directory, "%020d%s" % (active.base_offset, suffix))
+        with open(path, "r+b") as f:
+            f.write(os.urandom(64))
+        os.truncate(path, 10 * 1024 * 1024)
+    again = crash_and_reopen(open_log, log, segment_bytes=2000, index_interval_bytes=100)
+    rebuilt = again.active_segment
+    assert [(o, rebuilt.offset_index.lookup(o)) for o in range(rebuilt.base_offset, again.log_end_offset)] == expected
+    assert again.offset_for_timestamp(TS + 59).offset == 59
+    assert [r.offset for r in read_all(again)] == list(range(60))
+    assert again.append(build_batch([(b"k", b"v", TS + 60)])).first_offset == 60
