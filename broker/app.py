@@ -1,7 +1,9 @@
 """The broker's life cycle: start storage and the server, run, shut down in order.
 
 Contract:
-- `BrokerApp(config).start()` opens the data directory (LogManager.startup: lock,
+- `BrokerApp(config).start()` raises the soft RLIMIT_NOFILE to the hard limit and
+  sizes the open-file budget (log.max.open.files, storage/open_files.py), logging
+  both (`open_files_limit`), opens the data directory (LogManager.startup: lock,
   recovery), loads the topic registry and reconciles it with the directories,
   registers `__consumer_offsets`, rebuilds committed offsets from it, then listens:
   the native port and, unless kafka.port is -1, the Kafka listener (broker/kafka),
@@ -48,6 +50,7 @@ import structlog
 from storage.errors import StrataError
 from storage.log_cleaner import LogCleaner
 from storage.manager import LogManager
+from storage.open_files import OPEN_FILES, raise_nofile_limit
 
 from .config import BrokerConfig
 from .handlers import Handlers
@@ -87,6 +90,7 @@ class BrokerApp:
     async def start(self) -> tuple[str, int]:
         config = self.config
         loop = asyncio.get_running_loop()
+        open_files = _set_open_files_limit(config.max_open_files)
         self.executor = ThreadPoolExecutor(config.num_io_threads, thread_name_prefix="strata-io")
 
         def blocking(fn, *args):
@@ -115,8 +119,9 @@ class BrokerApp:
                 self.kafka.advertised = config.kafka_advertised(*self.kafka_address)
             try:
                 await blocking(registry.load)
-                await blocking(manager.startup)
+                await blocking(manager.startup, registry.owns)
                 opened = True
+                _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line
                 await blocking(registry.reconcile, manager)
                 await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
                 await blocking(handlers.offsets.load, manager.logs())
@@ -139,7 +144,8 @@ class BrokerApp:
         self.manager, self.registry = manager, registry
         self._tasks = [
             loop.create_task(self._every("flush", config.flush_interval_ms, manager.flush_due)),
-            loop.create_task(self._every("checkpoint", config.checkpoint_interval_ms, manager.checkpoint)),
+            loop.create_task(self._every("checkpoint", config.checkpoint_interval_ms,
+                                         manager.periodic_checkpoint)),
             loop.create_task(self._every("retention", config.retention_check_interval_ms,
                                          manager.delete_old_segments)),
             # Deleted segments' files go file.delete.delay.ms later: checked every second
@@ -264,6 +270,22 @@ def configure_logging(fmt: str, level: str, stream=None) -> None:
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=True,
     )
+
+
+def _set_open_files_limit(max_open_files: int) -> tuple[int, int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit and size the open-file budget
+    (log.max.open.files; 0 = half the soft limit). Returns (soft before, soft, hard)."""
+    limits = raise_nofile_limit()
+    OPEN_FILES.set_limit(max_open_files)
+    return limits
+
+
+def _log_open_files_limit(soft_before: int, soft: int, hard: int) -> None:
+    log.info("open_files_limit", soft=soft, hard=hard, soft_before=soft_before,
+             max_open_files=OPEN_FILES.limit)
+    if OPEN_FILES.limit >= soft:
+        log.warning("max_open_files_above_limit", max_open_files=OPEN_FILES.limit, soft=soft,
+                    hint="log.max.open.files leaves no descriptors for connections; opens may fail with EMFILE")
 
 
 def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = None,

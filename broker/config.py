@@ -132,6 +132,10 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("log.dirs", "string", None, None,
               "the data directory (one; CLI --data-dir wins); beats log.dir"),
     BrokerKey("log.dir", "string", None, None, "the data directory when log.dirs is not set"),
+    BrokerKey("log.max.open.files", "int", 0, _at_least(0),
+              "Strata: most segment and index files held open at once; the least recently used idle "
+              "ones are closed and reopen on use. 0 = half the soft RLIMIT_NOFILE (raised to the hard "
+              "limit at start)"),
     BrokerKey("num.partitions", "int", 1, _at_least(1),
               "partitions of a topic created with partitions = -1 or auto-created"),
     BrokerKey("auto.create.topics.enable", "boolean", True, None,
@@ -467,6 +471,10 @@ class BrokerConfig:
     @property
     def fetch_max_bytes(self) -> int:
         return self.values["fetch.max.bytes"]
+
+    @property
+    def max_open_files(self) -> int:
+        return self.values["log.max.open.files"]
 
     @property
     def num_io_threads(self) -> int:

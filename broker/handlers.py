@@ -97,6 +97,7 @@ from storage.log import Log
 from storage.manager import LogManager
 from storage.names import validate_topic_name
 
+from . import internal_topics
 from .config import BrokerConfig
 from .group_offsets import GroupOffsets
 from .topics import TopicRegistry
@@ -733,7 +734,9 @@ class Handlers:
 
     async def delete_records_before(self, one: Log, offset: int) -> int:
         """Move the log start to `offset` (-1: the log end; never back) for both
-        protocols; returns the log start offset. Raises OffsetOutOfRangeError."""
+        protocols; returns the log start offset. Raises OffsetOutOfRangeError, and
+        InvalidTopicError for an internal topic (broker/internal_topics.py)."""
+        internal_topics.check_delete_records(one.topic)
         end, start = one.log_end_offset, one.log_start_offset
         target = end if offset == DeleteRecordsRequest.LOG_END else offset
         if target < 0 or target > end:
@@ -743,11 +746,15 @@ class Handlers:
         return start
 
     def _delete_records(self, one: Log, offset: int) -> int:
-        """Executor side: move the log start, and checkpoint it before answering, so
-        an acknowledged deletion survives a crash; then whole segments below the new
+        """Executor side: checkpoint the new log start, then move it in memory
+        (LogManager.set_log_start_offset: a failed write changes nothing, an
+        acknowledged deletion survives a crash); then whole segments below the new
         start go at once, by retention's path (`.deleted`, files after file.delete.delay.ms)."""
-        start = one.increase_log_start_offset(offset)
-        self.manager.checkpoint()
+        try:
+            start = self.manager.set_log_start_offset(one, offset)
+        except OSError as e:
+            raise self.manager.io_errors.failed(e, operation="delete records checkpoint",
+                                                log_name=one.name) from None
         try:
             one.delete_segments_below_log_start()
         except Exception:  # the start is durable; the next retention pass tries again

@@ -14,14 +14,25 @@ Contract:
 - Thread-safe: mutations (create, delete, alter) run in the broker's executor and
   are serialized by one lock; lookups (`partitions`, `log_config`, `names`) take
   no lock and see either the old or the new state of a topic, never half of it.
+- Every change is committed the same way (`_commit`): the new registry file is
+  written (write-temp, fsync, rename) first and only then does memory change;
+  when the write fails, memory and the file stay as they were.
 - `create` validates everything first (name, collisions, partitions, configs),
   then creates the partition logs, then writes the registry: a crash in between
-  leaves directories that the next `reconcile` adopts.
+  leaves directories that the next `reconcile` adopts; a failure removes them.
 - `delete` records the topic under "deleting" and drops it from "topics" in one
-  write (the commit point), then deletes the logs, then clears "deleting": a crash
-  half-way never brings the topic back; `reconcile` finishes the deletion.
+  write (the commit point; on a full disk it may use the data directory's space
+  reserve, storage/space_reserve.py), then deletes the logs, then clears
+  "deleting": a crash half-way never brings the topic back; `reconcile` finishes
+  the deletion. After the commit point the deletion has happened: a partition
+  whose directory cannot be removed now is logged and stays under "deleting".
+  A name under "deleting" cannot be created again until its directories are gone.
 - `alter` validates the new overrides, writes them, then swaps the new LogConfig
   into the live logs (`Log.update_config`); `value None` removes an override.
+- `reconcile` never fails the start: a partition it cannot delete or create, or a
+  registry it cannot write, is logged and left for the next start.
+- Internal topics follow broker/internal_topics.py: a change or a creation that
+  would break the offsets log is InvalidConfigError.
 - Effective topic config = overrides laid over the broker's `log.*` defaults, so
   topics without an override follow a changed broker default after a restart.
 - Errors are storage.errors classes (their `code` is the wire code):
@@ -51,17 +62,17 @@ import structlog
 
 from storage.config import LogConfig
 from storage.errors import (InvalidConfigError, InvalidPartitionsError, InvalidRequestError,
-                            InvalidTopicError, TopicAlreadyExistsError,
+                            InvalidTopicError, KafkaStorageError, StrataError, TopicAlreadyExistsError,
                             UnknownTopicOrPartitionError)
 from storage.fileutil import atomic_write
 from storage.manager import LogManager
 from storage.names import validate_topic_name
 
+from . import internal_topics
+from .internal_topics import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS
+
 REGISTRY_FILE = "strata-topics.json"
 FORMAT_VERSION = 1
-OFFSETS_TOPIC = "__consumer_offsets"
-# Kafka's offsets.topic.segment.bytes default; offsets.topic.compression.codec is none.
-OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 # Not Kafka's (it has none): one request must not be able to make the broker
 # create millions of directories.
 MAX_PARTITIONS = 10_000
@@ -149,10 +160,12 @@ class TopicRegistry:
         self._manager = manager
         with self._lock:
             on_disk = manager.topics()
+            still_deleting = []
             for name in self._deleting:
-                for partition in on_disk.get(name, ()):
-                    manager.delete_log(name, partition)
-                log.info("topic_deletion_finished", topic=name)
+                if self._delete_logs(name, on_disk.get(name, ())):
+                    log.info("topic_deletion_finished", topic=name)
+                else:
+                    still_deleting.append(name)
             topics = dict(self._topics)
             for name, partitions in on_disk.items():
                 if name in self._deleting:
@@ -176,12 +189,39 @@ class TopicRegistry:
                     continue  # created on first use
                 for partition in range(topic.partitions):
                     if manager.get_log(topic.name, partition) is None:
-                        manager.get_or_create_log(topic.name, partition, topic.log_config)
-            changed = topics != dict(self._topics) or self._deleting or not self.file_existed
-            self._topics = MappingProxyType(topics)
-            self._deleting = ()
-            if changed:
-                self._write()
+                        try:
+                            manager.get_or_create_log(topic.name, partition, topic.log_config)
+                        except (OSError, StrataError) as e:
+                            log.error("partition_create_failed", topic=topic.name, partition=partition,
+                                      error=str(e), reason="created again at the next start")
+            deleting = tuple(still_deleting)
+            if topics != dict(self._topics) or deleting != self._deleting or not self.file_existed:
+                try:
+                    self._commit(topics, deleting, use_reserve=True)
+                except KafkaStorageError as e:
+                    # The directories are the truth this start found; the file catches up
+                    # with the next change (or the next start reconciles again).
+                    log.error("registry_write_failed", path=self.path, error=str(e))
+                    self._topics, self._deleting = MappingProxyType(topics), deleting
+
+    def owns(self, topic: str, partition: int) -> bool:
+        """Whether a registered topic (not being deleted) has this partition
+        (LogManager.startup's `known`: what it may set aside as stray)."""
+        known = self._topics.get(topic)
+        return known is not None and topic not in self._deleting and 0 <= partition < known.partitions
+
+    def _delete_logs(self, name: str, partitions: Iterable[int]) -> bool:
+        """Delete these partition logs of `name`; False (each failure logged) when
+        some could not be, so that the name stays under "deleting"."""
+        manager = self._require_manager()
+        done = True
+        for partition in partitions:
+            try:
+                manager.delete_log(name, partition)
+            except (OSError, StrataError) as e:
+                done = False
+                log.error("partition_delete_failed", topic=name, partition=partition, error=str(e))
+        return done
 
     def ensure_internal_topic(self, partitions: int) -> Topic:
         """Register `__consumer_offsets` unless it exists. Like Kafka, a later change
@@ -264,6 +304,10 @@ class TopicRegistry:
         with self._lock:
             if name in self._topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            internal_topics.check_config(name, log_config)
+            self._finish_deletions()
+            if name in self._deleting:
+                raise TopicAlreadyExistsError(f"topic {name!r} is marked for deletion")
             for other in self._topics:
                 if has_collision(name, other):
                     raise InvalidTopicError(
@@ -278,33 +322,49 @@ class TopicRegistry:
                 topic = Topic(name, partitions, MappingProxyType(dict(overrides)), False, log_config,
                               new_topic_id())
                 self._replace(topic)
-            except BaseException:
+            except BaseException as e:
+                # Whole or nothing: every partition made so far goes (a partition
+                # that failed half-way removed its own directory), the registry is
+                # as it was, and a disk error (EMFILE, ENOSPC, ...) is KAFKA_STORAGE_ERROR.
                 for partition in created:
                     try:
                         manager.delete_log(name, partition)
                     except Exception:  # keep the first error; reconcile cleans up later
                         log.exception("create_rollback_failed", topic=name, partition=partition)
+                if isinstance(e, OSError):
+                    raise KafkaStorageError(f"cannot create topic {name!r}: {e.strerror or e}") from e
                 raise
         log.info("topic_created", topic=name, partitions=partitions, configs=dict(overrides))
         return topic
 
     def delete(self, name: str) -> Topic:
-        manager = self._require_manager()
+        self._require_manager()
         with self._lock:
             topic = self.require(name)
             if topic.internal:
                 raise InvalidRequestError(f"topic {name!r} is internal and cannot be deleted")
             topics = dict(self._topics)
             del topics[name]
-            self._topics = MappingProxyType(topics)
-            self._deleting = self._deleting + (name,)
-            self._write()
-            for partition in range(topic.partitions):
-                manager.delete_log(name, partition)
-            self._deleting = tuple(n for n in self._deleting if n != name)
-            self._write()
+            self._commit(topics, self._deleting + (name,), use_reserve=True)  # the commit point
+            if self._delete_logs(name, range(topic.partitions)):
+                self._finish_deletions()
         log.info("topic_deleted", topic=name, partitions=topic.partitions)
         return topic
+
+    def _finish_deletions(self) -> None:
+        """Clear "deleting" of names whose logs are all gone (lock held); a failed
+        write leaves them there for the next change or start."""
+        if not self._deleting:
+            return
+        manager = self._require_manager()
+        remaining = tuple(n for n in self._deleting if manager.has_partition_directories(n))
+        if remaining == self._deleting:
+            return
+        try:
+            self._commit(self._topics, remaining, use_reserve=True)
+        except KafkaStorageError as e:
+            log.warning("registry_write_failed", path=self.path, error=str(e),
+                        reason="topics stay marked deleting until the next change or start")
 
     def alter(self, name: str, changes: Sequence[tuple[str, str | None]], *,
               validate_only: bool = False) -> Topic:
@@ -321,6 +381,7 @@ class TopicRegistry:
                 else:
                     overrides[key] = value
             log_config = LogConfig.from_props(overrides, self.defaults)
+            internal_topics.check_config(name, log_config)
             altered = replace(topic, configs=MappingProxyType(overrides), log_config=log_config)
             if validate_only:
                 return altered
@@ -343,15 +404,28 @@ class TopicRegistry:
         """Write the registry with `topic` in it; only then publish it (lock held)."""
         topics = dict(self._topics)
         topics[topic.name] = topic
-        self._write(topics)
-        self._topics = MappingProxyType(topics)
+        self._commit(topics, self._deleting)
 
-    def _write(self, topics: Mapping[str, Topic] | None = None) -> None:
-        topics = self._topics if topics is None else topics
+    def _commit(self, topics: Mapping[str, Topic], deleting: tuple[str, ...], *,
+                use_reserve: bool = False) -> None:
+        """Write the registry file holding `topics` and `deleting`, then (only when
+        the write worked) make them the registry's state (lock held). `use_reserve`:
+        a change that frees space may use the space reserve on a full disk."""
         doc = {"version": FORMAT_VERSION,
                "topics": {name: topics[name].to_json() for name in sorted(topics)},
-               "deleting": list(self._deleting)}
-        atomic_write(self.path, json.dumps(doc, indent=2).encode() + b"\n")
+               "deleting": list(deleting)}
+        data = json.dumps(doc, indent=2).encode() + b"\n"
+        manager = self._manager
+        try:
+            if use_reserve and manager is not None:
+                manager.space_reserve.run("topic registry write", lambda: atomic_write(self.path, data))
+            else:
+                atomic_write(self.path, data)
+        except OSError as e:
+            raise KafkaStorageError(
+                f"cannot write the topic registry {self.path}: {e.strerror or e}") from None
+        self._topics = MappingProxyType(dict(topics))
+        self._deleting = tuple(deleting)
 
 
 def _config_pairs(pairs: Iterable[tuple[str, str | None]]) -> dict[str, str | None]:

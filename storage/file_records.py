@@ -4,9 +4,16 @@ Contract:
 - `size` is the committed size: it moves forward only after bytes are fully
   written, so a reader bounded by it never sees half an entry.
 - One writer at a time (the log's append lock); any number of readers.
-- A `FileSlice` pins the open file: a segment deleted while a fetch is still
-  sending from it keeps its descriptor until the slice is released, so the
-  send completes (Linux keeps an unlinked file's data while it is open).
+- The descriptor is opened on first use and counts against the process's
+  open-file budget (open_files): while idle it may be closed, and the next use
+  reopens the file by its current name. Every use of the descriptor happens
+  under a pin.
+- A failed append (ENOSPC, EIO) leaves the file cut back to its committed size:
+  nothing of a torn write stays for a reader or a restart to meet.
+- A non-empty `FileSlice` pins the open file: neither the budget nor a delete
+  closes it until the slice is released, so a segment deleted while a fetch is
+  still sending from it keeps its descriptor and the send completes (Linux keeps
+  an unlinked file's data while it is open).
 - Blocks ahead: an append may ask for blocks past the end to be reserved
   (`reserve_ahead`, fileutil.reserve_blocks): the file's size does not change,
   so readers, recovery and Kafka's tools see nothing of them. They are given
@@ -21,11 +28,11 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 from typing import Iterator, NamedTuple
 
 from .errors import CorruptRecordError
 from .fileutil import reserve_blocks
+from .open_files import ManagedFile, OpenFiles
 
 # offset:int64 | size:int32 | (crc:uint32 | magic:int8 ...)         classic
 # baseOffset:int64 | length:int32 | leaderEpoch:int32 | magic:int8 | crc:uint32 |
@@ -51,7 +58,8 @@ class EntryHeader(NamedTuple):
 
 
 class FileSlice:
-    """`length` bytes of a log file from `position`: what a fetch sends with sendfile."""
+    """`length` bytes of a log file from `position`: what a fetch sends with sendfile.
+    A non-empty slice keeps the file open (pinned) until released."""
 
     __slots__ = ("records", "position", "length", "_released")
 
@@ -59,8 +67,9 @@ class FileSlice:
         self.records = records
         self.position = position
         self.length = length
-        self._released = False
-        records.retain()
+        self._released = length == 0  # an empty slice needs no descriptor
+        if length:
+            records.retain()
 
     def fileno(self) -> int:
         return self.records.fileno()
@@ -84,22 +93,44 @@ class FileSlice:
         return f"FileSlice({self.records.path!r}, position={self.position}, length={self.length})"
 
 
-class FileRecords:
-    def __init__(self, path: str, fd: int, size: int):
+class FileRecords(ManagedFile):
+    def __init__(self, path: str, size: int, budget: OpenFiles | None = None):
+        """A `.log` file of `size` bytes that exists on disk (see `open`); not opened yet."""
+        super().__init__(budget)
         self.path = path
-        self._fd = fd
+        self._fd = -1
         self.size = size
-        self._refs = 0
+        self._dirty = False  # written since the last flush
         # Blocks are reserved up to here (fileutil.reserve_blocks); None once the
         # filesystem refused, so no later append asks again.
         self._reserved_end: int | None = size
-        self._close_when_released = False
-        self._ref_lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: str) -> "FileRecords":
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        return cls(path, fd, os.fstat(fd).st_size)
+    def open(cls, path: str, budget: OpenFiles | None = None) -> "FileRecords":
+        """The file at `path`, created empty when missing; its descriptor opens on first use."""
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+        return cls(path, size, budget)
+
+    def _open_descriptor(self) -> None:
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+
+    def _close_descriptor(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _describe(self) -> str:
+        return f"log file {self.path}"
 
     # ---- writing --------------------------------------------------------------
 
@@ -107,29 +138,63 @@ class FileRecords:
         """Write `data` at the end; return the position it starts at. With
         `reserve_ahead`, blocks for `data` and that many bytes more are
         reserved first when they are not yet (see the module contract)."""
-        position = self.size
-        reserved_end = self._reserved_end
-        if reserve_ahead and reserved_end is not None and position + len(data) > reserved_end:
-            wanted = position + len(data) + reserve_ahead
-            self._reserved_end = wanted if reserve_blocks(self._fd, position, wanted - position) else None
-        view = memoryview(data)
-        written = 0
-        while written < len(view):
-            written += os.pwrite(self._fd, view[written:], position + written)
-        self.size = position + written
-        return position
+        self._pin()
+        try:
+            fd = self._fd
+            position = self.size
+            reserved_end = self._reserved_end
+            if reserve_ahead and reserved_end is not None and position + len(data) > reserved_end:
+                wanted = position + len(data) + reserve_ahead
+                self._reserved_end = wanted if reserve_blocks(fd, position, wanted - position) else None
+            self._dirty = True
+            view = memoryview(data)
+            written = 0
+            try:
+                while written < len(view):
+                    written += os.pwrite(fd, view[written:], position + written)
+            except OSError:
+                self._cut_back(position)
+                raise
+            self.size = position + written
+            return position
+        finally:
+            self._unpin()
+
+    def _cut_back(self, size: int) -> None:
+        """After a failed write (a full disk writes part of it): cut the file back
+        to `size`, so no torn entry stays behind it. If even that fails, readers
+        still stop at `size` and the next append writes over the rest."""
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError:
+            pass
+        if self._reserved_end is not None:
+            self._reserved_end = size
 
     def flush(self) -> None:
-        fd = self._fd
-        if fd >= 0:  # closed: a deleted segment that a flush's snapshot still listed
-            os.fsync(fd)
+        if self._retired or not self._dirty:  # closed: a deleted segment that a flush's snapshot still listed
+            return
+        self._pin()
+        try:
+            self._dirty = False
+            os.fsync(self._fd)  # a descriptor reopened after eviction syncs the file's pages too
+        except BaseException:
+            self._dirty = True
+            raise
+        finally:
+            self._unpin()
 
     def truncate_to(self, size: int) -> int:
         """Cut the file to `size` bytes; return how many bytes went."""
         if size > self.size or size < 0:
             raise ValueError(f"cannot truncate {self.path} of {self.size} bytes to {size}")
         cut = self.size - size
-        os.ftruncate(self._fd, size)  # also gives back any blocks reserved past `size`
+        self._pin()
+        try:
+            self._dirty = True
+            os.ftruncate(self._fd, size)  # also gives back any blocks reserved past `size`
+        finally:
+            self._unpin()
         self.size = size
         if self._reserved_end is not None:
             self._reserved_end = size
@@ -140,24 +205,32 @@ class FileRecords:
         modification time stay (retention falls back on the mtime of segments
         without timestamps, and Kafka's trim at roll leaves it too)."""
         reserved_end = self._reserved_end
-        if reserved_end is None or reserved_end <= self.size or self._fd < 0:
+        if reserved_end is None or reserved_end <= self.size or self._retired:
             return
-        self._give_back_blocks(os.fstat(self._fd))
+        self._pin()
+        try:
+            self._give_back_blocks(os.fstat(self._fd))
+        finally:
+            self._unpin()
 
     def release_leftover_reservation(self) -> None:
         """Give back blocks past the end that this process did not reserve: a
         crashed one did (recovery calls this). A file holding at least
         LEFTOVER_BLOCKS_BYTES past its last block has some; smaller slack is
         the filesystem's own (extent blocks) and stays."""
-        if self._fd < 0:
+        if self._retired:
             return
-        stat = os.fstat(self._fd)
-        last_block_end = -(-self.size // stat.st_blksize) * stat.st_blksize
-        if stat.st_blocks * 512 - last_block_end >= LEFTOVER_BLOCKS_BYTES:
-            self._give_back_blocks(stat)
+        self._pin()
+        try:
+            stat = os.fstat(self._fd)
+            last_block_end = -(-self.size // stat.st_blksize) * stat.st_blksize
+            if stat.st_blocks * 512 - last_block_end >= LEFTOVER_BLOCKS_BYTES:
+                self._give_back_blocks(stat)
+        finally:
+            self._unpin()
 
     def _give_back_blocks(self, before: os.stat_result) -> None:
-        fd = self._fd
+        fd = self._fd  # pinned by the caller
         os.ftruncate(fd, self.size)
         os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
         if self._reserved_end is not None:
@@ -166,10 +239,15 @@ class FileRecords:
     # ---- reading --------------------------------------------------------------
 
     def fileno(self) -> int:
+        """The descriptor; only while the caller holds a pin (a FileSlice)."""
         return self._fd
 
     def read(self, position: int, length: int) -> bytes:
-        return os.pread(self._fd, length, position)
+        self._pin()
+        try:
+            return os.pread(self._fd, length, position)
+        finally:
+            self._unpin()
 
     def slice(self, position: int, length: int) -> FileSlice:
         return FileSlice(self, position, length)
@@ -188,7 +266,7 @@ class FileRecords:
             if offset_in_chunk + HEADER_PEEK > len(chunk):
                 chunk_start = position
                 offset_in_chunk = 0
-                chunk = os.pread(self._fd, min(SCAN_CHUNK, end - position), position)
+                chunk = self.read(position, min(SCAN_CHUNK, end - position))
                 if len(chunk) < LOG_OVERHEAD:
                     return
             offset, size = ENTRY_HEAD.unpack_from(chunk, offset_in_chunk)
@@ -210,37 +288,30 @@ class FileRecords:
     # ---- life cycle -------------------------------------------------------------
 
     def rename(self, new_path: str) -> None:
-        os.rename(self.path, new_path)
-        self.path = new_path
+        with self._budget.no_opens():  # a reopen meanwhile would look for the old name
+            os.rename(self.path, new_path)
+            self.path = new_path
 
     def retain(self) -> None:
-        with self._ref_lock:
-            self._refs += 1
+        """Keep the file open until `release` (a FileSlice being sent)."""
+        self._pin()
 
     def release(self) -> None:
-        with self._ref_lock:
-            self._refs -= 1
-            close_now = self._refs == 0 and self._close_when_released
-        if close_now:
-            self._close_fd()
+        self._unpin()
 
     def close(self) -> None:
         """Close now, or as soon as the last outstanding slice is released."""
         self.release_reserved()
-        with self._ref_lock:
-            self._close_when_released = True
-            close_now = self._refs == 0
-        if close_now:
-            self._close_fd()
+        self._retire()
 
-    def _close_fd(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
+    def evict(self) -> bool:
+        """Close the descriptor now when idle (it reopens on use); True when closed."""
+        return self._budget.evict_idle(self)
 
     @property
     def closed(self) -> bool:
-        return self._fd < 0
+        """Closed for good (a slice still being sent keeps it open until released)."""
+        return self._retired and not self._descriptor_open
 
     def delete(self) -> None:
         self.close()

@@ -1,14 +1,21 @@
-"""Memory-mapped, preallocated files of fixed-size index entries (Kafka's AbstractIndex).
+"""Memory-mapped, preallocated files of fixed-size index entries (Kafka's AbstractIndex
+and LazyIndex).
 
 `OffsetIndex` and `TimeIndex` are built on `IndexFile`; this module holds what they
 share: opening and preallocating the file, the entry count, binary search, truncation,
 resizing, flush, close, rename and delete.
 
 Contract:
-- A file that does not exist is created and preallocated (sparse ftruncate) to
-  `max_index_size` rounded down to whole entries, and starts empty. A file that exists
-  is taken as all-valid: entries = length // entry size, and it is full until resized.
-  This is why `close()` trims the file to its real entries.
+- A writable index whose file does not exist is created and preallocated (sparse
+  ftruncate) to `max_index_size` rounded down to whole entries, and starts empty. A
+  file that exists is taken as all-valid: entries = length // entry size, and it is
+  full until resized. This is why `close()` trims the file to its real entries.
+- Lazy (Kafka's LazyIndex): an existing file is opened and mapped on first use, not
+  when the object is made. The file holds one descriptor while open (mapped_file:
+  no duplicate for the mapping) and counts against the process's open-file budget
+  (open_files): while idle it may be closed, keeping what it knows of its entries,
+  and reopens on its next use. Every use of the mapping or the descriptor happens
+  under a pin. Writes go through the descriptor with pwrite.
 - Entries are sorted on every field a search uses (the owner appends in order).
 - Relative offsets are `offset - base_offset` and must fit 0..2**31-1.
 - Concurrency: one writer (append, truncate, resize, flush, close; serialised by a
@@ -26,13 +33,14 @@ Contract:
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 import threading
 from typing import Any
 
 from .errors import InvalidOffsetError, KafkaStorageError
+from .mapped_file import MappedFile
+from .open_files import ManagedFile, OpenFiles
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes
 
@@ -43,7 +51,7 @@ INT32_MAX = 2**31 - 1
 WARM_SECTION_BYTES = 8192
 
 
-class IndexFile:
+class IndexFile(ManagedFile):
     """One memory-mapped file of fixed-size entries, searched by binary search.
 
     Subclasses set `ENTRY` (one struct for one entry), `OFFSET_FIELD` (which field of
@@ -59,7 +67,9 @@ class IndexFile:
     FREE_SLOTS_KEPT = 0
 
     def __init__(self, path: str | os.PathLike, base_offset: int,
-                 max_index_size: int = DEFAULT_MAX_INDEX_SIZE, writable: bool = True):
+                 max_index_size: int = DEFAULT_MAX_INDEX_SIZE, writable: bool = True,
+                 budget: OpenFiles | None = None):
+        super().__init__(budget)
         self._path = os.fspath(path)
         self._base_offset = base_offset
         self._max_index_size = max_index_size
@@ -69,49 +79,74 @@ class IndexFile:
         self._warm_entries = WARM_SECTION_BYTES // self._entry_size
         self._write_lock = threading.RLock()  # one mutation at a time
         self._remap_lock = threading.Lock()  # a search vs. a change of the file's length
-        self._closed = False
-
-        self._write_fd = -1  # writable indexes: bulk appends pwrite() through it (see write_at)
-        created, length, mapping = self._open_and_map()
-        self._length = length  # the file's length in bytes
-        self._mmap: mmap.mmap | None = mapping  # None while the file is empty (cannot map 0 bytes)
-        self._max_entries = length // self._entry_size
-        self._entries = 0 if created else self._max_entries
-        self._on_entries_changed()
+        self._file: MappedFile | None = None  # while the descriptor is open
+        self._dirty = False  # written since the last flush
+        # What is known of the file once it was first opened (kept while it is evicted).
+        self._loaded = False
+        self._length = 0  # the file's length in bytes
+        self._max_entries = 0
+        self._entries = 0
+        if writable and self._create_if_missing():
+            self._loaded = True
+            self._length = self._round_down(max_index_size)
+            self._max_entries = self._length // self._entry_size
+            self._on_entries_changed()
+        elif not writable and not os.path.exists(self._path):
+            raise FileNotFoundError(2, "No such file or directory", self._path)
 
     # -- opening -------------------------------------------------------------------
 
-    def _open_and_map(self) -> tuple[bool, int, mmap.mmap | None]:
-        created = False
-        if self._writable:
-            try:
-                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-                created = True
-            except FileExistsError:
-                fd = os.open(self._path, os.O_RDWR)
-        else:
-            fd = os.open(self._path, os.O_RDONLY)
+    def _create_if_missing(self) -> bool:
+        """Create and preallocate the file when it does not exist; True when created."""
         try:
-            if created:
-                if self._max_index_size < self._entry_size:
-                    os.unlink(self._path)
-                    raise ValueError(f"invalid max index size {self._max_index_size} for {self._path}")
-                os.ftruncate(fd, self._round_down(self._max_index_size))
-            length = os.fstat(fd).st_size
-            mapping = self._map(fd, length) if length > 0 else None
-            if self._writable:
-                self._write_fd, fd = fd, -1
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            if self._max_index_size < self._entry_size:
+                os.unlink(self._path)
+                raise ValueError(f"invalid max index size {self._max_index_size} for {self._path}")
+            os.ftruncate(fd, self._round_down(self._max_index_size))
         finally:
-            if fd >= 0:
-                os.close(fd)  # the mmap keeps its own descriptor
-        return created, length, mapping
+            os.close(fd)
+        return True
 
-    def _map(self, fd: int, length: int) -> mmap.mmap:
-        access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
-        return mmap.mmap(fd, length, access=access)
+    def _open_descriptor(self) -> None:
+        """Open and map the file (the budget calls this under a first pin)."""
+        flags = (os.O_RDWR if self._writable else os.O_RDONLY) | os.O_CLOEXEC
+        fd = os.open(self._path, flags)
+        try:
+            length = os.fstat(fd).st_size
+            if self._loaded and length != self._length:
+                raise KafkaStorageError(
+                    f"index {self._path} changed length while closed ({self._length} -> {length} bytes)")
+            self._file = MappedFile(self._path, fd, length, self._writable)
+        except BaseException:
+            if self._file is None:
+                os.close(fd)
+            raise
+        if not self._loaded:
+            self._length = length
+            self._max_entries = length // self._entry_size
+            self._entries = self._max_entries
+            self._loaded = True
+            self._on_entries_changed()
+
+    def _close_descriptor(self) -> None:
+        mapped, self._file = self._file, None
+        if mapped is not None:
+            mapped.close()
+
+    def _ensure_loaded(self) -> None:
+        if not self._loaded:
+            self._pin()
+            self._unpin()
 
     def _round_down(self, size: int) -> int:
         return size - size % self._entry_size
+
+    def _describe(self) -> str:
+        return f"index {self._path}"
 
     # -- properties ----------------------------------------------------------------
 
@@ -125,10 +160,12 @@ class IndexFile:
 
     @property
     def entries(self) -> int:
+        self._ensure_loaded()
         return self._entries
 
     @property
     def max_entries(self) -> int:
+        self._ensure_loaded()
         return self._max_entries
 
     @property
@@ -138,11 +175,13 @@ class IndexFile:
     @property
     def length(self) -> int:
         """The file's length in bytes (preallocated space included)."""
+        self._ensure_loaded()
         return self._length
 
     @property
     def size_in_bytes(self) -> int:
         """Bytes taken by real entries."""
+        self._ensure_loaded()
         return self._entries * self._entry_size
 
     @property
@@ -151,9 +190,11 @@ class IndexFile:
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._retired
 
     def is_full(self) -> bool:
+        if not self._loaded:
+            self._ensure_loaded()
         return self._entries >= self._max_entries - self.FREE_SLOTS_KEPT
 
     def can_append_offset(self, offset: int) -> bool:
@@ -168,37 +209,52 @@ class IndexFile:
         return relative
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self._path!r}, base_offset={self._base_offset}, "
-                f"entries={self._entries}/{self._max_entries})")
+        entries = f"{self._entries}/{self._max_entries}" if self._loaded else "not loaded"
+        return f"{type(self).__name__}({self._path!r}, base_offset={self._base_offset}, entries={entries})"
 
     # -- reading (any thread) ------------------------------------------------------
 
     def _raw_entry(self, n: int) -> tuple[Any, ...]:
-        with self._remap_lock:
-            count = self._entries
-            if not 0 <= n < count:
-                raise IndexError(f"entry {n} requested from {self._path}, which has {count} entries")
-            return self._unpack_from(self._readable_mapping(), n * self._entry_size)
+        self._pin()
+        try:
+            with self._remap_lock:
+                count = self._entries
+                if not 0 <= n < count:
+                    raise IndexError(f"entry {n} requested from {self._path}, which has {count} entries")
+                return self._unpack_from(self._mapping(), n * self._entry_size)
+        finally:
+            self._unpin()
 
     def _floor_entry(self, field: int, target: int) -> tuple[Any, ...] | None:
         """The last entry whose `field` is <= target, or None when there is none."""
-        with self._remap_lock:
-            # The mapping cannot change while we hold the lock, but appends go on:
-            # take the count once and search only entries published before it.
-            count = self._entries
-            mapping = self._readable_mapping()
-            if count == 0:
-                return None
-            found = self._count_at_most(mapping, count, field, target)
-            return self._unpack_from(mapping, (found - 1) * self._entry_size) if found else None
+        self._pin()
+        try:
+            with self._remap_lock:
+                # The mapping cannot change while we hold the lock, but appends go on:
+                # take the count once and search only entries published before it.
+                count = self._entries
+                if count == 0:
+                    return None
+                mapping = self._mapping()
+                found = self._count_at_most(mapping, count, field, target)
+                return self._unpack_from(mapping, (found - 1) * self._entry_size) if found else None
+        finally:
+            self._unpin()
 
-    def _readable_mapping(self) -> mmap.mmap:
-        mapping = self._mmap
-        if self._closed:
-            raise KafkaStorageError(f"index {self._path} is closed")
-        return mapping  # type: ignore[return-value]  # never None while entries > 0
+    def _mapping(self) -> Any:
+        """The mapped bytes, for struct (caller pinned; never None while entries > 0)."""
+        return self._file.buffer  # type: ignore[union-attr]
 
-    def _count_at_most(self, mapping: mmap.mmap, count: int, field: int, target: int) -> int:
+    def _entries_bytes(self) -> bytes:
+        """A copy of the real entries, as the file holds them."""
+        self._pin()
+        try:
+            with self._remap_lock:
+                return self._file.read(0, self._entries * self._entry_size)  # type: ignore[union-attr]
+        finally:
+            self._unpin()
+
+    def _count_at_most(self, mapping: Any, count: int, field: int, target: int) -> int:
         """How many of the first `count` entries have entry[field] <= target."""
         unpack_from = self._unpack_from
         entry_size = self._entry_size
@@ -220,16 +276,21 @@ class IndexFile:
     # -- writing (one writer) ------------------------------------------------------
 
     def _require_writable(self) -> None:
-        if self._closed:
+        if self._retired:
             raise KafkaStorageError(f"index {self._path} is closed")
         if not self._writable:
             raise KafkaStorageError(f"index {self._path} was opened read-only")
 
     def _publish_entry(self, *fields: int) -> None:
-        """Store one entry in the next slot, then make it visible to readers."""
+        """Store one entry in the next slot (with pwrite, see `_write_at`), then make it
+        visible to readers (writer, pinned by the caller's `_writing`)."""
         slot = self._entries
-        self.ENTRY.pack_into(self._mmap, slot * self._entry_size, *fields)
+        self._write_at(slot * self._entry_size, self.ENTRY.pack(*fields))
         self._entries = slot + 1
+
+    def _writing(self) -> "_Pinned":
+        """`with self._writing():` - the write lock, checks, and a pin (the file open)."""
+        return _Pinned(self)
 
     def append_entries(self, packed: bytes) -> None:
         """Add entries packed as the file holds them, in order (LogSegment
@@ -243,8 +304,7 @@ class IndexFile:
         count = len(packed) // size
         if count == 0:
             return
-        with self._write_lock:
-            self._require_writable()
+        with self._writing():
             slot = self._entries
             if (slot + count > self._max_entries - self.FREE_SLOTS_KEPT
                     or not self._continues(self._unpack_from(packed, 0))):
@@ -259,29 +319,31 @@ class IndexFile:
 
     def _write_at(self, position: int, data: bytes) -> None:
         """Store whole entries at `position` with pwrite rather than through the
-        mapping. Linux keeps the two coherent (one page cache). Why: after the
-        log's own large write, kernel writeback has often just cleaned the
+        mapping (caller pinned). Linux keeps the two coherent (one page cache). Why:
+        after the log's own large write, kernel writeback has often just cleaned the
         index's page, and a store through the mapping then takes a write fault
-        (ext4: about 20 us, measured); pwrite re-dirties the page in about 2 us."""
-        if os.pwrite(self._write_fd, data, position) != len(data):
+        (ext4: about 20 us, measured); pwrite re-dirties the page in about 2 us.
+        And a full disk: the file is preallocated sparse, so a store through the
+        mapping into a hole on a full filesystem (tmpfs) kills the process with
+        SIGBUS, where pwrite fails with ENOSPC, which the log answers."""
+        self._dirty = True
+        if os.pwrite(self._file.fd, data, position) != len(data):  # type: ignore[union-attr]
             raise OSError(f"short write to index {self._path}")
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is >= `offset` (no effect past the last entry)."""
-        with self._write_lock:
-            self._require_writable()
+        with self._writing():
             count = self._entries
             if count == 0:
                 return
             # Offsets are integers: "offset < target" is "offset <= target - 1".
-            keep = self._count_at_most(self._mmap, count, self.OFFSET_FIELD,  # type: ignore[arg-type]
+            keep = self._count_at_most(self._mapping(), count, self.OFFSET_FIELD,
                                        offset - self._base_offset - 1)
             self._truncate_to_entries(keep)
 
     def truncate(self) -> None:
         """Remove all entries (the file keeps its size)."""
-        with self._write_lock:
-            self._require_writable()
+        with self._writing():
             self._truncate_to_entries(0)
 
     def _truncate_to_entries(self, count: int) -> None:
@@ -302,25 +364,19 @@ class IndexFile:
 
         Returns False when the length does not change. Entries past a smaller end are lost.
         """
-        with self._write_lock:
-            self._require_writable()
+        with self._writing():
             new_length = self._round_down(max(new_size, 0))
             if new_length == self._length:
                 return False
+            mapped = self._file
+            assert mapped is not None
             with self._remap_lock:
-                fd = os.open(self._path, os.O_RDWR)
-                try:
-                    os.ftruncate(fd, new_length)
-                    mapped = len(self._mmap) if self._mmap is not None else 0
-                    if new_length > mapped:
-                        # No reader holds the old mapping (they search under _remap_lock),
-                        # so it can be closed now instead of waiting for the collector.
-                        old, self._mmap = self._mmap, self._map(fd, new_length)
-                        if old is not None:
-                            old.close()
-                    # Shrinking keeps the mapping: its tail past the end is never touched.
-                finally:
-                    os.close(fd)
+                os.ftruncate(mapped.fd, new_length)
+                self._dirty = True
+                if new_length > mapped.length:
+                    # No reader holds the old mapping (they search under _remap_lock).
+                    mapped.remap(new_length)
+                # Shrinking keeps the mapping: its tail past the end is never touched.
                 self._length = new_length
                 self._max_entries = new_length // self._entry_size
                 lost_entries = self._entries > self._max_entries
@@ -333,52 +389,47 @@ class IndexFile:
     def trim_to_valid_size(self) -> None:
         """Cut the file to its real entries (done when a segment rolls or closes)."""
         with self._write_lock:
-            self.resize(self.size_in_bytes)
+            if self._loaded and self._length != self._entries * self._entry_size:
+                self.resize(self._entries * self._entry_size)
 
     def flush(self) -> None:
         """Write the entries (and the file's length) to disk."""
         with self._write_lock:
-            if self._closed:
+            if self._retired or not self._dirty:
                 return
-            if self._mmap is not None and self._writable:
-                self._mmap.flush()
-            fd = os.open(self._path, os.O_RDONLY)
+            self._pin()
             try:
-                os.fsync(fd)
+                os.fsync(self._file.fd)  # type: ignore[union-attr]  # covers stores through the mapping too
+                self._dirty = False
             finally:
-                os.close(fd)
+                self._unpin()
 
     def close(self) -> None:
-        """Trim the file to its real entries and unmap it. Closing twice is harmless."""
+        """Trim the file to its real entries and close it. Closing twice is harmless."""
         with self._write_lock:
-            if self._closed:
+            if self._retired:
                 return
             if self._writable:
                 self.trim_to_valid_size()
-            self._unmap()
+            self._retire()
 
-    def _unmap(self) -> None:
-        with self._remap_lock:
-            self._closed = True
-            if self._mmap is not None:
-                self._mmap.close()
-                self._mmap = None
-            if self._write_fd >= 0:
-                os.close(self._write_fd)
-                self._write_fd = -1
+    def evict(self) -> bool:
+        """Close the descriptor now when idle (it reopens on use); True when closed."""
+        return self._budget.evict_idle(self)
 
     def rename(self, new_path: str | os.PathLike) -> None:
-        """Rename the file; the mapping (and so the index) stays usable."""
+        """Rename the file; the index stays usable (a reopen takes the new name)."""
         with self._write_lock:
             new_path = os.fspath(new_path)
-            os.rename(self._path, new_path)
-            self._path = new_path
+            with self._budget.no_opens():  # a reader's reopen meanwhile would look for the old name
+                os.rename(self._path, new_path)
+                self._path = new_path
 
     def delete_if_exists(self) -> bool:
-        """Unmap (without trimming) and delete the file; False when it was already gone."""
+        """Close (without trimming) and delete the file; False when it was already gone."""
         with self._write_lock:
-            if not self._closed:
-                self._unmap()
+            if not self._retired:
+                self._retire()
             try:
                 os.unlink(self._path)
             except FileNotFoundError:
@@ -388,10 +439,11 @@ class IndexFile:
     # -- subclass hooks ------------------------------------------------------------
 
     def _last_raw_entry(self) -> tuple[Any, ...] | None:
-        """The last entry, read by the writer (no lock: only the writer changes the mapping)."""
+        """The last entry, read by the writer or at first open, pinned (no lock: only the
+        writer changes the mapping)."""
         if self._entries == 0:
             return None
-        return self._unpack_from(self._mmap, (self._entries - 1) * self._entry_size)  # type: ignore[arg-type]
+        return self._unpack_from(self._mapping(), (self._entries - 1) * self._entry_size)
 
     def _on_entries_changed(self) -> None:
         """Refresh values cached from the last entry after open, truncation or resize."""
@@ -412,3 +464,29 @@ class IndexFile:
     def sanity_check(self) -> None:
         """Raise CorruptIndexError when the file cannot be a valid index."""
         raise NotImplementedError
+
+
+class _Pinned:
+    """IndexFile._writing(): the write lock, the writability checks and a pin."""
+
+    __slots__ = ("_index",)
+
+    def __init__(self, index: IndexFile):
+        self._index = index
+
+    def __enter__(self) -> None:
+        index = self._index
+        index._write_lock.acquire()
+        try:
+            index._require_writable()
+            index._pin()
+        except BaseException:
+            index._write_lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        index = self._index
+        try:
+            index._unpin()
+        finally:
+            index._write_lock.release()

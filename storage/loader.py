@@ -9,12 +9,14 @@ Order, as Kafka does it:
    short: the segments it replaces (its offset range) go, and it takes the final
    name. The result is either the old or the new data, never a loss.
 3. `.log` files are opened; index files without a `.log` go; a missing or
-   untrustworthy index is rebuilt from its `.log`. Without a clean shutdown the
-   index files of the segments step 4 recovers (the one holding the recovery
-   point and every later one) are neither checked nor rebuilt here, and are cut
-   to one page before they are opened: step 4 rebuilds them, and an index a
-   crash left preallocated is megabytes of sparse file whose last page opening
-   would fault in.
+   untrustworthy index (segment.sanity_check: entries out of order or pointing
+   past the `.log`) is rebuilt from its `.log`. Each segment's files are closed
+   again once checked; they reopen on use, so a log of many segments needs only
+   a few descriptors at a time. Without a clean shutdown the index files of the
+   segments step 4 recovers (the one holding the recovery point and every later
+   one) are neither checked nor rebuilt here, and are cut to one page before
+   they are opened: step 4 rebuilds them, and an index a crash left
+   preallocated is megabytes of sparse file whose last page opening would fault in.
 4. Without a clean shutdown, every segment from the recovery point on is
    scanned: entries validated, indexes rebuilt, the file cut at the first bad or
    partial entry, and every later segment dropped (as Kafka, the whole segment
@@ -171,7 +173,9 @@ class LogLoader:
         for base in bases:
             if base >= to_recover:
                 self._shrink_indexes(base)  # step 4 rebuilds them
-                segments.add(self._open(base))
+                segment = self._open(base)
+                segments.add(segment)
+                segment.evict()
                 continue
             index_missing = not all(
                 os.path.exists(os.path.join(self.directory, f"{base:020d}{s}")) for s in (".index", ".timeindex"))
@@ -184,6 +188,9 @@ class LogLoader:
                 except CorruptIndexError:
                     self._rebuild(segment)
             segments.add(segment)
+            # Startup never needs every segment open at once: a checked segment's
+            # files close now and reopen on their next use (storage/open_files.py).
+            segment.evict()
         return segments
 
     def _shrink_indexes(self, base: int) -> None:

@@ -9,6 +9,10 @@ Contract:
   partition's big append never stalls the event loop.
 - `append` returns only after the data is written (and fsynced when
   `flush.messages` says so): an acknowledged append survives a process crash.
+- An OSError of an append or a flush (disk full, I/O error) raises
+  KafkaStorageError (code 56) through `io_errors` (storage/io_errors.py: one
+  log line per episode); the failed append leaves the log as it was (the
+  segment cuts back what it wrote), so appends resume as soon as writes work.
 - A roll schedules no fsync of its own: `flush_rolled()` (called by the
   manager's periodic task) fsyncs segments that rolled and moves the recovery
   point, as Kafka's asynchronous flush-on-roll does.
@@ -38,13 +42,14 @@ from __future__ import annotations
 import os
 import random
 import threading
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from .clock import SYSTEM_CLOCK, SystemClock
 from .config import LogConfig
 from .errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
 from .file_records import FileSlice
 from .fileutil import segment_file_name
+from .io_errors import StorageErrorEpisodes
 from .loader import LogLoader
 from .producer_state import ProducerStateManager, logger as producer_state_logger
 from .records import validate_and_assign
@@ -84,7 +89,8 @@ class Log:
                  segments: LogSegments, *, log_start_offset: int, recovery_point: int,
                  next_offset: int, clock: SystemClock = SYSTEM_CLOCK,
                  rng: random.Random | None = None,
-                 producer_state: ProducerStateManager | None = None):
+                 producer_state: ProducerStateManager | None = None,
+                 io_errors: StorageErrorEpisodes | None = None):
         self.directory = directory
         self.topic = topic
         self.partition = partition
@@ -97,6 +103,7 @@ class Log:
         self._recovery_point = recovery_point
         self._last_flush_ms = clock.monotonic_ms()
         self._closed = False
+        self.io_errors = io_errors or StorageErrorEpisodes(directory)
         # (offset, bytes) of the producer state at the last flush that reached the log end,
         # waiting for the next recovery-point checkpoint to be written as a snapshot.
         self._flushed_state: tuple[int, bytes] | None = None
@@ -113,7 +120,8 @@ class Log:
     @classmethod
     def open(cls, directory: str, topic: str, partition: int, config: LogConfig, *,
              log_start_offset: int = 0, recovery_point: int = 0, had_clean_shutdown: bool = False,
-             clock: SystemClock = SYSTEM_CLOCK, rng: random.Random | None = None) -> "Log":
+             clock: SystemClock = SYSTEM_CLOCK, rng: random.Random | None = None,
+             io_errors: StorageErrorEpisodes | None = None) -> "Log":
         """Open (creating if needed) and recover the log in `directory`."""
         os.makedirs(directory, exist_ok=True)
         rng = rng or random.Random()
@@ -126,7 +134,8 @@ class Log:
                             recovery_point=loaded.recovery_point, log_start=loaded.log_start_offset)
         return cls(directory, topic, partition, config, loaded.segments,
                    log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
-                   next_offset=loaded.next_offset, clock=clock, rng=rng, producer_state=producer_state)
+                   next_offset=loaded.next_offset, clock=clock, rng=rng, producer_state=producer_state,
+                   io_errors=io_errors)
 
     # ---- state --------------------------------------------------------------------
 
@@ -181,9 +190,13 @@ class Log:
             if size > config.segment_bytes:
                 raise RecordListTooLargeError(
                     f"message set of {size} bytes is larger than segment.bytes {config.segment_bytes}")
-            segment = self._maybe_roll(size, validated, now, config)
-            segment.append(validated.last_offset, validated,
-                           min(RESERVE_AHEAD_BYTES, config.segment_bytes))
+            try:
+                segment = self._maybe_roll(size, validated, now, config)
+                segment.append(validated.last_offset, validated,
+                               min(RESERVE_AHEAD_BYTES, config.segment_bytes))
+            except OSError as e:
+                raise self.io_errors.failed(e, operation="append", log_name=self.name) from None
+            self.io_errors.succeeded()
             self._end = LogEnd(validated.last_offset + 1, segment, segment.size)
             if producer_update is not None:
                 self.producer_state.apply(producer_update, self._end.offset)
@@ -227,8 +240,13 @@ class Log:
                                   roll_jitter_ms=roll_jitter_ms(config, self._rng), clock=self._clock)
         self.segments.add(segment)
         self._end = LogEnd(self._end.offset, segment, 0)
-        # Kafka snapshots the producer state at every roll, at the new segment's base.
-        self.producer_state.take_snapshot(new_base, self._clock.time_ms())
+        # Kafka snapshots the producer state at every roll, at the new segment's base. The
+        # snapshot only spares a later start some reading: a failure (a full disk) does
+        # not fail the append that rolled.
+        try:
+            self.producer_state.take_snapshot(new_base, self._clock.time_ms())
+        except OSError as e:
+            self.io_errors.failed(e, operation="producer state snapshot", log_name=self.name)
         return segment
 
     # ---- reading ------------------------------------------------------------------
@@ -273,15 +291,19 @@ class Log:
                 return found
         return None
 
-    def increase_log_start_offset(self, new_start: int) -> int:
+    def increase_log_start_offset(self, new_start: int, persist: Callable[[int], None] | None = None) -> int:
         """Move the log start offset forward to `new_start` (DELETE_RECORDS); records
-        below it can no longer be read. Returns the log start offset."""
+        below it can no longer be read. Returns the log start offset. `persist(new_start)`
+        runs first, under the lock (LogManager writes the checkpoint): when it raises,
+        nothing changes."""
         with self._lock:
             self._check_open()
             if new_start > self._end.offset:
                 raise OffsetOutOfRangeError(
                     f"offset {new_start} is past the log end {self._end.offset} of {self.name}")
             if new_start > self._log_start_offset:
+                if persist is not None:
+                    persist(new_start)
                 self._update_log_start_offset(new_start)
             return self._log_start_offset
 
@@ -324,10 +346,13 @@ class Log:
         target = self._end.offset if up_to is None else min(up_to, self._end.offset)
         if target <= self._recovery_point:
             return
-        for segment in self.segments.snapshot().from_offset(self._recovery_point):
-            if segment.base_offset >= target:
-                break
-            segment.flush()
+        try:
+            for segment in self.segments.snapshot().from_offset(self._recovery_point):
+                if segment.base_offset >= target:
+                    break
+                segment.flush()
+        except OSError as e:
+            raise self.io_errors.failed(e, operation="flush", log_name=self.name) from None
         with self._lock:
             self._recovery_point = max(self._recovery_point, target)
             self._last_flush_ms = self._clock.monotonic_ms()
@@ -342,7 +367,11 @@ class Log:
             pending, self._flushed_state = self._flushed_state, None
         if pending is None:
             return False
-        return self.producer_state.write_snapshot(*pending)
+        try:
+            return self.producer_state.write_snapshot(*pending)
+        except OSError as e:  # a full disk: an unclean start replays from an older snapshot
+            self.io_errors.failed(e, operation="producer state snapshot", log_name=self.name)
+            return False
 
     def prune_snapshots(self, checkpointed_recovery_point: int) -> int:
         """Delete the snapshots below the newest one at or below the recovery point on

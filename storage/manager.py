@@ -10,15 +10,31 @@ Contract:
   num.recovery.threads.per.data.dir); progress is logged as Kafka does per log
   directory: `logs_recovered` with recovered/total logs, bytes and elapsed time,
   at every tenth of the logs and at the end, then `logs_loaded`.
-- `shutdown()` flushes and closes every log (the same number of threads),
-  writes both checkpoints (recovery point = log end) and, last, the marker:
-  after it, a restart scans no data.
+- `shutdown()` flushes and closes every log (on as many threads), writes both
+  checkpoints (recovery point = log end) and, last, the marker: after it, a
+  restart scans no data.
 - `checkpoint()` writes the producer-state snapshots captured by flushes that
   reached the log end, then the recovery-point and log-start checkpoints, then
   prunes snapshots no start will use (storage/log.py, storage/producer_state.py):
-  an unclean start finds a snapshot at (or just below) each recovery point.
-- Deleting a partition renames its directory to `<name>.<id>-delete` first, so a
-  crash half-way never brings the partition back; startup removes leftovers.
+  an unclean start finds a snapshot at (or just below) each recovery point. A
+  snapshot that cannot be written (a full disk) counts in the storage error
+  episode and the checkpoint goes on.
+- Deleting a partition renames its directory to `<topic>-<partition>.<id>-delete`
+  (storage/names.py: the topic part cut short so the name stays within 255 bytes)
+  first, so a crash half-way never brings the partition back; startup removes
+  leftovers. A partition directory that fails to open and that `startup(known=...)`
+  says no registered topic owns is renamed `...-stray` and left for the operator;
+  startup goes on.
+- Disk errors: every log shares `io_errors` (storage/io_errors.py: an OSError of
+  an append answers KAFKA_STORAGE_ERROR, one log line per episode). The data
+  directory keeps `space_reserve` (storage/space_reserve.py), given up when a
+  write that frees space or closes cleanly (topic deletion, DELETE_RECORDS,
+  shutdown checkpoints) meets a full disk, and restored by `flush_due` once space
+  has come back.
+- `set_log_start_offset` (DELETE_RECORDS) writes the checkpoint holding the new
+  start before the log's memory moves: an answered deletion survives a crash, a
+  failed one changes nothing. Checkpoint writes are serialized, so a periodic
+  checkpoint never writes a start older than one already written.
 - Topic configuration lives with the caller: `config_for(topic)` gives each
   log its LogConfig.
 - Retention: `delete_old_segments()` runs one pass over every log and
@@ -30,12 +46,12 @@ Contract:
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -44,11 +60,15 @@ import structlog
 from .checkpoint import OffsetCheckpointFile
 from .clock import SYSTEM_CLOCK, SystemClock
 from .config import LogConfig
-from .errors import KafkaStorageError
+from .errors import KafkaStorageError, StrataError
 from .fileutil import atomic_write, fsync_dir
+from .io_errors import StorageErrorEpisodes
 from .log import Log
-from .names import DELETE_DIR_SUFFIX, parse_partition_dir_name, partition_dir_name, validate_topic_name
+from .names import (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX, delete_dir_name,
+                    parse_partition_dir_name, partition_dir_name, stray_dir_name, validate_topic_name)
+from .open_files import OPEN_FILES
 from .retention import RetentionResult, run_retention
+from .space_reserve import SpaceReserve
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
@@ -78,50 +98,59 @@ class LogManager:
         self._recovery_points = OffsetCheckpointFile(os.path.join(self.data_dir, RECOVERY_POINT_CHECKPOINT))
         self._log_starts = OffsetCheckpointFile(os.path.join(self.data_dir, LOG_START_OFFSET_CHECKPOINT))
         self.cleaner = None  # the broker's LogCleaner (storage/log_cleaner.py), when it runs one
+        self.io_errors = StorageErrorEpisodes(self.data_dir)
+        self.space_reserve = SpaceReserve(self.data_dir)
+        self._checkpoint_lock = threading.Lock()  # one checkpoint write at a time
 
     # ---- start and stop ------------------------------------------------------------
 
-    def startup(self) -> None:
+    def startup(self, known: Callable[[str, int], bool] | None = None) -> None:
+        """Open every partition directory. `known(topic, partition)`: whether a
+        registered topic owns a partition; a directory it does not own that fails
+        to open is renamed `-stray` instead of failing the start."""
         os.makedirs(self.data_dir, exist_ok=True)
         self._take_directory_lock()
+        self.space_reserve.ensure()
         marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
         self.had_clean_shutdown = os.path.exists(marker)
         recovery_points = self._recovery_points.read()
         log_starts = self._log_starts.read()
-        found: list[tuple[TopicPartition, str]] = []
+        found: list[tuple[str, TopicPartition]] = []
         for name in sorted(os.listdir(self.data_dir)):
             path = os.path.join(self.data_dir, name)
             if not os.path.isdir(path):
                 continue
             if name.endswith(DELETE_DIR_SUFFIX):
                 shutil.rmtree(path, ignore_errors=True)
+                log.info("deleted_directory_removed", directory=path)
                 continue
             parsed = parse_partition_dir_name(name)
             if parsed is None:
-                log.warning("skipping_directory", directory=path, reason="not <topic>-<partition>")
+                reason = ("set aside earlier" if name.endswith((STRAY_DIR_SUFFIX, FUTURE_DIR_SUFFIX))
+                          else "not <topic>-<partition>")
+                log.warning("skipping_directory", directory=path, reason=reason)
                 continue
-            found.append((parsed, path))
+            found.append((path, parsed))
 
-        def open_one(item: tuple[TopicPartition, str]) -> Log:
-            (topic, partition), path = item
-            return Log.open(path, topic, partition, self.config_for(topic),
-                            log_start_offset=log_starts.get((topic, partition), 0),
-                            recovery_point=recovery_points.get((topic, partition), 0),
-                            had_clean_shutdown=self.had_clean_shutdown, clock=self.clock)
+        def open_one(item: tuple[str, TopicPartition]) -> Log | None:
+            path, tp = item
+            return self._open_at_startup(path, tp, log_starts.get(tp, 0), recovery_points.get(tp, 0), known)
 
         progress = _RecoveryProgress(self.data_dir, len(found), self.had_clean_shutdown, self.recovery_threads)
-        for (tp, _), opened in zip(found, self._in_parallel(open_one, found, progress.done)):
-            self._logs[tp] = opened
+        for (_, tp), opened in zip(found, self._in_parallel(open_one, found, progress.done)):
+            if opened is not None:
+                self._logs[tp] = opened
         if self.had_clean_shutdown:
             os.unlink(marker)
             fsync_dir(self.data_dir)
         log.info("logs_loaded", data_dir=self.data_dir, logs=len(self._logs),
                  clean_shutdown=self.had_clean_shutdown, elapsed_ms=progress.elapsed_ms())
 
-    def _in_parallel(self, work: Callable, items: list, done: Callable[[Log], None]) -> list:
+    def _in_parallel(self, work: Callable, items: list, done: Callable) -> list:
         """`work(item)` for every item on `recovery_threads` threads, results in the
         items' order; `done(result)` runs (on the worker) as each finishes. The first
-        failure is raised once every started item has finished."""
+        failure is raised once every started item has finished, the logs opened by
+        the others closed."""
         if self.recovery_threads == 1 or len(items) <= 1:
             results = []
             for item in items:
@@ -134,10 +163,10 @@ class LogManager:
             done(result)
             return result
 
+        failure: BaseException | None = None
+        results = []
         with ThreadPoolExecutor(self.recovery_threads, thread_name_prefix="strata-recovery") as pool:
             futures = [pool.submit(run, item) for item in items]
-            failure = None
-            results = []
             for future in futures:
                 try:
                     results.append(future.result())
@@ -153,6 +182,34 @@ class LogManager:
             raise failure
         return results
 
+    def _open_at_startup(self, path: str, tp: TopicPartition, log_start_offset: int, recovery_point: int,
+                         known: Callable[[str, int], bool] | None) -> Log | None:
+        """Open (recovering) one partition directory; None when it failed and was set
+        aside (`known` says no topic owns it); raises when a topic owns it."""
+        topic, partition = tp
+        try:
+            return Log.open(path, topic, partition, self.config_for(topic), log_start_offset=log_start_offset,
+                            recovery_point=recovery_point, had_clean_shutdown=self.had_clean_shutdown,
+                            clock=self.clock, io_errors=self.io_errors)
+        except (OSError, StrataError) as e:
+            if known is None or known(topic, partition):
+                raise
+            self._set_aside(path, topic, partition, e)
+            return None
+
+    def _set_aside(self, path: str, topic: str, partition: int, error: Exception) -> None:
+        """Rename a partition directory no topic owns and that cannot be opened to
+        `-stray`, so that the broker starts and nothing in it is lost."""
+        stray = os.path.join(self.data_dir, stray_dir_name(topic, partition))
+        try:
+            os.rename(path, stray)
+            fsync_dir(self.data_dir)
+        except OSError as e:
+            log.error("stray_directory_rename_failed", directory=path, error=str(e))
+            return
+        log.error("stray_directory", directory=path, renamed_to=stray, error=str(error),
+                  reason="not in the topic registry and cannot be opened")
+
     def _take_directory_lock(self) -> None:
         fd = os.open(os.path.join(self.data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
@@ -163,18 +220,27 @@ class LogManager:
         self._lock_fd = fd
 
     def shutdown(self) -> None:
-        """Flush and close every log, write the checkpoints, then the marker."""
+        """Flush and close every log, write the checkpoints, then the marker. A log
+        that fails to flush is logged and the marker is not written (the next start
+        recovers); the checkpoints may use the space reserve."""
         with self._lock:
             logs = list(self._logs.values())
 
-        def close_one(one: Log) -> Log:
-            one.flush()
+        def close_one(one: Log) -> bool:
+            flushed = True
+            try:
+                one.flush()
+            except (OSError, StrataError) as e:
+                flushed = False
+                log.error("log_flush_failed", log=one.name, error=str(e))
             one.close()
-            return one
+            return flushed
 
-        self._in_parallel(close_one, logs, lambda one: None)
-        self.checkpoint()
-        atomic_write(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), b"")
+        clean = all(self._in_parallel(close_one, logs, lambda flushed: None))
+        self.space_reserve.run("shutdown checkpoint", self.checkpoint)
+        if clean:
+            marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
+            self.space_reserve.run("clean shutdown marker", lambda: atomic_write(marker, b""))
         with self._lock:
             self._logs.clear()
         if self._lock_fd is not None:
@@ -197,6 +263,15 @@ class LogManager:
             out.setdefault(topic, []).append(partition)
         return out
 
+    def has_partition_directories(self, topic: str) -> bool:
+        """Whether any `<topic>-<partition>` directory of `topic` is in the data
+        directory (open as a log or not: one whose deletion failed)."""
+        for name in os.listdir(self.data_dir):
+            parsed = parse_partition_dir_name(name)
+            if parsed is not None and parsed[0] == topic:
+                return True
+        return False
+
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
         validate_topic_name(topic)
         if partition < 0:
@@ -206,11 +281,33 @@ class LogManager:
             if existing is not None:
                 return existing
             path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
-            created = Log.open(path, topic, partition, config or self.config_for(topic),
-                               had_clean_shutdown=True, clock=self.clock)
-            fsync_dir(self.data_dir)
+            new_directory = not os.path.exists(path)
+            try:
+                created = Log.open(path, topic, partition, config or self.config_for(topic),
+                                   had_clean_shutdown=True, clock=self.clock,
+                                   io_errors=self.io_errors)
+                fsync_dir(self.data_dir)
+            except OSError as e:
+                if new_directory:
+                    self._remove_partial_directory(path, e)
+                raise KafkaStorageError(
+                    f"cannot create the log of {topic}-{partition}: {e.strerror or e}") from e
             self._logs[(topic, partition)] = created
             return created
+
+    def _remove_partial_directory(self, path: str, error: OSError) -> None:
+        """Remove what a failed get_or_create_log left of a directory it was creating,
+        so that the next start does not adopt a half-made partition. Out of
+        descriptors (EMFILE), idle data files are closed first to make room."""
+        if error.errno in (errno.EMFILE, errno.ENFILE):
+            OPEN_FILES.close_idle()
+        shutil.rmtree(path, ignore_errors=True)
+        try:
+            fsync_dir(self.data_dir)
+        except OSError:
+            pass  # the directory is gone either way; a crash now leaves at most an empty one
+        if os.path.exists(path):
+            log.error("partial_log_directory_left", directory=path, error=str(error))
 
     def delete_log(self, topic: str, partition: int) -> None:
         with self._lock:
@@ -220,7 +317,7 @@ class LogManager:
         if self.cleaner is not None:
             self.cleaner.abort(topic, partition)  # waits until no clean of it runs
         doomed.close()  # a fetch still sending keeps its file open until released
-        renamed = f"{doomed.directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        renamed = os.path.join(os.path.dirname(doomed.directory), delete_dir_name(topic, partition))
         os.rename(doomed.directory, renamed)
         fsync_dir(self.data_dir)
         shutil.rmtree(renamed, ignore_errors=True)
@@ -229,14 +326,46 @@ class LogManager:
 
     def checkpoint(self) -> None:
         """Write the recovery points and log start offsets (Kafka's text format), with
-        the producer-state snapshots at the recovery points written first."""
+        the producer-state snapshots at the recovery points written first and the
+        snapshots no start will use pruned after."""
+        with self._checkpoint_lock:
+            snapshotted = [one for one in self.logs() if one.write_checkpoint_snapshot()]
+            recovery_points = self._write_checkpoints({})
+            for one in snapshotted:
+                checkpointed = recovery_points.get((one.topic, one.partition))
+                if checkpointed is not None:
+                    one.prune_snapshots(checkpointed)
+
+    def periodic_checkpoint(self) -> None:
+        """`checkpoint()` for the broker's periodic task: a failed write (a full
+        disk) counts in the storage error episode instead of logging a traceback
+        per interval; the next interval writes again."""
+        try:
+            self.checkpoint()
+        except OSError as e:
+            self.io_errors.failed(e, operation="checkpoint", log_name=self.data_dir)
+
+    def _write_checkpoints(self, starts: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Both checkpoints, with `starts` over the logs' own start offsets (lock held);
+        returns the recovery points written."""
         logs = self.logs_by_partition()
-        snapshotted = [(tp, one) for tp, one in logs.items() if one.write_checkpoint_snapshot()]
-        recovery_points = {tp: one.recovery_point for tp, one in logs.items()}
+        log_starts = {tp: starts.get(tp, one.log_start_offset) for tp, one in logs.items()}
+        recovery_points = {tp: max(one.recovery_point, log_starts[tp]) for tp, one in logs.items()}
         self._recovery_points.write(recovery_points)
-        self._log_starts.write({tp: one.log_start_offset for tp, one in logs.items()})
-        for tp, one in snapshotted:
-            one.prune_snapshots(recovery_points[tp])
+        self._log_starts.write(log_starts)
+        return recovery_points
+
+    def set_log_start_offset(self, one: Log, offset: int) -> int:
+        """DELETE_RECORDS: move `one`'s log start to `offset` (never back); the
+        checkpoint holding it is written first (using the space reserve on a full
+        disk), then the log's memory. Returns the log start offset."""
+        tp = (one.topic, one.partition)
+
+        def persist(start: int) -> None:
+            self.space_reserve.run("delete records checkpoint", lambda: self._write_checkpoints({tp: start}))
+
+        with self._checkpoint_lock:
+            return one.increase_log_start_offset(offset, persist=persist)
 
     def delete_old_segments(self, now_ms: int | None = None) -> list[RetentionResult]:
         """One retention pass over every log (Kafka's cleanupLogs; storage/retention.py)."""
@@ -249,10 +378,15 @@ class LogManager:
         return sum(one.delete_due_files(now) for one in self.logs())
 
     def flush_due(self) -> None:
-        """fsync rolled segments and logs past their `flush.ms`."""
+        """fsync rolled segments and logs past their `flush.ms`; re-create the
+        space reserve once space has come back."""
         for one in self.logs():
-            one.flush_rolled()
-            one.maybe_flush()
+            try:
+                one.flush_rolled()
+                one.maybe_flush()
+            except KafkaStorageError:
+                continue  # logged once per episode (io_errors); the next pass tries again
+        self.space_reserve.maybe_restore()
 
     def logs_by_partition(self) -> dict[TopicPartition, Log]:
         with self._lock:
@@ -278,8 +412,9 @@ class _RecoveryProgress:
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self._started) * 1000)
 
-    def done(self, opened: Log) -> None:
-        size = opened.size_in_bytes
+    def done(self, opened: Log | None) -> None:
+        """One log opened (None: a directory set aside)."""
+        size = opened.size_in_bytes if opened is not None else 0
         with self._lock:
             self._done += 1
             self._bytes += size

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 from . import native
 from .clock import SystemClock
-from .errors import CorruptIndexError, CorruptRecordError, InvalidOffsetError
+from .errors import CorruptRecordError, InvalidOffsetError
 from .file_records import FileRecords, FileSlice
 from .fileutil import segment_file_name
 from .offset_index import OffsetIndex
@@ -265,9 +265,28 @@ class LogSegment:
             raise InvalidOffsetError(
                 f"offset {largest_offset} does not fit segment {self.base_offset}")
         physical_position = self.log.size
+        best = self._max_ts_and_offset()
+        try:
+            self._write(validated, physical_position, best, reserve_ahead)
+        except OSError:
+            self._undo_append(validated.first_offset, physical_position, best)
+            raise
+
+    def _undo_append(self, first_offset: int, position: int, best: TimestampOffset) -> None:
+        """After a failed write (disk full, I/O error): drop what the append added,
+        so that the segment is as before it. The log's file is cut back by
+        FileRecords.append itself when its own write failed."""
+        if self.log.size > position:
+            self.log.truncate_to(position)
+        self.offset_index.truncate_to(first_offset)
+        self.time_index.truncate_to(first_offset)
+        self._max_timestamp_and_offset = best
+        if position == 0:
+            self._rolling_based_timestamp = None
+
+    def _write(self, validated, physical_position: int, best: TimestampOffset, reserve_ahead: int) -> None:
         if physical_position == 0:
             self._rolling_based_timestamp = validated.max_timestamp
-        best = self._max_ts_and_offset()
         self.log.append(validated.buffer, reserve_ahead)
         size = len(validated.buffer)
         since = self._bytes_since_last_index_entry
@@ -460,18 +479,12 @@ class LogSegment:
         self.time_index.resize(max_index_size)
 
     def sanity_check(self) -> None:
-        """Raise when an index file cannot be trusted (the loader then rebuilds)."""
-        self.offset_index.sanity_check()
+        """Raise CorruptIndexError when an index file cannot be trusted (the loader
+        then rebuilds): Kafka's checks pass an index left preallocated with zeros by a
+        crash or with garbage inside; these do not: entries must be ordered and point
+        inside the .log."""
+        self.offset_index.sanity_check(self.log.size)
         self.time_index.sanity_check()
-        # Kafka's checks pass an index left preallocated with zeros by a crash;
-        # these cheap ones do not: entries must grow and point inside the file.
-        index = self.offset_index
-        if index.entries:
-            last_offset, last_position = index.entry(index.entries - 1)
-            if last_position > self.log.size:
-                raise CorruptIndexError(f"{index.path}: last entry points past the end of the log")
-            if index.entries > 1 and index.entry(index.entries - 2)[0] >= last_offset:
-                raise CorruptIndexError(f"{index.path}: entries do not grow")
 
     # ---- durability and life cycle --------------------------------------------------
 
@@ -485,6 +498,13 @@ class LogSegment:
             if not f.path.endswith(old_suffix):
                 raise ValueError(f"{f.path} does not end with {old_suffix!r}")
             f.rename(f.path[: len(f.path) - len(old_suffix)] + new_suffix)
+
+    def evict(self) -> None:
+        """Close the files' descriptors now where idle; they reopen on their next use
+        (the loader does this for each segment it has checked)."""
+        self.log.evict()
+        self.offset_index.evict()
+        self.time_index.evict()
 
     def close(self) -> None:
         best = self._max_timestamp_and_offset

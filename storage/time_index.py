@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from .errors import CorruptIndexError, InvalidOffsetError
 from .index_file import DEFAULT_MAX_INDEX_SIZE, IndexFile
+from .open_files import OpenFiles
 
 NO_TIMESTAMP = -1
 
@@ -41,19 +42,21 @@ class TimeIndex(IndexFile):
     FREE_SLOTS_KEPT = 1  # for the entry a roll or close adds with skip_full_check
 
     def __init__(self, path: str | os.PathLike, base_offset: int,
-                 max_index_size: int = DEFAULT_MAX_INDEX_SIZE, writable: bool = True):
+                 max_index_size: int = DEFAULT_MAX_INDEX_SIZE, writable: bool = True,
+                 budget: OpenFiles | None = None):
         self._last_entry = TimestampOffset(NO_TIMESTAMP, base_offset)
-        super().__init__(path, base_offset, max_index_size, writable)
+        super().__init__(path, base_offset, max_index_size, writable, budget)
 
     @property
     def last_entry(self) -> TimestampOffset:
         """The last entry, or (-1, base_offset) when empty."""
+        if not self._loaded:
+            self._ensure_loaded()
         return self._last_entry
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Add (timestamp, offset) when the timestamp exceeds the last entry's."""
-        with self._write_lock:
-            self._require_writable()
+        with self._writing():
             if not skip_full_check and self.is_full():
                 raise InvalidOffsetError(f"attempt to append to a full time index {self._path} "
                                          f"({self._entries} entries)")
@@ -92,21 +95,35 @@ class TimeIndex(IndexFile):
         return TimestampOffset(timestamp, self._base_offset + relative)
 
     def sanity_check(self) -> None:
-        last = self._last_entry
-        if self._entries != 0:
-            first_timestamp = self._raw_entry(0)[0]
-            if last.timestamp < first_timestamp:
-                raise CorruptIndexError(
-                    f"corrupt time index {self._path}: it has entries but the last timestamp "
-                    f"{last.timestamp} is below the first timestamp {first_timestamp}")
-            if last.offset < self._base_offset:
-                raise CorruptIndexError(
-                    f"corrupt time index {self._path}: it has entries but the last offset "
-                    f"{last.offset} is below the base offset {self._base_offset}")
+        """Raise CorruptIndexError unless the entries are ordered: timestamps and
+        relative offsets non-decreasing, offsets from 0 up (Kafka checks only the
+        length and the last entry). The last two entries are checked first: equal
+        ones (a file preallocated with zeros by a crash) cannot be, since appends
+        take strictly increasing timestamps; then every entry, in C."""
+        self._ensure_loaded()
         if self._length % self._entry_size != 0:
             raise CorruptIndexError(
                 f"time index file {self._path} is corrupt: {self._length} bytes is not a multiple "
                 f"of {self._entry_size}")
+        count = self._entries
+        if count == 0:
+            return
+        last = self._raw_entry(count - 1)
+        if last[1] < 0:
+            raise CorruptIndexError(
+                f"corrupt time index {self._path}: it has entries but the last offset "
+                f"{self._base_offset + last[1]} is below the base offset {self._base_offset}")
+        if count > 1:
+            before = self._raw_entry(count - 2)
+            if before[0] >= last[0] or before[1] > last[1]:
+                raise CorruptIndexError(f"corrupt time index {self._path}: the last timestamps do not grow")
+        fields = struct.unpack(">" + "qi" * count, self._entries_bytes())
+        timestamps, offsets = fields[0::2], fields[1::2]
+        if list(timestamps) != sorted(timestamps):
+            raise CorruptIndexError(f"corrupt time index {self._path}: timestamps do not ascend")
+        if offsets[0] < 0 or list(offsets) != sorted(offsets):
+            raise CorruptIndexError(
+                f"corrupt time index {self._path}: offsets do not ascend from the base offset {self._base_offset}")
 
     def _cache_last(self, last) -> None:
         self._last_entry = (TimestampOffset(NO_TIMESTAMP, self._base_offset) if last is None

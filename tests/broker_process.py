@@ -12,6 +12,7 @@ Contract:
   gets a Kafka port of its own (0 by default), never 9092, so brokers of tests
   running in parallel never collide. If the process exits before it is ready,
   `start()` raises BrokerStartFailed carrying the exit code and stderr.
+  `open_files_limit=(soft, hard)` sets the child's RLIMIT_NOFILE before exec.
 - `stop(sig=SIGTERM)` signals the broker and returns its exit code;
   `kill()` is `stop(SIGKILL)`; `restart()` starts it again on the same data
   directory (stderr of every run goes to one file). `stderr_text()` and `log_events()` (the JSON log
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import selectors
 import signal
 import subprocess
@@ -73,8 +75,10 @@ def run_serve(*args: str, env: dict[str, str] | None = None, timeout: float = ST
 
 class BrokerProcess:
     def __init__(self, data_dir: str | os.PathLike, *extra_args: str, env: dict[str, str] | None = None,
-                 host: str = "127.0.0.1", port: int = 0, kafka_port: int | None = 0):
+                 host: str = "127.0.0.1", port: int = 0, kafka_port: int | None = 0,
+                 open_files_limit: tuple[int, int] | None = None):
         self.data_dir = str(data_dir)
+        self.open_files_limit = open_files_limit
         self.extra_args = list(extra_args)
         self.env = env
         self.host = host
@@ -114,7 +118,7 @@ class BrokerProcess:
         with open(self._stderr_path, "ab") as stderr:  # every run of this broker, appended
             self.proc = subprocess.Popen(serve_command(*args), cwd=ROOT, env=_env(self.env),
                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=stderr)
+                                         stderr=stderr, preexec_fn=self._preexec())
         deadline = time.monotonic() + timeout
         line = self._read_ready_line(deadline, READY_PREFIX)
         address = line[len(READY_PREFIX):].strip()
@@ -124,6 +128,17 @@ class BrokerProcess:
             line = self._read_ready_line(deadline, KAFKA_READY_PREFIX)
             self.kafka_port = int(line[len(KAFKA_READY_PREFIX):].strip().rpartition(":")[2])
         return self
+
+    def _preexec(self):
+        """`open_files_limit=(soft, hard)`: RLIMIT_NOFILE set in the child before exec."""
+        if self.open_files_limit is None:
+            return None
+        limits = self.open_files_limit
+
+        def set_limit() -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+
+        return set_limit
 
     def _read_ready_line(self, deadline: float, prefix: str) -> str:
         assert self.proc is not None and self.proc.stdout is not None

@@ -15,17 +15,18 @@ def kafka_codec():
 
 @pytest.fixture
 def broker(tmp_path):
-    """Factory: `broker(*serve_args, data_dir=None, env=None)` starts the real broker
+    """Factory: `broker(*serve_args, data_dir=None, env=None, **options)` starts the real broker
     (`python -m broker serve`) on 127.0.0.1 and a free port and returns a
     tests.broker_process.BrokerProcess (host, port, data_dir, stop(), kill(),
-    restart(), log_events()). Every broker started is killed on teardown."""
+    restart(), log_events()); `options` go to BrokerProcess (open_files_limit=...).
+    Every broker started is killed on teardown."""
     from tests.broker_process import BrokerProcess
 
     started = []
 
-    def start(*serve_args, data_dir=None, env=None):
+    def start(*serve_args, data_dir=None, env=None, **options):
         directory = data_dir if data_dir is not None else tmp_path / f"broker-{len(started)}"
-        process = BrokerProcess(directory, *serve_args, env=env)
+        process = BrokerProcess(directory, *serve_args, env=env, **options)
         started.append(process)
         return process.start()
 

@@ -8,6 +8,7 @@ from storage.config import LogConfig
 from storage.errors import InvalidTopicError, KafkaStorageError
 from storage.manager import CLEAN_SHUTDOWN_FILE, LogManager
 from storage.records import build_batch
+from storage.space_reserve import RESERVE_FILE
 
 from .test_log import read_all
 
@@ -76,7 +77,7 @@ def test_bad_topic_names_never_reach_the_file_system(tmp_path, clock):
     for name in ("..", ".", "", "a/b", "../../etc", "x" * 250, "naïve"):
         with pytest.raises(InvalidTopicError):
             m.get_or_create_log(name, 0)
-    assert sorted(os.listdir(tmp_path / "data")) == [".lock"]
+    assert sorted(os.listdir(tmp_path / "data")) == [".lock", RESERVE_FILE]
     m.shutdown()
 
 

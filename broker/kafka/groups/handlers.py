@@ -22,6 +22,8 @@ from .coordinator import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NONE, NON_EMPTY_G
 # FindCoordinator key types
 GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2
 COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+KAFKA_STORAGE_ERROR = 56
 INVALID_REQUEST = 42
 UNKNOWN_TOPIC_OR_PARTITION = 3
 UNKNOWN_TOPIC_ID = 100
@@ -51,6 +53,13 @@ def _opt(cls: type, name: str, value: str | None) -> str | None:
     if value is None and not _nullable(cls, name):
         return ""
     return value
+
+
+def coordinator_error_code(e: StrataError) -> int:
+    """What a group request answers for a failed write of the offsets log, as
+    Kafka's coordinator does (CoordinatorOperationExceptionHelper): a disk error
+    is NOT_COORDINATOR, which clients retry after looking the coordinator up."""
+    return NOT_COORDINATOR if e.code == KAFKA_STORAGE_ERROR else e.code
 
 
 def client_host(peer: Any) -> str:
@@ -213,7 +222,7 @@ class GroupHandlers:
             except StrataError as e:
                 errors = [e] * len(entries)
             for (ti, pi), e in zip(where, errors):
-                codes[ti][pi] = e.code if e is not None else NONE
+                codes[ti][pi] = coordinator_error_code(e) if e is not None else NONE
         topics = []
         for topic, row in zip(req.topics, codes):
             parts = tuple(make(PartR, partition_index=p.partition_index, error_code=code)
@@ -341,7 +350,7 @@ class GroupHandlers:
                         await self.apis.blocking(self.apis.offsets.delete_group_offsets, group_id, None)
                     self.coordinator.delete(group_id)
                 except StrataError as e:
-                    error = e.code
+                    error = coordinator_error_code(e)
             results.append(make(ResultR, group_id=group_id, error_code=error))
         return make(R, throttle_time=0, results=tuple(results))
 
@@ -381,7 +390,10 @@ class GroupHandlers:
                     doomed.append((topic.name, p.partition_index))
             codes.append(row)
         if doomed:
-            await self.apis.blocking(offsets.delete_group_offsets, group_id, doomed)
+            try:
+                await self.apis.blocking(offsets.delete_group_offsets, group_id, doomed)
+            except StrataError as e:
+                return make(R, error_code=coordinator_error_code(e), throttle_time=0, topics=())
         topics_out = tuple(
             make(TopicR, name=topic.name,
                  partitions=tuple(make(PartR, partition_index=p.partition_index, error_code=code)
