@@ -40,9 +40,9 @@ Contract:
   The newest readable one that is left is loaded (a corrupt one is logged,
   deleted, and the next older tried; older ones off segment bases are deleted)
   and the log is replayed batch header by batch header from its offset to the
-  log end (`batches_replayed`). Without any
-  snapshot the replay starts at the first segment, except after a clean shutdown
-  (a log from before snapshots were written for every log: Kafka's upgrade case).
+  log end (`loaded_from`, `batches_replayed`). Without any snapshot the replay
+  starts at the first segment, except after a clean shutdown (a log from before
+  snapshots were written for every log: Kafka's upgrade case).
 - Old snapshots go as in Kafka: `delete_snapshots_below(offset)` when the log
   start moves (retention, DELETE_RECORDS); `prune_snapshots(...)` after a
   recovery-point checkpoint keeps the snapshots at segment bases and every one
