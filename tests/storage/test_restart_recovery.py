@@ -3,11 +3,14 @@ recovery from the newest snapshot at or below the recovery point, corrupt snapsh
 snapshot pruning, and the manager's parallel startup with progress lines
 (storage/producer_state.py, storage/log.py, storage/loader.py, storage/manager.py)."""
 
+import errno
 import os
 import shutil
 
 import pytest
 import structlog
+
+import storage.producer_state
 
 from storage.config import LogConfig
 from storage.errors import OutOfOrderSequenceError
@@ -289,3 +292,21 @@ def test_garbage_in_preallocated_indexes_above_the_recovery_point_is_rebuilt(ope
     assert again.offset_for_timestamp(TS + 59).offset == 59
     assert [r.offset for r in read_all(again)] == list(range(60))
     assert again.append(build_batch([(b"k", b"v", TS + 60)])).first_offset == 60
+
+
+def test_a_snapshot_that_cannot_be_written_fails_neither_the_roll_nor_the_checkpoint(open_log, monkeypatch):
+    def full_disk(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    log = open_log()
+    log.append(idem(0, 2))
+    log.flush()
+    monkeypatch.setattr(storage.producer_state, "atomic_write", full_disk)
+    assert not log.write_checkpoint_snapshot()
+    log.roll()
+    assert log.append(idem(2, 2)).first_offset == 2
+    assert snapshots(log) == []
+    monkeypatch.undo()
+    again = crash_and_reopen(open_log, log)  # no snapshot: replayed from the first segment
+    assert again.producer_state.loaded_from == 0
+    assert again.append(idem(2, 2)).first_offset == 2
