@@ -13,6 +13,9 @@ refused, and every partition holds each record exactly once, in order.
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -30,6 +33,7 @@ PARTITIONS = 4
 BEFORE_STOP = 30  # records per partition from confluent-kafka before the clean stop
 BEFORE_KILL = 12  # and after the restart, before kill -9
 IDEMPOTENT = {"enable.idempotence": True, "acks": "all", "linger.ms": 1}
+HANG_GUARD_S = 60.0
 
 
 def produce_round(bootstrap: str, topic: str, tag: str, count: int) -> None:
@@ -93,4 +97,47 @@ def test_kill_9_keeps_idempotent_producer_state_and_recovers_from_snapshots(tmp_
                 assert sorted(v for v in got if v.startswith(b"w")) == sorted(wire_values)
                 got = [v for v in got if not v.startswith(b"w")]
             assert got == expected[p]  # every record once, in order
+        assert broker.stop() == 0
+
+
+def checkpointed_recovery_point(data_dir, topic: str) -> int | None:
+    try:
+        with open(os.path.join(data_dir, "recovery-point-offset-checkpoint")) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines[2:]:
+        name, partition, offset = line.split()
+        if (name, partition) == (topic, "0"):
+            return int(offset)
+    return None
+
+
+def test_kill_9_recovers_from_the_snapshot_written_at_the_recovery_point_checkpoint(tmp_path):
+    """With a flush after every append and a fast checkpoint, the periodic checkpoint
+    writes a snapshot at each log's recovery point; after kill -9 the start replays
+    only what came after it (no clean stop in between)."""
+    broker = BrokerProcess(tmp_path / "data", "--set", "log.flush.interval.messages=1",
+                           "--set", "log.flush.offset.checkpoint.interval.ms=100",
+                           "--set", "log.initial.task.delay.ms=0")
+    with broker.start():
+        topic = create_topic(broker.bootstrap, unique_name("checkpoint"), 1)
+        with KafkaWire(*broker.kafka_address) as conn:
+            pid = init_pid(conn)
+            for seq in range(0, 20, 2):
+                assert send(conn, topic, batch(pid, seq, tag=b"w")) == (ErrorCode.none, seq)
+            snapshot = os.path.join(broker.data_dir, f"{topic}-0", "%020d.snapshot" % 20)
+            deadline = time.monotonic() + HANG_GUARD_S
+            while not (os.path.exists(snapshot) and checkpointed_recovery_point(broker.data_dir, topic) == 20):
+                assert time.monotonic() < deadline, "no checkpoint with its snapshot at offset 20"
+                time.sleep(0.05)
+            broker.kill()
+        broker.restart()
+        events = broker.log_events()
+        this_start = events[max(i for i, e in enumerate(events) if e.get("event") == "logs_recovering"):]
+        assert this_start[0]["clean_shutdown"] is False
+        assert not [e for e in this_start if e.get("event") == "producer_state_rebuild"]
+        with KafkaWire(*broker.kafka_address) as conn:
+            assert send(conn, topic, batch(pid, 18, tag=b"w")) == (ErrorCode.none, 18)  # deduped
+            assert send(conn, topic, batch(pid, 20, tag=b"w")) == (ErrorCode.none, 20)
         assert broker.stop() == 0
