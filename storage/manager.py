@@ -415,14 +415,14 @@ class _RecoveryProgress:
     def done(self, opened: Log | None) -> None:
         """One log opened (None: a directory set aside)."""
         size = opened.size_in_bytes if opened is not None else 0
-        with self._lock:
+        with self._lock:  # held while logging, so that the lines come out in order
             self._done += 1
             self._bytes += size
-            done, total, size_so_far = self._done, self.total, self._bytes
+            done, total = self._done, self.total
             tenths = done * PROGRESS_STEPS // total
             if tenths <= self._tenths_logged:
                 return
             self._tenths_logged = tenths
-        log.info("logs_recovered", data_dir=self.data_dir, recovered=done, total=total,
-                 progress=f"{done}/{total}", bytes=size_so_far, elapsed_ms=self.elapsed_ms(),
-                 clean_shutdown=self.clean)
+            log.info("logs_recovered", data_dir=self.data_dir, recovered=done, total=total,
+                     progress=f"{done}/{total}", bytes=self._bytes, elapsed_ms=self.elapsed_ms(),
+                     clean_shutdown=self.clean)
