@@ -42,7 +42,8 @@ Contract:
   and the log is replayed batch header by batch header from its offset to the
   log end (`loaded_from`, `batches_replayed`). Without any snapshot the replay
   starts at the first segment, except after a clean shutdown (a log from before
-  snapshots were written for every log: Kafka's upgrade case).
+  snapshots were written for every log: Kafka's upgrade case, which also takes an
+  empty snapshot at the log end of such a log when it holds data).
 - Old snapshots go as in Kafka: `delete_snapshots_below(offset)` when the log
   start moves (retention, DELETE_RECORDS); `prune_snapshots(...)` after a
   recovery-point checkpoint keeps the snapshots at segment bases and every one
@@ -349,6 +350,8 @@ class ProducerStateManager:
             self._delete_snapshot(offset)
         if not self._snapshot_offsets and had_clean_shutdown:
             self.loaded_from = self.map_end_offset = log_end
+            if log_end > 0:
+                self._snapshot_upgraded_log(log_end)
             return
         start = None
         for offset in reversed(list(self._snapshot_offsets)):
@@ -381,6 +384,15 @@ class ProducerStateManager:
             logger.info("producer_state_loaded", log=self.name, snapshot=self.latest_snapshot_offset,
                         from_offset=start, batches_replayed=self.batches_replayed,
                         producers=len(self.producers))
+
+    def _snapshot_upgraded_log(self, log_end: int) -> None:
+        """A log with data, no snapshot and a clean shutdown comes from before every log
+        had snapshots: like Kafka, take an (empty) one at the log end, so that a crash
+        before its first roll or close does not make the next start rescan it whole."""
+        try:
+            self.take_snapshot(log_end)
+        except OSError as e:
+            logger.warning("producer_snapshot_failed", log=self.name, offset=log_end, error=str(e))
 
     def _replay_from(self, segments, start: int) -> int:
         """Replay every tracked batch from `start` to the log end; returns the batches read."""

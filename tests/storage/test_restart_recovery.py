@@ -310,3 +310,21 @@ def test_a_snapshot_that_cannot_be_written_fails_neither_the_roll_nor_the_checkp
     again = crash_and_reopen(open_log, log)  # no snapshot: replayed from the first segment
     assert again.producer_state.loaded_from == 0
     assert again.append(idem(2, 2)).first_offset == 2
+
+
+def test_a_log_from_before_snapshots_gets_one_at_a_clean_start(open_log):
+    log = open_log()
+    log.append(build_batch([(b"k", b"v", TS)] * 3))
+    log.close()
+    for name in snapshots(log):  # as a log written before every log had snapshots
+        os.unlink(os.path.join(log.directory, name))
+    again = open_log()
+    assert snapshot_offsets(again) == [3]
+    again.append(build_batch([(b"k", b"v", TS)]))
+    crashed = crash_and_reopen(open_log, again)  # recovery point 3: the snapshot is used
+    assert crashed.producer_state.loaded_from == 3
+
+
+def test_a_new_empty_log_writes_no_snapshot(open_log):
+    log = open_log()
+    assert snapshots(log) == []
