@@ -53,9 +53,11 @@ from storage.manager import LogManager
 from storage.open_files import OPEN_FILES, raise_nofile_limit
 
 from .config import BrokerConfig
+from .connection_limits import ConnectionLimits
 from .handlers import Handlers
 from .kafka import KafkaApis
 from .kafka.state import KafkaState
+from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
 from .topics import TopicRegistry
 
@@ -100,9 +102,17 @@ class BrokerApp:
         manager = LogManager(config.data_dir, config_for=registry.log_config,
                              recovery_threads=config.num_recovery_threads_per_data_dir)
         self.handlers = handlers = Handlers(config, manager, registry, self.executor, loop)
+        # One memory pool, one set of connection limits and one bad-request log for
+        # both listeners (Kafka's queued.max.request.bytes and ConnectionQuotas are
+        # broker-wide).
         limits = dict(max_frame_bytes=config.socket_request_max_bytes,
                       max_queued_requests=config.max_queued_requests,
-                      write_buffer_high=config.write_buffer_high)
+                      write_buffer_high=config.write_buffer_high,
+                      bad_requests=handlers.bad_requests,
+                      memory=RequestMemory(config.queued_max_request_bytes),
+                      limits=ConnectionLimits(config.max_connections, config.max_connections_per_ip,
+                                              config.max_connections_per_ip_overrides),
+                      idle_ms=config.connections_max_idle_ms)
         self.server = server = BrokerServer(handlers, **limits)
         servers = [server]
         kafka_server = None
@@ -231,6 +241,8 @@ class BrokerApp:
             await loop.run_in_executor(None, self.executor.shutdown, True)
         if self.manager is not None:
             await loop.run_in_executor(None, self.manager.shutdown)
+        if self.handlers is not None:
+            self.handlers.bad_requests.close()  # counts not yet reported
         stats = self.server.stats.as_dict() if self.server is not None else {}
         kafka_stats = self.kafka_server.stats.as_dict() if self.kafka_server is not None else None
         appends = dataclasses.asdict(self.handlers.append_stats) if self.handlers is not None else None

@@ -69,6 +69,20 @@ def _non_empty(v: str) -> str | None:
     return None if v else "must not be empty"
 
 
+def _not_zero_or_below_minus_one(v: int) -> str | None:
+    return None if v == -1 or v > 0 else "must be -1 (no bound) or positive"
+
+
+def _overrides_complaint(v: str) -> str | None:
+    from .connection_limits import parse_overrides
+
+    try:
+        parse_overrides(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def parse_listener(text: str) -> tuple[str, str, int]:
     """`NAME://HOST:PORT` (HOST may be empty or a bracketed IPv6 address) ->
     (name, host, port); ValueError when malformed."""
@@ -113,6 +127,18 @@ KEYS: tuple[BrokerKey, ...] = (
               "port 0 = the bound port"),
     BrokerKey("socket.request.max.bytes", "int", 104_857_600, _at_least(1),
               "largest request frame; a larger one is answered INVALID_REQUEST and the connection closed"),
+    BrokerKey("queued.max.request.bytes", "long", 104_857_600, _not_zero_or_below_minus_one,
+              "bytes of requests being received or waiting for their answer, broker-wide; when "
+              "spent the broker stops reading from connections until requests are answered "
+              "(-1 = no bound, Kafka's default; Strata bounds by default)"),
+    BrokerKey("connections.max.idle.ms", "long", 600_000, _at_least(-1),
+              "close a connection after this long without a request or a reply (-1 = never)"),
+    BrokerKey("max.connections", "int", INT_MAX, _at_least(0),
+              "most connections the broker accepts over both listeners; more are closed at once"),
+    BrokerKey("max.connections.per.ip", "int", INT_MAX, _at_least(0),
+              "most connections from one IP address; more are closed at once"),
+    BrokerKey("max.connections.per.ip.overrides", "string", "", _overrides_complaint,
+              "per-IP (or host name) exceptions to max.connections.per.ip: host:count,host:count"),
     BrokerKey("num.io.threads", "int", 8, _at_least(1),
               "threads doing blocking storage work (appends, reads, flushes, topic changes)"),
     BrokerKey("num.recovery.threads.per.data.dir", "int", 1, _at_least(1),
@@ -435,6 +461,26 @@ class BrokerConfig:
     @property
     def socket_request_max_bytes(self) -> int:
         return self.values["socket.request.max.bytes"]
+
+    @property
+    def queued_max_request_bytes(self) -> int:
+        return self.values["queued.max.request.bytes"]
+
+    @property
+    def connections_max_idle_ms(self) -> int:
+        return self.values["connections.max.idle.ms"]
+
+    @property
+    def max_connections(self) -> int:
+        return self.values["max.connections"]
+
+    @property
+    def max_connections_per_ip(self) -> int:
+        return self.values["max.connections.per.ip"]
+
+    @property
+    def max_connections_per_ip_overrides(self) -> str:
+        return self.values["max.connections.per.ip.overrides"]
 
     @property
     def num_partitions(self) -> int:

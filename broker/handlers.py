@@ -100,6 +100,7 @@ from storage.names import validate_topic_name
 from . import internal_topics
 from .config import BrokerConfig
 from .group_offsets import GroupOffsets
+from .log_limiter import BadRequestLog
 from .topics import TopicRegistry
 
 Part = Union[bytes, FileSlice]
@@ -275,6 +276,8 @@ class Handlers:
         self._inline_backoff_until = 0.0  # loop.time() before which large appends use the executor
         self.append_stats = AppendStats()
         self.shutting_down = False
+        # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
+        self.bad_requests = BadRequestLog(log, loop=loop)
         self.offsets = GroupOffsets(registry, self._internal_log,
                                     metadata_max_bytes=config.offset_metadata_max_bytes,
                                     on_append=self._notify_threadsafe)
@@ -300,7 +303,7 @@ class Handlers:
         try:
             request = parse_request(frame)
         except ProtocolError as e:
-            log.debug("bad_request", error=str(e))
+            self.bad_requests.record(peer, "bad_request", error=str(e), peer=peer)
             return [error_response(e.code)]
         try:
             return await self._dispatch[type(request)](request)
@@ -459,7 +462,7 @@ class Handlers:
                 return None
             result = self._append_inline(one, message_set)
         except ProtocolError as e:
-            log.debug("bad_request", error=str(e))
+            self.bad_requests.record(peer, "bad_request", error=str(e), peer=peer)
             return [error_response(e.code)]
         except StrataError as e:
             return [error_response(self._error_code(e, one) if one is not None else e.code)]

@@ -30,7 +30,9 @@ Contract:
   order, each one when its own append is done. Any other request breaks the streak
   and waits for every earlier reply, as before. `stats.begun_early` counts them.
 - A frame over `socket.request.max.bytes` is answered INVALID_REQUEST (after the
-  responses to the requests before it) and the connection is closed. A frame the
+  responses to the requests before it) and the connection is closed. Bad frames
+  are logged through the broker's `BadRequestLog` (rate-limited per connection
+  and reason, with a broker-wide cap: broker/log_limiter.py). A frame the
   codec cannot parse is answered by the handlers and the connection stays open.
 - The server serves any `RequestHandlers`: the native `Handlers` and the Kafka
   listener's `broker.kafka.KafkaApis` share this machinery (flow control, order,
@@ -53,6 +55,16 @@ Flow control (a slow or stalled reader never makes the broker buffer without bou
   stops at the high-water mark: the next frames queue), so per connection the
   broker holds at most: one socket read + the queued frames + one reply in memory
   + the write buffer (<= high-water mark + the largest single write).
+- Reading also pauses while a frame of 16 KiB or more cannot begin because the
+  broker-wide `RequestMemory` (queued.max.request.bytes) is spent; it resumes
+  when answered requests (or closed connections) give memory back. A frame's
+  reservation is released once every request read on its connection is
+  answered. Buffers grow as bytes arrive (protocol/framing.py).
+- Connections: `ConnectionLimits` (max.connections, max.connections.per.ip and
+  overrides, shared by both listeners) may refuse a new connection, which is
+  closed at once; connections.max.idle.ms closes connections with nothing in
+  flight and no read or reply for that long. After a burst of closes the server
+  collects garbage and calls malloc_trim(0), so their memory leaves the RSS.
 - `stats` counts pauses so tests can watch this happen.
 
 Zero-copy FETCH, and why this design (option "a"): uvloop implements neither
@@ -79,6 +91,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import os
 import socket
 from collections import deque
@@ -88,13 +101,20 @@ from typing import Any, Protocol, Union
 import structlog
 
 from protocol import FrameTooLarge, ProtocolError
-from protocol.framing import FramePool, FrameReader
+from protocol.framing import FramePool, FrameReader, ScratchBuffers
 from storage.file_records import FileSlice
 
+from .connection_limits import ConnectionLimits
 from .handlers import Reply
+from .log_limiter import BadRequestLog
+from .request_memory import RequestMemory, give_back_memory
 
 SENDFILE_FALLBACK_CHUNK = 16 * 1024
 LISTEN_BACKLOG = 1024
+TRIM_AFTER_CLOSES = 64  # connections closed before the C heap's free memory is given back
+TRIM_DELAY_S = 0.5  # after the first of them: one trim per burst of closes
+IDLE_CHECK_MIN_S = 0.05  # how often idle connections are looked for: a quarter of
+IDLE_CHECK_MAX_S = 10.0  # connections.max.idle.ms, within these bounds
 SENDFILE_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", -1))
 
 log = structlog.get_logger("strata.server")
@@ -141,6 +161,8 @@ class ServerStats:
     write_pauses: int = 0
     max_queued_requests: int = 0  # the most requests ever queued on one connection
     begun_early: int = 0  # requests begun before their turn (pipelined PRODUCEs, `begin`)
+    connections_refused: int = 0  # over max.connections / max.connections.per.ip
+    idle_closed: int = 0  # closed after connections.max.idle.ms without activity
     answered_at_once: int = 0  # requests answered by the fast path (`handle_now`), sent whole or not
 
     def as_dict(self) -> dict[str, int]:
@@ -222,7 +244,8 @@ class Connection(asyncio.BufferedProtocol):
         self.write_high = server.write_buffer_high
         self.transport: asyncio.Transport | None = None
         self.peer: Any = None
-        self.decoder = FrameReader(server.max_frame_bytes, pool=server.frame_pool)
+        self.decoder = FrameReader(server.max_frame_bytes, pool=server.frame_pool, memory=server.memory,
+                                   scratch=server.scratch)
         # BufferedProtocol.get_buffer: where the next bytes from the socket go, straight
         # into the frame being received when it is a large one. The decoder's own bound
         # method (uvloop keeps the one it finds here): a Python call less per read.
@@ -249,12 +272,20 @@ class Connection(asyncio.BufferedProtocol):
         self._idle: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
         self.closed = server.loop.create_future()
+        self.ip: str | None = None  # counted in the server's ConnectionLimits while open
+        self.last_active = server.loop.time()  # the last read or reply (connections.max.idle.ms)
+        self.held_memory = 0  # RequestMemory bytes of frames read and not yet answered
+        self._waiting_for_memory = False
 
     # ---- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.transport = transport
         self.peer = transport.get_extra_info("peername")
+        if not self.server.admit(self):
+            self.fatal = True
+            transport.abort()  # over max.connections(.per.ip): closed at once, as Kafka
+            return
         sock = transport.get_extra_info("socket")
         self._fd = sock.fileno() if sock is not None else -1
         transport.set_write_buffer_limits(high=self.write_high, low=self.write_high // 4)
@@ -266,8 +297,11 @@ class Connection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         if self.fatal or self.lost:
             return
+        self.last_active = self.server.loop.time()
         if self.decoder.buffer_updated(nbytes):
             self._take_frames()
+        elif self.decoder.waiting_for_memory:
+            self._wait_for_memory()
 
     def eof_received(self) -> bool:
         self.eof = True
@@ -283,6 +317,12 @@ class Connection(asyncio.BufferedProtocol):
             self._task.cancel()
         self.server.connection_lost(self)
         self.queue.clear()
+        memory = self.server.memory
+        if self._waiting_for_memory:
+            memory.forget(self._memory_available)
+        memory.release(self.held_memory + self.decoder.reserved_in_progress)
+        self.held_memory = self.decoder.reserved_in_progress = 0
+        self.decoder.close()
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -321,11 +361,13 @@ class Connection(asyncio.BufferedProtocol):
             except FrameTooLarge as e:
                 self.fatal = True
                 stats.frames_too_large += 1
-                log.warning("frame_too_large", peer=self.peer, size=e.size, limit=e.limit)
+                self.server.bad_requests.record(self.peer, "frame_too_large", peer=self.peer, size=e.size,
+                                                limit=e.limit)
                 self.queue.append(_Fatal(e))
                 self._streak = None
                 break
             except ProtocolError as e:
+                self.server.bad_requests.record(self.peer, "bad_frame", peer=self.peer, error=str(e))
                 reply = self.handlers.bad_frame_reply(e)  # framing is still in step
                 if reply is None:
                     self.fatal = True
@@ -366,9 +408,31 @@ class Connection(asyncio.BufferedProtocol):
             self.queue.append(frame)
         if len(self.queue) > stats.max_queued_requests:
             stats.max_queued_requests = len(self.queue)
+        self.held_memory += self.decoder.take_reserved()
+        if self.held_memory and not (self.queue or self.busy):  # every request read is answered
+            self.server.memory.release(self.held_memory)
+            self.held_memory = 0
+        if self.decoder.waiting_for_memory:
+            self._wait_for_memory()
         if self.queue:
             self._wake()
         self._update_reading()
+
+    def _wait_for_memory(self) -> None:
+        """queued.max.request.bytes is spent: read nothing more until memory comes back."""
+        if not self._waiting_for_memory:
+            self._waiting_for_memory = True
+            self.server.memory.wait(self._memory_available)
+        self._update_reading()
+
+    def _memory_available(self) -> None:
+        self._waiting_for_memory = False
+        if self.lost:
+            return
+        if not self.decoder.retry_memory():
+            self._wait_for_memory()  # spent again: wait for the next release
+            return
+        self._take_frames()
 
     def _write_now(self, reply: Reply) -> Reply | None:
         """Write a reply now: bytes through the transport, a FileSlice by sendfile
@@ -399,7 +463,7 @@ class Connection(asyncio.BufferedProtocol):
         if self.lost or self.transport is None:
             return
         want = not (self.fatal or self.eof or self.draining or self.write_paused
-                    or self.in_flight >= self.max_queued)
+                    or self.in_flight >= self.max_queued or self.decoder.waiting_for_memory)
         if want and not self.reading:
             self.reading = True
             self.transport.resume_reading()
@@ -417,6 +481,11 @@ class Connection(asyncio.BufferedProtocol):
     def abort(self) -> None:
         if self.transport is not None and not self.lost:
             self.transport.abort()
+
+    def close_idle(self) -> None:
+        """connections.max.idle.ms passed with nothing in flight: close."""
+        if self.transport is not None and not self.lost:
+            self.transport.close()
 
     # ---- the request task -----------------------------------------------------------------------
 
@@ -462,6 +531,7 @@ class Connection(asyncio.BufferedProtocol):
                         await self._write_reply(reply)
                 self.server.stats.requests += 1
                 self.busy = 0
+                self.last_active = self.server.loop.time()
                 self._take_frames()  # room again: frames waiting in the decoder
         except asyncio.CancelledError:
             if not self.lost:
@@ -576,8 +646,20 @@ class BrokerServer:
     """The listening socket and every open connection."""
 
     def __init__(self, handlers: RequestHandlers, *, max_frame_bytes: int, max_queued_requests: int,
-                 write_buffer_high: int):
+                 write_buffer_high: int, bad_requests: BadRequestLog | None = None,
+                 memory: RequestMemory | None = None, limits: ConnectionLimits | None = None,
+                 idle_ms: int = -1):
         self.handlers = handlers
+        # Shared by the broker's listeners: queued.max.request.bytes, max.connections*.
+        self.memory = memory or RequestMemory()
+        self.limits = limits
+        self.idle_s = idle_ms / 1000 if idle_ms >= 0 else None  # connections.max.idle.ms
+        self.scratch = ScratchBuffers()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._closed_since_trim = 0
+        self._trim_timer: asyncio.TimerHandle | None = None
+        # Bad frames are logged rate-limited (shared by the broker's listeners).
+        self.bad_requests = bad_requests or BadRequestLog(log, loop=handlers.loop)
         self.loop = handlers.loop
         self.max_frame_bytes = max_frame_bytes
         self.max_queued_requests = max_queued_requests
@@ -611,17 +693,75 @@ class BrokerServer:
         sockname = self._server.sockets[0].getsockname()
         return sockname[0], sockname[1]
 
+    def admit(self, conn: Connection) -> bool:
+        """Count a new connection against max.connections(.per.ip); False: refused."""
+        if self.limits is None:
+            return True
+        ip = conn.peer[0] if isinstance(conn.peer, tuple) and conn.peer else str(conn.peer)
+        reason = self.limits.admit(ip)
+        if reason is not None:
+            self.stats.connections_refused += 1
+            self.bad_requests.record(conn.peer, "connection_refused", peer=conn.peer, reason=reason)
+            return False
+        conn.ip = ip
+        return True
+
     def connection_made(self, conn: Connection) -> None:
         self.connections.add(conn)
         self.stats.connections_accepted += 1
+        if self.idle_s is not None and self._idle_timer is None:
+            self._schedule_idle_check()
         log.debug("connection_opened", peer=conn.peer)
 
     def connection_lost(self, conn: Connection) -> None:
         self.connections.discard(conn)
+        if conn.ip is not None and self.limits is not None:
+            self.limits.release(conn.ip)
+            conn.ip = None
+        self.bad_requests.connection_closed(conn.peer)
         log.debug("connection_closed", peer=conn.peer)
+        self._closed_since_trim += 1
+        if self._closed_since_trim >= TRIM_AFTER_CLOSES and self._trim_timer is None:
+            self._trim_timer = self.loop.call_later(TRIM_DELAY_S, self._trim)
+
+    def _trim(self) -> None:
+        """Many connections closed: give the C heap's free memory back to the system
+        (their buffers and objects were freed, but glibc keeps freed heap memory)."""
+        self._trim_timer = None
+        self._closed_since_trim = 0
+        gc.collect()  # closed connections in reference cycles (task <-> connection) go now
+        give_back_memory()
+
+    # ---- connections.max.idle.ms ----
+
+    def _schedule_idle_check(self) -> None:
+        assert self.idle_s is not None
+        self._idle_timer = self.loop.call_later(max(IDLE_CHECK_MIN_S, min(self.idle_s / 4, IDLE_CHECK_MAX_S)),
+                                                self._close_idle)
+
+    def _close_idle(self) -> None:
+        """Close connections with nothing in flight and no read or reply for
+        connections.max.idle.ms, as Kafka's Selector does."""
+        self._idle_timer = None
+        assert self.idle_s is not None
+        deadline = self.loop.time() - self.idle_s
+        closed = 0
+        for conn in list(self.connections):
+            if conn.last_active <= deadline and not conn.in_flight and not conn.lost:
+                conn.close_idle()
+                closed += 1
+        if closed:
+            self.stats.idle_closed += closed
+            log.debug("idle_connections_closed", count=closed, idle_ms=int(self.idle_s * 1000))
+        if self.connections and not self.closing:
+            self._schedule_idle_check()
 
     async def shutdown(self, timeout: float) -> None:
         self.closing = True
+        for timer in (self._idle_timer, self._trim_timer):
+            if timer is not None:
+                timer.cancel()
+        self._idle_timer = self._trim_timer = None
         if self._server is not None:
             self._server.close()
         self.handlers.begin_shutdown()

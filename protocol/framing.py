@@ -42,7 +42,7 @@ from __future__ import annotations
 import struct
 import sys
 from collections import deque
-from typing import Iterator
+from typing import Iterator, Protocol
 
 from .errors import ErrorCode, ProtocolError
 
@@ -229,6 +229,40 @@ class FramePool:
         return memoryview(buf)[:size]
 
 
+class ScratchBuffers:
+    """FrameReaders' scratch buffers, lent while a reader has unconsumed bytes.
+
+    A reader takes one when bytes arrive and gives it back once every byte in it
+    is consumed, so an idle connection holds none (64 KiB each, 2,000 idle
+    connections: 128 MiB otherwise). Up to `keep` free buffers are kept for the
+    next reads. Not thread-safe (the event loop's thread)."""
+
+    __slots__ = ("keep", "_free")
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._free: list[tuple[bytearray, memoryview]] = []
+
+    def take(self, size: int) -> tuple[bytearray, memoryview]:
+        if self._free and len(self._free[-1][0]) == size:
+            return self._free.pop()
+        buf = bytearray(size)
+        return buf, memoryview(buf)
+
+    def give(self, buf: bytearray, view: memoryview) -> None:
+        if len(self._free) < self.keep and len(buf) == SCRATCH_BYTES:
+            self._free.append((buf, view))
+
+
+class RequestMemoryPool(Protocol):
+    """What FrameReader reserves a large frame's bytes from (broker/request_memory.py)."""
+
+    def reserve(self, n: int) -> bool: ...
+
+
+INITIAL_FRAME_BYTES = 256 * 1024  # a large frame's first buffer; it doubles as bytes arrive
+
+
 class FrameReader:
     """Frames received straight into their final buffer: the receiving side of an
     `asyncio.BufferedProtocol` (the broker's connections).
@@ -239,13 +273,28 @@ class FrameReader:
     - `get_buffer()` returns a writable memoryview to receive into and
       `buffer_updated(n)` says how many bytes landed there (the BufferedProtocol
       calls). `feed(data)` does both with a copy, for tests and tools.
-    - Sizes and small frames land in one reusable scratch buffer (SCRATCH_BYTES); a
-      complete small frame is copied out into a bytearray of its own. Once the size
-      of a frame of DIRECT_MIN_BYTES or more has been read, its buffer is taken
-      (from `pool` when given: see FramePool; else a new bytearray), the bytes
-      already received are copied in and `get_buffer` hands out the rest of it, so
-      the socket's bytes are written once, by the kernel, where the frame will
-      stay: a 1 MiB PRODUCE is not copied in Python (but for its first piece).
+    - Sizes and small frames land in a scratch buffer (SCRATCH_BYTES), lent by
+      `scratch` (ScratchBuffers) while it holds unconsumed bytes and given back
+      when it is empty; a complete small frame is copied out into a bytearray of
+      its own. Once the size of a frame of DIRECT_MIN_BYTES or more has been read,
+      the frame gets a buffer of its own (from `pool` when given: see FramePool),
+      the bytes already received are copied in and `get_buffer` hands out the rest
+      of it, so the socket's bytes are written by the kernel where the frame will
+      stay. That buffer grows as the bytes arrive, never ahead of them: it starts
+      at INITIAL_FRAME_BYTES (or what is already here, or the whole frame if
+      smaller) and doubles each time it is full, up to the announced size, so a
+      connection that announces 100 MB and sends nothing costs 256 KiB, not
+      100 MB (a frame of up to INITIAL_FRAME_BYTES is received without a copy;
+      beyond, each growth copies what arrived: under one extra copy in all).
+    - `memory` (optional, broker/request_memory.py): a large frame's announced size
+      is reserved there before its buffer is made (`reserve(size)`, as Kafka's
+      NetworkReceive allocates from the request memory pool); when it refuses,
+      `waiting_for_memory` is True, nothing more is received, and the owner pauses
+      reading until `retry_memory()` succeeds. Once begun, a frame is never stopped
+      halfway (it could wait for memory only it holds). `take_reserved()` hands the
+      bytes reserved for frames already returned to the owner, who releases them
+      when the request is answered; `reserved_in_progress` is what the frame being
+      received holds (released by the owner when the connection closes).
     - Every frame is a writable memoryview over a buffer no one else is using, so a
       handler may patch it (an append validates in place) and keep it.
     - Bytes received while nobody takes frames stay in the scratch buffer (the owner
@@ -253,34 +302,54 @@ class FrameReader:
       rather than fail.
     """
 
-    __slots__ = ("max_frame_bytes", "pool", "_scratch", "_scratch_view", "_start", "_end", "_frame",
-                 "_filled", "_into_frame", "_broken")
+    __slots__ = ("max_frame_bytes", "pool", "memory", "scratch", "_scratch", "_scratch_view", "_start",
+                 "_end", "_frame", "_size", "_filled", "_into_frame", "_broken", "waiting_for_memory",
+                 "reserved_in_progress", "_returned_reserved")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *,
-                 pool: FramePool | None = None, scratch_bytes: int = SCRATCH_BYTES) -> None:
+                 pool: FramePool | None = None, memory: RequestMemoryPool | None = None,
+                 scratch: ScratchBuffers | None = None) -> None:
         self.max_frame_bytes = max_frame_bytes
         self.pool = pool
-        self._scratch = bytearray(max(scratch_bytes, SIZE.size + MIN_FRAME))
-        self._scratch_view = memoryview(self._scratch)  # sliced for each receive (never resized)
+        self.memory = memory
+        self.scratch = scratch if scratch is not None else ScratchBuffers(keep=1)
+        self._scratch: bytearray | None = None  # lent while it holds unconsumed bytes
+        self._scratch_view: memoryview | None = None  # sliced for each receive (never resized)
         self._start = 0  # unconsumed scratch bytes are [_start, _end)
         self._end = 0
-        self._frame: memoryview | None = None  # the large frame being received directly
+        self._frame: memoryview | None = None  # the large frame's buffer (may still grow)
+        self._size = 0  # the large frame's announced size
         self._filled = 0
         self._into_frame = False  # the last get_buffer handed out the frame's rest
         self._broken: FrameTooLarge | None = None
+        self.waiting_for_memory = False
+        self.reserved_in_progress = 0  # reserved for the frame being received
+        self._returned_reserved = 0  # reserved for frames returned, not yet taken by the owner
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""
         return self._end - self._start + self._filled + (SIZE.size if self._frame is not None else 0)
 
+    def take_reserved(self) -> int:
+        n, self._returned_reserved = self._returned_reserved, 0
+        return n
+
     def get_buffer(self, sizehint: int = -1) -> memoryview:
         frame = self._frame
-        if frame is not None and self._filled < len(frame):
+        if frame is not None and self._filled < self._size:
+            if self._filled == len(frame):  # full: room for the next bytes, as they come
+                self._grow()
+                frame = self._frame
+                assert frame is not None
             self._into_frame = True
             return frame[self._filled:]
         self._into_frame = False
         scratch = self._scratch
+        if scratch is None:
+            scratch, self._scratch_view = self.scratch.take(SCRATCH_BYTES)
+            self._scratch = scratch
+            self._start = self._end = 0
         if self._start == self._end:
             self._start = self._end = 0
         elif self._start and len(scratch) - self._end < len(scratch) // 4:
@@ -291,20 +360,37 @@ class FrameReader:
         if self._end == len(scratch):  # full of input nobody has taken yet: a bigger one
             n = self._end - self._start
             grown = bytearray(2 * len(scratch))
-            grown[:n] = self._scratch_view[self._start:self._end]
+            grown[:n] = self._scratch_view[self._start:self._end]  # type: ignore[index]
             self._scratch = scratch = grown
             self._scratch_view = memoryview(grown)
             self._start, self._end = 0, n
-        return self._scratch_view[self._end:]
+        return self._scratch_view[self._end:]  # type: ignore[index]
 
     def buffer_updated(self, nbytes: int) -> bool:
         """Count `nbytes` received into the last `get_buffer`. False while the large
         frame being received is still incomplete (no frame can be ready yet)."""
         if self._into_frame:
             self._filled += nbytes
-            return self._filled >= len(self._frame)  # type: ignore[arg-type]
+            return self._filled >= self._size
         self._end += nbytes
         return True
+
+    def retry_memory(self) -> bool:
+        """After `waiting_for_memory`: try again; True when receiving may go on."""
+        if self.waiting_for_memory:
+            self.waiting_for_memory = False
+            self._begin_large_frame()
+        return not self.waiting_for_memory
+
+    def _new_buffer(self, capacity: int) -> memoryview:
+        return self.pool.take(capacity) if self.pool is not None else memoryview(bytearray(capacity))
+
+    def _grow(self) -> None:
+        frame = self._frame
+        assert frame is not None
+        grown = self._new_buffer(min(self._size, 2 * len(frame)))
+        grown[:self._filled] = frame[:self._filled]
+        self._frame = grown
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Copy `data` in (as if received); for tests and tools."""
@@ -324,14 +410,20 @@ class FrameReader:
             raise self._broken
         frame = self._frame
         if frame is not None:
-            if self._filled < len(frame):
+            if self._filled < self._size:
                 return None
             self._frame, self._filled = None, 0
-            return FrameDecoder._checked(frame)
+            self._returned_reserved += self.reserved_in_progress
+            self.reserved_in_progress = 0
+            return FrameDecoder._checked(frame[:self._size] if len(frame) != self._size else frame)
+        if self.waiting_for_memory:
+            return None
         start, end = self._start, self._end
         if end - start < SIZE.size:
+            self._give_back_scratch()
             return None
         scratch = self._scratch
+        assert scratch is not None
         (size,) = SIZE.unpack_from(scratch, start)
         if size < 0 or size > self.max_frame_bytes:
             self._broken = FrameTooLarge(size, self.max_frame_bytes)
@@ -344,12 +436,41 @@ class FrameReader:
             return FrameDecoder._checked(memoryview(scratch[body:body + size]))
         if size < DIRECT_MIN_BYTES:
             return None  # stays in the scratch buffer until it is complete
-        # A large frame: its own buffer from now on; receive the rest straight into it.
-        frame = self._frame = self.pool.take(size) if self.pool is not None else memoryview(bytearray(size))
+        self._begin_large_frame()
+        return None
+
+    def _begin_large_frame(self) -> None:
+        """A large frame's size is at the front of the scratch buffer: give the frame
+        its first buffer (reserved first) and move what arrived of it there."""
+        scratch = self._scratch
+        assert scratch is not None and self._scratch_view is not None
+        start, end = self._start, self._end
+        (size,) = SIZE.unpack_from(scratch, start)
+        body = start + SIZE.size
+        available = end - body
+        if self.memory is not None:
+            if not self.memory.reserve(size):
+                self.waiting_for_memory = True
+                return
+            self.reserved_in_progress = size
+        frame = self._frame = self._new_buffer(min(size, max(available, INITIAL_FRAME_BYTES)))
+        self._size = size
         frame[:available] = self._scratch_view[body:end]
         self._filled = available
         self._start = self._end = 0
-        return None
+        self._give_back_scratch()
+
+    def _give_back_scratch(self) -> None:
+        if self._scratch is not None and self._start == self._end:
+            self.scratch.give(self._scratch, self._scratch_view)  # type: ignore[arg-type]
+            self._scratch = self._scratch_view = None
+            self._start = self._end = 0
+
+    def close(self) -> None:
+        """The connection is gone: give the scratch buffer back, drop the frame."""
+        self._start = self._end = 0
+        self._give_back_scratch()
+        self._frame = None
 
     def frames(self) -> Iterator[memoryview]:
         """Every complete frame received so far, in order."""

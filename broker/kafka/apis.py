@@ -13,7 +13,10 @@ Contract (the interface for API modules is in broker/kafka/__init__.py):
   supported list (KIP-511: header v0, so any client can read it); any other
   unknown api_key or version, or a request that does not decode, closes the
   connection without an answer (Kafka throws InvalidRequestException while
-  parsing and closes the channel).
+  parsing and closes the channel). Decoding checks the bytes against the schema
+  first (request_check.py: null arrays where the schema forbids null, counts
+  larger than the frame). Each is logged through the broker's BadRequestLog
+  (rate-limited per connection and reason, broker-wide cap).
 - Requests on one connection are handled one at a time, in order (the server's
   connection task), so responses go out in request order even when some (acks=0
   produce) have none.
@@ -36,7 +39,7 @@ from storage.errors import StrataError
 from storage.log import Log
 
 from ..server import CloseConnection
-from . import codec
+from . import codec, request_check
 
 log = structlog.get_logger("strata.kafka")
 
@@ -116,6 +119,7 @@ class KafkaApis:
                 responses[version] = load_response_schema(api_key, version)
             except (UnknownEntity, KeyError, LookupError) as e:
                 raise ValueError(f"kio has no schema for api {api_key} v{version}: {e}") from None
+            request_check.plan(requests[version])  # a schema it cannot check fails here, not later
         self._table[api_key] = ApiEntry(api_key, handler, min_version, max_version, requests, responses)
 
     def supported(self) -> list[tuple[int, int, int]]:
@@ -159,20 +163,21 @@ class KafkaApis:
         try:
             api_key, api_version, correlation_id = codec.peek_header(frame)
         except codec.MalformedRequest as e:
-            log.info("kafka_bad_request", error=str(e), peer=peer)
+            self.native.bad_requests.record(peer, "kafka_bad_request", error=str(e), peer=peer)
             raise CloseConnection() from None
         entry = self._table.get(api_key)
         if entry is None or not entry.min_version <= api_version <= entry.max_version:
             if api_key == API_VERSIONS:
                 return [self.core.unsupported_api_versions(correlation_id)]
-            log.info("kafka_unsupported_request", api_key=api_key, api_version=api_version, peer=peer)
+            self.native.bad_requests.record(peer, "kafka_unsupported_request", api_key=api_key,
+                                            api_version=api_version, peer=peer)
             raise CloseConnection()
         request_class = entry.request_classes[api_version]
         try:
             header, request = codec.decode_request(frame, request_class)
         except codec.MalformedRequest as e:
-            log.info("kafka_bad_request", api_key=api_key, api_version=api_version, error=str(e),
-                     peer=peer)
+            self.native.bad_requests.record(peer, "kafka_bad_request", api_key=api_key,
+                                            api_version=api_version, error=str(e), peer=peer)
             raise CloseConnection() from None
         response_class = entry.response_classes[api_version]
         ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer,

@@ -6,7 +6,9 @@ Contract:
   answer even a request it cannot decode.
 - `decode_request(frame, request_class)` decodes the request header (v1, or v2 with
   tagged fields for flexible versions: kio's `__header_schema__`) and the body;
-  any malformed input raises `MalformedRequest`.
+  any malformed input raises `MalformedRequest`: the bytes are first checked
+  against the schema by `request_check` (kio itself reads a null array where the
+  schema forbids one as None, and aborts the process on a huge array count).
 - `encode_response(correlation_id, response)` frames a kio response:
   `size:int32 | header | body`, with header v0 (correlation id) or v1 (plus an
   empty tagged-field section) as kio's `__header_schema__` says; ApiVersions'
@@ -42,15 +44,13 @@ from kio.serial import entity_reader, entity_writer
 
 from storage.file_records import FileSlice
 
+from .request_check import MalformedRequest, check_request
+
 HEADER_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 INT32 = struct.Struct(">i")
 MARKER_SIZE = 16  # < 127, so a flexible length prefix of a marker is one byte
 ZERO_UUID = uuid.UUID(int=0)
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
-
-
-class MalformedRequest(Exception):
-    """The request cannot be decoded: Kafka closes the connection."""
 
 
 def peek_header(frame) -> tuple[int, int, int]:
@@ -60,8 +60,11 @@ def peek_header(frame) -> tuple[int, int, int]:
 
 
 def decode_request(frame, request_class: type) -> tuple[Any, Any]:
-    """(kio RequestHeader, kio request) from one frame (size field stripped)."""
+    """(kio RequestHeader, kio request) from one frame (size field stripped). The
+    bytes are checked against the schema first (request_check: null where null is
+    not allowed, counts the frame cannot hold), as kio does not."""
     data = frame.toreadonly() if isinstance(frame, memoryview) else frame
+    check_request(data, request_class)
     try:
         header, offset = entity_reader(request_class.__header_schema__)(data, 0)  # (value, size)
         body, size = entity_reader(request_class)(data, offset)

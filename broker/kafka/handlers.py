@@ -167,6 +167,10 @@ class CoreHandlers:
                                                     self.registry.names(include_internal=True)]
         else:
             wanted = [(getattr(t, "name", None), getattr(t, "topic_id", None)) for t in requested]
+            if ctx.api_version < 12 and any(name is None for name, _ in wanted):
+                # As Kafka: v10-11 carry topic ids but their responses cannot name an
+                # unknown one (the response's name is not nullable before v12).
+                raise InvalidRequestError(f"topic name can not be null for version {ctx.api_version}")
         topics = []
         for name, topic_id in wanted:
             if name is None:
