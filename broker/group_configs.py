@@ -32,7 +32,6 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from dataclasses import dataclass
@@ -40,6 +39,8 @@ from typing import Any, Iterable, Mapping
 
 from storage.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
 from storage.fileutil import atomic_write
+
+from .json_files import encode_document, read_document
 
 CONFIG_FILE = "group-configs.json"
 FORMAT_VERSION = 1
@@ -89,17 +90,12 @@ class GroupConfigs:
     def open(cls, data_dir: str, broker: Mapping[str, Any]) -> "GroupConfigs":
         """`broker`: the broker's settings by name (BrokerConfig.values)."""
         path = os.path.join(data_dir, CONFIG_FILE)
+        doc = read_document(path, FORMAT_VERSION, "group configs")
         try:
-            with open(path, "rb") as f:
-                doc = json.loads(f.read())
-            if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
-                raise ValueError("unsupported format")
-            groups = {str(g): {str(k): str(v) for k, v in props.items()}
-                      for g, props in doc["groups"].items()}
-        except FileNotFoundError:
-            groups = {}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise InvalidConfigError(f"cannot read {path}: {e}") from None
+            groups = {} if doc is None else {str(g): {str(k): str(v) for k, v in props.items()}
+                                             for g, props in doc["groups"].items()}
+        except (KeyError, TypeError, AttributeError) as e:
+            raise InvalidConfigError(f"group configs {path} are damaged: {e}") from None
         return cls(path, broker, groups)
 
     # ---- reading ----
@@ -145,7 +141,7 @@ class GroupConfigs:
             if groups != self._overrides:
                 doc = {"version": FORMAT_VERSION, "groups": groups}
                 try:
-                    atomic_write(self.path, json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n")
+                    atomic_write(self.path, encode_document(doc, sort_keys=True))
                 except OSError as e:
                     raise KafkaStorageError(f"cannot write the group configs {self.path}: "
                                             f"{e.strerror or e}") from None

@@ -50,7 +50,6 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import uuid
@@ -69,6 +68,7 @@ from storage.manager import LogManager
 from storage.names import validate_topic_name
 
 from . import internal_topics
+from .json_files import encode_document, read_document
 from .internal_topics import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS
 
 REGISTRY_FILE = "strata-topics.json"
@@ -127,17 +127,10 @@ class TopicRegistry:
 
     def load(self) -> None:
         """Read the registry file (no writes: the data directory is not locked yet)."""
-        try:
-            with open(self.path, "rb") as f:
-                doc = json.loads(f.read())
-        except FileNotFoundError:
-            self.file_existed = False
+        doc = read_document(self.path, FORMAT_VERSION, "topic registry")
+        self.file_existed = doc is not None
+        if doc is None:
             return
-        except (OSError, ValueError) as e:
-            raise InvalidConfigError(f"cannot read topic registry {self.path}: {e}") from None
-        self.file_existed = True
-        if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
-            raise InvalidConfigError(f"topic registry {self.path}: unsupported format")
         topics = {}
         try:
             for name, entry in doc.get("topics", {}).items():
@@ -414,7 +407,7 @@ class TopicRegistry:
         doc = {"version": FORMAT_VERSION,
                "topics": {name: topics[name].to_json() for name in sorted(topics)},
                "deleting": list(deleting)}
-        data = json.dumps(doc, indent=2).encode() + b"\n"
+        data = encode_document(doc)
         manager = self._manager
         try:
             if use_reserve and manager is not None:
