@@ -11,26 +11,16 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 # Run as a script, sys.path[0] is bench/, where bench/storage.py would shadow the package.
 sys.path[0] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
+from bench.records_micro import best_of  # noqa: E402
 from storage.codecs import Codec  # noqa: E402
 from storage.config import LogConfig  # noqa: E402
 from storage.records import build_batch, validate_and_assign  # noqa: E402
 
 TYPES = ("producer", "lz4", "zstd", "snappy", "gzip", "uncompressed")
-
-
-def best_of(fn, repeat: int = 5, number: int = 10) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
 
 
 def main() -> None:
