@@ -47,7 +47,7 @@ log = structlog.get_logger("strata.kafka")
 API_VERSIONS = 18
 NODE_ID = 0
 # Modules whose `register(apis)` adds handlers (consumer groups, DescribeCluster).
-EXTENSION_MODULES: tuple[str, ...] = ("broker.kafka.groups", "broker.kafka.cluster")
+EXTENSION_MODULES: tuple[str, ...] = ("broker.kafka.groups", "broker.kafka.cluster", "broker.kafka.partitions")
 
 Handler = Callable[[Any, "RequestContext"], Awaitable[Any]]
 
