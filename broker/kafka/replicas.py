@@ -88,7 +88,8 @@ class ReplicaHandlers:
         if replicas is None:
             return NO_REASSIGNMENT_IN_PROGRESS, None
         if not replicas:
-            return INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."
+            return INVALID_REPLICA_ASSIGNMENT, ("The manual partition assignment includes an empty "
+                                                "replica list.")
         previous = None
         for broker in sorted(replicas):
             if broker != self.apis.node_id:

@@ -52,7 +52,8 @@ class TelemetryHandlers:
         if instance_id is None or instance_id == RESERVED_IDS[0]:
             instance_id = new_instance_id()
         return make(ctx.response_class, throttle_time=0, error_code=0, client_instance_id=instance_id,
-                    subscription_id=subscription_id(instance_id), accepted_compression_types=ACCEPTED_COMPRESSION,
+                    subscription_id=subscription_id(instance_id),
+                    accepted_compression_types=ACCEPTED_COMPRESSION,
                     push_interval=PUSH_INTERVAL_MS, telemetry_max_bytes=TELEMETRY_MAX_BYTES,
                     delta_temporality=True, requested_metrics=())
 

@@ -6,7 +6,8 @@ Metadata to describe topics).
 - topics empty: every topic (internal ones included), unknown names never answered;
   listed topics: an unknown one is UNKNOWN_TOPIC_OR_PARTITION, a bad name
   INVALID_TOPIC_EXCEPTION. Topics go in name order, starting at the cursor's topic
-  (a cursor naming a topic the list lacks, or a negative partition: INVALID_REQUEST).
+  (a cursor naming a topic the list lacks, or a negative partition: INVALID_REQUEST
+  for each requested topic, as Kafka's getErrorResponse).
 - At most max(min(response_partition_limit, 2000), 1) partitions per answer (2000:
   Kafka's max.request.partition.size.limit default); when a topic's partitions run
   past it, next_cursor names the topic and the first partition left out; when the
@@ -35,7 +36,16 @@ class TopicPartitionHandlers:
         self.registry = apis.registry
 
     async def describe_topic_partitions(self, req, ctx):
-        R = ctx.response_class
+        try:
+            return self._describe(req, ctx.response_class)
+        except InvalidRequestError as e:
+            # Kafka's getErrorResponse: each requested topic with the error, no partitions.
+            TopicR = nested(ctx.response_class, "topics")
+            return make(ctx.response_class, throttle_time=0, next_cursor=None, topics=tuple(
+                make(TopicR, error_code=e.code, name=t.name, topic_id=None, is_internal=False, partitions=(),
+                     topic_authorized_operations=_operations(t.name)) for t in req.topics))
+
+    def _describe(self, req, R):
         TopicR = nested(R, "topics")
         PartR = nested(TopicR, "partitions")
         CursorR = nested(R, "next_cursor")
