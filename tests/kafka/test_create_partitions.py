@@ -19,7 +19,8 @@ from kio.schema.create_partitions.v3.request import (CreatePartitionsAssignment 
                                                      CreatePartitionsRequest, CreatePartitionsTopic)
 from kio.schema.errors import ErrorCode
 
-from client import Admin as NativeAdmin, Producer as NativeProducer, partition_for_key
+from client import Admin as NativeAdmin, Consumer as NativeConsumer, Producer as NativeProducer
+from client import partition_for_key
 
 TIMEOUT = 30
 
@@ -161,6 +162,24 @@ def test_keys_map_by_the_new_count(kafka_broker, bootstrap, new_topic):
                          on_delivery=lambda err, msg: delivered.append((msg.key(), msg.partition())))
     assert producer.flush(TIMEOUT) == 0
     assert sorted(delivered) == sorted((k, partition_for_key(k, 7)) for k in keys)
+
+
+def test_native_consumer_takes_the_new_partitions(kafka_broker, bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    with NativeConsumer(native_bootstrap(kafka_broker), auto_offset_reset="earliest",
+                        metadata_max_age_ms=0) as consumer:
+        consumer.subscribe(topic)
+        assert consumer.assignment() == [(topic, 0)]
+        grow(bootstrap, topic, 3)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce(topic, value=b"new", partition=2)
+        assert producer.flush(TIMEOUT) == 0
+        got = []
+        deadline = time.monotonic() + TIMEOUT
+        while not got and time.monotonic() < deadline:
+            got = [(r.partition, r.value) for r in consumer.poll(200)]
+        assert got == [(2, b"new")]
+        assert sorted(consumer.assignment()) == [(topic, 0), (topic, 1), (topic, 2)]
 
 
 def test_kafka_python_and_aiokafka(bootstrap, new_topic):
