@@ -28,7 +28,7 @@ class LogDirHandlers:
         ResultR = nested(R, "results")
         TopicR = nested(ResultR, "topics")
         PartR = nested(TopicR, "partitions")
-        wanted = None
+        wanted: set[tuple[str, int]] | None = None
         if req.topics is not None:
             wanted = {(t.topic, p) for t in req.topics for p in t.partitions}
         by_topic: dict[str, list] = {}

@@ -19,6 +19,8 @@ Metadata to describe topics).
 
 from __future__ import annotations
 
+from typing import Any
+
 from storage.errors import InvalidRequestError, StrataError
 from storage.names import validate_topic_name
 
@@ -64,7 +66,8 @@ class TopicPartitionHandlers:
                                       f"{cursor.topic_name}-{cursor.partition_index}")
         remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, req.response_partition_limit), 1)
         node = self.apis.node_id
-        topics, next_cursor = [], None
+        topics: list = []
+        next_cursor: Any = None
         for name in names:
             if remaining == 0:
                 next_cursor = make(CursorR, topic_name=name, partition_index=0)

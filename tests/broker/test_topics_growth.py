@@ -138,7 +138,7 @@ def test_a_crash_after_the_registry_write_is_finished_at_the_next_start(open_reg
     registry, manager = open_registry()
     registry.create("t", 1, [])
     manager.shutdown()
-    child = multiprocessing.get_context("fork").Process(target=_grow_and_die, args=(str(tmp_path),))
+    child = multiprocessing.get_context("spawn").Process(target=_grow_and_die, args=(str(tmp_path),))
     child.start()
     child.join(60)
     assert child.exitcode == 3

@@ -286,3 +286,10 @@ def test_subscription_id_is_kafkas():
     expected = (crc32c.crc32c(b"[]300000") ^ java_hash) & 0xFFFFFFFF
     assert subscription_id(instance) & 0xFFFFFFFF == expected
     assert -2**31 <= subscription_id(instance) < 2**31
+
+
+def test_end_offset_for_is_kafkas_epoch_cache_with_epoch_0_only():
+    from broker.kafka.leader_epochs import end_offset_for
+    # (requested epoch) -> (epoch, end offset) for a log [start 3, end 9)
+    assert [end_offset_for(e, 3, 9) for e in (0, -1, 1, 5, -2)] == [(0, 9), (-1, -1), (-1, -1), (-1, -1),
+                                                                      (-2, 3)]
