@@ -100,7 +100,8 @@ class BrokerApp:
             return loop.run_in_executor(self.executor, fn, *args)
 
         registry = TopicRegistry(config.data_dir, config.log_defaults, num_partitions=config.num_partitions)
-        manager = LogManager(config.data_dir, config_for=registry.log_config)
+        manager = LogManager(config.data_dir, config_for=registry.log_config,
+                             recovery_threads=config.num_recovery_threads_per_data_dir)
         self.handlers = handlers = Handlers(config, manager, registry, self.executor, loop)
         # One memory pool, one set of connection limits and one bad-request log for
         # both listeners (Kafka's queued.max.request.bytes and ConnectionQuotas are

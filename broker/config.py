@@ -141,6 +141,9 @@ KEYS: tuple[BrokerKey, ...] = (
               "per-IP (or host name) exceptions to max.connections.per.ip: host:count,host:count"),
     BrokerKey("num.io.threads", "int", 8, _at_least(1),
               "threads doing blocking storage work (appends, reads, flushes, topic changes)"),
+    BrokerKey("num.recovery.threads.per.data.dir", "int", 1, _at_least(1),
+              "threads that open and recover logs at startup and flush and close them at shutdown; "
+              "more help where the disk is slow (the work is otherwise Python, one core at a time)"),
     BrokerKey("fetch.max.bytes", "int", 57_671_680, _at_least(1024),
               "most message-set bytes one FETCH or MULTIFETCH response carries"),
     BrokerKey("connection.max.queued.requests", "int", 16, _at_least(1),
@@ -552,6 +555,10 @@ class BrokerConfig:
     @property
     def num_io_threads(self) -> int:
         return self.values["num.io.threads"]
+
+    @property
+    def num_recovery_threads_per_data_dir(self) -> int:
+        return self.values["num.recovery.threads.per.data.dir"]
 
     @property
     def max_queued_requests(self) -> int:

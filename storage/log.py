@@ -27,8 +27,14 @@ Contract:
   producerId >= 0 against `producer_state` after assigning offsets and before
   writing, under the lock, for both protocols (native clients send producerId -1
   and are not tracked). A duplicate of a cached batch returns the original offsets
-  and writes nothing; a gap or a stale epoch raises. Snapshots are written at each
-  roll and at close, deleted below the log start, and loaded by `open`.
+  and writes nothing; a gap or a stale epoch raises. Every log (with producers or
+  not) writes a snapshot at each roll, at close, and at a recovery-point
+  checkpoint: a flush that brings the recovery point to the log end encodes the
+  state under the lock, and `write_checkpoint_snapshot()` (the manager's
+  checkpoint, before the recovery-point file) writes it, so an unclean start
+  finds a snapshot at its recovery point and replays only the data above it.
+  `prune_snapshots` (after the checkpoint file) drops the ones no start will use;
+  snapshots below the log start go with it.
 """
 
 from __future__ import annotations
@@ -98,12 +104,16 @@ class Log:
         self._last_flush_ms = clock.monotonic_ms()
         self._closed = False
         self.io_errors = io_errors or StorageErrorEpisodes(directory)
+        # (offset, bytes) of the producer state at the last flush that reached the log end,
+        # waiting for the next recovery-point checkpoint to be written as a snapshot.
+        self._flushed_state: tuple[int, bytes] | None = None
         self.pending_deletions = retention.PendingDeletions()  # `.deleted` segments awaiting file.delete.delay.ms
         active = segments.active
         self._end = LogEnd(next_offset, active, active.size)
         # Idempotent producers (storage/producer_state.py): checked under self._lock in append.
         if producer_state is None:
             producer_state = ProducerStateManager(directory, f"{topic}-{partition}")
+            producer_state.refresh_snapshots()
             producer_state.update_end_offset(next_offset)
         self.producer_state = producer_state
 
@@ -120,7 +130,8 @@ class Log:
                            roll_jitter=lambda: roll_jitter_ms(config, rng)).load()
         producer_state = ProducerStateManager(directory, f"{topic}-{partition}")
         producer_state.load(loaded.segments, log_end=loaded.next_offset,
-                            had_clean_shutdown=had_clean_shutdown, now_ms=clock.time_ms())
+                            had_clean_shutdown=had_clean_shutdown, now_ms=clock.time_ms(),
+                            recovery_point=loaded.recovery_point, log_start=loaded.log_start_offset)
         return cls(directory, topic, partition, config, loaded.segments,
                    log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
                    next_offset=loaded.next_offset, clock=clock, rng=rng, producer_state=producer_state,
@@ -229,8 +240,13 @@ class Log:
                                   roll_jitter_ms=roll_jitter_ms(config, self._rng), clock=self._clock)
         self.segments.add(segment)
         self._end = LogEnd(self._end.offset, segment, 0)
-        # Kafka snapshots the producer state at every roll, at the new segment's base.
-        self.producer_state.maybe_snapshot(new_base, self._clock.time_ms())
+        # Kafka snapshots the producer state at every roll, at the new segment's base. The
+        # snapshot only spares a later start some reading: a failure (a full disk) does
+        # not fail the append that rolled.
+        try:
+            self.producer_state.take_snapshot(new_base, self._clock.time_ms())
+        except OSError as e:
+            self.io_errors.failed(e, operation="producer state snapshot", log_name=self.name)
         return segment
 
     # ---- reading ------------------------------------------------------------------
@@ -340,6 +356,29 @@ class Log:
         with self._lock:
             self._recovery_point = max(self._recovery_point, target)
             self._last_flush_ms = self._clock.monotonic_ms()
+            if target == self._end.offset and not self.producer_state.has_snapshot(target):
+                self._flushed_state = (target, self.producer_state.encode())
+
+    def write_checkpoint_snapshot(self) -> bool:
+        """Write the producer state captured by the last flush to the log end as the
+        snapshot at that offset (the manager calls this before it writes the
+        recovery-point checkpoint). Returns whether a file was written."""
+        with self._lock:
+            pending, self._flushed_state = self._flushed_state, None
+        if pending is None:
+            return False
+        try:
+            return self.producer_state.write_snapshot(*pending)
+        except OSError as e:  # a full disk: an unclean start replays from an older snapshot
+            self.io_errors.failed(e, operation="producer state snapshot", log_name=self.name)
+            return False
+
+    def prune_snapshots(self, checkpointed_recovery_point: int) -> int:
+        """Delete the snapshots below the newest one at or below the recovery point on
+        disk, except those at segment bases (ProducerStateManager.prune_snapshots)."""
+        bases = [segment.base_offset for segment in self.segments.snapshot()]
+        with self._lock:
+            return self.producer_state.prune_snapshots(bases, checkpointed_recovery_point)
 
     def flush_rolled(self) -> None:
         """fsync segments that are no longer active (Kafka's flush after a roll)."""
@@ -366,7 +405,7 @@ class Log:
                 return
             self._closed = True
             try:
-                self.producer_state.maybe_snapshot(self._end.offset)  # a clean load needs no scan
+                self.producer_state.take_snapshot(self._end.offset)  # a clean load needs no scan
             except OSError as e:
                 producer_state_logger.warning("producer_snapshot_failed", log=self.name, error=str(e))
             for segment in self.segments:

@@ -158,7 +158,7 @@ def test_fully_expired_log_rolls_keeps_its_end_and_takes_appends(open_log, clock
     assert [r.offset for r in read_all(log, 5)] == [5]
     assert log.delete_due_files() == 3
     assert files(log) == ["00000000000000000005.index", "00000000000000000005.log",
-                          "00000000000000000005.timeindex"]
+                          "00000000000000000005.snapshot", "00000000000000000005.timeindex"]
 
 
 def test_fully_expired_log_survives_a_restart(open_log, clock):
