@@ -46,8 +46,18 @@ log = structlog.get_logger("strata.kafka")
 
 API_VERSIONS = 18
 NODE_ID = 0
-# Modules whose `register(apis)` adds handlers (consumer groups, DescribeCluster).
-EXTENSION_MODULES: tuple[str, ...] = ("broker.kafka.groups", "broker.kafka.cluster")
+# Modules whose `register(apis)` adds handlers (consumer groups, DescribeCluster, admin APIs).
+EXTENSION_MODULES: tuple[str, ...] = (
+    "broker.kafka.groups",
+    "broker.kafka.cluster",
+    "broker.kafka.partitions",
+    "broker.kafka.log_dirs",
+    "broker.kafka.producers",
+    "broker.kafka.leader_epochs",
+    "broker.kafka.replicas",
+    "broker.kafka.topic_partitions",
+    "broker.kafka.telemetry",
+)
 
 Handler = Callable[[Any, "RequestContext"], Awaitable[Any]]
 
