@@ -38,7 +38,7 @@ from dataclasses import fields, is_dataclass
 from functools import partial
 from typing import Any
 
-from construct import Construct, ConstructError, FormatField, Rebuild, StreamError, this
+from construct import Construct, ConstructError, FormatField, Rebuild, Renamed, StreamError, this
 from construct.expr import FuncPath
 
 from .errors import as_error_code
@@ -377,7 +377,14 @@ class Record(Construct):
 
     def _emitparse(self, code: Any) -> str:
         fname = f"parse_record_{code.allocateId()}"
-        lines = [f"this[{sc.name!r}] = {sc._compileparse(code)}" for sc in self.subcons]
+        lines = []
+        for run in _runs(self.subcons, building=False):
+            if isinstance(run, list):  # consecutive integers: one struct, one read
+                names = ", ".join(f"this[{sc.name!r}]" for sc in run)
+                st = _run_struct(code, run)
+                lines.append(f"({names},) = {st}.unpack(io.read({st}.size))")
+            else:
+                lines.append(f"this[{run.name!r}] = {run._compileparse(code)}")
         args = ", ".join(f"this[{name!r}]" for name in self.values)
         if self.cls is tuple:
             result = f"({args},)"
@@ -398,10 +405,14 @@ class Record(Construct):
         values = ", ".join(f"{name!r}: record[{attr}]" if isinstance(attr, int) else f"{name!r}: record.{attr}"
                            for name, attr in zip(self.values, self.attrs))
         lines = []
-        for sc in self.subcons:
-            source = "None" if sc.flagbuildnone else f"this[{sc.name!r}]"
-            lines.append(f"obj = {source}")
-            lines.append(f"this[{sc.name!r}] = {sc._compilebuild(code)}")
+        for run in _runs(self.subcons, building=True):
+            if isinstance(run, list):
+                names = ", ".join(f"this[{sc.name!r}]" for sc in run)
+                lines.append(f"io.write({_run_struct(code, run)}.pack({names}))")
+            else:
+                source = "None" if run.flagbuildnone else f"this[{run.name!r}]"
+                lines.append(f"obj = {source}")
+                lines.append(f"this[{run.name!r}] = {run._compilebuild(code)}")
         body = "\n                ".join(lines)
         code.append(f"""
             def {fname}(record, io, this):
@@ -410,6 +421,36 @@ class Record(Construct):
                 return record
         """)
         return f"{fname}(obj, io, this)"
+
+
+def _integer(sc: Construct, building: bool) -> FormatField | None:
+    """The FormatField under a named field, if it is a plain integer (parsing: a rebuilt one too)."""
+    inner = sc.subcon if isinstance(sc, Renamed) else sc
+    if not building and type(inner) in (Rebuild, Length):
+        inner = inner.subcon
+    return inner if type(inner) is FormatField else None
+
+
+def _runs(subcons: list[Construct], building: bool) -> list:
+    """The fields in order, consecutive integers grouped in lists: the compiled code
+    reads (or writes) each group with one struct, as a hand-written codec would."""
+    out: list = []
+    for sc in subcons:
+        if _integer(sc, building) is not None:
+            if out and isinstance(out[-1], list):
+                out[-1].append(sc)
+            else:
+                out.append([sc])
+        else:
+            out.append(sc)
+    return [run[0] if isinstance(run, list) and len(run) == 1 and building else run for run in out]
+
+
+def _run_struct(code: Any, run: list[Construct]) -> str:
+    fmt = ">" + "".join(_integer(sc, False).fmtstr[1:] for sc in run)  # type: ignore[union-attr]
+    name = f"run_{fmt[1:]}"
+    code.append(f"{name} = struct.Struct({fmt!r})")
+    return name
 
 
 class Tagged(Construct):
