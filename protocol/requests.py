@@ -36,15 +36,28 @@ Contract:
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar, Iterable, Union
+from typing import ClassVar
 
 from construct import Construct, Int16sb, Int32sb, Int64sb, Rebuild, len_, this
 
 from .errors import ErrorCode, ProtocolError
-from .wire import (PARSE_ERRORS, Buffer, FrameStream, Items, Length, MessageSet, NullableStr, PartsStream, Record,
-                   Str, Tagged, describe)
+from .wire import (
+    PARSE_ERRORS,
+    Buffer,
+    FrameStream,
+    Items,
+    Length,
+    MessageSet,
+    NullableStr,
+    PartsStream,
+    Record,
+    Str,
+    Tagged,
+    describe,
+)
 
 __all__ = [
     "RequestType", "Request", "ProduceRequest", "FetchRequest", "FetchItem", "MultiFetchRequest",
@@ -54,7 +67,7 @@ __all__ = [
     "parse_request", "parse_produce", "encode_request",
 ]
 
-Configs = tuple[tuple[str, Union[str, None]], ...]
+Configs = tuple[tuple[str, str | None], ...]
 
 
 class RequestType(IntEnum):
@@ -216,10 +229,9 @@ class FetchOffsetRequest:
     partition: int
 
 
-Request = Union[ProduceRequest, FetchRequest, MultiFetchRequest, MultiProduceRequest,
-                OffsetsRequest, CreateTopicRequest, DeleteTopicRequest, MetadataRequest,
-                DescribeConfigRequest, AlterConfigRequest, DeleteRecordsRequest,
-                CommitOffsetRequest, FetchOffsetRequest]
+Request = (ProduceRequest | FetchRequest | MultiFetchRequest | MultiProduceRequest | OffsetsRequest |
+          CreateTopicRequest | DeleteTopicRequest | MetadataRequest | DescribeConfigRequest |
+          AlterConfigRequest | DeleteRecordsRequest | CommitOffsetRequest | FetchOffsetRequest)
 
 
 # ---- the layouts: each body declared once, parsed and built by its compiled code ----
@@ -275,7 +287,7 @@ def parse_request(frame: Buffer) -> Request:
         stream.expect_end()
     except PARSE_ERRORS as e:
         raise ProtocolError(ErrorCode.INVALID_REQUEST, f"{describe(e)} at byte {stream.tell()}") from None
-    return request  # type: ignore[no-any-return]
+    return request
 
 
 

@@ -41,15 +41,29 @@ Contract:
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence, Union
+from typing import NamedTuple
 
 from construct import Construct, Int16sb, Int32sb, Int64sb, Rebuild, len_, this
 
-from .errors import ErrorCode, ProtocolError, as_error_code
+from .errors import ErrorCode, ProtocolError
 from .requests import RequestType
-from .wire import (PARSE_ERRORS, Buffer, ErrorField, FrameStream, Items, Length, MessageSet, NullableStr,
-                   PartsStream, Record, Str, UntilEnd, describe)
+from .wire import (
+    PARSE_ERRORS,
+    Buffer,
+    ErrorField,
+    FrameStream,
+    Items,
+    Length,
+    MessageSet,
+    NullableStr,
+    PartsStream,
+    Record,
+    Str,
+    UntilEnd,
+    describe,
+)
 
 __all__ = [
     "Response", "ProduceResponse", "FetchResponse", "FetchResult", "MultiFetchResponse",
@@ -160,7 +174,7 @@ class MetadataResponse:
 @dataclass(frozen=True, slots=True)
 class DescribeConfigResponse:
     error: int
-    configs: tuple[tuple[str, Union[str, None]], ...] = ()
+    configs: tuple[tuple[str, str | None], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "configs", tuple((k, v) for k, v in self.configs))
@@ -179,9 +193,9 @@ class FetchOffsetResponse:
     metadata: str | None = None
 
 
-Response = Union[ProduceResponse, FetchResponse, MultiFetchResponse, MultiProduceResponse,
-                 OffsetsResponse, EmptyResponse, MetadataResponse, DescribeConfigResponse,
-                 DeleteRecordsResponse, FetchOffsetResponse]
+Response = (ProduceResponse | FetchResponse | MultiFetchResponse | MultiProduceResponse | OffsetsResponse |
+           EmptyResponse | MetadataResponse | DescribeConfigResponse | DeleteRecordsResponse |
+           FetchOffsetResponse)
 
 
 # ---- the layouts: each body (after a NONE error) declared once, compiled ----
@@ -305,9 +319,9 @@ def parse_response(request_type: int, frame: Buffer) -> Response:
         error = _ERROR.parsefunc(stream, None)
         if error != ErrorCode.NONE:
             stream.expect_end()  # an error carries an empty body
-            return _ON_ERROR[request_type](error)  # type: ignore[no-any-return]
+            return _ON_ERROR[request_type](error)
         response = layout.parsefunc(stream, None)
         stream.expect_end()
     except PARSE_ERRORS as e:
         raise ProtocolError(ErrorCode.CORRUPT_MESSAGE, f"{describe(e)} at byte {stream.tell()}") from None
-    return response  # type: ignore[no-any-return]
+    return response

@@ -34,14 +34,17 @@ Contract:
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from construct import Construct, ConstructError, FormatField, Rebuild, Renamed, StreamError, this
 from construct.expr import FuncPath
 
 from .errors import as_error_code
+
+Tag = TypeVar("Tag", bound=int)
 
 INT16 = struct.Struct(">h")
 INT16_MAX = 2**15 - 1
@@ -369,7 +372,7 @@ class Record(Construct):
 
     def _build(self, obj: Any, stream: Any, context: Any, path: Any) -> Any:
         ctx: dict[str, Any] = {"_": context}
-        for name, attr in zip(self.values, self.attrs):
+        for name, attr in zip(self.values, self.attrs, strict=False):
             ctx[name] = obj[attr] if isinstance(attr, int) else getattr(obj, attr)
         for sc in self.subcons:
             ctx[sc.name] = sc._build(ctx.get(sc.name), stream, ctx, path)
@@ -403,7 +406,7 @@ class Record(Construct):
     def _emitbuild(self, code: Any) -> str:
         fname = f"build_record_{code.allocateId()}"
         values = ", ".join(f"{name!r}: record[{attr}]" if isinstance(attr, int) else f"{name!r}: record.{attr}"
-                           for name, attr in zip(self.values, self.attrs))
+                           for name, attr in zip(self.values, self.attrs, strict=False))
         lines = []
         for run in _runs(self.subcons, building=True):
             if isinstance(run, list):
@@ -458,7 +461,7 @@ class Tagged(Construct):
 
     TAG = FormatField(">", "h")
 
-    def __init__(self, what: str, cases: dict[int, Construct]) -> None:
+    def __init__(self, what: str, cases: Mapping[Tag, Construct]) -> None:
         super().__init__()
         self.what = what
         self.cases = {int(tag): layout for tag, layout in cases.items()}
