@@ -21,16 +21,25 @@ yields (type + body):
     (str? = nullable: length -1 is None; every other str must not be null.)
 
 Contract:
+- Each body is declared once, in `LAYOUTS` (construct, fields from wire.py), and
+  compiled at import; `parse_request` and `encode_request` both run that
+  declaration's compiled code. tests/protocol/test_protocol_layouts.py checks the
+  declarations against the table in NATIVE.md.
 - `parse_request(frame)` checks syntax only and raises ProtocolError
   (INVALID_REQUEST) for an unknown type, a truncated body, trailing bytes, a str
   that is not UTF-8, a negative str length other than -1 or a null where none is
   allowed, a negative count, and a setSize that is negative or runs past the
-  frame. Names, partitions, offsets and configs are the broker's to judge.
+  frame. Names, partitions, offsets and configs are the broker's to judge. One
+  try/except turns every internal parse error into that ProtocolError.
 - Message sets are not parsed (storage validates them and answers
   CORRUPT_MESSAGE); they come back as memoryview slices of the frame, no copy.
   The slice keeps the frame's buffer alive for as long as it is held.
 - `encode_request(req)` returns the whole frame, size field included, built with
-  one join. Values the wire cannot carry raise ValueError.
+  one join. Values the wire cannot carry raise ValueError; anything that is not a
+  request raises TypeError.
+- `parse_produce(frame)` is the broker's hot path for a PRODUCE: hand-written
+  struct (see PRODUCE_HEAD), accepting and refusing exactly what `parse_request`
+  does.
 """
 
 from __future__ import annotations
@@ -86,12 +95,15 @@ class RequestType(IntEnum):
     FETCH_OFFSET = 12
 
 
-# The frame header and the start of a PRODUCE, hand-written: the broker's hot path
-# (`parse_produce`, and broker/handlers.py keys executor runs with them). A PRODUCE
-# parsed here costs about a third of the compiled layout's parse (bench/protocol_micro.py).
+# Hand-written struct, not a layout: the frame header (framing, one pack per frame) and
+# the start of a PRODUCE, which the broker reads for every PRODUCE (`parse_produce`, and
+# broker/handlers.py keys executor runs with them). Here the compiled layout costs
+# several times as much per call (bench/protocol_micro.py), on the path whose target
+# is the broker's produce latency (bench/broker.py: p99 within 3x of an echo server).
 HEADER = struct.Struct(">ih")          # size, type
 PRODUCE_HEAD = struct.Struct(">hh")    # type, topic length: the start of a PRODUCE frame
 PRODUCE_FIXED = struct.Struct(">ii")   # partition, setSize
+TYPE_BYTES = 2                         # the type field: what `size` counts beyond the body
 
 
 def _pairs(configs: Iterable[tuple[str, str | None]]) -> Configs:
@@ -322,7 +334,7 @@ def encode_request(req: Request) -> bytes:
     stream = PartsStream()
     try:
         layout.buildfunc(req, stream, None)
-        return b"".join([HEADER.pack(HEADER.size - 4 + stream.size, req.TYPE), *stream.parts])
+        return b"".join([HEADER.pack(TYPE_BYTES + stream.size, req.TYPE), *stream.parts])
     except struct.error as e:
         raise ValueError(f"{type(req).__name__}: {e}") from None
 

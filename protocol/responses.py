@@ -24,16 +24,23 @@ MultiMessageSetSend (size, error 0, then the sends back to back; the client
 reads as many as it asked for). The body simply ends after the last item.
 
 Contract:
+- Each body (after a NONE error) is declared once, in `LAYOUTS` (construct, fields
+  from wire.py), and compiled at import; `encode_response` and `parse_response`
+  both run that declaration's compiled code. tests/protocol/test_protocol_layouts.py
+  checks the declarations against the table in NATIVE.md.
 - Server side: `encode_response(resp)` returns the whole frame as bytes, and
   `error_response(code)` the 6-byte frame of an error with an empty body (any
   response whose error is not NONE encodes as exactly that). For sendfile,
   `fetch_response_header` and `multifetch_response_parts` return only the
   headers; the server writes the message-set bytes after them itself.
+  `produce_response` is a successful PRODUCE answer in one pack (the hot path).
+  These four are hand-written struct (see HEADER and PRODUCE_FRAME).
 - Client side: `parse_response(request_type, frame)` takes error + body (what
   FrameDecoder yields) and raises ProtocolError(CORRUPT_MESSAGE) on malformed
   bytes: truncation, trailing bytes, a bad str, a negative count or size, or a
-  body after a non-NONE error. An error response comes back as the type's
-  dataclass with its neutral defaults (-1 offsets, empty tuples, None).
+  body after a non-NONE error; one try/except turns every internal parse error
+  into it. An error response comes back as the type's dataclass with its
+  neutral defaults (-1 offsets, empty tuples, None).
   Error codes are `ErrorCode` members, or plain ints for codes not in the table.
 - Message sets come back as memoryview slices of the frame, no copy.
 """
@@ -74,13 +81,15 @@ __all__ = [
     "produce_response", "parse_response",
 ]
 
-# The frame header, hand-written: every answer starts with it, and the broker writes
-# it in front of each FETCH and MULTIFETCH message set it sends with sendfile.
+# Hand-written struct, not a layout: the frame header, which starts every answer and
+# which the broker writes in front of each FETCH and MULTIFETCH message set it sends
+# with sendfile, and a whole successful PRODUCE answer in one pack (`produce_response`,
+# every PRODUCE). The compiled layout costs several times as much per call here
+# (bench/protocol_micro.py), on the paths whose targets are the broker's produce
+# latency and fetch throughput (bench/broker.py).
 HEADER = struct.Struct(">ih")            # size, error: every frame, and each MessageSetSend
 ERROR_BYTES = 2                          # the error field: what `size` counts beyond the body
 INT32_MAX = 2**31 - 1
-# A whole successful PRODUCE answer in one pack: the broker's hot path
-# (`produce_response`, about a quarter of the compiled layout's build: bench/protocol_micro.py).
 PRODUCE_FRAME = struct.Struct(">ihqq")   # size, error, baseOffset, logAppendTime
 
 

@@ -381,11 +381,9 @@ class Record(Construct):
     def _emitparse(self, code: Any) -> str:
         fname = f"parse_record_{code.allocateId()}"
         lines = []
-        for run in _runs(self.subcons, building=False):
+        for run in _runs(self.subcons):
             if isinstance(run, list):  # consecutive integers: one struct, one read
-                names = ", ".join(f"this[{sc.name!r}]" for sc in run)
-                st = _run_struct(code, run)
-                lines.append(f"({names},) = {st}.unpack(io.read({st}.size))")
+                lines += _emit_parse_run(code, run)
             else:
                 lines.append(f"this[{run.name!r}] = {run._compileparse(code)}")
         args = ", ".join(f"this[{name!r}]" for name in self.values)
@@ -408,10 +406,9 @@ class Record(Construct):
         values = ", ".join(f"{name!r}: record[{attr}]" if isinstance(attr, int) else f"{name!r}: record.{attr}"
                            for name, attr in zip(self.values, self.attrs, strict=False))
         lines = []
-        for run in _runs(self.subcons, building=True):
+        for run in _runs(self.subcons):
             if isinstance(run, list):
-                names = ", ".join(f"this[{sc.name!r}]" for sc in run)
-                lines.append(f"io.write({_run_struct(code, run)}.pack({names}))")
+                lines += _emit_build_run(code, run)
             else:
                 source = "None" if run.flagbuildnone else f"this[{run.name!r}]"
                 lines.append(f"obj = {source}")
@@ -426,34 +423,67 @@ class Record(Construct):
         return f"{fname}(obj, io, this)"
 
 
-def _integer(sc: Construct, building: bool) -> FormatField | None:
-    """The FormatField under a named field, if it is a plain integer (parsing: a rebuilt one too)."""
+def _integer(sc: Construct) -> FormatField | None:
+    """The integer under a named field (a plain, rebuilt or error-code one), else None."""
     inner = sc.subcon if isinstance(sc, Renamed) else sc
-    if not building and type(inner) in (Rebuild, Length):
+    if type(inner) in (Rebuild, Length):
         inner = inner.subcon
+    if type(inner) is ErrorFieldType:
+        inner = inner.INT
     return inner if type(inner) is FormatField else None
 
 
-def _runs(subcons: list[Construct], building: bool) -> list:
+def _is_error(sc: Construct) -> bool:
+    return type(sc.subcon if isinstance(sc, Renamed) else sc) is ErrorFieldType
+
+
+def _rebuilt(sc: Construct) -> Rebuild | None:
+    inner = sc.subcon if isinstance(sc, Renamed) else sc
+    return inner if isinstance(inner, Rebuild) else None
+
+
+def _runs(subcons: list[Construct]) -> list:
     """The fields in order, consecutive integers grouped in lists: the compiled code
     reads (or writes) each group with one struct, as a hand-written codec would."""
     out: list = []
     for sc in subcons:
-        if _integer(sc, building) is not None:
-            if out and isinstance(out[-1], list):
-                out[-1].append(sc)
-            else:
-                out.append([sc])
-        else:
+        if _integer(sc) is None:
             out.append(sc)
-    return [run[0] if isinstance(run, list) and len(run) == 1 and building else run for run in out]
+        elif out and isinstance(out[-1], list):
+            out[-1].append(sc)
+        else:
+            out.append([sc])
+    return out
 
 
 def _run_struct(code: Any, run: list[Construct]) -> str:
-    fmt = ">" + "".join(_integer(sc, False).fmtstr[1:] for sc in run)  # type: ignore[union-attr]
+    fmt = ">" + "".join(_integer(sc).fmtstr[1:] for sc in run)  # type: ignore[union-attr]
     name = f"run_{fmt[1:]}"
     code.append(f"{name} = struct.Struct({fmt!r})")
     return name
+
+
+def _emit_parse_run(code: Any, run: list[Construct]) -> list[str]:
+    names = ", ".join(f"this[{sc.name!r}]" for sc in run)
+    st = _run_struct(code, run)
+    lines = [f"({names},) = {st}.unpack(io.read({st}.size))"]
+    for sc in run:
+        if _is_error(sc):
+            code.append(_IMPORTS)
+            lines.append(f"this[{sc.name!r}] = as_error_code(this[{sc.name!r}])")
+    return lines
+
+
+def _emit_build_run(code: Any, run: list[Construct]) -> list[str]:
+    lines = []
+    for sc in run:
+        rebuilt = _rebuilt(sc)
+        if rebuilt is not None:  # a count or size: computed from the fields it describes
+            code.append(_IMPORTS)
+            lines.append(f"this[{sc.name!r}] = {rebuilt.func!r}")
+    names = ", ".join(f"this[{sc.name!r}]" for sc in run)
+    lines.append(f"io.write({_run_struct(code, run)}.pack({names}))")
+    return lines
 
 
 class Tagged(Construct):
