@@ -12,7 +12,11 @@ Contract:
   `cls(...)` with the value fields in order, building reads them back by the class's
   field names. A field built from nothing (`Rebuild`, `Length`: counts and sizes) is
   not a value field. `leading` are constructor arguments not on the wire (a
-  response's NONE error, which the frame header carries).
+  response's NONE error, which the frame header carries). A compiled Record reads
+  and writes each run of consecutive integer fields (counts, sizes and error codes
+  included) with one `struct.Struct`, as a hand-written codec would.
+- `Tagged(what, cases)` is an int16 tag followed by the layout `cases[tag]` (a
+  request's type and body); an unknown tag is a parse error.
 - `Str` / `NullableStr` are `str` and `str?`; `MessageSet(length)` is a byte run
   that parses as a memoryview slice of the frame (no copy) and builds from any
   bytes-like object; `Length(int, field, extra)` is the size of such a run;
