@@ -3,14 +3,16 @@
     .venv/bin/python bench/protocol_micro.py [--runs 5] [--seconds 0.2] [--root DIR]
 
 For every request type: `parse_request` of its frame and `encode_request` of its
-value; for every response type: `parse_response` and `encode_response`; and the
-broker's hand-written hot-path helpers next to the general functions they stand
-for (`parse_produce` against `parse_request` of the same PRODUCE,
-`produce_response` against `encode_response(ProduceResponse)`). Small values
-(a 100-byte message set, three partitions of metadata), so the figures are the
-codec's own per-call cost. Each figure is the best of --runs timings of as many
-calls as fit in --seconds, in microseconds per call. --root runs the `protocol`
-package found in another checkout (a before/after comparison on one machine).
+value; for every response type: `parse_response` and `encode_response`. Then the
+hand-written struct code that stays on the broker's hot path, each next to the
+compiled layout doing the same work: `parse_produce` against `parse_request` of
+the same PRODUCE, `produce_response` against `encode_response(ProduceResponse)`,
+and the 6-byte frame header (`fetch_response_header`) against a compiled
+`size:int32 | error:int16` layout. Small values (a 100-byte message set, three
+partitions of metadata), so the figures are the codec's own per-call cost. Each
+figure is the best of --runs timings of as many calls as fit in --seconds, in
+microseconds per call. --root measures the `protocol` package of another
+checkout (a before/after comparison on one machine, run back to back).
 """
 
 from __future__ import annotations
