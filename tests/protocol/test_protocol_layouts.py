@@ -183,3 +183,30 @@ def test_compiled_and_interpreted_agree(req):
     wire = b"".join(bytes(p) for p in compiled.parts)
     assert wire == b"".join(bytes(p) for p in interpreted.parts)
     assert layout._parse(FrameStream(wire), {}, "") == req == layout.compile().parsefunc(FrameStream(wire), None)
+
+
+NONE = responses.ErrorCode.NONE
+RESPONSE_SAMPLES = [
+    (RequestType.PRODUCE, responses.ProduceResponse(NONE, 5, -1)),
+    (RequestType.FETCH, responses.FetchResponse(NONE, b"set")),
+    (RequestType.MULTIFETCH, responses.MultiFetchResponse(NONE, [(NONE, b"x"), (1, b"")])),
+    (RequestType.MULTIPRODUCE, responses.MultiProduceResponse(NONE, [(NONE, 1, -1), (3, -1, -1)])),
+    (RequestType.OFFSETS, responses.OffsetsResponse(NONE, [0, 9])),
+    (RequestType.CREATE_TOPIC, responses.EmptyResponse(NONE)),
+    (RequestType.METADATA, responses.MetadataResponse(NONE, [responses.TopicMetadata(
+        "t", NONE, [responses.PartitionMetadata(0, 1, 2)])])),
+    (RequestType.DESCRIBE_CONFIG, responses.DescribeConfigResponse(NONE, [("k", "v"), ("n", None)])),
+    (RequestType.DELETE_RECORDS, responses.DeleteRecordsResponse(NONE, 4)),
+    (RequestType.FETCH_OFFSET, responses.FetchOffsetResponse(NONE, 7, None)),
+]
+
+
+@pytest.mark.parametrize("rtype,resp", RESPONSE_SAMPLES, ids=lambda x: getattr(x, "name", ""))
+def test_compiled_and_interpreted_agree_on_responses(rtype, resp):
+    layout = responses.LAYOUTS[rtype]
+    compiled, interpreted = PartsStream(), PartsStream()
+    layout.compile().buildfunc(resp, compiled, None)
+    layout._build(resp, interpreted, {}, "")
+    wire = b"".join(bytes(p) for p in compiled.parts)
+    assert wire == b"".join(bytes(p) for p in interpreted.parts)
+    assert layout._parse(FrameStream(wire), {}, "") == resp == layout.compile().parsefunc(FrameStream(wire), None)
