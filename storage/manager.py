@@ -67,7 +67,8 @@ from .log import Log
 from .names import (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX, delete_dir_name,
                     parse_partition_dir_name, partition_dir_name, stray_dir_name, validate_topic_name)
 from .open_files import OPEN_FILES
-from .retention import RetentionResult, run_retention
+from . import retention
+from .retention import RetentionResult
 from .space_reserve import SpaceReserve
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
@@ -369,7 +370,17 @@ class LogManager:
 
     def delete_old_segments(self, now_ms: int | None = None) -> list[RetentionResult]:
         """One retention pass over every log (Kafka's cleanupLogs; storage/retention.py)."""
-        return run_retention(self.logs(), self.clock.time_ms() if now_ms is None else now_ms)
+        now = self.clock.time_ms() if now_ms is None else now_ms
+        started = time.perf_counter()
+        logs = self.logs()
+        results = []
+        for partition_log in logs:
+            try:
+                results.append(partition_log.delete_old_segments(now))
+            except Exception:  # one failing log does not stop the pass
+                retention.logger.exception("retention_failed", log=partition_log.name)
+        retention.log_pass(results, len(logs), (time.perf_counter() - started) * 1000)
+        return results
 
     def delete_due_files(self, now_ms: int | None = None) -> int:
         """Remove deleted segments' files once their file.delete.delay.ms has passed
