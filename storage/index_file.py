@@ -321,8 +321,8 @@ class IndexFile(ManagedFile):
         """Store whole entries at `position` with pwrite rather than through the
         mapping (caller pinned). Linux keeps the two coherent (one page cache). Why:
         after the log's own large write, kernel writeback has often just cleaned the
-        index's page, and a store through the mapping then takes a write fault
-        (ext4: about 20 us, measured); pwrite re-dirties the page in about 2 us.
+        index's page, and a store through the mapping then takes a write fault,
+        which costs several times what pwrite's re-dirtying of the page does.
         And a full disk: the file is preallocated sparse, so a store through the
         mapping into a hole on a full filesystem (tmpfs) kills the process with
         SIGBUS, where pwrite fails with ENOSPC, which the log answers."""

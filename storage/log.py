@@ -77,9 +77,9 @@ from .segments import LogSegments
 
 # How far past an append the active segment's blocks are reserved, at most
 # (capped by segment.bytes). Writing into reserved blocks skips ext4's per-page
-# delayed allocation: 1 MiB appends ran ~1.4x faster (bench/storage.py prints
-# both writes). 2 MiB keeps the space held per partition small; a fallocate
-# per 2 MiB costs a few microseconds.
+# delayed allocation, a large share of a big append's cost (bench/storage.py
+# prints plain writes and writes into reserved blocks side by side). 2 MiB keeps
+# the space held per partition small, and one fallocate serves many appends.
 RESERVE_AHEAD_BYTES = 2 * 1024 * 1024
 
 EARLIEST_TIMESTAMP = -2
