@@ -78,6 +78,8 @@ class IndexFile(ManagedFile):
         self._unpack_from = self.ENTRY.unpack_from
         self._warm_entries = WARM_SECTION_BYTES // self._entry_size
         self._write_lock = threading.RLock()  # one mutation at a time
+        # `with self._writing():` - stateless, so one serves every writer and nesting.
+        self._write_session = _Pinned(self._write_lock, self._require_writable, self._pin, self._unpin)
         self._remap_lock = threading.Lock()  # a search vs. a change of the file's length
         self._file: MappedFile | None = None  # while the descriptor is open
         self._dirty = False  # written since the last flush
@@ -290,7 +292,7 @@ class IndexFile(ManagedFile):
 
     def _writing(self) -> "_Pinned":
         """`with self._writing():` - the write lock, checks, and a pin (the file open)."""
-        return _Pinned(self._write_lock, self._require_writable, self._pin, self._unpin)
+        return self._write_session
 
     def append_entries(self, packed: bytes) -> None:
         """Add entries packed as the file holds them, in order (LogSegment
@@ -468,7 +470,8 @@ class IndexFile(ManagedFile):
 
 class _Pinned:
     """IndexFile._writing(): the write lock, the writability checks and a pin, through
-    the index's own bound methods (so this helper uses none of its private names)."""
+    the index's own bound methods (so this helper uses none of its private names).
+    It keeps no state of its own: one per index serves every writer, nested too."""
 
     __slots__ = ("_lock", "_pin", "_require_writable", "_unpin")
 
