@@ -20,9 +20,9 @@ Contract:
   (RESERVE_AHEAD_BYTES, FileRecords' contract): the files' sizes and bytes do
   not change, and a roll or close gives the rest back.
 - The Log owns its lock; the layer below it (LogSegments, the swap protocol of
-  storage/segment_swap.py, PendingDeletions' renames) is not thread-safe and is
-  changed only through the Log's locked mutators, as Kafka's LocalLog is only
-  changed through UnifiedLog:
+  storage/segment_swap.py, the renames to `.deleted` of
+  storage/pending_deletions.py) is not thread-safe and is changed only through
+  the Log's locked mutators, as Kafka's LocalLog relies on UnifiedLog's lock:
   - `roll()` starts a new active segment;
   - `remove_segments(segments, reason)` removes the log's oldest segments for a
     retention reason: it rolls first when every segment goes, moves the log start
