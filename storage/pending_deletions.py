@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 from .segment import LogSegment
 

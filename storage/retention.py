@@ -25,8 +25,9 @@ Contract:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple
 
 import structlog
 
@@ -43,7 +44,7 @@ REASONS = (LOG_START_OFFSET, RETENTION_BYTES, RETENTION_MS)
 logger = structlog.get_logger("strata.retention")
 
 # (segment, the next segment or None) -> delete it?
-Predicate = Callable[[LogSegment, Optional[LogSegment]], bool]
+Predicate = Callable[[LogSegment, LogSegment | None], bool]
 
 
 class Deletion(NamedTuple):

@@ -34,7 +34,7 @@ while the cleaner was writing): otherwise SwapAborted, and nothing was changed.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import KafkaStorageError
 from .fileutil import fsync_dir
