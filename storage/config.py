@@ -190,13 +190,8 @@ class LogConfig:
                 raise InvalidConfigError(f"{name}: {_format(key, value)} {complaint}")
             changes[key.attr] = value
         config = dataclasses.replace(base, **changes)
-        config._check_together()
+        _check_together(config)
         return config
-
-    def _check_together(self) -> None:
-        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
-            raise InvalidConfigError(
-                "min.compaction.lag.ms must not be larger than max.compaction.lag.ms")
 
     # ---- reading ----------------------------------------------------------------
 
@@ -219,6 +214,12 @@ class LogConfig:
     @property
     def max_index_entries_bytes(self) -> int:
         return self.segment_index_bytes
+
+
+def _check_together(config: LogConfig) -> None:
+    """Rules across keys (one key's own rules are in its ConfigKey)."""
+    if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+        raise InvalidConfigError("min.compaction.lag.ms must not be larger than max.compaction.lag.ms")
 
 
 # Broker-level names that set a topic-level default. Where several broker names

@@ -67,7 +67,8 @@ from .log import Log
 from .names import (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX, delete_dir_name,
                     parse_partition_dir_name, partition_dir_name, stray_dir_name, validate_topic_name)
 from .open_files import OPEN_FILES
-from .retention import RetentionResult, run_retention
+from . import retention
+from .retention import RetentionResult
 from .space_reserve import SpaceReserve
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
@@ -226,17 +227,17 @@ class LogManager:
         with self._lock:
             logs = list(self._logs.values())
 
-        def close_one(one: Log) -> bool:
+        def close_log(partition_log: Log) -> bool:
             flushed = True
             try:
-                one.flush()
+                partition_log.flush()
             except (OSError, StrataError) as e:
                 flushed = False
-                log.error("log_flush_failed", log=one.name, error=str(e))
-            one.close()
+                log.error("log_flush_failed", log=partition_log.name, error=str(e))
+            partition_log.close()
             return flushed
 
-        clean = all(self._in_parallel(close_one, logs, lambda flushed: None))
+        clean = all(self._in_parallel(close_log, logs, lambda flushed: None))
         self.space_reserve.run("shutdown checkpoint", self.checkpoint)
         if clean:
             marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
@@ -329,12 +330,13 @@ class LogManager:
         the producer-state snapshots at the recovery points written first and the
         snapshots no start will use pruned after."""
         with self._checkpoint_lock:
-            snapshotted = [one for one in self.logs() if one.write_checkpoint_snapshot()]
+            snapshotted = [partition_log for partition_log in self.logs()
+                           if partition_log.write_checkpoint_snapshot()]
             recovery_points = self._write_checkpoints({})
-            for one in snapshotted:
-                checkpointed = recovery_points.get((one.topic, one.partition))
+            for partition_log in snapshotted:
+                checkpointed = recovery_points.get((partition_log.topic, partition_log.partition))
                 if checkpointed is not None:
-                    one.prune_snapshots(checkpointed)
+                    partition_log.prune_snapshots(checkpointed)
 
     def periodic_checkpoint(self) -> None:
         """`checkpoint()` for the broker's periodic task: a failed write (a full
@@ -349,41 +351,52 @@ class LogManager:
         """Both checkpoints, with `starts` over the logs' own start offsets (lock held);
         returns the recovery points written."""
         logs = self.logs_by_partition()
-        log_starts = {tp: starts.get(tp, one.log_start_offset) for tp, one in logs.items()}
-        recovery_points = {tp: max(one.recovery_point, log_starts[tp]) for tp, one in logs.items()}
+        log_starts = {tp: starts.get(tp, partition_log.log_start_offset) for tp, partition_log in logs.items()}
+        recovery_points = {tp: max(partition_log.recovery_point, log_starts[tp])
+                           for tp, partition_log in logs.items()}
         self._recovery_points.write(recovery_points)
         self._log_starts.write(log_starts)
         return recovery_points
 
-    def set_log_start_offset(self, one: Log, offset: int) -> int:
-        """DELETE_RECORDS: move `one`'s log start to `offset` (never back); the
+    def set_log_start_offset(self, partition_log: Log, offset: int) -> int:
+        """DELETE_RECORDS: move `partition_log`'s log start to `offset` (never back); the
         checkpoint holding it is written first (using the space reserve on a full
         disk), then the log's memory. Returns the log start offset."""
-        tp = (one.topic, one.partition)
+        tp = (partition_log.topic, partition_log.partition)
 
         def persist(start: int) -> None:
             self.space_reserve.run("delete records checkpoint", lambda: self._write_checkpoints({tp: start}))
 
         with self._checkpoint_lock:
-            return one.increase_log_start_offset(offset, persist=persist)
+            return partition_log.increase_log_start_offset(offset, persist=persist)
 
     def delete_old_segments(self, now_ms: int | None = None) -> list[RetentionResult]:
         """One retention pass over every log (Kafka's cleanupLogs; storage/retention.py)."""
-        return run_retention(self.logs(), self.clock.time_ms() if now_ms is None else now_ms)
+        now = self.clock.time_ms() if now_ms is None else now_ms
+        started = time.perf_counter()
+        logs = self.logs()
+        results = []
+        for partition_log in logs:
+            try:
+                results.append(partition_log.delete_old_segments(now))
+            except Exception:  # one failing log does not stop the pass
+                retention.logger.exception("retention_failed", log=partition_log.name)
+        retention.log_pass(results, len(logs), (time.perf_counter() - started) * 1000)
+        return results
 
     def delete_due_files(self, now_ms: int | None = None) -> int:
         """Remove deleted segments' files once their file.delete.delay.ms has passed
         (`now_ms` on the clock's monotonic scale); returns how many segments."""
         now = self.clock.monotonic_ms() if now_ms is None else now_ms
-        return sum(one.delete_due_files(now) for one in self.logs())
+        return sum(partition_log.delete_due_files(now) for partition_log in self.logs())
 
     def flush_due(self) -> None:
         """fsync rolled segments and logs past their `flush.ms`; re-create the
         space reserve once space has come back."""
-        for one in self.logs():
+        for partition_log in self.logs():
             try:
-                one.flush_rolled()
-                one.maybe_flush()
+                partition_log.flush_rolled()
+                partition_log.maybe_flush()
             except KafkaStorageError:
                 continue  # logged once per episode (io_errors); the next pass tries again
         self.space_reserve.maybe_restore()

@@ -33,7 +33,6 @@ import uuid
 
 from storage.errors import InvalidConfigError
 from storage.fileutil import atomic_write
-from storage.log import Log
 
 from ..json_files import encode_document, read_document
 
@@ -100,14 +99,5 @@ class KafkaState:
             self._next = start
 
 
-class ProducerStateHook:
-    """Kept for compatibility; no longer called. Idempotent-producer checks run in
-    `Log.append` under the log's lock (storage/producer_state.py): a check made
-    here, outside the lock, could race another append to the same partition."""
-
-    def before_append(self, one: Log, records) -> None:
-        return None
-
-
-__all__ = ["KafkaState", "ProducerStateHook", "PRODUCER_ID_BLOCK_SIZE", "STATE_FILE",
+__all__ = ["KafkaState", "PRODUCER_ID_BLOCK_SIZE", "STATE_FILE",
            "new_cluster_id"]
