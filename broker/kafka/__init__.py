@@ -2,7 +2,7 @@
 
 `strata serve --kafka-port P` (key `kafka.port`, default 9092; 0 = any free port;
 -1 = no Kafka listener) listens next to the native port. It shares the one
-LogManager, TopicRegistry, GroupOffsets and PartitionWaiters with the native
+LogManager, TopicRegistry, GroupOffsets and PartitionService with the native
 server, so whatever one protocol writes the other reads at the same offsets.
 Requests are decoded and responses encoded with kio (generated from Kafka's JSON
 message schemas); record bytes are appended as they arrive (restamped) and
@@ -72,7 +72,9 @@ Modules:
         apis.offsets    broker.group_offsets.GroupOffsets: commit(group, topic, partition,
                         offset, metadata) [blocking: run through apis.blocking],
                         fetch(group, topic, partition) -> Committed | None [memory]
-        apis.waiters    broker.handlers.PartitionWaiters (long polls)
+        apis.partitions broker.partitions.PartitionService (logs, appends, reads, long polls,
+                        error codes; shared with the native listener)
+        apis.waiters    broker.partitions.PartitionWaiters (long polls)
         apis.loop, apis.executor
         apis.node_id    this broker's node id (0), also the coordinator for every group
         apis.advertised (host, port) that Metadata/FindCoordinator announce

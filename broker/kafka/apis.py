@@ -1,10 +1,12 @@
 """The Kafka listener's request handling: a dispatch table api_key -> async handler.
 
 Contract (the interface for API modules is in broker/kafka/__init__.py):
-- `KafkaApis(native, advertised=...)` shares the native `Handlers`' state (config,
-  LogManager, TopicRegistry, GroupOffsets, PartitionWaiters, executor) and builds
-  its table: the core handlers (broker/kafka/handlers.py), then each importable
-  module of EXTENSION_MODULES through its `register(apis)`.
+- `KafkaApis(partitions, bad_requests, advertised=...)` serves the broker's
+  `PartitionService` (broker/partitions.py: logs, appends, reads, long polls and
+  error codes, shared with the native listener; config, LogManager,
+  TopicRegistry, GroupOffsets, executor) and builds its table: the core handlers
+  (broker/kafka/handlers.py), then each importable module of EXTENSION_MODULES
+  through its `register(apis)`. API keys are `ApiKey` members.
 - It is what `broker.server.BrokerServer` serves (its `RequestHandlers`): `handle`
   takes one frame (`header | body`, size stripped) and returns the framed reply
   parts, None for no reply (acks=0), or raises CloseConnection.
@@ -28,6 +30,7 @@ import asyncio
 import importlib
 import inspect
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any, Awaitable, Callable
 
 import structlog
@@ -39,11 +42,43 @@ from storage.errors import StrataError
 from storage.log import Log
 
 from ..server import CloseConnection
+from ..log_limiter import BadRequestLog
+from ..partitions import PartitionService
 from . import codec, request_check
 
 log = structlog.get_logger("strata.kafka")
 
-API_VERSIONS = 18
+
+
+class ApiKey(IntEnum):
+    """Kafka's API keys (org.apache.kafka.common.protocol.ApiKeys) that Strata serves."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
+
+
+API_VERSIONS = ApiKey.API_VERSIONS
 NODE_ID = 0
 # Modules whose `register(apis)` adds handlers (consumer groups).
 EXTENSION_MODULES: tuple[str, ...] = ("broker.kafka.groups",)
@@ -74,18 +109,20 @@ class RequestContext:
 
 
 class KafkaApis:
-    def __init__(self, native, *, advertised: tuple[str, int] | None = None,
+    def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog, *,
+                 advertised: tuple[str, int] | None = None,
                  extensions: tuple[str, ...] = EXTENSION_MODULES):
         from .handlers import CoreHandlers  # the core APIs; they use this module's types
 
-        self.native = native  # broker.handlers.Handlers: the state both protocols share
-        self.config = native.config
-        self.manager = native.manager
-        self.registry = native.registry
-        self.offsets = native.offsets
-        self.waiters = native.waiters
-        self.executor = native.executor
-        self.loop = native.loop
+        self.partitions = partitions  # what both protocols share (broker/partitions.py)
+        self.bad_requests = bad_requests
+        self.config = partitions.config
+        self.manager = partitions.manager
+        self.registry = partitions.registry
+        self.offsets = partitions.offsets
+        self.waiters = partitions.waiters
+        self.executor = partitions.executor
+        self.loop = partitions.loop
         self.node_id = NODE_ID
         self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
         self._table: dict[int, ApiEntry] = {}
@@ -132,13 +169,12 @@ class KafkaApis:
     # ---- shared helpers -----------------------------------------------------------------------
 
     async def blocking(self, fn: Callable, *args, cleanup: Callable[[Any], None] | None = None):
-        """Run blocking storage work in the executor (see Handlers._blocking)."""
-        return await self.native._blocking(fn, *args, cleanup=cleanup)
+        """Run blocking storage work in the executor (PartitionService.blocking)."""
+        return await self.partitions.blocking(fn, *args, cleanup=cleanup)
 
     async def log_for(self, topic: str, partition: int, *, produce: bool = False) -> Log:
-        """The live Log of a partition or the StrataError to answer (auto-creates on
-        produce when auto.create.topics.enable is on)."""
-        return await self.native._log(topic, partition, produce=produce)
+        """The live Log of a partition or the StrataError to answer."""
+        return await self.partitions.partition_log(topic, partition, produce=produce)
 
     # ---- RequestHandlers (broker.server) --------------------------------------------------------
 
@@ -150,7 +186,7 @@ class KafkaApis:
 
     def begin_shutdown(self) -> None:
         self.shutting_down = True
-        self.waiters.notify_all()
+        self.partitions.begin_shutdown()
         for callback in self._shutdown_callbacks:
             try:
                 result = callback()
@@ -163,20 +199,20 @@ class KafkaApis:
         try:
             api_key, api_version, correlation_id = codec.peek_header(frame)
         except codec.MalformedRequest as e:
-            self.native.bad_requests.record(peer, "kafka_bad_request", error=str(e), peer=peer)
+            self.bad_requests.record(peer, "kafka_bad_request", error=str(e), peer=peer)
             raise CloseConnection() from None
         entry = self._table.get(api_key)
         if entry is None or not entry.min_version <= api_version <= entry.max_version:
             if api_key == API_VERSIONS:
                 return [self.core.unsupported_api_versions(correlation_id)]
-            self.native.bad_requests.record(peer, "kafka_unsupported_request", api_key=api_key,
+            self.bad_requests.record(peer, "kafka_unsupported_request", api_key=api_key,
                                             api_version=api_version, peer=peer)
             raise CloseConnection()
         request_class = entry.request_classes[api_version]
         try:
             header, request = codec.decode_request(frame, request_class)
         except codec.MalformedRequest as e:
-            self.native.bad_requests.record(peer, "kafka_bad_request", api_key=api_key,
+            self.bad_requests.record(peer, "kafka_bad_request", api_key=api_key,
                                             api_version=api_version, error=str(e), peer=peer)
             raise CloseConnection() from None
         response_class = entry.response_classes[api_version]
@@ -198,4 +234,4 @@ class KafkaApis:
         return [codec.encode_response(correlation_id, response)]
 
 
-__all__ = ["API_VERSIONS", "EXTENSION_MODULES", "KafkaApis", "NODE_ID", "RequestContext"]
+__all__ = ["API_VERSIONS", "ApiKey", "EXTENSION_MODULES", "KafkaApis", "NODE_ID", "RequestContext"]

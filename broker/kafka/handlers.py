@@ -12,8 +12,10 @@ supported versions and the decisions; the notable ones:
   the topic is created synchronously and listed at once (Kafka answers
   LEADER_NOT_AVAILABLE until its controller has created it).
 - Produce: each partition's records are appended as they arrived (the validator
-  restamps base offsets, and timestamps for LogAppendTime), all partitions of a
-  request in one executor call. acks 1 and -1 answer once the batch is in the
+  restamps base offsets, and timestamps for LogAppendTime), by the partition
+  service's one policy (broker/partitions.py): inline on the loop when no fsync
+  is due and the set is small enough, else through the partition's appender in
+  the executor. acks 1 and -1 answer once the batch is in the
   log; -1 adds no fsync (one replica: the in-sync set is this log; durability
   follows flush.messages/flush.ms, as Kafka's). acks 0: no answer; if a partition
   failed, the connection is closed, as Kafka does so that the client notices.
@@ -39,7 +41,9 @@ from storage.errors import InvalidConfigError, InvalidRequestError, StrataError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from storage.names import validate_topic_name
 
+from ..partitions import append_outcome
 from . import codec
+from .apis import ApiKey
 from .codec import RecordsSplicer, has_field, make, nested
 from .state import KafkaState
 
@@ -82,24 +86,24 @@ class CoreHandlers:
         self.apis = apis
         self.config = apis.config
         self.registry = apis.registry
-        self.native = apis.native
+        self.partitions = apis.partitions  # broker/partitions.py: shared with the native listener
         self.state: KafkaState | None = None  # set by the app once the data dir is locked
         self._claiming: asyncio.Lock | None = None
 
     def register_all(self) -> None:
         r = self.apis.register
-        r(18, self.api_versions, 0, 4)
-        r(3, self.metadata, 0, 13)
-        r(0, self.produce, 3, 13)
-        r(1, self.fetch, 4, 18)
-        r(2, self.list_offsets, 1, 10)
-        r(19, self.create_topics, 2, 7)
-        r(20, self.delete_topics, 1, 6)
-        r(32, self.describe_configs, 1, 4)
-        r(33, self.alter_configs, 0, 2)
-        r(44, self.incremental_alter_configs, 0, 1)
-        r(21, self.delete_records, 0, 2)
-        r(22, self.init_producer_id, 0, 5)
+        r(ApiKey.API_VERSIONS, self.api_versions, 0, 4)
+        r(ApiKey.METADATA, self.metadata, 0, 13)
+        r(ApiKey.PRODUCE, self.produce, 3, 13)
+        r(ApiKey.FETCH, self.fetch, 4, 18)
+        r(ApiKey.LIST_OFFSETS, self.list_offsets, 1, 10)
+        r(ApiKey.CREATE_TOPICS, self.create_topics, 2, 7)
+        r(ApiKey.DELETE_TOPICS, self.delete_topics, 1, 6)
+        r(ApiKey.DESCRIBE_CONFIGS, self.describe_configs, 1, 4)
+        r(ApiKey.ALTER_CONFIGS, self.alter_configs, 0, 2)
+        r(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.incremental_alter_configs, 0, 1)
+        r(ApiKey.DELETE_RECORDS, self.delete_records, 0, 2)
+        r(ApiKey.INIT_PRODUCER_ID, self.init_producer_id, 0, 5)
 
     # ---- helpers ---------------------------------------------------------------------------------
 
@@ -146,7 +150,7 @@ class CoreHandlers:
     def unsupported_api_versions(self, correlation_id: int) -> bytes:
         """KIP-511: an ApiVersions version the broker does not know is answered v0
         with UNSUPPORTED_VERSION and the supported versions (header v0)."""
-        response_class = load_response_schema(18, 0)
+        response_class = load_response_schema(ApiKey.API_VERSIONS, 0)
         response = make(response_class, error_code=E.unsupported_version,
                         api_keys=self._api_keys(response_class))
         return codec.encode_response(correlation_id, response)
@@ -189,7 +193,7 @@ class CoreHandlers:
             known = self.registry.get(name)
             if known is None and allow_auto:
                 try:
-                    await self.apis.blocking(self.native._auto_create, name)
+                    await self.apis.blocking(self.partitions.auto_create_topic, name)
                 except StrataError as e:
                     topics.append(make(TopicR, error_code=_code(e), name=name,
                                        topic_id=codec.ZERO_UUID, partitions=()))
@@ -233,23 +237,21 @@ class CoreHandlers:
                 targets.append(target)
             plan.append((topic, targets))
 
-        def append_all() -> None:
-            for _, targets in plan:
-                for target in targets:
-                    if target.error:
-                        continue
-                    try:
-                        target.result = self.native._append(target.log, target.records)
-                    except StrataError as e:
-                        target.error = self.native._error_code(e, target.log)
-                    except Exception:
-                        log.exception("kafka_append_failed", topic=target.log.topic,
-                                      partition=target.index)
-                        target.error = E.unknown_server_error
+        # Each partition's append follows the partition service's one policy: inline
+        # on the loop when cheap, else queued on the partition's appender; the
+        # executor ones run meanwhile and are awaited below, in order.
+        partitions = self.partitions
+        for _, targets in plan:
+            for target in targets:
+                if not target.error:
+                    target.result = partitions.start_append(target.log, target.records, append_outcome)
                     target.records = None
-
-        if any(not t.error for _, targets in plan for t in targets):
-            await self.apis.blocking(append_all)
+        for _, targets in plan:
+            for target in targets:
+                if not target.error:
+                    started = target.result
+                    done, target.error = await started if isinstance(started, asyncio.Future) else started
+                    target.result = done
         if acks == 0:
             if any(t.error for _, targets in plan for t in targets):
                 from ..server import CloseConnection
@@ -325,18 +327,17 @@ class CoreHandlers:
                 plan.append((topic, targets))
             flat = [t for _, targets in plan for t in targets]
             may_wait = max_wait_ms > 0 and not self.apis.shutting_down
-            events = [self.apis.waiters.event((t.log.topic, t.log.partition))
+            events = [self.partitions.watch((t.log.topic, t.log.partition))
                       for t in flat if t.log is not None] if may_wait else []
             if any(t.log is not None and t.offset != t.log.log_end_offset for t in flat):
-                await self.apis.blocking(self._read_all, flat, budget_total,
-                                         cleanup=lambda _: _release(flat))
+                self._read_all(flat, budget_total)  # on the loop, as native FETCH reads
             total = sum(t.result.length for t in flat if t.result is not None)
             remaining = deadline - loop.time()
             if (not may_wait or total >= min_bytes or any(t.error for t in flat) or remaining <= 0
                     or not events):
                 break
             _release(flat)
-            await _wait_any(events, remaining)
+            await self.partitions.wait_for_append(events, remaining)
         try:
             return self._fetch_response(ctx, R, TopicR, PartR, plan, read_committed)
         except BaseException:
@@ -344,7 +345,8 @@ class CoreHandlers:
             raise
 
     def _read_all(self, flat: list[_Target], budget: int) -> None:
-        """Executor side: read every partition in order from the budget."""
+        """Read every partition in order from the budget (on the loop: the partition
+        service's read)."""
         min_one = True
         for t in flat:
             if t.error or t.log is None:
@@ -352,13 +354,10 @@ class CoreHandlers:
             try:
                 if t.offset == t.log.log_end_offset:
                     continue
-                found = t.log.read(t.offset, min(t.max_bytes, budget), min_one_message=min_one)
-            except StrataError as e:
-                t.error = self.native._error_code(e, t.log)
-                continue
-            except Exception:
-                log.exception("kafka_read_failed", topic=t.log.topic, partition=t.index)
-                t.error = E.unknown_server_error
+                found = self.partitions.read(t.log, t.offset, min(t.max_bytes, budget),
+                                             min_one_message=min_one)
+            except Exception as e:
+                t.error = self.partitions.error_code(e, t.log)
                 continue
             if found.length:
                 budget = max(budget - found.length, 0)
@@ -514,7 +513,7 @@ class CoreHandlers:
                 name = known.name
             known = self.registry.get(name)
             try:
-                await self.native.remove_topic(name)
+                await self.partitions.remove_topic(name)
             except StrataError as e:
                 code, message = _code(e), str(e)
             results.append(make(ResultR, name=name,
@@ -661,9 +660,9 @@ class CoreHandlers:
             low, code = -1, target.error
             if not code:
                 try:
-                    low = await self.native.delete_records_before(target.log, part.offset)
+                    low = await self.partitions.delete_records_before(target.log, part.offset)
                 except StrataError as e:
-                    code = self.native._error_code(e, target.log)
+                    code = self.partitions.error_code(e, target.log)
             return make(PartR, partition_index=part.partition_index, low_watermark=low, error_code=code)
 
         return make(ctx.response_class, throttle_time=0,
@@ -718,22 +717,6 @@ def _release(flat: list[_Target]) -> None:
         if t.result is not None and hasattr(t.result, "release"):
             t.result.release()
             t.result = None
-
-
-async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
-    unique = list({id(e): e for e in events}.values())
-    if len(unique) == 1:
-        try:
-            await asyncio.wait_for(unique[0].wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
-        return
-    waits = [asyncio.ensure_future(e.wait()) for e in unique]
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
 
 
 __all__ = ["CoreHandlers"]
