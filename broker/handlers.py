@@ -60,7 +60,7 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Union
+from typing import Any, Awaitable, Callable
 
 import structlog
 
@@ -79,12 +79,10 @@ from storage.file_records import FileSlice
 from storage.log import AppendResult, Log
 from storage.names import validate_topic_name
 
+from .connection import FastPath, Reply
 from .group_offsets import GroupOffsets
 from .log_limiter import BadRequestLog
 from .partitions import INLINE_APPEND_MAX_BYTES, PartitionService, release_all
-
-Part = Union[bytes, FileSlice]
-Reply = list[Part]
 
 INT32_MAX = 2**31 - 1
 HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend
@@ -106,7 +104,9 @@ def produce_result(result: AppendResult | None, code: int) -> ProduceResult:
     return ProduceResult(ErrorCode.NONE, result.first_offset, result.log_append_time)
 
 
-class Handlers:
+class Handlers(FastPath):
+    """The native protocol's RequestHandlers (broker/connection.py), with its fast path."""
+
     def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog):
         self.partitions = partitions
         self.config = partitions.config

@@ -41,7 +41,7 @@ from protocol import ProtocolError
 from storage.errors import StrataError
 from storage.log import Log
 
-from ..server import CloseConnection
+from ..connection import CloseConnection
 from ..log_limiter import BadRequestLog
 from ..partitions import PartitionService
 from . import codec, request_check

@@ -254,7 +254,7 @@ class CoreHandlers:
                     target.result = done
         if acks == 0:
             if any(t.error for _, targets in plan for t in targets):
-                from ..server import CloseConnection
+                from ..connection import CloseConnection
                 log.info("kafka_acks0_produce_failed", peer=ctx.peer)
                 raise CloseConnection()
             return None
