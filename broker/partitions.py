@@ -347,6 +347,12 @@ class PartitionService:
         SLOW_INLINE_APPEND_S sends large appends to the executor for INLINE_BACKOFF_S."""
         if not self.appends_inline(partition_log, len(data)):
             return None
+        return self.append_inline(partition_log, data)
+
+    def append_inline(self, partition_log: Log, data: Any) -> AppendResult:
+        """Append on the loop, the policy already consulted (`appends_inline`; a
+        request that checked every partition first appends them all here). Wakes
+        long polls; a slow append starts the back-off. Raises StrataError."""
         self.append_stats.inline += 1
         start = time.perf_counter()
         result = partition_log.append(data, in_place=True)  # the frame is ours to patch

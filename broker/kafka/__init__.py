@@ -31,7 +31,11 @@ Modules:
 
         apis.register(api_key, handler, min_version, max_version)
 
-   e.g. `apis.register(11, coordinator.join_group, 0, 9)`. Every version in the range
+   e.g. `apis.register(ApiKey.JOIN_GROUP, coordinator.join_group, 0, 9)` (ApiKey:
+   broker/kafka/apis.py). Optional `now=handler_now`: a synchronous
+   `handler_now(request, ctx)` that answers on the loop when nothing needs waiting
+   (the connection's fast path: Produce appended inline, Fetch with data) or
+   returns `apis.DECLINE` having done nothing; the async handler answers then. Every version in the range
    must have kio schemas (ValueError otherwise). ApiVersions advertises exactly
    what is registered (plus ApiVersions itself); a request for an unregistered
    key or version is answered as Kafka does (see KAFKA.md). `apis.on_shutdown(cb)`

@@ -41,7 +41,7 @@ from protocol import ProtocolError
 from storage.errors import StrataError
 from storage.log import Log
 
-from ..connection import CloseConnection
+from ..connection import CloseConnection, FastPath
 from ..log_limiter import BadRequestLog
 from ..partitions import PartitionService
 from . import codec, request_check
@@ -84,6 +84,19 @@ NODE_ID = 0
 EXTENSION_MODULES: tuple[str, ...] = ("broker.kafka.groups",)
 
 Handler = Callable[[Any, "RequestContext"], Awaitable[Any]]
+HandlerNow = Callable[[Any, "RequestContext"], Any]
+
+
+class _Decline:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DECLINE"
+
+
+# What a `now` handler returns when the request needs waiting (the executor, a long
+# poll): it has done nothing, and the request goes to the async handler.
+DECLINE = _Decline()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +107,7 @@ class ApiEntry:
     max_version: int
     request_classes: dict[int, type]
     response_classes: dict[int, type]
+    handler_now: HandlerNow | None = None
 
 
 @dataclass(slots=True)
@@ -108,7 +122,7 @@ class RequestContext:
     response_class: type = field(repr=False)
 
 
-class KafkaApis:
+class KafkaApis(FastPath):
     def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog, *,
                  advertised: tuple[str, int] | None = None,
                  extensions: tuple[str, ...] = EXTENSION_MODULES):
@@ -127,6 +141,9 @@ class KafkaApis:
         self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
         self._table: dict[int, ApiEntry] = {}
         self._shutdown_callbacks: list[Callable[[], Any]] = []
+        # The last request `handle_now` decoded and declined: (frame, header, request),
+        # so `handle` does not decode the same frame again.
+        self._declined: tuple[Any, Any, Any] | None = None
         self.shutting_down = False
         self.core = CoreHandlers(self)
         self.core.register_all()
@@ -145,8 +162,11 @@ class KafkaApis:
 
     # ---- the table ------------------------------------------------------------------------------
 
-    def register(self, api_key: int, handler: Handler, min_version: int, max_version: int) -> None:
-        """Serve `api_key` versions min..max with `handler` (replaces an earlier entry)."""
+    def register(self, api_key: int, handler: Handler, min_version: int, max_version: int, *,
+                 now: HandlerNow | None = None) -> None:
+        """Serve `api_key` versions min..max with `handler` (replaces an earlier entry).
+        `now`, optional: the same answer made synchronously on the loop, or DECLINE
+        having done nothing (the connection's fast path, `handle_now`)."""
         if not 0 <= min_version <= max_version:
             raise ValueError(f"bad version range {min_version}..{max_version} for api {api_key}")
         requests, responses = {}, {}
@@ -157,7 +177,7 @@ class KafkaApis:
             except (UnknownEntity, KeyError, LookupError) as e:
                 raise ValueError(f"kio has no schema for api {api_key} v{version}: {e}") from None
             request_check.plan(requests[version])  # a schema it cannot check fails here, not later
-        self._table[api_key] = ApiEntry(api_key, handler, min_version, max_version, requests, responses)
+        self._table[api_key] = ApiEntry(api_key, handler, min_version, max_version, requests, responses, now)
 
     def supported(self) -> list[tuple[int, int, int]]:
         """(api_key, min, max) of every registered API, ApiVersions included."""
@@ -206,15 +226,19 @@ class KafkaApis:
             if api_key == API_VERSIONS:
                 return [self.core.unsupported_api_versions(correlation_id)]
             self.bad_requests.record(peer, "kafka_unsupported_request", api_key=api_key,
-                                            api_version=api_version, peer=peer)
+                                     api_version=api_version, peer=peer)
             raise CloseConnection()
         request_class = entry.request_classes[api_version]
-        try:
-            header, request = codec.decode_request(frame, request_class)
-        except codec.MalformedRequest as e:
-            self.bad_requests.record(peer, "kafka_bad_request", api_key=api_key,
-                                            api_version=api_version, error=str(e), peer=peer)
-            raise CloseConnection() from None
+        declined, self._declined = self._declined, None
+        if declined is not None and declined[0] is frame:
+            header, request = declined[1], declined[2]
+        else:
+            try:
+                header, request = codec.decode_request(frame, request_class)
+            except codec.MalformedRequest as e:
+                self.bad_requests.record(peer, "kafka_bad_request", api_key=api_key,
+                                         api_version=api_version, error=str(e), peer=peer)
+                raise CloseConnection() from None
         response_class = entry.response_classes[api_version]
         ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer,
                              self, response_class)
@@ -233,5 +257,46 @@ class KafkaApis:
             return response  # no answer (acks=0), or already framed (Fetch)
         return [codec.encode_response(correlation_id, response)]
 
+    # ---- FastPath (broker.connection) -----------------------------------------------------------
 
-__all__ = ["API_VERSIONS", "ApiKey", "EXTENSION_MODULES", "KafkaApis", "NODE_ID", "RequestContext"]
+    def handle_now(self, frame, peer: Any = None):
+        """The reply to `frame` made right now on the loop, by its API's `now` handler
+        (Produce appended inline, Fetch with nothing to wait for), or None, with
+        nothing done, for `handle` to answer (a request it cannot decode included:
+        `handle` logs it and closes). Answers exactly as `handle` would."""
+        try:
+            api_key, api_version, correlation_id = codec.peek_header(frame)
+        except codec.MalformedRequest:
+            return None
+        entry = self._table.get(api_key)
+        if entry is None or entry.handler_now is None or not entry.min_version <= api_version <= entry.max_version:
+            return None
+        try:
+            header, request = codec.decode_request(frame, entry.request_classes[api_version])
+        except codec.MalformedRequest:
+            return None
+        response_class = entry.response_classes[api_version]
+        ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer,
+                             self, response_class)
+        try:
+            response = entry.handler_now(request, ctx)
+        except StrataError as e:
+            response = codec.error_response(response_class, e.code)
+        except Exception:
+            log.exception("kafka_request_failed", api_key=api_key, api_version=api_version)
+            response = codec.error_response(response_class, ErrorCode.unknown_server_error)
+        if response is DECLINE:
+            self._declined = (frame, header, request)
+            return None
+        if isinstance(response, list):
+            return response  # already framed (Fetch)
+        return [codec.encode_response(correlation_id, response)]
+
+    def run_key(self, frame) -> None:
+        return None  # no Kafka request is begun before its turn
+
+    def begin(self, frame, peer: Any = None) -> asyncio.Future:
+        raise NotImplementedError("KafkaApis keys no frames (run_key is always None)")
+
+
+__all__ = ["API_VERSIONS", "ApiKey", "DECLINE", "EXTENSION_MODULES", "KafkaApis", "NODE_ID", "RequestContext"]

@@ -43,7 +43,8 @@ from storage.names import validate_topic_name
 
 from ..partitions import append_outcome
 from . import codec
-from .apis import ApiKey
+from ..connection import CloseConnection
+from .apis import DECLINE, ApiKey
 from .codec import RecordsSplicer, has_field, make, nested
 from .state import KafkaState
 
@@ -81,6 +82,23 @@ class _Target:
         self.result: Any = None
 
 
+class _FetchParams:
+    """What a Fetch request asks, read once per request."""
+
+    __slots__ = ("by_id", "replica", "max_wait_ms", "min_bytes", "budget", "read_committed")
+
+    def __init__(self, req, ctx, fetch_max_bytes: int):
+        replica = getattr(req, "replica_id", -1)
+        if has_field(type(req), "replica_state"):
+            replica = req.replica_state.replica_id
+        self.replica = replica
+        self.by_id = ctx.api_version >= 13
+        self.max_wait_ms = int(req.max_wait.total_seconds() * 1000)
+        self.min_bytes = req.min_bytes
+        self.budget = min(req.max_bytes if req.max_bytes >= 0 else 0, fetch_max_bytes, INT32_MAX - (1 << 20))
+        self.read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+
+
 class CoreHandlers:
     def __init__(self, apis):
         self.apis = apis
@@ -94,8 +112,8 @@ class CoreHandlers:
         r = self.apis.register
         r(ApiKey.API_VERSIONS, self.api_versions, 0, 4)
         r(ApiKey.METADATA, self.metadata, 0, 13)
-        r(ApiKey.PRODUCE, self.produce, 3, 13)
-        r(ApiKey.FETCH, self.fetch, 4, 18)
+        r(ApiKey.PRODUCE, self.produce, 3, 13, now=self.produce_now)
+        r(ApiKey.FETCH, self.fetch, 4, 18, now=self.fetch_now)
         r(ApiKey.LIST_OFFSETS, self.list_offsets, 1, 10)
         r(ApiKey.CREATE_TOPICS, self.create_topics, 2, 7)
         r(ApiKey.DELETE_TOPICS, self.delete_topics, 1, 6)
@@ -107,8 +125,10 @@ class CoreHandlers:
 
     # ---- helpers ---------------------------------------------------------------------------------
 
-    async def _resolve(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> _Target:
-        """A partition by topic name, or by topic id (name None): the Log or an error code."""
+    def _target(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> _Target:
+        """A partition by topic name, or by topic id (name None), on the loop: the Log
+        or an error code. Neither (log None, no error): an internal topic's log not
+        created yet, whose name is then in `target.records` for `_resolve`."""
         target = _Target(partition)
         if name is None:
             known = self.registry.by_id(str(topic_id)) if topic_id is not None else None
@@ -117,10 +137,27 @@ class CoreHandlers:
                 return target
             name = known.name
         try:
-            target.log = await self.apis.log_for(name, partition, produce=produce)
+            target.log = self.partitions.open_log(name, partition, produce=produce)
         except StrataError as e:
             target.error = _code(e)
+        if target.log is None and not target.error:
+            target.records = name
         return target
+
+    async def _resolve(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> _Target:
+        """`_target`, creating an internal topic's log on first use."""
+        target = self._target(name, topic_id, partition, produce=produce)
+        if target.log is None and not target.error:
+            await self._create_log(target)
+        return target
+
+    async def _create_log(self, target: _Target) -> None:
+        """The log `_target` left to create (an internal topic's partition)."""
+        try:
+            target.log = await self.partitions.partition_log(target.records, target.index)
+        except StrataError as e:
+            target.error = _code(e)
+        target.records = None
 
     async def _each_partition(self, ctx, topics, answer) -> tuple:
         """The per-topic, per-partition answers of a request addressed by topic name
@@ -215,10 +252,9 @@ class CoreHandlers:
 
     # ---- Produce -----------------------------------------------------------------------------
 
-    async def produce(self, req, ctx):
-        R = ctx.response_class
-        TopicR = nested(R, "responses")
-        PartR = nested(TopicR, "partition_responses")
+    def _produce_plan(self, req) -> list[tuple[Any, list[_Target]]]:
+        """Every partition of a Produce resolved, on the loop (a produce never creates
+        a log: internal topics refuse it first), its records in `records`."""
         acks = req.acks
         by_id = not has_field(type(req.topic_data[0]), "name") if req.topic_data else False
         plan: list[tuple[Any, list[_Target]]] = []
@@ -229,14 +265,35 @@ class CoreHandlers:
                 if acks not in (0, 1, -1):
                     targets.append(_Target(part.index, error=E.invalid_required_acks))
                     continue
-                target = await self._resolve(name, getattr(topic, "topic_id", None), part.index,
-                                             produce=True)
+                target = self._target(name, getattr(topic, "topic_id", None), part.index, produce=True)
                 if part.records is None:
                     target.error = target.error or E.corrupt_message
                 target.records = part.records
                 targets.append(target)
             plan.append((topic, targets))
+        return plan
 
+    def produce_now(self, req, ctx):
+        """Produce without waiting (the fast path, KafkaApis.handle_now): when acks is
+        1 or -1 and every partition's append runs inline by the partition service's
+        policy, append them all on the loop and answer; else DECLINE, with nothing done."""
+        if req.acks == 0:
+            return DECLINE
+        plan = self._produce_plan(req)
+        partitions = self.partitions
+        targets = [t for _, ts in plan for t in ts if not t.error]
+        if not all(partitions.appends_inline(t.log, len(t.records)) for t in targets):
+            return DECLINE
+        for t in targets:
+            try:
+                t.result = partitions.append_inline(t.log, t.records)
+            except Exception as e:
+                t.error = partitions.error_code(e, t.log)
+            t.records = None
+        return self._produce_response(ctx, plan)
+
+    async def produce(self, req, ctx):
+        plan = self._produce_plan(req)
         # Each partition's append follows the partition service's one policy: inline
         # on the loop when cheap, else queued on the partition's appender; the
         # executor ones run meanwhile and are awaited below, in order.
@@ -252,12 +309,17 @@ class CoreHandlers:
                     started = target.result
                     done, target.error = await started if isinstance(started, asyncio.Future) else started
                     target.result = done
-        if acks == 0:
+        if req.acks == 0:
             if any(t.error for _, targets in plan for t in targets):
-                from ..connection import CloseConnection
                 log.info("kafka_acks0_produce_failed", peer=ctx.peer)
                 raise CloseConnection()
             return None
+        return self._produce_response(ctx, plan)
+
+    def _produce_response(self, ctx, plan: list[tuple[Any, list[_Target]]]):
+        R = ctx.response_class
+        TopicR = nested(R, "responses")
+        PartR = nested(TopicR, "partition_responses")
         responses = []
         for topic, targets in plan:
             parts = []
@@ -292,57 +354,87 @@ class CoreHandlers:
           wakes PartitionWaiters), for max_wait, or for shutdown, then reads again.
         - The records are FileSlices spliced into kio's encoding and sent with sendfile.
         """
-        R = ctx.response_class
-        TopicR = nested(R, "responses")
-        PartR = nested(TopicR, "partitions")
-        session_id = getattr(req, "session_id", 0)
-        session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
-        if session_id != 0 and session_epoch != FINAL_EPOCH:
-            return make(R, throttle_time=0, error_code=E.fetch_session_id_not_found, session_id=0,
-                        responses=())
-        replica = getattr(req, "replica_id", -1)
-        if has_field(type(req), "replica_state"):
-            replica = req.replica_state.replica_id
-        by_id = ctx.api_version >= 13
-        max_wait_ms = int(req.max_wait.total_seconds() * 1000)
-        min_bytes = req.min_bytes
-        budget_total = min(req.max_bytes if req.max_bytes >= 0 else 0, self.config.fetch_max_bytes,
-                           INT32_MAX - (1 << 20))
-        read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+        refused = self._fetch_refused(req, ctx)
+        if refused is not None:
+            return refused
+        fetch = _FetchParams(req, ctx, self.config.fetch_max_bytes)
         loop = self.apis.loop
-        deadline = loop.time() + max_wait_ms / 1000
+        deadline = loop.time() + fetch.max_wait_ms / 1000
         while True:
-            plan: list[tuple[Any, list[_Target]]] = []
-            for topic in req.topics:
-                name = None if by_id else topic.topic
-                targets = []
-                for part in topic.partitions:
-                    if replica >= 0:  # a follower: there are none
-                        targets.append(_Target(part.partition, error=E.not_leader_or_follower))
-                        continue
-                    target = await self._resolve(name, getattr(topic, "topic_id", None), part.partition)
-                    target.offset = part.fetch_offset
-                    target.max_bytes = max(part.partition_max_bytes, 0)
-                    targets.append(target)
-                plan.append((topic, targets))
+            plan = self._fetch_plan(req, fetch)
             flat = [t for _, targets in plan for t in targets]
-            may_wait = max_wait_ms > 0 and not self.apis.shutting_down
+            for t in flat:
+                if t.log is None and not t.error:
+                    await self._create_log(t)
+            may_wait = fetch.max_wait_ms > 0 and not self.apis.shutting_down
             events = [self.partitions.watch((t.log.topic, t.log.partition))
                       for t in flat if t.log is not None] if may_wait else []
-            if any(t.log is not None and t.offset != t.log.log_end_offset for t in flat):
-                self._read_all(flat, budget_total)  # on the loop, as native FETCH reads
-            total = sum(t.result.length for t in flat if t.result is not None)
+            self._read_all(flat, fetch.budget)  # on the loop, as native FETCH reads
             remaining = deadline - loop.time()
-            if (not may_wait or total >= min_bytes or any(t.error for t in flat) or remaining <= 0
-                    or not events):
+            if not may_wait or self._fetch_complete(flat, fetch) or remaining <= 0 or not events:
                 break
             _release(flat)
             await self.partitions.wait_for_append(events, remaining)
         try:
-            return self._fetch_response(ctx, R, TopicR, PartR, plan, read_committed)
+            return self._fetch_response(ctx, plan, fetch.read_committed)
         except BaseException:
             _release(flat)
             raise
+
+    def fetch_now(self, req, ctx):
+        """Fetch without waiting (the fast path, KafkaApis.handle_now): the answer
+        when it needs no log created and no long poll; else DECLINE, with nothing
+        held (the reads are released)."""
+        refused = self._fetch_refused(req, ctx)
+        if refused is not None:
+            return refused
+        fetch = _FetchParams(req, ctx, self.config.fetch_max_bytes)
+        plan = self._fetch_plan(req, fetch)
+        flat = [t for _, targets in plan for t in targets]
+        if any(t.log is None and not t.error for t in flat):
+            return DECLINE  # an internal topic's log to create: in the executor
+        self._read_all(flat, fetch.budget)
+        if (fetch.max_wait_ms > 0 and not self.apis.shutting_down and not self._fetch_complete(flat, fetch)
+                and any(t.log is not None for t in flat)):
+            _release(flat)
+            return DECLINE  # a long poll: the connection's task waits
+        try:
+            return self._fetch_response(ctx, plan, fetch.read_committed)
+        except BaseException:
+            _release(flat)
+            raise
+
+    def _fetch_refused(self, req, ctx):
+        """The answer to an incremental fetch of a session (sessions are declined), else None."""
+        session_id = getattr(req, "session_id", 0)
+        session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
+        if session_id != 0 and session_epoch != FINAL_EPOCH:
+            return make(ctx.response_class, throttle_time=0, error_code=E.fetch_session_id_not_found,
+                        session_id=0, responses=())
+        return None
+
+    def _fetch_plan(self, req, fetch: _FetchParams) -> list[tuple[Any, list[_Target]]]:
+        """Every partition of a Fetch resolved on the loop (`_target`)."""
+        plan: list[tuple[Any, list[_Target]]] = []
+        for topic in req.topics:
+            name = None if fetch.by_id else topic.topic
+            targets = []
+            for part in topic.partitions:
+                if fetch.replica >= 0:  # a follower: there are none
+                    targets.append(_Target(part.partition, error=E.not_leader_or_follower))
+                    continue
+                target = self._target(name, getattr(topic, "topic_id", None), part.partition)
+                target.offset = part.fetch_offset
+                target.max_bytes = max(part.partition_max_bytes, 0)
+                targets.append(target)
+            plan.append((topic, targets))
+        return plan
+
+    @staticmethod
+    def _fetch_complete(flat: list[_Target], fetch: _FetchParams) -> bool:
+        """Whether a fetch answers now: an error, or min_bytes read."""
+        total = sum(t.result.length for t in flat if t.result is not None)
+        return total >= fetch.min_bytes or any(t.error for t in flat)
 
     def _read_all(self, flat: list[_Target], budget: int) -> None:
         """Read every partition in order from the budget (on the loop: the partition
@@ -366,7 +458,10 @@ class CoreHandlers:
             else:
                 found.release()
 
-    def _fetch_response(self, ctx, R, TopicR, PartR, plan, read_committed: bool):
+    def _fetch_response(self, ctx, plan, read_committed: bool):
+        R = ctx.response_class
+        TopicR = nested(R, "responses")
+        PartR = nested(TopicR, "partitions")
         splicer = RecordsSplicer()
         responses = []
         for topic, targets in plan:
