@@ -208,7 +208,9 @@ class Handlers(FastPath):
         partition, set_size = PRODUCE_FIXED.unpack_from(frame, at)
         if self.partitions.inline_size(set_size):
             partition_log = self.partitions.manager.get_log(topic.decode("utf-8", "replace"), partition)
-            if partition_log is None or self.partitions.appends_inline(partition_log, set_size):
+            # Not keyed when inline: the connection starts it after every earlier reply.
+            if partition_log is None or self.partitions.appends_inline(partition_log, set_size,
+                                                                       ordered_by_caller=True):
                 return None  # inline (or an error `handle` answers)
         return topic, partition
 

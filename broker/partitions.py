@@ -333,12 +333,16 @@ class PartitionService:
         return size <= INLINE_APPEND_MAX_BYTES or (
             size <= LARGE_INLINE_APPEND_MAX_BYTES and self.loop.time() >= self._inline_backoff_until)
 
-    def appends_inline(self, partition_log: Log, size: int) -> bool:
+    def appends_inline(self, partition_log: Log, size: int, *, ordered_by_caller: bool = False) -> bool:
         """The policy: an append of `size` bytes runs on the loop when no fsync is due,
         its size allows it (`inline_size`) and no earlier append of the partition is
-        still queued in the executor (it would be overtaken)."""
+        still queued in the executor (it would be overtaken). `ordered_by_caller`:
+        the caller starts the append only once the earlier ones it cares about are
+        done (a connection's pipelined PRODUCEs), so queued appends do not count; a
+        stream that went to the executor during a back-off then comes back to the
+        loop as soon as the back-off ends."""
         return (partition_log.config.flush_messages == LONG_MAX and self.inline_size(size)
-                and partition_log not in self._appenders)
+                and (ordered_by_caller or partition_log not in self._appenders))
 
     def try_append_inline(self, partition_log: Log, data: Any) -> AppendResult | None:
         """Append `data` on the loop if the policy allows (`appends_inline`), waking

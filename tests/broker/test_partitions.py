@@ -264,6 +264,7 @@ def test_an_append_never_overtakes_one_queued_in_the_executor(tmp_path):
         assert isinstance(first, asyncio.Future) and isinstance(second, asyncio.Future)
         (r1, c1), (r2, c2) = await first, await second
         assert c1 == c2 == 0 and r2.first_offset == r1.last_offset + 1
+        assert service.appends_inline(partition_log, 100, ordered_by_caller=True)  # the caller orders
         for _ in range(1000):  # the appender's idle notice comes from the executor thread
             if service.appends_inline(partition_log, 100):
                 break
