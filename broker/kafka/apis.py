@@ -49,7 +49,6 @@ from . import codec, request_check
 log = structlog.get_logger("strata.kafka")
 
 
-
 class ApiKey(IntEnum):
     """Kafka's API keys (org.apache.kafka.common.protocol.ApiKeys) that Strata serves."""
 
