@@ -72,7 +72,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections import deque
-from typing import Any, Protocol, Union
+from typing import Any, Protocol
 
 import structlog
 
@@ -85,7 +85,7 @@ from .log_limiter import BadRequestLog
 from .request_memory import RequestMemory
 from .sendfile import ConnectionClosed, SendfileWriter
 
-Part = Union[bytes, FileSlice]
+Part = bytes | FileSlice
 Reply = list[Part]
 
 log = structlog.get_logger("strata.server")
@@ -110,7 +110,7 @@ class _Begun:
         self.future = future
 
 
-QueueItem = Union[memoryview, bytes, list, _Fatal, _Begun]
+QueueItem = memoryview | bytes | list | _Fatal | _Begun
 
 
 class CloseConnection(Exception):

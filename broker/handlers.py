@@ -60,7 +60,8 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 

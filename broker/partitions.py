@@ -48,6 +48,7 @@ both listeners because it is written once, here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import deque
@@ -208,10 +209,8 @@ class Appender(Generic[T]):
                     loop.call_soon_threadsafe(service.waiters.notify, tp)
             except RuntimeError:
                 pass  # the loop is closed: nobody waits any more
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed
             loop.call_soon_threadsafe(service.appender_idle, self)
-        except RuntimeError:
-            pass
 
 
 def _resolve(future: asyncio.Future, reply: Any) -> None:
@@ -304,10 +303,8 @@ class PartitionService:
     def auto_create_topic(self, topic: str) -> None:
         """Create `topic` with the broker's defaults (auto.create.topics.enable;
         blocking). A topic another request created meanwhile is fine."""
-        try:
+        with contextlib.suppress(TopicAlreadyExistsError):  # another connection won the race
             self.registry.create(topic, -1, ())
-        except TopicAlreadyExistsError:
-            pass  # another connection won the race
 
     # ---- errors ---------------------------------------------------------------------------------
 
@@ -408,10 +405,8 @@ class PartitionService:
 
     def notify_threadsafe(self, topic: str, partition: int) -> None:
         """Wake the long polls of a partition from any thread (after an append)."""
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
             self.loop.call_soon_threadsafe(self.waiters.notify, (topic, partition))
-        except RuntimeError:
-            pass  # the loop is closed: nobody is waiting any more
 
     # ---- reading --------------------------------------------------------------------------------
 
@@ -437,7 +432,7 @@ class PartitionService:
         if len(unique) == 1:
             try:
                 await asyncio.wait_for(unique[0].wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return False
             return True
         waits = [asyncio.ensure_future(e.wait()) for e in unique]

@@ -30,8 +30,9 @@ import asyncio
 import importlib
 import inspect
 from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from enum import IntEnum
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import structlog
 from kio.index import UnknownEntity, load_request_schema, load_response_schema
@@ -117,7 +118,7 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     peer: Any
-    apis: "KafkaApis"
+    apis: KafkaApis
     response_class: type = field(repr=False)
 
 

@@ -41,9 +41,9 @@ from storage.errors import InvalidConfigError, InvalidRequestError, StrataError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from storage.names import validate_topic_name
 
+from ..connection import CloseConnection
 from ..partitions import append_outcome
 from . import codec
-from ..connection import CloseConnection
 from .apis import DECLINE, ApiKey
 from .codec import RecordsSplicer, has_field, make, nested
 from .state import KafkaState
