@@ -87,6 +87,7 @@ from .sendfile import ConnectionClosed, SendfileWriter
 
 Part = bytes | FileSlice
 Reply = list[Part]
+Frame = memoryview | bytes  # one request frame, size stripped
 
 log = structlog.get_logger("strata.server")
 
@@ -133,7 +134,7 @@ class RequestHandlers(Protocol):
 
     loop: asyncio.AbstractEventLoop
 
-    async def handle(self, frame: memoryview, peer: Any = None) -> Reply | None: ...
+    async def handle(self, frame: Frame, peer: Any = None) -> Reply | None: ...
 
     def bad_frame_reply(self, error: ProtocolError) -> Reply | None: ...
 
@@ -158,13 +159,13 @@ class FastPath(ABC):
       it on the connection is already begun with the same key."""
 
     @abstractmethod
-    def handle_now(self, frame: memoryview, peer: Any = None) -> Reply | None: ...
+    def handle_now(self, frame: Frame, peer: Any = None) -> Reply | None: ...
 
     @abstractmethod
-    def run_key(self, frame: memoryview) -> Any: ...
+    def run_key(self, frame: Frame) -> Any: ...
 
     @abstractmethod
-    def begin(self, frame: memoryview, peer: Any = None) -> asyncio.Future: ...
+    def begin(self, frame: Frame, peer: Any = None) -> asyncio.Future: ...
 
 
 class ConnectionStats(PauseCounters, Protocol):
@@ -187,8 +188,10 @@ class ConnectionHost(Protocol):
     memory: RequestMemory
     scratch: ScratchBuffers
     bad_requests: BadRequestLog
-    stats: ConnectionStats
     closing: bool
+
+    @property
+    def stats(self) -> ConnectionStats: ...
 
     def admit(self, conn: Connection) -> bool: ...
 

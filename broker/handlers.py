@@ -249,7 +249,7 @@ class Handlers(FastPath):
                 started.append(ProduceResult(e.code))
                 continue
             started.append(partitions.start_append(partition_log, item.message_set, produce_result))
-        results = [await item if isinstance(item, asyncio.Future) else item for item in started]
+        results = tuple([await item if isinstance(item, asyncio.Future) else item for item in started])
         return [encode_response(MultiProduceResponse(ErrorCode.NONE, results))]
 
     # ---- FETCH / MULTIFETCH ---------------------------------------------------------------------
@@ -338,13 +338,13 @@ class Handlers(FastPath):
             raise
         top, headers = multifetch_response_parts([(error, s.length if s else 0) for error, s in results])
         parts: Reply = [top]
-        for header, (_, found) in zip(headers, results):
+        for header, (_, answer) in zip(headers, results):
             parts.append(header)
-            if found is not None:
-                if found.length:
-                    parts.append(found)
+            if answer is not None:
+                if answer.length:
+                    parts.append(answer)
                 else:
-                    found.release()
+                    answer.release()
         return parts
 
     # ---- OFFSETS ----------------------------------------------------------------------------

@@ -211,7 +211,7 @@ class KafkaApis(FastPath):
             try:
                 result = callback()
                 if inspect.isawaitable(result):
-                    self.loop.create_task(result)
+                    asyncio.ensure_future(result, loop=self.loop)
             except Exception:
                 log.exception("shutdown_callback_failed")
 

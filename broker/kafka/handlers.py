@@ -73,13 +73,17 @@ def _code(e: StrataError) -> int:
 class _Target:
     """One partition of a Produce/Fetch/ListOffsets request, resolved."""
 
-    __slots__ = ("index", "log", "error", "offset", "max_bytes", "records", "result")
+    __slots__ = ("index", "log", "error", "offset", "max_bytes", "records", "result", "to_create")
 
     def __init__(self, index: int, log: Log | None = None, error: int = 0):
         self.index = index
         self.log = log
         self.error = error
+        self.offset = 0  # Fetch: where to read from
+        self.max_bytes = 0  # Fetch: partition_max_bytes
+        self.records: Any = None  # Produce: the records to append
         self.result: Any = None
+        self.to_create: str | None = None  # an internal topic whose log is created on first use
 
 
 class _FetchParams:
@@ -128,7 +132,7 @@ class CoreHandlers:
     def _target(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> _Target:
         """A partition by topic name, or by topic id (name None), on the loop: the Log
         or an error code. Neither (log None, no error): an internal topic's log not
-        created yet, whose name is then in `target.records` for `_resolve`."""
+        created yet, named in `target.to_create` for `_create_log`."""
         target = _Target(partition)
         if name is None:
             known = self.registry.by_id(str(topic_id)) if topic_id is not None else None
@@ -141,7 +145,7 @@ class CoreHandlers:
         except StrataError as e:
             target.error = _code(e)
         if target.log is None and not target.error:
-            target.records = name
+            target.to_create = name
         return target
 
     async def _resolve(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> _Target:
@@ -153,11 +157,12 @@ class CoreHandlers:
 
     async def _create_log(self, target: _Target) -> None:
         """The log `_target` left to create (an internal topic's partition)."""
+        assert target.to_create is not None
         try:
-            target.log = await self.partitions.partition_log(target.records, target.index)
+            target.log = await self.partitions.partition_log(target.to_create, target.index)
         except StrataError as e:
             target.error = _code(e)
-        target.records = None
+        target.to_create = None
 
     async def _each_partition(self, ctx, topics, answer) -> tuple:
         """The per-topic, per-partition answers of a request addressed by topic name
