@@ -42,8 +42,8 @@ import gc
 import os
 import signal
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import structlog
 
@@ -54,11 +54,12 @@ from storage.open_files import OPEN_FILES, raise_nofile_limit
 
 from .config import BrokerConfig
 from .connection_limits import ConnectionLimits
+from .group_configs import GroupConfigs
 from .handlers import Handlers
 from .kafka import KafkaApis
+from .kafka.state import KafkaState
 from .log_limiter import BadRequestLog
 from .partitions import PartitionService
-from .kafka.state import KafkaState
 from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
 from .topics import TopicRegistry
@@ -102,7 +103,8 @@ class BrokerApp:
             return loop.run_in_executor(self.executor, fn, *args)
 
         registry = TopicRegistry(config.data_dir, config.log_defaults, num_partitions=config.num_partitions)
-        manager = LogManager(config.data_dir, config_for=registry.log_config)
+        manager = LogManager(config.data_dir, config_for=registry.log_config,
+                             recovery_threads=config.num_recovery_threads_per_data_dir)
         self.partitions = partitions = PartitionService(config, manager, registry, self.executor, loop)
         # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
         bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
@@ -142,6 +144,7 @@ class BrokerApp:
                 await blocking(partitions.offsets.load, manager.logs())
                 if self.kafka is not None:
                     self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)
+                    self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
             except StrataError as e:
                 raise StartupError(str(e)) from None
             except OSError as e:

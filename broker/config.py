@@ -141,6 +141,9 @@ KEYS: tuple[BrokerKey, ...] = (
               "per-IP (or host name) exceptions to max.connections.per.ip: host:count,host:count"),
     BrokerKey("num.io.threads", "int", 8, _at_least(1),
               "threads doing blocking storage work (appends, reads, flushes, topic changes)"),
+    BrokerKey("num.recovery.threads.per.data.dir", "int", 1, _at_least(1),
+              "threads that open and recover logs at startup and flush and close them at shutdown; "
+              "more help where the disk is slow (the work is otherwise Python, one core at a time)"),
     BrokerKey("fetch.max.bytes", "int", 57_671_680, _at_least(1024),
               "most message-set bytes one FETCH or MULTIFETCH response carries"),
     BrokerKey("connection.max.queued.requests", "int", 16, _at_least(1),
@@ -177,6 +180,18 @@ KEYS: tuple[BrokerKey, ...] = (
               "how long the first rebalance of an empty group waits for more members to join"),
     BrokerKey("group.max.size", "int", INT_MAX, _at_least(1),
               "most members a consumer group may have (else GROUP_MAX_SIZE_REACHED)"),
+    BrokerKey("group.consumer.session.timeout.ms", "int", 45_000, _at_least(1),
+              "default of the group config consumer.session.timeout.ms (consumer-protocol groups)"),
+    BrokerKey("group.consumer.min.session.timeout.ms", "int", 45_000, _at_least(1),
+              "smallest consumer.session.timeout.ms a group config may set"),
+    BrokerKey("group.consumer.max.session.timeout.ms", "int", 60_000, _at_least(1),
+              "largest consumer.session.timeout.ms a group config may set"),
+    BrokerKey("group.consumer.heartbeat.interval.ms", "int", 5_000, _at_least(1),
+              "default of the group config consumer.heartbeat.interval.ms (consumer-protocol groups)"),
+    BrokerKey("group.consumer.min.heartbeat.interval.ms", "int", 5_000, _at_least(1),
+              "smallest consumer.heartbeat.interval.ms a group config may set"),
+    BrokerKey("group.consumer.max.heartbeat.interval.ms", "int", 15_000, _at_least(1),
+              "largest consumer.heartbeat.interval.ms a group config may set"),
     # ---- periodic tasks ----
     BrokerKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, _at_least(1),
               "how often logs are checked for flush.ms (the task runs at least every second)"),
@@ -209,6 +224,23 @@ KEYS_BY_NAME: dict[str, BrokerKey] = {k.name: k for k in KEYS}
 ALL_KEYS: frozenset[str] = frozenset(KEYS_BY_NAME) | frozenset(LOG_DEFAULT_KEYS)
 # No key contains '_', so the environment name maps back to exactly one key.
 ENV_NAMES: dict[str, str] = {ENV_PREFIX + name.replace(".", "_").upper(): name for name in ALL_KEYS}
+
+
+def _check_group_consumer(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """Kafka's GroupCoordinatorConfig checks: each group.consumer.* default lies
+    within its min..max, and the heartbeat interval is below the session timeout."""
+    def fail(key: str, message: str) -> None:
+        raise InvalidConfigError(f"{key}: {message} ({sources.get(key, 'default')})")
+
+    for kind in ("session.timeout.ms", "heartbeat.interval.ms"):
+        default, low, high = (f"group.consumer.{kind}", f"group.consumer.min.{kind}",
+                              f"group.consumer.max.{kind}")
+        if values[high] < values[low]:
+            fail(high, f"must be greater than or equal to {low}")
+        if not values[low] <= values[default] <= values[high]:
+            fail(default, f"must be between {low} and {high} ({values[low]}..{values[high]})")
+    if values["group.consumer.heartbeat.interval.ms"] >= values["group.consumer.session.timeout.ms"]:
+        fail("group.consumer.heartbeat.interval.ms", "must be less than group.consumer.session.timeout.ms")
 
 
 # ---- Java properties ---------------------------------------------------------------
@@ -385,6 +417,7 @@ class BrokerConfig:
             else:
                 values[key.name] = key.default
                 sources[key.name] = "default"
+        _check_group_consumer(values, sources)
         log_props = {}
         for name in LOG_DEFAULT_KEYS:
             if name in raw:
@@ -522,6 +555,10 @@ class BrokerConfig:
     @property
     def num_io_threads(self) -> int:
         return self.values["num.io.threads"]
+
+    @property
+    def num_recovery_threads_per_data_dir(self) -> int:
+        return self.values["num.recovery.threads.per.data.dir"]
 
     @property
     def max_queued_requests(self) -> int:

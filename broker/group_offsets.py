@@ -3,7 +3,7 @@
 Layout (Kafka's GroupMetadataManager / coordinator record schemas):
 
     key   OffsetCommitKey v1:    version:int16 = 1 | group:str | topic:str | partition:int32
-    value OffsetCommitValue v3:  version:int16 = 3 | offset:int64 | leaderEpoch:int32 = -1 |
+    value OffsetCommitValue v3:  version:int16 = 3 | offset:int64 | leaderEpoch:int32 |
                                  metadata:str | commitTimestamp:int64
     (str = int16 length + UTF-8; a null value is a tombstone: the offset is deleted)
 
@@ -16,8 +16,8 @@ Contract:
   commit is in the log (it survives a crash of the process). Commits that land on
   one offsets partition are serialized by a lock, so the log order and the map
   agree. Blocking: run it in the executor.
-- `fetch` answers from memory: (offset, metadata), or (-1, None) when nothing
-  is committed. `groups()` and `committed_for(group)` list what is committed
+- `fetch` answers from memory: the Committed (offset, metadata, commit time,
+  leader epoch), or None when nothing is committed. `groups()` and `committed_for(group)` list what is committed
   (Kafka's ListGroups / OffsetFetch of all topics).
 - `commit_many` (Kafka's OffsetCommit) validates each partition and appends the
   valid ones as one batch; `delete_group_offsets` (DeleteGroups, OffsetDelete)
@@ -30,6 +30,9 @@ Contract:
 - Null metadata: Kafka's value schema has a non-null string, so null is stored as
   "" plus a record header `strata.metadata.null` (Kafka's readers ignore headers);
   FETCH_OFFSET gives back exactly what was committed, null or not, across restarts.
+- Leader epoch: Kafka's OffsetCommit (v6+) sends the committed leader epoch, which
+  is stored in the value's leaderEpoch and answered by OffsetFetch. The native
+  COMMIT_OFFSET sends none and stores -1, as do values of versions 0..2.
 """
 
 from __future__ import annotations
@@ -73,6 +76,15 @@ class Committed(NamedTuple):
     offset: int
     metadata: str | None
     commit_timestamp: int
+    leader_epoch: int = NO_LEADER_EPOCH
+
+
+class OffsetValue(NamedTuple):
+    """One decoded OffsetCommitValue."""
+    offset: int
+    metadata: str
+    commit_timestamp: int
+    leader_epoch: int = NO_LEADER_EPOCH
 
 
 GroupKey = tuple[str, str, int]  # group, topic, partition
@@ -105,8 +117,9 @@ def encode_key(group: str, topic: str, partition: int) -> bytes:
     return INT16.pack(KEY_VERSION) + _str(group) + _str(topic) + INT32.pack(partition)
 
 
-def encode_value(offset: int, metadata: str, commit_timestamp: int) -> bytes:
-    return (INT16.pack(VALUE_VERSION) + OFFSET_EPOCH.pack(offset, NO_LEADER_EPOCH) + _str(metadata)
+def encode_value(offset: int, metadata: str, commit_timestamp: int,
+                 leader_epoch: int = NO_LEADER_EPOCH) -> bytes:
+    return (INT16.pack(VALUE_VERSION) + OFFSET_EPOCH.pack(offset, leader_epoch) + _str(metadata)
             + INT64.pack(commit_timestamp))
 
 
@@ -137,20 +150,20 @@ def decode_key(raw: bytes) -> GroupKey | None:
     return c.string(), c.string(), c.unpack(INT32)[0]
 
 
-def decode_value(raw: bytes) -> tuple[int, str, int] | None:
-    """(offset, metadata, commitTimestamp) of an offset-commit value, versions 0..3."""
+def decode_value(raw: bytes) -> OffsetValue | None:
+    """The OffsetValue of an offset-commit value, versions 0..3 (leader epoch -1 before 3)."""
     c = _Cursor(raw)
     (version,) = c.unpack(INT16)
     if version in (0, 1, 2):
         (offset,) = c.unpack(INT64)
         metadata = c.string()
         (timestamp,) = c.unpack(INT64)
-        return offset, metadata, timestamp
+        return OffsetValue(offset, metadata, timestamp)
     if version == 3:
-        offset, _epoch = c.unpack(OFFSET_EPOCH)
+        offset, epoch = c.unpack(OFFSET_EPOCH)
         metadata = c.string()
         (timestamp,) = c.unpack(INT64)
-        return offset, metadata, timestamp
+        return OffsetValue(offset, metadata, timestamp, epoch)
     return None
 
 
@@ -229,9 +242,9 @@ class GroupOffsets:
             log.warning("group_offsets_unknown_value_version", partition=one.partition,
                         offset=record.offset)
             return
-        offset, metadata, timestamp = value
         is_null = any(name == NULL_METADATA_HEADER for name, _ in record.headers)
-        self._committed[key] = Committed(offset, None if is_null else metadata, timestamp)
+        self._committed[key] = Committed(value.offset, None if is_null else value.metadata,
+                                         value.commit_timestamp, value.leader_epoch)
 
     # ---- requests ---------------------------------------------------------------------------
 
@@ -247,9 +260,9 @@ class GroupOffsets:
         return {(key[1], key[2]): value for key, value in list(self._committed.items())
                 if key[0] == group}
 
-    def commit_many(self, group: str, entries: list[tuple[str, int, int, str | None]]
+    def commit_many(self, group: str, entries: list[tuple[str, int, int, str | None, int]]
                     ) -> list[StrataError | None]:
-        """Validate every (topic, partition, offset, metadata) and append the valid ones
+        """Validate every (topic, partition, offset, metadata, leader epoch) and append the valid ones
         as ONE batch, as Kafka's OffsetCommit writes one batch per request (blocking).
         Returns, in order, the error of each entry (None: committed)."""
         if not group:
@@ -257,7 +270,7 @@ class GroupOffsets:
         now = self._clock()
         errors: list[StrataError | None] = []
         rows: list[tuple[GroupKey, bytes | None, list, Committed | None]] = []
-        for topic, partition, offset, metadata in entries:
+        for topic, partition, offset, metadata, epoch in entries:
             try:
                 if not 0 <= partition < self.registry.require(topic).partitions:
                     raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
@@ -269,8 +282,8 @@ class GroupOffsets:
                 continue
             errors.append(None)
             headers = [(NULL_METADATA_HEADER, None)] if metadata is None else []
-            rows.append(((group, topic, partition), encode_value(offset, metadata or "", now), headers,
-                         Committed(offset, metadata, now)))
+            rows.append(((group, topic, partition), encode_value(offset, metadata or "", now, epoch), headers,
+                         Committed(offset, metadata, now, epoch)))
         if rows:
             self._write_rows(group, rows, now)
         return errors

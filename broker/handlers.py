@@ -65,15 +65,41 @@ from typing import Any
 
 import structlog
 
-from protocol import (AlterConfigRequest, CommitOffsetRequest, CreateTopicRequest,
-                      DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicRequest,
-                      DescribeConfigRequest, DescribeConfigResponse, EmptyResponse, ErrorCode,
-                      FetchOffsetRequest, FetchOffsetResponse, FetchRequest, MetadataRequest,
-                      MetadataResponse, MultiFetchRequest, MultiProduceRequest,
-                      MultiProduceResponse, OffsetsRequest, OffsetsResponse, PartitionMetadata,
-                      ProduceRequest, ProduceResult, ProtocolError, RequestType,
-                      TopicMetadata, encode_response, error_response, fetch_response_header,
-                      multifetch_response_parts, parse_produce, parse_request, produce_response)
+from protocol import (
+    AlterConfigRequest,
+    CommitOffsetRequest,
+    CreateTopicRequest,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicRequest,
+    DescribeConfigRequest,
+    DescribeConfigResponse,
+    EmptyResponse,
+    ErrorCode,
+    FetchOffsetRequest,
+    FetchOffsetResponse,
+    FetchRequest,
+    MetadataRequest,
+    MetadataResponse,
+    MultiFetchRequest,
+    MultiProduceRequest,
+    MultiProduceResponse,
+    OffsetsRequest,
+    OffsetsResponse,
+    PartitionMetadata,
+    ProduceRequest,
+    ProduceResult,
+    ProtocolError,
+    RequestType,
+    TopicMetadata,
+    encode_response,
+    error_response,
+    fetch_response_header,
+    multifetch_response_parts,
+    parse_produce,
+    parse_request,
+    produce_response,
+)
 from protocol.requests import PRODUCE_FIXED, PRODUCE_HEAD
 from storage.errors import InvalidRequestError, StrataError, UnknownTopicOrPartitionError
 from storage.file_records import FileSlice
@@ -322,7 +348,7 @@ class Handlers(FastPath):
         budget = min(self.config.fetch_max_bytes, INT32_MAX - 2 - HEADER_SIZE * len(req.items))
         results: list[tuple[int, FileSlice | None]] = []
         try:
-            for item, target in zip(req.items, targets):
+            for item, target in zip(req.items, targets, strict=True):
                 if not isinstance(target, Log):
                     results.append((target, None))
                     continue
@@ -338,7 +364,7 @@ class Handlers(FastPath):
             raise
         top, headers = multifetch_response_parts([(error, s.length if s else 0) for error, s in results])
         parts: Reply = [top]
-        for header, (_, answer) in zip(headers, results):
+        for header, (_, answer) in zip(headers, results, strict=True):
             parts.append(header)
             if answer is not None:
                 if answer.length:

@@ -60,8 +60,14 @@ from typing import Any, Generic, TypeVar
 import structlog
 
 from protocol import ErrorCode
-from storage.errors import (InvalidTopicError, KafkaStorageError, OffsetOutOfRangeError, StrataError,
-                            TopicAlreadyExistsError, UnknownTopicOrPartitionError)
+from storage.errors import (
+    InvalidTopicError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    StrataError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from storage.file_records import FileSlice
 from storage.log import AppendResult, Log
 from storage.manager import LogManager

@@ -23,6 +23,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import socket
 from dataclasses import dataclass, fields
@@ -199,10 +200,8 @@ class BrokerServer:
                         conn.abort()
                 await asyncio.wait([c.closed for c in connections], timeout=5)
         if self._server is not None:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._server.wait_closed(), 5)
-            except asyncio.TimeoutError:
-                pass
 
 
 def format_address(host: str, port: int) -> str:

@@ -29,6 +29,15 @@ Contract:
   A name under "deleting" cannot be created again until its directories are gone.
 - `alter` validates the new overrides, writes them, then swaps the new LogConfig
   into the live logs (`Log.update_config`); `value None` removes an override.
+- `add_partitions` (Kafka's CreatePartitions) grows a topic: it validates (the
+  topic exists and is not internal, the count grows and stays <= MAX_PARTITIONS),
+  writes the registry with the new count (the commit point), creates the new
+  partition logs, and only then publishes the new count, so lookups never see a
+  partition without its log. A crash after the write leaves a registered
+  partition without a directory, which the next `reconcile` creates; a failure
+  creating a log deletes the logs made so far and writes the old count back, so
+  nothing is left behind (should that write fail as well, the registry keeps the
+  grown count, file and memory alike, and the next start creates the rest).
 - `reconcile` never fails the start: a partition it cannot delete or create, or a
   registry it cannot write, is logged and left for the next start.
 - Internal topics follow broker/internal_topics.py: a change or a creation that
@@ -50,13 +59,12 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import uuid
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import structlog
 
@@ -69,6 +77,7 @@ from storage.manager import LogManager
 from storage.names import validate_topic_name
 
 from . import internal_topics
+from .json_files import encode_document, read_document
 from .internal_topics import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS
 
 REGISTRY_FILE = "strata-topics.json"
@@ -127,17 +136,10 @@ class TopicRegistry:
 
     def load(self) -> None:
         """Read the registry file (no writes: the data directory is not locked yet)."""
-        try:
-            with open(self.path, "rb") as f:
-                doc = json.loads(f.read())
-        except FileNotFoundError:
-            self.file_existed = False
+        doc = read_document(self.path, FORMAT_VERSION, "topic registry")
+        self.file_existed = doc is not None
+        if doc is None:
             return
-        except (OSError, ValueError) as e:
-            raise InvalidConfigError(f"cannot read topic registry {self.path}: {e}") from None
-        self.file_existed = True
-        if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
-            raise InvalidConfigError(f"topic registry {self.path}: unsupported format")
         topics = {}
         try:
             for name, entry in doc.get("topics", {}).items():
@@ -393,6 +395,72 @@ class TopicRegistry:
         log.info("topic_altered", topic=name, configs=dict(changes))
         return altered
 
+    def add_partitions(self, name: str, count: int, *, validate_only: bool = False,
+                       check: Callable[[Topic], None] | None = None) -> Topic:
+        """Grow `name` to `count` partitions (see the module docstring); with
+        `validate_only` check everything and return the grown Topic unchanged on disk.
+        `check(topic)` (raising StrataError) runs under the lock after the count checks,
+        with the topic as it is then (the Kafka listener checks replica assignments)."""
+        manager = self._require_manager()
+        with self._lock:
+            topic = self._topics.get(name)
+            if topic is None:
+                raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
+            if topic.internal:
+                raise InvalidRequestError(
+                    f"the partition count of the internal topic {name!r} is fixed: a group's "
+                    f"offsets live in the partition its id hashes to")
+            current = topic.partitions
+            if count == current:
+                raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
+            if count < current:
+                raise InvalidPartitionsError(f"The topic {name} currently has {current} partition(s); "
+                                             f"{count} would not be an increase.")
+            if count > MAX_PARTITIONS:
+                raise InvalidPartitionsError(f"number of partitions must be at most {MAX_PARTITIONS}")
+            if check is not None:
+                check(topic)
+            grown = replace(topic, partitions=count)
+            if validate_only:
+                return grown
+            topics = dict(self._topics)
+            topics[name] = grown
+            self._write(topics, self._deleting)  # the commit point
+            created = []
+            try:
+                for partition in range(current, count):
+                    manager.get_or_create_log(name, partition, topic.log_config)
+                    created.append(partition)
+            except BaseException as e:
+                self._undo_growth(topic, grown, created)
+                if isinstance(e, OSError):
+                    raise KafkaStorageError(
+                        f"cannot create partitions of topic {name!r}: {e.strerror or e}") from e
+                raise
+            self._publish(topics, self._deleting)
+        log.info("topic_partitions_added", topic=name, partitions=count, previous=current)
+        return grown
+
+    def _undo_growth(self, topic: Topic, grown: Topic, created: list[int]) -> None:
+        """A growth failed after its registry write: delete the logs it made and write
+        the old count back (lock held). If that write fails, the grown count stands in
+        file and memory (partitions without a log answer UNKNOWN_TOPIC_OR_PARTITION),
+        and the next start creates the missing logs."""
+        manager = self._require_manager()
+        for partition in created:
+            try:
+                manager.delete_log(topic.name, partition)
+            except Exception:  # keep the first error; reconcile cleans up later
+                log.exception("grow_rollback_failed", topic=topic.name, partition=partition)
+        try:
+            self._commit(self._topics, self._deleting, use_reserve=True)
+        except KafkaStorageError as e:
+            topics = dict(self._topics)
+            topics[grown.name] = grown
+            log.error("grow_rollback_write_failed", topic=topic.name, error=str(e),
+                      reason="the grown count stands; the next start creates the missing logs")
+            self._publish(topics, self._deleting)
+
     # ---- internals ------------------------------------------------------------------------
 
     def _require_manager(self) -> LogManager:
@@ -411,10 +479,17 @@ class TopicRegistry:
         """Write the registry file holding `topics` and `deleting`, then (only when
         the write worked) make them the registry's state (lock held). `use_reserve`:
         a change that frees space may use the space reserve on a full disk."""
+        self._write(topics, deleting, use_reserve=use_reserve)
+        self._publish(topics, deleting)
+
+    def _write(self, topics: Mapping[str, Topic], deleting: tuple[str, ...], *,
+               use_reserve: bool = False) -> None:
+        """Write the registry file holding `topics` and `deleting` (lock held);
+        KafkaStorageError when it cannot be written."""
         doc = {"version": FORMAT_VERSION,
                "topics": {name: topics[name].to_json() for name in sorted(topics)},
                "deleting": list(deleting)}
-        data = json.dumps(doc, indent=2).encode() + b"\n"
+        data = encode_document(doc)
         manager = self._manager
         try:
             if use_reserve and manager is not None:
@@ -424,6 +499,9 @@ class TopicRegistry:
         except OSError as e:
             raise KafkaStorageError(
                 f"cannot write the topic registry {self.path}: {e.strerror or e}") from None
+
+    def _publish(self, topics: Mapping[str, Topic], deleting: tuple[str, ...]) -> None:
+        """Make `topics` and `deleting` the registry's state (lock held)."""
         self._topics = MappingProxyType(dict(topics))
         self._deleting = tuple(deleting)
 

@@ -3,7 +3,12 @@
 Contract:
 - Partitions: `assign(topic, partitions)` takes the given partitions;
   `subscribe(topic)` takes all of a topic's partitions, looked up on the next
-  poll. Both may be called for several topics; neither does I/O.
+  poll. Both may be called for several topics; neither does I/O. A subscribed
+  topic's partition count is asked again once `metadata_max_age_ms` (Kafka's
+  metadata.max.age.ms, default 300000) have passed, and partitions the topic
+  grew meanwhile (Kafka's CreatePartitions) are taken too; such a partition
+  without a committed offset starts at its beginning, since all it holds was
+  written after the subscription began.
 - Starting position of a partition, decided on the first poll that needs it:
   a `seek()` wins; else, with a `group`, the group's committed offset; else
   `auto_offset_reset`: "earliest" (log start), "latest" (log end, the
@@ -55,6 +60,7 @@ RESET_POLICIES = ("earliest", "latest", "none")
 DEFAULT_MAX_BYTES = 1024 * 1024  # Kafka's max.partition.fetch.bytes
 DEFAULT_MAX_BYTES_CAP = 64 * 1024 * 1024
 DEFAULT_MAX_WAIT_MS = 500  # Kafka's fetch.max.wait.ms
+DEFAULT_METADATA_MAX_AGE_MS = 300_000  # Kafka's metadata.max.age.ms
 
 
 class _Chunk:
@@ -73,7 +79,8 @@ class AsyncConsumer:
                  auto_offset_reset: str = "latest", enable_auto_commit: bool | None = None,
                  auto_commit_interval_ms: int = 5000, max_bytes: int = DEFAULT_MAX_BYTES,
                  max_bytes_cap: int = DEFAULT_MAX_BYTES_CAP,
-                 max_wait_ms: int = DEFAULT_MAX_WAIT_MS, **session_options):
+                 max_wait_ms: int = DEFAULT_MAX_WAIT_MS,
+                 metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS, **session_options):
         if auto_offset_reset not in RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {', '.join(RESET_POLICIES)}")
         if not 0 < max_bytes <= max_bytes_cap:
@@ -88,9 +95,12 @@ class AsyncConsumer:
         self.max_bytes = max_bytes
         self.max_bytes_cap = max_bytes_cap
         self.max_wait_ms = max_wait_ms
+        self.metadata_max_age = metadata_max_age_ms / 1000
         self._session = BrokerSession(bootstrap, **session_options)
         self._admin = AsyncAdmin(session=self._session)
         self._subscriptions: list[str] = []  # topics whose partitions are still to look up
+        self._subscribed: dict[str, tuple[int, float]] = {}  # topic -> (partitions, monotonic time asked)
+        self._grown: set[TopicPartition] = set()  # partitions a subscribed topic grew: start at the beginning
         self._assigned: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
         self._pending_reset: dict[TopicPartition, str] = {}  # tp -> policy, from seek_to_*
@@ -264,7 +274,20 @@ class AsyncConsumer:
             topic = self._subscriptions[0]
             count = await self._admin.partition_count(topic)
             self.assign(topic, range(count))
+            self._subscribed[topic] = (count, time.monotonic())
             self._subscriptions.pop(0)
+        now = time.monotonic()
+        for topic, (known, asked) in list(self._subscribed.items()):
+            if now - asked < self.metadata_max_age:
+                continue
+            try:
+                count = await self._admin.partition_count(topic)
+            except StrataClientError:
+                count = known  # deleted or unreachable: fetches report it; ask again later
+            self._subscribed[topic] = (max(known, count), time.monotonic())
+            for partition in range(known, count):
+                self._grown.add((topic, partition))
+            self.assign(topic, range(known, count))
 
     async def _init_positions(self) -> None:
         missing = [tp for tp in self._assigned if tp not in self._positions]
@@ -278,6 +301,9 @@ class AsyncConsumer:
             if found is not None:
                 self._positions[tp] = self._committed_positions[tp] = found[0]
                 return
+        if policy is None and tp in self._grown:
+            policy = "earliest"  # all it holds came after the subscription
+        self._grown.discard(tp)
         why = f"group {self.group!r} has no committed offset" if self.group else "no position"
         await self._reset(tp, policy or self.auto_offset_reset, NoOffsetForPartition(
             f"{tp[0]}-{tp[1]}: {why} and auto_offset_reset is 'none'"))

@@ -12,7 +12,11 @@ Contract:
   `Producer`), and successive sends from one thread keep their order.
 - Partitioning: an explicit `partition` wins; a keyed record goes to
   `to_positive(murmur2(key)) % partitions` (Kafka's default partitioner); a
-  keyless record uses the sticky partitioner (see partitioner.py).
+  keyless record uses the sticky partitioner (see partitioner.py). A topic's
+  partition count is asked once and kept for `metadata_max_age_ms` (Kafka's
+  metadata.max.age.ms, default 300000), then asked again, so a topic grown
+  meanwhile (Kafka's CreatePartitions) maps keys by its new count, as Kafka's
+  producer does after its metadata refresh.
 - Batching, per partition: a batch closes when adding a record would take it
   past `max_batch_bytes` (estimated from the record sizes; one record larger
   than that travels alone and the broker judges it), when `linger_ms` have
@@ -61,6 +65,7 @@ COMPRESSION_CODECS = {"none": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SN
                       "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
 DEFAULT_MAX_BATCH_BYTES = 16384  # Kafka's batch.size
 DEFAULT_LINGER_MS = 5
+DEFAULT_METADATA_MAX_AGE_MS = 300_000  # Kafka's metadata.max.age.ms
 # Upper bound of a record's framing in a batch beyond its key, value and headers:
 # length, attributes, timestamp and offset deltas, key and value lengths, header count.
 RECORD_OVERHEAD_ESTIMATE = 5 + 1 + 10 + 5 + 5 + 5 + 5
@@ -145,18 +150,20 @@ def _record_size(key: bytes | None, value: bytes | None, headers) -> int:
 class AsyncProducer:
     def __init__(self, bootstrap: str, *, linger_ms: int = DEFAULT_LINGER_MS,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, compression: str = "none",
-                 **session_options):
+                 metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS, **session_options):
         if compression not in COMPRESSION_CODECS:
             raise ValueError(f"unknown compression {compression!r}: use one of "
                              f"{', '.join(COMPRESSION_CODECS)}")
-        if linger_ms < 0 or max_batch_bytes <= 0:
-            raise ValueError("linger_ms must be >= 0 and max_batch_bytes > 0")
+        if linger_ms < 0 or max_batch_bytes <= 0 or metadata_max_age_ms < 0:
+            raise ValueError("linger_ms and metadata_max_age_ms must be >= 0 and max_batch_bytes > 0")
+        self.metadata_max_age = metadata_max_age_ms / 1000
         self.linger_ms = linger_ms
         self.max_batch_bytes = max_batch_bytes
         self.codec = COMPRESSION_CODECS[compression]
         self._session = BrokerSession(bootstrap, **session_options)
         self._admin = AsyncAdmin(session=self._session)  # metadata over the same connection
         self._partition_counts: dict[str, int] = {}
+        self._counted_at: dict[str, float] = {}  # time.monotonic() of each count's answer
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
         self._sticky = StickyPartitioner()
         self._unfinished: set[asyncio.Future] = set()  # each batch's `finished`
@@ -206,14 +213,20 @@ class AsyncProducer:
         return await (await self.send(topic, value, key, **kwargs))
 
     async def partition_count(self, topic: str) -> int:
-        count = self._partition_counts.get(topic)
+        count = self.cached_partition_count(topic)
         if count is None:
-            count = self._partition_counts[topic] = await self._admin.partition_count(topic)
+            count = await self._admin.partition_count(topic)
+            self._counted_at[topic] = time.monotonic()
+            self._partition_counts[topic] = count
         return count
 
     def cached_partition_count(self, topic: str) -> int | None:
-        """The partition count already known, without asking (any thread may read it)."""
-        return self._partition_counts.get(topic)
+        """The partition count already known and not older than metadata_max_age_ms,
+        without asking (any thread may read it)."""
+        count = self._partition_counts.get(topic)
+        if count is None or time.monotonic() - self._counted_at.get(topic, 0.0) >= self.metadata_max_age:
+            return None
+        return count
 
     def _append(self, topic: str, partition: int, record: tuple, size: int,
                 sink: Sink | None) -> Sink:

@@ -42,14 +42,15 @@ from __future__ import annotations
 import struct
 import sys
 from collections import deque
-from typing import Iterator, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 from .errors import ErrorCode, ProtocolError
 
 DEFAULT_MAX_FRAME_BYTES = 104857600  # socket.request.max.bytes
 
 SIZE = struct.Struct(">i")  # the size field in front of every frame
-MIN_FRAME = 2  # type:int16 (request) or error:int16 (response)
+MIN_FRAME = 2  # the int16 type (request) or int16 error (response)
 
 
 class FrameTooLarge(ProtocolError):
@@ -60,6 +61,14 @@ class FrameTooLarge(ProtocolError):
                          f"frame size {size} is outside 0..{limit} (socket.request.max.bytes)")
         self.size = size
         self.limit = limit
+
+
+def checked_frame(frame: memoryview) -> memoryview:
+    """`frame`, or ProtocolError(INVALID_REQUEST) when it has no room for the type/error."""
+    if len(frame) < MIN_FRAME:
+        raise ProtocolError(ErrorCode.INVALID_REQUEST,
+                            f"frame of {len(frame)} bytes has no room for an int16 type/error")
+    return frame
 
 
 class FrameDecoder:
@@ -107,7 +116,7 @@ class FrameDecoder:
                 return None
             frame = memoryview(self._assembly)
             self._assembly, self._filled, self._size = None, 0, None
-            return self._checked(frame)
+            return checked_frame(frame)
         if self._size is None:
             if self._buffered < SIZE.size:
                 return None
@@ -121,7 +130,7 @@ class FrameDecoder:
         size = self._size
         if self._buffered >= size:
             self._size = None
-            return self._checked(self._take(size))
+            return checked_frame(self._take(size))
         # Incomplete: move what is here into the frame's own buffer; feed() fills the rest.
         self._assembly = bytearray(size)
         self._filled = 0
@@ -136,13 +145,6 @@ class FrameDecoder:
         """Every complete frame fed so far, in order."""
         while (frame := self.next_frame()) is not None:
             yield frame
-
-    @staticmethod
-    def _checked(frame: memoryview) -> memoryview:
-        if len(frame) < MIN_FRAME:
-            raise ProtocolError(ErrorCode.INVALID_REQUEST,
-                                f"frame of {len(frame)} bytes has no room for an int16 type/error")
-        return frame
 
     def _take(self, n: int) -> memoryview:
         """Remove the next n bytes (n <= _buffered); no copy when one chunk holds them."""
@@ -415,7 +417,7 @@ class FrameReader:
             self._frame, self._filled = None, 0
             self._returned_reserved += self.reserved_in_progress
             self.reserved_in_progress = 0
-            return FrameDecoder._checked(frame[:self._size] if len(frame) != self._size else frame)
+            return checked_frame(frame[:self._size] if len(frame) != self._size else frame)
         if self.waiting_for_memory:
             return None
         start, end = self._start, self._end
@@ -433,7 +435,7 @@ class FrameReader:
         available = end - body
         if available >= size:
             self._start = body + size
-            return FrameDecoder._checked(memoryview(scratch[body:body + size]))
+            return checked_frame(memoryview(scratch[body:body + size]))
         if size < DIRECT_MIN_BYTES:
             return None  # stays in the scratch buffer until it is complete
         self._begin_large_frame()

@@ -21,27 +21,52 @@ yields (type + body):
     (str? = nullable: length -1 is None; every other str must not be null.)
 
 Contract:
+- Each body is declared once, in `LAYOUTS` (construct, fields from wire.py), and
+  compiled at import; `parse_request` and `encode_request` both run that
+  declaration's compiled code. tests/protocol/test_protocol_layouts.py checks the
+  declarations against the table in NATIVE.md.
 - `parse_request(frame)` checks syntax only and raises ProtocolError
   (INVALID_REQUEST) for an unknown type, a truncated body, trailing bytes, a str
   that is not UTF-8, a negative str length other than -1 or a null where none is
   allowed, a negative count, and a setSize that is negative or runs past the
-  frame. Names, partitions, offsets and configs are the broker's to judge.
+  frame. Names, partitions, offsets and configs are the broker's to judge. One
+  try/except turns every internal parse error into that ProtocolError.
 - Message sets are not parsed (storage validates them and answers
   CORRUPT_MESSAGE); they come back as memoryview slices of the frame, no copy.
   The slice keeps the frame's buffer alive for as long as it is held.
 - `encode_request(req)` returns the whole frame, size field included, built with
-  one join. Values the wire cannot carry raise ValueError.
+  one join. Values the wire cannot carry raise ValueError; anything that is not a
+  request raises TypeError.
+- `parse_produce(frame)` is the broker's hot path for a PRODUCE: hand-written
+  struct (see PRODUCE_HEAD), accepting and refusing exactly what `parse_request`
+  does.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Callable, ClassVar, Iterable, Union
+from typing import ClassVar
+
+from construct import Construct, Int16sb, Int32sb, Int64sb, Rebuild, len_, this
 
 from .errors import ErrorCode, ProtocolError
-from .wire import (INT16, INT32, Reader, check_count16, encode_nullable_str, encode_str)
+from .wire import (
+    PARSE_ERRORS,
+    Buffer,
+    FrameStream,
+    Items,
+    Length,
+    MessageSet,
+    NullableStr,
+    PartsStream,
+    Record,
+    Str,
+    Tagged,
+    describe,
+)
 
 __all__ = [
     "RequestType", "Request", "ProduceRequest", "FetchRequest", "FetchItem", "MultiFetchRequest",
@@ -51,8 +76,7 @@ __all__ = [
     "parse_request", "parse_produce", "encode_request",
 ]
 
-Buffer = Union[bytes, bytearray, memoryview]
-Configs = tuple[tuple[str, Union[str, None]], ...]
+Configs = tuple[tuple[str, str | None], ...]
 
 
 class RequestType(IntEnum):
@@ -71,18 +95,15 @@ class RequestType(IntEnum):
     FETCH_OFFSET = 12
 
 
-# One struct per fixed run of fields (the strs in between are read on their own).
+# Hand-written struct, not a layout: the frame header (framing, one pack per frame) and
+# the start of a PRODUCE, which the broker reads for every PRODUCE (`parse_produce`, and
+# broker/handlers.py keys executor runs with them). Here the compiled layout costs
+# several times as much per call (bench/protocol_micro.py), on the path whose target
+# is the broker's produce latency (bench/broker.py: p99 within 3x of an echo server).
 HEADER = struct.Struct(">ih")          # size, type
 PRODUCE_HEAD = struct.Struct(">hh")    # type, topic length: the start of a PRODUCE frame
 PRODUCE_FIXED = struct.Struct(">ii")   # partition, setSize
-FETCH_FIXED = struct.Struct(">iqii")   # partition, offset, maxBytes, maxWaitMs
-FETCH_ITEM_FIXED = struct.Struct(">iqi")  # partition, offset, maxBytes
-OFFSETS_FIXED = struct.Struct(">iqi")  # partition, time, maxNumber
-CREATE_FIXED = struct.Struct(">ih")    # partitions, configCount
-DELETE_RECORDS_FIXED = struct.Struct(">iq")  # partition, offset
-COMMIT_FIXED = struct.Struct(">iq")    # partition, offset
-PARTITION = INT32                      # FETCH_OFFSET's partition
-COUNT16 = INT16
+TYPE_BYTES = 2                         # the type field: what `size` counts beyond the body
 
 
 def _pairs(configs: Iterable[tuple[str, str | None]]) -> Configs:
@@ -220,112 +241,66 @@ class FetchOffsetRequest:
     partition: int
 
 
-Request = Union[ProduceRequest, FetchRequest, MultiFetchRequest, MultiProduceRequest,
-                OffsetsRequest, CreateTopicRequest, DeleteTopicRequest, MetadataRequest,
-                DescribeConfigRequest, AlterConfigRequest, DeleteRecordsRequest,
-                CommitOffsetRequest, FetchOffsetRequest]
+Request = (ProduceRequest | FetchRequest | MultiFetchRequest | MultiProduceRequest | OffsetsRequest |
+          CreateTopicRequest | DeleteTopicRequest | MetadataRequest | DescribeConfigRequest |
+          AlterConfigRequest | DeleteRecordsRequest | CommitOffsetRequest | FetchOffsetRequest)
 
 
-# ---- parsing: one function per type, each reading the body in wire order ----
+# ---- the layouts: each body declared once, parsed and built by its compiled code ----
 
-def _message_set(r: Reader, set_size: int) -> memoryview:
-    if set_size < 0:
-        raise r.fail(f"negative setSize {set_size}")
-    return r.take(set_size)
+def _configs(count: str) -> Construct:
+    return Items(count, Record(tuple, "key" / Str, "value" / NullableStr))
 
 
-def _produce(r: Reader) -> ProduceRequest:
-    topic = r.string()
-    partition, set_size = r.unpack(PRODUCE_FIXED)
-    return ProduceRequest(topic, partition, _message_set(r, set_size))
+def _produce_fields() -> list[Construct]:
+    return ["topic" / Str, "partition" / Int32sb, "setSize" / Length(Int32sb, "messageSet"),
+            "messageSet" / MessageSet(this.setSize)]
 
 
-def _fetch(r: Reader) -> FetchRequest:
-    return FetchRequest(r.string(), *r.unpack(FETCH_FIXED))
-
-
-def _multifetch(r: Reader) -> MultiFetchRequest:
-    return MultiFetchRequest(tuple(FetchItem(r.string(), *r.unpack(FETCH_ITEM_FIXED))
-                                   for _ in range(r.count16())))
-
-
-def _produce_item(r: Reader) -> ProduceItem:
-    topic = r.string()
-    partition, set_size = r.unpack(PRODUCE_FIXED)
-    return ProduceItem(topic, partition, _message_set(r, set_size))
-
-
-def _multiproduce(r: Reader) -> MultiProduceRequest:
-    return MultiProduceRequest(tuple(_produce_item(r) for _ in range(r.count16())))
-
-
-def _offsets(r: Reader) -> OffsetsRequest:
-    return OffsetsRequest(r.string(), *r.unpack(OFFSETS_FIXED))
-
-
-def _configs(r: Reader, count: int) -> Configs:
-    return tuple((r.string(), r.nullable_string()) for _ in range(count))
-
-
-def _create_topic(r: Reader) -> CreateTopicRequest:
-    topic = r.string()
-    partitions, count = r.unpack(CREATE_FIXED)
-    if count < 0:
-        raise r.fail(f"negative configCount {count}")
-    return CreateTopicRequest(topic, partitions, _configs(r, count))
-
-
-def _alter_config(r: Reader) -> AlterConfigRequest:
-    topic = r.string()
-    return AlterConfigRequest(topic, _configs(r, r.count16()))
-
-
-def _metadata(r: Reader) -> MetadataRequest:
-    return MetadataRequest(tuple(r.string() for _ in range(r.count16())))
-
-
-def _delete_records(r: Reader) -> DeleteRecordsRequest:
-    return DeleteRecordsRequest(r.string(), *r.unpack(DELETE_RECORDS_FIXED))
-
-
-def _commit_offset(r: Reader) -> CommitOffsetRequest:
-    group, topic = r.string(), r.string()
-    partition, offset = r.unpack(COMMIT_FIXED)
-    return CommitOffsetRequest(group, topic, partition, offset, r.nullable_string())
-
-
-def _fetch_offset(r: Reader) -> FetchOffsetRequest:
-    group, topic = r.string(), r.string()
-    return FetchOffsetRequest(group, topic, r.unpack(PARTITION)[0])
-
-
-_PARSERS: dict[int, Callable[[Reader], Request]] = {
-    RequestType.PRODUCE: _produce,
-    RequestType.FETCH: _fetch,
-    RequestType.MULTIFETCH: _multifetch,
-    RequestType.MULTIPRODUCE: _multiproduce,
-    RequestType.OFFSETS: _offsets,
-    RequestType.CREATE_TOPIC: _create_topic,
-    RequestType.DELETE_TOPIC: lambda r: DeleteTopicRequest(r.string()),
-    RequestType.METADATA: _metadata,
-    RequestType.DESCRIBE_CONFIG: lambda r: DescribeConfigRequest(r.string()),
-    RequestType.ALTER_CONFIG: _alter_config,
-    RequestType.DELETE_RECORDS: _delete_records,
-    RequestType.COMMIT_OFFSET: _commit_offset,
-    RequestType.FETCH_OFFSET: _fetch_offset,
+LAYOUTS: dict[RequestType, Record] = {
+    RequestType.PRODUCE: Record(ProduceRequest, *_produce_fields()),
+    RequestType.FETCH: Record(FetchRequest, "topic" / Str, "partition" / Int32sb, "offset" / Int64sb,
+                              "maxBytes" / Int32sb, "maxWaitMs" / Int32sb),
+    RequestType.MULTIFETCH: Record(
+        MultiFetchRequest, "count" / Rebuild(Int16sb, len_(this.items)),
+        "items" / Items("count", Record(FetchItem, "topic" / Str, "partition" / Int32sb, "offset" / Int64sb,
+                                        "maxBytes" / Int32sb))),
+    RequestType.MULTIPRODUCE: Record(
+        MultiProduceRequest, "count" / Rebuild(Int16sb, len_(this.items)),
+        "items" / Items("count", Record(ProduceItem, *_produce_fields()))),
+    RequestType.OFFSETS: Record(OffsetsRequest, "topic" / Str, "partition" / Int32sb, "time" / Int64sb,
+                                "maxNumber" / Int32sb),
+    RequestType.CREATE_TOPIC: Record(
+        CreateTopicRequest, "topic" / Str, "partitions" / Int32sb,
+        "configCount" / Rebuild(Int16sb, len_(this.configs)), "configs" / _configs("configCount")),
+    RequestType.DELETE_TOPIC: Record(DeleteTopicRequest, "topic" / Str),
+    RequestType.METADATA: Record(MetadataRequest, "count" / Rebuild(Int16sb, len_(this.topics)),
+                                 "topics" / Items("count", Str)),
+    RequestType.DESCRIBE_CONFIG: Record(DescribeConfigRequest, "topic" / Str),
+    RequestType.ALTER_CONFIG: Record(AlterConfigRequest, "topic" / Str,
+                                     "count" / Rebuild(Int16sb, len_(this.configs)), "configs" / _configs("count")),
+    RequestType.DELETE_RECORDS: Record(DeleteRecordsRequest, "topic" / Str, "partition" / Int32sb,
+                                       "offset" / Int64sb),
+    RequestType.COMMIT_OFFSET: Record(CommitOffsetRequest, "group" / Str, "topic" / Str, "partition" / Int32sb,
+                                      "offset" / Int64sb, "metadata" / NullableStr),
+    RequestType.FETCH_OFFSET: Record(FetchOffsetRequest, "group" / Str, "topic" / Str, "partition" / Int32sb),
 }
+
+# type:int16, then that type's body: what FrameDecoder yields for a request.
+_REQUEST = Tagged("request type", LAYOUTS).compile()
+_BODIES: dict[type, Construct] = {layout.cls: layout.compile() for layout in LAYOUTS.values()}
 
 
 def parse_request(frame: Buffer) -> Request:
     """Parse type + body (a frame from FrameDecoder). Raises ProtocolError(INVALID_REQUEST)."""
-    r = Reader(frame, ErrorCode.INVALID_REQUEST)
-    type_ = r.int16()
-    parser = _PARSERS.get(type_)
-    if parser is None:
-        raise r.fail(f"unknown request type {type_}")
-    request = parser(r)
-    r.finish()
+    stream = FrameStream(frame)
+    try:
+        request = _REQUEST.parsefunc(stream, None)
+        stream.expect_end()
+    except PARSE_ERRORS as e:
+        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"{describe(e)} at byte {stream.tell()}") from None
     return request
+
 
 
 def parse_produce(frame: Buffer) -> tuple[str, int, memoryview]:
@@ -351,66 +326,15 @@ def parse_produce(frame: Buffer) -> tuple[str, int, memoryview]:
     return req.topic, req.partition, req.message_set  # type: ignore[return-value]
 
 
-# ---- encoding: each function returns the body as a list of byte strings ----
-
-def _produce_parts(topic: str, partition: int, message_set: Buffer) -> list[Buffer]:
-    view = memoryview(message_set)
-    return [encode_str(topic), PRODUCE_FIXED.pack(partition, view.nbytes), message_set]
-
-
-def _config_parts(configs: Configs) -> list[bytes]:
-    out = [COUNT16.pack(check_count16(len(configs)))]
-    for key, value in configs:
-        out += [encode_str(key), encode_nullable_str(value)]
-    return out
-
-
-def _encode_body(req: Request) -> list[Buffer]:
-    t = type(req)
-    if t is ProduceRequest:
-        return _produce_parts(req.topic, req.partition, req.message_set)
-    if t is FetchRequest:
-        return [encode_str(req.topic), FETCH_FIXED.pack(req.partition, req.offset,
-                                                        req.max_bytes, req.max_wait_ms)]
-    if t is MultiFetchRequest:
-        out = [COUNT16.pack(check_count16(len(req.items)))]
-        for it in req.items:
-            out += [encode_str(it.topic), FETCH_ITEM_FIXED.pack(it.partition, it.offset,
-                                                                it.max_bytes)]
-        return out
-    if t is MultiProduceRequest:
-        out = [COUNT16.pack(check_count16(len(req.items)))]
-        for it in req.items:
-            out += _produce_parts(it.topic, it.partition, it.message_set)
-        return out
-    if t is OffsetsRequest:
-        return [encode_str(req.topic), OFFSETS_FIXED.pack(req.partition, req.time,
-                                                          req.max_number)]
-    if t is CreateTopicRequest:
-        return [encode_str(req.topic),  # CREATE_FIXED, split: the count heads the configs
-                INT32.pack(req.partitions), *_config_parts(req.configs)]
-    if t is DeleteTopicRequest or t is DescribeConfigRequest:
-        return [encode_str(req.topic)]
-    if t is MetadataRequest:
-        return [COUNT16.pack(check_count16(len(req.topics))),
-                *(encode_str(topic) for topic in req.topics)]
-    if t is AlterConfigRequest:
-        return [encode_str(req.topic), *_config_parts(req.configs)]
-    if t is DeleteRecordsRequest:
-        return [encode_str(req.topic), DELETE_RECORDS_FIXED.pack(req.partition, req.offset)]
-    if t is CommitOffsetRequest:
-        return [encode_str(req.group), encode_str(req.topic),
-                COMMIT_FIXED.pack(req.partition, req.offset), encode_nullable_str(req.metadata)]
-    if t is FetchOffsetRequest:
-        return [encode_str(req.group), encode_str(req.topic), PARTITION.pack(req.partition)]
-    raise TypeError(f"not a native request: {req!r}")
-
-
 def encode_request(req: Request) -> bytes:
     """The whole frame, `size:int32 | type:int16 | body`, in one join."""
+    layout = _BODIES.get(type(req))
+    if layout is None:
+        raise TypeError(f"not a native request: {req!r}")
+    stream = PartsStream()
     try:
-        body = _encode_body(req)
-        size = INT16.size + sum(memoryview(part).nbytes for part in body)
-        return b"".join([HEADER.pack(size, req.TYPE), *body])
+        layout.buildfunc(req, stream, None)
+        return b"".join([HEADER.pack(TYPE_BYTES + stream.size, req.TYPE), *stream.parts])
     except struct.error as e:
         raise ValueError(f"{type(req).__name__}: {e}") from None
+

@@ -24,16 +24,23 @@ MultiMessageSetSend (size, error 0, then the sends back to back; the client
 reads as many as it asked for). The body simply ends after the last item.
 
 Contract:
+- Each body (after a NONE error) is declared once, in `LAYOUTS` (construct, fields
+  from wire.py), and compiled at import; `encode_response` and `parse_response`
+  both run that declaration's compiled code. tests/protocol/test_protocol_layouts.py
+  checks the declarations against the table in NATIVE.md.
 - Server side: `encode_response(resp)` returns the whole frame as bytes, and
   `error_response(code)` the 6-byte frame of an error with an empty body (any
   response whose error is not NONE encodes as exactly that). For sendfile,
   `fetch_response_header` and `multifetch_response_parts` return only the
   headers; the server writes the message-set bytes after them itself.
+  `produce_response` is a successful PRODUCE answer in one pack (the hot path).
+  These four are hand-written struct (see HEADER and PRODUCE_FRAME).
 - Client side: `parse_response(request_type, frame)` takes error + body (what
   FrameDecoder yields) and raises ProtocolError(CORRUPT_MESSAGE) on malformed
   bytes: truncation, trailing bytes, a bad str, a negative count or size, or a
-  body after a non-NONE error. An error response comes back as the type's
-  dataclass with its neutral defaults (-1 offsets, empty tuples, None).
+  body after a non-NONE error; one try/except turns every internal parse error
+  into it. An error response comes back as the type's dataclass with its
+  neutral defaults (-1 offsets, empty tuples, None).
   Error codes are `ErrorCode` members, or plain ints for codes not in the table.
 - Message sets come back as memoryview slices of the frame, no copy.
 """
@@ -41,13 +48,29 @@ Contract:
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Sequence, Union
+from typing import NamedTuple
 
-from .errors import ErrorCode, as_error_code
+from construct import Construct, Int16sb, Int32sb, Int64sb, Rebuild, len_, this
+
+from .errors import ErrorCode, ProtocolError
 from .requests import RequestType
-from .wire import (INT16, INT32, INT32_MAX, INT64, Reader, check_count16,
-                   encode_nullable_str, encode_str)
+from .wire import (
+    PARSE_ERRORS,
+    Buffer,
+    ErrorField,
+    FrameStream,
+    Items,
+    Length,
+    MessageSet,
+    NullableStr,
+    PartsStream,
+    Record,
+    Str,
+    UntilEnd,
+    describe,
+)
 
 __all__ = [
     "Response", "ProduceResponse", "FetchResponse", "FetchResult", "MultiFetchResponse",
@@ -58,16 +81,16 @@ __all__ = [
     "produce_response", "parse_response",
 ]
 
-Buffer = Union[bytes, bytearray, memoryview]
-
+# Hand-written struct, not a layout: the frame header, which starts every answer and
+# which the broker writes in front of each FETCH and MULTIFETCH message set it sends
+# with sendfile, and a whole successful PRODUCE answer in one pack (`produce_response`,
+# every PRODUCE). The compiled layout costs several times as much per call here
+# (bench/protocol_micro.py), on the paths whose targets are the broker's produce
+# latency and fetch throughput (bench/broker.py).
 HEADER = struct.Struct(">ih")            # size, error: every frame, and each MessageSetSend
-PRODUCE_BODY = struct.Struct(">qq")      # baseOffset, logAppendTime
-PRODUCE_FRAME = struct.Struct(">ihqq")   # size, error, baseOffset, logAppendTime: a whole PRODUCE answer
-PRODUCE_RESULT = struct.Struct(">hqq")   # error, baseOffset, logAppendTime (MULTIPRODUCE item)
-TOPIC_FIXED = struct.Struct(">hi")       # error, partitions (after the topic str)
-PARTITION_METADATA = struct.Struct(">iqq")  # partition, logStartOffset, logEndOffset
-OFFSET = INT64
-COUNT16, COUNT32 = INT16, INT32
+ERROR_BYTES = 2                          # the error field: what `size` counts beyond the body
+INT32_MAX = 2**31 - 1
+PRODUCE_FRAME = struct.Struct(">ihqq")   # size, error, baseOffset, logAppendTime
 
 
 # ---- response values ----
@@ -160,7 +183,7 @@ class MetadataResponse:
 @dataclass(frozen=True, slots=True)
 class DescribeConfigResponse:
     error: int
-    configs: tuple[tuple[str, Union[str, None]], ...] = ()
+    configs: tuple[tuple[str, str | None], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "configs", tuple((k, v) for k, v in self.configs))
@@ -179,28 +202,83 @@ class FetchOffsetResponse:
     metadata: str | None = None
 
 
-Response = Union[ProduceResponse, FetchResponse, MultiFetchResponse, MultiProduceResponse,
-                 OffsetsResponse, EmptyResponse, MetadataResponse, DescribeConfigResponse,
-                 DeleteRecordsResponse, FetchOffsetResponse]
+Response = (ProduceResponse | FetchResponse | MultiFetchResponse | MultiProduceResponse | OffsetsResponse |
+           EmptyResponse | MetadataResponse | DescribeConfigResponse | DeleteRecordsResponse |
+           FetchOffsetResponse)
+
+
+# ---- the layouts: each body (after a NONE error) declared once, compiled ----
+
+NONE = (ErrorCode.NONE,)  # the error, from the frame header, heads every response value
+_EMPTY = Record(EmptyResponse, leading=NONE)
+
+LAYOUTS: dict[RequestType, Record] = {
+    RequestType.PRODUCE: Record(ProduceResponse, "baseOffset" / Int64sb, "logAppendTime" / Int64sb, leading=NONE),
+    RequestType.FETCH: Record(FetchResponse, "messageSet" / MessageSet(), leading=NONE),
+    RequestType.MULTIFETCH: Record(
+        MultiFetchResponse,
+        "items" / UntilEnd(Record(FetchResult, "size" / Length(Int32sb, "messageSet", ERROR_BYTES),
+                                  "error" / ErrorField, "messageSet" / MessageSet(this.size - ERROR_BYTES))),
+        leading=NONE),
+    RequestType.MULTIPRODUCE: Record(
+        MultiProduceResponse,
+        "items" / UntilEnd(Record(ProduceResult, "error" / ErrorField, "baseOffset" / Int64sb,
+                                  "logAppendTime" / Int64sb)),
+        leading=NONE),
+    RequestType.OFFSETS: Record(OffsetsResponse, "count" / Rebuild(Int32sb, len_(this.offsets)),
+                                "offsets" / Items("count", Int64sb), leading=NONE),
+    RequestType.CREATE_TOPIC: _EMPTY,
+    RequestType.DELETE_TOPIC: _EMPTY,
+    RequestType.METADATA: Record(
+        MetadataResponse, "count" / Rebuild(Int32sb, len_(this.topics)),
+        "topics" / Items("count", Record(
+            TopicMetadata, "topic" / Str, "error" / ErrorField,
+            "partitions" / Rebuild(Int32sb, len_(this.partitionList)),
+            "partitionList" / Items("partitions", Record(PartitionMetadata, "partition" / Int32sb,
+                                                         "logStartOffset" / Int64sb, "logEndOffset" / Int64sb)))),
+        leading=NONE),
+    RequestType.DESCRIBE_CONFIG: Record(
+        DescribeConfigResponse, "count" / Rebuild(Int16sb, len_(this.configs)),
+        "configs" / Items("count", Record(tuple, "key" / Str, "value" / NullableStr)), leading=NONE),
+    RequestType.ALTER_CONFIG: _EMPTY,
+    RequestType.DELETE_RECORDS: Record(DeleteRecordsResponse, "logStartOffset" / Int64sb, leading=NONE),
+    RequestType.COMMIT_OFFSET: _EMPTY,
+    RequestType.FETCH_OFFSET: Record(FetchOffsetResponse, "offset" / Int64sb, "metadata" / NullableStr,
+                                     leading=NONE),
+}
+
+_ERROR = ErrorField.compile()
+_PARSERS: dict[int, Construct] = {t: layout.compile() for t, layout in LAYOUTS.items()}
+_BUILDERS: dict[type, Construct] = {layout.cls: _PARSERS[t] for t, layout in LAYOUTS.items()}
 
 
 # ---- server side: encoders ----
 
-def _frame(error: int, body: Sequence[Buffer]) -> bytes:
-    size = INT16.size + sum(memoryview(part).nbytes for part in body)
-    return b"".join([HEADER.pack(size, error), *body])
-
-
 def error_response(code: int) -> bytes:
     """`size=2 | error | (empty body)`: the answer for any top-level error."""
-    return HEADER.pack(INT16.size, code)
+    return HEADER.pack(ERROR_BYTES, code)
+
+
+def encode_response(resp: Response) -> bytes:
+    """The whole frame. A non-NONE top-level error gives `error_response(error)`."""
+    try:
+        if resp.error != ErrorCode.NONE:
+            return error_response(resp.error)
+        layout = _BUILDERS.get(type(resp))
+        if layout is None:
+            raise TypeError(f"not a native response: {resp!r}")
+        stream = PartsStream()
+        layout.buildfunc(resp, stream, None)
+        return b"".join([HEADER.pack(ERROR_BYTES + stream.size, ErrorCode.NONE), *stream.parts])
+    except struct.error as e:
+        raise ValueError(f"{type(resp).__name__}: {e}") from None
 
 
 def produce_response(base_offset: int, log_append_time: int) -> bytes:
     """A successful PRODUCE answer, the whole frame: `encode_response(ProduceResponse(NONE,
     ...))` in one pack (the broker's hot path)."""
     try:
-        return PRODUCE_FRAME.pack(INT16.size + PRODUCE_BODY.size, ErrorCode.NONE, base_offset, log_append_time)
+        return PRODUCE_FRAME.pack(PRODUCE_FRAME.size - 4, ErrorCode.NONE, base_offset, log_append_time)
     except struct.error as e:
         raise ValueError(f"ProduceResponse: {e}") from None
 
@@ -209,9 +287,9 @@ def fetch_response_header(error: int, message_set_length: int) -> bytes:
     """The 6 bytes in front of a FETCH message set the server sends itself."""
     if error != ErrorCode.NONE and message_set_length:
         raise ValueError("an error response carries an empty message set")
-    if not 0 <= message_set_length <= INT32_MAX - INT16.size:
+    if not 0 <= message_set_length <= INT32_MAX - ERROR_BYTES:
         raise ValueError(f"message set length {message_set_length} does not fit the frame")
-    return HEADER.pack(INT16.size + message_set_length, error)
+    return HEADER.pack(ERROR_BYTES + message_set_length, error)
 
 
 def multifetch_response_parts(items: Sequence[tuple[int, int]]) -> tuple[bytes, list[bytes]]:
@@ -223,164 +301,36 @@ def multifetch_response_parts(items: Sequence[tuple[int, int]]) -> tuple[bytes, 
     top, then header[i] followed by item i's message set bytes, for each i.
     """
     headers = []
-    total = INT16.size
+    total = ERROR_BYTES
     for error, length in items:
-        if length < 0 or length > INT32_MAX - INT16.size:
+        if length < 0 or length > INT32_MAX - ERROR_BYTES:
             raise ValueError(f"message set length {length} does not fit the frame")
-        headers.append(HEADER.pack(INT16.size + length, error))
+        headers.append(HEADER.pack(ERROR_BYTES + length, error))
         total += HEADER.size + length
     if total > INT32_MAX:
         raise ValueError(f"MULTIFETCH response of {total} bytes exceeds an int32 size")
     return HEADER.pack(total, ErrorCode.NONE), headers
 
 
-def _str_pairs(pairs: Sequence[tuple[str, str | None]]) -> list[bytes]:
-    out = [COUNT16.pack(check_count16(len(pairs)))]
-    for key, value in pairs:
-        out += [encode_str(key), encode_nullable_str(value)]
-    return out
-
-
-def _encode_body(resp: Response) -> list[Buffer]:
-    t = type(resp)
-    if t is ProduceResponse:
-        return [PRODUCE_BODY.pack(resp.base_offset, resp.log_append_time)]
-    if t is FetchResponse:
-        return [resp.message_set]
-    if t is MultiFetchResponse:
-        out: list[Buffer] = []
-        for error, message_set in resp.items:
-            out += [HEADER.pack(INT16.size + memoryview(message_set).nbytes, error), message_set]
-        return out
-    if t is MultiProduceResponse:
-        return [PRODUCE_RESULT.pack(*item) for item in resp.items]
-    if t is OffsetsResponse:
-        return [COUNT32.pack(len(resp.offsets)), *(OFFSET.pack(o) for o in resp.offsets)]
-    if t is EmptyResponse:
-        return []
-    if t is MetadataResponse:
-        out = [COUNT32.pack(len(resp.topics))]
-        for topic in resp.topics:
-            out += [encode_str(topic.topic), TOPIC_FIXED.pack(topic.error, len(topic.partitions))]
-            out += [PARTITION_METADATA.pack(p.partition, p.log_start_offset, p.log_end_offset)
-                    for p in topic.partitions]
-        return out
-    if t is DescribeConfigResponse:
-        return _str_pairs(resp.configs)
-    if t is DeleteRecordsResponse:
-        return [OFFSET.pack(resp.log_start_offset)]
-    if t is FetchOffsetResponse:
-        return [OFFSET.pack(resp.offset), encode_nullable_str(resp.metadata)]
-    raise TypeError(f"not a native response: {resp!r}")
-
-
-def encode_response(resp: Response) -> bytes:
-    """The whole frame. A non-NONE top-level error gives `error_response(error)`."""
-    try:
-        if resp.error != ErrorCode.NONE:
-            return error_response(resp.error)
-        return _frame(ErrorCode.NONE, _encode_body(resp))
-    except struct.error as e:
-        raise ValueError(f"{type(resp).__name__}: {e}") from None
-
-
 # ---- client side: parse_response ----
 
-def _produce(r: Reader, error: int) -> ProduceResponse:
-    return ProduceResponse(error, *r.unpack(PRODUCE_BODY))
-
-
-def _fetch(r: Reader, error: int) -> FetchResponse:
-    return FetchResponse(error, r.rest())
-
-
-def _multifetch(r: Reader, error: int) -> MultiFetchResponse:
-    items = []
-    while r.remaining:
-        size = r.int32()
-        if size < INT16.size:
-            raise r.fail(f"MessageSetSend size {size} has no room for its error")
-        item_error = as_error_code(r.int16())
-        items.append(FetchResult(item_error, r.take(size - INT16.size)))
-    return MultiFetchResponse(error, tuple(items))
-
-
-def _multiproduce(r: Reader, error: int) -> MultiProduceResponse:
-    items = []
-    while r.remaining:
-        item_error, base_offset, log_append_time = r.unpack(PRODUCE_RESULT)
-        items.append(ProduceResult(as_error_code(item_error), base_offset, log_append_time))
-    return MultiProduceResponse(error, tuple(items))
-
-
-def _offsets(r: Reader, error: int) -> OffsetsResponse:
-    return OffsetsResponse(error, tuple(r.int64() for _ in range(r.count32())))
-
-
-def _metadata(r: Reader, error: int) -> MetadataResponse:
-    topics = []
-    for _ in range(r.count32()):
-        name = r.string()
-        topic_error, count = r.unpack(TOPIC_FIXED)
-        if count < 0:
-            raise r.fail(f"negative partition count {count}")
-        partitions = tuple(PartitionMetadata(*r.unpack(PARTITION_METADATA)) for _ in range(count))
-        topics.append(TopicMetadata(name, as_error_code(topic_error), partitions))
-    return MetadataResponse(error, tuple(topics))
-
-
-def _describe_config(r: Reader, error: int) -> DescribeConfigResponse:
-    return DescribeConfigResponse(error, tuple((r.string(), r.nullable_string())
-                                               for _ in range(r.count16())))
-
-
-def _fetch_offset(r: Reader, error: int) -> FetchOffsetResponse:
-    return FetchOffsetResponse(error, r.int64(), r.nullable_string())
-
-
-_PARSERS: dict[int, Callable[[Reader, int], Response]] = {
-    RequestType.PRODUCE: _produce,
-    RequestType.FETCH: _fetch,
-    RequestType.MULTIFETCH: _multifetch,
-    RequestType.MULTIPRODUCE: _multiproduce,
-    RequestType.OFFSETS: _offsets,
-    RequestType.CREATE_TOPIC: lambda r, e: EmptyResponse(e),
-    RequestType.DELETE_TOPIC: lambda r, e: EmptyResponse(e),
-    RequestType.METADATA: _metadata,
-    RequestType.DESCRIBE_CONFIG: _describe_config,
-    RequestType.ALTER_CONFIG: lambda r, e: EmptyResponse(e),
-    RequestType.DELETE_RECORDS: lambda r, e: DeleteRecordsResponse(e, r.int64()),
-    RequestType.COMMIT_OFFSET: lambda r, e: EmptyResponse(e),
-    RequestType.FETCH_OFFSET: _fetch_offset,
-}
-
-_ON_ERROR: dict[int, Callable[[int], Response]] = {
-    RequestType.PRODUCE: ProduceResponse,
-    RequestType.FETCH: FetchResponse,
-    RequestType.MULTIFETCH: MultiFetchResponse,
-    RequestType.MULTIPRODUCE: MultiProduceResponse,
-    RequestType.OFFSETS: OffsetsResponse,
-    RequestType.CREATE_TOPIC: EmptyResponse,
-    RequestType.DELETE_TOPIC: EmptyResponse,
-    RequestType.METADATA: MetadataResponse,
-    RequestType.DESCRIBE_CONFIG: DescribeConfigResponse,
-    RequestType.ALTER_CONFIG: EmptyResponse,
-    RequestType.DELETE_RECORDS: DeleteRecordsResponse,
-    RequestType.COMMIT_OFFSET: EmptyResponse,
-    RequestType.FETCH_OFFSET: FetchOffsetResponse,
-}
+_ON_ERROR: dict[int, type] = {t: layout.cls for t, layout in LAYOUTS.items()}
 
 
 def parse_response(request_type: int, frame: Buffer) -> Response:
-    """Parse error + body of the answer to a request of `request_type`."""
-    parser = _PARSERS.get(request_type)
-    if parser is None:
+    """Parse error + body of the answer to a request of `request_type`.
+    Raises ProtocolError(CORRUPT_MESSAGE) for bytes that do not follow the layout."""
+    layout = _PARSERS.get(request_type)
+    if layout is None:
         raise ValueError(f"unknown request type {request_type}")
-    r = Reader(frame, ErrorCode.CORRUPT_MESSAGE)
-    error = as_error_code(r.int16())
-    if error != ErrorCode.NONE:
-        r.finish()  # an error carries an empty body
-        return _ON_ERROR[request_type](error)
-    response = parser(r, error)
-    r.finish()
+    stream = FrameStream(frame)
+    try:
+        error = _ERROR.parsefunc(stream, None)
+        if error != ErrorCode.NONE:
+            stream.expect_end()  # an error carries an empty body
+            return _ON_ERROR[request_type](error)
+        response = layout.parsefunc(stream, None)
+        stream.expect_end()
+    except PARSE_ERRORS as e:
+        raise ProtocolError(ErrorCode.CORRUPT_MESSAGE, f"{describe(e)} at byte {stream.tell()}") from None
     return response

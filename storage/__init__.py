@@ -7,8 +7,11 @@
 Small classes with one job each, as in Kafka's storage module: `OffsetIndex`
 and `TimeIndex` (sparse mmap indexes), `FileRecords` (one .log file),
 `LogSegment` (the three together), `LogSegments` (the copy-on-write list),
-`LogLoader` (clean-up and crash recovery), `Log` (one partition), and
-`LogManager` (the data directory). Compaction, as Kafka's log cleaner:
+`LogLoader` (clean-up and crash recovery), `Log` (one partition: its lock and
+every change to its segments), and `LogManager` (the data directory).
+Retention: `retention` (the policy: which segments go, and why) and
+`PendingDeletions` (`.deleted` files awaiting file.delete.delay.ms).
+Compaction, as Kafka's log cleaner:
 `OffsetMap` (exact key -> latest offset), `Cleaner` (one log, one round) with
 `cleaner_records` (what stays of an entry), `segment_swap` (the crash-safe swap),
 `LogCleanerManager` (which log, checkpoints) and `LogCleaner` (the thread's

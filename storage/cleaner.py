@@ -334,16 +334,6 @@ class _LogKeyReader:
         return keys.get(offset)
 
 
-def producer_last_offsets(log) -> dict[int, int]:
-    """Each active idempotent producer's last offset (storage/producer_state.py),
-    read under the log's lock (Kafka's lastRecordsOfActiveProducers)."""
-    state = getattr(log, "producer_state", None)
-    if state is None:
-        return {}
-    with log._lock:  # noqa: SLF001 -- appends change the producers under it
-        return {pid: entry.last_offset for pid, entry in state.producers.items() if entry.last_offset >= 0}
-
-
 class Cleaner:
     def __init__(self, offset_map: OffsetMap, *, io_buffer_size: int = DEFAULT_IO_BUFFER_SIZE,
                  clock: SystemClock = SYSTEM_CLOCK, step: Callable[[str], None] | None = None):
@@ -381,7 +371,7 @@ class Cleaner:
         groups = group_segments_by_size(to_clean, config.segment_bytes, config.segment_index_bytes,
                                         first_uncleanable)
         record_filter = RecordFilter(self.offset_map, now, config.delete_retention_ms, stats.records,
-                                     producer_last_offsets(log))
+                                     log.last_offsets_of_active_producers())
         for group in groups:
             self._clean_group(log, group, record_filter, table, legacy_horizon, stats, check_done)
         stats.clean_seconds = time.perf_counter() - started

@@ -6,6 +6,9 @@ Contract:
   61-byte header (magic 2). `decompress` is its inverse and also accepts every
   framing Kafka's readers accept (see per-codec notes below).
 - `data` may be bytes, bytearray or memoryview; results are always `bytes`.
+- `level` (compress only): the codec's level as Kafka's compression.*.level
+  settings give it (KIP-390); None is Kafka's default for the codec (gzip 6,
+  lz4 9 = lz4's fast compressor as Kafka's default, zstd 3). Snappy has none.
 - Every failure (unknown codec, zstd before magic 2, a corrupt or cut-short
   payload) raises `storage.errors.CorruptRecordError` with a message saying what
   was wrong. Callers that need a different error class (the validator refuses
@@ -43,6 +46,7 @@ from __future__ import annotations
 import struct
 import zlib
 from enum import IntEnum
+from typing import Any
 
 import cramjam
 import lz4.frame
@@ -63,9 +67,12 @@ class Codec(IntEnum):
     ZSTD = 4
 
 
-# Kafka's defaults: gzip uses Deflater.DEFAULT_COMPRESSION (6), zstd level 3.
+# Kafka's defaults: gzip uses Deflater.DEFAULT_COMPRESSION (6), zstd level 3; lz4's
+# default level 9 keeps the fast compressor, other levels use lz4 HC (Kafka's Lz4Compression).
 GZIP_LEVEL = 6
 ZSTD_LEVEL = 3
+LZ4_DEFAULT_LEVEL = 9
+LZ4_MAX_FRAME_LEVEL = 16  # what the lz4 frame library accepts; higher levels compress as 16
 
 # ---- snappy: xerial framing --------------------------------------------------
 
@@ -114,9 +121,9 @@ def _snappy_decompress(data: memoryview) -> bytes:
 GZIP_WBITS = 31  # zlib's window bits for a gzip wrapper (16 + 15)
 
 
-def _gzip_compress(data: memoryview) -> bytes:
+def _gzip_compress(data: memoryview, level: int | None = None) -> bytes:
     # zlib's gzip wrapper writes mtime 0 and no file name, as Java's does.
-    deflater = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, GZIP_WBITS)
+    deflater = zlib.compressobj(GZIP_LEVEL if level is None or level < 0 else level, zlib.DEFLATED, GZIP_WBITS)
     return deflater.compress(data) + deflater.flush()
 
 
@@ -141,10 +148,11 @@ LZ4_FLG_CONTENT_SIZE = 0x08
 LZ4_FLG_DICT_ID = 0x01
 
 
-def _lz4_compress(data: memoryview, magic: int) -> bytes:
+def _lz4_compress(data: memoryview, magic: int, level: int | None = None) -> bytes:
+    frame_level = 0 if level is None or level == LZ4_DEFAULT_LEVEL else min(level, LZ4_MAX_FRAME_LEVEL)
     frame = lz4.frame.compress(
         data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
-        block_checksum=False, content_checksum=False, store_size=False)
+        block_checksum=False, content_checksum=False, store_size=False, compression_level=frame_level)
     if magic != 0:
         return frame
     # Our descriptor is FLG, BD, then HC at byte 6; old Kafka hashed bytes 0..5.
@@ -185,30 +193,36 @@ def _lz4_decompress(data: memoryview, magic: int) -> bytes:
     return lz4.frame.decompress(_lz4_fix_header_checksum(data) if magic == 0 else data)
 
 
-# codec -> (compress, decompress), each taking (payload view, magic)
-_FRAMINGS = {
-    Codec.NONE: (lambda data, magic: bytes(data), lambda data, magic: bytes(data)),
-    Codec.GZIP: (lambda data, magic: _gzip_compress(data), lambda data, magic: _gzip_decompress(data)),
-    Codec.SNAPPY: (lambda data, magic: _snappy_compress(data), lambda data, magic: _snappy_decompress(data)),
+# codec -> (compress(payload view, magic, level), decompress(payload view, magic))
+_FRAMINGS: dict[Codec, tuple[Any, Any]] = {
+    Codec.NONE: (lambda data, magic, level: bytes(data), lambda data, magic: bytes(data)),
+    Codec.GZIP: (lambda data, magic, level: _gzip_compress(data, level),
+                 lambda data, magic: _gzip_decompress(data)),
+    Codec.SNAPPY: (lambda data, magic, level: _snappy_compress(data),
+                   lambda data, magic: _snappy_decompress(data)),
     Codec.LZ4: (_lz4_compress, _lz4_decompress),
-    Codec.ZSTD: (lambda data, magic: bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL)),
+    Codec.ZSTD: (lambda data, magic, level: bytes(cramjam.zstd.compress(
+                     data, level=ZSTD_LEVEL if level is None else level)),
                  lambda data, magic: bytes(cramjam.zstd.decompress(data))),
 }
 
 
-def _run(codec: int, data, magic: int, direction: int, failure: str) -> bytes:
+def _run(codec: int, data, magic: int, direction: int, failure: str, level: int | None = None) -> bytes:
     known = _check(codec, magic)
     try:
-        return _FRAMINGS[known][direction](memoryview(data), magic)
+        if direction == 0:
+            return _FRAMINGS[known][0](memoryview(data), magic, level)
+        return _FRAMINGS[known][1](memoryview(data), magic)
     except CorruptRecordError:
         raise
     except Exception as e:  # the libraries raise a zoo of types
         raise CorruptRecordError(f"{known.name.lower()}: {failure}: {e}") from e
 
 
-def compress(codec: int, data: bytes | bytearray | memoryview, *, magic: int = 2) -> bytes:
+def compress(codec: int, data: bytes | bytearray | memoryview, *, magic: int = 2,
+             level: int | None = None) -> bytes:
     """`data` compressed and framed the way Kafka's writer for `magic` does it."""
-    return _run(codec, data, magic, 0, "cannot compress")
+    return _run(codec, data, magic, 0, "cannot compress", level)
 
 
 def decompress(codec: int, data: bytes | bytearray | memoryview, *, magic: int = 2) -> bytes:

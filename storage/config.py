@@ -23,6 +23,7 @@ INT_MAX = 2**31 - 1
 
 CLEANUP_POLICIES = ("delete", "compact")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
     return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
 
 
+def _gzip_level(v: int) -> str | None:
+    return None if v == -1 or 1 <= v <= 9 else "must be between 1 and 9, or -1 (the codec's default, 6)"
+
+
 def _policies(v: tuple[str, ...]) -> str | None:
     if not v:
         return "must name at least one of delete, compact"
@@ -57,6 +62,15 @@ def _policies(v: tuple[str, ...]) -> str | None:
 KEYS: tuple[ConfigKey, ...] = (
     ConfigKey("cleanup.policy", "cleanup_policy", "list", ("delete",), _policies,
               "delete, compact, or both"),
+    ConfigKey("compression.gzip.level", "compression_gzip_level", "int", -1, _gzip_level,
+              "gzip level used when compression.type is gzip (-1: 6)"),
+    ConfigKey("compression.lz4.level", "compression_lz4_level", "int", 9, _between(1, 17),
+              "lz4 level used when compression.type is lz4"),
+    ConfigKey("compression.type", "compression_type", "string", "producer", _one_of(*COMPRESSION_TYPES),
+              "producer keeps each batch's codec; uncompressed, gzip, snappy, lz4 or zstd "
+              "recompress batches of another codec on append"),
+    ConfigKey("compression.zstd.level", "compression_zstd_level", "int", 3, _between(-131072, 22),
+              "zstd level used when compression.type is zstd"),
     ConfigKey("delete.retention.ms", "delete_retention_ms", "long", 86_400_000, _at_least(0),
               "how long tombstones survive compaction"),
     ConfigKey("file.delete.delay.ms", "file_delete_delay_ms", "long", 60_000, _at_least(0),
@@ -136,6 +150,10 @@ def _format(key: ConfigKey, value: Any) -> str:
 @dataclass(frozen=True)
 class LogConfig:
     cleanup_policy: tuple[str, ...] = ("delete",)
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_type: str = "producer"
+    compression_zstd_level: int = 3
     delete_retention_ms: int = 86_400_000
     file_delete_delay_ms: int = 60_000
     flush_messages: int = LONG_MAX
@@ -172,13 +190,8 @@ class LogConfig:
                 raise InvalidConfigError(f"{name}: {_format(key, value)} {complaint}")
             changes[key.attr] = value
         config = dataclasses.replace(base, **changes)
-        config._check_together()
+        _check_together(config)
         return config
-
-    def _check_together(self) -> None:
-        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
-            raise InvalidConfigError(
-                "min.compaction.lag.ms must not be larger than max.compaction.lag.ms")
 
     # ---- reading ----------------------------------------------------------------
 
@@ -203,10 +216,20 @@ class LogConfig:
         return self.segment_index_bytes
 
 
+def _check_together(config: LogConfig) -> None:
+    """Rules across keys (one key's own rules are in its ConfigKey)."""
+    if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+        raise InvalidConfigError("min.compaction.lag.ms must not be larger than max.compaction.lag.ms")
+
+
 # Broker-level names that set a topic-level default. Where several broker names
 # feed one topic name, the first present wins (Kafka: ms beats minutes beats hours).
 BROKER_NAMES: dict[str, tuple[tuple[str, int], ...]] = {
     "cleanup.policy": (("log.cleanup.policy", 1),),
+    "compression.gzip.level": (("compression.gzip.level", 1),),
+    "compression.lz4.level": (("compression.lz4.level", 1),),
+    "compression.type": (("compression.type", 1),),
+    "compression.zstd.level": (("compression.zstd.level", 1),),
     "delete.retention.ms": (("log.cleaner.delete.retention.ms", 1),),
     "file.delete.delay.ms": (("log.segment.delete.delay.ms", 1),),
     "flush.messages": (("log.flush.interval.messages", 1),),

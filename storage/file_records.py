@@ -118,10 +118,10 @@ class FileRecords(ManagedFile):
                 os.close(fd)
         return cls(path, size, budget)
 
-    def _open_descriptor(self) -> None:
+    def open_descriptor(self) -> None:
         self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
 
-    def _close_descriptor(self) -> None:
+    def close_descriptor(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0:
             try:
@@ -129,7 +129,7 @@ class FileRecords(ManagedFile):
             except OSError:
                 pass
 
-    def _describe(self) -> str:
+    def describe(self) -> str:
         return f"log file {self.path}"
 
     # ---- writing --------------------------------------------------------------
@@ -172,7 +172,7 @@ class FileRecords(ManagedFile):
             self._reserved_end = size
 
     def flush(self) -> None:
-        if self._retired or not self._dirty:  # closed: a deleted segment that a flush's snapshot still listed
+        if self.retired or not self._dirty:  # closed: a deleted segment that a flush's snapshot still listed
             return
         self._pin()
         try:
@@ -205,7 +205,7 @@ class FileRecords(ManagedFile):
         modification time stay (retention falls back on the mtime of segments
         without timestamps, and Kafka's trim at roll leaves it too)."""
         reserved_end = self._reserved_end
-        if reserved_end is None or reserved_end <= self.size or self._retired:
+        if reserved_end is None or reserved_end <= self.size or self.retired:
             return
         self._pin()
         try:
@@ -218,7 +218,7 @@ class FileRecords(ManagedFile):
         crashed one did (recovery calls this). A file holding at least
         LEFTOVER_BLOCKS_BYTES past its last block has some; smaller slack is
         the filesystem's own (extent blocks) and stays."""
-        if self._retired:
+        if self.retired:
             return
         self._pin()
         try:
@@ -311,7 +311,7 @@ class FileRecords(ManagedFile):
     @property
     def closed(self) -> bool:
         """Closed for good (a slice still being sent keeps it open until released)."""
-        return self._retired and not self._descriptor_open
+        return self.retired and not self.descriptor_open
 
     def delete(self) -> None:
         self.close()

@@ -101,8 +101,8 @@ _fallocate = _libc_fallocate()
 def reserve_blocks(fd: int, offset: int, length: int) -> bool:
     """Allocate disk blocks for bytes offset..offset+length of `fd` without
     changing its size, so that later writes there skip the filesystem's
-    per-page block reservation (ext4's delayed allocation: about a third of
-    the cost of appending 1 MiB, bench/storage.py). The file reads as before:
+    per-page block reservation (ext4's delayed allocation, a large share of
+    the cost of a big append: bench/storage.py). The file reads as before:
     blocks past the end are invisible, and an ftruncate to the same size gives
     them back. False where fallocate is missing or the filesystem refuses it
     (EOPNOTSUPP), or the disk is full: the write itself then decides."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from .errors import InvalidOffsetError, KafkaStorageError
 from .mapped_file import MappedFile
@@ -78,6 +78,8 @@ class IndexFile(ManagedFile):
         self._unpack_from = self.ENTRY.unpack_from
         self._warm_entries = WARM_SECTION_BYTES // self._entry_size
         self._write_lock = threading.RLock()  # one mutation at a time
+        # `with self._writing():` - stateless, so one serves every writer and nesting.
+        self._write_session = _Pinned(self._write_lock, self._require_writable, self._pin, self._unpin)
         self._remap_lock = threading.Lock()  # a search vs. a change of the file's length
         self._file: MappedFile | None = None  # while the descriptor is open
         self._dirty = False  # written since the last flush
@@ -111,7 +113,7 @@ class IndexFile(ManagedFile):
             os.close(fd)
         return True
 
-    def _open_descriptor(self) -> None:
+    def open_descriptor(self) -> None:
         """Open and map the file (the budget calls this under a first pin)."""
         flags = (os.O_RDWR if self._writable else os.O_RDONLY) | os.O_CLOEXEC
         fd = os.open(self._path, flags)
@@ -132,7 +134,7 @@ class IndexFile(ManagedFile):
             self._loaded = True
             self._on_entries_changed()
 
-    def _close_descriptor(self) -> None:
+    def close_descriptor(self) -> None:
         mapped, self._file = self._file, None
         if mapped is not None:
             mapped.close()
@@ -145,7 +147,7 @@ class IndexFile(ManagedFile):
     def _round_down(self, size: int) -> int:
         return size - size % self._entry_size
 
-    def _describe(self) -> str:
+    def describe(self) -> str:
         return f"index {self._path}"
 
     # -- properties ----------------------------------------------------------------
@@ -190,7 +192,7 @@ class IndexFile(ManagedFile):
 
     @property
     def closed(self) -> bool:
-        return self._retired
+        return self.retired
 
     def is_full(self) -> bool:
         if not self._loaded:
@@ -276,7 +278,7 @@ class IndexFile(ManagedFile):
     # -- writing (one writer) ------------------------------------------------------
 
     def _require_writable(self) -> None:
-        if self._retired:
+        if self.retired:
             raise KafkaStorageError(f"index {self._path} is closed")
         if not self._writable:
             raise KafkaStorageError(f"index {self._path} was opened read-only")
@@ -290,7 +292,7 @@ class IndexFile(ManagedFile):
 
     def _writing(self) -> "_Pinned":
         """`with self._writing():` - the write lock, checks, and a pin (the file open)."""
-        return _Pinned(self)
+        return self._write_session
 
     def append_entries(self, packed: bytes) -> None:
         """Add entries packed as the file holds them, in order (LogSegment
@@ -321,8 +323,8 @@ class IndexFile(ManagedFile):
         """Store whole entries at `position` with pwrite rather than through the
         mapping (caller pinned). Linux keeps the two coherent (one page cache). Why:
         after the log's own large write, kernel writeback has often just cleaned the
-        index's page, and a store through the mapping then takes a write fault
-        (ext4: about 20 us, measured); pwrite re-dirties the page in about 2 us.
+        index's page, and a store through the mapping then takes a write fault,
+        which costs several times what pwrite's re-dirtying of the page does.
         And a full disk: the file is preallocated sparse, so a store through the
         mapping into a hole on a full filesystem (tmpfs) kills the process with
         SIGBUS, where pwrite fails with ENOSPC, which the log answers."""
@@ -395,7 +397,7 @@ class IndexFile(ManagedFile):
     def flush(self) -> None:
         """Write the entries (and the file's length) to disk."""
         with self._write_lock:
-            if self._retired or not self._dirty:
+            if self.retired or not self._dirty:
                 return
             self._pin()
             try:
@@ -407,7 +409,7 @@ class IndexFile(ManagedFile):
     def close(self) -> None:
         """Trim the file to its real entries and close it. Closing twice is harmless."""
         with self._write_lock:
-            if self._retired:
+            if self.retired:
                 return
             if self._writable:
                 self.trim_to_valid_size()
@@ -428,7 +430,7 @@ class IndexFile(ManagedFile):
     def delete_if_exists(self) -> bool:
         """Close (without trimming) and delete the file; False when it was already gone."""
         with self._write_lock:
-            if not self._retired:
+            if not self.retired:
                 self._retire()
             try:
                 os.unlink(self._path)
@@ -467,26 +469,30 @@ class IndexFile(ManagedFile):
 
 
 class _Pinned:
-    """IndexFile._writing(): the write lock, the writability checks and a pin."""
+    """IndexFile._writing(): the write lock, the writability checks and a pin, through
+    the index's own bound methods (so this helper uses none of its private names).
+    It keeps no state of its own: one per index serves every writer, nested too."""
 
-    __slots__ = ("_index",)
+    __slots__ = ("_lock", "_pin", "_require_writable", "_unpin")
 
-    def __init__(self, index: IndexFile):
-        self._index = index
+    def __init__(self, lock: threading.RLock, require_writable: Callable[[], None],
+                 pin: Callable[[], None], unpin: Callable[[], None]):
+        self._lock = lock
+        self._require_writable = require_writable
+        self._pin = pin
+        self._unpin = unpin
 
     def __enter__(self) -> None:
-        index = self._index
-        index._write_lock.acquire()
+        self._lock.acquire()
         try:
-            index._require_writable()
-            index._pin()
+            self._require_writable()
+            self._pin()
         except BaseException:
-            index._write_lock.release()
+            self._lock.release()
             raise
 
     def __exit__(self, *exc: object) -> None:
-        index = self._index
         try:
-            index._unpin()
+            self._unpin()
         finally:
-            index._write_lock.release()
+            self._lock.release()

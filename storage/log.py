@@ -19,16 +19,36 @@ Contract:
 - The active segment's appends reserve disk blocks ahead of them
   (RESERVE_AHEAD_BYTES, FileRecords' contract): the files' sizes and bytes do
   not change, and a roll or close gives the rest back.
-- Retention (`delete_old_segments`, rules in storage/retention.py) takes the same
-  lock; deleted segments' files go later, in `delete_due_files`.
-- The cleaner (storage/cleaner.py) writes cleaned segments outside the lock and
-  swaps them in with `replace_segments`, under it (storage/segment_swap.py).
+- The Log owns its lock; the layer below it (LogSegments, the swap protocol of
+  storage/segment_swap.py, the renames to `.deleted` of
+  storage/pending_deletions.py) is not thread-safe and is changed only through
+  the Log's locked mutators, as Kafka's LocalLog relies on UnifiedLog's lock:
+  - `roll()` starts a new active segment;
+  - `remove_segments(segments, reason)` removes the log's oldest segments for a
+    retention reason: it rolls first when every segment goes, moves the log start
+    to the first segment left (before the segments leave the copy-on-write list,
+    so a reader that sees the list without them sees the new start) and renames
+    their files to `.deleted`; the files go `file.delete.delay.ms` later, in
+    `delete_due_files`. Readers holding an older snapshot or a FileSlice keep
+    reading: nothing is closed at this point;
+  - `delete_old_segments()` / `delete_segments_below_log_start()` ask the
+    retention policy (storage/retention.py) rule by rule, each rule one step under
+    the lock (decide, then remove), and log what went;
+  - `replace_segments(new, old)` swaps a cleaned segment in (storage/segment_swap.py);
+    the cleaner (storage/cleaner.py) writes it outside the lock and ends with this
+    call, as Kafka's Cleaner.cleanSegments ends in replaceSegments.
 - Idempotent producers (storage/producer_state.py): `append` checks batches with
   producerId >= 0 against `producer_state` after assigning offsets and before
   writing, under the lock, for both protocols (native clients send producerId -1
   and are not tracked). A duplicate of a cached batch returns the original offsets
-  and writes nothing; a gap or a stale epoch raises. Snapshots are written at each
-  roll and at close, deleted below the log start, and loaded by `open`.
+  and writes nothing; a gap or a stale epoch raises. Every log (with producers or
+  not) writes a snapshot at each roll, at close, and at a recovery-point
+  checkpoint: a flush that brings the recovery point to the log end encodes the
+  state under the lock, and `write_checkpoint_snapshot()` (the manager's
+  checkpoint, before the recovery-point file) writes it, so an unclean start
+  finds a snapshot at its recovery point and replays only the data above it.
+  `prune_snapshots` (after the checkpoint file) drops the ones no start will use;
+  snapshots below the log start go with it.
 """
 
 from __future__ import annotations
@@ -36,7 +56,8 @@ from __future__ import annotations
 import os
 import random
 import threading
-from typing import Callable, NamedTuple
+import time
+from typing import Callable, NamedTuple, Sequence
 
 from .clock import SYSTEM_CLOCK, SystemClock
 from .config import LogConfig
@@ -46,16 +67,19 @@ from .fileutil import segment_file_name
 from .io_errors import StorageErrorEpisodes
 from .loader import LogLoader
 from .producer_state import ProducerStateManager, logger as producer_state_logger
+from .pending_deletions import PendingDeletions
 from .records import validate_and_assign
 from . import retention
+from .retention import RetentionResult
 from .segment import LogSegment, TimestampOffset
+from .segment_swap import SwapAborted, swap_segments
 from .segments import LogSegments
 
 # How far past an append the active segment's blocks are reserved, at most
 # (capped by segment.bytes). Writing into reserved blocks skips ext4's per-page
-# delayed allocation: 1 MiB appends ran ~1.4x faster (bench/storage.py prints
-# both writes). 2 MiB keeps the space held per partition small; a fallocate
-# per 2 MiB costs a few microseconds.
+# delayed allocation, a large share of a big append's cost (bench/storage.py
+# prints plain writes and writes into reserved blocks side by side). 2 MiB keeps
+# the space held per partition small, and one fallocate serves many appends.
 RESERVE_AHEAD_BYTES = 2 * 1024 * 1024
 
 EARLIEST_TIMESTAMP = -2
@@ -98,12 +122,16 @@ class Log:
         self._last_flush_ms = clock.monotonic_ms()
         self._closed = False
         self.io_errors = io_errors or StorageErrorEpisodes(directory)
-        self.pending_deletions = retention.PendingDeletions()  # `.deleted` segments awaiting file.delete.delay.ms
+        # (offset, bytes) of the producer state at the last flush that reached the log end,
+        # waiting for the next recovery-point checkpoint to be written as a snapshot.
+        self._flushed_state: tuple[int, bytes] | None = None
+        self.pending_deletions = PendingDeletions()  # `.deleted` segments awaiting file.delete.delay.ms
         active = segments.active
         self._end = LogEnd(next_offset, active, active.size)
         # Idempotent producers (storage/producer_state.py): checked under self._lock in append.
         if producer_state is None:
             producer_state = ProducerStateManager(directory, f"{topic}-{partition}")
+            producer_state.refresh_snapshots()
             producer_state.update_end_offset(next_offset)
         self.producer_state = producer_state
 
@@ -120,7 +148,8 @@ class Log:
                            roll_jitter=lambda: roll_jitter_ms(config, rng)).load()
         producer_state = ProducerStateManager(directory, f"{topic}-{partition}")
         producer_state.load(loaded.segments, log_end=loaded.next_offset,
-                            had_clean_shutdown=had_clean_shutdown, now_ms=clock.time_ms())
+                            had_clean_shutdown=had_clean_shutdown, now_ms=clock.time_ms(),
+                            recovery_point=loaded.recovery_point, log_start=loaded.log_start_offset)
         return cls(directory, topic, partition, config, loaded.segments,
                    log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
                    next_offset=loaded.next_offset, clock=clock, rng=rng, producer_state=producer_state,
@@ -229,8 +258,13 @@ class Log:
                                   roll_jitter_ms=roll_jitter_ms(config, self._rng), clock=self._clock)
         self.segments.add(segment)
         self._end = LogEnd(self._end.offset, segment, 0)
-        # Kafka snapshots the producer state at every roll, at the new segment's base.
-        self.producer_state.maybe_snapshot(new_base, self._clock.time_ms())
+        # Kafka snapshots the producer state at every roll, at the new segment's base. The
+        # snapshot only spares a later start some reading: a failure (a full disk) does
+        # not fail the append that rolled.
+        try:
+            self.producer_state.take_snapshot(new_base, self._clock.time_ms())
+        except OSError as e:
+            self.io_errors.failed(e, operation="producer state snapshot", log_name=self.name)
         return segment
 
     # ---- reading ------------------------------------------------------------------
@@ -298,16 +332,87 @@ class Log:
             self._recovery_point = offset
         self.producer_state.delete_snapshots_below(offset)
 
-    # ---- retention (storage/retention.py) -------------------------------------------------
+    # ---- removing segments (retention, DELETE_RECORDS) -------------------------------------
 
-    def delete_old_segments(self, now_ms: int | None = None) -> "retention.RetentionResult":
+    def delete_old_segments(self, now_ms: int | None = None) -> RetentionResult:
         """Kafka's retention pass: segments below the log start, past retention.bytes,
-        older than retention.ms go (see storage/retention.py)."""
-        return retention.delete_old_segments(self, self._clock.time_ms() if now_ms is None else now_ms)
+        older than retention.ms go (the rules: storage/retention.py)."""
+        now = self._clock.time_ms() if now_ms is None else now_ms
+        return self._apply_retention(retention.rules(self.config), now)
 
-    def delete_segments_below_log_start(self) -> "retention.RetentionResult":
+    def delete_segments_below_log_start(self) -> RetentionResult:
         """Only the log-start-offset rule (whole segments below it go), for DELETE_RECORDS."""
-        return retention.delete_log_start_offset_breached_segments(self)
+        return self._apply_retention((retention.LOG_START_OFFSET,), self._clock.time_ms())
+
+    def remove_segments(self, segments: Sequence[LogSegment], reason: str) -> RetentionResult:
+        """Remove `segments`, the log's oldest in order, for `reason` (one of
+        retention.REASONS), under the lock (see the module contract). The first
+        segment that is no longer the log's (a concurrent pass or a cleaner swap
+        took it) and every one after it stay."""
+        if reason not in retention.REASONS:
+            raise ValueError(f"unknown segment deletion reason {reason!r}")
+        started = time.perf_counter()
+        result = RetentionResult(self.name, self._log_start_offset)
+        with self._lock:
+            self._check_open()
+            self._remove_oldest_segments(segments, reason, result)
+        return self._finish_removal(result, started)
+
+    def _apply_retention(self, reasons: Sequence[str], now_ms: int) -> RetentionResult:
+        started = time.perf_counter()
+        result = RetentionResult(self.name, self._log_start_offset)
+        for reason in reasons:
+            with self._lock:  # one rule, one step: decide on the current list, then remove
+                if self._closed:
+                    break
+                chosen = retention.deletion(reason, self.segments.snapshot(), config=self.config,
+                                            log_start_offset=self._log_start_offset, now_ms=now_ms,
+                                            log_name=self.name)
+                if chosen is not None:
+                    self._remove_oldest_segments(chosen.segments, chosen.reason, result)
+        return self._finish_removal(result, started)
+
+    def _finish_removal(self, result: RetentionResult, started: float) -> RetentionResult:
+        result.log_start_offset = self._log_start_offset
+        result.duration_ms = (time.perf_counter() - started) * 1000
+        retention.log_result(result)
+        return result
+
+    def _remove_oldest_segments(self, segments: Sequence[LogSegment], reason: str,
+                                result: RetentionResult) -> None:
+        """Kafka's deleteSegments (lock held): see `remove_segments`."""
+        current = self.segments.snapshot().segments
+        count = 0
+        for mine, theirs in zip(current, segments):
+            if mine is not theirs:
+                break
+            count += 1
+        doomed = list(segments[:count])
+        if not doomed:
+            return
+        if count == len(current):
+            # A log always has a segment: roll an empty one at the log end first.
+            rolled = self._roll(self._end.offset)
+            result.rolled = True
+            if doomed[-1] is rolled:
+                doomed.pop()
+            if not doomed:
+                return
+        following = self.segments.snapshot().higher(doomed[-1].base_offset)
+        assert following is not None  # the roll above guarantees a survivor
+        if following.base_offset > self._log_start_offset:
+            self._update_log_start_offset(following.base_offset)
+        stats = result.deleted[reason]
+        for segment in doomed:
+            stats.segments += 1
+            stats.bytes += segment.size
+            self.segments.remove(segment.base_offset)
+        self._retire(doomed)
+
+    def _retire(self, segments: list[LogSegment]) -> None:
+        """Rename segments that left the list to `.deleted`; their files go after
+        file.delete.delay.ms (lock held)."""
+        self.pending_deletions.retire(segments, self._clock.monotonic_ms() + self.config.file_delete_delay_ms)
 
     def delete_due_files(self, now_ms: int | None = None) -> int:
         """Remove the files of deleted segments whose file.delete.delay.ms has passed
@@ -317,11 +422,22 @@ class Log:
     # ---- compaction (storage/cleaner.py, storage/segment_swap.py) -------------------------
 
     def replace_segments(self, new_segment: LogSegment, old_segments: list[LogSegment],
-                         step=None) -> None:
+                         step: Callable[[str], None] | None = None) -> None:
         """Swap a cleaned segment (files `.cleaned`) in for `old_segments`, crash-safely,
-        under this log's lock (see storage/segment_swap.py)."""
-        from .segment_swap import replace_segments
-        replace_segments(self, new_segment, old_segments, step or (lambda name: None))
+        under the lock (storage/segment_swap.py). SwapAborted when the log is closed or
+        the old segments are no longer all its own; then nothing changed."""
+        with self._lock:
+            if self._closed:
+                raise SwapAborted(f"log {self.name} is closed")
+            swap_segments(self.directory, self.segments, new_segment, old_segments, self._retire,
+                          log_name=self.name, step=step or _no_step)
+
+    def last_offsets_of_active_producers(self) -> dict[int, int]:
+        """Each active idempotent producer's last offset, read under the lock (Kafka's
+        lastRecordsOfActiveProducers): the cleaner keeps those batches."""
+        with self._lock:
+            return {pid: entry.last_offset for pid, entry in self.producer_state.producers.items()
+                    if entry.last_offset >= 0}
 
     # ---- durability -------------------------------------------------------------
 
@@ -340,6 +456,29 @@ class Log:
         with self._lock:
             self._recovery_point = max(self._recovery_point, target)
             self._last_flush_ms = self._clock.monotonic_ms()
+            if target == self._end.offset and not self.producer_state.has_snapshot(target):
+                self._flushed_state = (target, self.producer_state.encode())
+
+    def write_checkpoint_snapshot(self) -> bool:
+        """Write the producer state captured by the last flush to the log end as the
+        snapshot at that offset (the manager calls this before it writes the
+        recovery-point checkpoint). Returns whether a file was written."""
+        with self._lock:
+            pending, self._flushed_state = self._flushed_state, None
+        if pending is None:
+            return False
+        try:
+            return self.producer_state.write_snapshot(*pending)
+        except OSError as e:  # a full disk: an unclean start replays from an older snapshot
+            self.io_errors.failed(e, operation="producer state snapshot", log_name=self.name)
+            return False
+
+    def prune_snapshots(self, checkpointed_recovery_point: int) -> int:
+        """Delete the snapshots below the newest one at or below the recovery point on
+        disk, except those at segment bases (ProducerStateManager.prune_snapshots)."""
+        bases = [segment.base_offset for segment in self.segments.snapshot()]
+        with self._lock:
+            return self.producer_state.prune_snapshots(bases, checkpointed_recovery_point)
 
     def flush_rolled(self) -> None:
         """fsync segments that are no longer active (Kafka's flush after a roll)."""
@@ -366,7 +505,7 @@ class Log:
                 return
             self._closed = True
             try:
-                self.producer_state.maybe_snapshot(self._end.offset)  # a clean load needs no scan
+                self.producer_state.take_snapshot(self._end.offset)  # a clean load needs no scan
             except OSError as e:
                 producer_state_logger.warning("producer_snapshot_failed", log=self.name, error=str(e))
             for segment in self.segments:
@@ -376,6 +515,10 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.name}, start={self._log_start_offset}, end={self._end.offset}, "
                 f"segments={len(self.segments)})")
+
+
+def _no_step(name: str) -> None:
+    return None
 
 
 def roll_jitter_ms(config: LogConfig, rng: random.Random) -> int:

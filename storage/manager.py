@@ -6,8 +6,19 @@ Contract:
   same directory fails with a clear error), reads the checkpoints, opens every
   `<topic>-<partition>` directory, recovering those not closed cleanly, and
   then removes the clean-shutdown marker so that a later crash is noticed.
-- `shutdown()` flushes and closes every log, writes both checkpoints (recovery
-  point = log end) and, last, the marker: after it, a restart scans no data.
+  Logs are opened by `recovery_threads` threads (Kafka's
+  num.recovery.threads.per.data.dir); progress is logged as Kafka does per log
+  directory: `logs_recovered` with recovered/total logs, bytes and elapsed time,
+  at every tenth of the logs and at the end, then `logs_loaded`.
+- `shutdown()` flushes and closes every log (on as many threads), writes both
+  checkpoints (recovery point = log end) and, last, the marker: after it, a
+  restart scans no data.
+- `checkpoint()` writes the producer-state snapshots captured by flushes that
+  reached the log end, then the recovery-point and log-start checkpoints, then
+  prunes snapshots no start will use (storage/log.py, storage/producer_state.py):
+  an unclean start finds a snapshot at (or just below) each recovery point. A
+  snapshot that cannot be written (a full disk) counts in the storage error
+  episode and the checkpoint goes on.
 - Deleting a partition renames its directory to `<topic>-<partition>.<id>-delete`
   (storage/names.py: the topic part cut short so the name stays within 255 bytes)
   first, so a crash half-way never brings the partition back; startup removes
@@ -40,6 +51,8 @@ import fcntl
 import os
 import shutil
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import structlog
@@ -54,13 +67,16 @@ from .log import Log
 from .names import (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX, delete_dir_name,
                     parse_partition_dir_name, partition_dir_name, stray_dir_name, validate_topic_name)
 from .open_files import OPEN_FILES
-from .retention import RetentionResult, run_retention
+from . import retention
+from .retention import RetentionResult
 from .space_reserve import SpaceReserve
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+DEFAULT_RECOVERY_THREADS = 1  # num.recovery.threads.per.data.dir (see broker/config.py)
+PROGRESS_STEPS = 10  # logs_recovered lines per start: one per tenth of the logs
 
 log = structlog.get_logger("strata.storage")
 
@@ -69,10 +85,13 @@ TopicPartition = tuple[str, int]
 
 class LogManager:
     def __init__(self, data_dir: str, *, config_for: Callable[[str], LogConfig],
-                 clock: SystemClock = SYSTEM_CLOCK):
+                 clock: SystemClock = SYSTEM_CLOCK, recovery_threads: int = DEFAULT_RECOVERY_THREADS):
+        if recovery_threads < 1:
+            raise ValueError(f"recovery_threads must be at least 1, not {recovery_threads}")
         self.data_dir = os.path.abspath(data_dir)
         self.config_for = config_for
         self.clock = clock
+        self.recovery_threads = recovery_threads
         self._logs: dict[TopicPartition, Log] = {}
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
@@ -97,6 +116,7 @@ class LogManager:
         self.had_clean_shutdown = os.path.exists(marker)
         recovery_points = self._recovery_points.read()
         log_starts = self._log_starts.read()
+        found: list[tuple[str, TopicPartition]] = []
         for name in sorted(os.listdir(self.data_dir)):
             path = os.path.join(self.data_dir, name)
             if not os.path.isdir(path):
@@ -111,15 +131,57 @@ class LogManager:
                           else "not <topic>-<partition>")
                 log.warning("skipping_directory", directory=path, reason=reason)
                 continue
-            opened = self._open_at_startup(path, parsed, log_starts.get(parsed, 0),
-                                           recovery_points.get(parsed, 0), known)
+            found.append((path, parsed))
+
+        def open_one(item: tuple[str, TopicPartition]) -> Log | None:
+            path, tp = item
+            return self._open_at_startup(path, tp, log_starts.get(tp, 0), recovery_points.get(tp, 0), known)
+
+        progress = _RecoveryProgress(self.data_dir, len(found), self.had_clean_shutdown, self.recovery_threads)
+        for (_, tp), opened in zip(found, self._in_parallel(open_one, found, progress.done)):
             if opened is not None:
-                self._logs[parsed] = opened
+                self._logs[tp] = opened
         if self.had_clean_shutdown:
             os.unlink(marker)
             fsync_dir(self.data_dir)
         log.info("logs_loaded", data_dir=self.data_dir, logs=len(self._logs),
-                 clean_shutdown=self.had_clean_shutdown)
+                 clean_shutdown=self.had_clean_shutdown, elapsed_ms=progress.elapsed_ms())
+
+    def _in_parallel(self, work: Callable, items: list, done: Callable) -> list:
+        """`work(item)` for every item on `recovery_threads` threads, results in the
+        items' order; `done(result)` runs (on the worker) as each finishes. The first
+        failure is raised once every started item has finished, the logs opened by
+        the others closed."""
+        if self.recovery_threads == 1 or len(items) <= 1:
+            results = []
+            for item in items:
+                results.append(work(item))
+                done(results[-1])
+            return results
+
+        def run(item):
+            result = work(item)
+            done(result)
+            return result
+
+        failure: BaseException | None = None
+        results = []
+        with ThreadPoolExecutor(self.recovery_threads, thread_name_prefix="strata-recovery") as pool:
+            futures = [pool.submit(run, item) for item in items]
+            for future in futures:
+                try:
+                    results.append(future.result())
+                except BaseException as e:  # the first one is raised, after the others stop
+                    if failure is None:
+                        failure = e
+                        for later in futures:
+                            later.cancel()
+        if failure is not None:
+            for opened in results:
+                if isinstance(opened, Log):
+                    opened.close()
+            raise failure
+        return results
 
     def _open_at_startup(self, path: str, tp: TopicPartition, log_start_offset: int, recovery_point: int,
                          known: Callable[[str, int], bool] | None) -> Log | None:
@@ -164,14 +226,18 @@ class LogManager:
         recovers); the checkpoints may use the space reserve."""
         with self._lock:
             logs = list(self._logs.values())
-        clean = True
-        for one in logs:
+
+        def close_log(partition_log: Log) -> bool:
+            flushed = True
             try:
-                one.flush()
+                partition_log.flush()
             except (OSError, StrataError) as e:
-                clean = False
-                log.error("log_flush_failed", log=one.name, error=str(e))
-            one.close()
+                flushed = False
+                log.error("log_flush_failed", log=partition_log.name, error=str(e))
+            partition_log.close()
+            return flushed
+
+        clean = all(self._in_parallel(close_log, logs, lambda flushed: None))
         self.space_reserve.run("shutdown checkpoint", self.checkpoint)
         if clean:
             marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
@@ -260,9 +326,17 @@ class LogManager:
     # ---- periodic work ----------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Write the recovery points and log start offsets (Kafka's text format)."""
+        """Write the recovery points and log start offsets (Kafka's text format), with
+        the producer-state snapshots at the recovery points written first and the
+        snapshots no start will use pruned after."""
         with self._checkpoint_lock:
-            self._write_checkpoints({})
+            snapshotted = [partition_log for partition_log in self.logs()
+                           if partition_log.write_checkpoint_snapshot()]
+            recovery_points = self._write_checkpoints({})
+            for partition_log in snapshotted:
+                checkpointed = recovery_points.get((partition_log.topic, partition_log.partition))
+                if checkpointed is not None:
+                    partition_log.prune_snapshots(checkpointed)
 
     def periodic_checkpoint(self) -> None:
         """`checkpoint()` for the broker's periodic task: a failed write (a full
@@ -273,42 +347,56 @@ class LogManager:
         except OSError as e:
             self.io_errors.failed(e, operation="checkpoint", log_name=self.data_dir)
 
-    def _write_checkpoints(self, starts: dict[TopicPartition, int]) -> None:
-        """Both checkpoints, with `starts` over the logs' own start offsets (lock held)."""
+    def _write_checkpoints(self, starts: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Both checkpoints, with `starts` over the logs' own start offsets (lock held);
+        returns the recovery points written."""
         logs = self.logs_by_partition()
-        log_starts = {tp: starts.get(tp, one.log_start_offset) for tp, one in logs.items()}
-        self._recovery_points.write({tp: max(one.recovery_point, log_starts[tp]) for tp, one in logs.items()})
+        log_starts = {tp: starts.get(tp, partition_log.log_start_offset) for tp, partition_log in logs.items()}
+        recovery_points = {tp: max(partition_log.recovery_point, log_starts[tp])
+                           for tp, partition_log in logs.items()}
+        self._recovery_points.write(recovery_points)
         self._log_starts.write(log_starts)
+        return recovery_points
 
-    def set_log_start_offset(self, one: Log, offset: int) -> int:
-        """DELETE_RECORDS: move `one`'s log start to `offset` (never back); the
+    def set_log_start_offset(self, partition_log: Log, offset: int) -> int:
+        """DELETE_RECORDS: move `partition_log`'s log start to `offset` (never back); the
         checkpoint holding it is written first (using the space reserve on a full
         disk), then the log's memory. Returns the log start offset."""
-        tp = (one.topic, one.partition)
+        tp = (partition_log.topic, partition_log.partition)
 
         def persist(start: int) -> None:
             self.space_reserve.run("delete records checkpoint", lambda: self._write_checkpoints({tp: start}))
 
         with self._checkpoint_lock:
-            return one.increase_log_start_offset(offset, persist=persist)
+            return partition_log.increase_log_start_offset(offset, persist=persist)
 
     def delete_old_segments(self, now_ms: int | None = None) -> list[RetentionResult]:
         """One retention pass over every log (Kafka's cleanupLogs; storage/retention.py)."""
-        return run_retention(self.logs(), self.clock.time_ms() if now_ms is None else now_ms)
+        now = self.clock.time_ms() if now_ms is None else now_ms
+        started = time.perf_counter()
+        logs = self.logs()
+        results = []
+        for partition_log in logs:
+            try:
+                results.append(partition_log.delete_old_segments(now))
+            except Exception:  # one failing log does not stop the pass
+                retention.logger.exception("retention_failed", log=partition_log.name)
+        retention.log_pass(results, len(logs), (time.perf_counter() - started) * 1000)
+        return results
 
     def delete_due_files(self, now_ms: int | None = None) -> int:
         """Remove deleted segments' files once their file.delete.delay.ms has passed
         (`now_ms` on the clock's monotonic scale); returns how many segments."""
         now = self.clock.monotonic_ms() if now_ms is None else now_ms
-        return sum(one.delete_due_files(now) for one in self.logs())
+        return sum(partition_log.delete_due_files(now) for partition_log in self.logs())
 
     def flush_due(self) -> None:
         """fsync rolled segments and logs past their `flush.ms`; re-create the
         space reserve once space has come back."""
-        for one in self.logs():
+        for partition_log in self.logs():
             try:
-                one.flush_rolled()
-                one.maybe_flush()
+                partition_log.flush_rolled()
+                partition_log.maybe_flush()
             except KafkaStorageError:
                 continue  # logged once per episode (io_errors); the next pass tries again
         self.space_reserve.maybe_restore()
@@ -316,3 +404,38 @@ class LogManager:
     def logs_by_partition(self) -> dict[TopicPartition, Log]:
         with self._lock:
             return dict(self._logs)
+
+
+class _RecoveryProgress:
+    """Counts the logs a start has opened and logs `logs_recovered` at every tenth
+    of them and at the last one (Kafka's "N/M completed in <dir>")."""
+
+    def __init__(self, data_dir: str, total: int, clean: bool, threads: int):
+        self.data_dir = data_dir
+        self.total = total
+        self.clean = clean
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+        self._done = 0
+        self._bytes = 0
+        self._tenths_logged = 0
+        log.info("logs_recovering", data_dir=data_dir, logs=total, clean_shutdown=clean, threads=threads,
+                 action="loading" if clean else "recovering: no clean shutdown marker")
+
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self._started) * 1000)
+
+    def done(self, opened: Log | None) -> None:
+        """One log opened (None: a directory set aside)."""
+        size = opened.size_in_bytes if opened is not None else 0
+        with self._lock:  # held while logging, so that the lines come out in order
+            self._done += 1
+            self._bytes += size
+            done, total = self._done, self.total
+            tenths = done * PROGRESS_STEPS // total
+            if tenths <= self._tenths_logged:
+                return
+            self._tenths_logged = tenths
+            log.info("logs_recovered", data_dir=self.data_dir, recovered=done, total=total,
+                     progress=f"{done}/{total}", bytes=self._bytes, elapsed_ms=self.elapsed_ms(),
+                     clean_shutdown=self.clean)

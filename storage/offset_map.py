@@ -82,7 +82,7 @@ _ccleaner = native.load("_ccleaner")
 
 INLINE_KEY_LIMIT = 128
 DIGEST_SIZE = 16
-# Per entry, measured on CPython 3.11 (tracemalloc, 1K..3M entries): the dict's
+# Per entry on CPython 3.11 (as tracemalloc counts it): the dict's
 # table takes at most 112 bytes an entry counting the moment a resize holds the
 # old and the new table, the offset int 32.
 ENTRY_OVERHEAD = 112 + 32

@@ -53,24 +53,34 @@ def raise_nofile_limit() -> tuple[int, int, int]:
     return soft, new_soft, hard
 
 
+class BudgetState:
+    """One file's state in its budget: read and written by the budget, under its lock."""
+
+    __slots__ = ("descriptor_open", "pins", "retired")
+
+    def __init__(self) -> None:
+        self.pins = 0
+        self.descriptor_open = False
+        self.retired = False
+
+
 class ManagedFile:
     """A file whose one descriptor an `OpenFiles` budget opens on use and may close
-    while idle. Subclasses implement `_open_descriptor` and `_close_descriptor`;
-    both run under the budget's lock and must not take locks a pinning thread holds."""
+    while idle. Subclasses implement `open_descriptor` and `close_descriptor`: hooks
+    that only the budget calls, under its lock; they must not take locks a pinning
+    thread holds."""
 
     def __init__(self, budget: "OpenFiles | None" = None):
         self._budget = budget if budget is not None else OPEN_FILES
-        self._pins = 0
-        self._descriptor_open = False
-        self._retired = False
+        self.budget_state = BudgetState()
 
     @property
     def retired(self) -> bool:
-        return self._retired
+        return self.budget_state.retired
 
     @property
     def descriptor_open(self) -> bool:
-        return self._descriptor_open
+        return self.budget_state.descriptor_open
 
     def _pin(self) -> None:
         self._budget.pin(self)
@@ -81,13 +91,14 @@ class ManagedFile:
     def _retire(self) -> None:
         self._budget.retire(self)
 
-    def _describe(self) -> str:
+    def describe(self) -> str:
+        """The file, for error messages."""
         return repr(self)
 
-    def _open_descriptor(self) -> None:
+    def open_descriptor(self) -> None:
         raise NotImplementedError
 
-    def _close_descriptor(self) -> None:
+    def close_descriptor(self) -> None:
         raise NotImplementedError
 
 
@@ -113,35 +124,39 @@ class OpenFiles:
         return len(self._open)
 
     def pin(self, f: ManagedFile) -> None:
+        state = f.budget_state
         with self._lock:
-            if f._retired and not f._descriptor_open:
-                raise KafkaStorageError(f"{f._describe()} is closed")
-            if f._descriptor_open:
+            if state.retired and not state.descriptor_open:
+                raise KafkaStorageError(f"{f.describe()} is closed")
+            if state.descriptor_open:
                 self._open.move_to_end(f)
             else:
                 self._make_room(1)
-                f._open_descriptor()
-                f._descriptor_open = True
+                f.open_descriptor()
+                state.descriptor_open = True
                 self._open[f] = None
                 self.peak = max(self.peak, len(self._open))
-            f._pins += 1
+            state.pins += 1
 
     def unpin(self, f: ManagedFile) -> None:
+        state = f.budget_state
         with self._lock:
-            f._pins -= 1
-            if f._pins == 0 and f._retired:
+            state.pins -= 1
+            if state.pins == 0 and state.retired:
                 self._close(f)
 
     def retire(self, f: ManagedFile) -> None:
+        state = f.budget_state
         with self._lock:
-            f._retired = True
-            if f._pins == 0:
+            state.retired = True
+            if state.pins == 0:
                 self._close(f)
 
     def evict_idle(self, f: ManagedFile) -> bool:
         """Close `f`'s descriptor now when it is open and idle (it reopens on use)."""
+        state = f.budget_state
         with self._lock:
-            if f._descriptor_open and f._pins == 0:
+            if state.descriptor_open and state.pins == 0:
                 self._close(f)
                 return True
             return False
@@ -155,7 +170,7 @@ class OpenFiles:
         """Close every idle file's descriptor (they reopen on use): room for a caller
         that ran out of descriptors. Returns how many were closed."""
         with self._lock:
-            idle = [f for f in self._open if f._pins == 0]
+            idle = [f for f in self._open if f.budget_state.pins == 0]
             for f in idle:
                 self._close(f)
             return len(idle)
@@ -167,7 +182,7 @@ class OpenFiles:
             return
         victims = []
         for f in self._open:
-            if f._pins == 0:
+            if f.budget_state.pins == 0:
                 victims.append(f)
                 if len(victims) == excess:
                     break
@@ -176,11 +191,12 @@ class OpenFiles:
             self.evictions += 1
 
     def _close(self, f: ManagedFile) -> None:
-        if not f._descriptor_open:
+        state = f.budget_state
+        if not state.descriptor_open:
             return
         del self._open[f]
-        f._descriptor_open = False
-        f._close_descriptor()
+        state.descriptor_open = False
+        f.close_descriptor()
 
 
 # The process's budget; the broker sets its limit from log.max.open.files at start.

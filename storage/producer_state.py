@@ -27,28 +27,40 @@ Contract:
   lastOffset int64, offsetDelta int32, timestamp int64, coordinatorEpoch int32,
   currentTxnFirstOffset int64). Only the last batch of each producer is kept in
   a snapshot (so after a reload only that batch is detected as a duplicate, as
-  in Kafka). Written with atomic_write at each roll (at the new segment's base)
-  and at close (at the log end), but only for a log that has, or had, producer
-  state: a native-only log gets no snapshot files (Kafka writes one per segment
-  regardless).
-- `load(...)`: snapshots above the log end go; the newest readable one is
-  loaded (a corrupt one is deleted and logged; the next older is tried) and the
-  log is scanned batch header by batch header from its offset to the log end.
-  Without any snapshot the scan starts at the first segment, except after a
-  clean shutdown (a log with producer state always leaves a snapshot at close,
-  so none means no producers).
-- `delete_snapshots_below(offset)` runs when the log start moves (retention,
-  DELETE_RECORDS).
+  in Kafka). A snapshot at offset N is the state of the log below N. Every log
+  gets them, with or without producers (an empty one is 10 bytes), so that no
+  start has to scan a log from its first segment: the Log writes one at each
+  roll (at the new segment's base), at each recovery-point checkpoint after a
+  flush to the log end (at that offset; `encode()` under the log's lock, the
+  file later) and at close (at the log end). `take_snapshot`/`write_snapshot`
+  write with atomic_write, one writer at a time, and skip an offset that already
+  has a snapshot (its content would be the same).
+- `load(...)`: snapshots above the log end go; after an unclean shutdown so do
+  those above the recovery point (written for data that was not yet flushed).
+  The newest readable one that is left is loaded (a corrupt one is logged,
+  deleted, and the next older tried; older ones off segment bases are deleted)
+  and the log is replayed batch header by batch header from its offset to the
+  log end (`loaded_from`, `batches_replayed`). Without any snapshot the replay
+  starts at the first segment, except after a clean shutdown (a log from before
+  snapshots were written for every log: Kafka's upgrade case, which also takes an
+  empty snapshot at the log end of such a log when it holds data).
+- Old snapshots go as in Kafka: `delete_snapshots_below(offset)` when the log
+  start moves (retention, DELETE_RECORDS); `prune_snapshots(...)` after a
+  recovery-point checkpoint keeps the snapshots at segment bases and every one
+  from the newest at or below the checkpointed recovery point on.
 - Producers idle for `producer.id.expiration.ms` (86400000) are dropped when a
   snapshot is loaded or taken (Kafka: a periodic task).
-- Not thread-safe by itself: every call is made under the Log's lock (or before
-  the Log is published).
+- The state is not thread-safe by itself: every call is made under the Log's
+  lock (or before the Log is published), except `write_snapshot`, which takes the
+  manager's own file lock and runs outside the Log's lock.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
+import threading
 from collections import deque
 from typing import Iterable, NamedTuple
 
@@ -253,7 +265,10 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
-        self.last_snapshot_offset: int | None = None
+        self._snapshot_offsets: list[int] = []  # sorted: what is on disk (read by load or refresh)
+        self._file_lock = threading.Lock()  # one snapshot file write or deletion at a time
+        self.loaded_from: int | None = None  # where the last load's replay started
+        self.batches_replayed = 0  # how many batches the last load replayed
 
     # ---- the append path (under the log's lock) -----------------------------------------
 
@@ -321,19 +336,25 @@ class ProducerStateManager:
                         batch.last_offset - batch.first_offset, batch.max_timestamp)
         self.map_end_offset = batch.last_offset + 1
 
-    def load(self, segments, *, log_end: int, had_clean_shutdown: bool, now_ms: int) -> None:
-        """Rebuild the state of an opened log (see the module contract)."""
+    def load(self, segments, *, log_end: int, had_clean_shutdown: bool, now_ms: int,
+             recovery_point: int | None = None, log_start: int = 0) -> None:
+        """Rebuild the state of an opened log (see the module contract). After an
+        unclean shutdown `recovery_point` bounds the snapshots that are trusted."""
         self.producers.clear()
-        snapshots = self.list_snapshots()
-        for offset in [o for o in snapshots if o > log_end]:
+        self.batches_replayed = 0
+        self.refresh_snapshots()
+        trusted_up_to = log_end
+        if not had_clean_shutdown and recovery_point is not None:
+            trusted_up_to = min(log_end, recovery_point)
+        for offset in [o for o in self._snapshot_offsets if o > trusted_up_to or o < log_start]:
             self._delete_snapshot(offset)
-            snapshots.remove(offset)
-        self.last_snapshot_offset = snapshots[-1] if snapshots else None
-        if not snapshots and had_clean_shutdown:
-            self.map_end_offset = log_end
+        if not self._snapshot_offsets and had_clean_shutdown:
+            self.loaded_from = self.map_end_offset = log_end
+            if log_end > 0:
+                self._snapshot_upgraded_log(log_end)
             return
         start = None
-        for offset in reversed(snapshots):
+        for offset in reversed(list(self._snapshot_offsets)):
             try:
                 with open(snapshot_path(self.directory, offset), "rb") as f:
                     entries = decode_snapshot(f.read())
@@ -346,6 +367,8 @@ class ProducerStateManager:
                 if not self._expired(entry, now_ms):
                     self.producers[entry.producer_id] = entry
             start = offset
+            # Older snapshots off segment bases are of no more use (Kafka's removeStraySnapshots).
+            self.prune_snapshots([segment.base_offset for segment in segments], start)
             break
         if start is None:
             start = segments.first.base_offset if len(segments) else 0
@@ -353,9 +376,28 @@ class ProducerStateManager:
             (logger.info if log_end > start else logger.debug)(
                 "producer_state_rebuild", log=self.name, from_offset=start, to_offset=log_end,
                 reason="no usable snapshot")
-        self.map_end_offset = start
+        self.loaded_from = self.map_end_offset = start
+        if start < log_end:
+            self.batches_replayed = self._replay_from(segments, start)
+        self.map_end_offset = log_end
+        if self.batches_replayed and self.producers:
+            logger.info("producer_state_loaded", log=self.name, snapshot=self.latest_snapshot_offset,
+                        from_offset=start, batches_replayed=self.batches_replayed,
+                        producers=len(self.producers))
+
+    def _snapshot_upgraded_log(self, log_end: int) -> None:
+        """A log with data, no snapshot and a clean shutdown comes from before every log
+        had snapshots: like Kafka, take an (empty) one at the log end, so that a crash
+        before its first roll or close does not make the next start rescan it whole."""
+        try:
+            self.take_snapshot(log_end)
+        except OSError as e:
+            logger.warning("producer_snapshot_failed", log=self.name, offset=log_end, error=str(e))
+
+    def _replay_from(self, segments, start: int) -> int:
+        """Replay every tracked batch from `start` to the log end; returns the batches read."""
         scanned = 0
-        ordered = list(segments) if start < log_end else []
+        ordered = list(segments)
         for i, segment in enumerate(ordered):
             if i + 1 < len(ordered) and ordered[i + 1].base_offset <= start:
                 continue  # wholly below the snapshot
@@ -372,16 +414,12 @@ class ProducerStateManager:
                 scanned += 1
                 if batch is not None:
                     self.replay(batch)
-        self.map_end_offset = log_end
-        remaining = self.list_snapshots()
-        self.last_snapshot_offset = remaining[-1] if remaining else None
-        if scanned:
-            logger.info("producer_state_loaded", log=self.name, snapshot=self.last_snapshot_offset,
-                        from_offset=start, batches_scanned=scanned, producers=len(self.producers))
+        return scanned
 
     # ---- snapshots --------------------------------------------------------------------------
 
     def list_snapshots(self) -> list[int]:
+        """The offsets of the snapshot files in the directory, ascending."""
         found = []
         try:
             names = os.listdir(self.directory)
@@ -393,36 +431,74 @@ class ProducerStateManager:
                 found.append(parsed[0])
         return sorted(found)
 
-    def has_state(self) -> bool:
-        """True when the log has producers or snapshot files (then snapshots are kept up)."""
-        return bool(self.producers) or self.last_snapshot_offset is not None
+    def refresh_snapshots(self) -> None:
+        """Read which snapshot files the directory holds (load does this too)."""
+        with self._file_lock:
+            self._snapshot_offsets = self.list_snapshots()
 
-    def take_snapshot(self, offset: int | None = None, now_ms: int | None = None) -> None:
+    @property
+    def snapshot_offsets(self) -> list[int]:
+        return list(self._snapshot_offsets)
+
+    @property
+    def latest_snapshot_offset(self) -> int | None:
+        offsets = self._snapshot_offsets
+        return offsets[-1] if offsets else None
+
+    def has_snapshot(self, offset: int) -> bool:
+        i = bisect.bisect_left(self._snapshot_offsets, offset)
+        return i < len(self._snapshot_offsets) and self._snapshot_offsets[i] == offset
+
+    def encode(self, now_ms: int | None = None) -> bytes:
+        """The snapshot bytes of the state at `map_end_offset` (expired producers dropped)."""
         if now_ms is not None:
             self.remove_expired(now_ms)
-        offset = self.map_end_offset if offset is None else offset
-        atomic_write(snapshot_path(self.directory, offset), encode_snapshot(self.producers.values()))
-        if self.last_snapshot_offset is None or offset > self.last_snapshot_offset:
-            self.last_snapshot_offset = offset
+        return encode_snapshot(self.producers.values())
 
-    def maybe_snapshot(self, offset: int, now_ms: int | None = None) -> None:
-        if self.has_state():
-            self.take_snapshot(offset, now_ms)
+    def take_snapshot(self, offset: int | None = None, now_ms: int | None = None) -> bool:
+        """Write the state as the snapshot at `offset` (default: the map end), unless
+        one is there already. Returns whether a file was written."""
+        offset = self.map_end_offset if offset is None else offset
+        if self.has_snapshot(offset):
+            return False
+        return self.write_snapshot(offset, self.encode(now_ms))
+
+    def write_snapshot(self, offset: int, data: bytes) -> bool:
+        """Write `data` (from `encode`) as the snapshot at `offset`, unless one is there."""
+        with self._file_lock:
+            if self.has_snapshot(offset):
+                return False
+            atomic_write(snapshot_path(self.directory, offset), data)
+            bisect.insort(self._snapshot_offsets, offset)
+            return True
+
+    def prune_snapshots(self, segment_bases: Iterable[int], checkpointed: int) -> int:
+        """Delete the snapshots no start will use: below the newest one at or below
+        `checkpointed` (the recovery point on disk), except those at segment bases
+        (Kafka keeps one per segment). Returns how many went."""
+        offsets = self._snapshot_offsets
+        usable = bisect.bisect_right(offsets, checkpointed)
+        if usable <= 1:
+            return 0
+        bases = set(segment_bases)
+        doomed = [o for o in offsets[:usable - 1] if o not in bases]
+        for offset in doomed:
+            self._delete_snapshot(offset)
+        return len(doomed)
 
     def delete_snapshots_below(self, offset: int) -> None:
-        if self.last_snapshot_offset is None:
-            return  # no snapshot was loaded or written: nothing to delete
-        for o in self.list_snapshots():
-            if o < offset:
-                self._delete_snapshot(o)
-        remaining = self.list_snapshots()
-        self.last_snapshot_offset = remaining[-1] if remaining else None
+        for o in [o for o in self._snapshot_offsets if o < offset]:
+            self._delete_snapshot(o)
 
     def _delete_snapshot(self, offset: int) -> None:
-        try:
-            os.unlink(snapshot_path(self.directory, offset))
-        except FileNotFoundError:
-            pass
+        with self._file_lock:
+            try:
+                os.unlink(snapshot_path(self.directory, offset))
+            except FileNotFoundError:
+                pass
+            i = bisect.bisect_left(self._snapshot_offsets, offset)
+            if i < len(self._snapshot_offsets) and self._snapshot_offsets[i] == offset:
+                del self._snapshot_offsets[i]
 
     # ---- expiration ---------------------------------------------------------------------------
 

@@ -380,6 +380,24 @@ class LogSegment:
                     return TimestampOffset(*found)
         return None
 
+    def max_timestamp_record(self, starting_offset: int = 0) -> TimestampOffset | None:
+        """(timestamp, offset) of the first record holding the segment's largest
+        timestamp, at or after `starting_offset` (ListOffsets MAX_TIMESTAMP, KAFKA-16310).
+        The time index / max-timestamp tracking names the batch (its last offset);
+        only that one batch is read. None when the segment has no timestamp."""
+        best = self._max_ts_and_offset()
+        if best.timestamp < 0:
+            return None
+        position = self.offset_index.lookup(best.offset)[1]
+        for header in self.log.iter_headers(position):
+            if header.last_offset < best.offset:
+                continue
+            for entry in iter_entries(self.log.read(header.position, header.size)):
+                found = entry.first_record_at(best.timestamp, starting_offset)
+                return None if found is None else TimestampOffset(*found)
+            break
+        return None
+
     def read_next_offset(self) -> int:
         """One past the last offset in the segment (the base offset when empty)."""
         position = self.offset_index.lookup(self.offset_index.last_offset)[1]

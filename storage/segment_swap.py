@@ -9,7 +9,7 @@ it replaces (the cleaner keeps that offset, see cleaner_records):
     2. in memory: the old segments leave the copy-on-write list and the new one
        enters it, in one step;
     3. the old segments' files -> `.deleted` (removed file.delete.delay.ms later,
-       storage/retention.py), so readers of an older snapshot finish their reads;
+       storage/pending_deletions.py), so readers of an older snapshot finish their reads;
     4. `.swap` -> final names, fsync the directory.
    (5. the cleaner writes `cleaner-offset-checkpoint`, last.)
 
@@ -25,23 +25,21 @@ What the loader (storage/loader.py) makes of a crash at each point:
 Either the old segments or the new one, never a loss; `step(name)` is called
 after each point (tests stop there to play a crash).
 
-Locking: all of it runs under the log's append lock, as retention's changes do,
-so retention and the cleaner never interleave their changes to one log. The
-segments must still be the log's own (retention may have deleted some while the
-cleaner was writing): otherwise SwapAborted, and nothing was changed.
+Locking: none here. This is the lower layer (as Kafka's LocalLog, not
+thread-safe): `Log.replace_segments` runs it under the log's lock, as retention's
+removals, so retention and the cleaner never interleave their changes to one
+log. The segments must still be the log's own (retention may have deleted some
+while the cleaner was writing): otherwise SwapAborted, and nothing was changed.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
 
 from .errors import KafkaStorageError
 from .fileutil import fsync_dir
-from .retention import retire_segments
 from .segment import LogSegment
-
-if TYPE_CHECKING:
-    from .log import Log
+from .segments import LogSegments
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
@@ -58,28 +56,29 @@ def _rename(segment: LogSegment, old_suffix: str, new_suffix: str) -> None:
             f.rename(f.path[: len(f.path) - len(old_suffix)] + new_suffix)
 
 
-def replace_segments(log: "Log", new: LogSegment, old: list[LogSegment],
-                     step: Callable[[str], None] = lambda name: None) -> None:
-    """Put `new` (files named `.cleaned`) in the place of `old` (see the module doc)."""
-    with log._lock:  # noqa: SLF001 -- the swap is part of the Log, kept in its own module
-        if log._closed:  # noqa: SLF001
-            raise SwapAborted(f"log {log.name} is closed")
-        snapshot = log.segments.snapshot()
-        for segment in old:
-            if snapshot.get(segment.base_offset) is not segment:
-                raise SwapAborted(f"segment {segment.base_offset} of {log.name} is no longer in the log")
-        if old[-1] is snapshot.last:
-            raise SwapAborted(f"segment {old[-1].base_offset} of {log.name} is the active segment")
-        if new.base_offset != old[0].base_offset:
-            raise ValueError("the cleaned segment must start where the first segment it replaces does")
-        _rename(new, CLEANED_SUFFIX, SWAP_SUFFIX)
-        step("renamed_to_swap")
-        fsync_dir(log.directory)
-        step("swap_synced")
-        log.segments.replace(new, old)
-        retire_segments(log, old)
-        step("old_renamed_deleted")
-        _rename(new, SWAP_SUFFIX, "")
-        step("swap_renamed")
-        fsync_dir(log.directory)
-        step("dir_synced")
+def swap_segments(directory: str, segments: LogSegments, new: LogSegment, old: list[LogSegment],
+                  retire: Callable[[list[LogSegment]], None], *, log_name: str,
+                  step: Callable[[str], None] = lambda name: None) -> None:
+    """Put `new` (files named `.cleaned`) in the place of `old` in `segments`, the
+    list of log `log_name` in `directory` (see the module doc). `retire(old)` renames the
+    old segments' files to `.deleted` and schedules their removal. The caller
+    holds the log's lock."""
+    snapshot = segments.snapshot()
+    for segment in old:
+        if snapshot.get(segment.base_offset) is not segment:
+            raise SwapAborted(f"segment {segment.base_offset} of {log_name} is no longer in the log")
+    if old[-1] is snapshot.last:
+        raise SwapAborted(f"segment {old[-1].base_offset} of {log_name} is the active segment")
+    if new.base_offset != old[0].base_offset:
+        raise ValueError("the cleaned segment must start where the first segment it replaces does")
+    _rename(new, CLEANED_SUFFIX, SWAP_SUFFIX)
+    step("renamed_to_swap")
+    fsync_dir(directory)
+    step("swap_synced")
+    segments.replace(new, old)
+    retire(old)
+    step("old_renamed_deleted")
+    _rename(new, SWAP_SUFFIX, "")
+    step("swap_renamed")
+    fsync_dir(directory)
+    step("dir_synced")

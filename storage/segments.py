@@ -1,9 +1,12 @@
 """The ordered segments of one partition log, copy-on-write.
 
-Contract: the writer (holding the log's lock) replaces the whole state on every
-change; a reader takes `snapshot()` once and gets a list that never changes
-under it, so a roll, a retention pass or a cleaner swap never shows a reader a
-half-updated list.
+Contract:
+- Not thread-safe for changes: `add`, `remove`, `replace` and `clear` run only
+  under the owning Log's lock (storage/log.py), as Kafka's LocalLog relies on
+  UnifiedLog for its thread safety.
+- Each change replaces the whole state; a reader takes `snapshot()` once and gets
+  a list that never changes under it, so a roll, a retention pass or a cleaner
+  swap never shows a reader a half-updated list. Readers take no lock.
 """
 
 from __future__ import annotations

@@ -14,9 +14,15 @@ Contract (stdout; errors are one `strata: ...` line on stderr, exit 1):
         Configs:
         <TAB>key=value                                (every effective setting, sorted by key)
     strata topics alter NAME [--config K=V ...] [--config K= ...] [--delete-config K ...]
-                        --bootstrap-server H:P
-        Completed updating config for topic NAME.
-        (`K=` with an empty value and `--delete-config K` both put K back to its default)
+                        [--partitions N [--kafka-bootstrap-server H:P]] --bootstrap-server H:P
+        Completed increasing the partition count of topic NAME to N.   (with --partitions)
+        Completed updating config for topic NAME.                      (with configs)
+        (`K=` with an empty value and `--delete-config K` both put K back to its default;
+        --partitions grows the topic to N partitions, as kafka-topics --alter does: the
+        native protocol has no request for it, so this one goes to the broker's Kafka
+        listener as Kafka's CreatePartitions, at --kafka-bootstrap-server, by default
+        the --bootstrap-server host on port 9092, `kafka.port`'s default. The partitions
+        grow before the configs change.)
     strata topics delete NAME --bootstrap-server H:P
         Deleted topic NAME.
 """
@@ -24,13 +30,18 @@ Contract (stdout; errors are one `strata: ...` line on stderr, exit 1):
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 
-from client import Admin
+from kio.schema.errors import ErrorCode
+
+from client import Admin, parse_bootstrap
 
 from . import CliError
 from .client_support import add_bootstrap_arg, check_bootstrap, client_errors, parse_config_args
+from .kafka_call import kafka_call
 
 INTERNAL_PREFIX = "__"
+DEFAULT_KAFKA_PORT = 9092  # kafka.port's default
 
 
 def add_parser(subparsers) -> None:
@@ -65,6 +76,11 @@ def add_parser(subparsers) -> None:
                        help="set KEY (an empty VALUE resets it to the default); repeat for more")
     alter.add_argument("--delete-config", action="append", metavar="KEY",
                        help="reset KEY to the default; repeat for more")
+    alter.add_argument("--partitions", type=int, metavar="N",
+                       help="grow the topic to N partitions (through the broker's Kafka listener)")
+    alter.add_argument("--kafka-bootstrap-server", metavar="HOST:PORT",
+                       help="the broker's Kafka listener, for --partitions (default: the "
+                            "--bootstrap-server host, port 9092)")
     add_bootstrap_arg(alter)
     alter.set_defaults(func=_alter)
 
@@ -114,12 +130,44 @@ def _alter(args: argparse.Namespace) -> int:
     configs = parse_config_args(args.config, allow_empty=True)
     for key in args.delete_config or ():
         configs[key] = None
-    if not configs:
-        raise CliError("nothing to alter: give --config KEY=VALUE or --delete-config KEY")
-    with client_errors(), _admin(args) as admin:
-        admin.alter_config(args.name, configs)
-    print(f"Completed updating config for topic {args.name}.")
+    if not configs and args.partitions is None:
+        raise CliError("nothing to alter: give --partitions N, --config KEY=VALUE or --delete-config KEY")
+    if args.kafka_bootstrap_server is not None and args.partitions is None:
+        raise CliError("--kafka-bootstrap-server goes with --partitions")
+    check_bootstrap(args.bootstrap_server)
+    if args.partitions is not None:
+        _grow(args)
+        print(f"Completed increasing the partition count of topic {args.name} to {args.partitions}.")
+    if configs:
+        with client_errors(), _admin(args) as admin:
+            admin.alter_config(args.name, configs)
+        print(f"Completed updating config for topic {args.name}.")
     return 0
+
+
+def _kafka_address(args: argparse.Namespace) -> str:
+    if args.kafka_bootstrap_server is not None:
+        return check_bootstrap(args.kafka_bootstrap_server)
+    host = parse_bootstrap(args.bootstrap_server)[0][0]
+    return f"[{host}]:{DEFAULT_KAFKA_PORT}" if ":" in host else f"{host}:{DEFAULT_KAFKA_PORT}"
+
+
+def _grow(args: argparse.Namespace) -> None:
+    """Kafka's CreatePartitions (v3) for one topic; its error as one line."""
+    from kio.schema.create_partitions.v3.request import CreatePartitionsRequest, CreatePartitionsTopic
+
+    if args.partitions < 1:
+        raise CliError(f"--partitions must be at least 1, not {args.partitions}")
+    address = _kafka_address(args)
+    request = CreatePartitionsRequest(
+        topics=(CreatePartitionsTopic(name=args.name, count=args.partitions, assignments=None),),
+        timeout=timedelta(seconds=30), validate_only=False)
+    response = kafka_call(address, request)
+    for result in response.results:
+        if result.error_code != ErrorCode.none:
+            message = f": {result.error_message}" if result.error_message else ""
+            raise CliError(f"grow {args.name} to {args.partitions} partitions: "
+                           f"{result.error_code.name.upper()}{message}")
 
 
 def _delete(args: argparse.Namespace) -> int:

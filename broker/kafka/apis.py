@@ -29,8 +29,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
-from dataclasses import dataclass, field
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
@@ -43,6 +43,7 @@ from storage.errors import StrataError
 from storage.log import Log
 
 from ..connection import CloseConnection, FastPath
+from ..group_configs import GroupConfigs
 from ..log_limiter import BadRequestLog
 from ..partitions import PartitionService
 from . import codec, request_check
@@ -71,17 +72,37 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
+    CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    GET_TELEMETRY_SUBSCRIPTIONS = 71
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 API_VERSIONS = ApiKey.API_VERSIONS
 NODE_ID = 0
-# Modules whose `register(apis)` adds handlers (consumer groups).
-EXTENSION_MODULES: tuple[str, ...] = ("broker.kafka.groups",)
+# Modules whose `register(apis)` adds handlers (consumer groups, DescribeCluster, admin APIs).
+EXTENSION_MODULES: tuple[str, ...] = (
+    "broker.kafka.groups",
+    "broker.kafka.cluster",
+    "broker.kafka.partitions",
+    "broker.kafka.log_dirs",
+    "broker.kafka.producers",
+    "broker.kafka.leader_epochs",
+    "broker.kafka.replicas",
+    "broker.kafka.topic_partitions",
+    "broker.kafka.telemetry",
+)
 
 Handler = Callable[[Any, "RequestContext"], Awaitable[Any]]
 HandlerNow = Callable[[Any, "RequestContext"], Any]
@@ -139,6 +160,7 @@ class KafkaApis(FastPath):
         self.loop = partitions.loop
         self.node_id = NODE_ID
         self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
+        self.group_configs: GroupConfigs | None = None  # set by the app once the data dir is locked
         self._table: dict[int, ApiEntry] = {}
         self._shutdown_callbacks: list[Callable[[], Any]] = []
         # The last request `handle_now` decoded and declined: (frame, header, request),

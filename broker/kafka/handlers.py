@@ -36,15 +36,20 @@ import structlog
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from storage.config import BROKER_NAMES, KEYS as TOPIC_KEYS, LogConfig
+from storage.config import BROKER_NAMES, LogConfig
+from storage.config import KEYS as TOPIC_KEYS
 from storage.errors import InvalidConfigError, InvalidRequestError, StrataError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
+from storage.max_timestamp import max_timestamp_offset
 from storage.names import validate_topic_name
 
 from ..connection import CloseConnection
+from ..group_configs import GroupConfigs
 from ..partitions import append_outcome
 from . import codec
 from .apis import DECLINE, ApiKey
+from .authorized import CLUSTER_NAME, ResourceType
+from .authorized import requested as authorized_field
 from .codec import RecordsSplicer, has_field, make, nested
 from .state import KafkaState
 
@@ -57,8 +62,8 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 READ_COMMITTED = 1
 # DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type, ConfigSource)
-TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE = 2, 4, 8
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, GROUP_RESOURCE = 2, 4, 8, 32
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8
 CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 FINAL_EPOCH = -1
@@ -250,10 +255,16 @@ class CoreHandlers:
                                     offline_replicas=())
                                for p in range(known.partitions))
             topics.append(make(TopicR, error_code=E.none, name=name, topic_id=known.topic_id or None,
-                               is_internal=known.internal, partitions=partitions))
+                               is_internal=known.internal, partitions=partitions,
+                               topic_authorized_operations=authorized_field(
+                                   getattr(req, "include_topic_authorized_operations", False),
+                                   ResourceType.TOPIC, name)))
         cluster_id = self.state.cluster_id if self.state is not None else None
         return make(R, throttle_time=0, brokers=brokers, cluster_id=cluster_id, controller_id=node,
-                    topics=tuple(topics), error_code=E.none)
+                    topics=tuple(topics), error_code=E.none,
+                    cluster_authorized_operations=authorized_field(
+                        getattr(req, "include_cluster_authorized_operations", False),
+                        ResourceType.CLUSTER, CLUSTER_NAME))
 
     # ---- Produce -----------------------------------------------------------------------------
 
@@ -523,7 +534,8 @@ class CoreHandlers:
         if timestamp == LATEST_TIERED_TIMESTAMP:
             return -1, -1
         if timestamp == MAX_TIMESTAMP:
-            return await self.apis.blocking(_max_timestamp, one)
+            found = await self.apis.blocking(max_timestamp_offset, one)
+            return (-1, -1) if found is None else (found.timestamp, found.offset)
         found = await self.apis.blocking(one.offset_for_timestamp, timestamp)
         return (-1, -1) if found is None else (found.timestamp, found.offset)
 
@@ -660,6 +672,9 @@ class CoreHandlers:
                         entries.append((k, v, source, True, ""))
                 elif resource.resource_type == BROKER_LOGGER_RESOURCE:
                     pass
+                elif resource.resource_type == GROUP_RESOURCE:
+                    for k, v, overridden in self._group_configs().describe(resource.resource_name):
+                        entries.append((k, v, GROUP_CONFIG if overridden else DEFAULT_CONFIG, False, "int"))
                 else:
                     raise InvalidRequestError(f"unsupported resource type {resource.resource_type}")
             except StrataError as e:
@@ -691,7 +706,17 @@ class CoreHandlers:
                 listed[c.name] = c.value
             changes = list(listed.items()) + [(k, None) for k in topic.configs if k not in listed]
             await self.apis.blocking(self._alter, resource.resource_name, changes, req.validate_only)
-        return await self._alter_each(req, ctx, one)
+
+        async def group(resource) -> None:
+            changes = [(c.name, c.value) for c in resource.configs]
+            names = [name for name, _ in changes]
+            for name, value in changes:
+                if names.count(name) > 1:
+                    raise InvalidRequestError(f"duplicate config key {name!r}")
+                if value is None:
+                    raise InvalidRequestError(f"null value not supported for {name!r}")
+            await self.apis.blocking(self._alter_group, resource.resource_name, changes, True, req.validate_only)
+        return await self._alter_each(req, ctx, one, group)
 
     async def incremental_alter_configs(self, req, ctx):
         kinds = {k.name: k.kind for k in TOPIC_KEYS}
@@ -727,12 +752,39 @@ class CoreHandlers:
                     raise InvalidRequestError(f"unknown config operation {op}")
             await self.apis.blocking(self._alter, resource.resource_name, list(changes.items()),
                                      req.validate_only)
-        return await self._alter_each(req, ctx, one)
+
+        async def group(resource) -> None:
+            changes: dict[str, str | None] = {}
+            for c in resource.configs:
+                if c.name in changes:
+                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
+                if c.config_operation == SET:
+                    if c.value is None:
+                        raise InvalidRequestError(f"null value not supported for {c.name!r}")
+                    changes[c.name] = c.value
+                elif c.config_operation == DELETE:
+                    changes[c.name] = None
+                elif c.config_operation in (APPEND, SUBTRACT):
+                    raise InvalidConfigError(f"config value append/subtract is not allowed for "
+                                             f"config key {c.name!r}: it is not a list")
+                else:
+                    raise InvalidRequestError(f"unknown config operation {c.config_operation}")
+            await self.apis.blocking(self._alter_group, resource.resource_name, list(changes.items()), False,
+                                     req.validate_only)
+        return await self._alter_each(req, ctx, one, group)
 
     def _alter(self, name: str, changes, validate_only: bool) -> None:
         self.registry.alter(name, changes, validate_only=validate_only)
 
-    async def _alter_each(self, req, ctx, apply_topic) -> Any:
+    def _group_configs(self) -> GroupConfigs:
+        if self.apis.group_configs is None:
+            raise InvalidRequestError("group configs are not loaded yet")
+        return self.apis.group_configs
+
+    def _alter_group(self, group: str, changes, replace: bool, validate_only: bool) -> None:
+        self._group_configs().alter(group, changes, replace=replace, validate_only=validate_only)
+
+    async def _alter_each(self, req, ctx, apply_topic, apply_group) -> Any:
         R = ctx.response_class
         ResultR = nested(R, "responses")
         results = []
@@ -741,6 +793,8 @@ class CoreHandlers:
             try:
                 if resource.resource_type == TOPIC_RESOURCE:
                     await apply_topic(resource)
+                elif resource.resource_type == GROUP_RESOURCE:
+                    await apply_group(resource)
                 elif resource.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
                     raise InvalidRequestError("broker configs are static in Strata (server.properties, "
                                               "STRATA_* or --set, then restart)")
@@ -799,17 +853,6 @@ class _InvalidReplicationFactor(StrataError):
 
 class _InvalidReplicaAssignment(StrataError):
     code = 39
-
-
-def _max_timestamp(one: Log) -> tuple[int, int]:
-    """(largest timestamp, its offset) over the log's segments, or (-1, -1) when empty."""
-    best_ts, best_offset = -1, -1
-    start = one.log_start_offset
-    for segment in one.segments.snapshot():
-        ts = segment.max_timestamp_so_far
-        if ts > best_ts and segment.offset_of_max_timestamp_so_far >= start:
-            best_ts, best_offset = ts, segment.offset_of_max_timestamp_so_far
-    return best_ts, best_offset
 
 
 def _release(flat: list[_Target]) -> None:

@@ -135,10 +135,11 @@ def _sized_step(name: str, kind: str, nullable: bool, flexible: bool) -> Step:
     return step
 
 
-def _array_step(name: str, nullable: bool, flexible: bool, item: Step) -> Step:
+def _array_count_step(name: str, nullable: bool, flexible: bool) -> Callable[[Any, int, int], tuple[int, int]]:
+    """(position after the count, count) of an array; null (allowed) counts as 0."""
     what = f"array field {name}"
 
-    def step(buf: Any, pos: int, end: int) -> int:
+    def count_of(buf: Any, pos: int, end: int) -> tuple[int, int]:
         if flexible:
             count, pos = _uvarint(buf, pos, end, what)
             count -= 1
@@ -149,13 +150,22 @@ def _array_step(name: str, nullable: bool, flexible: bool, item: Step) -> Step:
             pos += 4
         if count < 0:
             if count == -1 and nullable:
-                return pos
+                return pos, 0
             if count == -1:
                 raise MalformedRequest(f"non-nullable field {name} was serialized as null")
             raise MalformedRequest(f"array field {name} had invalid length {count}")
         if count > end - pos:
             raise MalformedRequest(f"Tried to allocate a collection of size {count} for field {name}, "
                                    f"but there are only {end - pos} bytes remaining.")
+        return pos, count
+    return count_of
+
+
+def _array_step(name: str, nullable: bool, flexible: bool, item: Step) -> Step:
+    count_of = _array_count_step(name, nullable, flexible)
+
+    def step(buf: Any, pos: int, end: int) -> int:
+        pos, count = count_of(buf, pos, end)
         for _ in range(count):
             pos = item(buf, pos, end)
         return pos
@@ -274,32 +284,6 @@ __all__ = ["FIXED_SIZES", "MalformedRequest", "check_request", "plan"]
 
 
 # ---- the compiled walk ---------------------------------------------------------------------------
-
-def _array_count_step(name: str, nullable: bool, flexible: bool) -> Callable[[Any, int, int], tuple[int, int]]:
-    """(position after the count, count) of an array; null (allowed) counts as 0."""
-    what = f"array field {name}"
-
-    def count_of(buf: Any, pos: int, end: int) -> tuple[int, int]:
-        if flexible:
-            count, pos = _uvarint(buf, pos, end, what)
-            count -= 1
-        else:
-            if pos + 4 > end:
-                raise _underflow(what)
-            (count,) = INT32.unpack_from(buf, pos)
-            pos += 4
-        if count < 0:
-            if count == -1 and nullable:
-                return pos, 0
-            if count == -1:
-                raise MalformedRequest(f"non-nullable field {name} was serialized as null")
-            raise MalformedRequest(f"array field {name} had invalid length {count}")
-        if count > end - pos:
-            raise MalformedRequest(f"Tried to allocate a collection of size {count} for field {name}, "
-                                   f"but there are only {end - pos} bytes remaining.")
-        return pos, count
-    return count_of
-
 
 class _Source:
     """Python source of one compiled check, and the functions it calls."""

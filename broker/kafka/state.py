@@ -27,14 +27,14 @@ Contract:
 from __future__ import annotations
 
 import base64
-import json
 import os
 import threading
 import uuid
 
 from storage.errors import InvalidConfigError
 from storage.fileutil import atomic_write
-from storage.log import Log
+
+from ..json_files import encode_document, read_document
 
 STATE_FILE = "strata-kafka.json"
 FORMAT_VERSION = 1
@@ -56,23 +56,24 @@ class KafkaState:
     @classmethod
     def open(cls, data_dir: str) -> "KafkaState":
         path = os.path.join(data_dir, STATE_FILE)
-        try:
-            with open(path, "rb") as f:
-                doc = json.loads(f.read())
-            if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
-                raise ValueError("unsupported format")
-            state = cls(path, str(doc["cluster_id"]), int(doc["producer_id_block_end"]))
-        except FileNotFoundError:
+        doc = read_document(path, FORMAT_VERSION, "Kafka listener state")
+        if doc is None:
             state = cls(path, new_cluster_id(), 0)
-            state._write()
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise InvalidConfigError(f"cannot read {path}: {e}") from None
+            try:
+                state._write()
+            except OSError as e:
+                raise InvalidConfigError(f"cannot write Kafka listener state {path}: {e}") from None
+            return state
+        try:
+            state = cls(path, str(doc["cluster_id"]), int(doc["producer_id_block_end"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise InvalidConfigError(f"Kafka listener state {path} is damaged: {e}") from None
         return state
 
     def _write(self) -> None:
         doc = {"version": FORMAT_VERSION, "cluster_id": self.cluster_id,
                "producer_id_block_end": self._block_end}
-        atomic_write(self.path, json.dumps(doc, indent=2).encode() + b"\n")
+        atomic_write(self.path, encode_document(doc))
 
     def next_producer_id(self) -> int | None:
         """The next id of the current block, or None when a block must be claimed."""
@@ -98,14 +99,5 @@ class KafkaState:
             self._next = start
 
 
-class ProducerStateHook:
-    """Kept for compatibility; no longer called. Idempotent-producer checks run in
-    `Log.append` under the log's lock (storage/producer_state.py): a check made
-    here, outside the lock, could race another append to the same partition."""
-
-    def before_append(self, one: Log, records) -> None:
-        return None
-
-
-__all__ = ["KafkaState", "ProducerStateHook", "PRODUCER_ID_BLOCK_SIZE", "STATE_FILE",
+__all__ = ["KafkaState", "PRODUCER_ID_BLOCK_SIZE", "STATE_FILE",
            "new_cluster_id"]

@@ -149,8 +149,8 @@ enum { ROW_POSITION, ROW_SIZE, ROW_MAGIC, ROW_LAST_OFFSET, ROW_MAX_TIMESTAMP, RO
 /* Rows appended to an EntryTable's bytearray during one walk. The bytearray is
  * grown by doubling and cut to the rows written when the walk ends (rows_end,
  * on every way out): CPython grows a bytearray by an eighth, so a thousand
- * 48-byte appends (a MiB of 1 KiB messages) reallocated and copied it ~60 times,
- * ~20 µs a MiB (measured: v1 Log.append 299 -> 278 µs a MiB). */
+ * 48-byte appends (a MiB of 1 KiB messages) would reallocate and copy it
+ * dozens of times. */
 typedef struct {
     PyObject *rows;
     Py_ssize_t used; /* bytes of real rows; the bytearray may be longer until rows_end */
@@ -173,9 +173,8 @@ static int append_row(row_writer *writer, Py_ssize_t position, Py_ssize_t size, 
         PyByteArray_Resize(writer->rows, room > 32 * ROW_BYTES ? 2 * room : 64 * ROW_BYTES) < 0)
         return -1;
     /* Field by field into place: a row built on the stack and copied whole
-     * was read back with 16-byte loads over 8-byte stores, which cannot be
-     * store-forwarded (perf put half of the loop's own samples on that load;
-     * the walk over a MiB of 1 KiB messages got 1-2 us faster). */
+     * is read back with 16-byte loads over 8-byte stores, which cannot be
+     * store-forwarded. */
     char *row = PyByteArray_AS_STRING(writer->rows) + writer->used;
     put_native64(row, ROW_POSITION, position);
     put_native64(row, ROW_SIZE, size);

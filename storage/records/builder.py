@@ -49,7 +49,8 @@ def build_batch(records: Sequence[tuple], *, base_offset: int = 0, codec: int = 
                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                 partition_leader_epoch: int = -1, is_transactional: bool = False,
                 is_control: bool = False, offset_deltas: Sequence[int] | None = None,
-                last_offset_delta: int | None = None, max_timestamp: int | None = None) -> bytes:
+                last_offset_delta: int | None = None, max_timestamp: int | None = None,
+                compression_level: int | None = None) -> bytes:
     """One record batch holding `records` (none: an empty batch, count 0).
 
     baseTimestamp is `base_timestamp` or the first record's timestamp; the
@@ -70,7 +71,7 @@ def build_batch(records: Sequence[tuple], *, base_offset: int = 0, codec: int = 
     payload = b"".join(encode_record(delta, timestamp - base_timestamp, key, value, headers)
                        for delta, (key, value, timestamp, headers) in zip(offset_deltas, rows))
     if codec != Codec.NONE:
-        payload = compress(codec, payload, magic=2)
+        payload = compress(codec, payload, magic=2, level=compression_level)
     attributes = (int(codec) | (TIMESTAMP_TYPE_BIT if timestamp_type == LOG_APPEND_TIME else 0)
                   | (TRANSACTIONAL_BIT if is_transactional else 0)
                   | (CONTROL_BIT if is_control else 0))

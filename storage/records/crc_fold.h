@@ -3,10 +3,10 @@
  * byte ranges.
  *
  * Why here and not a library: the validator checks one CRC per classic message
- * (a thousand per MiB of 1 KiB messages), so a call through Python (~250 ns)
- * costs more than the CRC; and the packages we have top out below what the
- * CPU's AVX-512 carry-less multiply reaches on whole 1 MiB batches (the
- * crc32c package: ~26 GB/s; this: ~2x that, measured by bench/records_micro.py).
+ * (a thousand per MiB of 1 KiB messages), so a call through Python costs more
+ * than the CRC; and the packages at hand stop short of what the CPU's AVX-512
+ * carry-less multiply reaches on whole 1 MiB batches (bench/records_micro.py
+ * compares them with the crc32c package).
  *
  * How: both CRCs are bit-reflected, so one algorithm serves both with its own
  * constants (Intel's "Fast CRC Computation Using PCLMULQDQ", 2009):
@@ -18,8 +18,8 @@
  *   - the SSE path folds four 128-bit registers (64 bytes) per step (D = 512),
  *     then joins them in one step (D = 384, 256, 128);
  *   - joining in one step rather than one register after another shortens the
- *     chain of dependent multiplies a short range waits on: ~20% for 300-byte
- *     classic messages, ~8% for 1 KiB ones (AVX-512, measured);
+ *     chain of dependent multiplies a short range waits on, which counts most
+ *     for short classic messages;
  *   - both end in one 128-bit lane; the last 1-15 bytes join it as one more
  *     fold (the lane and the tail are 16 + r bytes: zero-padded in front to 32,
  *     the first 16 fold onto the second, so no byte loop is needed), then it

@@ -34,6 +34,10 @@ largest record timestamp. `max_timestamp` / `offset_of_max_timestamp` are
 shallow: the first entry reaching the largest timestamp, and its last offset
 (-1 / -1 when no entry has a timestamp, e.g. all magic 0).
 
+Compression: a topic whose compression.type is not `producer` gets every record
+batch in that codec; a batch of another codec is rewritten around its records
+(storage/records/recompress.py), and max.message.bytes applies to the result.
+
 Deviations from Kafka, on purpose: a set may mix magics and hold several
 compressed entries, each validated on its own (Kafka rebuilds a legacy set into
 one wrapper); an uncompressed batch's maxTimestamp is trusted, not recomputed.
@@ -59,6 +63,7 @@ from .classic import (ATTRIBUTES_OFFSET as CLASSIC_ATTRIBUTES_OFFSET, CLASSIC_CO
                       KEY_LENGTH_OFFSET, LENGTH, MIN_SIZE_FIELD, TIMESTAMP, TIMESTAMP_OFFSET,
                       V0_HEADER, V1_HEADER, append_message, inner_messages, message_crc)
 from .entries import EntryTable
+from .recompress import Target, recompress_batch, target_of
 from .framing import crc32 as framing_crc32
 from .framing import crc32c
 from .framing import (CODEC_MASK, CREATE_TIME, ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD,
@@ -101,6 +106,7 @@ class _Rules(NamedTuple):
     now_ms: int
     log_append: bool
     compact: bool
+    target: Target | None  # compression.type's codec; None: the producer's (recompress.py)
 
 
 def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfig,
@@ -115,7 +121,9 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
     end = len(buf)
     if end == 0:
         raise CorruptRecordError("empty message set")
-    rules = _Rules(now_ms, config.log_append_time, config.compact)
+    rules = _Rules(now_ms, config.log_append_time, config.compact, target_of(config))
+    # The C run handles uncompressed batches as they are: not when they must be compressed.
+    plain_runs = _crecords is not None and (rules.target is None or rules.target.codec == Codec.NONE)
     log_append, compact, max_bytes = rules.log_append, rules.compact, config.max_message_bytes
     first_offset = next_offset
     entries = EntryTable()
@@ -135,7 +143,7 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
     add_entry = entries.add
     pos = 0
     while pos < end:
-        if _crecords is not None:
+        if plain_runs:
             # Uncompressed classic messages and batches that need only their
             # offsets, as many as follow; the entry it stops at (compressed, a
             # timestamp to set, a compacted topic's batch, a bad one) is handled
@@ -272,10 +280,14 @@ def _assign_batch(buf: bytearray, pos: int, entry_end: int, next_offset: int,
 
     records_at = pos + BATCH_OVERHEAD
     max_timestamp = rules.now_ms if rules.log_append else header_max_timestamp
+    target = rules.target
+    new_codec = codec if target is None else target.codec
+    payload: bytes | memoryview
     if codec == Codec.NONE:
         # Trusted as they are (header + CRC), unless keys matter.
         if rules.compact and summarize_records(buf, records_at, entry_end, count).has_null_key:
             raise InvalidRecordError(f"batch at {pos}: keyless record on a compacted topic")
+        payload = memoryview(buf)[records_at:entry_end]
     else:
         payload = decompress(codec, memoryview(buf)[records_at:entry_end], magic=MAGIC_V2)
         summary = summarize_records(payload, 0, len(payload), count)
@@ -289,12 +301,21 @@ def _assign_batch(buf: bytearray, pos: int, entry_end: int, next_offset: int,
                                      attributes & ~TIMESTAMP_TYPE_BIT, max_timestamp)
             rebuilt = build_batch(
                 [(r.key, r.value, r.timestamp, r.headers) for r in records],
-                base_offset=next_offset, codec=codec, base_timestamp=base_timestamp,
+                base_offset=next_offset, codec=new_codec, base_timestamp=base_timestamp,
                 timestamp_type=LOG_APPEND_TIME if rules.log_append else CREATE_TIME,
                 producer_id=producer_id, producer_epoch=producer_epoch,
                 base_sequence=base_sequence, partition_leader_epoch=LEADER_EPOCH_ON_APPEND,
-                is_transactional=bool(attributes & TRANSACTIONAL_BIT), max_timestamp=max_timestamp)
-            return _Assigned(next_offset + last_delta, max_timestamp, count, codec, rebuilt)
+                is_transactional=bool(attributes & TRANSACTIONAL_BIT), max_timestamp=max_timestamp,
+                compression_level=None if target is None else target.level)
+            return _Assigned(next_offset + last_delta, max_timestamp, count, new_codec, rebuilt)
+
+    if target is not None and new_codec != codec:
+        type_bit = TIMESTAMP_TYPE_BIT if rules.log_append else 0
+        rebuilt = recompress_batch(buf, pos, payload, target, base_offset=next_offset,
+                                   leader_epoch=LEADER_EPOCH_ON_APPEND,
+                                   attributes=(attributes & ~TIMESTAMP_TYPE_BIT) | type_bit,
+                                   max_timestamp=max_timestamp)
+        return _Assigned(next_offset + last_delta, max_timestamp, count, new_codec, rebuilt)
 
     # Both outside the CRC: restamped without recomputing it.
     INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, next_offset)

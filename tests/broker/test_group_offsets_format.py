@@ -29,10 +29,16 @@ def test_key_and_value_layout():
     value = encode_value(42, "meta", 1_700_000_000_000)
     assert value == (bytes.fromhex("0003" "000000000000002a" "ffffffff" "0004") + b"meta"
                      + (1_700_000_000_000).to_bytes(8, "big"))
-    assert decode_value(value) == (42, "meta", 1_700_000_000_000)
+    assert decode_value(value) == (42, "meta", 1_700_000_000_000, -1)
+
+
+def test_value_keeps_the_committed_leader_epoch():
+    value = encode_value(42, "", 7, leader_epoch=5)
+    assert value[:2 + 8 + 4] == bytes.fromhex("0003" "000000000000002a" "00000005")
+    assert decode_value(value) == (42, "", 7, 5)
 
 
 def test_older_value_versions_and_group_metadata_keys():
     v1 = bytes.fromhex("0001" "0000000000000007" "0000") + (5).to_bytes(8, "big") + (9).to_bytes(8, "big")
-    assert decode_value(v1) == (7, "", 5)
+    assert decode_value(v1) == (7, "", 5, -1)  # no leader epoch before version 3
     assert decode_key(bytes.fromhex("0002 0001 67".replace(" ", ""))) is None  # group metadata

@@ -20,12 +20,24 @@ import pytest
 from broker import partitions as partitions_module
 from broker.config import BrokerConfig
 from broker.handlers import produce_answer
-from broker.partitions import (APPENDS_PER_JOB, INLINE_APPEND_MAX_BYTES, LARGE_INLINE_APPEND_MAX_BYTES,
-                               Appender, PartitionService, PartitionWaiters, append_outcome)
+from broker.partitions import (
+    APPENDS_PER_JOB,
+    INLINE_APPEND_MAX_BYTES,
+    LARGE_INLINE_APPEND_MAX_BYTES,
+    Appender,
+    PartitionService,
+    PartitionWaiters,
+    append_outcome,
+)
 from broker.topics import TopicRegistry
 from protocol import ErrorCode, RequestType, parse_response
-from storage.errors import (CorruptRecordError, InvalidTopicError, KafkaStorageError,
-                            OffsetOutOfRangeError, UnknownTopicOrPartitionError)
+from storage.errors import (
+    CorruptRecordError,
+    InvalidTopicError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
 from storage.log import AppendResult
 from storage.manager import LogManager
 from storage.records import build_batch
@@ -122,7 +134,7 @@ def test_errors_are_answered_per_append_and_the_rest_goes_on():
             one = FakeLog()
             appender = Appender(service, one)
             futures = [loop.create_future() for _ in range(3)]
-            for data, future in zip([b"a", b"bad", b"c"], futures):
+            for data, future in zip([b"a", b"bad", b"c"], futures, strict=True):
                 appender.submit(data, future, produce_answer)
             return one, await asyncio.gather(*futures)
 

@@ -352,7 +352,7 @@ def test_describe_alter_delete(connect, new_topic):
     topic = new_topic(configs=[("retention.ms", "1000")])
     described = dict(c.call(DescribeConfigRequest(topic)).configs)
     assert described["retention.ms"] == "1000" and described["cleanup.policy"] == "delete"
-    assert len(described) == 17  # every effective setting
+    assert len(described) == 21  # every effective setting
     assert c.call(AlterConfigRequest(topic, [("retention.ms", None), ("segment.bytes", "2000")])).error == NONE
     described = dict(c.call(DescribeConfigRequest(topic)).configs)
     assert described["retention.ms"] == "604800000" and described["segment.bytes"] == "2000"
@@ -429,8 +429,8 @@ def test_offsets_topic_records_use_kafka_layout(connect, new_topic):
     assert entries[-1].magic == 2
     record = [r for e in entries for r in e.records()][-1]
     assert decode_key(record.key) == (group, topic, 0)
-    offset, metadata, _ = decode_value(record.value)
-    assert (offset, metadata) == (1234, "hello")
+    value = decode_value(record.value)
+    assert (value.offset, value.metadata, value.leader_epoch) == (1234, "hello", -1)  # native: no epoch
     assert record.value[:2] == b"\x00\x03" and record.key[:2] == b"\x00\x01"
 
 

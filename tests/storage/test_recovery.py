@@ -225,7 +225,8 @@ def test_leftover_deleted_and_cleaned_files_are_removed(open_log, tmp_path):
         (directory / name).write_bytes(b"junk")
     again = open_log()
     assert sorted(os.listdir(directory)) == [
-        "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex"]
+        "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex",
+        "00000000000000000009.snapshot"]  # the close's producer-state snapshot
     assert again.log_end_offset == 9
 
 

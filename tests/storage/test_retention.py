@@ -12,6 +12,7 @@ from storage.config import LogConfig, broker_log_defaults
 from storage.errors import OffsetOutOfRangeError
 from storage.manager import LogManager
 from storage.records import build_batch, build_classic, iter_records
+from storage import retention
 from storage.retention import LOG_START_OFFSET, RETENTION_BYTES, RETENTION_MS
 
 from .test_log import read_all
@@ -158,7 +159,7 @@ def test_fully_expired_log_rolls_keeps_its_end_and_takes_appends(open_log, clock
     assert [r.offset for r in read_all(log, 5)] == [5]
     assert log.delete_due_files() == 3
     assert files(log) == ["00000000000000000005.index", "00000000000000000005.log",
-                          "00000000000000000005.timeindex"]
+                          "00000000000000000005.snapshot", "00000000000000000005.timeindex"]
 
 
 def test_fully_expired_log_survives_a_restart(open_log, clock):
@@ -367,3 +368,46 @@ def test_broker_retention_names_map_as_kafkas(props, expected):
 def test_broker_size_and_delay_names_map():
     config = broker_log_defaults({"log.retention.bytes": "123", "log.segment.delete.delay.ms": "7"})
     assert (config.retention_bytes, config.file_delete_delay_ms) == (123, 7)
+
+
+# ---- the policy alone, and the Log's mutator ----------------------------------------------------
+
+def test_the_policy_decides_without_changing_the_log(open_log, clock):
+    size = len(record(clock.now_ms))
+    log = open_log(segment_bytes=2 * size, retention_bytes=3 * size)
+    fill(log, [clock.now_ms] * 7)  # segments 0 2 4 6
+    snapshot = log.segments.snapshot()
+    assert retention.rules(log.config) == retention.REASONS
+    chosen = retention.deletion(RETENTION_BYTES, snapshot, config=log.config, log_start_offset=0,
+                                now_ms=clock.now_ms)
+    assert chosen.reason == RETENTION_BYTES and [s.base_offset for s in chosen.segments] == [0, 2]
+    assert retention.deletion(RETENTION_MS, snapshot, config=log.config, log_start_offset=0,
+                              now_ms=clock.now_ms) is None  # nothing is older than retention.ms
+    assert retention.deletion(LOG_START_OFFSET, snapshot, config=log.config, log_start_offset=3,
+                              now_ms=clock.now_ms).segments == [snapshot.first]
+    assert bases(log) == [0, 2, 4, 6] and log.log_start_offset == 0 and len(log.pending_deletions) == 0
+    compacted = LogConfig.from_props({"cleanup.policy": "compact"})
+    assert retention.rules(compacted) == (LOG_START_OFFSET,)
+    with pytest.raises(ValueError, match="unknown retention rule"):
+        retention.deletion("tired", snapshot, config=log.config, log_start_offset=0, now_ms=0)
+
+
+def test_remove_segments_removes_the_oldest_and_skips_what_is_no_longer_the_logs(open_log, clock):
+    size = len(record(clock.now_ms))
+    log = open_log(segment_bytes=2 * size)
+    fill(log, [clock.now_ms] * 7)  # segments 0 2 4 6
+    first, second, third, active = log.segments
+    result = log.remove_segments([first, second], RETENTION_MS)
+    assert result.deleted[RETENTION_MS].segments == 2 and result.log_start_offset == 4
+    assert bases(log) == [4, 6] and len(log.pending_deletions) == 2
+    # Gone already (a concurrent pass took them): nothing happens, and a stale list stops
+    # at its first segment that is no longer the log's.
+    assert log.remove_segments([first, second, third], RETENTION_MS).segments_deleted == 0
+    assert log.remove_segments([second], LOG_START_OFFSET).segments_deleted == 0
+    assert bases(log) == [4, 6]
+    with pytest.raises(ValueError, match="reason"):
+        log.remove_segments([third], "because")
+    result = log.remove_segments([third, active], RETENTION_BYTES)  # every segment: roll first
+    assert result.rolled and bases(log) == [7] and log.log_start_offset == 7 == log.log_end_offset
+    log.append(record(clock.now_ms))
+    assert log.log_end_offset == 8

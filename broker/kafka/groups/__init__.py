@@ -12,10 +12,10 @@ APIs and versions (what kio has schemas for, from Kafka 4's lower bounds: KIP-89
     SyncGroup       14  v0-5
     Heartbeat       12  v0-4
     LeaveGroup      13  v0-5   v3+: several members, by member or group instance id
-    OffsetCommit     8  v2-10  v10 by topic id
-    OffsetFetch      9  v1-10  v8+ several groups, v10 by topic id
+    OffsetCommit     8  v2-10  v10 by topic id; v6+ leader epoch stored in the value
+    OffsetFetch      9  v1-10  v8+ several groups, v10 by topic id; v5+ the committed epoch
     ListGroups      16  v0-5   states (v4+) and types (v5+) filters
-    DescribeGroups  15  v0-6
+    DescribeGroups  15  v0-6   authorized operations when asked (broker/kafka/authorized.py)
     DeleteGroups    42  v0-2   only groups without members; tombstones their offsets
     OffsetDelete    47  v0     refused for groups with members, except topics a
                                "consumer" group is not subscribed to (as Kafka)

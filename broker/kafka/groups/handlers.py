@@ -16,6 +16,7 @@ from typing import Any
 
 from storage.errors import StrataError
 
+from ..authorized import OMITTED, ResourceType, requested
 from ..codec import has_field, make, nested
 from .coordinator import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NONE, NON_EMPTY_GROUP, GroupCoordinator
 
@@ -29,10 +30,6 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 UNKNOWN_TOPIC_ID = 100
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 NO_EPOCH = -1
-# DescribeGroups authorized_operations: not asked for, and what a broker without an
-# authorizer allows on a group (READ=3, DELETE=6, DESCRIBE=8 as bits of AclOperation codes)
-AUTHORIZED_OPERATIONS_OMITTED = -2**31
-GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 CONSUMER_PROTOCOL = "consumer"
 
 
@@ -204,7 +201,7 @@ class GroupHandlers:
             req.group_id, getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
             getattr(req, "generation_id_or_member_epoch", -1), api_version=ctx.api_version)
         codes: list[list[int]] = []
-        entries: list[tuple[str, int, int, str | None]] = []
+        entries: list[tuple[str, int, int, str | None, int]] = []
         where: list[tuple[int, int]] = []  # (topic index, partition index) of each entry
         for ti, topic in enumerate(req.topics):
             name, topic_error = self._topic_name(topic, by_id)
@@ -212,7 +209,8 @@ class GroupHandlers:
             for pi, part in enumerate(topic.partitions):
                 code = group_error or topic_error
                 if not code:
-                    entries.append((name, part.partition_index, part.committed_offset, part.committed_metadata))
+                    entries.append((name, part.partition_index, part.committed_offset, part.committed_metadata,
+                                    getattr(part, "committed_leader_epoch", NO_EPOCH)))
                     where.append((ti, pi))
                 row.append(code)
             codes.append(row)
@@ -245,7 +243,7 @@ class GroupHandlers:
                 return make(PartR, partition_index=partition, committed_offset=-1, committed_leader_epoch=NO_EPOCH,
                             metadata="", error_code=error)
             return make(PartR, partition_index=partition, committed_offset=found.offset,
-                        committed_leader_epoch=NO_EPOCH, metadata=found.metadata or "", error_code=NONE)
+                        committed_leader_epoch=found.leader_epoch, metadata=found.metadata or "", error_code=NONE)
 
         out = []
         if topics is None:
@@ -316,7 +314,7 @@ class GroupHandlers:
             if not group_id:
                 out.append(make(GroupR, error_code=INVALID_GROUP_ID, error_message="group id must not be empty",
                                 group_id=group_id, group_state="", protocol_type="", protocol_data="",
-                                members=(), authorized_operations=AUTHORIZED_OPERATIONS_OMITTED))
+                                members=(), authorized_operations=OMITTED))
                 continue
             d = self.coordinator.describe(group_id, group_id in offsets_groups)
             error, message = d.error, None
@@ -331,7 +329,7 @@ class GroupHandlers:
             out.append(make(GroupR, error_code=error, error_message=message, group_id=group_id,
                             group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol_data,
                             members=members,
-                            authorized_operations=GROUP_OPERATIONS if with_ops else AUTHORIZED_OPERATIONS_OMITTED))
+                            authorized_operations=requested(with_ops, ResourceType.GROUP, group_id)))
         return make(R, throttle_time=0, groups=tuple(out))
 
     async def delete_groups(self, req, ctx):

@@ -1,0 +1,71 @@
+"""One Kafka-protocol request from the command line, for what the native protocol has
+no request for (growing a topic's partitions: Kafka's CreatePartitions).
+
+Contract: `kafka_call(address, request, timeout)` connects to the broker's Kafka
+listener at "HOST:PORT", sends the kio request (header v1, or v2 for flexible
+versions, as kio's `__header_schema__` says), and returns the decoded kio response
+of the same API and version. Every failure (unreachable, closed, undecodable) is a
+CliError with one line naming the address.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+
+from kio.index import load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from client import parse_bootstrap
+
+from . import CliError
+
+SIZE = struct.Struct(">i")
+CLIENT_ID = "strata-cli"
+CORRELATION_ID = 1
+
+
+def _encode(request) -> bytes:
+    cls = type(request)
+    header_cls = cls.__header_schema__
+    header = header_cls(request_api_key=cls.__api_key__, request_api_version=cls.__version__,
+                        correlation_id=CORRELATION_ID, client_id=CLIENT_ID)
+    buffer = io.BytesIO()
+    entity_writer(header_cls)(buffer, header)
+    entity_writer(cls)(buffer, request)
+    body = buffer.getvalue()
+    return SIZE.pack(len(body)) + body
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def kafka_call(address: str, request, timeout: float = 30.0):
+    try:
+        host, port = parse_bootstrap(address)[0]
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    response_class = load_response_schema(type(request).__api_key__, type(request).__version__)
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(_encode(request))
+            (size,) = SIZE.unpack(_read_exactly(sock, SIZE.size))
+            frame = _read_exactly(sock, size)
+        header, offset = entity_reader(response_class.__header_schema__)(frame, 0)
+        response, _ = entity_reader(response_class)(frame, offset)
+    except OSError as e:
+        raise CliError(f"cannot reach the Kafka listener at {address}: {e.strerror or e}") from None
+    except Exception as e:  # kio's decoding errors
+        raise CliError(f"the Kafka listener at {address} answered what cannot be read: {e}") from None
+    if header.correlation_id != CORRELATION_ID:
+        raise CliError(f"the Kafka listener at {address} answered another request")
+    return response

@@ -1,0 +1,164 @@
+"""Per-group configs (Kafka 4.0's GROUP config resource, resource type 32).
+
+Keys (Kafka's GroupConfig), each an int with its default and bounds from the
+broker's group.consumer.* settings:
+
+    consumer.session.timeout.ms     default group.consumer.session.timeout.ms,
+                                    within group.consumer.{min,max}.session.timeout.ms
+    consumer.heartbeat.interval.ms  default group.consumer.heartbeat.interval.ms,
+                                    within group.consumer.{min,max}.heartbeat.interval.ms
+
+and the session timeout must stay above the heartbeat interval. Any group name
+may carry configs, whether or not the group exists (as in Kafka). The share.*
+keys (share groups, which Strata does not have) are unknown names here.
+
+Stored in `<data-dir>/group-configs.json`, replaced whole (write-temp, fsync,
+rename: storage.fileutil.atomic_write):
+
+    {"version": 1, "groups": {"my-group": {"consumer.session.timeout.ms": "50000"}}}
+
+Contract:
+- `GroupConfigs.open(data_dir, broker_config)` (blocking) reads the file, or starts
+  empty when there is none; an unreadable file is InvalidConfigError.
+- `describe(group)`: [(name, value, overridden)] of every key, in name order.
+- `effective(group)`: {name: int}, the values a group coordinator applies.
+- `alter(group, changes, replace=False, validate_only=False)` (blocking): `changes`
+  are (name, value or None = back to the default); `replace` drops the overrides
+  not listed (legacy AlterConfigs). The result is validated whole (unknown name,
+  bad number, bounds: InvalidConfigError, Kafka's INVALID_CONFIG) and written
+  before memory changes: a failure changes nothing (a failed write is
+  KafkaStorageError).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from storage.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
+from storage.fileutil import atomic_write
+
+from .json_files import encode_document, read_document
+
+CONFIG_FILE = "group-configs.json"
+FORMAT_VERSION = 1
+INT_MAX = 2**31 - 1
+SESSION_TIMEOUT = "consumer.session.timeout.ms"
+HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    name: str
+    default_key: str  # the broker setting that gives the default
+    min_key: str
+    max_key: str
+
+
+KEYS: tuple[GroupKey, ...] = (
+    GroupKey(HEARTBEAT_INTERVAL, "group.consumer.heartbeat.interval.ms",
+             "group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms"),
+    GroupKey(SESSION_TIMEOUT, "group.consumer.session.timeout.ms",
+             "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms"),
+)
+KEYS_BY_NAME = {k.name: k for k in KEYS}
+
+
+def _parse_int(name: str, value: str) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise InvalidConfigError(f"Invalid value {value} for configuration {name}: "
+                                 f"Not a number of type INT") from None
+    if number > INT_MAX:
+        raise InvalidConfigError(f"Invalid value {value} for configuration {name}: Not a number of type INT")
+    if number < 1:
+        raise InvalidConfigError(f"Invalid value {value} for configuration {name}: Value must be at least 1")
+    return number
+
+
+class GroupConfigs:
+    def __init__(self, path: str, broker: Mapping[str, Any], overrides: dict[str, dict[str, str]]):
+        self.path = path
+        self._broker = broker  # the broker settings: defaults and bounds
+        self._overrides = overrides  # group -> {name: value as given}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, data_dir: str, broker: Mapping[str, Any]) -> "GroupConfigs":
+        """`broker`: the broker's settings by name (BrokerConfig.values)."""
+        path = os.path.join(data_dir, CONFIG_FILE)
+        doc = read_document(path, FORMAT_VERSION, "group configs")
+        try:
+            groups = {} if doc is None else {str(g): {str(k): str(v) for k, v in props.items()}
+                                             for g, props in doc["groups"].items()}
+        except (KeyError, TypeError, AttributeError) as e:
+            raise InvalidConfigError(f"group configs {path} are damaged: {e}") from None
+        return cls(path, broker, groups)
+
+    # ---- reading ----
+
+    def _default(self, key: GroupKey) -> int:
+        return int(self._broker[key.default_key])
+
+    def describe(self, group: str) -> list[tuple[str, str, bool]]:
+        _check_name(group)
+        own = self._overrides.get(group, {})
+        return [(k.name, str(_parse_int(k.name, own[k.name])) if k.name in own else str(self._default(k)),
+                 k.name in own) for k in sorted(KEYS, key=lambda k: k.name)]
+
+    def effective(self, group: str) -> dict[str, int]:
+        own = self._overrides.get(group, {})
+        return {k.name: _parse_int(k.name, own[k.name]) if k.name in own else self._default(k) for k in KEYS}
+
+    def overrides(self, group: str) -> dict[str, str]:
+        return dict(self._overrides.get(group, {}))
+
+    # ---- changing ----
+
+    def alter(self, group: str, changes: Iterable[tuple[str, str | None]], *, replace: bool = False,
+              validate_only: bool = False) -> None:
+        _check_name(group)
+        with self._lock:
+            merged = {} if replace else dict(self._overrides.get(group, {}))
+            for name, value in changes:
+                if name not in KEYS_BY_NAME:
+                    raise InvalidConfigError(f"Unknown group config name: {name}")
+                if value is None:
+                    merged.pop(name, None)
+                else:
+                    merged[name] = str(_parse_int(name, value))
+            self._validate(merged)
+            if validate_only:
+                return
+            groups = dict(self._overrides)
+            if merged:
+                groups[group] = merged
+            else:
+                groups.pop(group, None)
+            if groups != self._overrides:
+                doc = {"version": FORMAT_VERSION, "groups": groups}
+                try:
+                    atomic_write(self.path, encode_document(doc, sort_keys=True))
+                except OSError as e:
+                    raise KafkaStorageError(f"cannot write the group configs {self.path}: "
+                                            f"{e.strerror or e}") from None
+            self._overrides = groups
+
+    def _validate(self, merged: Mapping[str, str]) -> None:
+        """Kafka's GroupConfig.validateValues over the merged values."""
+        values = {k.name: int(merged[k.name]) if k.name in merged else self._default(k) for k in KEYS}
+        for k in KEYS:
+            if values[k.name] < self._broker[k.min_key]:
+                raise InvalidConfigError(f"{k.name} must be greater than or equal to {k.min_key}")
+            if values[k.name] > self._broker[k.max_key]:
+                raise InvalidConfigError(f"{k.name} must be less than or equal to {k.max_key}")
+        if values[SESSION_TIMEOUT] <= values[HEARTBEAT_INTERVAL]:
+            raise InvalidConfigError(f"{SESSION_TIMEOUT} must be greater than {HEARTBEAT_INTERVAL}")
+
+
+def _check_name(group: str) -> None:
+    if not group:
+        raise InvalidRequestError("Group name must not be empty")

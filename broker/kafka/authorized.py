@@ -1,0 +1,84 @@
+"""Authorized operations (KIP-430): the bit sets that Metadata, DescribeCluster and
+DescribeGroups answer when a client asks for them.
+
+A bit set has bit `code` set for each allowed AclOperation (READ=3 ... bit 3).
+Kafka computes it as the resource type's supported operations (AclEntry's
+supportedOperations) filtered by the authorizer; without one, every supported
+operation is allowed. Strata has no ACLs yet, so `authorized_operations` answers
+the supported set; an authorizer plugs in by replacing `Authorizer.allowed`.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class AclOperation(IntEnum):
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
+
+
+class ResourceType(IntEnum):
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+_OP = AclOperation
+SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
+    ResourceType.TOPIC: frozenset({_OP.READ, _OP.WRITE, _OP.CREATE, _OP.DESCRIBE, _OP.DELETE, _OP.ALTER,
+                                   _OP.DESCRIBE_CONFIGS, _OP.ALTER_CONFIGS}),
+    ResourceType.GROUP: frozenset({_OP.READ, _OP.DESCRIBE, _OP.DELETE, _OP.DESCRIBE_CONFIGS,
+                                   _OP.ALTER_CONFIGS}),
+    ResourceType.CLUSTER: frozenset({_OP.CREATE, _OP.CLUSTER_ACTION, _OP.DESCRIBE_CONFIGS, _OP.ALTER_CONFIGS,
+                                     _OP.IDEMPOTENT_WRITE, _OP.ALTER, _OP.DESCRIBE}),
+    ResourceType.TRANSACTIONAL_ID: frozenset({_OP.DESCRIBE, _OP.WRITE}),
+    ResourceType.DELEGATION_TOKEN: frozenset({_OP.DESCRIBE}),
+    ResourceType.USER: frozenset({_OP.CREATE_TOKENS, _OP.DESCRIBE_TOKENS}),
+}
+
+# The field's value when the client did not ask (Integer.MIN_VALUE in Kafka's schemas).
+OMITTED = -2**31
+CLUSTER_NAME = "kafka-cluster"
+
+
+class Authorizer:
+    """Allows every operation: the broker has no ACLs."""
+
+    def allowed(self, principal: str | None, operation: AclOperation, resource_type: ResourceType,
+                name: str) -> bool:
+        return True
+
+
+def to_bits(operations) -> int:
+    """Kafka's Utils.to32BitField."""
+    bits = 0
+    for op in operations:
+        bits |= 1 << int(op)
+    return bits
+
+
+def authorized_operations(resource_type: ResourceType, name: str, *, principal: str | None = None,
+                          authorizer: Authorizer | None = None) -> int:
+    """The bit set of the operations `principal` may perform on the resource."""
+    check = authorizer or Authorizer()
+    return to_bits(op for op in SUPPORTED_OPERATIONS[resource_type]
+                   if check.allowed(principal, op, resource_type, name))
+
+
+def requested(asked: bool, resource_type: ResourceType, name: str) -> int:
+    """The response field: the bit set when the request asked for it, else OMITTED."""
+    return authorized_operations(resource_type, name) if asked else OMITTED

@@ -1,0 +1,93 @@
+"""CreatePartitions (API 37, versions 0-3): grow topics as Kafka 4's controller does.
+
+Per topic, in Kafka's order (ReplicationControlManager.createPartitions):
+- a name given more than once: INVALID_REQUEST "Duplicate topic name." (answered once);
+- unknown topic (or one being deleted): UNKNOWN_TOPIC_OR_PARTITION;
+- a count equal to or below the current one: INVALID_PARTITIONS, Kafka's messages;
+- assignments (optional, one per new partition): a number other than the increase,
+  an empty replica list, a broker other than this one (node 0), a broker listed twice
+  or more than one replica (the topic's replication factor is 1):
+  INVALID_REPLICA_ASSIGNMENT, Kafka's messages;
+- `__consumer_offsets`: INVALID_REQUEST (Kafka allows it but it moves groups to other
+  partitions and so loses their offsets; Strata keeps the count fixed);
+- validate_only checks all of that and changes nothing.
+The growth itself is TopicRegistry.add_partitions (registry written first, the new
+partition logs created, nothing left behind on failure). Clients see the new
+partitions in their next Metadata; consumers of a classic group then rejoin and the
+leader's assignment covers them, and keyed records map by the new count.
+"""
+
+from __future__ import annotations
+
+from storage.errors import InvalidRequestError, StrataError
+
+from .codec import make, nested
+
+INVALID_REPLICA_ASSIGNMENT = 39
+
+
+class InvalidReplicaAssignmentError(StrataError):
+    code = INVALID_REPLICA_ASSIGNMENT
+
+
+class PartitionHandlers:
+    def __init__(self, apis):
+        self.apis = apis
+        self.registry = apis.registry
+
+    async def create_partitions(self, req, ctx):
+        R = ctx.response_class
+        ResultR = nested(R, "results")
+        names = [t.name for t in req.topics]
+        answered: set[str] = set()
+        results = []
+        for topic in req.topics:
+            if topic.name in answered:
+                continue
+            answered.add(topic.name)
+            code, message = 0, None
+            try:
+                if names.count(topic.name) > 1:
+                    raise InvalidRequestError("Duplicate topic name.")
+                await self.apis.blocking(self._grow, topic, req.validate_only)
+            except StrataError as e:
+                code, message = e.code, str(e)
+            results.append(make(ResultR, name=topic.name, error_code=code, error_message=message))
+        return make(R, throttle_time=0, results=tuple(results))
+
+    def _grow(self, topic, validate_only: bool) -> None:
+        """Executor side: grow the topic, its assignments checked against it."""
+        check = None if topic.assignments is None else (lambda known: self._check_assignments(topic, known))
+        self.registry.add_partitions(topic.name, topic.count, validate_only=validate_only, check=check)
+
+    def _check_assignments(self, topic, known) -> None:
+        additional = topic.count - known.partitions
+        if len(topic.assignments) != additional:
+            raise InvalidReplicaAssignmentError(
+                f"Attempted to add {additional} additional partition(s), but only "
+                f"{len(topic.assignments)} assignment(s) were specified.")
+        node = self.apis.node_id
+        for assignment in topic.assignments:
+            replicas = sorted(assignment.broker_ids)
+            if not replicas:
+                raise InvalidReplicaAssignmentError(
+                    "The manual partition assignment includes an empty replica list.")
+            previous = None
+            for broker in replicas:
+                if broker != node:
+                    raise InvalidReplicaAssignmentError(
+                        f"The manual partition assignment includes broker {broker}, but no such "
+                        f"broker is registered.")
+                if broker == previous:
+                    raise InvalidReplicaAssignmentError(
+                        f"The manual partition assignment includes the broker {broker} more than once.")
+                previous = broker
+            if len(replicas) != 1:
+                raise InvalidReplicaAssignmentError(
+                    f"The manual partition assignment includes a partition with {len(replicas)} "
+                    f"replica(s), but this is not consistent with previous partitions, which have "
+                    f"1 replica(s).")
+
+
+def register(apis) -> None:
+    apis.register(37, PartitionHandlers(apis).create_partitions, 0, 3)

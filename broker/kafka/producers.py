@@ -1,0 +1,59 @@
+"""DescribeProducers (API 61, version 0): each partition's active idempotent producers,
+from the partition's producer state (storage/producer_state.py), as Kafka's
+UnifiedLog.activeProducers answers: producer id, epoch, last sequence, last
+timestamp, coordinator epoch (-1) and current transaction start offset (-1, no
+transactions).
+
+Errors, as KafkaApis.handleDescribeProducersRequest: a bad topic name
+INVALID_TOPIC_EXCEPTION, an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION
+(error_message null: Kafka leaves generic messages out).
+"""
+
+from __future__ import annotations
+
+from storage.errors import StrataError, UnknownTopicOrPartitionError
+from storage.names import validate_topic_name
+
+from .codec import make, nested
+
+
+class ProducerHandlers:
+    def __init__(self, apis):
+        self.apis = apis
+
+    async def describe_producers(self, req, ctx):
+        R = ctx.response_class
+        TopicR = nested(R, "topics")
+        PartR = nested(TopicR, "partitions")
+        StateR = nested(PartR, "active_producers")
+        topics = []
+        for topic in req.topics:
+            topic_error = 0
+            try:
+                validate_topic_name(topic.name)
+                if self.apis.registry.get(topic.name) is None:
+                    raise UnknownTopicOrPartitionError()
+            except StrataError as e:
+                topic_error = e.code
+            parts = []
+            for index in topic.partition_indexes:
+                code, states = topic_error, ()
+                if not code:
+                    try:
+                        one = await self.apis.log_for(topic.name, index)
+                        states = tuple(
+                            make(StateR, producer_id=pid, producer_epoch=entry.epoch,
+                                 last_sequence=entry.last_seq, last_timestamp=entry.last_timestamp,
+                                 coordinator_epoch=entry.coordinator_epoch,
+                                 current_txn_start_offset=entry.current_txn_first_offset)
+                            for pid, entry in sorted(list(one.producer_state.producers.items())))
+                    except StrataError as e:
+                        code = e.code
+                parts.append(make(PartR, partition_index=index, error_code=code, error_message=None,
+                                  active_producers=states))
+            topics.append(make(TopicR, name=topic.name, partitions=tuple(parts)))
+        return make(R, throttle_time=0, topics=tuple(topics))
+
+
+def register(apis) -> None:
+    apis.register(61, ProducerHandlers(apis).describe_producers, 0, 0)

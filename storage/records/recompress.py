@@ -1,0 +1,68 @@
+"""The topic's compression.type applied on append (Kafka's LogValidator with a
+broker-side target codec), for every protocol: Log.append validates through
+storage/records/validator.py, which asks `target_of(config)` once per set and
+hands each record batch of another codec to `recompress_batch`.
+
+Policy (Kafka's BrokerCompressionType):
+- `producer` (the default): every batch keeps the codec its producer chose.
+- `uncompressed`, `gzip`, `snappy`, `lz4`, `zstd`: a batch of another codec is
+  rewritten with this one, at the topic's compression.gzip.level /
+  compression.lz4.level / compression.zstd.level; a batch already in it is kept
+  as it came (Kafka does not recompress for a different level either).
+
+A record batch's records section does not depend on its codec (offset and
+timestamp deltas are relative), so recompressing is: the same 61-byte header
+with the new codec bits, length and CRC around the records compressed anew.
+Producer id, epoch, sequence and the transactional bit stay; idempotence and
+the offsets are unchanged.
+
+Classic (magic 0/1) entries, which only the native protocol accepts, keep their
+codec: Kafka would first convert them to magic 2, which Strata deliberately does not.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..codecs import Codec, compress
+from ..config import LogConfig
+from .batch import (ATTRIBUTES_OFFSET, BASE_OFFSET_OFFSET, BATCH_OVERHEAD, CRC_OFFSET, FIELD_OFFSET, INT16,
+                    INT32, INT64, LEADER_EPOCH_OFFSET, MAX_TIMESTAMP_OFFSET, UINT32, batch_crc)
+from .framing import CODEC_MASK, LOG_OVERHEAD
+
+LENGTH_OFFSET = FIELD_OFFSET["length"]
+
+CODEC_OF_TYPE = {"uncompressed": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SNAPPY,
+                 "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
+
+
+class Target(NamedTuple):
+    codec: Codec
+    level: int | None  # None: the codec's default
+
+
+def target_of(config: LogConfig) -> Target | None:
+    """The codec every batch is stored with, or None for `producer`."""
+    codec = CODEC_OF_TYPE.get(config.compression_type)
+    if codec is None:
+        return None
+    level = {Codec.GZIP: config.compression_gzip_level, Codec.LZ4: config.compression_lz4_level,
+             Codec.ZSTD: config.compression_zstd_level}.get(codec)
+    return Target(codec, None if level == -1 else level)
+
+
+def recompress_batch(buf, pos: int, records, target: Target, *, base_offset: int, leader_epoch: int,
+                     attributes: int, max_timestamp: int) -> bytes:
+    """The batch at `pos` of `buf` rewritten around `records` (its uncompressed
+    records section) compressed with `target`: offsets assigned from `base_offset`,
+    `attributes` (timestamp type etc.) with the new codec bits, `max_timestamp`."""
+    payload = compress(target.codec, records, magic=2, level=target.level) if target.codec else bytes(records)
+    out = bytearray(buf[pos:pos + BATCH_OVERHEAD])
+    out += payload
+    INT64.pack_into(out, BASE_OFFSET_OFFSET, base_offset)
+    INT32.pack_into(out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
+    INT32.pack_into(out, LEADER_EPOCH_OFFSET, leader_epoch)
+    INT16.pack_into(out, ATTRIBUTES_OFFSET, (attributes & ~CODEC_MASK) | int(target.codec))
+    INT64.pack_into(out, MAX_TIMESTAMP_OFFSET, max_timestamp)
+    UINT32.pack_into(out, CRC_OFFSET, batch_crc(out, 0, len(out)))
+    return bytes(out)

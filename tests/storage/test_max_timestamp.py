@@ -1,0 +1,56 @@
+"""ListOffsets MAX_TIMESTAMP: the record holding the largest timestamp, read from its one batch."""
+
+from storage.codecs import Codec
+from storage.max_timestamp import max_timestamp_offset
+from storage.records import build_batch
+
+
+def test_the_record_inside_its_batch_not_the_batch_end(open_log):
+    log = open_log()
+    log.append(build_batch([(b"k", b"v", t) for t in (10, 50, 20)]))
+    log.append(build_batch([(b"k", b"v", t) for t in (30, 90, 40, 90, 60)], codec=Codec.GZIP))
+    log.append(build_batch([(b"k", b"v", t) for t in (70, 80)]))
+    found = max_timestamp_offset(log)
+    assert (found.timestamp, found.offset) == (90, 4)  # the first record holding 90, not the batch's 7
+
+
+def test_across_segments_and_after_reopen(open_log):
+    log = open_log(segment_bytes=300, index_interval_bytes=1)
+    for n in range(30):
+        ts = 1000 if n == 11 else n
+        log.append(build_batch([(b"k", b"v", ts - 1), (b"k", b"v", ts), (b"k", b"v", 0)]))
+    assert len(log.segments) > 2
+    assert max_timestamp_offset(log).offset == 11 * 3 + 1
+    log.close()
+    again = open_log()
+    assert max_timestamp_offset(again) == (1000, 34)
+
+
+def test_only_the_one_batch_is_read(open_log, monkeypatch):
+    log = open_log(index_interval_bytes=1)
+    for n in range(200):
+        log.append(build_batch([(b"k", b"v" * 100, 5 if n == 150 else 1), (b"k", b"v", 3)]))
+    segment = log.active_segment
+    reads: list[int] = []
+    real = segment.log.read
+
+    def counting(position, size):
+        reads.append(size)
+        return real(position, size)
+
+    monkeypatch.setattr(segment.log, "read", counting)
+    assert max_timestamp_offset(log) == (5, 300)
+    batch_size = len(build_batch([(b"k", b"v" * 100, 5), (b"k", b"v", 3)]))
+    assert reads[-1] == batch_size and sum(reads[:-1]) <= 8192  # headers near the index entry, one batch
+
+
+def test_log_append_time_and_no_timestamps(open_log):
+    stamped = open_log(message_timestamp_type="LogAppendTime")
+    stamped.append(build_batch([(b"k", b"v", 5), (b"k", b"v", 7)]))
+    found = max_timestamp_offset(stamped)
+    assert found.offset == 0  # every record of the batch carries the append time: the first one
+    stamped.close()
+
+
+def test_empty_log(open_log):
+    assert max_timestamp_offset(open_log()) is None
