@@ -1,7 +1,7 @@
 """The Kafka listener under confluent-kafka (librdkafka): produce and consume throughput.
 
     .venv/bin/python bench/kafka.py [--messages-100 400000] [--messages-1k 150000] [--runs 2]
-                                    [--set KEY=VALUE ...]
+                                    [--set KEY=VALUE ...] [--consumer-set KEY=VALUE ...]
 
 The broker is the real `python -m broker serve` process on 127.0.0.1 (fresh data
 directory, Kafka listener on a free port); the client is confluent-kafka in this
@@ -13,6 +13,10 @@ process. For each message size (100 B and 1 KiB values, no key):
   report in).
 - consume: one Consumer, assign() partition 0 from offset 0 (no group, no
   commits), consume() in batches of 10000 until every message is in.
+  librdkafka stops fetching for fetch.queue.backoff.ms (1000 ms by default) once
+  its local queue holds queued.min.messages (100000): with 100 B messages a run
+  that trips it takes ~1 s longer whatever the broker does, so that figure is
+  bimodal; `--consumer-set fetch.queue.backoff.ms=10` measures the broker instead.
 
 msgs/s and MB/s (10^6 bytes of values) are best-of-N wall times; the broker's CPU
 seconds (utime + stime of all its threads, /proc/<pid>/stat) are for that run,
@@ -51,6 +55,7 @@ def _bench_broker():
 
 
 bench_broker = _bench_broker()
+CONSUMER_SETTINGS: dict[str, str] = {}  # --consumer-set: librdkafka settings of the consumer
 cpu_seconds = bench_broker.cpu_seconds
 TIMEOUT = 600
 
@@ -108,7 +113,8 @@ def consume(bootstrap: str, topic: str, count: int) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-no-commits",
-                         "enable.auto.commit": False, "enable.auto.offset.store": False})
+                         "enable.auto.commit": False, "enable.auto.offset.store": False,
+                         **CONSUMER_SETTINGS})
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
         got = 0
@@ -156,7 +162,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2, help="best of N (default 2)")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="settings",
                         help="a broker setting, passed to `serve --set` (repeatable)")
+    parser.add_argument("--consumer-set", metavar="KEY=VALUE", action="append", default=[],
+                        dest="consumer_settings", help="a librdkafka setting of the consumer (repeatable)")
     args = parser.parse_args()
+    for kv in args.consumer_settings:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            parser.error(f"--consumer-set wants KEY=VALUE, got {kv!r}")
+        CONSUMER_SETTINGS[key] = value
     if min(args.messages_100, args.messages_1k, args.runs) < 1:
         parser.error("counts and --runs must be at least 1")
     import confluent_kafka

@@ -42,8 +42,8 @@ import gc
 import os
 import signal
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import structlog
 
@@ -54,10 +54,12 @@ from storage.open_files import OPEN_FILES, raise_nofile_limit
 
 from .config import BrokerConfig
 from .connection_limits import ConnectionLimits
+from .group_configs import GroupConfigs
 from .handlers import Handlers
 from .kafka import KafkaApis
-from .group_configs import GroupConfigs
 from .kafka.state import KafkaState
+from .log_limiter import BadRequestLog
+from .partitions import PartitionService
 from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
 from .topics import TopicRegistry
@@ -74,6 +76,7 @@ class BrokerApp:
         self.config = config
         self.manager: LogManager | None = None
         self.registry: TopicRegistry | None = None
+        self.partitions: PartitionService | None = None
         self.handlers: Handlers | None = None
         self.server: BrokerServer | None = None
         self.kafka_server: BrokerServer | None = None
@@ -102,14 +105,17 @@ class BrokerApp:
         registry = TopicRegistry(config.data_dir, config.log_defaults, num_partitions=config.num_partitions)
         manager = LogManager(config.data_dir, config_for=registry.log_config,
                              recovery_threads=config.num_recovery_threads_per_data_dir)
-        self.handlers = handlers = Handlers(config, manager, registry, self.executor, loop)
+        self.partitions = partitions = PartitionService(config, manager, registry, self.executor, loop)
+        # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
+        bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
+        self.handlers = handlers = Handlers(partitions, bad_requests)
         # One memory pool, one set of connection limits and one bad-request log for
         # both listeners (Kafka's queued.max.request.bytes and ConnectionQuotas are
         # broker-wide).
         limits = dict(max_frame_bytes=config.socket_request_max_bytes,
                       max_queued_requests=config.max_queued_requests,
                       write_buffer_high=config.write_buffer_high,
-                      bad_requests=handlers.bad_requests,
+                      bad_requests=bad_requests,
                       memory=RequestMemory(config.queued_max_request_bytes),
                       limits=ConnectionLimits(config.max_connections, config.max_connections_per_ip,
                                               config.max_connections_per_ip_overrides),
@@ -118,7 +124,7 @@ class BrokerApp:
         servers = [server]
         kafka_server = None
         if config.kafka_port >= 0:
-            self.kafka = KafkaApis(handlers)
+            self.kafka = KafkaApis(partitions, bad_requests)
             self.kafka_server = kafka_server = BrokerServer(self.kafka, **limits)
             servers.append(kafka_server)
         opened = False
@@ -135,7 +141,7 @@ class BrokerApp:
                 _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line
                 await blocking(registry.reconcile, manager)
                 await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
-                await blocking(handlers.offsets.load, manager.logs())
+                await blocking(partitions.offsets.load, manager.logs())
                 if self.kafka is not None:
                     self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)
                     self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
@@ -247,7 +253,7 @@ class BrokerApp:
             self.handlers.bad_requests.close()  # counts not yet reported
         stats = self.server.stats.as_dict() if self.server is not None else {}
         kafka_stats = self.kafka_server.stats.as_dict() if self.kafka_server is not None else None
-        appends = dataclasses.asdict(self.handlers.append_stats) if self.handlers is not None else None
+        appends = dataclasses.asdict(self.partitions.append_stats) if self.partitions is not None else None
         log.info("broker_stopped", **stats, kafka=kafka_stats, sendfile=sendfile_stats.as_dict(),
                  appends=appends)
 

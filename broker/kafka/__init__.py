@@ -2,7 +2,7 @@
 
 `strata serve --kafka-port P` (key `kafka.port`, default 9092; 0 = any free port;
 -1 = no Kafka listener) listens next to the native port. It shares the one
-LogManager, TopicRegistry, GroupOffsets and PartitionWaiters with the native
+LogManager, TopicRegistry, GroupOffsets and PartitionService with the native
 server, so whatever one protocol writes the other reads at the same offsets.
 Requests are decoded and responses encoded with kio (generated from Kafka's JSON
 message schemas); record bytes are appended as they arrive (restamped) and
@@ -31,7 +31,11 @@ Modules:
 
         apis.register(api_key, handler, min_version, max_version)
 
-   e.g. `apis.register(11, coordinator.join_group, 0, 9)`. Every version in the range
+   e.g. `apis.register(ApiKey.JOIN_GROUP, coordinator.join_group, 0, 9)` (ApiKey:
+   broker/kafka/apis.py). Optional `now=handler_now`: a synchronous
+   `handler_now(request, ctx)` that answers on the loop when nothing needs waiting
+   (the connection's fast path: Produce appended inline, Fetch with data) or
+   returns `apis.DECLINE` having done nothing; the async handler answers then. Every version in the range
    must have kio schemas (ValueError otherwise). ApiVersions advertises exactly
    what is registered (plus ApiVersions itself); a request for an unregistered
    key or version is answered as Kafka does (see KAFKA.md). `apis.on_shutdown(cb)`
@@ -72,7 +76,9 @@ Modules:
         apis.offsets    broker.group_offsets.GroupOffsets: commit(group, topic, partition,
                         offset, metadata) [blocking: run through apis.blocking],
                         fetch(group, topic, partition) -> Committed | None [memory]
-        apis.waiters    broker.handlers.PartitionWaiters (long polls)
+        apis.partitions broker.partitions.PartitionService (logs, appends, reads, long polls,
+                        error codes; shared with the native listener)
+        apis.waiters    broker.partitions.PartitionWaiters (long polls)
         apis.loop, apis.executor
         apis.node_id    this broker's node id (0), also the coordinator for every group
         apis.advertised (host, port) that Metadata/FindCoordinator announce

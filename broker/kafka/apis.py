@@ -1,10 +1,12 @@
 """The Kafka listener's request handling: a dispatch table api_key -> async handler.
 
 Contract (the interface for API modules is in broker/kafka/__init__.py):
-- `KafkaApis(native, advertised=...)` shares the native `Handlers`' state (config,
-  LogManager, TopicRegistry, GroupOffsets, PartitionWaiters, executor) and builds
-  its table: the core handlers (broker/kafka/handlers.py), then each importable
-  module of EXTENSION_MODULES through its `register(apis)`.
+- `KafkaApis(partitions, bad_requests, advertised=...)` serves the broker's
+  `PartitionService` (broker/partitions.py: logs, appends, reads, long polls and
+  error codes, shared with the native listener; config, LogManager,
+  TopicRegistry, GroupOffsets, executor) and builds its table: the core handlers
+  (broker/kafka/handlers.py), then each importable module of EXTENSION_MODULES
+  through its `register(apis)`. API keys are `ApiKey` members.
 - It is what `broker.server.BrokerServer` serves (its `RequestHandlers`): `handle`
   takes one frame (`header | body`, size stripped) and returns the framed reply
   parts, None for no reply (acks=0), or raises CloseConnection.
@@ -27,8 +29,10 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from enum import IntEnum
+from typing import Any
 
 import structlog
 from kio.index import UnknownEntity, load_request_schema, load_response_schema
@@ -38,13 +42,54 @@ from protocol import ProtocolError
 from storage.errors import StrataError
 from storage.log import Log
 
+from ..connection import CloseConnection, FastPath
 from ..group_configs import GroupConfigs
-from ..server import CloseConnection
+from ..log_limiter import BadRequestLog
+from ..partitions import PartitionService
 from . import codec, request_check
 
 log = structlog.get_logger("strata.kafka")
 
-API_VERSIONS = 18
+
+class ApiKey(IntEnum):
+    """Kafka's API keys (org.apache.kafka.common.protocol.ApiKeys) that Strata serves."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    GET_TELEMETRY_SUBSCRIPTIONS = 71
+    DESCRIBE_TOPIC_PARTITIONS = 75
+
+
+API_VERSIONS = ApiKey.API_VERSIONS
 NODE_ID = 0
 # Modules whose `register(apis)` adds handlers (consumer groups, DescribeCluster, admin APIs).
 EXTENSION_MODULES: tuple[str, ...] = (
@@ -60,6 +105,19 @@ EXTENSION_MODULES: tuple[str, ...] = (
 )
 
 Handler = Callable[[Any, "RequestContext"], Awaitable[Any]]
+HandlerNow = Callable[[Any, "RequestContext"], Any]
+
+
+class _Decline:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DECLINE"
+
+
+# What a `now` handler returns when the request needs waiting (the executor, a long
+# poll): it has done nothing, and the request goes to the async handler.
+DECLINE = _Decline()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +128,7 @@ class ApiEntry:
     max_version: int
     request_classes: dict[int, type]
     response_classes: dict[int, type]
+    handler_now: HandlerNow | None = None
 
 
 @dataclass(slots=True)
@@ -80,28 +139,33 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     peer: Any
-    apis: "KafkaApis"
+    apis: KafkaApis
     response_class: type = field(repr=False)
 
 
-class KafkaApis:
-    def __init__(self, native, *, advertised: tuple[str, int] | None = None,
+class KafkaApis(FastPath):
+    def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog, *,
+                 advertised: tuple[str, int] | None = None,
                  extensions: tuple[str, ...] = EXTENSION_MODULES):
         from .handlers import CoreHandlers  # the core APIs; they use this module's types
 
-        self.native = native  # broker.handlers.Handlers: the state both protocols share
-        self.config = native.config
-        self.manager = native.manager
-        self.registry = native.registry
-        self.offsets = native.offsets
-        self.waiters = native.waiters
-        self.executor = native.executor
-        self.loop = native.loop
+        self.partitions = partitions  # what both protocols share (broker/partitions.py)
+        self.bad_requests = bad_requests
+        self.config = partitions.config
+        self.manager = partitions.manager
+        self.registry = partitions.registry
+        self.offsets = partitions.offsets
+        self.waiters = partitions.waiters
+        self.executor = partitions.executor
+        self.loop = partitions.loop
         self.node_id = NODE_ID
         self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
         self.group_configs: GroupConfigs | None = None  # set by the app once the data dir is locked
         self._table: dict[int, ApiEntry] = {}
         self._shutdown_callbacks: list[Callable[[], Any]] = []
+        # The last request `handle_now` decoded and declined: (frame, header, request),
+        # so `handle` does not decode the same frame again.
+        self._declined: tuple[Any, Any, Any] | None = None
         self.shutting_down = False
         self.core = CoreHandlers(self)
         self.core.register_all()
@@ -120,8 +184,11 @@ class KafkaApis:
 
     # ---- the table ------------------------------------------------------------------------------
 
-    def register(self, api_key: int, handler: Handler, min_version: int, max_version: int) -> None:
-        """Serve `api_key` versions min..max with `handler` (replaces an earlier entry)."""
+    def register(self, api_key: int, handler: Handler, min_version: int, max_version: int, *,
+                 now: HandlerNow | None = None) -> None:
+        """Serve `api_key` versions min..max with `handler` (replaces an earlier entry).
+        `now`, optional: the same answer made synchronously on the loop, or DECLINE
+        having done nothing (the connection's fast path, `handle_now`)."""
         if not 0 <= min_version <= max_version:
             raise ValueError(f"bad version range {min_version}..{max_version} for api {api_key}")
         requests, responses = {}, {}
@@ -132,7 +199,7 @@ class KafkaApis:
             except (UnknownEntity, KeyError, LookupError) as e:
                 raise ValueError(f"kio has no schema for api {api_key} v{version}: {e}") from None
             request_check.plan(requests[version])  # a schema it cannot check fails here, not later
-        self._table[api_key] = ApiEntry(api_key, handler, min_version, max_version, requests, responses)
+        self._table[api_key] = ApiEntry(api_key, handler, min_version, max_version, requests, responses, now)
 
     def supported(self) -> list[tuple[int, int, int]]:
         """(api_key, min, max) of every registered API, ApiVersions included."""
@@ -144,13 +211,12 @@ class KafkaApis:
     # ---- shared helpers -----------------------------------------------------------------------
 
     async def blocking(self, fn: Callable, *args, cleanup: Callable[[Any], None] | None = None):
-        """Run blocking storage work in the executor (see Handlers._blocking)."""
-        return await self.native._blocking(fn, *args, cleanup=cleanup)
+        """Run blocking storage work in the executor (PartitionService.blocking)."""
+        return await self.partitions.blocking(fn, *args, cleanup=cleanup)
 
     async def log_for(self, topic: str, partition: int, *, produce: bool = False) -> Log:
-        """The live Log of a partition or the StrataError to answer (auto-creates on
-        produce when auto.create.topics.enable is on)."""
-        return await self.native._log(topic, partition, produce=produce)
+        """The live Log of a partition or the StrataError to answer."""
+        return await self.partitions.partition_log(topic, partition, produce=produce)
 
     # ---- RequestHandlers (broker.server) --------------------------------------------------------
 
@@ -162,12 +228,12 @@ class KafkaApis:
 
     def begin_shutdown(self) -> None:
         self.shutting_down = True
-        self.waiters.notify_all()
+        self.partitions.begin_shutdown()
         for callback in self._shutdown_callbacks:
             try:
                 result = callback()
                 if inspect.isawaitable(result):
-                    self.loop.create_task(result)
+                    asyncio.ensure_future(result, loop=self.loop)
             except Exception:
                 log.exception("shutdown_callback_failed")
 
@@ -175,22 +241,26 @@ class KafkaApis:
         try:
             api_key, api_version, correlation_id = codec.peek_header(frame)
         except codec.MalformedRequest as e:
-            self.native.bad_requests.record(peer, "kafka_bad_request", error=str(e), peer=peer)
+            self.bad_requests.record(peer, "kafka_bad_request", error=str(e), peer=peer)
             raise CloseConnection() from None
         entry = self._table.get(api_key)
         if entry is None or not entry.min_version <= api_version <= entry.max_version:
             if api_key == API_VERSIONS:
                 return [self.core.unsupported_api_versions(correlation_id)]
-            self.native.bad_requests.record(peer, "kafka_unsupported_request", api_key=api_key,
-                                            api_version=api_version, peer=peer)
+            self.bad_requests.record(peer, "kafka_unsupported_request", api_key=api_key,
+                                     api_version=api_version, peer=peer)
             raise CloseConnection()
         request_class = entry.request_classes[api_version]
-        try:
-            header, request = codec.decode_request(frame, request_class)
-        except codec.MalformedRequest as e:
-            self.native.bad_requests.record(peer, "kafka_bad_request", api_key=api_key,
-                                            api_version=api_version, error=str(e), peer=peer)
-            raise CloseConnection() from None
+        declined, self._declined = self._declined, None
+        if declined is not None and declined[0] is frame:
+            header, request = declined[1], declined[2]
+        else:
+            try:
+                header, request = codec.decode_request(frame, request_class)
+            except codec.MalformedRequest as e:
+                self.bad_requests.record(peer, "kafka_bad_request", api_key=api_key,
+                                         api_version=api_version, error=str(e), peer=peer)
+                raise CloseConnection() from None
         response_class = entry.response_classes[api_version]
         ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer,
                              self, response_class)
@@ -209,5 +279,46 @@ class KafkaApis:
             return response  # no answer (acks=0), or already framed (Fetch)
         return [codec.encode_response(correlation_id, response)]
 
+    # ---- FastPath (broker.connection) -----------------------------------------------------------
 
-__all__ = ["API_VERSIONS", "EXTENSION_MODULES", "KafkaApis", "NODE_ID", "RequestContext"]
+    def handle_now(self, frame, peer: Any = None):
+        """The reply to `frame` made right now on the loop, by its API's `now` handler
+        (Produce appended inline, Fetch with nothing to wait for), or None, with
+        nothing done, for `handle` to answer (a request it cannot decode included:
+        `handle` logs it and closes). Answers exactly as `handle` would."""
+        try:
+            api_key, api_version, correlation_id = codec.peek_header(frame)
+        except codec.MalformedRequest:
+            return None
+        entry = self._table.get(api_key)
+        if entry is None or entry.handler_now is None or not entry.min_version <= api_version <= entry.max_version:
+            return None
+        try:
+            header, request = codec.decode_request(frame, entry.request_classes[api_version])
+        except codec.MalformedRequest:
+            return None
+        response_class = entry.response_classes[api_version]
+        ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer,
+                             self, response_class)
+        try:
+            response = entry.handler_now(request, ctx)
+        except StrataError as e:
+            response = codec.error_response(response_class, e.code)
+        except Exception:
+            log.exception("kafka_request_failed", api_key=api_key, api_version=api_version)
+            response = codec.error_response(response_class, ErrorCode.unknown_server_error)
+        if response is DECLINE:
+            self._declined = (frame, header, request)
+            return None
+        if isinstance(response, list):
+            return response  # already framed (Fetch)
+        return [codec.encode_response(correlation_id, response)]
+
+    def run_key(self, frame) -> None:
+        return None  # no Kafka request is begun before its turn
+
+    def begin(self, frame, peer: Any = None) -> asyncio.Future:
+        raise NotImplementedError("KafkaApis keys no frames (run_key is always None)")
+
+
+__all__ = ["API_VERSIONS", "ApiKey", "DECLINE", "EXTENSION_MODULES", "KafkaApis", "NODE_ID", "RequestContext"]

@@ -12,8 +12,10 @@ supported versions and the decisions; the notable ones:
   the topic is created synchronously and listed at once (Kafka answers
   LEADER_NOT_AVAILABLE until its controller has created it).
 - Produce: each partition's records are appended as they arrived (the validator
-  restamps base offsets, and timestamps for LogAppendTime), all partitions of a
-  request in one executor call. acks 1 and -1 answer once the batch is in the
+  restamps base offsets, and timestamps for LogAppendTime), by the partition
+  service's one policy (broker/partitions.py): inline on the loop when no fsync
+  is due and the set is small enough, else through the partition's appender in
+  the executor. acks 1 and -1 answer once the batch is in the
   log; -1 adds no fsync (one replica: the in-sync set is this log; durability
   follows flush.messages/flush.ms, as Kafka's). acks 0: no answer; if a partition
   failed, the connection is closed, as Kafka does so that the client notices.
@@ -34,15 +36,20 @@ import structlog
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from storage.config import BROKER_NAMES, KEYS as TOPIC_KEYS, LogConfig
+from storage.config import BROKER_NAMES, LogConfig
+from storage.config import KEYS as TOPIC_KEYS
 from storage.errors import InvalidConfigError, InvalidRequestError, StrataError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from storage.max_timestamp import max_timestamp_offset
 from storage.names import validate_topic_name
 
+from ..connection import CloseConnection
 from ..group_configs import GroupConfigs
+from ..partitions import append_outcome
 from . import codec
-from .authorized import CLUSTER_NAME, ResourceType, requested as authorized_field
+from .apis import DECLINE, ApiKey
+from .authorized import CLUSTER_NAME, ResourceType
+from .authorized import requested as authorized_field
 from .codec import RecordsSplicer, has_field, make, nested
 from .state import KafkaState
 
@@ -71,13 +78,34 @@ def _code(e: StrataError) -> int:
 class _Target:
     """One partition of a Produce/Fetch/ListOffsets request, resolved."""
 
-    __slots__ = ("index", "log", "error", "offset", "max_bytes", "records", "result")
+    __slots__ = ("index", "log", "error", "offset", "max_bytes", "records", "result", "to_create")
 
     def __init__(self, index: int, log: Log | None = None, error: int = 0):
         self.index = index
         self.log = log
         self.error = error
+        self.offset = 0  # Fetch: where to read from
+        self.max_bytes = 0  # Fetch: partition_max_bytes
+        self.records: Any = None  # Produce: the records to append
         self.result: Any = None
+        self.to_create: str | None = None  # an internal topic whose log is created on first use
+
+
+class _FetchParams:
+    """What a Fetch request asks, read once per request."""
+
+    __slots__ = ("by_id", "replica", "max_wait_ms", "min_bytes", "budget", "read_committed")
+
+    def __init__(self, req, ctx, fetch_max_bytes: int):
+        replica = getattr(req, "replica_id", -1)
+        if has_field(type(req), "replica_state"):
+            replica = req.replica_state.replica_id
+        self.replica = replica
+        self.by_id = ctx.api_version >= 13
+        self.max_wait_ms = int(req.max_wait.total_seconds() * 1000)
+        self.min_bytes = req.min_bytes
+        self.budget = min(req.max_bytes if req.max_bytes >= 0 else 0, fetch_max_bytes, INT32_MAX - (1 << 20))
+        self.read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
 
 
 class CoreHandlers:
@@ -85,29 +113,31 @@ class CoreHandlers:
         self.apis = apis
         self.config = apis.config
         self.registry = apis.registry
-        self.native = apis.native
+        self.partitions = apis.partitions  # broker/partitions.py: shared with the native listener
         self.state: KafkaState | None = None  # set by the app once the data dir is locked
         self._claiming: asyncio.Lock | None = None
 
     def register_all(self) -> None:
         r = self.apis.register
-        r(18, self.api_versions, 0, 4)
-        r(3, self.metadata, 0, 13)
-        r(0, self.produce, 3, 13)
-        r(1, self.fetch, 4, 18)
-        r(2, self.list_offsets, 1, 10)
-        r(19, self.create_topics, 2, 7)
-        r(20, self.delete_topics, 1, 6)
-        r(32, self.describe_configs, 1, 4)
-        r(33, self.alter_configs, 0, 2)
-        r(44, self.incremental_alter_configs, 0, 1)
-        r(21, self.delete_records, 0, 2)
-        r(22, self.init_producer_id, 0, 5)
+        r(ApiKey.API_VERSIONS, self.api_versions, 0, 4)
+        r(ApiKey.METADATA, self.metadata, 0, 13)
+        r(ApiKey.PRODUCE, self.produce, 3, 13, now=self.produce_now)
+        r(ApiKey.FETCH, self.fetch, 4, 18, now=self.fetch_now)
+        r(ApiKey.LIST_OFFSETS, self.list_offsets, 1, 10)
+        r(ApiKey.CREATE_TOPICS, self.create_topics, 2, 7)
+        r(ApiKey.DELETE_TOPICS, self.delete_topics, 1, 6)
+        r(ApiKey.DESCRIBE_CONFIGS, self.describe_configs, 1, 4)
+        r(ApiKey.ALTER_CONFIGS, self.alter_configs, 0, 2)
+        r(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.incremental_alter_configs, 0, 1)
+        r(ApiKey.DELETE_RECORDS, self.delete_records, 0, 2)
+        r(ApiKey.INIT_PRODUCER_ID, self.init_producer_id, 0, 5)
 
     # ---- helpers ---------------------------------------------------------------------------------
 
-    async def _resolve(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> _Target:
-        """A partition by topic name, or by topic id (name None): the Log or an error code."""
+    def _target(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> _Target:
+        """A partition by topic name, or by topic id (name None), on the loop: the Log
+        or an error code. Neither (log None, no error): an internal topic's log not
+        created yet, named in `target.to_create` for `_create_log`."""
         target = _Target(partition)
         if name is None:
             known = self.registry.by_id(str(topic_id)) if topic_id is not None else None
@@ -116,10 +146,28 @@ class CoreHandlers:
                 return target
             name = known.name
         try:
-            target.log = await self.apis.log_for(name, partition, produce=produce)
+            target.log = self.partitions.open_log(name, partition, produce=produce)
         except StrataError as e:
             target.error = _code(e)
+        if target.log is None and not target.error:
+            target.to_create = name
         return target
+
+    async def _resolve(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> _Target:
+        """`_target`, creating an internal topic's log on first use."""
+        target = self._target(name, topic_id, partition, produce=produce)
+        if target.log is None and not target.error:
+            await self._create_log(target)
+        return target
+
+    async def _create_log(self, target: _Target) -> None:
+        """The log `_target` left to create (an internal topic's partition)."""
+        assert target.to_create is not None
+        try:
+            target.log = await self.partitions.partition_log(target.to_create, target.index)
+        except StrataError as e:
+            target.error = _code(e)
+        target.to_create = None
 
     async def _each_partition(self, ctx, topics, answer) -> tuple:
         """The per-topic, per-partition answers of a request addressed by topic name
@@ -149,7 +197,7 @@ class CoreHandlers:
     def unsupported_api_versions(self, correlation_id: int) -> bytes:
         """KIP-511: an ApiVersions version the broker does not know is answered v0
         with UNSUPPORTED_VERSION and the supported versions (header v0)."""
-        response_class = load_response_schema(18, 0)
+        response_class = load_response_schema(ApiKey.API_VERSIONS, 0)
         response = make(response_class, error_code=E.unsupported_version,
                         api_keys=self._api_keys(response_class))
         return codec.encode_response(correlation_id, response)
@@ -192,7 +240,7 @@ class CoreHandlers:
             known = self.registry.get(name)
             if known is None and allow_auto:
                 try:
-                    await self.apis.blocking(self.native._auto_create, name)
+                    await self.apis.blocking(self.partitions.auto_create_topic, name)
                 except StrataError as e:
                     topics.append(make(TopicR, error_code=_code(e), name=name,
                                        topic_id=codec.ZERO_UUID, partitions=()))
@@ -220,10 +268,9 @@ class CoreHandlers:
 
     # ---- Produce -----------------------------------------------------------------------------
 
-    async def produce(self, req, ctx):
-        R = ctx.response_class
-        TopicR = nested(R, "responses")
-        PartR = nested(TopicR, "partition_responses")
+    def _produce_plan(self, req) -> list[tuple[Any, list[_Target]]]:
+        """Every partition of a Produce resolved, on the loop (a produce never creates
+        a log: internal topics refuse it first), its records in `records`."""
         acks = req.acks
         by_id = not has_field(type(req.topic_data[0]), "name") if req.topic_data else False
         plan: list[tuple[Any, list[_Target]]] = []
@@ -234,37 +281,61 @@ class CoreHandlers:
                 if acks not in (0, 1, -1):
                     targets.append(_Target(part.index, error=E.invalid_required_acks))
                     continue
-                target = await self._resolve(name, getattr(topic, "topic_id", None), part.index,
-                                             produce=True)
+                target = self._target(name, getattr(topic, "topic_id", None), part.index, produce=True)
                 if part.records is None:
                     target.error = target.error or E.corrupt_message
                 target.records = part.records
                 targets.append(target)
             plan.append((topic, targets))
+        return plan
 
-        def append_all() -> None:
-            for _, targets in plan:
-                for target in targets:
-                    if target.error:
-                        continue
-                    try:
-                        target.result = self.native._append(target.log, target.records)
-                    except StrataError as e:
-                        target.error = self.native._error_code(e, target.log)
-                    except Exception:
-                        log.exception("kafka_append_failed", topic=target.log.topic,
-                                      partition=target.index)
-                        target.error = E.unknown_server_error
+    def produce_now(self, req, ctx):
+        """Produce without waiting (the fast path, KafkaApis.handle_now): when acks is
+        1 or -1 and every partition's append runs inline by the partition service's
+        policy, append them all on the loop and answer; else DECLINE, with nothing done."""
+        if req.acks == 0:
+            return DECLINE
+        plan = self._produce_plan(req)
+        partitions = self.partitions
+        targets = [t for _, ts in plan for t in ts if not t.error]
+        if not all(partitions.appends_inline(t.log, len(t.records)) for t in targets):
+            return DECLINE
+        for t in targets:
+            try:
+                t.result = partitions.append_inline(t.log, t.records)
+            except Exception as e:
+                t.error = partitions.error_code(e, t.log)
+            t.records = None
+        return self._produce_response(ctx, plan)
+
+    async def produce(self, req, ctx):
+        plan = self._produce_plan(req)
+        # Each partition's append follows the partition service's one policy: inline
+        # on the loop when cheap, else queued on the partition's appender; the
+        # executor ones run meanwhile and are awaited below, in order.
+        partitions = self.partitions
+        for _, targets in plan:
+            for target in targets:
+                if not target.error:
+                    target.result = partitions.start_append(target.log, target.records, append_outcome)
                     target.records = None
-
-        if any(not t.error for _, targets in plan for t in targets):
-            await self.apis.blocking(append_all)
-        if acks == 0:
+        for _, targets in plan:
+            for target in targets:
+                if not target.error:
+                    started = target.result
+                    done, target.error = await started if isinstance(started, asyncio.Future) else started
+                    target.result = done
+        if req.acks == 0:
             if any(t.error for _, targets in plan for t in targets):
-                from ..server import CloseConnection
                 log.info("kafka_acks0_produce_failed", peer=ctx.peer)
                 raise CloseConnection()
             return None
+        return self._produce_response(ctx, plan)
+
+    def _produce_response(self, ctx, plan: list[tuple[Any, list[_Target]]]):
+        R = ctx.response_class
+        TopicR = nested(R, "responses")
+        PartR = nested(TopicR, "partition_responses")
         responses = []
         for topic, targets in plan:
             parts = []
@@ -299,61 +370,91 @@ class CoreHandlers:
           wakes PartitionWaiters), for max_wait, or for shutdown, then reads again.
         - The records are FileSlices spliced into kio's encoding and sent with sendfile.
         """
-        R = ctx.response_class
-        TopicR = nested(R, "responses")
-        PartR = nested(TopicR, "partitions")
-        session_id = getattr(req, "session_id", 0)
-        session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
-        if session_id != 0 and session_epoch != FINAL_EPOCH:
-            return make(R, throttle_time=0, error_code=E.fetch_session_id_not_found, session_id=0,
-                        responses=())
-        replica = getattr(req, "replica_id", -1)
-        if has_field(type(req), "replica_state"):
-            replica = req.replica_state.replica_id
-        by_id = ctx.api_version >= 13
-        max_wait_ms = int(req.max_wait.total_seconds() * 1000)
-        min_bytes = req.min_bytes
-        budget_total = min(req.max_bytes if req.max_bytes >= 0 else 0, self.config.fetch_max_bytes,
-                           INT32_MAX - (1 << 20))
-        read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+        refused = self._fetch_refused(req, ctx)
+        if refused is not None:
+            return refused
+        fetch = _FetchParams(req, ctx, self.config.fetch_max_bytes)
         loop = self.apis.loop
-        deadline = loop.time() + max_wait_ms / 1000
+        deadline = loop.time() + fetch.max_wait_ms / 1000
         while True:
-            plan: list[tuple[Any, list[_Target]]] = []
-            for topic in req.topics:
-                name = None if by_id else topic.topic
-                targets = []
-                for part in topic.partitions:
-                    if replica >= 0:  # a follower: there are none
-                        targets.append(_Target(part.partition, error=E.not_leader_or_follower))
-                        continue
-                    target = await self._resolve(name, getattr(topic, "topic_id", None), part.partition)
-                    target.offset = part.fetch_offset
-                    target.max_bytes = max(part.partition_max_bytes, 0)
-                    targets.append(target)
-                plan.append((topic, targets))
+            plan = self._fetch_plan(req, fetch)
             flat = [t for _, targets in plan for t in targets]
-            may_wait = max_wait_ms > 0 and not self.apis.shutting_down
-            events = [self.apis.waiters.event((t.log.topic, t.log.partition))
+            for t in flat:
+                if t.log is None and not t.error:
+                    await self._create_log(t)
+            may_wait = fetch.max_wait_ms > 0 and not self.apis.shutting_down
+            events = [self.partitions.watch((t.log.topic, t.log.partition))
                       for t in flat if t.log is not None] if may_wait else []
-            if any(t.log is not None and t.offset != t.log.log_end_offset for t in flat):
-                await self.apis.blocking(self._read_all, flat, budget_total,
-                                         cleanup=lambda _: _release(flat))
-            total = sum(t.result.length for t in flat if t.result is not None)
+            self._read_all(flat, fetch.budget)  # on the loop, as native FETCH reads
             remaining = deadline - loop.time()
-            if (not may_wait or total >= min_bytes or any(t.error for t in flat) or remaining <= 0
-                    or not events):
+            if not may_wait or self._fetch_complete(flat, fetch) or remaining <= 0 or not events:
                 break
             _release(flat)
-            await _wait_any(events, remaining)
+            await self.partitions.wait_for_append(events, remaining)
         try:
-            return self._fetch_response(ctx, R, TopicR, PartR, plan, read_committed)
+            return self._fetch_response(ctx, plan, fetch.read_committed)
         except BaseException:
             _release(flat)
             raise
 
+    def fetch_now(self, req, ctx):
+        """Fetch without waiting (the fast path, KafkaApis.handle_now): the answer
+        when it needs no log created and no long poll; else DECLINE, with nothing
+        held (the reads are released)."""
+        refused = self._fetch_refused(req, ctx)
+        if refused is not None:
+            return refused
+        fetch = _FetchParams(req, ctx, self.config.fetch_max_bytes)
+        plan = self._fetch_plan(req, fetch)
+        flat = [t for _, targets in plan for t in targets]
+        if any(t.log is None and not t.error for t in flat):
+            return DECLINE  # an internal topic's log to create: in the executor
+        self._read_all(flat, fetch.budget)
+        if (fetch.max_wait_ms > 0 and not self.apis.shutting_down and not self._fetch_complete(flat, fetch)
+                and any(t.log is not None for t in flat)):
+            _release(flat)
+            return DECLINE  # a long poll: the connection's task waits
+        try:
+            return self._fetch_response(ctx, plan, fetch.read_committed)
+        except BaseException:
+            _release(flat)
+            raise
+
+    def _fetch_refused(self, req, ctx):
+        """The answer to an incremental fetch of a session (sessions are declined), else None."""
+        session_id = getattr(req, "session_id", 0)
+        session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
+        if session_id != 0 and session_epoch != FINAL_EPOCH:
+            return make(ctx.response_class, throttle_time=0, error_code=E.fetch_session_id_not_found,
+                        session_id=0, responses=())
+        return None
+
+    def _fetch_plan(self, req, fetch: _FetchParams) -> list[tuple[Any, list[_Target]]]:
+        """Every partition of a Fetch resolved on the loop (`_target`)."""
+        plan: list[tuple[Any, list[_Target]]] = []
+        for topic in req.topics:
+            name = None if fetch.by_id else topic.topic
+            targets = []
+            for part in topic.partitions:
+                if fetch.replica >= 0:  # a follower: there are none
+                    targets.append(_Target(part.partition, error=E.not_leader_or_follower))
+                    continue
+                target = self._target(name, getattr(topic, "topic_id", None), part.partition)
+                target.offset = part.fetch_offset
+                target.max_bytes = max(part.partition_max_bytes, 0)
+                targets.append(target)
+            plan.append((topic, targets))
+        return plan
+
+    @staticmethod
+    def _fetch_complete(flat: list[_Target], fetch: _FetchParams) -> bool:
+        """Whether a fetch answers now: an error, or min_bytes read."""
+        total = sum(t.result.length for t in flat if t.result is not None)
+        return total >= fetch.min_bytes or any(t.error for t in flat)
+
     def _read_all(self, flat: list[_Target], budget: int) -> None:
-        """Executor side: read every partition in order from the budget."""
+        """Read every partition in order from the budget (on the loop: the partition
+        service's read)."""
         min_one = True
         for t in flat:
             if t.error or t.log is None:
@@ -361,13 +462,10 @@ class CoreHandlers:
             try:
                 if t.offset == t.log.log_end_offset:
                     continue
-                found = t.log.read(t.offset, min(t.max_bytes, budget), min_one_message=min_one)
-            except StrataError as e:
-                t.error = self.native._error_code(e, t.log)
-                continue
-            except Exception:
-                log.exception("kafka_read_failed", topic=t.log.topic, partition=t.index)
-                t.error = E.unknown_server_error
+                found = self.partitions.read(t.log, t.offset, min(t.max_bytes, budget),
+                                             min_one_message=min_one)
+            except Exception as e:
+                t.error = self.partitions.error_code(e, t.log)
                 continue
             if found.length:
                 budget = max(budget - found.length, 0)
@@ -376,7 +474,10 @@ class CoreHandlers:
             else:
                 found.release()
 
-    def _fetch_response(self, ctx, R, TopicR, PartR, plan, read_committed: bool):
+    def _fetch_response(self, ctx, plan, read_committed: bool):
+        R = ctx.response_class
+        TopicR = nested(R, "responses")
+        PartR = nested(TopicR, "partitions")
         splicer = RecordsSplicer()
         responses = []
         for topic, targets in plan:
@@ -524,7 +625,7 @@ class CoreHandlers:
                 name = known.name
             known = self.registry.get(name)
             try:
-                await self.native.remove_topic(name)
+                await self.partitions.remove_topic(name)
             except StrataError as e:
                 code, message = _code(e), str(e)
             results.append(make(ResultR, name=name,
@@ -713,9 +814,9 @@ class CoreHandlers:
             low, code = -1, target.error
             if not code:
                 try:
-                    low = await self.native.delete_records_before(target.log, part.offset)
+                    low = await self.partitions.delete_records_before(target.log, part.offset)
                 except StrataError as e:
-                    code = self.native._error_code(e, target.log)
+                    code = self.partitions.error_code(e, target.log)
             return make(PartR, partition_index=part.partition_index, low_watermark=low, error_code=code)
 
         return make(ctx.response_class, throttle_time=0,
@@ -759,22 +860,6 @@ def _release(flat: list[_Target]) -> None:
         if t.result is not None and hasattr(t.result, "release"):
             t.result.release()
             t.result = None
-
-
-async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
-    unique = list({id(e): e for e in events}.values())
-    if len(unique) == 1:
-        try:
-            await asyncio.wait_for(unique[0].wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
-        return
-    waits = [asyncio.ensure_future(e.wait()) for e in unique]
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
 
 
 __all__ = ["CoreHandlers"]

@@ -3,7 +3,7 @@ the connection is idle) and inline appends: same answers and the same order as t
 request task and the executor.
 
 End-to-end tests run against the shared broker process; the ones that look at where
-appends ran (`Handlers.append_stats`) use the in-process broker
+appends ran (`PartitionService.append_stats`) use the in-process broker
 (tests/broker/inprocess.py). Nothing is mocked; the back-off test only lowers
 SLOW_INLINE_APPEND_S so that any inline append counts as slow.
 """
@@ -19,7 +19,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from broker import handlers as handlers_module
+from broker import partitions as partitions_module
 from broker import server as server_module
 from protocol import (CreateTopicRequest, ErrorCode, FetchRequest, FrameDecoder, OffsetsRequest,
                       ProduceRequest, encode_request)
@@ -134,7 +134,7 @@ def pipeline(client: NativeClient, requests) -> list:
 
 
 def test_appends_up_to_1_mib_run_inline_unless_an_fsync_is_due(inprocess):
-    stats = inprocess.app.handlers.append_stats
+    stats = inprocess.app.partitions.append_stats
     with NativeClient(*inprocess.address) as c:
         assert c.call(CreateTopicRequest("plain", 1)).error == ErrorCode.NONE
         assert c.call(CreateTopicRequest("synced", 1, (("flush.messages", "2"),))).error == ErrorCode.NONE
@@ -190,8 +190,8 @@ def test_fetches_with_data_are_answered_at_once_and_long_polls_wait_on_the_task(
 
 
 def test_a_slow_inline_append_sends_large_appends_to_the_executor_for_a_while(inprocess, monkeypatch):
-    monkeypatch.setattr(handlers_module, "SLOW_INLINE_APPEND_S", 0.0)  # every inline append is "slow"
-    stats = inprocess.app.handlers.append_stats
+    monkeypatch.setattr(partitions_module, "SLOW_INLINE_APPEND_S", 0.0)  # every inline append is "slow"
+    stats = inprocess.app.partitions.append_stats
     with capture_logs() as logs, NativeClient(*inprocess.address) as c:
         assert c.call(CreateTopicRequest("slow", 1)).error == ErrorCode.NONE
         assert c.call(ProduceRequest("slow", 0, big_batch(0))).base_offset == 0  # inline, then the back-off

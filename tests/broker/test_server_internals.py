@@ -15,7 +15,7 @@ import time
 import pytest
 import structlog
 
-from broker import handlers as handlers_module
+from broker import partitions as partitions_module
 from broker import server as server_module
 from protocol import (CreateTopicRequest, ErrorCode, FetchItem, FetchRequest, MetadataRequest,
                       MultiFetchRequest, OffsetsRequest, ProduceRequest, encode_request)
@@ -154,7 +154,7 @@ def big_batch(tag: int) -> bytes:
 def executor_appends(monkeypatch):
     """Appends over INLINE_APPEND_MAX_BYTES go to the executor (as during an inline
     back-off), so big_batch() PRODUCEs stream through the partition's appender."""
-    monkeypatch.setattr(handlers_module, "LARGE_INLINE_APPEND_MAX_BYTES", handlers_module.INLINE_APPEND_MAX_BYTES)
+    monkeypatch.setattr(partitions_module, "LARGE_INLINE_APPEND_MAX_BYTES", partitions_module.INLINE_APPEND_MAX_BYTES)
 
 
 def test_pipelined_large_produces_are_begun_early_and_answered_in_order(inprocess, executor_appends):
@@ -221,7 +221,7 @@ def test_a_large_frame_split_across_many_reads_is_whole(inprocess):
 @pytest.mark.parametrize("path", ["inline", "executor"])
 def test_a_flood_of_large_produces_holds_bounded_state_and_is_answered_in_order(inprocess, path, monkeypatch):
     if path == "executor":
-        monkeypatch.setattr(handlers_module, "LARGE_INLINE_APPEND_MAX_BYTES", handlers_module.INLINE_APPEND_MAX_BYTES)
+        monkeypatch.setattr(partitions_module, "LARGE_INLINE_APPEND_MAX_BYTES", partitions_module.INLINE_APPEND_MAX_BYTES)
     with NativeClient(*inprocess.address) as c:
         assert c.call(CreateTopicRequest("flood", 1)).error == ErrorCode.NONE
     count = 100
@@ -247,5 +247,5 @@ def test_a_flood_of_large_produces_holds_bounded_state_and_is_answered_in_order(
         __import__("collections").deque([ProduceRequest.TYPE] * count)
     assert [client.recv().base_offset for _ in range(count)] == list(range(count))
     flood.close()
-    stats = inprocess.app.handlers.append_stats
+    stats = inprocess.app.partitions.append_stats
     assert (stats.inline, stats.executor) == ((count, 0) if path == "inline" else (0, count))

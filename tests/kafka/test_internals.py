@@ -158,6 +158,45 @@ def test_kafka_fetch_goes_through_sendfile(tmp_path):
         broker.stop()
 
 
+def test_kafka_produce_and_fetch_share_the_native_inline_policy_and_fast_path(tmp_path):
+    """Kafka Produce appends inline on the loop and a Fetch with data is answered
+    in the socket callback, as native ones; an fsync due sends the append to the
+    executor, and a long poll still waits for the next append (either protocol)."""
+    broker = InProcessBroker(tmp_path).start()
+    try:
+        host, port = broker.app.kafka_address
+        create_topic(f"{host}:{port}", "fast")
+        create_topic(f"{host}:{port}", "synced", configs={"flush.messages": "1"})
+        appends = broker.app.partitions.append_stats
+        stats = broker.app.kafka_server.stats
+        batch = build_batch([(None, b"v" * 100)])
+        with KafkaWire(host, port) as conn:
+            inline, at_once = appends.inline, stats.answered_at_once
+            assert only_partition_of(conn.call(produce_request(9, "fast", 0, batch))).base_offset == 0
+            assert (appends.inline, stats.answered_at_once) == (inline + 1, at_once + 1)
+            part = only_partition(conn.call(fetch_request(12, [("fast", 0, 0, 1 << 20)])))
+            assert len(part.records) == len(batch) and stats.answered_at_once == at_once + 2
+            executor = appends.executor
+            assert only_partition_of(conn.call(produce_request(9, "synced", 0, batch))).base_offset == 0
+            assert appends.executor == executor + 1
+            # A long poll at the log end: declined by the fast path, then waits in the task.
+            conn.send(fetch_request(12, [("fast", 0, 1, 1 << 20)], max_wait_ms=20_000))
+            time.sleep(0.2)
+            with KafkaWire(host, port) as other:
+                assert only_partition_of(other.call(produce_request(9, "fast", 0, batch))).base_offset == 1
+            part = only_partition(conn.recv())
+            assert part.records is not None and len(part.records) == len(batch)
+    finally:
+        broker.stop()
+
+
+def only_partition_of(produce_response):
+    (topic,) = produce_response.responses
+    (part,) = topic.partition_responses
+    assert part.error_code == ErrorCode.none
+    return part
+
+
 def test_kafka_port_in_use_fails_the_start(tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -1,0 +1,509 @@
+"""One client connection: frames in, replies out, in request order.
+
+Contract:
+- `Connection` is an asyncio.BufferedProtocol: the transport receives straight
+  into a `FrameReader` (protocol/framing.py), so the bytes of a large frame land
+  once, by the kernel, in the buffer the frame keeps (one of the server's
+  `FramePool`, reused once nothing refers to it). Frames queue up and one task per
+  connection handles them strictly one after another and writes each reply before
+  the next one starts: responses are in request order, and a request sees the
+  effects of every earlier request on the same connection (as Kafka, which mutes a
+  channel while its request is in flight). A long-poll FETCH therefore delays later
+  responses of its own connection, never other connections.
+- Its collaborators, one job each: `FlowControl` (broker/flow_control.py) pauses
+  and resumes reading and tracks the write buffer; `SendfileWriter`
+  (broker/sendfile.py) writes the reply parts, segment bytes by sendfile; the
+  `RequestHandlers` (the native `Handlers` or `broker.kafka.KafkaApis`) answer
+  requests. What it needs of its server (limits, pools, stats, the shared
+  RequestMemory and BadRequestLog, admit / connection_made / connection_lost) is
+  `ConnectionHost`.
+- Fast path (`FastPath`, an interface a RequestHandlers class declares by
+  subclassing it): while a connection is idle (nothing queued, nothing being
+  handled, the write buffer under its limit, not draining), a frame just read is
+  handled right in the socket callback: `handle_now` (native: a PRODUCE appended
+  inline, a FETCH that need not wait) answers it synchronously and the reply is
+  written at once, a FileSlice by sendfile while the socket takes it (the rest, if
+  any, goes to the task), so a request costs no task wake-up, no future, no Event
+  (an asyncio.Event wait also costs a getpid). A frame `handle_now` declines
+  (None) queues for the task as before; a keyed frame is begun at once. Since the
+  connection was idle, every earlier request is answered by then: order and
+  visibility are those of the task.
+- Streaming: a frame the handlers key with `run_key` (native: a PRODUCE for the
+  executor, keyed by partition) is handled with `begin`, which starts it at once
+  and returns the future of its reply. While every request from the one being
+  answered to the last one read is begun with the same key, a new frame with that
+  key is begun as soon as it is read, before its turn: its append queues behind
+  the earlier ones (the partition's appender runs them in order), so a stream of
+  pipelined PRODUCEs keeps the append thread busy while replies still go out in
+  order, each one when its own append is done. Any other request breaks the
+  streak and waits for every earlier reply, as before. `stats.begun_early` counts
+  them.
+- A frame over `socket.request.max.bytes` is answered with `fatal_reply` (after
+  the responses to the requests before it) and the connection is closed. Bad
+  frames are logged through the broker's `BadRequestLog` (rate-limited per
+  connection and reason, with a broker-wide cap: broker/log_limiter.py). A frame
+  the codec cannot parse is answered by the handlers and the connection stays
+  open. A handler may answer nothing (None: Kafka's acks=0, order kept) or raise
+  CloseConnection (earlier replies are flushed, then the connection closes).
+- Half-close: after the client's EOF, queued requests are still answered, then
+  the connection closes. `drain()` (shutdown) reads nothing more, answers what is
+  queued, then closes.
+
+Flow control (a slow or stalled reader never makes the broker buffer without bound):
+- Reading pauses while `connection.max.queued.requests` requests (default 16) are
+  read but not yet answered: frames are only taken out of the decoder while there
+  is room, so a chunk full of tiny pipelined requests stays as raw bytes in the
+  decoder (at most one socket read, 256 KiB in uvloop).
+- Reading also pauses while the transport is paused for writing: its write buffer
+  is above `connection.write.buffer.bytes` (default 256 KiB; resume at a quarter).
+  The request task waits for the drain before writing more (and the fast path
+  stops at the high-water mark: the next frames queue), so per connection the
+  broker holds at most: one socket read + the queued frames + one reply in memory
+  + the write buffer (<= high-water mark + the largest single write).
+- Reading also pauses while a frame of 16 KiB or more cannot begin because the
+  broker-wide `RequestMemory` (queued.max.request.bytes) is spent; it resumes
+  when answered requests (or closed connections) give memory back. A frame's
+  reservation is released once every request read on its connection is
+  answered. Buffers grow as bytes arrive (protocol/framing.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections import deque
+from typing import Any, Protocol
+
+import structlog
+
+from protocol import FrameTooLarge, ProtocolError
+from protocol.framing import FramePool, FrameReader, ScratchBuffers
+from storage.file_records import FileSlice
+
+from .flow_control import FlowControl, PauseCounters
+from .log_limiter import BadRequestLog
+from .request_memory import RequestMemory
+from .sendfile import ConnectionClosed, SendfileWriter
+
+Part = bytes | FileSlice
+Reply = list[Part]
+Frame = memoryview | bytes  # one request frame, size stripped
+
+log = structlog.get_logger("strata.server")
+
+
+class _Fatal:
+    """Queue marker: answer with `fatal_reply`, then close (the framing is lost)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: ProtocolError):
+        self.error = error
+
+
+class _Begun:
+    """Queue marker: a request already begun (`FastPath.begin`); its reply is the
+    future's result."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future):
+        self.future = future
+
+
+QueueItem = memoryview | bytes | list | _Fatal | _Begun
+
+
+class CloseConnection(Exception):
+    """Raised by `handle` when the protocol says to close without an answer (Kafka: a
+    request it cannot parse, an unsupported API version). Earlier replies are flushed."""
+
+
+class RequestHandlers(Protocol):
+    """What a connection serves: the native `Handlers` or `broker.kafka.KafkaApis`.
+
+    - `handle(frame, peer)`: the reply parts in order (bytes, or FileSlices sent with
+      sendfile and released by the connection), None for no reply at all (Kafka's
+      acks=0), or raise CloseConnection. Must not raise anything else.
+    - `bad_frame_reply(error)`: the reply to a frame the decoder refused while the
+      framing is still in step (too short); None closes the connection instead.
+    - `fatal_reply(error)`: what to write before closing after a frame over
+      socket.request.max.bytes (may be empty).
+    - `begin_shutdown()`: answer long polls now.
+    A class that also answers without a task declares it by subclassing `FastPath`."""
+
+    loop: asyncio.AbstractEventLoop
+
+    async def handle(self, frame: Frame, peer: Any = None) -> Reply | None: ...
+
+    def bad_frame_reply(self, error: ProtocolError) -> Reply | None: ...
+
+    def fatal_reply(self, error: ProtocolError) -> Reply: ...
+
+    def begin_shutdown(self) -> None: ...
+
+
+class FastPath(ABC):
+    """The requests a RequestHandlers class answers without the connection's task.
+
+    - `handle_now(frame, peer)`: the reply if it can be made at once with no waiting
+      (same answer as `handle`), or None, having done nothing, to send the frame to
+      `handle`. Never raises. Called only when every earlier request on the
+      connection is answered.
+    - `run_key(frame)` and `begin(frame, peer)`: a frame with a run key (not None)
+      is handled by `begin`, which starts the work and returns a future of the reply
+      (never raises; the future never fails). Work begun for frames of the same key
+      takes effect in the order begun (native: large PRODUCEs, keyed by partition,
+      appended in order by the partition's appender). So the connection may begin a
+      keyed frame before its turn, as soon as it is read, when every request before
+      it on the connection is already begun with the same key."""
+
+    @abstractmethod
+    def handle_now(self, frame: Frame, peer: Any = None) -> Reply | None: ...
+
+    @abstractmethod
+    def run_key(self, frame: Frame) -> Any: ...
+
+    @abstractmethod
+    def begin(self, frame: Frame, peer: Any = None) -> asyncio.Future: ...
+
+
+class ConnectionStats(PauseCounters, Protocol):
+    requests: int
+    frames_too_large: int
+    max_queued_requests: int
+    begun_early: int
+    answered_at_once: int
+
+
+class ConnectionHost(Protocol):
+    """What a Connection needs of its server (broker.server.BrokerServer)."""
+
+    handlers: RequestHandlers
+    loop: asyncio.AbstractEventLoop
+    max_frame_bytes: int
+    max_queued_requests: int
+    write_buffer_high: int
+    frame_pool: FramePool
+    memory: RequestMemory
+    scratch: ScratchBuffers
+    bad_requests: BadRequestLog
+    closing: bool
+
+    @property
+    def stats(self) -> ConnectionStats: ...
+
+    def admit(self, conn: Connection) -> bool: ...
+
+    def connection_made(self, conn: Connection) -> None: ...
+
+    def connection_lost(self, conn: Connection) -> None: ...
+
+
+class Connection(asyncio.BufferedProtocol):
+    """One socket: frames in (FrameReader), requests handled in order, replies out
+    (SendfileWriter), reading paced by FlowControl. See the module contract."""
+
+    def __init__(self, server: ConnectionHost):
+        self.server = server
+        self.handlers: RequestHandlers = server.handlers
+        self.max_queued = server.max_queued_requests
+        self.write_high = server.write_buffer_high
+        self.transport: asyncio.Transport | None = None
+        self.peer: Any = None
+        self.decoder = FrameReader(server.max_frame_bytes, pool=server.frame_pool, memory=server.memory,
+                                   scratch=server.scratch)
+        # BufferedProtocol.get_buffer: where the next bytes from the socket go, straight
+        # into the frame being received when it is a large one. The decoder's own bound
+        # method (uvloop keeps the one it finds here): a Python call less per read.
+        self.get_buffer = self.decoder.get_buffer
+        # The fast path, if the handlers declare it (bound once: a Python call less per frame).
+        fast = self.handlers if isinstance(self.handlers, FastPath) else None
+        self._run_key = fast.run_key if fast is not None else None
+        self._begin = fast.begin if fast is not None else None
+        self._handle_now = fast.handle_now if fast is not None else None
+        # Not None: every item from the one being handled to the end of the queue is a
+        # request begun with this run key, so a new frame with it may begin at once.
+        self._streak: Any = None
+        self.queue: deque[QueueItem] = deque()
+        self.busy = 0  # requests being handled or their replies written
+        self.flow = FlowControl(server.stats)
+        self.writer: SendfileWriter | None = None  # once connected
+        self.eof = False
+        self.draining = False
+        self.fatal = False
+        self.lost = False
+        # The request task parks on this future while there is nothing to do (a plain
+        # future: an asyncio.Event costs a get_running_loop, hence a getpid, per wait).
+        self._idle: asyncio.Future | None = None
+        self._task: asyncio.Task | None = None
+        self.closed = server.loop.create_future()
+        self.ip: str | None = None  # counted in the server's ConnectionLimits while open
+        self.last_active = server.loop.time()  # the last read or reply (connections.max.idle.ms)
+        self.held_memory = 0  # RequestMemory bytes of frames read and not yet answered
+        self._waiting_for_memory = False
+
+    # ---- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.transport = transport
+        self.peer = transport.get_extra_info("peername")
+        if not self.server.admit(self):
+            self.fatal = True
+            transport.abort()  # over max.connections(.per.ip): closed at once, as Kafka
+            return
+        sock = transport.get_extra_info("socket")
+        self.flow.attach(transport)
+        self.writer = SendfileWriter(transport, sock.fileno() if sock is not None else -1, self.flow,
+                                     self.write_high)
+        transport.set_write_buffer_limits(high=self.write_high, low=self.write_high // 4)
+        self.server.connection_made(self)
+        self._task = self.server.loop.create_task(self._serve())
+        if self.server.closing:
+            self.drain()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.fatal or self.lost:
+            return
+        self.last_active = self.server.loop.time()
+        if self.decoder.buffer_updated(nbytes):
+            self._take_frames()
+        elif self.decoder.waiting_for_memory:
+            self._wait_for_memory()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._update_reading()
+        self._wake()
+        return True  # keep the write side open: queued requests still get answers
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.flow.close()
+        self._wake()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self.server.connection_lost(self)
+        self.queue.clear()
+        memory = self.server.memory
+        if self._waiting_for_memory:
+            memory.forget(self._memory_available)
+        memory.release(self.held_memory + self.decoder.reserved_in_progress)
+        self.held_memory = self.decoder.reserved_in_progress = 0
+        self.decoder.close()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.flow.pause_writing()
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.flow.resume_writing()
+        self._update_reading()
+
+    # ---- reading and flow control -------------------------------------------------------------
+
+    @property
+    def reading(self) -> bool:
+        """Whether the transport is reading (FlowControl)."""
+        return self.flow.reading
+
+    @property
+    def write_paused(self) -> bool:
+        return self.flow.write_paused
+
+    @property
+    def in_flight(self) -> int:
+        """Requests read and not yet answered."""
+        return len(self.queue) + self.busy
+
+    def _take_frames(self) -> None:
+        """Move complete frames from the decoder into the queue while there is room.
+
+        While the connection is idle (nothing queued, nothing being handled or written),
+        a frame is handled right here instead: a keyed frame is begun at once, and
+        (the write buffer below its limit, not draining) `handle_now` answers what
+        needs no waiting (native: a PRODUCE appended inline), its reply written at
+        once, without waking the request task. Every earlier request is answered by
+        then, so order and "each request sees the effects of the earlier ones" hold
+        as on the task."""
+        stats = self.server.stats
+        while not self.fatal and self.in_flight < self.max_queued:
+            try:
+                frame = self.decoder.next_frame()
+            except FrameTooLarge as e:
+                self.fatal = True
+                stats.frames_too_large += 1
+                self.server.bad_requests.record(self.peer, "frame_too_large", peer=self.peer, size=e.size,
+                                                limit=e.limit)
+                self.queue.append(_Fatal(e))
+                self._streak = None
+                break
+            except ProtocolError as e:
+                self.server.bad_requests.record(self.peer, "bad_frame", peer=self.peer, error=str(e))
+                reply = self.handlers.bad_frame_reply(e)  # framing is still in step
+                if reply is None:
+                    self.fatal = True
+                    self.queue.append(_Fatal(e))
+                    self._streak = None
+                    break
+                self.queue.append(reply)
+                self._streak = None
+                continue
+            if frame is None:
+                break
+            if self.queue or self.busy:
+                if self._streak is not None and self._run_key(frame) == self._streak:  # type: ignore[misc]
+                    self.queue.append(_Begun(self._begin(frame, self.peer)))  # type: ignore[misc]
+                    stats.begun_early += 1
+                else:
+                    self.queue.append(frame)
+                    self._streak = None
+                continue
+            # Idle: nothing before this frame is unanswered.
+            if self._run_key is not None and (key := self._run_key(frame)) is not None:
+                self.queue.append(_Begun(self._begin(frame, self.peer)))  # type: ignore[misc]
+                self._streak = key
+                continue
+            self._streak = None
+            if self._handle_now is not None and not (self.flow.write_paused or self.draining or self.lost
+                                                     or self.transport.is_closing()):  # type: ignore[union-attr]
+                reply = self._handle_now(frame, self.peer)
+                if reply is not None:
+                    del frame  # a pooled buffer is free again once nothing refers to it
+                    stats.answered_at_once += 1
+                    rest = self.writer.write_now(reply)  # type: ignore[union-attr]
+                    if rest is None:
+                        stats.requests += 1
+                    else:
+                        self.queue.append(rest)  # the socket is full: the task sends (and counts) it
+                    continue
+            self.queue.append(frame)
+        if len(self.queue) > stats.max_queued_requests:
+            stats.max_queued_requests = len(self.queue)
+        self.held_memory += self.decoder.take_reserved()
+        if self.held_memory and not (self.queue or self.busy):  # every request read is answered
+            self.server.memory.release(self.held_memory)
+            self.held_memory = 0
+        if self.decoder.waiting_for_memory:
+            self._wait_for_memory()
+        if self.queue:
+            self._wake()
+        self._update_reading()
+
+    def _wait_for_memory(self) -> None:
+        """queued.max.request.bytes is spent: read nothing more until memory comes back."""
+        if not self._waiting_for_memory:
+            self._waiting_for_memory = True
+            self.server.memory.wait(self._memory_available)
+        self._update_reading()
+
+    def _memory_available(self) -> None:
+        self._waiting_for_memory = False
+        if self.lost:
+            return
+        if not self.decoder.retry_memory():
+            self._wait_for_memory()  # spent again: wait for the next release
+            return
+        self._take_frames()
+
+    def _wake(self) -> None:
+        idle = self._idle
+        if idle is not None and not idle.done():
+            idle.set_result(None)
+
+    def _update_reading(self) -> None:
+        if self.lost or self.transport is None:
+            return
+        self.flow.set_reading(not (self.fatal or self.eof or self.draining or self.flow.write_paused
+                                   or self.in_flight >= self.max_queued or self.decoder.waiting_for_memory))
+
+    def drain(self) -> None:
+        """Shutdown: read nothing more; answer what is queued, then close."""
+        self.draining = True
+        self._update_reading()
+        self._wake()
+
+    def abort(self) -> None:
+        if self.transport is not None and not self.lost:
+            self.transport.abort()
+
+    def close_idle(self) -> None:
+        """connections.max.idle.ms passed with nothing in flight: close."""
+        if self.transport is not None and not self.lost:
+            self.transport.close()
+
+    # ---- the request task -----------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        transport, writer = self.transport, self.writer
+        assert transport is not None and writer is not None
+        try:
+            while True:
+                if not self.queue:
+                    if self.fatal or self.eof or self.draining or self.lost:
+                        break
+                    self._idle = idle = self.server.loop.create_future()
+                    await idle
+                    self._idle = None
+                    continue
+                if self.flow.write_paused and not self.lost:  # `_take_frames` filled the write buffer
+                    await self.flow.writable()
+                    continue
+                item = self.queue.popleft()
+                self.busy = 1
+                if isinstance(item, _Fatal):
+                    for part in self.handlers.fatal_reply(item.error):
+                        transport.write(part)
+                    break
+                if isinstance(item, list):
+                    await writer.write(item)
+                elif isinstance(item, _Begun):
+                    reply = await item.future
+                    if reply is not None:
+                        await writer.write(reply)
+                elif self._run_key is not None and (key := self._run_key(item)) is not None:
+                    future = self._begin(item, self.peer)  # type: ignore[misc]
+                    self._begin_queued(key)
+                    reply = await future
+                    if reply is not None:
+                        await writer.write(reply)
+                else:
+                    try:
+                        reply = await self.handlers.handle(item, self.peer)
+                    except CloseConnection:
+                        break
+                    if reply is not None:
+                        await writer.write(reply)
+                self.server.stats.requests += 1
+                self.busy = 0
+                self.last_active = self.server.loop.time()
+                self._take_frames()  # room again: frames waiting in the decoder
+        except asyncio.CancelledError:
+            if not self.lost:
+                transport.abort()
+            raise
+        except (ConnectionClosed, ConnectionError) as e:
+            log.debug("connection_dropped", peer=self.peer, error=repr(e))
+            transport.abort()
+            return
+        except Exception:
+            log.exception("connection_failed", peer=self.peer)
+            transport.abort()
+            return
+        transport.close()  # flushes what is buffered first
+
+    def _begin_queued(self, key: Any) -> None:
+        """The request being handled was just begun with run key `key`: begin the
+        frames queued right behind it with the same key too, and keep streaming new
+        ones (`_streak`) if that leaves nothing else queued."""
+        queue = self.queue
+        for i in range(len(queue)):
+            item = queue[i]
+            if isinstance(item, (list, _Fatal, _Begun)) or self._run_key(item) != key:  # type: ignore[misc]
+                self._streak = None
+                return
+            queue[i] = _Begun(self._begin(item, self.peer))  # type: ignore[misc]
+            self.server.stats.begun_early += 1
+        self._streak = key

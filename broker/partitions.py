@@ -1,0 +1,504 @@
+"""The partition service: the one place where both protocols' requests meet the logs
+(the role of Kafka's ReplicaManager).
+
+The native handlers (broker/handlers.py) and the Kafka APIs (broker/kafka/) parse
+a request, call this service and encode its answer; every policy below holds for
+both listeners because it is written once, here.
+
+- Finding a partition's log: `open_log` (on the loop; None only for an internal
+  topic's partition whose log is not created yet) and `partition_log` (awaits that
+  creation in the executor). An unknown topic or partition is
+  UNKNOWN_TOPIC_OR_PARTITION; appending to an internal topic INVALID_TOPIC_EXCEPTION
+  ("cannot append to internal topic", as Kafka's ReplicaManager). Topic
+  auto-creation (`auto_create_topic`, blocking) is the Kafka listener's Metadata
+  with auto.create.topics.enable; a produce never creates a topic.
+- Appending, one policy (`append`, `try_append_inline`, `append_later`): an append
+  with no fsync due (flush.messages unset) and no earlier append of its partition
+  still queued runs inline on the loop: a copy into the page cache, a few
+  microseconds up to INLINE_APPEND_MAX_BYTES (64 KiB) and a fraction of a
+  millisecond up to LARGE_INLINE_APPEND_MAX_BYTES (1 MiB), cheaper in all than the
+  hand-off to a thread and back (figures in broker/SERVER.md). If an inline append
+  takes over SLOW_INLINE_APPEND_S (20 ms: writeback throttling, a page cache that
+  waits for the disk), appends over 64 KiB go to the executor for
+  INLINE_BACKOFF_S (10 s), so the loop waits for a slow disk at most once per
+  back-off. Every other append (an fsync due by flush.messages, over 1 MiB, during
+  a back-off, or behind a queued one) goes to the partition's `Appender`: one
+  executor job at a time per partition runs the appends queued for it in order.
+  So an append never overtakes an earlier one of its partition. `append_stats`
+  counts where appends ran.
+- Reading: `read` runs on the loop (an index search and a few header reads from
+  the page cache, the same kind of work as the sendfile that follows); the
+  FileSlice it returns is sent with sendfile by the connection.
+- Waiting for data: `watch(tp)` gives the partition's `PartitionWaiters` event,
+  which every successful append sets (from the executor thread via
+  call_soon_threadsafe, so a cancelled request never swallows a wake-up); a long
+  poll takes its events before it looks at the log ends, then `wait_for_append`.
+  `begin_shutdown` answers every long poll at once.
+- Partition-level changes both protocols make: topic deletion (`remove_topic`,
+  which also tombstones the topic's committed offsets in `offsets`, the shared
+  GroupOffsets) and the log start's move (`delete_records_before`).
+- Errors: `error_code` maps what a request met to the Kafka code both protocols
+  answer: a StrataError's own code (storage/io_errors.py turns OSErrors into
+  them), except that a log closed under the request by a topic deletion reads as
+  UNKNOWN_TOPIC_OR_PARTITION; anything else is UNKNOWN_SERVER_ERROR, logged.
+- Blocking work (`blocking`) runs in the executor; a cancelled caller (the
+  connection died) never cancels the work, which may be an append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import structlog
+
+from protocol import ErrorCode
+from storage.errors import (
+    InvalidTopicError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    StrataError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from storage.file_records import FileSlice
+from storage.log import AppendResult, Log
+from storage.manager import LogManager
+from storage.names import validate_topic_name
+
+from . import internal_topics
+from .config import BrokerConfig
+from .group_offsets import GroupOffsets
+from .topics import Topic, TopicRegistry
+
+TopicPartition = tuple[str, int]
+T = TypeVar("T")
+# What an append's future resolves to: `answer(result, error_code)` of the caller,
+# run where the append finished (the loop, or the executor thread).
+Answer = Callable[[AppendResult | None, int], T]
+
+LONG_MAX = 2**63 - 1
+INLINE_APPEND_MAX_BYTES = 64 * 1024  # appends up to this size always run on the loop (no fsync due)
+# ... and up to this size too, unless one was slow lately: a message set this large costs the
+# loop ~0.1-0.3 ms, less in all than the hand-off to a thread and back (cross-core cache
+# misses, GIL and futex hand-offs; figures in broker/SERVER.md), and the socket's bytes are
+# still in this core's cache.
+LARGE_INLINE_APPEND_MAX_BYTES = 1 << 20
+SLOW_INLINE_APPEND_S = 0.02  # an inline append slower than this: the page cache is pushing back
+INLINE_BACKOFF_S = 10.0  # ... so large appends go to the executor for this long
+APPENDS_PER_JOB = 16  # an Appender's job yields its executor thread after this many
+VALID_NAMES_CACHED = 4096  # `_valid_names` starts over past this many
+
+log = structlog.get_logger("strata.partitions")
+
+
+@dataclass
+class AppendStats:
+    """Where appends of both protocols ran (counted on the loop thread): on the loop
+    (`inline`) or in the executor; `backoffs`: slow inline appends that sent large
+    appends to the executor for INLINE_BACKOFF_S."""
+
+    inline: int = 0
+    executor: int = 0
+    backoffs: int = 0
+
+
+class PartitionWaiters:
+    """One asyncio.Event per partition that a long poll is waiting on.
+
+    `notify` sets the event and forgets it (the next waiter gets a fresh one), so
+    an event is only ever set once; loop thread only."""
+
+    def __init__(self) -> None:
+        self._events: dict[TopicPartition, asyncio.Event] = {}
+
+    def event(self, tp: TopicPartition) -> asyncio.Event:
+        event = self._events.get(tp)
+        if event is None:
+            event = self._events[tp] = asyncio.Event()
+        return event
+
+    def notify(self, tp: TopicPartition) -> None:
+        event = self._events.pop(tp, None)
+        if event is not None:
+            event.set()
+
+    def wanted(self, tp: TopicPartition) -> bool:
+        """Whether a long poll waits on `tp` (any thread: one dict lookup)."""
+        return tp in self._events
+
+    def notify_all(self) -> None:
+        events, self._events = self._events, {}
+        for event in events.values():
+            event.set()
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+
+class Appender(Generic[T]):
+    """The executor appends of one partition, in the order submitted, by one executor
+    job at a time: while appends are queued a job runs them one after another, so a
+    stream of appends (pipelined PRODUCEs on a connection, or from several) costs one
+    executor hop, not one each, and each append sees the effects of the ones before it.
+
+    `submit` (loop thread) queues the data with the future of its answer and starts a
+    job when none runs. The job (executor thread) appends, calls the submitter's
+    `answer(result, error_code)` and resolves the future with what it returns through
+    call_soon_threadsafe as each append finishes, so answers go out while later
+    appends run. After APPENDS_PER_JOB appends a job that still has work queues a
+    fresh job behind the executor's other work, so hot partitions never starve other
+    blocking requests of threads. An append's effects survive a cancelled future
+    (the connection died)."""
+
+    __slots__ = ("service", "partition_log", "_items", "_lock", "_running")
+
+    def __init__(self, service: PartitionService, partition_log: Log):
+        self.service = service
+        self.partition_log = partition_log
+        self._items: deque[tuple[Any, asyncio.Future, Answer]] = deque()
+        self._lock = threading.Lock()
+        self._running = False
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._running and not self._items
+
+    def submit(self, data: Any, future: asyncio.Future, answer: Answer) -> None:
+        with self._lock:
+            self._items.append((data, future, answer))
+            if self._running:
+                return
+            self._running = True
+        try:
+            self.service.executor.submit(self._run)
+        except RuntimeError:  # the executor is shut down: the broker is stopping
+            with self._lock:
+                items, self._items, self._running = list(self._items), deque(), False
+            for _, waiting, answer_later in items:
+                if not waiting.done():
+                    waiting.set_result(answer_later(None, ErrorCode.KAFKA_STORAGE_ERROR))
+
+    def _run(self) -> None:
+        service, partition_log, loop = self.service, self.partition_log, self.service.loop
+        tp = (partition_log.topic, partition_log.partition)
+        done = 0
+        while True:
+            with self._lock:
+                if not self._items:
+                    self._running = False
+                    break
+                if done >= APPENDS_PER_JOB:
+                    try:
+                        service.executor.submit(self._run)  # still running: the next job goes on
+                        return
+                    except RuntimeError:
+                        pass  # shutting down: finish here
+                data, future, answer = self._items.popleft()
+            done += 1
+            try:
+                result = partition_log.append(data, in_place=True)  # the frame is ours to patch
+                reply = answer(result, ErrorCode.NONE)
+            except Exception as e:
+                reply = answer(None, service.error_code(e, partition_log))
+            del data
+            try:
+                loop.call_soon_threadsafe(_resolve, future, reply)
+                if service.waiters.wanted(tp):
+                    loop.call_soon_threadsafe(service.waiters.notify, tp)
+            except RuntimeError:
+                pass  # the loop is closed: nobody waits any more
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(service.appender_idle, self)
+
+
+def _resolve(future: asyncio.Future, reply: Any) -> None:
+    if not future.done():  # cancelled: the connection died; the append stands
+        future.set_result(reply)
+
+
+def append_outcome(result: AppendResult | None, code: int) -> tuple[AppendResult | None, int]:
+    """The plain `Answer`: (result, error code)."""
+    return result, code
+
+
+def release_all(result: Any) -> None:
+    """Release every FileSlice in `result` (a slice, or lists/tuples of them)."""
+    if isinstance(result, FileSlice):
+        result.release()
+    elif isinstance(result, (list, tuple)):
+        for item in result:
+            release_all(item)
+
+
+class PartitionService:
+    """Partitions' logs for both protocols: find, append, read, wait, map errors."""
+
+    def __init__(self, config: BrokerConfig, manager: LogManager, registry: TopicRegistry,
+                 executor: Executor, loop: asyncio.AbstractEventLoop):
+        self.config = config
+        self.manager = manager
+        self.registry = registry
+        self.executor = executor
+        self.loop = loop
+        self.waiters = PartitionWaiters()
+        self.append_stats = AppendStats()
+        self.shutting_down = False
+        self._appenders: dict[Log, Appender] = {}  # logs with executor appends queued or running
+        self._valid_names: set[str] = set()  # names validate_topic_name accepted (a regex match each)
+        self._inline_backoff_until = 0.0  # loop.time() before which large appends use the executor
+        # Committed offsets: records of the internal topic's partitions, shared by both protocols.
+        self.offsets = GroupOffsets(registry, self.internal_log,
+                                    metadata_max_bytes=config.offset_metadata_max_bytes,
+                                    on_append=self.notify_threadsafe)
+
+    # ---- the executor --------------------------------------------------------------------------
+
+    async def blocking(self, fn: Callable[..., T], *args: Any,
+                       cleanup: Callable[[Any], None] | None = None) -> T:
+        """Run `fn(*args)` in the executor. If the caller is cancelled, the work still
+        completes (it may be an append) and `cleanup` gets its result."""
+        future = self.loop.run_in_executor(self.executor, fn, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if cleanup is not None:
+                future.add_done_callback(
+                    lambda f: cleanup(f.result()) if not f.cancelled() and f.exception() is None else None)
+            raise
+
+    # ---- finding a partition's log -------------------------------------------------------------
+
+    def open_log(self, topic: str, partition: int, *, produce: bool = False) -> Log | None:
+        """The live log of a partition, on the loop; None for an internal topic's
+        log not created yet (never for a produce, which internal topics refuse
+        first). Raises the StrataError to answer."""
+        if topic not in self._valid_names:
+            validate_topic_name(topic)
+            if len(self._valid_names) >= VALID_NAMES_CACHED:
+                self._valid_names.clear()
+            self._valid_names.add(topic)
+        known = self.registry.get(topic)
+        if known is None or not 0 <= partition < known.partitions:
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
+        if produce and known.internal:
+            raise InvalidTopicError(f"cannot append to internal topic {topic}")
+        partition_log = self.manager.get_log(topic, partition)
+        if partition_log is None and not known.internal:
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
+        return partition_log
+
+    async def partition_log(self, topic: str, partition: int, *, produce: bool = False) -> Log:
+        """`open_log`, creating an internal topic's log on first use (in the executor)."""
+        partition_log = self.open_log(topic, partition, produce=produce)
+        if partition_log is None:
+            partition_log = await self.blocking(self.internal_log, topic, partition)
+        return partition_log
+
+    def internal_log(self, topic: str, partition: int) -> Log:
+        """The log of an internal topic's partition, created on first use (blocking)."""
+        return self.manager.get_or_create_log(topic, partition, self.registry.log_config(topic))
+
+    def auto_create_topic(self, topic: str) -> None:
+        """Create `topic` with the broker's defaults (auto.create.topics.enable;
+        blocking). A topic another request created meanwhile is fine."""
+        with contextlib.suppress(TopicAlreadyExistsError):  # another connection won the race
+            self.registry.create(topic, -1, ())
+
+    # ---- errors ---------------------------------------------------------------------------------
+
+    def error_code(self, error: BaseException, partition_log: Log | None = None) -> int:
+        """The Kafka code to answer for `error`, met while serving `partition_log`.
+        A log closed under the request by a topic deletion reads as an unknown
+        partition; an error that is no StrataError is logged and answers
+        UNKNOWN_SERVER_ERROR."""
+        if not isinstance(error, StrataError):
+            log.error("partition_request_failed", error=repr(error),
+                      topic=getattr(partition_log, "topic", None),
+                      partition=getattr(partition_log, "partition", None), exc_info=error)
+            return ErrorCode.UNKNOWN_SERVER_ERROR
+        if isinstance(error, KafkaStorageError) and partition_log is not None and \
+                self.manager.get_log(partition_log.topic, partition_log.partition) is not partition_log:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return error.code
+
+    # ---- appending ------------------------------------------------------------------------------
+
+    def inline_size(self, size: int) -> bool:
+        """Whether a message set of `size` bytes may be appended on the loop (no fsync due)."""
+        return size <= INLINE_APPEND_MAX_BYTES or (
+            size <= LARGE_INLINE_APPEND_MAX_BYTES and self.loop.time() >= self._inline_backoff_until)
+
+    def appends_inline(self, partition_log: Log, size: int, *, ordered_by_caller: bool = False) -> bool:
+        """The policy: an append of `size` bytes runs on the loop when no fsync is due,
+        its size allows it (`inline_size`) and no earlier append of the partition is
+        still queued in the executor (it would be overtaken). `ordered_by_caller`:
+        the caller starts the append only once the earlier ones it cares about are
+        done (a connection's pipelined PRODUCEs), so queued appends do not count; a
+        stream that went to the executor during a back-off then comes back to the
+        loop as soon as the back-off ends."""
+        return (partition_log.config.flush_messages == LONG_MAX and self.inline_size(size)
+                and (ordered_by_caller or partition_log not in self._appenders))
+
+    def try_append_inline(self, partition_log: Log, data: Any) -> AppendResult | None:
+        """Append `data` on the loop if the policy allows (`appends_inline`), waking
+        long polls; None, with nothing done, when it belongs in the executor
+        (`append_later`). Raises StrataError. An append slower than
+        SLOW_INLINE_APPEND_S sends large appends to the executor for INLINE_BACKOFF_S."""
+        if not self.appends_inline(partition_log, len(data)):
+            return None
+        return self.append_inline(partition_log, data)
+
+    def append_inline(self, partition_log: Log, data: Any) -> AppendResult:
+        """Append on the loop, the policy already consulted (`appends_inline`; a
+        request that checked every partition first appends them all here). Wakes
+        long polls; a slow append starts the back-off. Raises StrataError."""
+        self.append_stats.inline += 1
+        start = time.perf_counter()
+        result = partition_log.append(data, in_place=True)  # the frame is ours to patch
+        took = time.perf_counter() - start
+        if took > SLOW_INLINE_APPEND_S:
+            if self.loop.time() >= self._inline_backoff_until:
+                self.append_stats.backoffs += 1
+                log.warning("inline_append_slow", topic=partition_log.topic, partition=partition_log.partition,
+                            bytes=len(data), took_ms=round(took * 1000, 1), backoff_s=INLINE_BACKOFF_S)
+            self._inline_backoff_until = self.loop.time() + INLINE_BACKOFF_S
+        self.waiters.notify((partition_log.topic, partition_log.partition))
+        return result
+
+    def append_later(self, partition_log: Log, data: Any, answer: Answer[T]) -> asyncio.Future[T]:
+        """Queue `data` on the partition's appender (the executor), behind every
+        append queued before it; the future (never failing) resolves to
+        `answer(result, error_code)`, called on the executor thread."""
+        future: asyncio.Future[T] = self.loop.create_future()
+        self.append_stats.executor += 1
+        appender = self._appenders.get(partition_log)
+        if appender is None:
+            appender = self._appenders[partition_log] = Appender(self, partition_log)
+        appender.submit(data, future, answer)
+        return future
+
+    def start_append(self, partition_log: Log, data: Any, answer: Answer[T]) -> asyncio.Future[T] | T:
+        """The one append policy: the answer at once when the append ran inline (or
+        failed), else the future of it from the executor (`append_later`)."""
+        try:
+            result = self.try_append_inline(partition_log, data)
+        except Exception as e:
+            return answer(None, self.error_code(e, partition_log))
+        if result is None:
+            return self.append_later(partition_log, data, answer)
+        return answer(result, ErrorCode.NONE)
+
+    async def append(self, partition_log: Log, data: Any, answer: Answer[T]) -> T:
+        """`start_append`, awaited."""
+        started = self.start_append(partition_log, data, answer)
+        if isinstance(started, asyncio.Future):
+            return await started
+        return started
+
+    def appender_idle(self, appender: Appender) -> None:
+        """Loop thread: forget an appender with nothing to do (submits happen on this
+        thread too, so none can slip in between the check and the removal)."""
+        if appender.idle() and self._appenders.get(appender.partition_log) is appender:
+            del self._appenders[appender.partition_log]
+
+    def notify_threadsafe(self, topic: str, partition: int) -> None:
+        """Wake the long polls of a partition from any thread (after an append)."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
+            self.loop.call_soon_threadsafe(self.waiters.notify, (topic, partition))
+
+    # ---- reading --------------------------------------------------------------------------------
+
+    def read(self, partition_log: Log, offset: int, max_bytes: int, *,
+             min_one_message: bool = False) -> FileSlice:
+        """Up to `max_bytes` of whole batches from `offset`, on the loop (the caller
+        releases the slice, or the connection does once sent). Raises StrataError."""
+        return partition_log.read(offset, max_bytes, min_one_message)
+
+    # ---- waiting for data -----------------------------------------------------------------------
+
+    def watch(self, tp: TopicPartition) -> asyncio.Event:
+        """The event the next append to `tp` sets. Take it before looking at the log
+        end: an append that moves the end after that sets this very event."""
+        return self.waiters.event(tp)
+
+    async def wait_for_append(self, events: list[asyncio.Event], timeout: float) -> bool:
+        """Wait until one of `events` is set (an append, a deleted topic, shutdown) or
+        `timeout` seconds pass; False on timeout."""
+        unique = list({id(e): e for e in events}.values())
+        if not unique or timeout <= 0:
+            return False
+        if len(unique) == 1:
+            try:
+                await asyncio.wait_for(unique[0].wait(), timeout)
+            except TimeoutError:
+                return False
+            return True
+        waits = [asyncio.ensure_future(e.wait()) for e in unique]
+        try:
+            done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        return bool(done)
+
+    def begin_shutdown(self) -> None:
+        """Answer every long poll now and make new ones answer at once."""
+        self.shutting_down = True
+        self.waiters.notify_all()
+
+    # ---- partition-level changes of both protocols ----------------------------------------------
+
+    async def remove_topic(self, name: str) -> Topic:
+        """Delete a topic: registry and logs, wake its long polls (they answer
+        "unknown" now), tombstone its committed offsets. Raises StrataError."""
+        deleted = await self.blocking(self.registry.delete, name)
+        for partition in range(deleted.partitions):
+            self.waiters.notify((deleted.name, partition))
+        try:
+            await self.blocking(self.offsets.delete_topic_offsets, deleted.name)
+        except Exception:
+            log.exception("offsets_cleanup_failed", topic=deleted.name)
+        return deleted
+
+    async def delete_records_before(self, partition_log: Log, offset: int) -> int:
+        """Move the log start to `offset` (-1: the log end; never back); returns the
+        log start offset. Raises OffsetOutOfRangeError, and InvalidTopicError for an
+        internal topic (broker/internal_topics.py)."""
+        internal_topics.check_delete_records(partition_log.topic)
+        end, start = partition_log.log_end_offset, partition_log.log_start_offset
+        target = end if offset == -1 else offset
+        if target < 0 or target > end:
+            raise OffsetOutOfRangeError(f"offset {offset} is out of range [{start}, {end}]")
+        if target > start:
+            start = await self.blocking(self._delete_records, partition_log, target)
+        return start
+
+    def _delete_records(self, partition_log: Log, offset: int) -> int:
+        """Executor side: checkpoint the new log start, then move it in memory
+        (LogManager.set_log_start_offset: a failed write changes nothing, an
+        acknowledged deletion survives a crash); then whole segments below the new
+        start go at once, by retention's path (`.deleted`, files after file.delete.delay.ms)."""
+        try:
+            start = self.manager.set_log_start_offset(partition_log, offset)
+        except OSError as e:
+            raise self.manager.io_errors.failed(e, operation="delete records checkpoint",
+                                                log_name=partition_log.name) from None
+        try:
+            partition_log.delete_segments_below_log_start()
+        except Exception:  # the start is durable; the next retention pass tries again
+            log.exception("delete_records_segments_failed", topic=partition_log.topic,
+                          partition=partition_log.partition)
+        return start
+
+
+__all__ = ["APPENDS_PER_JOB", "AppendStats", "Appender", "INLINE_APPEND_MAX_BYTES", "INLINE_BACKOFF_S",
+           "LARGE_INLINE_APPEND_MAX_BYTES", "PartitionService", "PartitionWaiters", "SLOW_INLINE_APPEND_S",
+           "append_outcome", "release_all"]
