@@ -7,7 +7,10 @@ import itertools
 
 import pytest
 
+from broker.topics import TopicRegistry
 from protocol import CreateTopicRequest, ErrorCode
+from storage.config import LogConfig
+from storage.manager import LogManager
 from storage.records import build_batch
 from tests.broker.wire import NativeClient
 from tests.broker_process import BrokerProcess
@@ -59,3 +62,26 @@ def new_topic(connect):
 
 def batch(*values: bytes, timestamp: int | None = None) -> bytes:
     return build_batch([(None, v) if timestamp is None else (None, v, timestamp) for v in values])
+
+
+@pytest.fixture
+def open_registry(tmp_path):
+    """`open_registry()` opens the topic registry and log manager on tmp_path as the
+    broker does at start (closing the ones opened before): a restart in-process."""
+    opened = []
+
+    def _open():
+        if opened:
+            opened[-1][1].shutdown()
+        registry = TopicRegistry(str(tmp_path), LogConfig())
+        registry.load()
+        manager = LogManager(str(tmp_path), config_for=registry.log_config)
+        manager.startup(registry.owns)
+        registry.reconcile(manager)
+        registry.ensure_internal_topic(1)
+        opened.append((registry, manager))
+        return registry, manager
+
+    yield _open
+    if opened:
+        opened[-1][1].shutdown()

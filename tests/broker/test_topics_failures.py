@@ -28,27 +28,6 @@ from storage.space_reserve import RESERVE_FILE
 REAL_WRITE = topics_module.atomic_write
 
 
-@pytest.fixture
-def open_registry(tmp_path):
-    opened = []
-
-    def _open():
-        if opened:
-            opened[-1][1].shutdown()
-        registry = TopicRegistry(str(tmp_path), LogConfig())
-        registry.load()
-        manager = LogManager(str(tmp_path), config_for=registry.log_config)
-        manager.startup(registry.owns)
-        registry.reconcile(manager)
-        registry.ensure_internal_topic(1)
-        opened.append((registry, manager))
-        return registry, manager
-
-    yield _open
-    if opened:
-        opened[-1][1].shutdown()
-
-
 def failing_write(error=errno.EIO):
     def write(path, data):
         raise OSError(error, os.strerror(error))

@@ -20,27 +20,6 @@ from storage.manager import LogManager
 REAL_WRITE = topics_module.atomic_write
 
 
-@pytest.fixture
-def open_registry(tmp_path):
-    opened = []
-
-    def _open():
-        if opened:
-            opened[-1][1].shutdown()
-        registry = TopicRegistry(str(tmp_path), LogConfig())
-        registry.load()
-        manager = LogManager(str(tmp_path), config_for=registry.log_config)
-        manager.startup(registry.owns)
-        registry.reconcile(manager)
-        registry.ensure_internal_topic(1)
-        opened.append((registry, manager))
-        return registry, manager
-
-    yield _open
-    if opened:
-        opened[-1][1].shutdown()
-
-
 def registered(tmp_path, name: str) -> int:
     return json.loads((tmp_path / REGISTRY_FILE).read_text())["topics"][name]["partitions"]
 
