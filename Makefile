@@ -32,8 +32,8 @@ clean:
 
 # ---- Gates ---------------------------------------------------------------------------------------
 # The gates that hold today, widened as issue 13 brings each package in line (see the note there):
-# ruff's full rule set on protocol/, no private-name reach-ins (SLF001) in storage/, mypy on
-# protocol/, and the import contract that holds (pyproject's [tool.importlinter]; the contracts
+# ruff's full rule set on protocol/, storage/, broker/, client/ and pipeline/, mypy on protocol/,
+# and the import contract that holds (pyproject's [tool.importlinter]; the contracts
 # `protocol-without-storage` and `entry-format-at-bottom` wait for the package move).
 LINT_STAMP := $(VENV)/.lint-installed
 $(LINT_STAMP): $(STAMP) pyproject.toml
@@ -41,8 +41,7 @@ $(LINT_STAMP): $(STAMP) pyproject.toml
 	touch $(LINT_STAMP)
 
 lint: $(LINT_STAMP)
-	$(VENV)/bin/ruff check protocol/
-	$(VENV)/bin/ruff check --select SLF001 storage/
+	$(VENV)/bin/ruff check protocol/ storage/ broker/ client/ pipeline/
 	$(VENV)/bin/mypy --follow-imports=silent protocol/
 	$(VENV)/bin/lint-imports --contract storage-protocol-below-broker
 

@@ -30,8 +30,9 @@ broker's 9092 on the same host.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from storage.config import BROKER_NAMES, LONG_MAX, LogConfig, broker_log_defaults
 from storage.errors import InvalidConfigError
@@ -366,7 +367,7 @@ class BrokerConfig:
     @classmethod
     def load(cls, *, config_file: str | None = None, overrides: Iterable[str] = (),
              cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
-             data_dir: str | None = None) -> "BrokerConfig":
+             data_dir: str | None = None) -> BrokerConfig:
         """See the module contract. `cli` maps keys to values given by dedicated flags
         (None values are skipped); `data_dir` is `--data-dir`."""
         raw: dict[str, tuple[Any, str]] = {}  # key -> (raw value, origin)

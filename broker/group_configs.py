@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from storage.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
 from storage.fileutil import atomic_write
@@ -87,7 +88,7 @@ class GroupConfigs:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, data_dir: str, broker: Mapping[str, Any]) -> "GroupConfigs":
+    def open(cls, data_dir: str, broker: Mapping[str, Any]) -> GroupConfigs:
         """`broker`: the broker's settings by name (BrokerConfig.values)."""
         path = os.path.join(data_dir, CONFIG_FILE)
         doc = read_document(path, FORMAT_VERSION, "group configs")

@@ -40,7 +40,8 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import structlog
 

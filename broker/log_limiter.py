@@ -24,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 DEFAULT_INTERVAL_S = 10.0
 DEFAULT_MAX_LINES = 20

@@ -19,10 +19,11 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 UNBOUNDED = -1
 
@@ -63,10 +64,8 @@ class RequestMemory:
 
     def forget(self, callback: Callable[[], None]) -> None:
         """A closed connection no longer waits."""
-        try:
+        with contextlib.suppress(ValueError):
             self._waiting.remove(callback)
-        except ValueError:
-            pass
 
 
 def _load_malloc_trim() -> Callable[[int], int] | None:

@@ -62,23 +62,30 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Callable, Iterable, Mapping, Sequence
 
 import structlog
 
 from storage.config import LogConfig
-from storage.errors import (InvalidConfigError, InvalidPartitionsError, InvalidRequestError,
-                            InvalidTopicError, KafkaStorageError, StrataError, TopicAlreadyExistsError,
-                            UnknownTopicOrPartitionError)
+from storage.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidRequestError,
+    InvalidTopicError,
+    KafkaStorageError,
+    StrataError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from storage.fileutil import atomic_write
 from storage.manager import LogManager
 from storage.names import validate_topic_name
 
 from . import internal_topics
-from .json_files import encode_document, read_document
 from .internal_topics import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS
+from .json_files import encode_document, read_document
 
 REGISTRY_FILE = "strata-topics.json"
 FORMAT_VERSION = 1

@@ -22,8 +22,7 @@ built and read with `storage.records`. Failures are `StrataClientError`
 from .admin import EARLIEST, LATEST, Admin, AsyncAdmin, PartitionMetadata, TopicMetadata
 from .connection import AsyncConnection, parse_bootstrap
 from .consumer import AsyncConsumer, Consumer, TopicPartition
-from .errors import (BrokerUnreachable, NoOffsetForPartition, OffsetOutOfRange, RequestTimedOut,
-                     StrataClientError)
+from .errors import BrokerUnreachable, NoOffsetForPartition, OffsetOutOfRange, RequestTimedOut, StrataClientError
 from .fetch import MessageTooLargeForFetch
 from .partitioner import murmur2, partition_for_key, to_positive
 from .producer import COMPRESSION_CODECS, AsyncProducer, Producer

@@ -15,12 +15,22 @@ Contract:
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
-from protocol import (AlterConfigRequest, ErrorCode, CommitOffsetRequest, CreateTopicRequest,
-                      DeleteRecordsRequest, DeleteTopicRequest, DescribeConfigRequest,
-                      FetchOffsetRequest, MetadataRequest, OffsetsRequest, PartitionMetadata,
-                      TopicMetadata)
+from protocol import (
+    AlterConfigRequest,
+    CommitOffsetRequest,
+    CreateTopicRequest,
+    DeleteRecordsRequest,
+    DeleteTopicRequest,
+    DescribeConfigRequest,
+    ErrorCode,
+    FetchOffsetRequest,
+    MetadataRequest,
+    OffsetsRequest,
+    PartitionMetadata,
+    TopicMetadata,
+)
 
 from .errors import StrataClientError, raise_for
 from .loop_thread import LoopThread
@@ -42,7 +52,7 @@ class AsyncAdmin:
             session = BrokerSession(bootstrap, **session_options)
         self._session = session
 
-    async def __aenter__(self) -> "AsyncAdmin":
+    async def __aenter__(self) -> AsyncAdmin:
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -130,7 +140,7 @@ class Admin:
         self._loop = LoopThread.shared()
         self._admin = AsyncAdmin(bootstrap, **session_options)
 
-    def __enter__(self) -> "Admin":
+    def __enter__(self) -> Admin:
         return self
 
     def __exit__(self, *exc) -> None:

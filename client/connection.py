@@ -27,6 +27,7 @@ FrameDecoder directly (no extra copy through a StreamReader) and
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 from collections import deque
@@ -142,16 +143,16 @@ class AsyncConnection:
 
     @classmethod
     async def open(cls, bootstrap: str, *, connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
-                   request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS) -> "AsyncConnection":
+                   request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS) -> AsyncConnection:
         loop = asyncio.get_running_loop()
         problems = []
         for host, port in parse_bootstrap(bootstrap):
             address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             try:
                 _, protocol = await asyncio.wait_for(
-                    loop.create_connection(lambda: _BrokerProtocol(address), host, port),
+                    loop.create_connection(functools.partial(_BrokerProtocol, address), host, port),
                     connect_timeout_ms / 1000)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 problems.append(f"{address}: no answer within {connect_timeout_ms} ms")
             except OSError as e:
                 problems.append(f"{address}: {_reason(e)}")
@@ -181,7 +182,7 @@ class AsyncConnection:
             if protocol.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
                 await asyncio.wait_for(protocol.wait_writable(), timeout_ms / 1000)
             return await asyncio.wait_for(asyncio.shield(future), timeout_ms / 1000)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             protocol.fail(RequestTimedOut(
                 f"no response from broker at {self.address} within {timeout_ms} ms "
                 f"to {request.TYPE.name}"))

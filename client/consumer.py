@@ -41,10 +41,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
-from protocol import (CommitOffsetRequest, ErrorCode, FetchItem, FetchRequest, MultiFetchRequest,
-                      OffsetsRequest)
+from protocol import CommitOffsetRequest, ErrorCode, FetchItem, FetchRequest, MultiFetchRequest, OffsetsRequest
 
 from .admin import AsyncAdmin
 from .errors import NoOffsetForPartition, OffsetOutOfRange, StrataClientError, raise_for
@@ -111,7 +110,7 @@ class AsyncConsumer:
         self._committed_positions: dict[TopicPartition, int] = {}
         self._closed = False
 
-    async def __aenter__(self) -> "AsyncConsumer":
+    async def __aenter__(self) -> AsyncConsumer:
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -223,7 +222,7 @@ class AsyncConsumer:
             raise StrataClientError(f"broker answered {len(response.items)} of {len(items)} "
                                     f"fetches", ErrorCode.CORRUPT_MESSAGE)
         progressed = False
-        for item, (error, message_set) in zip(items, response.items):
+        for item, (error, message_set) in zip(items, response.items, strict=True):
             progressed |= await self._take_fetched((item.topic, item.partition), item.offset,
                                                    error, message_set)
         if not progressed and wait_ms > 0:
@@ -333,7 +332,7 @@ class AsyncConsumer:
             offsets = dict(self._positions)
         requests = [CommitOffsetRequest(self.group, t, p, o) for (t, p), o in offsets.items()]
         responses = await asyncio.gather(*(self._session.request(r) for r in requests))
-        for request, response in zip(requests, responses):
+        for request, response in zip(requests, responses, strict=True):
             raise_for(response.error, f"commit offset {request.offset} of {request.topic}-"
                                       f"{request.partition} for group {self.group!r}")
         self._committed_positions.update(offsets)
@@ -366,7 +365,7 @@ class Consumer:
         self._loop = LoopThread.shared()
         self._consumer = AsyncConsumer(bootstrap, **options)
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc) -> None:

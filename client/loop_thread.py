@@ -25,13 +25,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Coroutine
+from collections.abc import Coroutine
+from typing import Any
 
 __all__ = ["LoopThread"]
 
 
 class LoopThread:
-    _shared: "LoopThread | None" = None
+    _shared: LoopThread | None = None
     _shared_lock = threading.Lock()
 
     def __init__(self, name: str = "strata-client-loop"):
@@ -40,11 +41,16 @@ class LoopThread:
         self._thread.start()
 
     @classmethod
-    def shared(cls) -> "LoopThread":
+    def shared(cls) -> LoopThread:
         with cls._shared_lock:
-            if cls._shared is None or not cls._shared._thread.is_alive():
+            if cls._shared is None or not cls._shared.is_alive:
                 cls._shared = cls()
             return cls._shared
+
+    @property
+    def is_alive(self) -> bool:
+        """Whether the loop's thread still runs."""
+        return self._thread.is_alive()
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)

@@ -46,7 +46,8 @@ import concurrent.futures
 import threading
 import time
 from collections import deque
-from typing import Callable, Iterable, NamedTuple, Union
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from protocol import ErrorCode, ProduceRequest
 from storage.codecs import Codec
@@ -113,7 +114,7 @@ def check_partition(topic: str, partition: int, partition_count: int) -> None:
 # Where a record's outcome goes: an asyncio future (async API) or a
 # concurrent.futures.Future (blocking API, resolved from the loop thread directly:
 # no per-record callback hop, which was most of a send's cost).
-Sink = Union[asyncio.Future, concurrent.futures.Future]
+Sink = asyncio.Future | concurrent.futures.Future
 
 
 class _Batch:
@@ -173,7 +174,7 @@ class AsyncProducer:
         # the blocking Producer's back-pressure accounting.
         self.on_batch_done: Callable[[int], None] | None = None
 
-    async def __aenter__(self) -> "AsyncProducer":
+    async def __aenter__(self) -> AsyncProducer:
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -194,7 +195,7 @@ class AsyncProducer:
         if self._closed:
             raise StrataClientError("producer is closed")
 
-    def enqueue(self, record: "PreparedRecord", partition_count: int,
+    def enqueue(self, record: PreparedRecord, partition_count: int,
                 sink: Sink | None = None) -> Sink:
         """Place a prepared record in its partition's batch (on the loop, no awaiting);
         its outcome goes to `sink` (default: a new asyncio future), which is returned."""
@@ -307,7 +308,7 @@ class AsyncProducer:
             return
         topic, partition, base = queue.topic, queue.partition, response.base_offset
         append_time = response.log_append_time
-        for i, (sink, record) in enumerate(zip(batch.sinks, batch.records)):
+        for i, (sink, record) in enumerate(zip(batch.sinks, batch.records, strict=True)):
             if not sink.done():
                 sink.set_result(RecordMetadata(topic, partition, base + i,
                                                record[2] if append_time == -1 else append_time))
@@ -372,7 +373,7 @@ class Producer:
         self._wakeup_scheduled = False
         self._producer.on_batch_done = self._release
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc) -> None:

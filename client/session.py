@@ -19,7 +19,8 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from protocol.requests import Request
 

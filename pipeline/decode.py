@@ -29,8 +29,15 @@ from storage.codecs import decompress
 from storage.errors import CorruptRecordError
 from storage.records import LogEntry
 from storage.records.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, CRC_START
-from storage.records.framing import (CODEC_MASK, ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET,
-                                     MAGIC_V2, MIN_ENTRY_SIZE_FIELD, TIMESTAMP_TYPE_BIT)
+from storage.records.framing import (
+    CODEC_MASK,
+    ENTRY_PREFIX,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    MIN_ENTRY_SIZE_FIELD,
+    TIMESTAMP_TYPE_BIT,
+)
 from storage.records.varint import decode_varint
 
 from .schema import Columns

@@ -27,17 +27,17 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import struct
 import time
 from collections import deque
-from typing import Iterator
+from collections.abc import Iterator
 
 from client import parse_bootstrap
 from client.errors import BrokerUnreachable, StrataClientError, raise_for
-from protocol import (ErrorCode, FetchRequest, OffsetsRequest, ProtocolError, encode_request,
-                      parse_response)
+from protocol import ErrorCode, FetchRequest, OffsetsRequest, ProtocolError, encode_request, parse_response
 from protocol.requests import RequestType
 from storage.records.framing import ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 
@@ -113,7 +113,7 @@ class BrokerLink:
         try:
             head = self._read_exactly(SIZE.size)
             frame = self._read_exactly(SIZE.unpack(head)[0])
-        except socket.timeout:
+        except TimeoutError:
             self.close()
             raise BrokerUnreachable(f"no answer from broker at {self.address} within "
                                     f"{self.timeout_ms} ms") from None
@@ -165,12 +165,10 @@ class BrokerLink:
         sock, self._sock = self._sock, None
         self._pending.clear()
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass
 
-    def __enter__(self) -> "BrokerLink":
+    def __enter__(self) -> BrokerLink:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -15,7 +15,7 @@ Contract:
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 __all__ = ["EARLIEST", "LATEST", "TopicPartition", "PartitionOffsets", "OptionError",
            "parse_partition_offsets", "parse_assign", "offsets_to_json", "offsets_from_json",

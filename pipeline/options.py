@@ -20,11 +20,19 @@ Contract:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
-from .offsets import (EARLIEST, LATEST, OptionError, PartitionOffsets, TopicPartition, format_tp,
-                      parse_assign, parse_partition_offsets)
+from .offsets import (
+    EARLIEST,
+    LATEST,
+    OptionError,
+    PartitionOffsets,
+    TopicPartition,
+    format_tp,
+    parse_assign,
+    parse_partition_offsets,
+)
 
 __all__ = ["OptionError", "OffsetSpec", "ReadOptions", "WriteOptions", "read_options",
            "write_options", "normalize", "parse_bool", "DEFAULT_FETCH_BYTES"]

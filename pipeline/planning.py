@@ -64,7 +64,7 @@ class Planner:
         self.options = options
         self._admin: Admin | None = None
 
-    def __enter__(self) -> "Planner":
+    def __enter__(self) -> Planner:
         return self
 
     def __exit__(self, *exc) -> None:

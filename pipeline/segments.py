@@ -136,7 +136,7 @@ def _partition_segments(directory: str, topic: str, partition: int,
         following = bases[i + 1] if i + 1 < len(bases) else None
         if following is not None and following <= log_start:
             continue  # wholly below the log start
-        name = "%020d.log" % base
+        name = f"{base:020d}.log"
         out.append(SegmentFile(os.path.join(directory, name), topic, partition, base, log_start))
     return out
 

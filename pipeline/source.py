@@ -24,11 +24,10 @@ Contract (Spark's Kafka source, where this file is silent):
 from __future__ import annotations
 
 import logging
-from typing import Iterator
+from collections.abc import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from .fetcher import data_loss, read_range
@@ -64,12 +63,12 @@ class StrataDataSource(DataSource):
     def schema(self):
         return spark_schema(_include_headers(self.options))
 
-    def reader(self, schema: StructType) -> "StrataBatchReader":
+    def reader(self, schema: StructType) -> StrataBatchReader:
         options = read_options(self.options, streaming=False)
         check_user_schema(schema, options.include_headers, "strata")
         return StrataBatchReader(options)
 
-    def streamReader(self, schema: StructType) -> "StrataStreamReader":
+    def streamReader(self, schema: StructType) -> StrataStreamReader:
         options = read_options(self.options, streaming=True)
         check_user_schema(schema, options.include_headers, "strata")
         return StrataStreamReader(options)

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
-from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
-                                    WriterCommitMessage)
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from .offsets import OptionError
@@ -54,10 +53,9 @@ def check_write_schema(schema: StructType, options: WriteOptions) -> None:
     if "key" in fields and not isinstance(fields["key"], (StringType, BinaryType)):
         raise OptionError(f"key attribute type must be a string or binary, got "
                           f"{fields['key'].simpleString()}")
-    if options.topic is None:
-        if "topic" not in fields:
-            raise OptionError("topic option required when no 'topic' attribute is present. Use "
-                              "the topic option for setting a topic.")
+    if options.topic is None and "topic" not in fields:
+        raise OptionError("topic option required when no 'topic' attribute is present. Use "
+                          "the topic option for setting a topic.")
     if "topic" in fields and not isinstance(fields["topic"], StringType):
         raise OptionError(f"topic attribute type must be a string, got "
                           f"{fields['topic'].simpleString()}")

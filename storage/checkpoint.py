@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import Mapping
+from collections.abc import Mapping
 
 from .errors import KafkaStorageError
 from .fileutil import atomic_write

@@ -53,11 +53,11 @@ import bisect
 import os
 import struct
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
+from .cleaner_records import FilterStats, RecordFilter, entry_info, entry_keys
 from .clock import SYSTEM_CLOCK, SystemClock
-from .cleaner_records import FilterStats, RecordFilter, entry_keys, entry_info
 from .errors import CorruptRecordError
 from .fileutil import segment_file_name
 from .offset_map import OffsetMap
@@ -489,7 +489,7 @@ class Cleaner:
                 size = segment.size
                 if native_map is not None:
                     reader = _ChunkReader(segment, 0, size, self.io_buffer_size, check_done)
-                    chunks = iter(lambda: reader.read(), None)  # noqa: PLW0108 -- reads on each call
+                    chunks = iter(reader.read, None)
                 else:
                     chunks = read_entries(segment, 0, size, self.io_buffer_size, check_done)
                 for chunk in chunks:

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping, NamedTuple
+from typing import NamedTuple
 
 import structlog
 

@@ -40,13 +40,22 @@ from typing import NamedTuple
 
 from .codecs import Codec, compress, decompress
 from .errors import CorruptRecordError
-from .records.batch import (BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, CRC_OFFSET as BATCH_CRC_OFFSET,
-                            CRC_START as BATCH_CRC_START, DELETE_HORIZON_BIT, UINT32)
-from .records.classic import (CRC_START as CLASSIC_CRC_START, HEADERS, KEY_LENGTH_OFFSET, LENGTH,
-                              append_message, inner_messages)
+from .records.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, DELETE_HORIZON_BIT, UINT32
+from .records.batch import CRC_OFFSET as BATCH_CRC_OFFSET
+from .records.batch import CRC_START as BATCH_CRC_START
+from .records.classic import CRC_START as CLASSIC_CRC_START
+from .records.classic import HEADERS, KEY_LENGTH_OFFSET, LENGTH, append_message, inner_messages
 from .records.entries import EntryInfo
-from .records.framing import (CODEC_MASK, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, NO_TIMESTAMP,
-                              TIMESTAMP_TYPE_BIT, crc32, crc32c)
+from .records.framing import (
+    CODEC_MASK,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_BIT,
+    crc32,
+    crc32c,
+)
 from .records.varint import decode_varint, encode_varint
 
 _LOG_APPEND_TIME = TIMESTAMP_TYPE_BIT
@@ -412,17 +421,14 @@ class RecordFilter:
             attributes |= DELETE_HORIZON_BIT
         else:
             horizon = base_timestamp if has_horizon else None
-        if log_append:
-            timestamps = [max_timestamp] * len(kept)
-        else:
-            timestamps = [base_timestamp + r.timestamp_delta for r in kept]
+        timestamps = [max_timestamp] * len(kept) if log_append else [base_timestamp + r.timestamp_delta for r in kept]
         new_base_ts = horizon if horizon is not None else timestamps[0]
         if not log_append and new_base_ts == base_timestamp:
             # the deltas stay as they are: each kept record byte for byte
             records_bytes = b"".join([payload[r.start:r.end] for r in kept])
         else:
             parts = []
-            for r, ts in zip(kept, timestamps):
+            for r, ts in zip(kept, timestamps, strict=True):
                 body = b"".join((bytes((r.attributes,)), encode_varint(ts - new_base_ts), payload[r.rest:r.end]))
                 parts.append(encode_varint(len(body)))
                 parts.append(body)

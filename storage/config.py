@@ -13,8 +13,9 @@ does (for example `log.roll.ms` beats `log.roll.hours`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .errors import InvalidConfigError
 
@@ -112,7 +113,7 @@ def _parse(key: ConfigKey, raw: Any) -> Any:
     """Turn a string or Python value into the key's type, or raise InvalidConfigError."""
     try:
         if key.kind in ("int", "long"):
-            if isinstance(raw, bool) or isinstance(raw, float):
+            if isinstance(raw, (bool, float)):
                 raise ValueError
             value = int(raw.strip()) if isinstance(raw, str) else int(raw)
             high = INT_MAX if key.kind == "int" else LONG_MAX
@@ -174,7 +175,7 @@ class LogConfig:
     # ---- building ---------------------------------------------------------------
 
     @classmethod
-    def from_props(cls, props: Mapping[str, Any], defaults: "LogConfig | None" = None) -> "LogConfig":
+    def from_props(cls, props: Mapping[str, Any], defaults: LogConfig | None = None) -> LogConfig:
         """A config with `props` (Kafka names) laid over `defaults`.
 
         Unknown names and bad values raise InvalidConfigError naming the key."""

@@ -26,9 +26,11 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 from .errors import CorruptRecordError
 from .fileutil import reserve_blocks
@@ -63,7 +65,7 @@ class FileSlice:
 
     __slots__ = ("records", "position", "length", "_released")
 
-    def __init__(self, records: "FileRecords", position: int, length: int):
+    def __init__(self, records: FileRecords, position: int, length: int):
         self.records = records
         self.position = position
         self.length = length
@@ -83,7 +85,7 @@ class FileSlice:
             self._released = True
             self.records.release()
 
-    def __enter__(self) -> "FileSlice":
+    def __enter__(self) -> FileSlice:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -106,7 +108,7 @@ class FileRecords(ManagedFile):
         self._reserved_end: int | None = size
 
     @classmethod
-    def open(cls, path: str, budget: OpenFiles | None = None) -> "FileRecords":
+    def open(cls, path: str, budget: OpenFiles | None = None) -> FileRecords:
         """The file at `path`, created empty when missing; its descriptor opens on first use."""
         try:
             size = os.stat(path).st_size
@@ -124,10 +126,8 @@ class FileRecords(ManagedFile):
     def close_descriptor(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
     def describe(self) -> str:
         return f"log file {self.path}"
@@ -164,10 +164,8 @@ class FileRecords(ManagedFile):
         """After a failed write (a full disk writes part of it): cut the file back
         to `size`, so no torn entry stays behind it. If even that fails, readers
         still stop at `size` and the next append writes over the rest."""
-        try:
+        with contextlib.suppress(OSError):
             os.ftruncate(self._fd, size)
-        except OSError:
-            pass
         if self._reserved_end is not None:
             self._reserved_end = size
 
@@ -315,10 +313,8 @@ class FileRecords(ManagedFile):
 
     def delete(self) -> None:
         self.close()
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        except FileNotFoundError:
-            pass
 
     def mtime_ms(self) -> int:
         return os.stat(self.path).st_mtime_ns // 1_000_000

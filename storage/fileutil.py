@@ -18,6 +18,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -32,13 +33,11 @@ TEMPORARY_SUFFIXES = (".cleaned", ".swap", ".deleted")
 _BASE_OFFSET_DIGITS = 20
 _MAX_BASE_OFFSET = 10**_BASE_OFFSET_DIGITS - 1
 
+_SEGMENT_SUFFIX_PATTERN = "|".join(re.escape(s) for s in SEGMENT_FILE_SUFFIXES)
+_TEMPORARY_SUFFIX_PATTERN = "|".join(re.escape(s) for s in TEMPORARY_SUFFIXES)
 _SEGMENT_FILE_NAME = re.compile(
-    r"(?P<base>[0-9]{%d})(?P<suffix>(?:%s)(?:%s)?)"
-    % (
-        _BASE_OFFSET_DIGITS,
-        "|".join(re.escape(s) for s in SEGMENT_FILE_SUFFIXES),
-        "|".join(re.escape(s) for s in TEMPORARY_SUFFIXES),
-    )
+    rf"(?P<base>[0-9]{{{_BASE_OFFSET_DIGITS}}})"
+    rf"(?P<suffix>(?:{_SEGMENT_SUFFIX_PATTERN})(?:{_TEMPORARY_SUFFIX_PATTERN})?)"
 )
 
 
@@ -72,10 +71,8 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
     except BaseException:
         if created_tmp:
             # Only remove what this call wrote: never a directory or file someone else put there.
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
         raise
     fsync_dir(os.path.dirname(os.path.abspath(target)))
 
@@ -117,7 +114,7 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
         raise ValueError(f"base offset {base_offset} does not fit a 20-digit segment name")
     if not suffix.startswith("."):
         raise ValueError(f"segment file suffix must start with '.', got {suffix!r}")
-    return "%020d%s" % (base_offset, suffix)
+    return f"{base_offset:020d}{suffix}"
 
 
 def parse_segment_file_name(name: str) -> tuple[int, str] | None:

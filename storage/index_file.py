@@ -36,7 +36,8 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .errors import InvalidOffsetError, KafkaStorageError
 from .mapped_file import MappedFile
@@ -290,7 +291,7 @@ class IndexFile(ManagedFile):
         self._write_at(slot * self._entry_size, self.ENTRY.pack(*fields))
         self._entries = slot + 1
 
-    def _writing(self) -> "_Pinned":
+    def _writing(self) -> _Pinned:
         """`with self._writing():` - the write lock, checks, and a pin (the file open)."""
         return self._write_session
 

@@ -30,7 +30,8 @@ Order, as Kafka does it:
 from __future__ import annotations
 
 import os
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import structlog
 
@@ -106,10 +107,7 @@ class LogLoader:
             if segment.offset_index.max_entries > segment.offset_index.entries:
                 segment.on_became_inactive()  # rebuilt indexes: trim them as a roll would
         segments.active.resize_indexes(self.config.segment_index_bytes)
-        if self.had_clean_shutdown:
-            recovery_point = next_offset
-        else:
-            recovery_point = min(self.recovery_point, next_offset)
+        recovery_point = next_offset if self.had_clean_shutdown else min(self.recovery_point, next_offset)
         return LoadedLog(segments, log_start, recovery_point, next_offset)
 
     # ---- step 1 and 2 ---------------------------------------------------------------

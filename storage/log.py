@@ -57,8 +57,10 @@ import os
 import random
 import threading
 import time
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
+from . import retention
 from .clock import SYSTEM_CLOCK, SystemClock
 from .config import LogConfig
 from .errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
@@ -66,10 +68,10 @@ from .file_records import FileSlice
 from .fileutil import segment_file_name
 from .io_errors import StorageErrorEpisodes
 from .loader import LogLoader
-from .producer_state import ProducerStateManager, logger as producer_state_logger
 from .pending_deletions import PendingDeletions
+from .producer_state import ProducerStateManager
+from .producer_state import logger as producer_state_logger
 from .records import validate_and_assign
-from . import retention
 from .retention import RetentionResult
 from .segment import LogSegment, TimestampOffset
 from .segment_swap import SwapAborted, swap_segments
@@ -139,7 +141,7 @@ class Log:
     def open(cls, directory: str, topic: str, partition: int, config: LogConfig, *,
              log_start_offset: int = 0, recovery_point: int = 0, had_clean_shutdown: bool = False,
              clock: SystemClock = SYSTEM_CLOCK, rng: random.Random | None = None,
-             io_errors: StorageErrorEpisodes | None = None) -> "Log":
+             io_errors: StorageErrorEpisodes | None = None) -> Log:
         """Open (creating if needed) and recover the log in `directory`."""
         os.makedirs(directory, exist_ok=True)
         rng = rng or random.Random()
@@ -383,7 +385,7 @@ class Log:
         """Kafka's deleteSegments (lock held): see `remove_segments`."""
         current = self.segments.snapshot().segments
         count = 0
-        for mine, theirs in zip(current, segments):
+        for mine, theirs in zip(current, segments, strict=False):
             if mine is not theirs:
                 break
             count += 1

@@ -20,7 +20,7 @@ Contract:
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import structlog
 

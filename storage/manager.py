@@ -46,17 +46,19 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import structlog
 
+from . import retention
 from .checkpoint import OffsetCheckpointFile
 from .clock import SYSTEM_CLOCK, SystemClock
 from .config import LogConfig
@@ -64,10 +66,17 @@ from .errors import KafkaStorageError, StrataError
 from .fileutil import atomic_write, fsync_dir
 from .io_errors import StorageErrorEpisodes
 from .log import Log
-from .names import (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX, delete_dir_name,
-                    parse_partition_dir_name, partition_dir_name, stray_dir_name, validate_topic_name)
+from .names import (
+    DELETE_DIR_SUFFIX,
+    FUTURE_DIR_SUFFIX,
+    STRAY_DIR_SUFFIX,
+    delete_dir_name,
+    parse_partition_dir_name,
+    partition_dir_name,
+    stray_dir_name,
+    validate_topic_name,
+)
 from .open_files import OPEN_FILES
-from . import retention
 from .retention import RetentionResult
 from .space_reserve import SpaceReserve
 
@@ -138,7 +147,7 @@ class LogManager:
             return self._open_at_startup(path, tp, log_starts.get(tp, 0), recovery_points.get(tp, 0), known)
 
         progress = _RecoveryProgress(self.data_dir, len(found), self.had_clean_shutdown, self.recovery_threads)
-        for (_, tp), opened in zip(found, self._in_parallel(open_one, found, progress.done)):
+        for (_, tp), opened in zip(found, self._in_parallel(open_one, found, progress.done), strict=True):
             if opened is not None:
                 self._logs[tp] = opened
         if self.had_clean_shutdown:
@@ -303,10 +312,9 @@ class LogManager:
         if error.errno in (errno.EMFILE, errno.ENFILE):
             OPEN_FILES.close_idle()
         shutil.rmtree(path, ignore_errors=True)
-        try:
+        # the directory is gone either way; a crash now leaves at most an empty one
+        with contextlib.suppress(OSError):
             fsync_dir(self.data_dir)
-        except OSError:
-            pass  # the directory is gone either way; a crash now leaves at most an empty one
         if os.path.exists(path):
             log.error("partial_log_directory_left", directory=path, error=str(error))
 

@@ -22,6 +22,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import mmap
@@ -85,7 +86,5 @@ class MappedFile:
         self._unmap()
         fd, self.fd = self.fd, -1
         if fd >= 0:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass

@@ -74,7 +74,7 @@ the map got (more rounds when the map fills), as Kafka does.
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from . import native
 
@@ -246,7 +246,7 @@ class OffsetMap:
         if self.native is not None:
             if max(map(len, keys)) <= limit:
                 return self.native.put_keys(keys, offsets)
-            for key, offset in zip(keys, offsets):
+            for key, offset in zip(keys, offsets, strict=False):
                 if len(key) <= limit:
                     superseded += self.native.put_keys((key,), (offset,))
                 else:
@@ -257,7 +257,7 @@ class OffsetMap:
         short = self._short
         added = 0
         charged = 0
-        for key, offset in zip(keys, offsets):
+        for key, offset in zip(keys, offsets, strict=False):
             if len(key) <= limit:
                 old = short.get(key)
                 short[key] = offset

@@ -70,7 +70,7 @@ class ManagedFile:
     that only the budget calls, under its lock; they must not take locks a pinning
     thread holds."""
 
-    def __init__(self, budget: "OpenFiles | None" = None):
+    def __init__(self, budget: OpenFiles | None = None):
         self._budget = budget if budget is not None else OPEN_FILES
         self.budget_state = BudgetState()
 

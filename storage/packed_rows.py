@@ -12,7 +12,8 @@ thousand per MiB of 1 KiB classic messages).
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 
 class PackedRows:

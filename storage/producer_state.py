@@ -58,17 +58,18 @@ Contract:
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import struct
 import threading
 from collections import deque
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import crc32c
 import structlog
 
-from .errors import (CorruptRecordError, InvalidProducerEpochError, InvalidRecordError,
-                     OutOfOrderSequenceError)
+from .errors import CorruptRecordError, InvalidProducerEpochError, InvalidRecordError, OutOfOrderSequenceError
 from .fileutil import atomic_write, parse_segment_file_name, segment_file_name
 from .records.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, FIELD_OFFSET
 from .records.framing import MAGIC_V2
@@ -148,7 +149,7 @@ class ProducerStateEntry:
     def last_offset(self) -> int:
         return self.batches[-1].last_offset if self.batches else -1
 
-    def copy(self) -> "ProducerStateEntry":
+    def copy(self) -> ProducerStateEntry:
         other = ProducerStateEntry(self.producer_id, self.epoch, self.last_timestamp,
                                    self.coordinator_epoch, self.current_txn_first_offset)
         other.batches.extend(self.batches)
@@ -186,7 +187,7 @@ class ProducerBatch(NamedTuple):
     max_timestamp: int
 
     @classmethod
-    def from_header(cls, buf, position: int) -> "ProducerBatch | None":
+    def from_header(cls, buf, position: int) -> ProducerBatch | None:
         (base_offset, _, _, magic, _, attributes, last_delta, _, max_ts, producer_id, epoch,
          base_seq, _) = BATCH_HEADER.unpack_from(buf, position)
         if magic != MAGIC_V2 or producer_id < 0 or attributes & CONTROL_BIT:
@@ -492,10 +493,8 @@ class ProducerStateManager:
 
     def _delete_snapshot(self, offset: int) -> None:
         with self._file_lock:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(snapshot_path(self.directory, offset))
-            except FileNotFoundError:
-                pass
             i = bisect.bisect_left(self._snapshot_offsets, offset)
             if i < len(self._snapshot_offsets) and self._snapshot_offsets[i] == offset:
                 del self._snapshot_offsets[i]

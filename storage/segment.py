@@ -162,7 +162,7 @@ class LogSegment:
     @classmethod
     def open(cls, directory: str, base_offset: int, *, index_interval_bytes: int,
              max_index_size: int, roll_jitter_ms: int = 0, clock: SystemClock,
-             suffix: str = "") -> "LogSegment":
+             suffix: str = "") -> LogSegment:
         def path(kind: str) -> str:
             return os.path.join(directory, segment_file_name(base_offset, kind + suffix))
 

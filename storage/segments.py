@@ -12,7 +12,7 @@ Contract:
 from __future__ import annotations
 
 import bisect
-from typing import Iterator
+from collections.abc import Iterator
 
 from .segment import LogSegment
 

@@ -21,10 +21,12 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import threading
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import structlog
 
@@ -103,10 +105,9 @@ class SpaceReserve:
         except OSError as e:
             log.warning("space_reserve_remove_failed", path=self.path, error=e.strerror or str(e))
             return
-        try:
+        # the blocks are free already; only the unlink's durability waits
+        with contextlib.suppress(OSError):
             fsync_dir(self.data_dir)
-        except OSError:
-            pass  # the blocks are free already; only the unlink's durability waits
 
     def maybe_restore(self) -> bool:
         """Re-create a released reserve when space has come back; True when in place."""

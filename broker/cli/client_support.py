@@ -10,8 +10,8 @@ exits non-zero; `parse_config_args` turns repeated `--config k=v` into a dict.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from client import StrataClientError, parse_bootstrap
 

@@ -8,7 +8,8 @@ Works on the files alone (no broker). Every FILE must exist and end in .log,
 timestamp key is the entry's timestamp type: CreateTime, LogAppendTime, or
 NoTimestampType for magic 0; compresscodec is NONE, GZIP, SNAPPY, LZ4, ZSTD):
 
-    baseOffset: B lastOffset: L count: C position: P size: S magic: M compresscodec: NONE crc: X isValid: true CreateTime: T
+    baseOffset: B lastOffset: L count: C position: P size: S magic: M compresscodec: NONE crc: X isValid: true
+    CreateTime: T   (all on one line)
 
   and for magic 2 Kafka's batch fields after these: `baseSequence: lastSequence:
   producerId: producerEpoch: partitionLeaderEpoch: isTransactional: isControl:`.
@@ -46,15 +47,15 @@ import mmap
 import os
 import struct
 import sys
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from storage.codecs import Codec
 from storage.errors import CorruptRecordError
 from storage.offset_index import OffsetIndex
 from storage.records import LogEntry
 from storage.records.batch import MIN_BATCH_LENGTH
-from storage.records.framing import (ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD, MAGIC_OFFSET,
-                                     MIN_ENTRY_SIZE_FIELD)
+from storage.records.framing import ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD, MAGIC_OFFSET, MIN_ENTRY_SIZE_FIELD
 from storage.time_index import TimeIndex
 
 from . import CliError

@@ -39,10 +39,9 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so that the other subcommands do not pay for uvloop and storage.
-    from storage.errors import InvalidConfigError
-
     from broker.app import StartupError, run_broker
     from broker.config import BrokerConfig
+    from storage.errors import InvalidConfigError
 
     try:
         config = BrokerConfig.load(config_file=args.config, overrides=args.overrides,

@@ -36,7 +36,7 @@ import os
 import struct
 import typing
 import uuid
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -50,7 +50,7 @@ HEADER_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
 INT32 = struct.Struct(">i")
 MARKER_SIZE = 16  # < 127, so a flexible length prefix of a marker is one byte
 ZERO_UUID = uuid.UUID(int=0)
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 def peek_header(frame) -> tuple[int, int, int]:
@@ -151,7 +151,7 @@ def encode_spliced(correlation_id: int, response, splicer: RecordsSplicer) -> li
 
 # ---- building entities for any version -----------------------------------------------------------
 
-@lru_cache(maxsize=None)
+@cache
 def _schema(cls: type) -> dict[str, tuple[dataclasses.Field, Any]]:
     hints = typing.get_type_hints(cls)
     return {f.name: (f, hints[f.name]) for f in dataclasses.fields(cls)}
@@ -161,7 +161,7 @@ def has_field(cls: type, name: str) -> bool:
     return name in _schema(cls)
 
 
-@lru_cache(maxsize=None)
+@cache
 def nested(cls: type, name: str) -> type:
     """The entity class of field `name` (an array of entities, or one entity)."""
     _, hint = _schema(cls)[name]

@@ -41,8 +41,9 @@ import dataclasses
 import struct
 import types
 import typing
-from functools import lru_cache
-from typing import Any, Callable
+from collections.abc import Callable
+from functools import cache
+from typing import Any
 
 
 class MalformedRequest(Exception):
@@ -230,7 +231,7 @@ def _primitive_step(name: str, kind: str | None, nullable: bool, flexible: bool)
     raise ValueError(f"request_check: unknown kafka_type {kind!r} of field {name}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _entity_step(entity_class: type, *, header: bool) -> Step:
     """The plain (uncompiled) walk of an entity: for tagged fields' values and
     nullable structs, which the compiled walk hands to it."""
@@ -387,7 +388,7 @@ def _emit_value(src: _Source, depth: int, owner: type, field: dataclasses.Field,
         src.emit(depth, f"pos = {step}(buf, pos, end)")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compiled_request(request_class: type) -> Step:
     src = _Source()
     src.emit(0, "def check(buf, pos, end):")

@@ -54,7 +54,7 @@ class KafkaState:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, data_dir: str) -> "KafkaState":
+    def open(cls, data_dir: str) -> KafkaState:
         path = os.path.join(data_dir, STATE_FILE)
         doc = read_document(path, FORMAT_VERSION, "Kafka listener state")
         if doc is None:

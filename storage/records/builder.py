@@ -15,11 +15,10 @@ entries keeping each record's original offset: `offset_deltas` /
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..codecs import Codec, compress
-from .batch import (BATCH_HEADER, CONTROL_BIT, CRC_OFFSET, TRANSACTIONAL_BIT, UINT32, batch_crc,
-                    encode_record)
+from .batch import BATCH_HEADER, CONTROL_BIT, CRC_OFFSET, TRANSACTIONAL_BIT, UINT32, batch_crc, encode_record
 from .classic import append_message
 from .framing import LOG_APPEND_TIME, LOG_OVERHEAD, NO_TIMESTAMP, TIMESTAMP_TYPE_BIT
 
@@ -69,7 +68,7 @@ def build_batch(records: Sequence[tuple], *, base_offset: int = 0, codec: int = 
         last_offset_delta = offset_deltas[-1] if rows else 0
 
     payload = b"".join(encode_record(delta, timestamp - base_timestamp, key, value, headers)
-                       for delta, (key, value, timestamp, headers) in zip(offset_deltas, rows))
+                       for delta, (key, value, timestamp, headers) in zip(offset_deltas, rows, strict=True))
     if codec != Codec.NONE:
         payload = compress(codec, payload, magic=2, level=compression_level)
     attributes = (int(codec) | (TIMESTAMP_TYPE_BIT if timestamp_type == LOG_APPEND_TIME else 0)
@@ -109,13 +108,13 @@ def build_classic(records: Sequence[tuple], *, magic: int, codec: int = Codec.NO
 
     out = bytearray()
     if codec == Codec.NONE:
-        for offset, (key, value, timestamp, _) in zip(offsets, rows):
+        for offset, (key, value, timestamp, _) in zip(offsets, rows, strict=True):
             append_message(out, offset, magic, type_bit, timestamp, key, value)
         return bytes(out)
     if not rows:
         raise ValueError("a compressed wrapper needs at least one message")
     inner = bytearray()
-    for offset, (key, value, timestamp, _) in zip(offsets, rows):
+    for offset, (key, value, timestamp, _) in zip(offsets, rows, strict=True):
         inner_offset = offset - offsets[0] if magic == 1 else offset
         append_message(inner, inner_offset, magic, 0, timestamp, key, value)
     wrapper_timestamp = max(r[2] for r in rows)

@@ -28,14 +28,21 @@ from typing import NamedTuple
 
 from .. import native
 from ..packed_rows import PackedRows
-from .batch import BATCH_CODECS, BATCH_HEADER, CRC_START as BATCH_CRC_START, MIN_BATCH_LENGTH
-from .classic import (CLASSIC_CODECS, CRC_START as CLASSIC_CRC_START, HEADERS, KEY_LENGTH_OFFSET,
-                      LENGTH, MIN_SIZE_FIELD)
+from .batch import BATCH_CODECS, BATCH_HEADER, MIN_BATCH_LENGTH
+from .batch import CRC_START as BATCH_CRC_START
+from .classic import CLASSIC_CODECS, HEADERS, KEY_LENGTH_OFFSET, LENGTH, MIN_SIZE_FIELD
+from .classic import CRC_START as CLASSIC_CRC_START
+from .framing import (
+    CODEC_MASK,
+    ENTRY_PREFIX,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    MIN_ENTRY_SIZE_FIELD,
+    NO_TIMESTAMP,
+    crc32c,
+)
 from .framing import crc32 as framing_crc32
-from .framing import crc32c
-from .framing import (CODEC_MASK, ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2,
-                      MIN_ENTRY_SIZE_FIELD, NO_TIMESTAMP)
-
 
 # C fast path for runs of good entries (storage/records/_crecords.c); None: Python only.
 _crecords = native.load("records._crecords")

@@ -19,10 +19,11 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from crc32c import crc32c as _package_crc32c
+
 # CRC32 (IEEE) of classic messages. ISA-L's is about 2.5x zlib's on 1 KiB
 # messages, where a set of small classic messages spends most of its time.
 from isal.isal_zlib import crc32  # noqa: F401  (re-exported)
-from crc32c import crc32c as _package_crc32c
 
 from .. import native
 

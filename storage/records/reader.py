@@ -16,19 +16,45 @@ bytearray), so `buf` must not change while the entry is in use.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from .. import native
 from ..codecs import Codec, decompress
 from ..errors import CorruptRecordError
-from .batch import (BATCH_CODECS, BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, MIN_BATCH_LENGTH,
-                    TRANSACTIONAL_BIT, batch_crc, decode_records)
-from .classic import (CLASSIC_CODECS, HEADERS, KEY_LENGTH_OFFSET, LENGTH, MIN_SIZE_FIELD,
-                      InnerMessage, inner_messages, message_crc, message_lengths)
-from .framing import (CODEC_MASK, CREATE_TIME, ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD,
-                      MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD, NO_TIMESTAMP,
-                      TIMESTAMP_TYPE_BIT, Record)
-
+from .batch import (
+    BATCH_CODECS,
+    BATCH_HEADER,
+    BATCH_OVERHEAD,
+    CONTROL_BIT,
+    MIN_BATCH_LENGTH,
+    TRANSACTIONAL_BIT,
+    batch_crc,
+    decode_records,
+)
+from .classic import (
+    CLASSIC_CODECS,
+    HEADERS,
+    KEY_LENGTH_OFFSET,
+    LENGTH,
+    MIN_SIZE_FIELD,
+    InnerMessage,
+    inner_messages,
+    message_crc,
+    message_lengths,
+)
+from .framing import (
+    CODEC_MASK,
+    CREATE_TIME,
+    ENTRY_PREFIX,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    MIN_ENTRY_SIZE_FIELD,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_BIT,
+    Record,
+)
 
 # The C record walk for timestamp lookups (storage/records/_crecords.c).
 _crecords = native.load("records._crecords")

@@ -26,8 +26,20 @@ from typing import NamedTuple
 
 from ..codecs import Codec, compress
 from ..config import LogConfig
-from .batch import (ATTRIBUTES_OFFSET, BASE_OFFSET_OFFSET, BATCH_OVERHEAD, CRC_OFFSET, FIELD_OFFSET, INT16,
-                    INT32, INT64, LEADER_EPOCH_OFFSET, MAX_TIMESTAMP_OFFSET, UINT32, batch_crc)
+from .batch import (
+    ATTRIBUTES_OFFSET,
+    BASE_OFFSET_OFFSET,
+    BATCH_OVERHEAD,
+    CRC_OFFSET,
+    FIELD_OFFSET,
+    INT16,
+    INT32,
+    INT64,
+    LEADER_EPOCH_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    UINT32,
+    batch_crc,
+)
 from .framing import CODEC_MASK, LOG_OVERHEAD
 
 LENGTH_OFFSET = FIELD_OFFSET["length"]

@@ -47,28 +47,64 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .. import native
 from ..codecs import Codec, compress, decompress
 from ..config import LogConfig
-from ..errors import (CorruptRecordError, InvalidRecordError, MessageTooLargeError,
-                      RecordListTooLargeError)
-from .batch import (ATTRIBUTES_OFFSET, BASE_OFFSET_OFFSET, BATCH_CODECS, BATCH_HEADER,
-                    BATCH_OVERHEAD, CONTROL_BIT, CRC_OFFSET as BATCH_CRC_OFFSET, INT16, INT32,
-                    INT64, LEADER_EPOCH_OFFSET, MAX_TIMESTAMP_OFFSET, MIN_BATCH_LENGTH,
-                    PRODUCER_ID_OFFSET,
-                    TRANSACTIONAL_BIT, UINT32, batch_crc, decode_records, summarize_records)
-from .. import native
+from ..errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError, RecordListTooLargeError
+from .batch import (
+    ATTRIBUTES_OFFSET,
+    BASE_OFFSET_OFFSET,
+    BATCH_CODECS,
+    BATCH_HEADER,
+    BATCH_OVERHEAD,
+    CONTROL_BIT,
+    INT16,
+    INT32,
+    INT64,
+    LEADER_EPOCH_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    MIN_BATCH_LENGTH,
+    PRODUCER_ID_OFFSET,
+    TRANSACTIONAL_BIT,
+    UINT32,
+    batch_crc,
+    decode_records,
+    summarize_records,
+)
+from .batch import CRC_OFFSET as BATCH_CRC_OFFSET
 from .builder import build_batch
-from .classic import (ATTRIBUTES_OFFSET as CLASSIC_ATTRIBUTES_OFFSET, CLASSIC_CODECS,
-                      CRC_OFFSET as CLASSIC_CRC_OFFSET, CRC_START as CLASSIC_CRC_START,
-                      KEY_LENGTH_OFFSET, LENGTH, MIN_SIZE_FIELD, TIMESTAMP, TIMESTAMP_OFFSET,
-                      V0_HEADER, V1_HEADER, append_message, inner_messages, message_crc)
+from .classic import ATTRIBUTES_OFFSET as CLASSIC_ATTRIBUTES_OFFSET
+from .classic import (
+    CLASSIC_CODECS,
+    KEY_LENGTH_OFFSET,
+    LENGTH,
+    MIN_SIZE_FIELD,
+    TIMESTAMP,
+    TIMESTAMP_OFFSET,
+    V0_HEADER,
+    V1_HEADER,
+    append_message,
+    inner_messages,
+    message_crc,
+)
+from .classic import CRC_OFFSET as CLASSIC_CRC_OFFSET
+from .classic import CRC_START as CLASSIC_CRC_START
 from .entries import EntryTable
-from .recompress import Target, recompress_batch, target_of
+from .framing import (
+    CODEC_MASK,
+    CREATE_TIME,
+    ENTRY_PREFIX,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    MIN_ENTRY_SIZE_FIELD,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_BIT,
+    crc32c,
+)
 from .framing import crc32 as framing_crc32
-from .framing import crc32c
-from .framing import (CODEC_MASK, CREATE_TIME, ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD,
-                      MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD, NO_TIMESTAMP,
-                      TIMESTAMP_TYPE_BIT)
+from .recompress import Target, recompress_batch, target_of
 
 # C fast path for runs of plain classic messages (storage/records/_crecords.c).
 _crecords = native.load("records._crecords")
@@ -320,10 +356,7 @@ def _assign_batch(buf: bytearray, pos: int, entry_end: int, next_offset: int,
     # Both outside the CRC: restamped without recomputing it.
     INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, next_offset)
     INT32.pack_into(buf, pos + LEADER_EPOCH_OFFSET, LEADER_EPOCH_ON_APPEND)
-    if rules.log_append:
-        new_attributes = attributes | TIMESTAMP_TYPE_BIT
-    else:
-        new_attributes = attributes & ~TIMESTAMP_TYPE_BIT
+    new_attributes = attributes | TIMESTAMP_TYPE_BIT if rules.log_append else attributes & ~TIMESTAMP_TYPE_BIT
     if new_attributes != attributes or max_timestamp != header_max_timestamp:
         INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, new_attributes)
         INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
@@ -382,10 +415,7 @@ def _assign_wrapper(buf: bytearray, pos: int, entry_end: int, magic: int, attrib
 def _set_timestamp(buf: bytearray, pos: int, entry_end: int, attributes: int, old_timestamp: int,
                    timestamp: int, log_append: bool) -> None:
     """Set a v1 message's timestamp and type bit, recomputing the CRC if either changes."""
-    if log_append:
-        new_attributes = attributes | TIMESTAMP_TYPE_BIT
-    else:
-        new_attributes = attributes & ~TIMESTAMP_TYPE_BIT
+    new_attributes = attributes | TIMESTAMP_TYPE_BIT if log_append else attributes & ~TIMESTAMP_TYPE_BIT
     if new_attributes == attributes and timestamp == old_timestamp:
         return
     buf[pos + CLASSIC_ATTRIBUTES_OFFSET] = new_attributes & 0xFF

@@ -61,8 +61,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 import structlog
 
@@ -354,7 +354,7 @@ class GroupCoordinator:
         self.closed = False
 
     @classmethod
-    def from_config(cls, config, loop=None) -> "GroupCoordinator":
+    def from_config(cls, config, loop=None) -> GroupCoordinator:
         return cls(loop=loop, min_session_timeout_ms=config.group_min_session_timeout_ms,
                    max_session_timeout_ms=config.group_max_session_timeout_ms,
                    initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
@@ -399,7 +399,7 @@ class GroupCoordinator:
         # shield: a client that disconnects must not cancel the member's parked future
         return await asyncio.shield(future)
 
-    def _join(self, req: "_JoinRequest", future: asyncio.Future) -> None:
+    def _join(self, req: _JoinRequest, future: asyncio.Future) -> None:
         def fail(error: int, member_id: str = req.member_id) -> None:
             _complete(future, JoinResult(error, member_id))
 
@@ -433,7 +433,7 @@ class GroupCoordinator:
             return (member is not None and member.awaiting_join) or group.num_awaiting_join() < self.max_size
         return member_id in group.members or len(group.members) < self.max_size
 
-    def _join_new_member(self, group: Group, req: "_JoinRequest", future: asyncio.Future) -> None:
+    def _join_new_member(self, group: Group, req: _JoinRequest, future: asyncio.Future) -> None:
         if group.is_(DEAD):
             _complete(future, JoinResult(COORDINATOR_NOT_AVAILABLE, ""))
             return
@@ -456,7 +456,7 @@ class GroupCoordinator:
         else:
             self._add_member_and_rebalance(group, req, new_id, future)
 
-    def _join_existing_member(self, group: Group, req: "_JoinRequest", future: asyncio.Future) -> None:
+    def _join_existing_member(self, group: Group, req: _JoinRequest, future: asyncio.Future) -> None:
         member_id = req.member_id
         if group.is_(DEAD):
             _complete(future, JoinResult(COORDINATOR_NOT_AVAILABLE, member_id))
@@ -496,7 +496,7 @@ class GroupCoordinator:
                           (group.leader_id or NO_LEADER) if leader is None else leader, skip_assignment,
                           group.join_members() if with_members else ())
 
-    def _add_member_and_rebalance(self, group: Group, req: "_JoinRequest", member_id: str,
+    def _add_member_and_rebalance(self, group: Group, req: _JoinRequest, member_id: str,
                                   future: asyncio.Future) -> None:
         member = Member(member_id, req.group_instance_id, req.client_id, req.client_host,
                         req.rebalance_timeout_ms, req.session_timeout_ms, req.protocol_type,
@@ -511,7 +511,7 @@ class GroupCoordinator:
                  reason=req.reason)
         self._maybe_prepare_rebalance_or_complete_join(group, f"adding member {member_id}")
 
-    def _update_member_and_rebalance(self, group: Group, member: Member, req: "_JoinRequest",
+    def _update_member_and_rebalance(self, group: Group, member: Member, req: _JoinRequest,
                                      future: asyncio.Future, reason: str) -> None:
         self._update_member(member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, future)
         self._maybe_prepare_rebalance_or_complete_join(group, f"{reason}: {member.member_id}")
@@ -528,7 +528,7 @@ class GroupCoordinator:
             _complete(member.join_future, JoinResult(REBALANCE_IN_PROGRESS, member.member_id))
         member.join_future = future
 
-    def _update_static_member_and_rebalance(self, group: Group, req: "_JoinRequest", old_id: str, new_id: str,
+    def _update_static_member_and_rebalance(self, group: Group, req: _JoinRequest, old_id: str, new_id: str,
                                             future: asyncio.Future) -> None:
         current_leader = group.leader_id or NO_LEADER
         member = self._replace_static_member(group, req.group_instance_id, old_id, new_id)

@@ -11,14 +11,14 @@ from __future__ import annotations
 import datetime
 import struct
 import typing
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from storage.errors import StrataError
 
 from ..authorized import OMITTED, ResourceType, requested
 from ..codec import has_field, make, nested
-from .coordinator import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NONE, NON_EMPTY_GROUP, GroupCoordinator
+from .coordinator import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NON_EMPTY_GROUP, NONE, GroupCoordinator
 
 # FindCoordinator key types
 GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2
@@ -39,7 +39,7 @@ def millis(value: Any) -> int:
     return int(value)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _nullable(cls: type, name: str) -> bool:
     hint = typing.get_type_hints(cls).get(name)
     return hint is not None and type(None) in typing.get_args(hint)
@@ -219,12 +219,12 @@ class GroupHandlers:
                 errors = await self.apis.blocking(self.apis.offsets.commit_many, req.group_id, entries)
             except StrataError as e:
                 errors = [e] * len(entries)
-            for (ti, pi), e in zip(where, errors):
+            for (ti, pi), e in zip(where, errors, strict=False):
                 codes[ti][pi] = coordinator_error_code(e) if e is not None else NONE
         topics = []
-        for topic, row in zip(req.topics, codes):
+        for topic, row in zip(req.topics, codes, strict=True):
             parts = tuple(make(PartR, partition_index=p.partition_index, error_code=code)
-                          for p, code in zip(topic.partitions, row))
+                          for p, code in zip(topic.partitions, row, strict=True))
             topics.append(make(TopicR, name=getattr(topic, "name", None), topic_id=getattr(topic, "topic_id", None),
                                partitions=parts))
         return make(R, throttle_time=0, topics=tuple(topics))
@@ -395,8 +395,8 @@ class GroupHandlers:
         topics_out = tuple(
             make(TopicR, name=topic.name,
                  partitions=tuple(make(PartR, partition_index=p.partition_index, error_code=code)
-                                  for p, code in zip(topic.partitions, row)))
-            for topic, row in zip(req.topics, codes))
+                                  for p, code in zip(topic.partitions, row, strict=True)))
+            for topic, row in zip(req.topics, codes, strict=True))
         return make(R, error_code=NONE, throttle_time=0, topics=topics_out)
 
 
