@@ -150,11 +150,11 @@ class BrokerApp:
             except OSError as e:
                 raise StartupError(f"cannot use data directory {config.data_dir}: "
                                    f"{e.strerror or e}") from None
-            for one in servers:
-                await one.start_serving()
+            for server in servers:
+                await server.start_serving()
         except BaseException:
-            for one in servers:
-                one.close()
+            for server in servers:
+                server.close()
             if opened:
                 await blocking(manager.shutdown)
             self.executor.shutdown(wait=True)

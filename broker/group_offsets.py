@@ -196,19 +196,19 @@ class GroupOffsets:
     def load(self, existing_logs: list[Log]) -> int:
         """Rebuild the map from the offsets partitions that exist; returns records read."""
         records = 0
-        for one in sorted(existing_logs, key=lambda x: x.partition):
-            if one.topic != OFFSETS_TOPIC:
+        for partition_log in sorted(existing_logs, key=lambda x: x.partition):
+            if partition_log.topic != OFFSETS_TOPIC:
                 continue
-            records += self._load_partition(one)
+            records += self._load_partition(partition_log)
         log.info("group_offsets_loaded", committed=len(self._committed), records=records)
         return records
 
-    def _load_partition(self, one: Log) -> int:
+    def _load_partition(self, partition_log: Log) -> int:
         records = 0
-        offset = one.log_start_offset
-        end = one.log_end_offset
+        offset = partition_log.log_start_offset
+        end = partition_log.log_end_offset
         while offset < end:
-            with one.read(offset, READ_CHUNK, min_one_message=True) as chunk:
+            with partition_log.read(offset, READ_CHUNK, min_one_message=True) as chunk:
                 data = chunk.read()
             advanced = False
             for entry in iter_entries(data):
@@ -217,15 +217,15 @@ class GroupOffsets:
                 for record in entry.records():
                     if record.offset >= offset:
                         records += 1
-                        self._apply(record, one)
+                        self._apply(record, partition_log)
                 offset = entry.last_offset + 1
                 advanced = True
             if not advanced:
-                log.warning("group_offsets_load_stopped", partition=one.partition, offset=offset)
+                log.warning("group_offsets_load_stopped", partition=partition_log.partition, offset=offset)
                 break
         return records
 
-    def _apply(self, record, one: Log) -> None:
+    def _apply(self, record, partition_log: Log) -> None:
         if record.key is None:
             return
         try:
@@ -237,10 +237,10 @@ class GroupOffsets:
                 return
             value = decode_value(record.value)
         except (ValueError, struct.error, UnicodeDecodeError):
-            log.warning("group_offsets_bad_record", partition=one.partition, offset=record.offset)
+            log.warning("group_offsets_bad_record", partition=partition_log.partition, offset=record.offset)
             return
         if value is None:
-            log.warning("group_offsets_unknown_value_version", partition=one.partition,
+            log.warning("group_offsets_unknown_value_version", partition=partition_log.partition,
                         offset=record.offset)
             return
         is_null = any(name == NULL_METADATA_HEADER for name, _ in record.headers)

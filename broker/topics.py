@@ -396,9 +396,9 @@ class TopicRegistry:
                 return altered
             self._replace(altered)
             for partition in range(topic.partitions):
-                one = manager.get_log(name, partition)
-                if one is not None:
-                    one.update_config(log_config)
+                partition_log = manager.get_log(name, partition)
+                if partition_log is not None:
+                    partition_log.update_config(log_config)
         log.info("topic_altered", topic=name, configs=dict(changes))
         return altered
 

@@ -523,20 +523,20 @@ class CoreHandlers:
         return make(ctx.response_class, throttle_time=0,
                     topics=await self._each_partition(ctx, req.topics, answer))
 
-    async def _offset_for(self, one: Log, timestamp: int) -> tuple[int, int]:
+    async def _offset_for(self, partition_log: Log, timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) for a ListOffsets timestamp: -1 latest, -2 earliest,
         -3 the largest timestamp, -4 earliest local (= earliest), -5 latest tiered
         (nothing is tiered: -1), else the first record at or after the timestamp."""
         if timestamp == LATEST_TIMESTAMP:
-            return -1, one.log_end_offset
+            return -1, partition_log.log_end_offset
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            return -1, one.log_start_offset
+            return -1, partition_log.log_start_offset
         if timestamp == LATEST_TIERED_TIMESTAMP:
             return -1, -1
         if timestamp == MAX_TIMESTAMP:
-            found = await self.apis.blocking(max_timestamp_offset, one)
+            found = await self.apis.blocking(max_timestamp_offset, partition_log)
             return (-1, -1) if found is None else (found.timestamp, found.offset)
-        found = await self.apis.blocking(one.offset_for_timestamp, timestamp)
+        found = await self.apis.blocking(partition_log.offset_for_timestamp, timestamp)
         return (-1, -1) if found is None else (found.timestamp, found.offset)
 
     # ---- topics ------------------------------------------------------------------------------
@@ -695,7 +695,7 @@ class CoreHandlers:
 
     async def alter_configs(self, req, ctx):
         """Legacy AlterConfigs: the listed configs replace all of a topic's overrides."""
-        async def one(resource) -> None:
+        async def alter_topic(resource) -> None:
             topic = self.registry.require(resource.resource_name)
             listed = {}
             for c in resource.configs:
@@ -707,7 +707,7 @@ class CoreHandlers:
             changes = list(listed.items()) + [(k, None) for k in topic.configs if k not in listed]
             await self.apis.blocking(self._alter, resource.resource_name, changes, req.validate_only)
 
-        async def group(resource) -> None:
+        async def alter_group(resource) -> None:
             changes = [(c.name, c.value) for c in resource.configs]
             names = [name for name, _ in changes]
             for name, value in changes:
@@ -716,12 +716,12 @@ class CoreHandlers:
                 if value is None:
                     raise InvalidRequestError(f"null value not supported for {name!r}")
             await self.apis.blocking(self._alter_group, resource.resource_name, changes, True, req.validate_only)
-        return await self._alter_each(req, ctx, one, group)
+        return await self._alter_each(req, ctx, alter_topic, alter_group)
 
     async def incremental_alter_configs(self, req, ctx):
         kinds = {k.name: k.kind for k in TOPIC_KEYS}
 
-        async def one(resource) -> None:
+        async def alter_topic(resource) -> None:
             topic = self.registry.require(resource.resource_name)
             effective = topic.log_config.to_props()
             changes: dict[str, str | None] = {}
@@ -753,7 +753,7 @@ class CoreHandlers:
             await self.apis.blocking(self._alter, resource.resource_name, list(changes.items()),
                                      req.validate_only)
 
-        async def group(resource) -> None:
+        async def alter_group(resource) -> None:
             changes: dict[str, str | None] = {}
             for c in resource.configs:
                 if c.name in changes:
@@ -771,7 +771,7 @@ class CoreHandlers:
                     raise InvalidRequestError(f"unknown config operation {c.config_operation}")
             await self.apis.blocking(self._alter_group, resource.resource_name, list(changes.items()), False,
                                      req.validate_only)
-        return await self._alter_each(req, ctx, one, group)
+        return await self._alter_each(req, ctx, alter_topic, alter_group)
 
     def _alter(self, name: str, changes, validate_only: bool) -> None:
         self.registry.alter(name, changes, validate_only=validate_only)

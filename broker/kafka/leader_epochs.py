@@ -49,7 +49,7 @@ class LeaderEpochHandlers:
                 code, epoch, end = 0, UNDEFINED, UNDEFINED
                 current = part.current_leader_epoch
                 try:
-                    one = await self.apis.log_for(topic.topic, part.partition)
+                    partition_log = await self.apis.log_for(topic.topic, part.partition)
                 except StrataError as e:
                     code = e.code
                 else:
@@ -58,8 +58,8 @@ class LeaderEpochHandlers:
                     elif current > LEADER_EPOCH:
                         code = UNKNOWN_LEADER_EPOCH
                     else:
-                        epoch, end = end_offset_for(part.leader_epoch, one.log_start_offset,
-                                                    one.log_end_offset)
+                        epoch, end = end_offset_for(part.leader_epoch, partition_log.log_start_offset,
+                                                    partition_log.log_end_offset)
                 parts.append(make(PartR, error_code=code, partition=part.partition, leader_epoch=epoch,
                                   end_offset=end))
             topics.append(make(TopicR, topic=topic.topic, partitions=tuple(parts)))

@@ -32,15 +32,15 @@ class LogDirHandlers:
         if req.topics is not None:
             wanted = {(t.topic, p) for t in req.topics for p in t.partitions}
         by_topic: dict[str, list] = {}
-        for one in self.apis.manager.logs():
-            parts = by_topic.setdefault(one.topic, [])
-            if wanted is None or (one.topic, one.partition) in wanted:
-                parts.append(one)
+        for partition_log in self.apis.manager.logs():
+            parts = by_topic.setdefault(partition_log.topic, [])
+            if wanted is None or (partition_log.topic, partition_log.partition) in wanted:
+                parts.append(partition_log)
         topics = tuple(
             make(TopicR, name=name, partitions=tuple(
-                make(PartR, partition_index=one.partition, partition_size=one.size_in_bytes, offset_lag=0,
-                     is_future_key=False)
-                for one in sorted(logs, key=lambda one: one.partition)))
+                make(PartR, partition_index=partition_log.partition,
+                     partition_size=partition_log.size_in_bytes, offset_lag=0, is_future_key=False)
+                for partition_log in sorted(logs, key=lambda partition_log: partition_log.partition)))
             for name, logs in sorted(by_topic.items()))
         path = os.path.abspath(self.apis.manager.data_dir)
         total, usable = await self.apis.blocking(_space, path)

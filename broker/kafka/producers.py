@@ -40,13 +40,13 @@ class ProducerHandlers:
                 code, states = topic_error, ()
                 if not code:
                     try:
-                        one = await self.apis.log_for(topic.name, index)
+                        partition_log = await self.apis.log_for(topic.name, index)
                         states = tuple(
                             make(StateR, producer_id=pid, producer_epoch=entry.epoch,
                                  last_sequence=entry.last_seq, last_timestamp=entry.last_timestamp,
                                  coordinator_epoch=entry.coordinator_epoch,
                                  current_txn_start_offset=entry.current_txn_first_offset)
-                            for pid, entry in sorted(list(one.producer_state.producers.items())))
+                            for pid, entry in sorted(list(partition_log.producer_state.producers.items())))
                     except StrataError as e:
                         code = e.code
                 parts.append(make(PartR, partition_index=index, error_code=code, error_message=None,

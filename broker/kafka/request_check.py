@@ -250,8 +250,8 @@ def _entity_step(entity_class: type, *, header: bool) -> Step:
     all_steps = tuple(steps)
 
     def step(buf: Any, pos: int, end: int) -> int:
-        for one in all_steps:
-            pos = one(buf, pos, end)
+        for run_step in all_steps:
+            pos = run_step(buf, pos, end)
         return pos
     return step
 
