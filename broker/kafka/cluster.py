@@ -9,6 +9,7 @@ unknown endpoint type UNSUPPORTED_ENDPOINT_TYPE, as Kafka's brokers do.
 
 from __future__ import annotations
 
+from .apis import ApiKey
 from .authorized import CLUSTER_NAME, ResourceType, requested
 from .codec import make, nested
 
@@ -42,4 +43,4 @@ class ClusterHandlers:
 
 
 def register(apis) -> None:
-    apis.register(60, ClusterHandlers(apis).describe_cluster, 0, 2)
+    apis.register(ApiKey.DESCRIBE_CLUSTER, ClusterHandlers(apis).describe_cluster, 0, 2)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from storage.errors import StrataError
 
+from .apis import ApiKey
 from .codec import make, nested
 
 LEADER_EPOCH = 0
@@ -67,4 +68,4 @@ class LeaderEpochHandlers:
 
 
 def register(apis) -> None:
-    apis.register(23, LeaderEpochHandlers(apis).offset_for_leader_epoch, 2, 4)
+    apis.register(ApiKey.OFFSET_FOR_LEADER_EPOCH, LeaderEpochHandlers(apis).offset_for_leader_epoch, 2, 4)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 
+from .apis import ApiKey
 from .codec import make, nested
 
 
@@ -59,4 +60,4 @@ def _space(path: str) -> tuple[int, int]:
 
 
 def register(apis) -> None:
-    apis.register(35, LogDirHandlers(apis).describe_log_dirs, 1, 5)
+    apis.register(ApiKey.DESCRIBE_LOG_DIRS, LogDirHandlers(apis).describe_log_dirs, 1, 5)

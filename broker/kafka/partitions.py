@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from storage.errors import InvalidRequestError, StrataError
 
+from .apis import ApiKey
 from .codec import make, nested
 
 INVALID_REPLICA_ASSIGNMENT = 39
@@ -90,4 +91,4 @@ class PartitionHandlers:
 
 
 def register(apis) -> None:
-    apis.register(37, PartitionHandlers(apis).create_partitions, 0, 3)
+    apis.register(ApiKey.CREATE_PARTITIONS, PartitionHandlers(apis).create_partitions, 0, 3)

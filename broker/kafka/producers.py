@@ -14,6 +14,7 @@ from __future__ import annotations
 from storage.errors import StrataError, UnknownTopicOrPartitionError
 from storage.names import validate_topic_name
 
+from .apis import ApiKey
 from .codec import make, nested
 
 
@@ -56,4 +57,4 @@ class ProducerHandlers:
 
 
 def register(apis) -> None:
-    apis.register(61, ProducerHandlers(apis).describe_producers, 0, 0)
+    apis.register(ApiKey.DESCRIBE_PRODUCERS, ProducerHandlers(apis).describe_producers, 0, 0)

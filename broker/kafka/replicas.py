@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from storage.errors import InvalidRequestError
 
+from .apis import ApiKey
 from .codec import make, nested
 
 PREFERRED, UNCLEAN = 0, 1
@@ -107,6 +108,6 @@ class ReplicaHandlers:
 
 def register(apis) -> None:
     handlers = ReplicaHandlers(apis)
-    apis.register(43, handlers.elect_leaders, 0, 2)
-    apis.register(45, handlers.alter_partition_reassignments, 0, 1)
-    apis.register(46, handlers.list_partition_reassignments, 0, 0)
+    apis.register(ApiKey.ELECT_LEADERS, handlers.elect_leaders, 0, 2)
+    apis.register(ApiKey.ALTER_PARTITION_REASSIGNMENTS, handlers.alter_partition_reassignments, 0, 1)
+    apis.register(ApiKey.LIST_PARTITION_REASSIGNMENTS, handlers.list_partition_reassignments, 0, 0)

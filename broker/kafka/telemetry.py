@@ -14,6 +14,7 @@ import uuid
 
 from crc32c import crc32c
 
+from .apis import ApiKey
 from .codec import make
 
 PUSH_INTERVAL_MS = 300_000  # Kafka's ClientMetricsConfigs.DEFAULT_INTERVAL_MS
@@ -59,4 +60,4 @@ class TelemetryHandlers:
 
 
 def register(apis) -> None:
-    apis.register(71, TelemetryHandlers(apis).get_telemetry_subscriptions, 0, 0)
+    apis.register(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, TelemetryHandlers(apis).get_telemetry_subscriptions, 0, 0)

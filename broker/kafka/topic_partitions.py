@@ -24,6 +24,7 @@ from typing import Any
 from storage.errors import InvalidRequestError, StrataError
 from storage.names import validate_topic_name
 
+from .apis import ApiKey
 from .authorized import ResourceType, authorized_operations
 from .codec import make, nested
 
@@ -109,4 +110,4 @@ def _operations(name: str) -> int:
 
 
 def register(apis) -> None:
-    apis.register(75, TopicPartitionHandlers(apis).describe_topic_partitions, 0, 0)
+    apis.register(ApiKey.DESCRIBE_TOPIC_PARTITIONS, TopicPartitionHandlers(apis).describe_topic_partitions, 0, 0)

@@ -16,6 +16,7 @@ from typing import Any
 
 from storage.errors import StrataError
 
+from ..apis import ApiKey
 from ..authorized import OMITTED, ResourceType, requested
 from ..codec import has_field, make, nested
 from .coordinator import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NON_EMPTY_GROUP, NONE, GroupCoordinator
@@ -91,17 +92,17 @@ class GroupHandlers:
 
     def register_all(self) -> None:
         r = self.apis.register
-        r(10, self.find_coordinator, 0, 6)
-        r(11, self.join_group, 2, 9)  # Kafka 4 dropped v0-1 (KIP-896)
-        r(14, self.sync_group, 0, 5)
-        r(12, self.heartbeat, 0, 4)
-        r(13, self.leave_group, 0, 5)
-        r(8, self.offset_commit, 2, 10)
-        r(9, self.offset_fetch, 1, 10)
-        r(16, self.list_groups, 0, 5)
-        r(15, self.describe_groups, 0, 6)
-        r(42, self.delete_groups, 0, 2)
-        r(47, self.offset_delete, 0, 0)
+        r(ApiKey.FIND_COORDINATOR, self.find_coordinator, 0, 6)
+        r(ApiKey.JOIN_GROUP, self.join_group, 2, 9)  # Kafka 4 dropped v0-1 (KIP-896)
+        r(ApiKey.SYNC_GROUP, self.sync_group, 0, 5)
+        r(ApiKey.HEARTBEAT, self.heartbeat, 0, 4)
+        r(ApiKey.LEAVE_GROUP, self.leave_group, 0, 5)
+        r(ApiKey.OFFSET_COMMIT, self.offset_commit, 2, 10)
+        r(ApiKey.OFFSET_FETCH, self.offset_fetch, 1, 10)
+        r(ApiKey.LIST_GROUPS, self.list_groups, 0, 5)
+        r(ApiKey.DESCRIBE_GROUPS, self.describe_groups, 0, 6)
+        r(ApiKey.DELETE_GROUPS, self.delete_groups, 0, 2)
+        r(ApiKey.OFFSET_DELETE, self.offset_delete, 0, 0)
 
     # ---- FindCoordinator ---------------------------------------------------------------------
 
