@@ -20,7 +20,8 @@ APIs and versions (what kio has schemas for, from Kafka 4's lower bounds: KIP-89
     OffsetDelete    47  v0     refused for groups with members, except topics a
                                "consumer" group is not subscribed to (as Kafka)
 
-The state machine and its decisions: coordinator.py. The wire side: handlers.py.
+The state machine and its decisions: coordinator.py; a group's data (states, members,
+results, error codes): group.py. The wire side: handlers.py.
 Committed offsets are broker.group_offsets.GroupOffsets (Kafka's layout in
 `__consumer_offsets`), shared with the native COMMIT_OFFSET / FETCH_OFFSET.
 Settings: group.min.session.timeout.ms, group.max.session.timeout.ms,

@@ -19,7 +19,8 @@ from storage.errors import StrataError
 from ..apis import ApiKey
 from ..authorized import OMITTED, ResourceType, requested
 from ..codec import has_field, make, nested
-from .coordinator import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NON_EMPTY_GROUP, NONE, GroupCoordinator
+from .coordinator import GroupCoordinator
+from .group import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NON_EMPTY_GROUP, NONE
 
 # FindCoordinator key types
 GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2
