@@ -32,7 +32,9 @@ clean:
 
 # ---- Gates ---------------------------------------------------------------------------------------
 # The gates that hold today, widened as issue 13 brings each package in line (see the note there):
-# ruff's full rule set on protocol/, storage/, broker/, client/ and pipeline/, mypy on protocol/,
+# ruff's full rule set on protocol/, storage/, broker/, client/ and pipeline/, mypy on protocol/
+# and the record format (storage/records/), mypy's per-file error counts elsewhere in storage/,
+# broker/, client/ and pipeline/ held at or below .ci/mypy-baseline.txt (.ci/mypy_baseline.py),
 # and the import contract that holds (pyproject's [tool.importlinter]; the contracts
 # `protocol-without-storage` and `entry-format-at-bottom` wait for the package move).
 LINT_STAMP := $(VENV)/.lint-installed
@@ -42,7 +44,8 @@ $(LINT_STAMP): $(STAMP) pyproject.toml
 
 lint: $(LINT_STAMP)
 	$(VENV)/bin/ruff check protocol/ storage/ broker/ client/ pipeline/
-	$(VENV)/bin/mypy --follow-imports=silent protocol/
+	$(VENV)/bin/mypy --follow-imports=silent protocol/ storage/records/
+	$(PY) .ci/mypy_baseline.py
 	$(VENV)/bin/lint-imports --contract storage-protocol-below-broker
 
 # ---- Docker ------------------------------------------------------------------------------------

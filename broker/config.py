@@ -327,6 +327,7 @@ def parse_properties(text: str, origin: str = "properties") -> dict[str, str]:
 
 def _parse_value(key: BrokerKey, raw: Any, origin: str) -> Any:
     text = raw.strip() if isinstance(raw, str) else raw
+    value: int | bool | str
     try:
         if key.kind in ("int", "long"):
             if isinstance(text, bool):
@@ -383,16 +384,16 @@ class BrokerConfig:
             for key, value in parse_properties(text, config_file).items():
                 raw[key] = (value, config_file)
 
-        ignored_env = []
+        ignored_env: list[str] = []
         environ = os.environ if environ is None else environ
         for env_name, value in sorted(environ.items()):
             if not env_name.startswith(ENV_PREFIX):
                 continue
-            key = ENV_NAMES.get(env_name)
-            if key is None:
+            env_key = ENV_NAMES.get(env_name)
+            if env_key is None:
                 ignored_env.append(env_name)
                 continue
-            raw[key] = (value, f"environment {env_name}")
+            raw[env_key] = (value, f"environment {env_name}")
 
         for item in overrides:
             key, eq, value = item.partition("=")
@@ -410,14 +411,14 @@ class BrokerConfig:
 
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
-        for key in KEYS:
-            if key.name in raw:
-                value, origin = raw[key.name]
-                values[key.name] = _parse_value(key, value, origin)
-                sources[key.name] = origin
+        for setting in KEYS:
+            if setting.name in raw:
+                value, origin = raw[setting.name]
+                values[setting.name] = _parse_value(setting, value, origin)
+                sources[setting.name] = origin
             else:
-                values[key.name] = key.default
-                sources[key.name] = "default"
+                values[setting.name] = setting.default
+                sources[setting.name] = "default"
         _check_group_consumer(values, sources)
         log_props = {}
         for name in LOG_DEFAULT_KEYS:
@@ -429,8 +430,8 @@ class BrokerConfig:
             log_defaults = broker_log_defaults(log_props)
         except InvalidConfigError as e:
             bad = str(e).split(":", 1)[0]
-            origin = raw.get(bad, (None, None))[1]
-            raise InvalidConfigError(f"{e} ({origin})" if origin else str(e)) from None
+            bad_origin = raw.get(bad, (None, None))[1]
+            raise InvalidConfigError(f"{e} ({bad_origin})" if bad_origin else str(e)) from None
 
         if data_dir is not None:
             chosen, origin = data_dir, "--data-dir"

@@ -91,7 +91,7 @@ class BrokerServer:
         self.frame_pool = FramePool()  # large frames' buffers, shared by the connections
         self.stats = ServerStats()
         self.closing = False
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
 
     async def bind(self, host: str, port: int) -> tuple[str, int]:
         """Bind and listen, but accept nothing until `start_serving` (so a busy port

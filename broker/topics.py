@@ -305,10 +305,11 @@ class TopicRegistry:
             raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
         if partitions > MAX_PARTITIONS:
             raise InvalidPartitionsError(f"number of partitions must be at most {MAX_PARTITIONS}")
-        overrides = _config_pairs(configs)
-        for key, value in overrides.items():
+        overrides: dict[str, str] = {}
+        for key, value in _config_pairs(configs).items():
             if value is None:
                 raise InvalidConfigError(f"null value not supported for topic config {key!r}")
+            overrides[key] = value
         log_config = LogConfig.from_props(overrides, self.defaults)
         with self._lock:
             if name in self._topics:

@@ -67,7 +67,7 @@ class AsyncAdmin:
     # ---- topics ----------------------------------------------------------------
 
     async def create_topic(self, name: str, partitions: int = 1,
-                           configs: Mapping[str, str] | None = None) -> None:
+                           configs: Mapping[str, str | None] | None = None) -> None:
         request = CreateTopicRequest(name, partitions, tuple((configs or {}).items()))
         await self._session.call(request, f"create topic {name!r}")
 
@@ -150,7 +150,7 @@ class Admin:
         self._loop.run(self._admin.close())
 
     def create_topic(self, name: str, partitions: int = 1,
-                     configs: Mapping[str, str] | None = None) -> None:
+                     configs: Mapping[str, str | None] | None = None) -> None:
         self._loop.run(self._admin.create_topic(name, partitions, configs))
 
     def delete_topic(self, name: str) -> None:

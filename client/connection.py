@@ -118,10 +118,12 @@ class _BrokerProtocol(asyncio.Protocol):
     async def wait_writable(self) -> None:
         await self._can_write.wait()
 
-    def fail(self, error: StrataClientError) -> None:
-        """Fail every outstanding request and close; later requests get `error` too."""
+    def fail(self, error: StrataClientError) -> StrataClientError:
+        """Fail every outstanding request and close; later requests get `error` too.
+        Returns the error the connection carries from now on (the first one given)."""
         if self.error is None:
             self.error = error
+        standing = self.error
         while self.pending:
             _, future = self.pending.popleft()
             if not future.done():
@@ -131,6 +133,7 @@ class _BrokerProtocol(asyncio.Protocol):
                 future.exception()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+        return standing
 
 
 class AsyncConnection:
@@ -175,18 +178,19 @@ class AsyncConnection:
             raise protocol.error
         frame = encode_request(request)
         future = asyncio.get_running_loop().create_future()
+        transport = protocol.transport
+        assert transport is not None  # create_connection returns after connection_made
         protocol.pending.append((request.TYPE, future))
-        protocol.transport.write(frame)
+        transport.write(frame)
         timeout_ms = self.request_timeout_ms if timeout_ms is None else timeout_ms
         try:
-            if protocol.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+            if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
                 await asyncio.wait_for(protocol.wait_writable(), timeout_ms / 1000)
             return await asyncio.wait_for(asyncio.shield(future), timeout_ms / 1000)
         except TimeoutError:
-            protocol.fail(RequestTimedOut(
+            raise protocol.fail(RequestTimedOut(
                 f"no response from broker at {self.address} within {timeout_ms} ms "
-                f"to {request.TYPE.name}"))
-            raise protocol.error from None
+                f"to {request.TYPE.name}")) from None
 
     def close(self) -> None:
         """Close at once; outstanding requests fail with BrokerUnreachable."""

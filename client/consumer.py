@@ -162,8 +162,8 @@ class AsyncConsumer:
         return self._positions[tp]
 
     async def committed(self, topic: str, partition: int) -> int | None:
-        self._require_group()
-        found = await self._admin.committed(self.group, topic, partition)
+        group = self._require_group()
+        found = await self._admin.committed(group, topic, partition)
         return None if found is None else found[0]
 
     # ---- polling ---------------------------------------------------------------------
@@ -215,7 +215,7 @@ class AsyncConsumer:
         if len(wanted) == 1:
             await self._fetch_one(wanted[0], wait_ms)
             return
-        items = [FetchItem(tp[0], tp[1], self._positions[tp], self._size(tp)) for tp in wanted]
+        items = tuple(FetchItem(tp[0], tp[1], self._positions[tp], self._size(tp)) for tp in wanted)
         response = await self._session.retrying(
             lambda: self._session.call(MultiFetchRequest(items), "multifetch"))
         if len(response.items) != len(items):
@@ -321,16 +321,18 @@ class AsyncConsumer:
 
     # ---- committing -------------------------------------------------------------------
 
-    def _require_group(self) -> None:
+    def _require_group(self) -> str:
+        """The consumer's group; raises when it has none."""
         if self.group is None:
             raise StrataClientError("committed offsets need a consumer group")
+        return self.group
 
     async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
         """Commit `offsets` (default: every current position) for the group."""
-        self._require_group()
+        group = self._require_group()
         if offsets is None:
             offsets = dict(self._positions)
-        requests = [CommitOffsetRequest(self.group, t, p, o) for (t, p), o in offsets.items()]
+        requests = [CommitOffsetRequest(group, t, p, o) for (t, p), o in offsets.items()]
         responses = await asyncio.gather(*(self._session.request(r) for r in requests))
         for request, response in zip(requests, responses, strict=True):
             raise_for(response.error, f"commit offset {request.offset} of {request.topic}-"

@@ -66,7 +66,7 @@ class NoOffsetForPartition(StrataClientError):
 
 
 # Short, human explanations for the codes users meet most; the name follows anyway.
-_EXPLAIN = {
+_EXPLAIN: dict[int, str] = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "unknown topic or partition",
     ErrorCode.TOPIC_ALREADY_EXISTS: "topic already exists",
     ErrorCode.INVALID_TOPIC_EXCEPTION: "invalid topic name",

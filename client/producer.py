@@ -47,7 +47,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar, overload
 
 from protocol import ErrorCode, ProduceRequest
 from storage.codecs import Codec
@@ -115,6 +115,7 @@ def check_partition(topic: str, partition: int, partition_count: int) -> None:
 # concurrent.futures.Future (blocking API, resolved from the loop thread directly:
 # no per-record callback hop, which was most of a send's cost).
 Sink = asyncio.Future | concurrent.futures.Future
+SinkT = TypeVar("SinkT", asyncio.Future, concurrent.futures.Future)
 
 
 class _Batch:
@@ -195,6 +196,10 @@ class AsyncProducer:
         if self._closed:
             raise StrataClientError("producer is closed")
 
+    @overload
+    def enqueue(self, record: PreparedRecord, partition_count: int, sink: None = None) -> asyncio.Future: ...
+    @overload
+    def enqueue(self, record: PreparedRecord, partition_count: int, sink: SinkT) -> SinkT: ...
     def enqueue(self, record: PreparedRecord, partition_count: int,
                 sink: Sink | None = None) -> Sink:
         """Place a prepared record in its partition's batch (on the loop, no awaiting);

@@ -123,11 +123,13 @@ class BrokerLink:
         return self._pending.popleft(), frame
 
     def _read_exactly(self, n: int) -> bytearray:
+        sock = self._sock
+        assert sock is not None  # a request is pending: send connected, and close clears both
         buf = bytearray(n)
         view = memoryview(buf)
         got = 0
         while got < n:
-            chunk = self._sock.recv_into(view[got:])
+            chunk = sock.recv_into(view[got:])
             if not chunk:
                 raise OSError("connection closed by the broker")
             got += chunk

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import overload
 
 from .offsets import (
     EARLIEST,
@@ -75,6 +76,12 @@ def parse_bool(options: Mapping[str, str], key: str, default: bool, name: str) -
     return text == "true"
 
 
+@overload
+def parse_int(options: Mapping[str, str], key: str, name: str, *, minimum: int = 1,
+              default: int) -> int: ...
+@overload
+def parse_int(options: Mapping[str, str], key: str, name: str, *, minimum: int = 1,
+              default: None = None) -> int | None: ...
 def parse_int(options: Mapping[str, str], key: str, name: str, *, minimum: int = 1,
               default: int | None = None) -> int | None:
     value = options.get(key)
@@ -165,6 +172,7 @@ class ReadOptions:
         if self.strategy == "subscribe":
             return topic in self.topics
         if self.strategy == "subscribePattern":
+            assert self.pattern is not None  # _subscription sets it for subscribePattern
             return topic not in INTERNAL_TOPICS and re.fullmatch(self.pattern, topic) is not None
         return any(t == topic for t, _ in self.assigned)
 

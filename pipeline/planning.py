@@ -110,9 +110,9 @@ class Planner:
                 found[(topic.topic, p.partition)] = PartitionInfo(p.log_start_offset,
                                                                   p.log_end_offset)
         if o.strategy == "subscribe":
-            missing = [t for t in o.topics if t not in known]
-            if missing:
-                raise StrataClientError(f"topic {missing[0]!r} does not exist",
+            missing_topics = [t for t in o.topics if t not in known]
+            if missing_topics:
+                raise StrataClientError(f"topic {missing_topics[0]!r} does not exist",
                                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         elif o.strategy == "assign":
             missing = [tp for tp in o.assigned if tp not in found]
@@ -148,7 +148,9 @@ class Planner:
                         for tp, info in infos.items()}
             return {tp: self._by_timestamp(tp, given[tp], info, starting)
                     for tp, info in infos.items()}
-        return {tp: self._by_timestamp(tp, spec.timestamp, info, starting)
+        timestamp = spec.timestamp
+        assert timestamp is not None  # kind "timestamp" (options._offset_spec sets it)
+        return {tp: self._by_timestamp(tp, timestamp, info, starting)
                 for tp, info in infos.items()}
 
     def _by_timestamp(self, tp: TopicPartition, timestamp: int, info: PartitionInfo,
@@ -168,7 +170,9 @@ class Planner:
     def batch_ranges(self) -> list[OffsetRange]:
         infos = self.partitions()
         starts = self.resolve(self.options.starting, infos, starting=True)
-        ends = self.resolve(self.options.ending, infos, starting=False)
+        ending = self.options.ending
+        assert ending is not None  # read_options sets one for every batch query
+        ends = self.resolve(ending, infos, starting=False)
         ranges = []
         for tp in infos:
             start, end = starts[tp], ends[tp]

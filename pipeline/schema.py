@@ -63,6 +63,10 @@ class Columns:
     __slots__ = ("keys", "values", "offsets", "timestamps", "timestamp_types", "headers")
 
     def __init__(self, include_headers: bool = False):
+        self.reset(include_headers)
+
+    def reset(self, include_headers: bool) -> None:
+        """Empty every column; `headers` is None unless `include_headers`."""
         self.keys: list = []
         self.values: list = []
         self.offsets: list[int] = []
@@ -102,5 +106,5 @@ class Columns:
                 [[{"key": k, "value": v} for k, v in hs] for hs in self.headers],
                 schema.field("headers").type))
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-        self.__init__(self.headers is not None)
+        self.reset(self.headers is not None)
         return batch

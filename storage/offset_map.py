@@ -146,7 +146,8 @@ class OffsetMap:
         elif use_native and _ccleaner is None:
             raise RuntimeError("storage._ccleaner is not built (or STRATA_PURE_PYTHON is set)")
         # keys of at most inline_key_limit bytes live in the C table when there is one
-        self.native = _ccleaner.KeyMap(self.capacity_bytes, inline_key_limit) if use_native else None
+        self.native = (_ccleaner.KeyMap(self.capacity_bytes, inline_key_limit)
+                       if use_native and _ccleaner is not None else None)
         self.clear()
 
     # ---- state -------------------------------------------------------------------
@@ -237,7 +238,7 @@ class OffsetMap:
     def put_all(self, keys: Sequence[bytes], offsets: Sequence[int]) -> list[int]:
         """Put each (key, offset), in offset order; returns the offsets superseded
         (the previous latest offset of a key that was already in the map)."""
-        superseded = []
+        superseded: list[int] = []
         if not keys:
             return superseded
         if self.start_offset < 0:

@@ -58,7 +58,9 @@ class PackedRows:
             return list(self) == [tuple(item) for item in other]
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]  (mutable, like a list)
+    # Mutable, like a list. typeshed types object.__hash__ as a method, and marks its own
+    # `__hash__: ClassVar[None]` (list, dict, set) with the same ignore.
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self)!r})"

@@ -79,7 +79,7 @@ def index_points_py(entries, interval: int, since: int, best_ts: int, best_offse
     positions = [e.position for e in entries]
     timestamps = [e.max_timestamp for e in entries]
     count = len(entries)
-    points = []
+    points: list[tuple[int, int, int, int]] = []
     if not count:
         return points, since, best_ts, best_offset
     last_end = positions[-1] + entries[-1].size

@@ -155,7 +155,7 @@ def _text(data: bytes) -> str:
 
 
 def walk_log(data, problems: list[str], base_offset: int | None,
-             on_entry: Callable[[LogEntry, bool, int, int], None] | None = None) -> LogWalk:
+             on_entry: Callable[[LogEntry, bool, int, int | None], None] | None = None) -> LogWalk:
     """Walk and check every entry of a .log's bytes; call `on_entry(entry, valid,
     first_offset, count)` for each whole entry."""
     spans: list[EntrySpan] = []

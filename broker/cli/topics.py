@@ -155,13 +155,14 @@ def _kafka_address(args: argparse.Namespace) -> str:
 def _grow(args: argparse.Namespace) -> None:
     """Kafka's CreatePartitions (v3) for one topic; its error as one line."""
     from kio.schema.create_partitions.v3.request import CreatePartitionsRequest, CreatePartitionsTopic
+    from kio.static.primitive import i32Timedelta
 
     if args.partitions < 1:
         raise CliError(f"--partitions must be at least 1, not {args.partitions}")
     address = _kafka_address(args)
     request = CreatePartitionsRequest(
         topics=(CreatePartitionsTopic(name=args.name, count=args.partitions, assignments=None),),
-        timeout=timedelta(seconds=30), validate_only=False)
+        timeout=i32Timedelta.parse(timedelta(seconds=30)), validate_only=False)
     response = kafka_call(address, request)
     for result in response.results:
         if result.error_code != ErrorCode.none:

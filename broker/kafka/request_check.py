@@ -397,4 +397,4 @@ def _compiled_request(request_class: type) -> Step:
     src.emit(1, "return pos")
     namespace = dict(src.names)
     exec(compile("\n".join(src.lines), f"<request_check {request_class.__name__}>", "exec"), namespace)
-    return namespace["check"]  # type: ignore[no-any-return]
+    return namespace["check"]

@@ -190,6 +190,7 @@ def decode_records(buf, pos: int, end: int, count: int, base_offset: int,
         for _ in range(header_count):
             h_key, pos = _read_bytes(buf, pos)
             h_value, pos = _read_bytes(buf, pos)
+            assert h_key is not None  # summarize_records above refuses a null header key
             # surrogateescape: a key that is not UTF-8 (Kafka does not check) still
             # reads, and encode_record writes it back byte for byte.
             headers.append((h_key.decode("utf-8", "surrogateescape"), h_value))

@@ -24,7 +24,8 @@ over the records of a batch, no Python object per entry (C appends the rows).
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import ClassVar, NamedTuple
 
 from .. import native
 from ..packed_rows import PackedRows
@@ -73,7 +74,7 @@ class EntryTable(PackedRows):
     and LogSegment indexes them without making any object."""
 
     ROW = ENTRY_ROW
-    make = EntryInfo._make
+    make: ClassVar[Callable[[tuple], EntryInfo]] = EntryInfo._make
     __slots__ = ()
 
     def __init__(self, rows: bytearray | None = None) -> None:

@@ -109,11 +109,14 @@ from .recompress import Target, recompress_batch, target_of
 # C fast path for runs of plain classic messages (storage/records/_crecords.c).
 _crecords = native.load("records._crecords")
 
+# The set being assigned: a private copy, or the caller's own writable buffer (`in_place`).
+WritableBuffer = bytearray | memoryview
+
 LEADER_EPOCH_ON_APPEND = 0  # a single-node broker: the leader epoch never moves
 
 
 class ValidatedSet(NamedTuple):
-    buffer: bytearray | memoryview  # to write as it is: offsets assigned
+    buffer: WritableBuffer  # to write as it is: offsets assigned
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -153,13 +156,15 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
     will drop either way) is patched where it lies instead of in a copy: on the
     append path that spares copying every byte once."""
     view_of_data = memoryview(data)
-    buf = view_of_data if in_place and not view_of_data.readonly else bytearray(data)
+    buf: WritableBuffer = view_of_data if in_place and not view_of_data.readonly else bytearray(data)
     end = len(buf)
     if end == 0:
         raise CorruptRecordError("empty message set")
     rules = _Rules(now_ms, config.log_append_time, config.compact, target_of(config))
     # The C run handles uncompressed batches as they are: not when they must be compressed.
-    plain_runs = _crecords is not None and (rules.target is None or rules.target.codec == Codec.NONE)
+    assign_plain_run = (_crecords.assign_plain_run
+                        if _crecords is not None and (rules.target is None or rules.target.codec == Codec.NONE)
+                        else None)
     log_append, compact, max_bytes = rules.log_append, rules.compact, config.max_message_bytes
     first_offset = next_offset
     entries = EntryTable()
@@ -179,14 +184,14 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
     add_entry = entries.add
     pos = 0
     while pos < end:
-        if plain_runs:
+        if assign_plain_run is not None:
             # Uncompressed classic messages and batches that need only their
             # offsets, as many as follow; the entry it stops at (compressed, a
             # timestamp to set, a compacted topic's batch, a bad one) is handled
             # below, which also raises every error.
             pos, next_offset, max_timestamp, offset_of_max, plain_records, plain_ids = \
-                _crecords.assign_plain_run(view, pos, end, next_offset, max_bytes, compact, log_append, shift,
-                                           max_timestamp, offset_of_max, entries.rows, crc32, crc32c)
+                assign_plain_run(view, pos, end, next_offset, max_bytes, compact, log_append, shift,
+                                 max_timestamp, offset_of_max, entries.rows, crc32, crc32c)
             record_count += plain_records
             has_producer_ids = has_producer_ids or plain_ids
             if pos >= end:
@@ -278,7 +283,7 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
                         now_ms if log_append else NO_TIMESTAMP, entries, record_count, has_producer_ids)
 
 
-def _splice(buf: bytearray, rebuilds: list[tuple[int, int, bytes]]) -> bytearray:
+def _splice(buf: WritableBuffer, rebuilds: list[tuple[int, int, bytes]]) -> bytearray:
     view = memoryview(buf)
     out = bytearray()
     done = 0
@@ -294,7 +299,7 @@ def _splice(buf: bytearray, rebuilds: list[tuple[int, int, bytes]]) -> bytearray
 # ---- magic 2 ---------------------------------------------------------------------
 
 
-def _assign_batch(buf: bytearray, pos: int, entry_end: int, next_offset: int,
+def _assign_batch(buf: WritableBuffer, pos: int, entry_end: int, next_offset: int,
                   rules: _Rules) -> _Assigned:
     if entry_end - pos - LOG_OVERHEAD < MIN_BATCH_LENGTH:
         raise CorruptRecordError(f"batch at {pos} is shorter than a batch header")
@@ -367,7 +372,7 @@ def _assign_batch(buf: bytearray, pos: int, entry_end: int, next_offset: int,
 # ---- magic 0 and 1 -----------------------------------------------------------------
 
 
-def _assign_wrapper(buf: bytearray, pos: int, entry_end: int, magic: int, attributes: int,
+def _assign_wrapper(buf: WritableBuffer, pos: int, entry_end: int, magic: int, attributes: int,
                     timestamp: int, value_at: int, value_len: int, next_offset: int,
                     rules: _Rules) -> _Assigned:
     """A compressed classic message, whose size, lengths and CRC were checked."""
@@ -412,7 +417,7 @@ def _assign_wrapper(buf: bytearray, pos: int, entry_end: int, magic: int, attrib
     return _Assigned(last_offset, new_timestamp, len(messages), codec, bytes(rebuilt))
 
 
-def _set_timestamp(buf: bytearray, pos: int, entry_end: int, attributes: int, old_timestamp: int,
+def _set_timestamp(buf: WritableBuffer, pos: int, entry_end: int, attributes: int, old_timestamp: int,
                    timestamp: int, log_append: bool) -> None:
     """Set a v1 message's timestamp and type bit, recomputing the CRC if either changes."""
     new_attributes = attributes | TIMESTAMP_TYPE_BIT if log_append else attributes & ~TIMESTAMP_TYPE_BIT

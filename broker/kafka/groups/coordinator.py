@@ -302,6 +302,7 @@ class GroupCoordinator:
     def _update_static_member_and_rebalance(self, group: Group, req: _JoinRequest, old_id: str, new_id: str,
                                             future: asyncio.Future) -> None:
         current_leader = group.leader_id or NO_LEADER
+        assert req.group_instance_id is not None  # a static member's join: the caller checked
         member = self._replace_static_member(group, req.group_instance_id, old_id, new_id)
         self._reschedule_heartbeat(group, member)
         self._update_member(member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, future)
