@@ -65,6 +65,24 @@ class InvalidRecordError(StrataError):
     code = 87
 
 
+KEYLESS_ON_COMPACTED = "Compacted topic cannot accept message without key"
+
+
+class RecordValidationError(InvalidRecordError):
+    """Records of one batch (or compressed wrapper) that break a rule, each named by
+    its index in that batch (Kafka's RecordValidationException, KIP-467): the set
+    is refused whole, and a Kafka Produce answers `record_errors` so the client
+    fails those records alone and retries the others. The message is Kafka's
+    summary of the first three."""
+
+    def __init__(self, record_errors: list[tuple[int, str]]):
+        self.record_errors = tuple(record_errors)
+        shown = ", ".join(f"RecordError(batchIndex={index}, message='{message}')"
+                          for index, message in self.record_errors[:3])
+        super().__init__(f"One or more records have been rejected due to {len(self.record_errors)} record "
+                         f"errors in total, and only showing the first three errors at most: [{shown}]")
+
+
 class InvalidOffsetError(StrataError):
     """An index append or a segment append out of offset order (a bug or a corrupt file)."""
 
