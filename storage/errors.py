@@ -5,6 +5,8 @@ protocol layer maps exceptions to codes in one place and storage never imports
 protocol code.
 """
 
+from __future__ import annotations
+
 
 class StrataError(Exception):
     """Base class; `code` is Kafka's numeric error code."""
@@ -81,6 +83,12 @@ class RecordValidationError(InvalidRecordError):
                           for index, message in self.record_errors[:3])
         super().__init__(f"One or more records have been rejected due to {len(self.record_errors)} record "
                          f"errors in total, and only showing the first three errors at most: [{shown}]")
+
+    def in_partition(self, topic: str, partition: int) -> RecordValidationError:
+        """This error with each message naming the partition, as Kafka's do
+        ("... in topic partition orders-0"); the validator does not know it."""
+        return RecordValidationError([(index, f"{message} in topic partition {topic}-{partition}")
+                                      for index, message in self.record_errors])
 
 
 class InvalidOffsetError(StrataError):

@@ -24,11 +24,12 @@ def test_produce_answers_the_index_and_message_of_each_keyless_record(wire, new_
     response = conn.call(produce_request(version, topic, 0, batch))
     (part,) = response.responses[0].partition_responses
     assert (part.error_code, part.base_offset) == (ErrorCode.invalid_record, -1)
-    assert [(e.batch_index, e.batch_index_error_message) for e in part.record_errors] == [(1, KEYLESS), (3, KEYLESS)]
+    message = f"{KEYLESS} in topic partition {topic}-0"
+    assert [(e.batch_index, e.batch_index_error_message) for e in part.record_errors] == [(1, message), (3, message)]
     assert part.error_message == (
         "One or more records have been rejected due to 2 record errors in total, and only showing the first "
-        f"three errors at most: [RecordError(batchIndex=1, message='{KEYLESS}'), "
-        f"RecordError(batchIndex=3, message='{KEYLESS}')]")
+        f"three errors at most: [RecordError(batchIndex=1, message='{message}'), "
+        f"RecordError(batchIndex=3, message='{message}')]")
     # Refused whole: nothing was appended.
     fetched = only_partition(conn.call(fetch_request(12, [(topic, 0, 0, 1 << 20)])))
     assert fetched.high_watermark == 0
