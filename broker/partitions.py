@@ -153,7 +153,7 @@ class Appender(Generic[T]):
 
     `submit` (loop thread) queues the data with the future of its answer and starts a
     job when none runs. The job (executor thread) appends, calls the submitter's
-    `answer(result, error_code)` and resolves the future with what it returns through
+    `answer(result, error_code, error)` and resolves the future with what it returns through
     call_soon_threadsafe as each append finishes, so answers go out while later
     appends run. After APPENDS_PER_JOB appends a job that still has work queues a
     fresh job behind the executor's other work, so hot partitions never starve other
@@ -186,7 +186,7 @@ class Appender(Generic[T]):
                 items, self._items, self._running = list(self._items), deque(), False
             for _, waiting, answer_later in items:
                 if not waiting.done():
-                    waiting.set_result(answer_later(None, ErrorCode.KAFKA_STORAGE_ERROR))
+                    waiting.set_result(answer_later(None, ErrorCode.KAFKA_STORAGE_ERROR, None))
 
     def _run(self) -> None:
         service, partition_log, loop = self.service, self.partition_log, self.service.loop
@@ -384,7 +384,7 @@ class PartitionService:
     def append_later(self, partition_log: Log, data: Any, answer: Answer[T]) -> asyncio.Future[T]:
         """Queue `data` on the partition's appender (the executor), behind every
         append queued before it; the future (never failing) resolves to
-        `answer(result, error_code)`, called on the executor thread."""
+        `answer(result, error_code, error)`, called on the executor thread."""
         future: asyncio.Future[T] = self.loop.create_future()
         self.append_stats.executor += 1
         appender = self._appenders.get(partition_log)
