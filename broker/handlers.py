@@ -117,14 +117,15 @@ HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend
 log = structlog.get_logger("strata.handlers")
 
 
-def produce_answer(result: AppendResult | None, code: int) -> Reply:
-    """A PRODUCE's reply from its append's outcome (runs where the append ran)."""
+def produce_answer(result: AppendResult | None, code: int, error: StrataError | None) -> Reply:
+    """A PRODUCE's reply from its append's outcome (runs where the append ran); the
+    native PRODUCE answers no record errors, only the code."""
     if result is None:
         return [error_response(code)]
     return [produce_response(result.first_offset, result.log_append_time)]
 
 
-def produce_result(result: AppendResult | None, code: int) -> ProduceResult:
+def produce_result(result: AppendResult | None, code: int, error: StrataError | None) -> ProduceResult:
     """A MULTIPRODUCE item's result from its append's outcome."""
     if result is None:
         return ProduceResult(code)

@@ -80,9 +80,11 @@ from .topics import Topic, TopicRegistry
 
 TopicPartition = tuple[str, int]
 T = TypeVar("T")
-# What an append's future resolves to: `answer(result, error_code)` of the caller,
-# run where the append finished (the loop, or the executor thread).
-Answer = Callable[[AppendResult | None, int], T]
+# What an append's future resolves to: `answer(result, error_code, error)` of the
+# caller, run where the append finished (the loop, or the executor thread); `error`
+# is the StrataError met (None on success or for another exception), for callers
+# that answer more than its code (a Kafka Produce's record errors and message).
+Answer = Callable[[AppendResult | None, int, StrataError | None], T]
 
 LONG_MAX = 2**63 - 1
 INLINE_APPEND_MAX_BYTES = 64 * 1024  # appends up to this size always run on the loop (no fsync due)
@@ -151,7 +153,7 @@ class Appender(Generic[T]):
 
     `submit` (loop thread) queues the data with the future of its answer and starts a
     job when none runs. The job (executor thread) appends, calls the submitter's
-    `answer(result, error_code)` and resolves the future with what it returns through
+    `answer(result, error_code, error)` and resolves the future with what it returns through
     call_soon_threadsafe as each append finishes, so answers go out while later
     appends run. After APPENDS_PER_JOB appends a job that still has work queues a
     fresh job behind the executor's other work, so hot partitions never starve other
@@ -184,7 +186,7 @@ class Appender(Generic[T]):
                 items, self._items, self._running = list(self._items), deque(), False
             for _, waiting, answer_later in items:
                 if not waiting.done():
-                    waiting.set_result(answer_later(None, ErrorCode.KAFKA_STORAGE_ERROR))
+                    waiting.set_result(answer_later(None, ErrorCode.KAFKA_STORAGE_ERROR, None))
 
     def _run(self) -> None:
         service, partition_log, loop = self.service, self.partition_log, self.service.loop
@@ -205,9 +207,9 @@ class Appender(Generic[T]):
             done += 1
             try:
                 result = partition_log.append(data, in_place=True)  # the frame is ours to patch
-                reply = answer(result, ErrorCode.NONE)
+                reply = answer(result, ErrorCode.NONE, None)
             except Exception as e:
-                reply = answer(None, service.error_code(e, partition_log))
+                reply = answer(None, service.error_code(e, partition_log), strata_error(e))
             del data
             try:
                 loop.call_soon_threadsafe(_resolve, future, reply)
@@ -224,9 +226,15 @@ def _resolve(future: asyncio.Future, reply: Any) -> None:
         future.set_result(reply)
 
 
-def append_outcome(result: AppendResult | None, code: int) -> tuple[AppendResult | None, int]:
-    """The plain `Answer`: (result, error code)."""
-    return result, code
+def append_outcome(result: AppendResult | None, code: int,
+                   error: StrataError | None) -> tuple[AppendResult | None, int, StrataError | None]:
+    """The plain `Answer`: (result, error code, error)."""
+    return result, code, error
+
+
+def strata_error(error: BaseException) -> StrataError | None:
+    """`error` when it is a StrataError (its details may be answered), else None."""
+    return error if isinstance(error, StrataError) else None
 
 
 def release_all(result: Any) -> None:
@@ -376,7 +384,7 @@ class PartitionService:
     def append_later(self, partition_log: Log, data: Any, answer: Answer[T]) -> asyncio.Future[T]:
         """Queue `data` on the partition's appender (the executor), behind every
         append queued before it; the future (never failing) resolves to
-        `answer(result, error_code)`, called on the executor thread."""
+        `answer(result, error_code, error)`, called on the executor thread."""
         future: asyncio.Future[T] = self.loop.create_future()
         self.append_stats.executor += 1
         appender = self._appenders.get(partition_log)
@@ -391,10 +399,10 @@ class PartitionService:
         try:
             result = self.try_append_inline(partition_log, data)
         except Exception as e:
-            return answer(None, self.error_code(e, partition_log))
+            return answer(None, self.error_code(e, partition_log), strata_error(e))
         if result is None:
             return self.append_later(partition_log, data, answer)
-        return answer(result, ErrorCode.NONE)
+        return answer(result, ErrorCode.NONE, None)
 
     async def append(self, partition_log: Log, data: Any, answer: Answer[T]) -> T:
         """`start_append`, awaited."""
@@ -501,4 +509,4 @@ class PartitionService:
 
 __all__ = ["APPENDS_PER_JOB", "AppendStats", "Appender", "INLINE_APPEND_MAX_BYTES", "INLINE_BACKOFF_S",
            "LARGE_INLINE_APPEND_MAX_BYTES", "PartitionService", "PartitionWaiters", "SLOW_INLINE_APPEND_S",
-           "append_outcome", "release_all"]
+           "append_outcome", "release_all", "strata_error"]

@@ -5,6 +5,8 @@ protocol layer maps exceptions to codes in one place and storage never imports
 protocol code.
 """
 
+from __future__ import annotations
+
 
 class StrataError(Exception):
     """Base class; `code` is Kafka's numeric error code."""
@@ -63,6 +65,30 @@ class InvalidRecordError(StrataError):
     a batch whose record count disagrees with its offset range."""
 
     code = 87
+
+
+KEYLESS_ON_COMPACTED = "Compacted topic cannot accept message without key"
+
+
+class RecordValidationError(InvalidRecordError):
+    """Records of one batch (or compressed wrapper) that break a rule, each named by
+    its index in that batch (Kafka's RecordValidationException, KIP-467): the set
+    is refused whole, and a Kafka Produce answers `record_errors` so the client
+    fails those records alone and retries the others. The message is Kafka's
+    summary of the first three."""
+
+    def __init__(self, record_errors: list[tuple[int, str]]):
+        self.record_errors = tuple(record_errors)
+        shown = ", ".join(f"RecordError(batchIndex={index}, message='{message}')"
+                          for index, message in self.record_errors[:3])
+        super().__init__(f"One or more records have been rejected due to {len(self.record_errors)} record "
+                         f"errors in total, and only showing the first three errors at most: [{shown}]")
+
+    def in_partition(self, topic: str, partition: int) -> RecordValidationError:
+        """This error with each message naming the partition, as Kafka's do
+        ("... in topic partition orders-0"); the validator does not know it."""
+        return RecordValidationError([(index, f"{message} in topic partition {topic}-{partition}")
+                                      for index, message in self.record_errors])
 
 
 class InvalidOffsetError(StrataError):

@@ -63,7 +63,7 @@ from typing import NamedTuple
 from . import retention
 from .clock import SYSTEM_CLOCK, SystemClock
 from .config import LogConfig
-from .errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError
+from .errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError, RecordValidationError
 from .file_records import FileSlice
 from .fileutil import segment_file_name
 from .io_errors import StorageErrorEpisodes
@@ -197,8 +197,11 @@ class Log:
             self._check_open()
             config = self.config
             now = self._clock.time_ms()
-            validated = validate_and_assign(data, next_offset=self._end.offset, now_ms=now, config=config,
-                                            in_place=in_place)
+            try:
+                validated = validate_and_assign(data, next_offset=self._end.offset, now_ms=now, config=config,
+                                                in_place=in_place)
+            except RecordValidationError as e:
+                raise e.in_partition(self.topic, self.partition) from None
             # Idempotent producers: check before writing; a duplicate is answered, not written.
             producer_update = self.producer_state.check(validated)
             if producer_update is not None and producer_update.duplicate is not None:

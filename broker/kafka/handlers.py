@@ -38,14 +38,14 @@ from kio.schema.errors import ErrorCode
 
 from storage.config import BROKER_NAMES, LogConfig
 from storage.config import KEYS as TOPIC_KEYS
-from storage.errors import InvalidConfigError, InvalidRequestError, StrataError
+from storage.errors import InvalidConfigError, InvalidRequestError, RecordValidationError, StrataError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from storage.max_timestamp import max_timestamp_offset
 from storage.names import validate_topic_name
 
 from ..connection import CloseConnection
 from ..group_configs import GroupConfigs
-from ..partitions import append_outcome
+from ..partitions import append_outcome, strata_error
 from . import codec
 from .apis import DECLINE, ApiKey
 from .authorized import CLUSTER_NAME, ResourceType
@@ -75,15 +75,29 @@ def _code(e: StrataError) -> int:
     return e.code
 
 
+def _record_errors(failure: StrataError | None, RecordErrorR: type | None) -> tuple[tuple, str | None]:
+    """A failed partition's `record_errors` (Produce v8+) and `error_message`, as
+    Kafka answers them: each record a RecordValidationError names, by its index in
+    its batch, and the error's message; none and a null message for other errors
+    (Kafka leaves generic messages out)."""
+    if not isinstance(failure, RecordValidationError):
+        return (), None
+    if RecordErrorR is None:
+        return (), str(failure)
+    return tuple(make(RecordErrorR, batch_index=index, batch_index_error_message=message)
+                 for index, message in failure.record_errors), str(failure)
+
+
 class _Target:
     """One partition of a Produce/Fetch/ListOffsets request, resolved."""
 
-    __slots__ = ("index", "log", "error", "offset", "max_bytes", "records", "result", "to_create")
+    __slots__ = ("index", "log", "error", "failure", "offset", "max_bytes", "records", "result", "to_create")
 
     def __init__(self, index: int, log: Log | None = None, error: int = 0):
         self.index = index
         self.log = log
         self.error = error
+        self.failure: StrataError | None = None  # the error behind `error`, when it has details to answer
         self.offset = 0  # Fetch: where to read from
         self.max_bytes = 0  # Fetch: partition_max_bytes
         self.records: Any = None  # Produce: the records to append
@@ -305,6 +319,7 @@ class CoreHandlers:
                 t.result = partitions.append_inline(t.log, t.records)
             except Exception as e:
                 t.error = partitions.error_code(e, t.log)
+                t.failure = strata_error(e)
             t.records = None
         return self._produce_response(ctx, plan)
 
@@ -323,7 +338,8 @@ class CoreHandlers:
             for target in targets:
                 if not target.error:
                     started = target.result
-                    done, target.error = await started if isinstance(started, asyncio.Future) else started
+                    done, target.error, target.failure = \
+                        await started if isinstance(started, asyncio.Future) else started
                     target.result = done
         if req.acks == 0:
             if any(t.error for _, targets in plan for t in targets):
@@ -336,13 +352,16 @@ class CoreHandlers:
         R = ctx.response_class
         TopicR = nested(R, "responses")
         PartR = nested(TopicR, "partition_responses")
+        RecordErrorR = nested(PartR, "record_errors") if has_field(PartR, "record_errors") else None
         responses = []
         for topic, targets in plan:
             parts = []
             for t in targets:
                 if t.error:
+                    record_errors, message = _record_errors(t.failure, RecordErrorR)
                     parts.append(make(PartR, index=t.index, error_code=t.error, base_offset=-1,
-                                      log_append_time=-1, log_start_offset=-1, record_errors=()))
+                                      log_append_time=-1, log_start_offset=-1, record_errors=record_errors,
+                                      error_message=message))
                 else:
                     done = t.result
                     parts.append(make(PartR, index=t.index, error_code=E.none,

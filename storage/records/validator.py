@@ -14,7 +14,10 @@ payload); MessageTooLargeError for an entry over max.message.bytes (size
 including the 12-byte overhead, as Kafka's sizeInBytes); InvalidRecordError for
 rule breaks (a batch whose count is not lastOffsetDelta + 1 or is 0, a control
 batch, a producer id without a sequence, zstd before magic 2, nested
-compression, an empty wrapper, a keyless record on a compacted topic);
+compression, an empty wrapper); RecordValidationError (an InvalidRecordError)
+for records that break a rule one by one, each named by its index in its batch
+or compressed wrapper (KIP-467's record errors): keyless records on a compacted
+topic, all of the first batch that has any;
 RecordListTooLargeError for a set larger than segment.bytes.
 
 Work per entry, not per record, where the format allows: an uncompressed batch
@@ -50,7 +53,14 @@ from typing import NamedTuple
 from .. import native
 from ..codecs import Codec, compress, decompress
 from ..config import LogConfig
-from ..errors import CorruptRecordError, InvalidRecordError, MessageTooLargeError, RecordListTooLargeError
+from ..errors import (
+    KEYLESS_ON_COMPACTED,
+    CorruptRecordError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    RecordListTooLargeError,
+    RecordValidationError,
+)
 from .batch import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET_OFFSET,
@@ -236,8 +246,8 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
                 done = _assign_wrapper(buf, pos, entry_end, magic, attributes, timestamp,
                                        value_at, value_len, next_offset, rules)
             else:
-                if compact and key_len < 0:
-                    raise InvalidRecordError(f"message at {pos}: keyless record on a compacted topic")
+                if compact and key_len < 0:  # a batch of one record, as Kafka sees it
+                    raise RecordValidationError([(0, KEYLESS_ON_COMPACTED)])
                 pack_offset(buf, pos, next_offset)
                 if magic and (log_append or attributes & TIMESTAMP_TYPE_BIT):
                     old_timestamp = timestamp
@@ -327,13 +337,13 @@ def _assign_batch(buf: WritableBuffer, pos: int, entry_end: int, next_offset: in
     if codec == Codec.NONE:
         # Trusted as they are (header + CRC), unless keys matter.
         if rules.compact and summarize_records(buf, records_at, entry_end, count).has_null_key:
-            raise InvalidRecordError(f"batch at {pos}: keyless record on a compacted topic")
+            _refuse_keyless(buf, records_at, entry_end, count)
         payload = memoryview(buf)[records_at:entry_end]
     else:
         payload = decompress(codec, memoryview(buf)[records_at:entry_end], magic=MAGIC_V2)
         summary = summarize_records(payload, 0, len(payload), count)
         if rules.compact and summary.has_null_key:
-            raise InvalidRecordError(f"batch at {pos}: keyless record on a compacted topic")
+            _refuse_keyless(payload, 0, len(payload), count)
         if not rules.log_append:  # as Kafka, a compressed batch's maxTimestamp is recomputed
             max_timestamp = base_timestamp + summary.max_timestamp_delta
         if not summary.offset_deltas_in_order:
@@ -369,6 +379,14 @@ def _assign_batch(buf: WritableBuffer, pos: int, entry_end: int, next_offset: in
     return _Assigned(next_offset + last_delta, max_timestamp, count, codec, None)
 
 
+def _refuse_keyless(records, pos: int, end: int, count: int) -> None:
+    """Raise the RecordValidationError naming each keyless record of a batch's
+    records (records[pos:end], `count` of them) by its index in the batch."""
+    keyless = [i for i, r in enumerate(decode_records(records, pos, end, count, 0, 0, 0, NO_TIMESTAMP))
+               if r.key is None]
+    raise RecordValidationError([(i, KEYLESS_ON_COMPACTED) for i in keyless])
+
+
 # ---- magic 0 and 1 -----------------------------------------------------------------
 
 
@@ -390,8 +408,8 @@ def _assign_wrapper(buf: WritableBuffer, pos: int, entry_end: int, magic: int, a
     for m in messages:
         if m.attributes & CODEC_MASK:
             raise InvalidRecordError(f"compressed message at {pos} holds a compressed message")
-        if rules.compact and m.key_len < 0:
-            raise InvalidRecordError(f"message at {pos}: keyless record on a compacted topic")
+    if rules.compact and any(m.key_len < 0 for m in messages):
+        raise RecordValidationError([(i, KEYLESS_ON_COMPACTED) for i, m in enumerate(messages) if m.key_len < 0])
     last_offset = next_offset + len(messages) - 1
     if magic == 0:
         new_timestamp = NO_TIMESTAMP

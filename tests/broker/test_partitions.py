@@ -239,7 +239,7 @@ def test_small_appends_run_inline_and_wake_long_polls(tmp_path):
         service = broker.service
         partition_log = broker.create("t")
         event = service.watch(("t", 0))
-        result, code = await service.append(partition_log, batch(), append_outcome)
+        result, code, _ = await service.append(partition_log, batch(), append_outcome)
         assert (code, result.first_offset) == (0, 0) and event.is_set()
         assert (service.append_stats.inline, service.append_stats.executor) == (1, 0)
         assert partition_log.log_end_offset == 1
@@ -259,7 +259,7 @@ def test_appends_with_an_fsync_due_or_over_1_mib_go_to_the_executor(tmp_path):
         assert synced.log_end_offset == 0
         started = service.start_append(synced, batch(), append_outcome)
         assert isinstance(started, asyncio.Future)
-        result, code = await started
+        result, code, _ = await started
         assert (code, result.first_offset, synced.log_end_offset) == (0, 0, 1)
         assert (service.append_stats.inline, service.append_stats.executor) == (0, 1)
 
@@ -274,7 +274,7 @@ def test_an_append_never_overtakes_one_queued_in_the_executor(tmp_path):
         first = service.start_append(partition_log, big, append_outcome)  # over 1 MiB: the executor
         second = service.start_append(partition_log, batch(), append_outcome)  # small, but queued behind
         assert isinstance(first, asyncio.Future) and isinstance(second, asyncio.Future)
-        (r1, c1), (r2, c2) = await first, await second
+        (r1, c1, _), (r2, c2, _) = await first, await second
         assert c1 == c2 == 0 and r2.first_offset == r1.last_offset + 1
         assert service.appends_inline(partition_log, 100, ordered_by_caller=True)  # the caller orders
         for _ in range(1000):  # the appender's idle notice comes from the executor thread
@@ -307,7 +307,7 @@ def test_errors_map_to_kafka_codes_in_one_place(tmp_path):
         assert service.error_code(CorruptRecordError("x"), partition_log) == CorruptRecordError.code
         assert service.error_code(KafkaStorageError("x"), partition_log) == KafkaStorageError.code
         assert service.error_code(ValueError("bug"), partition_log) == ErrorCode.UNKNOWN_SERVER_ERROR
-        result, code = await service.append(partition_log, bytearray(b"not a batch"), append_outcome)
+        result, code, _ = await service.append(partition_log, bytearray(b"not a batch"), append_outcome)
         assert result is None and code == ErrorCode.CORRUPT_MESSAGE
         await service.remove_topic("t")
         # A log closed under a request by a topic deletion reads as an unknown partition.

@@ -4,8 +4,13 @@ import os
 
 import pytest
 
-from storage.errors import (CorruptRecordError, MessageTooLargeError, OffsetOutOfRangeError,
-                            RecordListTooLargeError)
+from storage.errors import (
+    CorruptRecordError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+    RecordListTooLargeError,
+    RecordValidationError,
+)
 from storage.records import build_batch, build_classic, iter_entries, iter_records
 
 
@@ -57,6 +62,15 @@ def test_entry_over_max_message_bytes_is_refused(open_log):
     log = open_log(max_message_bytes=100)
     with pytest.raises(MessageTooLargeError):
         log.append(batch(1, size=200))
+    assert log.log_end_offset == 0
+
+
+def test_keyless_records_on_a_compacted_log_are_refused_with_their_partition(open_log):
+    log = open_log(cleanup_policy="compact")
+    with pytest.raises(RecordValidationError) as raised:
+        log.append(build_batch([(b"k", b"v"), (None, b"v")]))
+    assert raised.value.record_errors == ((1, "Compacted topic cannot accept message without key "
+                                              "in topic partition topic-0"),)
     assert log.log_end_offset == 0
 
 

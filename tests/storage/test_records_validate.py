@@ -6,10 +6,24 @@ import pytest
 
 from storage.codecs import Codec, compress
 from storage.config import LogConfig
-from storage.errors import (CorruptRecordError, InvalidRecordError, MessageTooLargeError,
-                            RecordListTooLargeError)
-from storage.records import (EntryInfo, LogEntry, Record, build_batch, build_classic, iter_entries,
-                             iter_records, scan_entries, validate_and_assign)
+from storage.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    RecordListTooLargeError,
+    RecordValidationError,
+)
+from storage.records import (
+    EntryInfo,
+    LogEntry,
+    Record,
+    build_batch,
+    build_classic,
+    iter_entries,
+    iter_records,
+    scan_entries,
+    validate_and_assign,
+)
 from storage.records.batch import BATCH_HEADER, batch_crc, encode_record
 from storage.records.classic import append_message, message_crc
 
@@ -480,8 +494,42 @@ def test_compressed_batch_with_wrong_offset_deltas_is_rebuilt():
 ], ids=["v2", "v2 zstd", "v0", "v1", "v1 gzip", "v0 snappy"])
 def test_keyless_record_on_compacted_topic_is_invalid(data):
     assert validate(data).record_count >= 1  # fine when not compacted
-    with pytest.raises(InvalidRecordError, match="keyless"):
+    with pytest.raises(InvalidRecordError, match="without key"):
         validate(data, COMPACT)
+
+
+@pytest.mark.parametrize("data, indexes", [
+    (build_batch([(b"k", b"v", 1), (None, b"v", 1), (b"k", b"v", 1), (None, b"v", 1)]), [1, 3]),
+    (build_batch([(None, b"v", 1), (b"k", b"v", 1)], codec=Codec.ZSTD), [0]),
+    (build_classic([(b"k", b"v", 1), (None, b"v", 1), (None, b"v", 1)], magic=1, codec=Codec.GZIP), [1, 2]),
+    (build_classic([(None, b"v", 1)], magic=1), [0]),  # an uncompressed classic message: a batch of one
+], ids=["v2", "v2 zstd", "v1 gzip", "v1"])
+def test_keyless_records_are_named_by_their_index_in_the_batch(data, indexes):
+    """KIP-467: the set is refused whole, with each keyless record's index and
+    Kafka's messages, so a client fails those records alone."""
+    with pytest.raises(RecordValidationError) as raised:
+        validate(data, COMPACT)
+    error = raised.value
+    assert error.code == 87  # INVALID_RECORD
+    assert error.record_errors == tuple((i, "Compacted topic cannot accept message without key") for i in indexes)
+    assert str(error).startswith(f"One or more records have been rejected due to {len(indexes)} record errors "
+                                 "in total, and only showing the first three errors at most: [RecordError("
+                                 f"batchIndex={indexes[0]}, message='Compacted topic cannot accept message")
+
+
+def test_record_errors_message_shows_the_first_three():
+    data = build_batch([(None, b"v", 1)] * 5)
+    with pytest.raises(RecordValidationError) as raised:
+        validate(data, COMPACT)
+    assert [i for i, _ in raised.value.record_errors] == [0, 1, 2, 3, 4]
+    assert str(raised.value).count("RecordError(") == 3
+
+
+def test_keyless_record_after_a_valid_batch_names_its_own_batch():
+    data = build_batch([(b"k", b"v", 1)] * 3) + build_batch([(b"k", b"v", 1), (None, b"v", 1)])
+    with pytest.raises(RecordValidationError) as raised:
+        validate(data, COMPACT)
+    assert [i for i, _ in raised.value.record_errors] == [1]
 
 
 def test_keyed_records_on_compacted_topic_pass():
