@@ -89,9 +89,8 @@ Answer = Callable[[AppendResult | None, int, StrataError | None], T]
 LONG_MAX = 2**63 - 1
 INLINE_APPEND_MAX_BYTES = 64 * 1024  # appends up to this size always run on the loop (no fsync due)
 # ... and up to this size too, unless one was slow lately: a message set this large costs the
-# loop ~0.1-0.3 ms, less in all than the hand-off to a thread and back (cross-core cache
-# misses, GIL and futex hand-offs; figures in broker/SERVER.md), and the socket's bytes are
-# still in this core's cache.
+# loop less than the hand-off to a thread and back (cross-core cache misses, GIL and futex
+# hand-offs; figures in broker/SERVER.md), and the socket's bytes are still in this core's cache.
 LARGE_INLINE_APPEND_MAX_BYTES = 1 << 20
 SLOW_INLINE_APPEND_S = 0.02  # an inline append slower than this: the page cache is pushing back
 INLINE_BACKOFF_S = 10.0  # ... so large appends go to the executor for this long

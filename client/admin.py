@@ -40,6 +40,9 @@ __all__ = ["AsyncAdmin", "Admin", "TopicMetadata", "PartitionMetadata", "EARLIES
 
 EARLIEST = OffsetsRequest.EARLIEST  # -2: the log start offset
 LATEST = OffsetsRequest.LATEST  # -1: the log end offset
+# How long the producer and consumer trust a topic's partition count before they read
+# METADATA again (Kafka's metadata.max.age.ms), so partitions a topic grew are picked up.
+DEFAULT_METADATA_MAX_AGE_MS = 300_000
 
 
 class AsyncAdmin:

@@ -45,7 +45,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from protocol import CommitOffsetRequest, ErrorCode, FetchItem, FetchRequest, MultiFetchRequest, OffsetsRequest
 
-from .admin import AsyncAdmin
+from .admin import DEFAULT_METADATA_MAX_AGE_MS, AsyncAdmin
 from .errors import NoOffsetForPartition, OffsetOutOfRange, StrataClientError, raise_for
 from .fetch import grow_fetch_size, read_fetched
 from .loop_thread import LoopThread
@@ -59,7 +59,6 @@ RESET_POLICIES = ("earliest", "latest", "none")
 DEFAULT_MAX_BYTES = 1024 * 1024  # Kafka's max.partition.fetch.bytes
 DEFAULT_MAX_BYTES_CAP = 64 * 1024 * 1024
 DEFAULT_MAX_WAIT_MS = 500  # Kafka's fetch.max.wait.ms
-DEFAULT_METADATA_MAX_AGE_MS = 300_000  # Kafka's metadata.max.age.ms
 
 
 class _Chunk:

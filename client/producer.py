@@ -53,7 +53,7 @@ from protocol import ErrorCode, ProduceRequest
 from storage.codecs import Codec
 from storage.records import build_batch
 
-from .admin import AsyncAdmin
+from .admin import DEFAULT_METADATA_MAX_AGE_MS, AsyncAdmin
 from .errors import StrataClientError, raise_for
 from .loop_thread import LoopThread
 from .partitioner import StickyPartitioner, partition_for_key
@@ -66,7 +66,6 @@ COMPRESSION_CODECS = {"none": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SN
                       "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
 DEFAULT_MAX_BATCH_BYTES = 16384  # Kafka's batch.size
 DEFAULT_LINGER_MS = 5
-DEFAULT_METADATA_MAX_AGE_MS = 300_000  # Kafka's metadata.max.age.ms
 # Upper bound of a record's framing in a batch beyond its key, value and headers:
 # length, attributes, timestamp and offset deltas, key and value lengths, header count.
 RECORD_OVERHEAD_ESTIMATE = 5 + 1 + 10 + 5 + 5 + 5 + 5

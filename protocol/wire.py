@@ -267,24 +267,34 @@ class ErrorFieldType(Construct):
 ErrorField = ErrorFieldType()
 
 
-class Items(Construct):
+class _Repeated(Construct):
+    """`item`, repeated: built item after item, the same for every way of counting."""
+
+    def __init__(self, item: Construct) -> None:
+        super().__init__()
+        self.item = item
+
+    def _build(self, obj: Any, stream: Any, context: Any, path: Any) -> Any:
+        for item in obj:
+            self.item._build(item, stream, context, path)
+        return obj
+
+    def _emitbuild(self, code: Any) -> str:
+        return _emit_build_each(code, self.item)
+
+
+class Items(_Repeated):
     """`item`, repeated as many times as the count field named `count` says (>= 0)."""
 
     def __init__(self, count: str, item: Construct) -> None:
-        super().__init__()
+        super().__init__(item)
         self.count = count
-        self.item = item
 
     def _parse(self, stream: Any, context: Any, path: Any) -> list:
         count = context[self.count]
         if count < 0:
             raise StreamError(f"negative count {count}")
         return [self.item._parse(stream, context, path) for _ in range(count)]
-
-    def _build(self, obj: Any, stream: Any, context: Any, path: Any) -> Any:
-        for item in obj:
-            self.item._build(item, stream, context, path)
-        return obj
 
     def _emitparse(self, code: Any) -> str:
         fname = f"parse_items_{code.allocateId()}"
@@ -297,27 +307,15 @@ class Items(Construct):
         """)
         return f"{fname}(io, this)"
 
-    def _emitbuild(self, code: Any) -> str:
-        return _emit_build_each(code, self.item)
 
-
-class UntilEnd(Construct):
+class UntilEnd(_Repeated):
     """`item`, repeated until the frame ends (a body with no count prefix)."""
-
-    def __init__(self, item: Construct) -> None:
-        super().__init__()
-        self.item = item
 
     def _parse(self, stream: Any, context: Any, path: Any) -> list:
         out = []
         while stream.remaining:
             out.append(self.item._parse(stream, context, path))
         return out
-
-    def _build(self, obj: Any, stream: Any, context: Any, path: Any) -> Any:
-        for item in obj:
-            self.item._build(item, stream, context, path)
-        return obj
 
     def _emitparse(self, code: Any) -> str:
         fname = f"parse_until_end_{code.allocateId()}"
@@ -329,9 +327,6 @@ class UntilEnd(Construct):
                 return out
         """)
         return f"{fname}(io, this)"
-
-    def _emitbuild(self, code: Any) -> str:
-        return _emit_build_each(code, self.item)
 
 
 def _emit_build_each(code: Any, item: Construct) -> str:
