@@ -46,7 +46,7 @@ COPY . .
 RUN /opt/strata/bin/pip install --no-cache-dir --require-virtualenv --no-deps . \
     && /opt/strata/bin/python -m pip uninstall --yes --quiet pip setuptools \
     && /opt/strata/bin/strata --help > /dev/null \
-    && STRATA_REQUIRE_NATIVE=1 /opt/strata/bin/python -I -c 'import storage.native as n; n.load("records._crecords"); n.load("_ccleaner")'
+    && STRATA_REQUIRE_NATIVE=1 /opt/strata/bin/python -I -c 'import kafka_format.native as n; n.load("kafka_format._crecords"); n.load("storage._ccleaner")'
 
 # ---- runtime ---------------------------------------------------------------------------------
 FROM python:3.11-slim-bookworm

@@ -11,7 +11,7 @@ $(VENV)/bin/python:
 	$(PY) -m pip install --quiet --upgrade pip
 
 # setup.py builds the optional C accelerators; a change to their sources rebuilds them.
-$(STAMP): pyproject.toml setup.py $(wildcard storage/*.c storage/records/*.c storage/records/*.h) | $(VENV)/bin/python
+$(STAMP): pyproject.toml setup.py $(wildcard storage/*.c kafka_format/*.c kafka_format/*.h) | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e '.[test,bench,spark]'
 	touch $(STAMP)
 
@@ -20,7 +20,7 @@ venv: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/strata serve --data-dir ./data
 
-# STRATA_REQUIRE_NATIVE: the C accelerators must have built (storage/native.py).
+# STRATA_REQUIRE_NATIVE: the C accelerators must have built (kafka_format/native.py).
 test: $(STAMP)
 	STRATA_REQUIRE_NATIVE=1 $(PY) -m pytest -q
 
@@ -32,21 +32,20 @@ clean:
 
 # ---- Gates ---------------------------------------------------------------------------------------
 # The gates that hold today, widened as issue 13 brings each package in line (see the note there):
-# ruff's full rule set on protocol/, storage/, broker/, client/ and pipeline/, mypy on protocol/
-# and the record format (storage/records/), mypy's per-file error counts elsewhere in storage/,
+# ruff's full rule set on kafka_format/, protocol/, storage/, broker/, client/ and pipeline/, mypy on protocol/
+# and the record format (kafka_format/), mypy's per-file error counts elsewhere in storage/,
 # broker/, client/ and pipeline/ held at or below .ci/mypy-baseline.txt (.ci/mypy_baseline.py),
-# and the import contract that holds (pyproject's [tool.importlinter]; the contracts
-# `protocol-without-storage` and `entry-format-at-bottom` wait for the package move).
+# and the import-layer contracts (pyproject's [tool.importlinter]).
 LINT_STAMP := $(VENV)/.lint-installed
 $(LINT_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e '.[lint]'
 	touch $(LINT_STAMP)
 
 lint: $(LINT_STAMP)
-	$(VENV)/bin/ruff check protocol/ storage/ broker/ client/ pipeline/
-	$(VENV)/bin/mypy --follow-imports=silent protocol/ storage/records/
+	$(VENV)/bin/ruff check kafka_format/ protocol/ storage/ broker/ client/ pipeline/
+	$(VENV)/bin/mypy --follow-imports=silent protocol/ kafka_format/
 	$(PY) .ci/mypy_baseline.py
-	$(VENV)/bin/lint-imports --contract storage-protocol-below-broker
+	$(VENV)/bin/lint-imports
 
 # ---- Docker ------------------------------------------------------------------------------------
 # Podman's state and the local stand-in base image come from ../shared/tools/containers-setup

@@ -2,7 +2,7 @@
 
 Everything else is in pyproject.toml. Each extension is `optional`: where no C
 compiler is found the install still succeeds and Strata runs on the pure-Python
-implementations of the same functions (storage/native.py picks one at import;
+implementations of the same functions (kafka_format/native.py picks one at import;
 `STRATA_PURE_PYTHON=1` forces the Python ones). `make test` sets
 `STRATA_REQUIRE_NATIVE=1`, so a build that silently failed there fails the tests
 instead of quietly measuring the fallback.
@@ -11,15 +11,15 @@ instead of quietly measuring the fallback.
 from setuptools import Extension, setup
 
 # Plain C99; the one platform-specific part (x86-64 carry-less multiply for the CRCs,
-# storage/records/crc_fold.h: PCLMULQDQ, and AVX-512 VPCLMULQDQ) is compiled with
+# kafka_format/crc_fold.h: PCLMULQDQ, and AVX-512 VPCLMULQDQ) is compiled with
 # function-level target attributes and chosen at run time by a CPU check.
 COMPILE_ARGS = ["-std=c99", "-Wall", "-Wextra", "-Wno-unused-parameter",
                 "-Wno-missing-field-initializers"]
 
 setup(
     ext_modules=[
-        Extension("storage.records._crecords", ["storage/records/_crecords.c"],
-                  depends=["storage/records/crc_fold.h"], extra_compile_args=COMPILE_ARGS, optional=True),
+        Extension("kafka_format._crecords", ["kafka_format/_crecords.c"],
+                  depends=["kafka_format/crc_fold.h"], extra_compile_args=COMPILE_ARGS, optional=True),
         Extension("storage._ccleaner", ["storage/_ccleaner.c"],
                   extra_compile_args=COMPILE_ARGS, optional=True),
     ],

@@ -57,9 +57,18 @@ from dataclasses import dataclass
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 
-from protocol import (CreateTopicRequest, DeleteTopicRequest, ErrorCode, FetchRequest,  # noqa: E402
-                      FrameDecoder, ProduceRequest, RequestType, encode_request, parse_response)
-from storage.records import build_batch  # noqa: E402
+from kafka_format import build_batch  # noqa: E402
+from protocol import (  # noqa: E402
+    CreateTopicRequest,
+    DeleteTopicRequest,
+    ErrorCode,
+    FetchRequest,
+    FrameDecoder,
+    ProduceRequest,
+    RequestType,
+    encode_request,
+    parse_response,
+)
 from tests.broker_process import BrokerProcess, BrokerStartFailed  # noqa: E402
 
 MIB = 1 << 20

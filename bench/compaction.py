@@ -37,10 +37,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from kafka_format import build_batch, iter_entries  # noqa: E402
 from storage.clock import ManualClock  # noqa: E402
 from storage.config import LogConfig  # noqa: E402
 from storage.log import Log  # noqa: E402
-from storage.records import build_batch, iter_entries  # noqa: E402
 
 MB = 1_000_000
 SEGMENT_BYTES = 256 * 1024 * 1024

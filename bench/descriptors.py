@@ -40,8 +40,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 
 from client import Admin, Producer  # noqa: E402
+from kafka_format import build_batch, iter_records  # noqa: E402
 from protocol import ErrorCode, FetchRequest, ProduceRequest, encode_request, parse_response  # noqa: E402
-from storage.records import build_batch, iter_records  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 
 TOPIC = "descriptors"

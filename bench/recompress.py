@@ -16,9 +16,10 @@ import sys
 sys.path[0] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 from bench.records_micro import best_of  # noqa: E402
-from storage.codecs import Codec  # noqa: E402
+from kafka_format import build_batch  # noqa: E402
+from kafka_format.codecs import Codec  # noqa: E402
 from storage.config import LogConfig  # noqa: E402
-from storage.records import build_batch, validate_and_assign  # noqa: E402
+from storage.validator import validate_and_assign  # noqa: E402
 
 TYPES = ("producer", "lz4", "zstd", "snappy", "gzip", "uncompressed")
 

@@ -14,9 +14,10 @@ import time
 # Run as a script, sys.path[0] is bench/, where bench/storage.py would shadow the package.
 sys.path[0] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
-from storage.codecs import Codec  # noqa: E402
+from kafka_format import build_batch, build_classic, scan_entries  # noqa: E402
+from kafka_format.codecs import Codec  # noqa: E402
 from storage.config import LogConfig  # noqa: E402
-from storage.records import build_batch, build_classic, scan_entries, validate_and_assign  # noqa: E402
+from storage.validator import validate_and_assign  # noqa: E402
 
 MIB = 1 << 20
 VALUE = 1024

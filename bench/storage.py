@@ -38,13 +38,13 @@ import logging  # noqa: E402
 
 import structlog  # noqa: E402
 
+from kafka_format import build_batch, build_classic  # noqa: E402
+from kafka_format.framing import crc32, crc32c  # noqa: E402  (the CRC functions the log uses)
 from storage.clock import SystemClock  # noqa: E402
 from storage.config import LogConfig  # noqa: E402
 from storage.file_records import ENTRY_HEAD  # noqa: E402
 from storage.fileutil import reserve_blocks  # noqa: E402
 from storage.log import RESERVE_AHEAD_BYTES, Log  # noqa: E402
-from storage.records import build_batch, build_classic  # noqa: E402
-from storage.records.framing import crc32, crc32c  # noqa: E402  (the CRC functions the log uses)
 
 MIB = 1 << 20
 VALUE = b"x" * 1024

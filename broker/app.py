@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
-from storage.errors import StrataError
+from kafka_format.errors import StrataError
 from storage.log_cleaner import LogCleaner
 from storage.manager import LogManager
 from storage.open_files import OPEN_FILES, raise_nofile_limit

@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kafka_format.errors import InvalidConfigError
 from storage.config import BROKER_NAMES, LONG_MAX, LogConfig, broker_log_defaults
-from storage.errors import InvalidConfigError
 
 INT_MAX = 2**31 - 1
 ENV_PREFIX = "STRATA_"

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from storage.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
+from kafka_format.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
 from storage.fileutil import atomic_write
 
 from .json_files import encode_document, read_document

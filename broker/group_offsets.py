@@ -45,9 +45,9 @@ from typing import NamedTuple
 
 import structlog
 
-from storage.errors import StrataError, UnknownTopicOrPartitionError
+from kafka_format import build_batch, iter_entries
+from kafka_format.errors import StrataError, UnknownTopicOrPartitionError
 from storage.log import Log
-from storage.records import build_batch, iter_entries
 
 from .topics import OFFSETS_TOPIC, TopicRegistry
 

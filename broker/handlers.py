@@ -65,6 +65,8 @@ from typing import Any
 
 import structlog
 
+from kafka_format.errors import InvalidRequestError, StrataError, UnknownTopicOrPartitionError
+from kafka_format.topic_names import validate_topic_name
 from protocol import (
     AlterConfigRequest,
     CommitOffsetRequest,
@@ -101,10 +103,8 @@ from protocol import (
     produce_response,
 )
 from protocol.requests import PRODUCE_FIXED, PRODUCE_HEAD
-from storage.errors import InvalidRequestError, StrataError, UnknownTopicOrPartitionError
 from storage.file_records import FileSlice
 from storage.log import AppendResult, Log
-from storage.names import validate_topic_name
 
 from .connection import FastPath, Reply
 from .group_offsets import GroupOffsets

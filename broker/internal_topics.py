@@ -21,8 +21,8 @@ both protocols and by the topic registry:
 
 from __future__ import annotations
 
+from kafka_format.errors import InvalidConfigError, InvalidTopicError
 from storage.config import LogConfig
-from storage.errors import InvalidConfigError, InvalidTopicError
 
 OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})

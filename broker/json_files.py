@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from storage.errors import InvalidConfigError
+from kafka_format.errors import InvalidConfigError
 
 
 def read_document(path: str, version: int, what: str) -> dict[str, Any] | None:

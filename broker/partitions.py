@@ -59,8 +59,7 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
-from protocol import ErrorCode
-from storage.errors import (
+from kafka_format.errors import (
     InvalidTopicError,
     KafkaStorageError,
     OffsetOutOfRangeError,
@@ -68,10 +67,11 @@ from storage.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from kafka_format.topic_names import validate_topic_name
+from protocol import ErrorCode
 from storage.file_records import FileSlice
 from storage.log import AppendResult, Log
 from storage.manager import LogManager
-from storage.names import validate_topic_name
 
 from . import internal_topics
 from .config import BrokerConfig

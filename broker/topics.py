@@ -44,7 +44,7 @@ Contract:
   would break the offsets log is InvalidConfigError.
 - Effective topic config = overrides laid over the broker's `log.*` defaults, so
   topics without an override follow a changed broker default after a restart.
-- Errors are storage.errors classes (their `code` is the wire code):
+- Errors are kafka_format.errors classes (their `code` is the wire code):
   InvalidTopicError (bad name, a '.'/'_' collision, an internal topic that cannot
   be deleted), TopicAlreadyExistsError, InvalidPartitionsError, InvalidConfigError,
   InvalidRequestError (duplicate config keys), UnknownTopicOrPartitionError.
@@ -68,8 +68,7 @@ from types import MappingProxyType
 
 import structlog
 
-from storage.config import LogConfig
-from storage.errors import (
+from kafka_format.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidRequestError,
@@ -79,9 +78,10 @@ from storage.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from kafka_format.topic_names import validate_topic_name
+from storage.config import LogConfig
 from storage.fileutil import atomic_write
 from storage.manager import LogManager
-from storage.names import validate_topic_name
 
 from . import internal_topics
 from .internal_topics import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS

@@ -5,7 +5,7 @@ Contract: two faces over one implementation. The asyncio classes
 `client.aio`) hold all the logic; the blocking classes (`Admin`, `Producer`,
 `Consumer`) run them on one shared event-loop thread (loop_thread.py says
 why). Every wire byte goes through the `protocol` codec; message sets are
-built and read with `storage.records`. Failures are `StrataClientError`
+built and read with `kafka_format`. Failures are `StrataClientError`
 (`.code`, `.name`) and its subclasses (`BrokerUnreachable`, ...).
 
     from client import Admin, Producer, Consumer

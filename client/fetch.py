@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from kafka_format import Record as StoredRecord
+from kafka_format import iter_entries
+from kafka_format.errors import CorruptRecordError
 from protocol import ErrorCode
-from storage.errors import CorruptRecordError
-from storage.records import Record as StoredRecord
-from storage.records import iter_entries
 
 from .errors import StrataClientError
 

@@ -21,7 +21,7 @@ Contract:
   past `max_batch_bytes` (estimated from the record sizes; one record larger
   than that travels alone and the broker judges it), when `linger_ms` have
   passed since its first record, or on `flush()`/`close()`. Each closed batch
-  becomes one magic-2 record batch (storage.records.build_batch, optional
+  becomes one magic-2 record batch (kafka_format.build_batch, optional
   compression none/gzip/snappy/lz4/zstd) sent in one PRODUCE request.
 - Ordering: at most one batch per partition is in flight, so a retried batch
   can never overtake a later one; batches of different partitions are
@@ -49,9 +49,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import NamedTuple, TypeVar, overload
 
+from kafka_format import build_batch
+from kafka_format.codecs import Codec
 from protocol import ErrorCode, ProduceRequest
-from storage.codecs import Codec
-from storage.records import build_batch
 
 from .admin import DEFAULT_METADATA_MAX_AGE_MS, AsyncAdmin
 from .errors import StrataClientError, raise_for

@@ -16,7 +16,7 @@ records must fill it exactly; anything else raises CorruptRecordError naming
 the position (plus `origin`, where `buf` starts in its file). Magic-2 batches
 are decoded here field by field straight into the columns (the hot path: no
 Record objects, one-byte varints inlined); classic messages (magic 0/1) go
-through `storage.records.LogEntry`.
+through `kafka_format.LogEntry`.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from storage.codecs import decompress
-from storage.errors import CorruptRecordError
-from storage.records import LogEntry
-from storage.records.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, CRC_START
-from storage.records.framing import (
+from kafka_format import LogEntry
+from kafka_format.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, CRC_START
+from kafka_format.codecs import decompress
+from kafka_format.errors import CorruptRecordError
+from kafka_format.framing import (
     CODEC_MASK,
     ENTRY_PREFIX,
     LOG_OVERHEAD,
@@ -38,7 +38,7 @@ from storage.records.framing import (
     MIN_ENTRY_SIZE_FIELD,
     TIMESTAMP_TYPE_BIT,
 )
-from storage.records.varint import decode_varint
+from kafka_format.varint import decode_varint
 
 from .schema import Columns
 

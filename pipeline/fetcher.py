@@ -37,9 +37,9 @@ from collections.abc import Iterator
 
 from client import parse_bootstrap
 from client.errors import BrokerUnreachable, StrataClientError, raise_for
+from kafka_format.framing import ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from protocol import ErrorCode, FetchRequest, OffsetsRequest, ProtocolError, encode_request, parse_response
 from protocol.requests import RequestType
-from storage.records.framing import ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 
 from .decode import decode_into
 from .options import ReadOptions

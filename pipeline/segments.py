@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from kafka_format.errors import CorruptRecordError
 from storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, OffsetCheckpointFile
-from storage.errors import CorruptRecordError
 from storage.fileutil import parse_segment_file_name
 from storage.names import parse_partition_dir_name
 

@@ -32,9 +32,9 @@
  * last entry). Pass 1 loads the home slots of up to 64 keys at once before
  * putting them, so that their cache misses overlap. Every length and varint
  * read is bounds-checked; structure errors raise
- * storage.errors.CorruptRecordError and leave the damaged batch unmapped. The
+ * kafka_format.errors.CorruptRecordError and leave the damaged batch unmapped. The
  * CRC32Cs of rebuilt batches (the old one checked first, as Python does) come
- * from storage.records.framing's crc32c (the one every other caller uses),
+ * from kafka_format.framing's crc32c (the one every other caller uses),
  * called with the GIL once the walk is done.
  */
 #define PY_SSIZE_T_CLEAN
@@ -43,7 +43,7 @@
 #include <string.h>
 
 static PyObject *CorruptRecordError = NULL;
-static PyTypeObject *EntryInfo = NULL; /* storage.records.entries.EntryInfo, a tuple subclass */
+static PyTypeObject *EntryInfo = NULL; /* kafka_format.entries.EntryInfo, a tuple subclass */
 static PyObject *crc32c_fn = NULL;
 static uint64_t g_hash_mask = ~(uint64_t)0;
 
@@ -1300,17 +1300,17 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ccleaner", NULL, -1
 PyMODINIT_FUNC PyInit__ccleaner(void) {
     KeyMapType.tp_new = PyType_GenericNew;
     if (PyType_Ready(&KeyMapType) < 0) return NULL;
-    PyObject *errors = PyImport_ImportModule("storage.errors");
+    PyObject *errors = PyImport_ImportModule("kafka_format.errors");
     if (!errors) return NULL;
     CorruptRecordError = PyObject_GetAttrString(errors, "CorruptRecordError");
     Py_DECREF(errors);
     if (!CorruptRecordError) return NULL;
-    PyObject *crc = PyImport_ImportModule("storage.records.framing");
+    PyObject *crc = PyImport_ImportModule("kafka_format.framing");
     if (!crc) return NULL;
     crc32c_fn = PyObject_GetAttrString(crc, "crc32c");
     Py_DECREF(crc);
     if (!crc32c_fn) return NULL;
-    PyObject *entries = PyImport_ImportModule("storage.records.entries");
+    PyObject *entries = PyImport_ImportModule("kafka_format.entries");
     if (!entries) return NULL;
     EntryInfo = (PyTypeObject *)PyObject_GetAttrString(entries, "EntryInfo");
     Py_DECREF(entries);

@@ -25,7 +25,8 @@ import re
 import threading
 from collections.abc import Mapping
 
-from .errors import KafkaStorageError
+from kafka_format.errors import KafkaStorageError
+
 from .fileutil import atomic_write
 
 CHECKPOINT_VERSION = 0

@@ -31,7 +31,7 @@ and may raise (shutdown, a log being deleted); the group being written is then
 discarded, segments already swapped stay swapped (they are clean), and the
 checkpoint is not moved. Only the swap takes the log's lock.
 
-Native passes: when storage._ccleaner is built (storage/native.py), the offset
+Native passes: when storage._ccleaner is built (kafka_format/native.py), the offset
 map keeps its short keys and pass 1's bits in C, and both passes hand each chunk
 read to C, which walks the runs of uncompressed magic-2 batches with the GIL
 released (pass 1: keys into the map; pass 2: the batches pass 1 decided, copied
@@ -56,14 +56,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from kafka_format import LogEntry
+from kafka_format.batch import BATCH_HEADER, FIELD_OFFSET
+from kafka_format.errors import CorruptRecordError
+from kafka_format.framing import LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD
+
 from .cleaner_records import FilterStats, RecordFilter, entry_info, entry_keys
 from .clock import SYSTEM_CLOCK, SystemClock
-from .errors import CorruptRecordError
 from .fileutil import segment_file_name
 from .offset_map import OffsetMap
-from .records import LogEntry
-from .records.batch import BATCH_HEADER, FIELD_OFFSET
-from .records.framing import LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD
 from .segment import INT_MAX, LogSegment
 from .segment_swap import CLEANED_SUFFIX
 

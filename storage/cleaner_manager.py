@@ -33,10 +33,11 @@ from typing import NamedTuple
 
 import structlog
 
+from kafka_format import LogEntry
+from kafka_format.errors import KafkaStorageError
+
 from .checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from .cleaner import CleaningAborted
-from .errors import KafkaStorageError
-from .records import LogEntry
 
 logger = structlog.get_logger("strata.cleaner")
 

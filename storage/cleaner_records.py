@@ -38,15 +38,15 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .codecs import Codec, compress, decompress
-from .errors import CorruptRecordError
-from .records.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, DELETE_HORIZON_BIT, UINT32
-from .records.batch import CRC_OFFSET as BATCH_CRC_OFFSET
-from .records.batch import CRC_START as BATCH_CRC_START
-from .records.classic import CRC_START as CLASSIC_CRC_START
-from .records.classic import HEADERS, KEY_LENGTH_OFFSET, LENGTH, append_message, inner_messages
-from .records.entries import EntryInfo
-from .records.framing import (
+from kafka_format.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, DELETE_HORIZON_BIT, UINT32
+from kafka_format.batch import CRC_OFFSET as BATCH_CRC_OFFSET
+from kafka_format.batch import CRC_START as BATCH_CRC_START
+from kafka_format.classic import CRC_START as CLASSIC_CRC_START
+from kafka_format.classic import HEADERS, KEY_LENGTH_OFFSET, LENGTH, append_message, inner_messages
+from kafka_format.codecs import Codec, compress, decompress
+from kafka_format.entries import EntryInfo
+from kafka_format.errors import CorruptRecordError
+from kafka_format.framing import (
     CODEC_MASK,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
@@ -56,7 +56,7 @@ from .records.framing import (
     crc32,
     crc32c,
 )
-from .records.varint import decode_varint, encode_varint
+from kafka_format.varint import decode_varint, encode_varint
 
 _LOG_APPEND_TIME = TIMESTAMP_TYPE_BIT
 _INT64 = struct.Struct(">q")

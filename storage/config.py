@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidConfigError
+from kafka_format.errors import InvalidConfigError
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1

@@ -32,7 +32,8 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .errors import CorruptRecordError
+from kafka_format.errors import CorruptRecordError
+
 from .fileutil import reserve_blocks
 from .open_files import ManagedFile, OpenFiles
 

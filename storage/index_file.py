@@ -39,7 +39,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .errors import InvalidOffsetError, KafkaStorageError
+from kafka_format.errors import InvalidOffsetError, KafkaStorageError
+
 from .mapped_file import MappedFile
 from .open_files import ManagedFile, OpenFiles
 

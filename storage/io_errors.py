@@ -20,7 +20,7 @@ import threading
 
 import structlog
 
-from .errors import KafkaStorageError
+from kafka_format.errors import KafkaStorageError
 
 log = structlog.get_logger("strata.storage")
 

@@ -35,9 +35,10 @@ from typing import NamedTuple
 
 import structlog
 
+from kafka_format.errors import CorruptIndexError, CorruptRecordError
+
 from .clock import SystemClock
 from .config import LogConfig
-from .errors import CorruptIndexError, CorruptRecordError
 from .fileutil import fsync_dir, parse_segment_file_name
 from .segment import LogSegment
 from .segments import LogSegments

@@ -60,10 +60,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from kafka_format.errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError, RecordValidationError
+
 from . import retention
 from .clock import SYSTEM_CLOCK, SystemClock
 from .config import LogConfig
-from .errors import KafkaStorageError, OffsetOutOfRangeError, RecordListTooLargeError, RecordValidationError
 from .file_records import FileSlice
 from .fileutil import segment_file_name
 from .io_errors import StorageErrorEpisodes
@@ -71,11 +72,11 @@ from .loader import LogLoader
 from .pending_deletions import PendingDeletions
 from .producer_state import ProducerStateManager
 from .producer_state import logger as producer_state_logger
-from .records import validate_and_assign
 from .retention import RetentionResult
 from .segment import LogSegment, TimestampOffset
 from .segment_swap import SwapAborted, swap_segments
 from .segments import LogSegments
+from .validator import validate_and_assign
 
 # How far past an append the active segment's blocks are reserved, at most
 # (capped by segment.bytes). Writing into reserved blocks skips ext4's per-page

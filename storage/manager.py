@@ -58,11 +58,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
+from kafka_format.errors import KafkaStorageError, StrataError
+
 from . import retention
 from .checkpoint import OffsetCheckpointFile
 from .clock import SYSTEM_CLOCK, SystemClock
 from .config import LogConfig
-from .errors import KafkaStorageError, StrataError
 from .fileutil import atomic_write, fsync_dir
 from .io_errors import StorageErrorEpisodes
 from .log import Log

@@ -1,39 +1,24 @@
-"""Topic names and partition directory names.
-
-A topic name becomes a directory name, so the rule that keeps names inside the
-data directory lives here, in the lowest layer: Kafka's rule, only
-`[A-Za-z0-9._-]`, 1 to 249 characters, and never `.` or `..`.
+"""Partition directory names: `<topic>-<partition>` and the special names
+Kafka gives directories it is deleting or moving. The topic-name rule itself
+(kafka_format/topic_names.py) sits in the bottom layer, since protocol/ checks
+names too.
 """
 
 from __future__ import annotations
 
-import re
 import uuid
 
-from .errors import InvalidTopicError
+from kafka_format.errors import InvalidTopicError
+from kafka_format.topic_names import validate_topic_name
 
-MAX_TOPIC_LENGTH = 249
 # The longest file name Linux filesystems take (NAME_MAX), in bytes; topic names
 # are ASCII, so bytes and characters agree.
 MAX_FILE_NAME_LENGTH = 255
-_LEGAL = re.compile(r"[A-Za-z0-9._-]+")
 # Directories Kafka leaves behind while deleting or moving a partition.
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
 SPECIAL_DIR_SUFFIXES = (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)
-
-
-def validate_topic_name(name: str) -> None:
-    if not isinstance(name, str) or not name:
-        raise InvalidTopicError("topic name is empty")
-    if name in (".", ".."):
-        raise InvalidTopicError(f"topic name cannot be {name!r}")
-    if len(name) > MAX_TOPIC_LENGTH:
-        raise InvalidTopicError(f"topic name is longer than {MAX_TOPIC_LENGTH} characters")
-    if not _LEGAL.fullmatch(name):
-        raise InvalidTopicError(
-            f"topic name {name!r} is illegal: use only ASCII letters, digits, '.', '_' and '-'")
 
 
 def partition_dir_name(topic: str, partition: int) -> str:

@@ -22,7 +22,8 @@ import os
 import struct
 from typing import NamedTuple
 
-from .errors import CorruptIndexError, InvalidOffsetError
+from kafka_format.errors import CorruptIndexError, InvalidOffsetError
+
 from .index_file import DEFAULT_MAX_INDEX_SIZE, INT32_MAX, IndexFile
 from .open_files import OpenFiles
 

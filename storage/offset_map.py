@@ -9,7 +9,7 @@ do:
 
 - A key of at most `inline_key_limit` bytes (128 by default: ids, UUIDs,
   composite keys) is stored whole: in the native table (storage/_ccleaner.c,
-  used whenever `native.load("_ccleaner")` finds it built), else as the key of a
+  used whenever `native.load("storage._ccleaner")` finds it built), else as the key of a
   Python dict. Both match keys by their bytes once their hashes agree, so a hash
   collision costs a probe, never a wrong answer. The native table is open
   addressing (linear probing, at most 3/4 full) over 32-byte slots holding the
@@ -76,9 +76,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 
-from . import native
+from kafka_format import native
 
-_ccleaner = native.load("_ccleaner")
+_ccleaner = native.load("storage._ccleaner")
 
 INLINE_KEY_LIMIT = 128
 DIGEST_SIZE = 16

@@ -29,7 +29,7 @@ import resource
 import threading
 from collections import OrderedDict
 
-from .errors import KafkaStorageError
+from kafka_format.errors import KafkaStorageError
 
 
 def default_limit() -> int:

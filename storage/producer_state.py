@@ -69,10 +69,16 @@ from typing import NamedTuple
 import crc32c
 import structlog
 
-from .errors import CorruptRecordError, InvalidProducerEpochError, InvalidRecordError, OutOfOrderSequenceError
+from kafka_format.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, FIELD_OFFSET
+from kafka_format.errors import (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    OutOfOrderSequenceError,
+)
+from kafka_format.framing import MAGIC_V2
+
 from .fileutil import atomic_write, parse_segment_file_name, segment_file_name
-from .records.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, FIELD_OFFSET
-from .records.framing import MAGIC_V2
 
 logger = structlog.get_logger("strata.producer_state")
 

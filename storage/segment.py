@@ -23,14 +23,14 @@ import bisect
 import os
 from typing import NamedTuple
 
-from . import native
+from kafka_format import iter_entries, native, scan_entries
+from kafka_format.entries import EntryTable
+from kafka_format.errors import CorruptRecordError, InvalidOffsetError
+
 from .clock import SystemClock
-from .errors import CorruptRecordError, InvalidOffsetError
 from .file_records import FileRecords, FileSlice
 from .fileutil import segment_file_name
 from .offset_index import OffsetIndex
-from .records import iter_entries, scan_entries
-from .records.entries import EntryTable
 from .time_index import TimeIndex
 
 INT_MAX = 2**31 - 1
@@ -112,7 +112,7 @@ def index_entries_py(entries, interval: int, since: int, best_ts: int, best_offs
     entry where the point's timestamp rises above every earlier one and above
     `newest`, the time index's last (it takes strictly increasing timestamps).
     OverflowError when a relative offset or a position does not fit an int32.
-    storage/records/_crecords.c has the same function as one C loop."""
+    kafka_format/_crecords.c has the same function as one C loop."""
     points, since, best_ts, best_offset = index_points_py(entries, interval, since, best_ts, best_offset)
     offset_entries, time_entries = bytearray(), bytearray()
     for last_offset, position, timestamp, timestamp_offset in points:
@@ -126,7 +126,7 @@ def index_entries_py(entries, interval: int, since: int, best_ts: int, best_offs
     return bytes(offset_entries), bytes(time_entries), since, best_ts, best_offset
 
 
-_crecords = native.load("records._crecords")
+_crecords = native.load("kafka_format._crecords")
 
 
 def index_entries(entries, interval: int, since: int, best_ts: int, best_offset: int,

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .errors import KafkaStorageError
+from kafka_format.errors import KafkaStorageError
+
 from .fileutil import fsync_dir
 from .segment import LogSegment
 from .segments import LogSegments

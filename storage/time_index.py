@@ -24,7 +24,8 @@ import os
 import struct
 from typing import NamedTuple
 
-from .errors import CorruptIndexError, InvalidOffsetError
+from kafka_format.errors import CorruptIndexError, InvalidOffsetError
+
 from .index_file import DEFAULT_MAX_INDEX_SIZE, IndexFile
 from .open_files import OpenFiles
 

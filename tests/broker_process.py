@@ -106,7 +106,7 @@ class BrokerProcess:
         host, port = self.kafka_address
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
-    def start(self, timeout: float = START_TIMEOUT) -> "BrokerProcess":
+    def start(self, timeout: float = START_TIMEOUT) -> BrokerProcess:
         kafka = -1 if self.requested_kafka_port is None else self.requested_kafka_port
         args = ["--data-dir", self.data_dir, "--host", self.host, "--port", str(self.requested_port),
                 "--kafka-port", str(kafka), *self.extra_args]
@@ -193,7 +193,7 @@ class BrokerProcess:
     def kill(self) -> int:
         return self.stop(signal.SIGKILL)
 
-    def restart(self, **kwargs) -> "BrokerProcess":
+    def restart(self, **kwargs) -> BrokerProcess:
         """Start again on the same data directory (after stop or kill); new port."""
         if self.running:
             self.stop()
@@ -230,7 +230,7 @@ class BrokerProcess:
                 pass
             self._stderr_path = None
 
-    def __enter__(self) -> "BrokerProcess":
+    def __enter__(self) -> BrokerProcess:
         return self
 
     def __exit__(self, *exc) -> None:

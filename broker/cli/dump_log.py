@@ -50,12 +50,12 @@ import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
-from storage.codecs import Codec
-from storage.errors import CorruptRecordError
+from kafka_format import LogEntry
+from kafka_format.batch import MIN_BATCH_LENGTH
+from kafka_format.codecs import Codec
+from kafka_format.errors import CorruptRecordError
+from kafka_format.framing import ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD, MAGIC_OFFSET, MIN_ENTRY_SIZE_FIELD
 from storage.offset_index import OffsetIndex
-from storage.records import LogEntry
-from storage.records.batch import MIN_BATCH_LENGTH
-from storage.records.framing import ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD, MAGIC_OFFSET, MIN_ENTRY_SIZE_FIELD
 from storage.time_index import TimeIndex
 
 from . import CliError

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here so that the other subcommands do not pay for uvloop and storage.
     from broker.app import StartupError, run_broker
     from broker.config import BrokerConfig
-    from storage.errors import InvalidConfigError
+    from kafka_format.errors import InvalidConfigError
 
     try:
         config = BrokerConfig.load(config_file=args.config, overrides=args.overrides,

@@ -60,7 +60,7 @@ Modules:
    mutes a channel) -- other connections go on.
 
 3. Errors. Handlers put per-topic/per-partition error codes into their response
-   themselves (`int(e.code)` of a storage.errors.StrataError is Kafka's code;
+   themselves (`int(e.code)` of a kafka_format.errors.StrataError is Kafka's code;
    `kio.schema.errors.ErrorCode(code)` makes the kio value). A StrataError that
    escapes the handler is answered with a response whose top-level `error_code`
    field(s) carry the code and whose arrays are empty, built generically by

@@ -38,8 +38,8 @@ import structlog
 from kio.index import UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
+from kafka_format.errors import StrataError
 from protocol import ProtocolError
-from storage.errors import StrataError
 from storage.log import Log
 
 from ..connection import CloseConnection, FastPath

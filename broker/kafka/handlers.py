@@ -36,12 +36,12 @@ import structlog
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from kafka_format.errors import InvalidConfigError, InvalidRequestError, RecordValidationError, StrataError
+from kafka_format.topic_names import validate_topic_name
 from storage.config import BROKER_NAMES, LogConfig
 from storage.config import KEYS as TOPIC_KEYS
-from storage.errors import InvalidConfigError, InvalidRequestError, RecordValidationError, StrataError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from storage.max_timestamp import max_timestamp_offset
-from storage.names import validate_topic_name
 
 from ..connection import CloseConnection
 from ..group_configs import GroupConfigs

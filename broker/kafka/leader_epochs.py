@@ -15,7 +15,7 @@ Kafka's answer (Partition.lastOffsetForLeaderEpoch over LeaderEpochFileCache
 
 from __future__ import annotations
 
-from storage.errors import StrataError
+from kafka_format.errors import StrataError
 
 from .apis import ApiKey
 from .codec import make, nested

@@ -19,7 +19,7 @@ leader's assignment covers them, and keyed records map by the new count.
 
 from __future__ import annotations
 
-from storage.errors import InvalidRequestError, StrataError
+from kafka_format.errors import InvalidRequestError, StrataError
 
 from .apis import ApiKey
 from .codec import make, nested

@@ -11,8 +11,8 @@ INVALID_TOPIC_EXCEPTION, an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITIO
 
 from __future__ import annotations
 
-from storage.errors import StrataError, UnknownTopicOrPartitionError
-from storage.names import validate_topic_name
+from kafka_format.errors import StrataError, UnknownTopicOrPartitionError
+from kafka_format.topic_names import validate_topic_name
 
 from .apis import ApiKey
 from .codec import make, nested

@@ -19,7 +19,7 @@ node 0, the only replica and leader of every partition:
 
 from __future__ import annotations
 
-from storage.errors import InvalidRequestError
+from kafka_format.errors import InvalidRequestError
 
 from .apis import ApiKey
 from .codec import make, nested

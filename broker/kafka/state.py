@@ -31,7 +31,7 @@ import os
 import threading
 import uuid
 
-from storage.errors import InvalidConfigError
+from kafka_format.errors import InvalidConfigError
 from storage.fileutil import atomic_write
 
 from ..json_files import encode_document, read_document

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.errors import InvalidRequestError, StrataError
-from storage.names import validate_topic_name
+from kafka_format.errors import InvalidRequestError, StrataError
+from kafka_format.topic_names import validate_topic_name
 
 from .apis import ApiKey
 from .authorized import ResourceType, authorized_operations

@@ -8,10 +8,10 @@ import itertools
 import pytest
 
 from broker.topics import TopicRegistry
+from kafka_format import build_batch
 from protocol import CreateTopicRequest, ErrorCode
 from storage.config import LogConfig
 from storage.manager import LogManager
-from storage.records import build_batch
 from tests.broker.wire import NativeClient
 from tests.broker_process import BrokerProcess
 

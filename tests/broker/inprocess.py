@@ -39,7 +39,7 @@ class InProcessBroker:
 
         uvloop.run(main())
 
-    def start(self) -> "InProcessBroker":
+    def start(self) -> InProcessBroker:
         self._thread.start()
         if not self._ready.wait(60):
             raise TimeoutError("in-process broker did not start")

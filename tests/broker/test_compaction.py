@@ -8,8 +8,8 @@ import os
 import time
 
 from broker.config import BrokerConfig
+from kafka_format import build_batch, iter_entries
 from protocol import CreateTopicRequest, ErrorCode, FetchRequest, ProduceRequest
-from storage.records import build_batch, iter_entries
 from tests.broker.wire import NativeClient
 
 NONE = ErrorCode.NONE

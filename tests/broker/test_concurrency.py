@@ -6,9 +6,16 @@ import socket
 import threading
 import time
 
-from protocol import (CreateTopicRequest, ErrorCode, FetchRequest, MetadataRequest, OffsetsRequest,
-                      ProduceRequest, encode_request)
-from storage.records import iter_records
+from kafka_format import iter_records
+from protocol import (
+    CreateTopicRequest,
+    ErrorCode,
+    FetchRequest,
+    MetadataRequest,
+    OffsetsRequest,
+    ProduceRequest,
+    encode_request,
+)
 from tests.broker.conftest import batch
 from tests.broker.wire import NativeClient
 

@@ -3,8 +3,8 @@
 import pytest
 
 from broker.config import DEFAULT_PORT, BrokerConfig, parse_properties
+from kafka_format.errors import InvalidConfigError
 from storage.config import LONG_MAX
-from storage.errors import InvalidConfigError
 
 
 def load(tmp_path, text=None, overrides=(), cli=None, environ=None, data_dir="data"):

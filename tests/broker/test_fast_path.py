@@ -21,9 +21,16 @@ from structlog.testing import capture_logs
 
 from broker import partitions as partitions_module
 from broker import server as server_module
-from protocol import (CreateTopicRequest, ErrorCode, FetchRequest, FrameDecoder, OffsetsRequest,
-                      ProduceRequest, encode_request)
-from storage.records import build_batch, iter_records
+from kafka_format import build_batch, iter_records
+from protocol import (
+    CreateTopicRequest,
+    ErrorCode,
+    FetchRequest,
+    FrameDecoder,
+    OffsetsRequest,
+    ProduceRequest,
+    encode_request,
+)
 from tests.broker.conftest import batch
 from tests.broker.inprocess import InProcessBroker
 from tests.broker.wire import NativeClient

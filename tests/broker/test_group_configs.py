@@ -7,7 +7,7 @@ import pytest
 from broker import group_configs
 from broker.config import BrokerConfig
 from broker.group_configs import CONFIG_FILE, GroupConfigs
-from storage.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
+from kafka_format.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
 
 
 def broker_values(tmp_path, *overrides: str) -> dict:

@@ -1,7 +1,14 @@
 """Kafka's __consumer_offsets layout and group -> partition mapping."""
 
-from broker.group_offsets import (decode_key, decode_value, encode_key, encode_value,
-                                  java_string_hash, kafka_abs, partition_for)
+from broker.group_offsets import (
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    java_string_hash,
+    kafka_abs,
+    partition_for,
+)
 
 
 def test_java_string_hash_matches_java():

@@ -7,11 +7,22 @@ import os
 import signal
 import socket
 
-from protocol import (AlterConfigRequest, CommitOffsetRequest, CreateTopicRequest, DeleteRecordsRequest,
-                      DeleteTopicRequest, DescribeConfigRequest, ErrorCode, FetchOffsetRequest,
-                      FetchRequest, MetadataRequest, OffsetsRequest, ProduceRequest,
-                      encode_request)
-from storage.records import iter_records
+from kafka_format import iter_records
+from protocol import (
+    AlterConfigRequest,
+    CommitOffsetRequest,
+    CreateTopicRequest,
+    DeleteRecordsRequest,
+    DeleteTopicRequest,
+    DescribeConfigRequest,
+    ErrorCode,
+    FetchOffsetRequest,
+    FetchRequest,
+    MetadataRequest,
+    OffsetsRequest,
+    ProduceRequest,
+    encode_request,
+)
 from tests.broker.conftest import batch
 from tests.broker.wire import NativeClient
 from tests.broker_process import BrokerProcess, run_serve

@@ -30,17 +30,17 @@ from broker.partitions import (
     append_outcome,
 )
 from broker.topics import TopicRegistry
-from protocol import ErrorCode, RequestType, parse_response
-from storage.errors import (
+from kafka_format import build_batch
+from kafka_format.errors import (
     CorruptRecordError,
     InvalidTopicError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
+from protocol import ErrorCode, RequestType, parse_response
 from storage.log import AppendResult
 from storage.manager import LogManager
-from storage.records import build_batch
 
 
 class FakeLog:

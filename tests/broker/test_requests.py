@@ -7,13 +7,28 @@ import threading
 
 import pytest
 
-from protocol import (AlterConfigRequest, CommitOffsetRequest, CreateTopicRequest,
-                      DeleteRecordsRequest, DeleteTopicRequest, DescribeConfigRequest, ErrorCode,
-                      FetchItem, FetchOffsetRequest, FetchRequest, MetadataRequest,
-                      MultiFetchRequest, MultiProduceRequest, OffsetsRequest, ProduceItem,
-                      ProduceRequest, RequestType, encode_request)
-from storage.codecs import Codec
-from storage.records import build_batch, build_classic, iter_entries, iter_records
+from kafka_format import build_batch, build_classic, iter_entries, iter_records
+from kafka_format.codecs import Codec
+from protocol import (
+    AlterConfigRequest,
+    CommitOffsetRequest,
+    CreateTopicRequest,
+    DeleteRecordsRequest,
+    DeleteTopicRequest,
+    DescribeConfigRequest,
+    ErrorCode,
+    FetchItem,
+    FetchOffsetRequest,
+    FetchRequest,
+    MetadataRequest,
+    MultiFetchRequest,
+    MultiProduceRequest,
+    OffsetsRequest,
+    ProduceItem,
+    ProduceRequest,
+    RequestType,
+    encode_request,
+)
 from tests.broker.conftest import SHARED_MAX_FRAME, batch
 from tests.broker.wire import raw_frame
 

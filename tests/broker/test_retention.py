@@ -7,9 +7,8 @@ import os
 import time
 
 from broker.config import BrokerConfig
-from protocol import (CreateTopicRequest, DeleteRecordsRequest, ErrorCode, FetchRequest, OffsetsRequest,
-                      ProduceRequest)
-from storage.records import iter_records
+from kafka_format import iter_records
+from protocol import CreateTopicRequest, DeleteRecordsRequest, ErrorCode, FetchRequest, OffsetsRequest, ProduceRequest
 from tests.broker.conftest import batch
 from tests.broker.wire import NativeClient
 

@@ -17,9 +17,18 @@ import structlog
 
 from broker import partitions as partitions_module
 from broker import server as server_module
-from protocol import (CreateTopicRequest, ErrorCode, FetchItem, FetchRequest, MetadataRequest,
-                      MultiFetchRequest, OffsetsRequest, ProduceRequest, encode_request)
-from storage.records import build_batch, iter_records
+from kafka_format import build_batch, iter_records
+from protocol import (
+    CreateTopicRequest,
+    ErrorCode,
+    FetchItem,
+    FetchRequest,
+    MetadataRequest,
+    MultiFetchRequest,
+    OffsetsRequest,
+    ProduceRequest,
+    encode_request,
+)
 from tests.broker.inprocess import InProcessBroker
 from tests.broker.wire import NativeClient
 
@@ -209,7 +218,7 @@ def test_a_large_frame_split_across_many_reads_is_whole(inprocess):
         assert c.call(CreateTopicRequest("split", 1)).error == ErrorCode.NONE
         wire = encode_request(ProduceRequest("split", 0, big_batch(9)))
         for pos in (0, 2, 7, 1000, 50_000, len(wire) - 1):  # pauses let each piece arrive alone
-            end = next((p for p in (2, 7, 1000, 50_000, len(wire) - 1, len(wire)) if p > pos))
+            end = next(p for p in (2, 7, 1000, 50_000, len(wire) - 1, len(wire)) if p > pos)
             c.sock.sendall(wire[pos:end])
             time.sleep(0.01)
         c.pending.append(ProduceRequest.TYPE)

@@ -6,10 +6,15 @@ import os
 import pytest
 
 from broker.topics import OFFSETS_TOPIC, REGISTRY_FILE, TopicRegistry
+from kafka_format.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidRequestError,
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from storage.config import LogConfig
-from storage.errors import (InvalidConfigError, InvalidPartitionsError, InvalidRequestError,
-                            InvalidTopicError, TopicAlreadyExistsError,
-                            UnknownTopicOrPartitionError)
 from storage.manager import LogManager
 
 DEFAULTS = LogConfig.from_props({"retention.ms": "1000"})

@@ -19,8 +19,8 @@ import pytest
 from broker import topics as topics_module
 from broker.internal_topics import OFFSETS_TOPIC, check_delete_records
 from broker.topics import REGISTRY_FILE, TopicRegistry
+from kafka_format.errors import InvalidConfigError, InvalidTopicError, KafkaStorageError, TopicAlreadyExistsError
 from storage.config import LogConfig
-from storage.errors import InvalidConfigError, InvalidTopicError, KafkaStorageError, TopicAlreadyExistsError
 from storage.manager import LogManager
 from storage.names import special_dir_name
 from storage.space_reserve import RESERVE_FILE

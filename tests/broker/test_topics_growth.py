@@ -12,9 +12,14 @@ import pytest
 
 import broker.topics as topics_module
 from broker.topics import MAX_PARTITIONS, OFFSETS_TOPIC, REGISTRY_FILE, TopicRegistry
+from kafka_format.errors import (
+    InvalidPartitionsError,
+    InvalidRequestError,
+    KafkaStorageError,
+    StrataError,
+    UnknownTopicOrPartitionError,
+)
 from storage.config import LogConfig
-from storage.errors import (InvalidPartitionsError, InvalidRequestError, KafkaStorageError, StrataError,
-                            UnknownTopicOrPartitionError)
 from storage.manager import LogManager
 
 REAL_WRITE = topics_module.atomic_write

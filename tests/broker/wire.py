@@ -59,13 +59,13 @@ class NativeClient:
                     return True
         except (ConnectionResetError, BrokenPipeError):
             return True
-        except socket.timeout:
+        except TimeoutError:
             return False
 
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "NativeClient":
+    def __enter__(self) -> NativeClient:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -8,10 +8,10 @@ import sys
 import pytest
 
 from broker.cli import main
-from storage.codecs import Codec
+from kafka_format import build_batch, build_classic
+from kafka_format.codecs import Codec
 from storage.config import LogConfig
 from storage.log import Log
-from storage.records import build_batch, build_classic
 
 BASE = "00000000000000000000"
 T0 = 1_700_000_000_000

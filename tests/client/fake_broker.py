@@ -3,7 +3,7 @@
 It speaks the native protocol through the `protocol` codec and knows just
 enough: METADATA answers from a fixed topic table, PRODUCE hands out
 consecutive offsets per partition and records what arrived (entries read with
-storage.records), everything else answers INVALID_REQUEST. Hooks let a test
+kafka_format), everything else answers INVALID_REQUEST. Hooks let a test
 drop connections to exercise retries. Runs on the test's own event loop.
 """
 
@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import asyncio
 
-from protocol import (ErrorCode, FrameDecoder, MetadataResponse, PartitionMetadata, ProduceRequest,
-                      ProduceResponse, TopicMetadata, encode_response, error_response,
-                      parse_request)
+from kafka_format import iter_entries
+from protocol import (
+    ErrorCode,
+    FrameDecoder,
+    MetadataResponse,
+    PartitionMetadata,
+    ProduceRequest,
+    ProduceResponse,
+    TopicMetadata,
+    encode_response,
+    error_response,
+    parse_request,
+)
 from protocol.requests import MetadataRequest
-from storage.records import iter_entries
 
 
 class FakeBroker:

@@ -7,11 +7,22 @@ import time
 
 import pytest
 
-from client import (Admin, AsyncAdmin, AsyncConnection, AsyncConsumer, AsyncProducer,
-                    BrokerUnreachable, Consumer, MessageTooLargeForFetch, NoOffsetForPartition,
-                    OffsetOutOfRange, Producer, StrataClientError, partition_for_key)
+from client import (
+    Admin,
+    AsyncAdmin,
+    AsyncConnection,
+    AsyncConsumer,
+    AsyncProducer,
+    BrokerUnreachable,
+    Consumer,
+    MessageTooLargeForFetch,
+    NoOffsetForPartition,
+    OffsetOutOfRange,
+    Producer,
+    StrataClientError,
+    partition_for_key,
+)
 from protocol import ErrorCode, FetchOffsetRequest, MetadataRequest, OffsetsRequest
-
 from tests.broker_process import BrokerProcess
 
 from .live_broker import unique

@@ -4,9 +4,9 @@ import pytest
 
 from client.errors import StrataClientError
 from client.fetch import MessageTooLargeForFetch, grow_fetch_size, read_fetched
+from kafka_format import build_batch, build_classic
+from kafka_format.codecs import Codec
 from protocol import ErrorCode
-from storage.codecs import Codec
-from storage.records import build_batch, build_classic
 
 
 def batch(base, n, codec=Codec.NONE, value_size=3):

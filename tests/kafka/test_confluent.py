@@ -7,10 +7,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import (Consumer, KafkaException, OFFSET_BEGINNING, Producer, TopicPartition,
-                             libversion)
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
-                                   NewTopic, OffsetSpec)
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition, libversion
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, OffsetSpec
 
 from tests.kafka.conftest import unique_name
 

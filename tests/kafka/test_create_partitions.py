@@ -12,14 +12,16 @@ from datetime import timedelta
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
-from kio.schema.create_partitions.v0.request import (CreatePartitionsAssignment as Assignment0,
-                                                     CreatePartitionsRequest as Request0,
-                                                     CreatePartitionsTopic as Topic0)
-from kio.schema.create_partitions.v3.request import (CreatePartitionsAssignment as Assignment3,
-                                                     CreatePartitionsRequest, CreatePartitionsTopic)
+from kio.schema.create_partitions.v0.request import CreatePartitionsAssignment as Assignment0
+from kio.schema.create_partitions.v0.request import CreatePartitionsRequest as Request0
+from kio.schema.create_partitions.v0.request import CreatePartitionsTopic as Topic0
+from kio.schema.create_partitions.v3.request import CreatePartitionsAssignment as Assignment3
+from kio.schema.create_partitions.v3.request import CreatePartitionsRequest, CreatePartitionsTopic
 from kio.schema.errors import ErrorCode
 
-from client import Admin as NativeAdmin, Consumer as NativeConsumer, Producer as NativeProducer
+from client import Admin as NativeAdmin
+from client import Consumer as NativeConsumer
+from client import Producer as NativeProducer
 from client import partition_for_key
 
 TIMEOUT = 30
@@ -183,7 +185,8 @@ def test_native_consumer_takes_the_new_partitions(kafka_broker, bootstrap, new_t
 
 
 def test_kafka_python_and_aiokafka(bootstrap, new_topic):
-    from kafka.admin import KafkaAdminClient, NewPartitions as KpNewPartitions
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin import NewPartitions as KpNewPartitions
 
     topic = new_topic(partitions=1)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
@@ -194,7 +197,8 @@ def test_kafka_python_and_aiokafka(bootstrap, new_topic):
     assert partition_count(bootstrap, topic) == 3
 
     async def with_aiokafka() -> None:
-        from aiokafka.admin import AIOKafkaAdminClient, NewPartitions as AioNewPartitions
+        from aiokafka.admin import AIOKafkaAdminClient
+        from aiokafka.admin import NewPartitions as AioNewPartitions
 
         client = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         await client.start()

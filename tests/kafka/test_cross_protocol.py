@@ -7,9 +7,10 @@ import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from client import Admin as NativeAdmin, Consumer as NativeConsumer, Producer as NativeProducer
+from client import Admin as NativeAdmin
+from client import Consumer as NativeConsumer
+from kafka_format import build_batch, iter_entries
 from protocol import FetchRequest, ProduceRequest
-from storage.records import build_batch, iter_entries
 from tests.broker.wire import NativeClient
 from tests.kafka.conftest import unique_name
 from tests.kafka.test_wire import fetch_request, only_partition, produce_request

@@ -18,7 +18,7 @@ from broker.config import BrokerConfig
 from broker.group_offsets import decode_key, decode_value, partition_for
 from broker.kafka.codec import make, nested
 from broker.topics import OFFSETS_TOPIC
-from storage.records import iter_entries
+from kafka_format import iter_entries
 from tests.kafka.wire import decode, encode
 
 GUARD = 10.0

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from broker.kafka.groups import coordinator as c
 from broker.kafka.groups.coordinator import GroupCoordinator
 

@@ -9,8 +9,8 @@ import time
 from confluent_kafka import TopicPartition
 from kio.schema.errors import ErrorCode
 
-from storage.codecs import Codec
-from storage.records import build_batch, iter_entries
+from kafka_format import build_batch, iter_entries
+from kafka_format.codecs import Codec
 from tests.broker_process import BrokerProcess
 from tests.kafka.conftest import create_topic, unique_name
 from tests.kafka.test_confluent import consume, produce

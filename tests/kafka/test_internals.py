@@ -17,8 +17,8 @@ import broker.server as server_module
 from broker.config import BrokerConfig
 from broker.kafka import codec
 from broker.kafka.state import PRODUCER_ID_BLOCK_SIZE, STATE_FILE, KafkaState
-from storage.errors import InvalidConfigError
-from storage.records import build_batch
+from kafka_format import build_batch
+from kafka_format.errors import InvalidConfigError
 from tests.broker.inprocess import InProcessBroker
 from tests.broker_process import BrokerProcess, run_serve
 from tests.kafka.conftest import create_topic

@@ -5,18 +5,24 @@ GROUP configs and the topic compression.type, cross-checked with the native prot
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection, TopicPartition
+from confluent_kafka.admin import (
+    AclOperation,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    OffsetSpec,
+)
 
-from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import (AclOperation, AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
-                                   ConfigSource, OffsetSpec)
-
-from client import Admin as NativeAdmin, Producer as NativeProducer
-from storage.codecs import Codec
-from storage.records import iter_entries
-from tests.kafka.test_cross_protocol import native_fetch_bytes
+from client import Admin as NativeAdmin
+from client import Producer as NativeProducer
+from kafka_format import iter_entries
+from kafka_format.codecs import Codec
 from tests.broker_process import BrokerProcess
 from tests.kafka.conftest import unique_name
+from tests.kafka.test_cross_protocol import native_fetch_bytes
 
 TIMEOUT = 30
 

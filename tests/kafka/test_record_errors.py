@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from storage.records import build_batch
+from kafka_format import build_batch
 from tests.kafka.test_wire import fetch_request, only_partition, produce_request
 
 COMPACTED = {"cleanup.policy": "compact"}

@@ -14,8 +14,9 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
 from broker.kafka.codec import make, nested
-from protocol import FetchRequest as NativeFetch, ProduceRequest as NativeProduce
-from storage.records import build_batch, iter_entries
+from kafka_format import build_batch, iter_entries
+from protocol import FetchRequest as NativeFetch
+from protocol import ProduceRequest as NativeProduce
 from tests.broker.wire import NativeClient
 from tests.kafka.wire import decode, encode
 

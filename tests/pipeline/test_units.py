@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from kafka_format import build_batch, build_classic
+from kafka_format.codecs import Codec
 from pipeline.decode import CorruptRecordError, decode_into
-from pipeline.offsets import (OptionError, offsets_from_json, offsets_to_json, parse_assign,
-                              parse_partition_offsets)
+from pipeline.offsets import OptionError, offsets_from_json, offsets_to_json, parse_assign, parse_partition_offsets
 from pipeline.options import read_options, write_options
 from pipeline.planning import OffsetRange, rate_limit, split_ranges
 from pipeline.schema import Columns, arrow_schema, spark_schema
-from storage.codecs import Codec
-from storage.records import build_batch, build_classic
 
 B = {"bootstrap.servers": "h:1"}
 

@@ -7,8 +7,15 @@ import random
 
 import pytest
 
-from protocol import (FetchRequest, FrameTooLarge, MetadataRequest, ProduceRequest,
-                      ProtocolError, encode_request, parse_request)
+from protocol import (
+    FetchRequest,
+    FrameTooLarge,
+    MetadataRequest,
+    ProduceRequest,
+    ProtocolError,
+    encode_request,
+    parse_request,
+)
 from protocol.framing import DIRECT_MIN_BYTES, SCRATCH_BYTES, FramePool, FrameReader
 
 REQUESTS = [

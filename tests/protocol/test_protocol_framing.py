@@ -5,10 +5,22 @@ import time
 
 import pytest
 
-from protocol import (DEFAULT_MAX_FRAME_BYTES, ErrorCode, FetchRequest, FrameDecoder,
-                      FrameTooLarge, MetadataRequest, ProduceRequest, ProduceResponse,
-                      ProtocolError, RequestType, encode_request, encode_response,
-                      parse_request, parse_response)
+from protocol import (
+    DEFAULT_MAX_FRAME_BYTES,
+    ErrorCode,
+    FetchRequest,
+    FrameDecoder,
+    FrameTooLarge,
+    MetadataRequest,
+    ProduceRequest,
+    ProduceResponse,
+    ProtocolError,
+    RequestType,
+    encode_request,
+    encode_response,
+    parse_request,
+    parse_response,
+)
 
 REQUESTS = [
     ProduceRequest("t", 0, b"x" * 100),

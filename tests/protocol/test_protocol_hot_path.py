@@ -8,8 +8,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import (ErrorCode, FetchRequest, ProduceRequest, ProduceResponse, ProtocolError, RequestType,
-                      encode_request, encode_response, parse_produce, parse_request, produce_response)
+from protocol import (
+    ErrorCode,
+    FetchRequest,
+    ProduceRequest,
+    ProduceResponse,
+    ProtocolError,
+    RequestType,
+    encode_request,
+    encode_response,
+    parse_produce,
+    parse_request,
+    produce_response,
+)
 
 MANY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

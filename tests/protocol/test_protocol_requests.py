@@ -4,11 +4,28 @@ import zlib
 
 import pytest
 
-from protocol import (AlterConfigRequest, CommitOffsetRequest, CreateTopicRequest,
-                      DeleteRecordsRequest, DeleteTopicRequest, DescribeConfigRequest, ErrorCode,
-                      FetchItem, FetchOffsetRequest, FetchRequest, MetadataRequest,
-                      MultiFetchRequest, MultiProduceRequest, OffsetsRequest, ProduceItem,
-                      ProduceRequest, ProtocolError, RequestType, encode_request, parse_request)
+from protocol import (
+    AlterConfigRequest,
+    CommitOffsetRequest,
+    CreateTopicRequest,
+    DeleteRecordsRequest,
+    DeleteTopicRequest,
+    DescribeConfigRequest,
+    ErrorCode,
+    FetchItem,
+    FetchOffsetRequest,
+    FetchRequest,
+    MetadataRequest,
+    MultiFetchRequest,
+    MultiProduceRequest,
+    OffsetsRequest,
+    ProduceItem,
+    ProduceRequest,
+    ProtocolError,
+    RequestType,
+    encode_request,
+    parse_request,
+)
 
 
 def h(text: str) -> bytes:
@@ -71,7 +88,7 @@ def test_parse_golden(req, wire):
     parsed = parse_request(wire[4:])
     assert parsed == req
     assert type(parsed) is type(req)
-    assert parsed.TYPE == RequestType(int.from_bytes(wire[4:6], "big"))
+    assert RequestType(int.from_bytes(wire[4:6], "big")) == parsed.TYPE
 
 
 @pytest.mark.parametrize("req,wire", GOLDEN, ids=IDS)

@@ -2,12 +2,30 @@
 
 import pytest
 
-from protocol import (DeleteRecordsResponse, DescribeConfigResponse, EmptyResponse, ErrorCode,
-                      FetchOffsetResponse, FetchResponse, FetchResult, MetadataResponse,
-                      MultiFetchResponse, MultiProduceResponse, OffsetsResponse,
-                      PartitionMetadata, ProduceResponse, ProduceResult, ProtocolError,
-                      RequestType, TopicMetadata, encode_response, error_response,
-                      fetch_response_header, multifetch_response_parts, parse_response)
+from protocol import (
+    DeleteRecordsResponse,
+    DescribeConfigResponse,
+    EmptyResponse,
+    ErrorCode,
+    FetchOffsetResponse,
+    FetchResponse,
+    FetchResult,
+    MetadataResponse,
+    MultiFetchResponse,
+    MultiProduceResponse,
+    OffsetsResponse,
+    PartitionMetadata,
+    ProduceResponse,
+    ProduceResult,
+    ProtocolError,
+    RequestType,
+    TopicMetadata,
+    encode_response,
+    error_response,
+    fetch_response_header,
+    multifetch_response_parts,
+    parse_response,
+)
 
 T = RequestType
 

@@ -44,7 +44,7 @@ def test_error_code_numbers_are_kafkas():
 
 
 def test_storage_error_codes_all_have_names():
-    errors = pytest.importorskip("storage.errors")
+    errors = pytest.importorskip("kafka_format.errors")
     for cls in vars(errors).values():
         if isinstance(cls, type) and issubclass(cls, errors.StrataError):
             assert ErrorCode(cls.code) is not None

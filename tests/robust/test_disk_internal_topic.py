@@ -19,8 +19,7 @@ from client.errors import StrataClientError
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaError, KafkaException, TopicPartition  # noqa: E402
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,  # noqa: E402
-                                   ConfigResource, ResourceType)
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType  # noqa: E402
 
 OFFSETS = "__consumer_offsets"
 SERVE_ARGS = ("--set", "offsets.topic.num.partitions=1", "--set", "log.initial.task.delay.ms=0",

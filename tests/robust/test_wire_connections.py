@@ -15,8 +15,8 @@ import socket
 import struct
 import time
 
+from kafka_format import build_batch
 from protocol import CreateTopicRequest, ErrorCode, ProduceRequest, encode_request
-from storage.records import build_batch
 from tests.broker.wire import NativeClient
 
 MIB = 1024 * 1024
@@ -82,7 +82,7 @@ def test_reading_pauses_while_request_memory_is_spent(broker):
     waiting.settimeout(0.5)
     try:
         early = waiting.recv(1)
-    except socket.timeout:
+    except TimeoutError:
         early = b""
     assert early == b""  # no answer while the pool is spent
     hog.close()  # A's memory comes back: B is read and answered

@@ -15,7 +15,7 @@ import threading
 from kio.index import load_request_schema
 
 from broker.kafka import codec
-from storage.records import build_batch, iter_entries
+from kafka_format import build_batch, iter_entries
 from tests.kafka.wire import KafkaWire
 from tests.robust.wire_fuzz import FuzzClient, Mutator, sample_requests
 

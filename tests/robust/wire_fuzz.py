@@ -29,12 +29,13 @@ import socket
 import struct
 import typing
 import uuid
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from kio.index import load_request_schema
 from kio.serial import entity_writer
 
-from storage.records import build_batch
+from kafka_format import build_batch
 
 SIZE = struct.Struct(">i")
 HEADER = struct.Struct(">hhi")
@@ -82,7 +83,7 @@ def _primitive(kind: str | None, name: str, topic: str, records: bytes) -> Any:
     if kind in ("timedelta_i32", "timedelta_i64"):
         return datetime.timedelta(milliseconds=10)
     if kind == "datetime_i64":
-        return datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)
+        return datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
     if kind == "float64":
         return 0.0
     if name in ("acks",):
@@ -226,7 +227,7 @@ class FuzzClient:
                 return last
             try:
                 chunk = self.sock.recv(1 << 16)
-            except (ConnectionError, socket.timeout):  # closed, or a request that waits
+            except (TimeoutError, ConnectionError):  # closed, or a request that waits
                 chunk = b""
             if not chunk:
                 return last

@@ -11,18 +11,16 @@ import struct
 
 import pytest
 
-from storage import native
+from kafka_format import build_batch, build_classic, native
+from kafka_format.codecs import Codec
+from kafka_format.entries import EntryInfo
+from kafka_format.errors import CorruptRecordError
 from storage.cleaner import Cleaner
-from storage.codecs import Codec
 from storage.config import LogConfig
-from storage.errors import CorruptRecordError
 from storage.log import Log
-from storage.offset_map import (NATIVE_ENTRY_BOUND, NATIVE_INLINE_KEY, NATIVE_SLOT_BYTES, OffsetMap,
-                                native_entry_bound)
-from storage.records import build_batch, build_classic
-from storage.records.entries import EntryInfo
+from storage.offset_map import NATIVE_ENTRY_BOUND, NATIVE_INLINE_KEY, NATIVE_SLOT_BYTES, OffsetMap, native_entry_bound
 
-_ccleaner = native.load("_ccleaner")
+_ccleaner = native.load("storage._ccleaner")
 pytestmark = pytest.mark.skipif(_ccleaner is None, reason="storage._ccleaner is not built")
 
 DAY = 86_400_000

@@ -2,8 +2,8 @@ import os
 
 import pytest
 
+from kafka_format.errors import KafkaStorageError
 from storage.checkpoint import OffsetCheckpointFile
-from storage.errors import KafkaStorageError
 
 
 @pytest.fixture

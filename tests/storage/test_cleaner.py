@@ -10,13 +10,13 @@ import random
 
 import pytest
 
-from storage.codecs import Codec
+from kafka_format import build_batch, build_classic, iter_entries, scan_entries
+from kafka_format.batch import DELETE_HORIZON_BIT
+from kafka_format.codecs import Codec
+from storage.cleaner import Cleaner, CleaningAborted, group_segments_by_size
 from storage.config import LogConfig
-from storage.cleaner import CleaningAborted, Cleaner, group_segments_by_size
 from storage.log import Log
 from storage.offset_map import DIGEST_SIZE, OffsetMap, native_available
-from storage.records import build_batch, build_classic, iter_entries, scan_entries
-from storage.records.batch import DELETE_HORIZON_BIT
 from storage.segment_swap import SwapAborted
 
 DAY = 86_400_000

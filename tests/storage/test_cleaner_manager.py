@@ -9,15 +9,15 @@ import random
 
 import pytest
 
+from kafka_format import build_batch
 from storage.checkpoint import OffsetCheckpointFile
 from storage.cleaner import CleaningAborted
 from storage.cleaner_manager import LogCleanerManager, cleanable_offsets, max_compaction_delay
 from storage.config import LogConfig
 from storage.log_cleaner import LogCleaner
 from storage.manager import LogManager
-from storage.records import build_batch
 
-from .test_cleaner import Crash, SWAP_STEPS, latest_by_key, records
+from .test_cleaner import SWAP_STEPS, Crash, latest_by_key, records
 
 HOUR = 3_600_000
 

@@ -1,4 +1,4 @@
-"""storage.codecs: round trips, Kafka's framings, and kafka-python cross-decoding."""
+"""kafka_format.codecs: round trips, Kafka's framings, and kafka-python cross-decoding."""
 
 import gzip
 import os
@@ -8,10 +8,10 @@ import cramjam
 import lz4.frame
 import pytest
 import zstandard
-
-from storage.codecs import Codec, compress, decompress
 from xxhash import xxh32_intdigest as xxh32
-from storage.errors import CorruptRecordError
+
+from kafka_format.codecs import Codec, compress, decompress
+from kafka_format.errors import CorruptRecordError
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python's imports
 

@@ -1,7 +1,7 @@
 import pytest
 
+from kafka_format.errors import InvalidConfigError
 from storage.config import LONG_MAX, LogConfig, broker_log_defaults
-from storage.errors import InvalidConfigError
 
 
 def test_defaults_are_kafkas():

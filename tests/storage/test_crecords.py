@@ -1,11 +1,11 @@
-"""storage/records/_crecords.c against its pure-Python twins.
+"""kafka_format/_crecords.c against its pure-Python twins.
 
 The C module only speeds up runs of good entries; whatever it is given, the
 functions that use it must give exactly what the Python code alone gives:
 the same entries and offsets, the same patched bytes, the same error with the
 same message, the same index entries. Each test runs both ways on the same
 random (and randomly damaged) input. The Python path is reached by setting the
-modules' `_crecords` to None, as storage/native.py does without the build.
+modules' `_crecords` to None, as kafka_format/native.py does without the build.
 """
 
 from __future__ import annotations
@@ -15,19 +15,19 @@ import struct
 
 import pytest
 
-import storage.records.entries as entries_module
-import storage.records.validator as validator_module
-from storage import native
-from storage.codecs import Codec
+import kafka_format.entries as entries_module
+import storage.validator as validator_module
+from kafka_format import build_batch, build_classic, native, scan_entries
+from kafka_format.codecs import Codec
+from kafka_format.entries import EntryInfo, EntryTable
+from kafka_format.errors import StrataError
 from storage.config import LogConfig
-from storage.errors import StrataError
 from storage.offset_index import OffsetIndex
-from storage.records import build_batch, build_classic, scan_entries, validate_and_assign
-from storage.records.entries import EntryInfo, EntryTable
 from storage.segment import index_entries_py, index_points_py
 from storage.time_index import TimeIndex
+from storage.validator import validate_and_assign
 
-crecords = native.load("records._crecords")
+crecords = native.load("kafka_format._crecords")
 pytestmark = pytest.mark.skipif(crecords is None, reason="the C accelerator is not built here")
 
 CONFIGS = [
@@ -362,7 +362,7 @@ def test_set_crc_path_is_clamped_to_what_the_cpu_has():
     assert crecords.set_crc_path(99) == best
     assert crecords.set_crc_path(-3) == best  # 99 was clamped to the CPU's best
     assert crecords.set_crc_path(best) == 0
-    assert crecords.CRC32C_IN_C == (best >= 2) and crecords.CLMUL == (best >= 1)
+    assert (best >= 2) == crecords.CRC32C_IN_C and (best >= 1) == crecords.CLMUL
 
 
 def test_crc_functions_refuse_bad_arguments():
@@ -378,8 +378,8 @@ def test_crc_functions_refuse_bad_arguments():
 
 def test_crc32c_is_chosen_once_for_every_caller():
     """The validator, the scan and the cleaner share framing's CRC32C."""
+    from kafka_format import batch, entries, framing
     from storage import cleaner_records
-    from storage.records import batch, entries, framing
 
     assert batch.crc32c is entries.crc32c is cleaner_records.crc32c is framing.crc32c
     if crecords.CRC32C_IN_C:
@@ -396,7 +396,7 @@ def random_records(rng: random.Random, count: int) -> list[tuple]:
 
 @pytest.mark.parametrize("seed", range(120))
 def test_summarize_records_matches_python(seed):
-    import storage.records.batch as batch_module
+    import kafka_format.batch as batch_module
 
     rng = random.Random(seed)
     count = rng.randrange(0, 40)
@@ -423,8 +423,8 @@ def test_summarize_records_matches_python(seed):
 
 @pytest.mark.parametrize("seed", range(60))
 def test_first_record_at_matches_python(monkeypatch, seed):
-    import storage.records.reader as reader_module
-    from storage.records import iter_entries
+    import kafka_format.reader as reader_module
+    from kafka_format import iter_entries
 
     rng = random.Random(seed)
     records = random_records(rng, rng.randrange(1, 50))

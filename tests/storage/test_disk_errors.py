@@ -17,13 +17,18 @@ import os
 import pytest
 from structlog.testing import capture_logs
 
+from kafka_format import build_batch
+from kafka_format.errors import KafkaStorageError
+from kafka_format.topic_names import MAX_TOPIC_LENGTH
 from storage import checkpoint as checkpoint_module
 from storage.config import LogConfig
-from storage.errors import KafkaStorageError
 from storage.manager import CLEAN_SHUTDOWN_FILE, LOG_START_OFFSET_CHECKPOINT, LogManager
-from storage.names import (MAX_FILE_NAME_LENGTH, MAX_TOPIC_LENGTH, SPECIAL_DIR_SUFFIXES,
-                           parse_partition_dir_name, special_dir_name)
-from storage.records import build_batch
+from storage.names import (
+    MAX_FILE_NAME_LENGTH,
+    SPECIAL_DIR_SUFFIXES,
+    parse_partition_dir_name,
+    special_dir_name,
+)
 from storage.space_reserve import RESERVE_FILE, SpaceReserve
 
 from .test_log import read_all

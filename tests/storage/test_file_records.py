@@ -5,10 +5,10 @@ import os
 
 import pytest
 
+from kafka_format import build_batch
 from storage import file_records
 from storage.file_records import FileRecords
 from storage.fileutil import reserve_blocks
-from storage.records import build_batch
 
 MIB = 1 << 20
 

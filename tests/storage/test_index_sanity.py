@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.errors import CorruptIndexError
+from kafka_format import build_batch, iter_records
+from kafka_format.errors import CorruptIndexError
 from storage.offset_index import OffsetIndex
-from storage.records import build_batch, iter_records
 from storage.time_index import TimeIndex
 
 

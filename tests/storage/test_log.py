@@ -4,14 +4,14 @@ import os
 
 import pytest
 
-from storage.errors import (
+from kafka_format import build_batch, build_classic, iter_entries, iter_records
+from kafka_format.errors import (
     CorruptRecordError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
     RecordValidationError,
 )
-from storage.records import build_batch, build_classic, iter_entries, iter_records
 
 
 def batch(n, start=0, ts=None, size=10):

@@ -8,11 +8,11 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kafka_format import build_batch, build_classic, iter_entries, iter_records
+from kafka_format.errors import RecordListTooLargeError
 from storage.clock import ManualClock
 from storage.config import LogConfig
-from storage.errors import RecordListTooLargeError
 from storage.log import Log
-from storage.records import build_batch, build_classic, iter_entries, iter_records
 
 keys = st.one_of(st.none(), st.binary(min_size=0, max_size=12))
 values = st.one_of(st.none(), st.binary(min_size=0, max_size=200))

@@ -4,10 +4,10 @@ import os
 
 import pytest
 
+from kafka_format import build_batch
+from kafka_format.errors import InvalidTopicError, KafkaStorageError
 from storage.config import LogConfig
-from storage.errors import InvalidTopicError, KafkaStorageError
 from storage.manager import CLEAN_SHUTDOWN_FILE, LogManager
-from storage.records import build_batch
 from storage.space_reserve import RESERVE_FILE
 
 from .test_log import read_all

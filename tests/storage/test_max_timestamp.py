@@ -1,8 +1,8 @@
 """ListOffsets MAX_TIMESTAMP: the record holding the largest timestamp, read from its one batch."""
 
-from storage.codecs import Codec
+from kafka_format import build_batch
+from kafka_format.codecs import Codec
 from storage.max_timestamp import max_timestamp_offset
-from storage.records import build_batch
 
 
 def test_the_record_inside_its_batch_not_the_batch_end(open_log):

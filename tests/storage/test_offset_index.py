@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from storage.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
+from kafka_format.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
 from storage.offset_index import OffsetIndex, OffsetPosition
 
 BASE_OFFSET = 45

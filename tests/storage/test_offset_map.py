@@ -9,8 +9,16 @@ import tracemalloc
 
 import pytest
 
-from storage.offset_map import (DIGEST_SIZE, ENTRY_OVERHEAD, INLINE_KEY_LIMIT, OffsetMap, entry_cost,
-                                max_entry_cost, native_available, stored_size)
+from storage.offset_map import (
+    DIGEST_SIZE,
+    ENTRY_OVERHEAD,
+    INLINE_KEY_LIMIT,
+    OffsetMap,
+    entry_cost,
+    max_entry_cost,
+    native_available,
+    stored_size,
+)
 
 IMPLEMENTATIONS = [pytest.param(False, id="python"),
                    pytest.param(True, id="native", marks=pytest.mark.skipif(

@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from storage.errors import KafkaStorageError
+from kafka_format import build_batch, iter_records
+from kafka_format.errors import KafkaStorageError
 from storage.file_records import FileRecords
 from storage.offset_index import OffsetIndex
 from storage.open_files import OPEN_FILES, OpenFiles
-from storage.records import build_batch, iter_records
 from storage.time_index import TimeIndex
 
 

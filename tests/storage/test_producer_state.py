@@ -7,12 +7,18 @@ import struct
 import crc32c
 import pytest
 
-from storage.codecs import Codec
-from storage.errors import InvalidProducerEpochError, InvalidRecordError, OutOfOrderSequenceError
-from storage.producer_state import (INT32_MAX, ProducerStateEntry, ProducerStateManager,
-                                    decode_snapshot, encode_snapshot, in_sequence,
-                                    increment_sequence)
-from storage.records import build_batch, iter_entries
+from kafka_format import build_batch, iter_entries
+from kafka_format.codecs import Codec
+from kafka_format.errors import InvalidProducerEpochError, InvalidRecordError, OutOfOrderSequenceError
+from storage.producer_state import (
+    INT32_MAX,
+    ProducerStateEntry,
+    ProducerStateManager,
+    decode_snapshot,
+    encode_snapshot,
+    in_sequence,
+    increment_sequence,
+)
 
 TS = 1_700_000_000_000  # the fixture clock's now: producers are not expired
 

@@ -2,12 +2,12 @@
 
 import pytest
 
-from storage.codecs import Codec
+from kafka_format import build_batch, iter_entries
+from kafka_format.codecs import Codec
+from kafka_format.errors import InvalidConfigError, MessageTooLargeError
 from storage.config import LogConfig
-from storage.errors import InvalidConfigError, MessageTooLargeError
-from storage.records import build_batch, iter_entries
-from storage.records.recompress import Target, target_of
-from storage.records.validator import validate_and_assign
+from storage.recompress import Target, target_of
+from storage.validator import validate_and_assign
 
 ROWS = [(b"k%d" % i, b"value-%d" % i * 20, 1_000 + i, [("h", b"x")] if i == 1 else []) for i in range(5)]
 

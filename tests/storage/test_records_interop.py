@@ -2,10 +2,10 @@
 
 import pytest
 
-from storage.codecs import Codec
+from kafka_format import Record, build_batch, build_classic, iter_records, scan_entries
+from kafka_format.codecs import Codec
 from storage.config import LogConfig
-from storage.records import (Record, build_batch, build_classic, iter_records, scan_entries,
-                             validate_and_assign)
+from storage.validator import validate_and_assign
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python's imports
 

@@ -5,11 +5,19 @@ import zlib
 import crc32c
 import pytest
 
-from storage.errors import CorruptRecordError
-from storage.records import (LOG_OVERHEAD, Record, build_batch, build_classic, decode_varint,
-                             encode_varint, iter_records, scan_entries)
-from storage.records.batch import BATCH_OVERHEAD, FIELD_OFFSET
-from storage.records.varint import size_of_varint
+from kafka_format import (
+    LOG_OVERHEAD,
+    Record,
+    build_batch,
+    build_classic,
+    decode_varint,
+    encode_varint,
+    iter_records,
+    scan_entries,
+)
+from kafka_format.batch import BATCH_OVERHEAD, FIELD_OFFSET
+from kafka_format.errors import CorruptRecordError
+from kafka_format.varint import size_of_varint
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python's imports
 
@@ -105,7 +113,8 @@ def test_varint_decode_at_position_and_errors():
 
 
 def test_varint_matches_kafka_python():
-    from kafka.record.util import decode_varint as kp_decode, encode_varint as kp_encode
+    from kafka.record.util import decode_varint as kp_decode
+    from kafka.record.util import encode_varint as kp_encode
     for value in [0, 1, -1, 127, -128, 2**20, -(2**40), 2**62, -(2**63)]:
         out = bytearray()
         kp_encode(value, out.append)

@@ -1,13 +1,14 @@
 """Property tests: random mixes of magics and codecs, validated one set after another."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from storage.codecs import Codec
+from kafka_format import build_batch, build_classic, iter_entries, iter_records, scan_entries
+from kafka_format.codecs import Codec
+from kafka_format.errors import StrataError
 from storage.config import LogConfig
-from storage.errors import StrataError
-from storage.records import (build_batch, build_classic, iter_entries, iter_records, scan_entries,
-                             validate_and_assign)
+from storage.validator import validate_and_assign
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,11 +4,10 @@ import struct
 
 import pytest
 
-from storage.codecs import Codec
-from storage.errors import CorruptRecordError
-from storage.records import (LogEntry, Record, build_batch, build_classic, iter_entries,
-                             iter_records)
-from storage.records.batch import batch_crc
+from kafka_format import LogEntry, Record, build_batch, build_classic, iter_entries, iter_records
+from kafka_format.batch import batch_crc
+from kafka_format.codecs import Codec
+from kafka_format.errors import CorruptRecordError
 
 
 def test_batch_entry_fields():

@@ -5,10 +5,10 @@ import struct
 
 import pytest
 
-from storage.codecs import Codec
-from storage.records import EntryInfo, build_batch, build_classic, scan_entries
-from storage.records.batch import batch_crc
-from storage.records.classic import message_crc
+from kafka_format import EntryInfo, build_batch, build_classic, scan_entries
+from kafka_format.batch import batch_crc
+from kafka_format.classic import message_crc
+from kafka_format.codecs import Codec
 
 
 def fix_crc(buf: bytearray, pos: int) -> None:

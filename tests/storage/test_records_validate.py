@@ -4,16 +4,7 @@ import struct
 
 import pytest
 
-from storage.codecs import Codec, compress
-from storage.config import LogConfig
-from storage.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
-    MessageTooLargeError,
-    RecordListTooLargeError,
-    RecordValidationError,
-)
-from storage.records import (
+from kafka_format import (
     EntryInfo,
     LogEntry,
     Record,
@@ -22,10 +13,19 @@ from storage.records import (
     iter_entries,
     iter_records,
     scan_entries,
-    validate_and_assign,
 )
-from storage.records.batch import BATCH_HEADER, batch_crc, encode_record
-from storage.records.classic import append_message, message_crc
+from kafka_format.batch import BATCH_HEADER, batch_crc, encode_record
+from kafka_format.classic import append_message, message_crc
+from kafka_format.codecs import Codec, compress
+from kafka_format.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    RecordListTooLargeError,
+    RecordValidationError,
+)
+from storage.config import LogConfig
+from storage.validator import validate_and_assign
 
 NOW = 1_700_000_000_000
 CREATE = LogConfig()

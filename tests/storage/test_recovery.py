@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from storage.records import build_batch, build_classic, iter_records
+from kafka_format import build_batch, build_classic, iter_records
 
 from .test_log import read_all
 

@@ -11,12 +11,11 @@ import pytest
 import structlog
 
 import storage.producer_state
-
+from kafka_format import build_batch
+from kafka_format.errors import OutOfOrderSequenceError
 from storage.config import LogConfig
-from storage.errors import OutOfOrderSequenceError
 from storage.manager import LogManager
 from storage.producer_state import ProducerStateManager, decode_snapshot
-from storage.records import build_batch
 
 from .test_log import read_all
 from .test_producer_state import idem, snapshots

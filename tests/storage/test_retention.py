@@ -8,11 +8,11 @@ import threading
 import pytest
 import structlog
 
-from storage.config import LogConfig, broker_log_defaults
-from storage.errors import OffsetOutOfRangeError
-from storage.manager import LogManager
-from storage.records import build_batch, build_classic, iter_records
+from kafka_format import build_batch, build_classic, iter_records
+from kafka_format.errors import OffsetOutOfRangeError
 from storage import retention
+from storage.config import LogConfig, broker_log_defaults
+from storage.manager import LogManager
 from storage.retention import LOG_START_OFFSET, RETENTION_BYTES, RETENTION_MS
 
 from .test_log import read_all

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from storage.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
+from kafka_format.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
 from storage.time_index import TimeIndex, TimestampOffset
 
 BASE_OFFSET = 45

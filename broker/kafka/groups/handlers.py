@@ -14,7 +14,7 @@ import typing
 from functools import cache
 from typing import Any
 
-from storage.errors import StrataError
+from kafka_format.errors import StrataError
 
 from ..apis import ApiKey
 from ..authorized import OMITTED, ResourceType, requested

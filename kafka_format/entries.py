@@ -27,8 +27,7 @@ import struct
 from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
-from .. import native
-from ..packed_rows import PackedRows
+from . import native
 from .batch import BATCH_CODECS, BATCH_HEADER, MIN_BATCH_LENGTH
 from .batch import CRC_START as BATCH_CRC_START
 from .classic import CLASSIC_CODECS, HEADERS, KEY_LENGTH_OFFSET, LENGTH, MIN_SIZE_FIELD
@@ -44,9 +43,10 @@ from .framing import (
     crc32c,
 )
 from .framing import crc32 as framing_crc32
+from .packed_rows import PackedRows
 
-# C fast path for runs of good entries (storage/records/_crecords.c); None: Python only.
-_crecords = native.load("records._crecords")
+# C fast path for runs of good entries (kafka_format/_crecords.c); None: Python only.
+_crecords = native.load("kafka_format._crecords")
 
 
 class EntryInfo(NamedTuple):

@@ -1,6 +1,6 @@
 """The topic's compression.type applied on append (Kafka's LogValidator with a
 broker-side target codec), for every protocol: Log.append validates through
-storage/records/validator.py, which asks `target_of(config)` once per set and
+storage/validator.py, which asks `target_of(config)` once per set and
 hands each record batch of another codec to `recompress_batch`.
 
 Policy (Kafka's BrokerCompressionType):
@@ -24,9 +24,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..codecs import Codec, compress
-from ..config import LogConfig
-from .batch import (
+from kafka_format.batch import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET_OFFSET,
     BATCH_OVERHEAD,
@@ -40,7 +38,10 @@ from .batch import (
     UINT32,
     batch_crc,
 )
-from .framing import CODEC_MASK, LOG_OVERHEAD
+from kafka_format.codecs import Codec, compress
+from kafka_format.framing import CODEC_MASK, LOG_OVERHEAD
+
+from .config import LogConfig
 
 LENGTH_OFFSET = FIELD_OFFSET["length"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from ..errors import CorruptRecordError
+from .errors import CorruptRecordError
 from .framing import LOG_OVERHEAD, MAGIC_OFFSET, NO_TIMESTAMP, crc32
 
 V0_HEADER = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes

@@ -25,13 +25,13 @@ from crc32c import crc32c as _package_crc32c
 # messages, where a set of small classic messages spends most of its time.
 from isal.isal_zlib import crc32  # noqa: F401  (re-exported)
 
-from .. import native
+from . import native
 
-# CRC32C of record batches: the C folding of storage/records/crc_fold.h where the
+# CRC32C of record batches: the C folding of kafka_format/crc_fold.h where the
 # CPU has AVX-512 carry-less multiply (about twice the crc32c package on a 1 MiB
 # batch, and a cheaper call on small ones), else the crc32c package. One choice
 # for every caller, so the validator, the scan and the cleaner always agree.
-_crecords = native.load("records._crecords")
+_crecords = native.load("kafka_format._crecords")
 crc32c = _crecords.crc32c if _crecords is not None and _crecords.CRC32C_IN_C else _package_crc32c
 
 ENTRY_PREFIX = struct.Struct(">qi")  # offset (or baseOffset), size (or batchLength)

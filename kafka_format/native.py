@@ -1,8 +1,9 @@
 """Pick the C accelerator of a hot path, or its pure-Python twin.
 
-Contract: `load(name)` returns the compiled module `storage.<name>` (built by
-setup.py, optional) or None, and callers keep a pure-Python implementation of
-every function they take from it: both give the same results and raise the
+Contract: `load(name)` returns the compiled module of that full dotted name
+(`kafka_format._crecords`, `storage._ccleaner`; built by setup.py, optional)
+or None, and callers keep a pure-Python implementation of every function they
+take from it: both give the same results and raise the
 same errors, and the tests check one against the other.
 
 - `STRATA_PURE_PYTHON=1` makes every `load` return None (to run or measure the
@@ -27,7 +28,7 @@ def load(name: str) -> ModuleType | None:
     if pure_python():
         return None
     try:
-        return importlib.import_module(f"storage.{name}")
+        return importlib.import_module(name)
     except ImportError:
         if os.environ.get("STRATA_REQUIRE_NATIVE", "") not in ("", "0"):
             raise

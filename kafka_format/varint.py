@@ -10,7 +10,7 @@ most). Kafka's int32 varints use the same encoding, at most 5 bytes.
 
 from __future__ import annotations
 
-from ..errors import CorruptRecordError
+from .errors import CorruptRecordError
 
 MAX_VARLONG_BYTES = 10
 _MAX_SHIFT = 7 * (MAX_VARLONG_BYTES - 1)

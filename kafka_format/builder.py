@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ..codecs import Codec, compress
 from .batch import BATCH_HEADER, CONTROL_BIT, CRC_OFFSET, TRANSACTIONAL_BIT, UINT32, batch_crc, encode_record
 from .classic import append_message
+from .codecs import Codec, compress
 from .framing import LOG_APPEND_TIME, LOG_OVERHEAD, NO_TIMESTAMP, TIMESTAMP_TYPE_BIT
 
 

@@ -8,7 +8,7 @@ epoch 0, timestamps set for LogAppendTime. The caller's bytes are not touched
 private bytearray copy, and any bad entry refuses the whole set by raising, so
 nothing half-assigned reaches the log.
 
-Errors (storage.errors): CorruptRecordError for bad bytes (an empty set, a
+Errors (kafka_format.errors): CorruptRecordError for bad bytes (an empty set, a
 trailing partial entry, a bad size, CRC, magic, record structure or compressed
 payload); MessageTooLargeError for an entry over max.message.bytes (size
 including the 12-byte overhead, as Kafka's sizeInBytes); InvalidRecordError for
@@ -39,7 +39,7 @@ shallow: the first entry reaching the largest timestamp, and its last offset
 
 Compression: a topic whose compression.type is not `producer` gets every record
 batch in that codec; a batch of another codec is rewritten around its records
-(storage/records/recompress.py), and max.message.bytes applies to the result.
+(storage/recompress.py), and max.message.bytes applies to the result.
 
 Deviations from Kafka, on purpose: a set may mix magics and hold several
 compressed entries, each validated on its own (Kafka rebuilds a legacy set into
@@ -50,18 +50,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .. import native
-from ..codecs import Codec, compress, decompress
-from ..config import LogConfig
-from ..errors import (
-    KEYLESS_ON_COMPACTED,
-    CorruptRecordError,
-    InvalidRecordError,
-    MessageTooLargeError,
-    RecordListTooLargeError,
-    RecordValidationError,
-)
-from .batch import (
+from kafka_format import native
+from kafka_format.batch import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET_OFFSET,
     BATCH_CODECS,
@@ -81,10 +71,10 @@ from .batch import (
     decode_records,
     summarize_records,
 )
-from .batch import CRC_OFFSET as BATCH_CRC_OFFSET
-from .builder import build_batch
-from .classic import ATTRIBUTES_OFFSET as CLASSIC_ATTRIBUTES_OFFSET
-from .classic import (
+from kafka_format.batch import CRC_OFFSET as BATCH_CRC_OFFSET
+from kafka_format.builder import build_batch
+from kafka_format.classic import ATTRIBUTES_OFFSET as CLASSIC_ATTRIBUTES_OFFSET
+from kafka_format.classic import (
     CLASSIC_CODECS,
     KEY_LENGTH_OFFSET,
     LENGTH,
@@ -97,10 +87,19 @@ from .classic import (
     inner_messages,
     message_crc,
 )
-from .classic import CRC_OFFSET as CLASSIC_CRC_OFFSET
-from .classic import CRC_START as CLASSIC_CRC_START
-from .entries import EntryTable
-from .framing import (
+from kafka_format.classic import CRC_OFFSET as CLASSIC_CRC_OFFSET
+from kafka_format.classic import CRC_START as CLASSIC_CRC_START
+from kafka_format.codecs import Codec, compress, decompress
+from kafka_format.entries import EntryTable
+from kafka_format.errors import (
+    KEYLESS_ON_COMPACTED,
+    CorruptRecordError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    RecordListTooLargeError,
+    RecordValidationError,
+)
+from kafka_format.framing import (
     CODEC_MASK,
     CREATE_TIME,
     ENTRY_PREFIX,
@@ -113,11 +112,13 @@ from .framing import (
     TIMESTAMP_TYPE_BIT,
     crc32c,
 )
-from .framing import crc32 as framing_crc32
+from kafka_format.framing import crc32 as framing_crc32
+
+from .config import LogConfig
 from .recompress import Target, recompress_batch, target_of
 
-# C fast path for runs of plain classic messages (storage/records/_crecords.c).
-_crecords = native.load("records._crecords")
+# C fast path for runs of plain classic messages (kafka_format/_crecords.c).
+_crecords = native.load("kafka_format._crecords")
 
 # The set being assigned: a private copy, or the caller's own writable buffer (`in_place`).
 WritableBuffer = bytearray | memoryview

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .. import native
-from ..codecs import Codec, decompress
-from ..errors import CorruptRecordError
+from . import native
 from .batch import (
     BATCH_CODECS,
     BATCH_HEADER,
@@ -42,6 +40,8 @@ from .classic import (
     message_crc,
     message_lengths,
 )
+from .codecs import Codec, decompress
+from .errors import CorruptRecordError
 from .framing import (
     CODEC_MASK,
     CREATE_TIME,
@@ -56,8 +56,8 @@ from .framing import (
     Record,
 )
 
-# The C record walk for timestamp lookups (storage/records/_crecords.c).
-_crecords = native.load("records._crecords")
+# The C record walk for timestamp lookups (kafka_format/_crecords.c).
+_crecords = native.load("kafka_format._crecords")
 
 class LogEntry:
     """One entry of a log or message set: a batch, a message or a wrapper."""

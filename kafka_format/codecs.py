@@ -10,7 +10,7 @@ Contract:
   settings give it (KIP-390); None is Kafka's default for the codec (gzip 6,
   lz4 9 = lz4's fast compressor as Kafka's default, zstd 3). Snappy has none.
 - Every failure (unknown codec, zstd before magic 2, a corrupt or cut-short
-  payload) raises `storage.errors.CorruptRecordError` with a message saying what
+  payload) raises `kafka_format.errors.CorruptRecordError` with a message saying what
   was wrong. Callers that need a different error class (the validator refuses
   zstd before magic 2 as an invalid record) check first.
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from .. import native
-from ..errors import CorruptRecordError
+from . import native
+from .errors import CorruptRecordError
 from .framing import LOG_APPEND_TIME, LOG_OVERHEAD, Record, crc32c
 from .varint import decode_varint, encode_varint
 
@@ -94,8 +94,8 @@ def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
     return encode_varint(len(body)) + body
 
 
-# C walks of records (storage/records/_crecords.c); None: Python only.
-_crecords = native.load("records._crecords")
+# C walks of records (kafka_format/_crecords.c); None: Python only.
+_crecords = native.load("kafka_format._crecords")
 
 
 class RecordsSummary(NamedTuple):

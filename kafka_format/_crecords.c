@@ -1,4 +1,4 @@
-/* The per-entry fast paths of storage/records in C: the shallow scan, the
+/* The per-entry fast paths of kafka_format in C: the shallow scan, the
  * offset assignment of uncompressed classic messages and batches, and the
  * sparse index entries of a write. A set of small classic messages holds about a thousand entries per
  * MiB; in Python each one costs about a microsecond of bytecode, here tens of
@@ -13,7 +13,7 @@
  * Python would have accepted unchanged, and the tests compare both on random
  * and corrupt input (tests/storage/test_crecords.py).
  *
- * The layouts are those of storage/records/framing.py, classic.py and batch.py:
+ * The layouts are those of kafka_format/framing.py, classic.py and batch.py:
  *
  *   every entry   0 offset:int64 | 8 size:int32 | 12 crc or epoch:int32 | 16 magic:int8
  *   magic 0/1     17 attributes:int8 | [18 timestamp:int64, v1] | keyLength:int32 key
@@ -737,7 +737,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_crecords",
-                                    "C fast paths of storage/records (see the source's header).", -1,
+                                    "C fast paths of kafka_format (see the source's header).", -1,
                                     methods};
 
 PyMODINIT_FUNC PyInit__crecords(void) {
