@@ -13,7 +13,7 @@ import importlib
 import sys
 
 # Subcommand modules, in the order `strata --help` lists them.
-SUBCOMMANDS = ("serve", "topics", "produce", "consume", "dump_log")
+SUBCOMMANDS = ("serve", "topics", "produce", "consume", "groups", "log_dirs", "configs", "dump_log")
 
 
 class CliError(Exception):

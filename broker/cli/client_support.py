@@ -1,7 +1,11 @@
 """What the client subcommands (topics, produce, consume) share.
 
-Contract: `add_bootstrap_arg` registers the required `--bootstrap-server
-HOST:PORT`; `client_errors()` is a context manager that turns every client
+Contract: `add_bootstrap_arg` registers `--bootstrap-server HOST:PORT` (the
+native listener), by default $STRATA_BOOTSTRAP_SERVER or localhost:9000;
+`add_kafka_bootstrap_arg` registers `--kafka-bootstrap-server HOST:PORT` (the
+Kafka listener, for what only a Kafka request does) and `kafka_address(args)`
+resolves it: the option, else $STRATA_KAFKA_BOOTSTRAP_SERVER, else the
+--bootstrap-server host on port 9092 (`kafka.port`'s default); `client_errors()` is a context manager that turns every client
 failure (StrataClientError and subclasses, a bad bootstrap address) into a
 CliError whose message is one line, so `strata` prints `strata: <message>` and
 exits non-zero; `parse_config_args` turns repeated `--config k=v` into a dict.
@@ -10,6 +14,7 @@ exits non-zero; `parse_config_args` turns repeated `--config k=v` into a dict.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,9 +23,32 @@ from client import StrataClientError, parse_bootstrap
 from . import CliError
 
 
+BOOTSTRAP_ENV = "STRATA_BOOTSTRAP_SERVER"
+KAFKA_BOOTSTRAP_ENV = "STRATA_KAFKA_BOOTSTRAP_SERVER"
+DEFAULT_BOOTSTRAP = "localhost:9000"  # port's default
+DEFAULT_KAFKA_PORT = 9092  # kafka.port's default
+
+
 def add_bootstrap_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="the broker to talk to")
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                        default=os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP,
+                        help=f"the broker's native listener (default: ${BOOTSTRAP_ENV} "
+                             f"or {DEFAULT_BOOTSTRAP})")
+
+
+def add_kafka_bootstrap_arg(parser: argparse.ArgumentParser, purpose: str = "") -> None:
+    parser.add_argument("--kafka-bootstrap-server", metavar="HOST:PORT",
+                        help=f"the broker's Kafka listener{purpose} (default: ${KAFKA_BOOTSTRAP_ENV}, "
+                             f"else the --bootstrap-server host on port {DEFAULT_KAFKA_PORT})")
+
+
+def kafka_address(args: argparse.Namespace) -> str:
+    """The Kafka listener's "HOST:PORT" for these arguments (see the module contract)."""
+    explicit = args.kafka_bootstrap_server or os.environ.get(KAFKA_BOOTSTRAP_ENV)
+    if explicit:
+        return check_bootstrap(explicit)
+    host = parse_bootstrap(check_bootstrap(args.bootstrap_server))[0][0]
+    return f"[{host}]:{DEFAULT_KAFKA_PORT}" if ":" in host else f"{host}:{DEFAULT_KAFKA_PORT}"
 
 
 def check_bootstrap(value: str) -> str:

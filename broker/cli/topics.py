@@ -34,14 +34,14 @@ from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
 
-from client import Admin, parse_bootstrap
+from client import Admin
 
 from . import CliError
-from .client_support import add_bootstrap_arg, check_bootstrap, client_errors, parse_config_args
+from .client_support import (add_bootstrap_arg, add_kafka_bootstrap_arg, check_bootstrap, client_errors,
+                             kafka_address, parse_config_args)
 from .kafka_call import kafka_call
 
 INTERNAL_PREFIX = "__"
-DEFAULT_KAFKA_PORT = 9092  # kafka.port's default
 
 
 def add_parser(subparsers) -> None:
@@ -78,9 +78,7 @@ def add_parser(subparsers) -> None:
                        help="reset KEY to the default; repeat for more")
     alter.add_argument("--partitions", type=int, metavar="N",
                        help="grow the topic to N partitions (through the broker's Kafka listener)")
-    alter.add_argument("--kafka-bootstrap-server", metavar="HOST:PORT",
-                       help="the broker's Kafka listener, for --partitions (default: the "
-                            "--bootstrap-server host, port 9092)")
+    add_kafka_bootstrap_arg(alter, ", for --partitions")
     add_bootstrap_arg(alter)
     alter.set_defaults(func=_alter)
 
@@ -145,13 +143,6 @@ def _alter(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kafka_address(args: argparse.Namespace) -> str:
-    if args.kafka_bootstrap_server is not None:
-        return check_bootstrap(args.kafka_bootstrap_server)
-    host = parse_bootstrap(args.bootstrap_server)[0][0]
-    return f"[{host}]:{DEFAULT_KAFKA_PORT}" if ":" in host else f"{host}:{DEFAULT_KAFKA_PORT}"
-
-
 def _grow(args: argparse.Namespace) -> None:
     """Kafka's CreatePartitions (v3) for one topic; its error as one line."""
     from kio.schema.create_partitions.v3.request import CreatePartitionsRequest, CreatePartitionsTopic
@@ -159,7 +150,7 @@ def _grow(args: argparse.Namespace) -> None:
 
     if args.partitions < 1:
         raise CliError(f"--partitions must be at least 1, not {args.partitions}")
-    address = _kafka_address(args)
+    address = kafka_address(args)
     request = CreatePartitionsRequest(
         topics=(CreatePartitionsTopic(name=args.name, count=args.partitions, assignments=None),),
         timeout=i32Timedelta.parse(timedelta(seconds=30)), validate_only=False)
