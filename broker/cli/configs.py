@@ -36,8 +36,8 @@ def add_parser(subparsers) -> None:
 def _describe(args: argparse.Namespace) -> int:
     configs = KafkaAdmin(kafka_address(args)).broker_configs()
     lines = [f"All configs for broker {BROKER_ID} are:"]
-    for name, value, source in configs:
-        shown = "" if value is None else value
-        lines.append(f"  {name}={shown} sensitive=false synonyms={{{source}:{name}={shown}}}")
+    for config in configs:
+        shown = "" if config.value is None else config.value
+        lines.append(f"  {config.name}={shown} sensitive=false synonyms={{{config.source}:{config.name}={shown}}}")
     print("\n".join(lines))
     return 0

@@ -127,13 +127,13 @@ def _describe(args: argparse.Namespace) -> int:
     if not group.members:
         print(f"\nConsumer group '{group.group_id}' has no active members.")
     if args.members:
-        rows = [(group.group_id, m.member_id, m.host, m.client_id, len(m.assignment)) for m in group.members]
-        print(_table(("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"), rows, (15, 15, 15, 15, 12)))
+        members = [(group.group_id, m.member_id, m.host, m.client_id, len(m.assignment)) for m in group.members]
+        print(_table(("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"), members, (15, 15, 15, 15, 12)))
         return 0
     owner = {tp: m for m in group.members for tp in m.assignment}
     partitions = sorted(set(committed) | set(owner))
     ends = admin.list_offsets(partitions, LATEST) if partitions else {}
-    rows = []
+    rows: list[tuple] = []
     for tp in partitions:
         current, end = committed.get(tp), ends[tp]
         member = owner.get(tp)

@@ -15,13 +15,15 @@ import struct
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId, GroupId, TopicName
 from kio.serial import entity_reader
+from kio.static.primitive import i8, i32, i64
 
 from . import CliError
 from .kafka_call import kafka_call
 
 LATEST, EARLIEST = -1, -2  # ListOffsets timestamps
-BROKER_RESOURCE = 4  # DescribeConfigs resource type
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # DescribeConfigs resource types
 NO_EPOCH = -1
 CONSUMER_PROTOCOL = "consumer"
 CONFIG_SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
@@ -37,6 +39,13 @@ class Member:
     client_id: str
     host: str
     assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    name: str
+    value: str | None
+    source: str  # Kafka's ConfigSource name: DYNAMIC_TOPIC_CONFIG for a topic's override
 
 
 @dataclass(frozen=True)
@@ -90,7 +99,7 @@ class KafkaAdmin:
     def describe_group(self, group_id: str) -> Group:
         from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 
-        response = self.call(DescribeGroupsRequest(groups=(group_id,), include_authorized_operations=False))
+        response = self.call(DescribeGroupsRequest(groups=(GroupId(group_id),), include_authorized_operations=False))
         (described,) = response.groups
         _check(described.error_code, f"describe group {group_id!r}")
         consumer = described.protocol_type == CONSUMER_PROTOCOL
@@ -103,7 +112,7 @@ class KafkaAdmin:
         """Every offset the group has committed, whichever protocol committed it."""
         from kio.schema.offset_fetch.v7.request import OffsetFetchRequest
 
-        response = self.call(OffsetFetchRequest(group_id=group_id, topics=None, require_stable=False))
+        response = self.call(OffsetFetchRequest(group_id=GroupId(group_id), topics=None, require_stable=False))
         _check(response.error_code, f"fetch the offsets of group {group_id!r}")
         out = {}
         for topic in response.topics:
@@ -121,11 +130,12 @@ class KafkaAdmin:
         by_topic: dict[str, list] = {}
         for (topic, partition), offset in sorted(offsets.items()):
             by_topic.setdefault(topic, []).append(oc.OffsetCommitRequestPartition(
-                partition_index=partition, committed_offset=offset, committed_leader_epoch=NO_EPOCH,
+                partition_index=i32(partition), committed_offset=i64(offset), committed_leader_epoch=i32(NO_EPOCH),
                 committed_metadata=""))
         request = oc.OffsetCommitRequest(
-            group_id=group_id, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
-            topics=tuple(oc.OffsetCommitRequestTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+            group_id=GroupId(group_id), generation_id_or_member_epoch=i32(-1), member_id="", group_instance_id=None,
+            topics=tuple(oc.OffsetCommitRequestTopic(name=TopicName(t), partitions=tuple(ps))
+                         for t, ps in by_topic.items()))
         response = self.call(request)
         for topic in response.topics:
             for p in topic.partitions:
@@ -134,7 +144,7 @@ class KafkaAdmin:
     def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
         from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 
-        response = self.call(DeleteGroupsRequest(groups_names=tuple(group_ids)))
+        response = self.call(DeleteGroupsRequest(groups_names=tuple(GroupId(g) for g in group_ids)))
         return {r.group_id: r.error_code for r in response.results}
 
     # ---- topics and offsets ------------------------------------------------------------------
@@ -142,7 +152,7 @@ class KafkaAdmin:
     def partition_count(self, topic: str) -> int:
         from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-        response = self.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+        response = self.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=TopicName(topic)),),
                                              allow_auto_topic_creation=False,
                                              include_topic_authorized_operations=False))
         (found,) = response.topics
@@ -157,9 +167,10 @@ class KafkaAdmin:
         by_topic: dict[str, list[int]] = {}
         for topic, partition in partitions:
             by_topic.setdefault(topic, []).append(partition)
-        request = lo.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=tuple(
-            lo.ListOffsetsTopic(name=topic, partitions=tuple(
-                lo.ListOffsetsPartition(partition_index=p, current_leader_epoch=NO_EPOCH, timestamp=timestamp)
+        request = lo.ListOffsetsRequest(replica_id=BrokerId(-1), isolation_level=i8(0), topics=tuple(
+            lo.ListOffsetsTopic(name=TopicName(topic), partitions=tuple(
+                lo.ListOffsetsPartition(partition_index=i32(p), current_leader_epoch=i32(NO_EPOCH),
+                                        timestamp=i64(timestamp))
                 for p in ps))
             for topic, ps in by_topic.items()))
         out = {}
@@ -177,20 +188,33 @@ class KafkaAdmin:
 
         wanted = None
         if topics is not None:
-            wanted = tuple(dl.DescribableLogDirTopic(topic=t, partitions=tuple(range(self.partition_count(t))))
+            wanted = tuple(dl.DescribableLogDirTopic(topic=TopicName(t),
+                                                     partitions=tuple(i32(p) for p in range(self.partition_count(t))))
                            for t in topics)
         response = self.call(dl.DescribeLogDirsRequest(topics=wanted))
         _check(response.error_code, "describe log dirs")
         return response.results
 
-    def broker_configs(self) -> list[tuple[str, str | None, str]]:
-        """(name, value, source name) of every broker config, sorted by name."""
+    def _describe_configs(self, resource_type: int, names: list[str], what: str) -> dict[str, list[TopicConfig]]:
         from kio.schema.describe_configs.v4 import request as dc
 
         request = dc.DescribeConfigsRequest(
-            resources=(dc.DescribeConfigsResource(resource_type=BROKER_RESOURCE, resource_name="",
-                                                  configuration_keys=None),),
+            resources=tuple(dc.DescribeConfigsResource(resource_type=i8(resource_type), resource_name=name,
+                                                       configuration_keys=None) for name in names),
             include_synonyms=False, include_documentation=False)
-        (result,) = self.call(request).results
-        _check(result.error_code, "describe the broker's configs", result.error_message)
-        return sorted((c.name, c.value, CONFIG_SOURCES.get(c.config_source, "UNKNOWN")) for c in result.configs)
+        out = {}
+        for result in self.call(request).results:
+            _check(result.error_code, f"describe the configs of {what} {result.resource_name!r}",
+                   result.error_message)
+            out[result.resource_name] = sorted(
+                (TopicConfig(c.name, c.value, CONFIG_SOURCES.get(c.config_source, "UNKNOWN")) for c in result.configs),
+                key=lambda c: c.name)
+        return out
+
+    def broker_configs(self) -> list[TopicConfig]:
+        """Every broker config with its source, sorted by name."""
+        return self._describe_configs(BROKER_RESOURCE, [""], "the broker")[""]
+
+    def topic_configs(self, topics: list[str]) -> dict[str, list[TopicConfig]]:
+        """{topic: every setting with its source, sorted by name}."""
+        return self._describe_configs(TOPIC_RESOURCE, topics, "topic")
