@@ -45,7 +45,7 @@ class _Parser(argparse.ArgumentParser):
             parsed.usage_parser = self
         return parsed, extras
 
-    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_args(self, args=None, namespace=None):
         """As argparse's, but arguments nobody knows are reported with the usage of the
         subcommand they were given to."""
         parsed, extras = self.parse_known_args(args, namespace)
