@@ -138,3 +138,20 @@ def test_consume_prints_the_count_and_produce_on_error(broker):
 ])
 def test_usage_errors_show_the_subcommands_usage(args, subcommand, message):
     assert message in usage_error(strata(*args, "--bootstrap-server", "127.0.0.1:1"), subcommand)
+
+
+def test_produce_names_the_line_the_broker_refused(broker):
+    """A line larger than batch.size travels alone, so the broker's refusal names it only."""
+    server = ("--bootstrap-server", f"{broker.host}:{broker.port}")
+    name = unique("big")
+    ok(strata("topics", "create", name, "--partitions", 1, "--config", "max.message.bytes=20000", *server))
+    lines = b"first\n" + b"x" * 30000 + b"\nthird\n"
+    result = strata("produce", name, "--on-error", "continue", *server, input=lines)
+    assert result.returncode == 1
+    err = result.stderr.decode().splitlines()
+    assert len(err) == 2 and err[0].startswith("strata: line 2: ") and "MESSAGE_TOO_LARGE" in err[0]
+    assert err[1] == "strata: 1 of 3 lines were not sent"
+    result = strata("consume", name, "--from-beginning", "--timeout-ms", 500, *server)
+    assert result.stdout == b"first\nthird\n"
+    err = one_error_line(strata("produce", name, *server, input=lines))
+    assert err.startswith("strata: line 2: ") and "MESSAGE_TOO_LARGE" in err
