@@ -8,8 +8,9 @@ ListOffsets, OffsetCommit, DeleteGroups; see kafka_admin.py), at
 
 Contract (stdout; errors are one `strata: ...` line on stderr, exit 1):
 
-    strata groups list
-        one group id per line, sorted
+    strata groups list [--state]
+        one group id per line, sorted; with --state a GROUP STATE table (a group
+        that only has committed offsets, native ones included, is Empty)
     strata groups describe GROUP [--offsets | --members]
         --offsets (the default), one row per partition the group has committed or
         is assigned, as kafka-consumer-groups --describe prints it:
@@ -60,7 +61,8 @@ def add_parser(subparsers) -> None:
         sub.set_defaults(func=func)
         return sub
 
-    action("list", "list consumer groups, one id per line", _list)
+    list_ = action("list", "list consumer groups, one id per line", _list)
+    list_.add_argument("--state", action="store_true", help="print each group's state too")
 
     describe = action("describe", "a group's offsets and lag, or its members", _describe)
     describe.add_argument("group", metavar="GROUP")
@@ -108,7 +110,11 @@ def _table(header: tuple[str, ...], rows: list[tuple], widths: tuple[int, ...]) 
 
 
 def _list(args: argparse.Namespace) -> int:
-    for group_id, _, _ in _admin(args).list_groups():
+    groups = _admin(args).list_groups()
+    if args.state:
+        print(_table(("GROUP", "STATE"), [(group_id, state) for group_id, _, state in groups], (25, 0)).lstrip("\n"))
+        return 0
+    for group_id, _, _ in groups:
         print(group_id)
     return 0
 

@@ -67,6 +67,7 @@ def test_native_group_list_describe_reset_delete(broker):
     group = unique("native-g")
     native_commit(broker, group, topic, {0: 2, 1: 5})
     assert group in ok(cli(broker, "groups", "list")).splitlines()
+    assert [group, "Empty"] in [line.split() for line in ok(cli(broker, "groups", "list", "--state")).splitlines()]
 
     out = ok(cli(broker, "groups", "describe", group))
     assert f"Consumer group '{group}' has no active members." in out
@@ -128,6 +129,7 @@ def test_kafka_group_with_members_lag_and_refusals(broker):
         consumer.commit(offsets=[TopicPartition(topic, 0, 1), TopicPartition(topic, 1, 3)], asynchronous=False)
         out = ok(cli(broker, "groups", "describe", group, "--offsets"))
         assert "no active members" not in out
+        assert [group, "Stable"] in [line.split() for line in ok(cli(broker, "groups", "list", "--state")).splitlines()]
         described = rows(out)
         assert [r[:6] for r in described] == [[group, topic, "0", "1", "4", "3"], [group, topic, "1", "3", "4", "1"]]
         member_ids = {r[6] for r in described}
