@@ -6,7 +6,9 @@ the broker's Kafka listener (its admin APIs ListGroups, DescribeGroups, OffsetFe
 ListOffsets, OffsetCommit, DeleteGroups; see kafka_admin.py), at
 --kafka-bootstrap-server (client_support.kafka_address says the default).
 
-Contract (stdout; errors are one `strata: ...` line on stderr, exit 1):
+Contract (stdout; errors are one `strata: ...` line on stderr, exit 1; arguments that
+do not go together print the subcommand's usage, exit 2). GROUP may also be given as
+`--group GROUP`, as kafka-consumer-groups takes it.
 
     strata groups list [--state]
         one group id per line, sorted; with --state a GROUP STATE table (a group
@@ -41,7 +43,7 @@ from datetime import datetime
 
 from kio.schema.errors import ErrorCode
 
-from . import CliError
+from . import CliError, UsageError
 from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, kafka_address
 from .kafka_admin import EARLIEST, LATEST, Group, KafkaAdmin, TopicPartition
 
@@ -65,13 +67,13 @@ def add_parser(subparsers) -> None:
     list_.add_argument("--state", action="store_true", help="print each group's state too")
 
     describe = action("describe", "a group's offsets and lag, or its members", _describe)
-    describe.add_argument("group", metavar="GROUP")
+    _group_args(describe)
     view = describe.add_mutually_exclusive_group()
     view.add_argument("--offsets", action="store_true", help="offsets and lag per partition (the default)")
     view.add_argument("--members", action="store_true", help="the group's members")
 
     reset = action("reset-offsets", "move a group's committed offsets (dry run unless --execute)", _reset)
-    reset.add_argument("group", metavar="GROUP")
+    _group_args(reset)
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", action="store_true", help="the log start offset")
     target.add_argument("--to-latest", action="store_true", help="the log end offset")
@@ -90,10 +92,34 @@ def add_parser(subparsers) -> None:
     run.add_argument("--execute", action="store_true", help="commit the new offsets")
 
     delete = action("delete", "delete groups and their committed offsets", _delete)
-    delete.add_argument("groups", nargs="+", metavar="GROUP")
+    _group_args(delete, many=True)
+
+
+def _group_args(parser: argparse.ArgumentParser, many: bool = False) -> None:
+    """GROUP as a positional argument or as `--group GROUP` (kafka-consumer-groups' way);
+    `many`: any number of either, `args.groups`; otherwise exactly one, `args.group`."""
+    parser.add_argument("groups", nargs="*" if many else "?", metavar="GROUP")
+    parser.add_argument("--group", dest="group_option", action="append", metavar="GROUP",
+                        help="the group" + ("; repeat for more" if many else ""))
+    parser.set_defaults(resolve_groups=many)
+
+
+def _resolve_groups(args: argparse.Namespace) -> None:
+    positional = args.groups if isinstance(args.groups, list) else [args.groups] if args.groups else []
+    groups = positional + (args.group_option or [])
+    if not groups:
+        raise UsageError("the group is missing: give GROUP or --group GROUP")
+    if args.resolve_groups:
+        args.groups = list(dict.fromkeys(groups))
+    elif len(set(groups)) > 1:
+        raise UsageError(f"one group at a time, not {', '.join(groups)}")
+    else:
+        args.group = groups[0]
 
 
 def _admin(args: argparse.Namespace) -> KafkaAdmin:
+    if hasattr(args, "resolve_groups"):
+        _resolve_groups(args)
     return KafkaAdmin(kafka_address(args))
 
 

@@ -133,7 +133,7 @@ def test_consume_prints_the_count_and_produce_on_error(broker):
     (["consume", "t", "--max-messages", "-1"], "consume", "--max-messages must be at least 0"),
     (["produce", "t", "--key-separator", ""], "produce", "--key-separator must not be empty"),
     (["produce", "t", "--on-error", "maybe"], "produce", "invalid choice: 'maybe'"),
-    (["groups", "describe"], "groups describe", "the following arguments are required: GROUP"),
+    (["groups", "describe"], "groups describe", "the group is missing"),
     (["topics", "list", "--no-such-option"], "topics list", "unrecognized arguments: --no-such-option"),
 ])
 def test_usage_errors_show_the_subcommands_usage(args, subcommand, message):

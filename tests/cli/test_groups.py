@@ -14,7 +14,7 @@ import pytest
 
 from client import Admin, Producer
 from tests.broker_process import BrokerProcess
-from tests.cli.test_client_commands import ok, one_error_line, strata
+from tests.cli.test_client_commands import ok, one_error_line, strata, usage_error
 from tests.client.live_broker import unique
 
 GUARD = 60.0
@@ -69,7 +69,7 @@ def test_native_group_list_describe_reset_delete(broker):
     assert group in ok(cli(broker, "groups", "list")).splitlines()
     assert [group, "Empty"] in [line.split() for line in ok(cli(broker, "groups", "list", "--state")).splitlines()]
 
-    out = ok(cli(broker, "groups", "describe", group))
+    out = ok(cli(broker, "groups", "describe", "--group", group))
     assert f"Consumer group '{group}' has no active members." in out
     assert [line.split() for line in out.splitlines() if line.startswith("GROUP")] == [HEADER]
     assert rows(out) == [[group, topic, "0", "2", "5", "3", "-", "-", "-"],
@@ -102,8 +102,11 @@ def test_native_group_list_describe_reset_delete(broker):
         ok(cli(broker, "groups", "reset-offsets", group, "--to-earliest", "--topic", f"{topic}:1", "--execute"))
         assert [admin.committed(group, topic, p)[0] for p in (0, 1)] == [5, 0]
 
-    assert ok(cli(broker, "groups", "delete", group)) == \
-        f"Deletion of requested consumer groups ('{group}') was successful.\n"
+    other = unique("native-other")
+    native_commit(broker, other, topic, {0: 1})
+    assert ok(cli(broker, "groups", "delete", group, "--group", other)) == \
+        f"Deletion of requested consumer groups ('{group}', '{other}') was successful.\n"
+    assert other not in ok(cli(broker, "groups", "list")).splitlines()
     assert group not in ok(cli(broker, "groups", "list")).splitlines()
     assert f"consumer group '{group}' does not exist" in one_error_line(cli(broker, "groups", "describe", group))
 
@@ -167,6 +170,9 @@ def test_group_usage_errors(broker):
     assert "GROUP_ID_NOT_FOUND" in one_error_line(cli(broker, "groups", "delete", group))
     result = cli(broker, "groups", "reset-offsets", group)  # no target: argparse's usage, exit 2
     assert result.returncode == 2 and b"usage: strata groups reset-offsets" in result.stderr
+    assert "one group at a time" in usage_error(cli(broker, "groups", "describe", "a", "--group", "b"),
+                                                "groups describe")
+    assert "the group is missing" in usage_error(cli(broker, "groups", "delete"), "groups delete")
     assert "cannot reach the Kafka listener at 127.0.0.1:1" in one_error_line(
         strata("groups", "list", "--kafka-bootstrap-server", "127.0.0.1:1"))
 
