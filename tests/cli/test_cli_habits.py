@@ -50,6 +50,15 @@ def test_bootstrap_server_from_the_environment(broker):
     assert "Topic: " + name in ok(strata_env(env, "topics", "describe", name))
 
 
+def test_bootstrap_server_default_as_parsed(monkeypatch):
+    from broker.cli import build_parser
+
+    monkeypatch.delenv("STRATA_BOOTSTRAP_SERVER", raising=False)
+    assert build_parser().parse_args(["topics", "list"]).bootstrap_server == "localhost:9000"
+    monkeypatch.setenv("STRATA_BOOTSTRAP_SERVER", "example:1234")
+    assert build_parser().parse_args(["groups", "list"]).bootstrap_server == "example:1234"
+
+
 def test_bootstrap_server_default():
     """Without the variable the default is localhost:9000."""
     try:
@@ -155,3 +164,18 @@ def test_produce_names_the_line_the_broker_refused(broker):
     assert result.stdout == b"first\nthird\n"
     err = one_error_line(strata("produce", name, *server, input=lines))
     assert err.startswith("strata: line 2: ") and "MESSAGE_TOO_LARGE" in err
+
+
+def test_kafka_listener_address_defaults(monkeypatch):
+    from broker.cli import build_parser
+    from broker.cli.client_support import kafka_address
+
+    monkeypatch.delenv("STRATA_KAFKA_BOOTSTRAP_SERVER", raising=False)
+    args = build_parser().parse_args(["groups", "list", "--bootstrap-server", "example:1234"])
+    assert kafka_address(args) == "example:9092"
+    args = build_parser().parse_args(["groups", "list", "--bootstrap-server", "[::1]:1234"])
+    assert kafka_address(args) == "[::1]:9092"
+    monkeypatch.setenv("STRATA_KAFKA_BOOTSTRAP_SERVER", "kafka-host:19092")
+    assert kafka_address(build_parser().parse_args(["log-dirs", "describe"])) == "kafka-host:19092"
+    args = build_parser().parse_args(["configs", "describe", "--broker", "--kafka-bootstrap-server", "k:1"])
+    assert kafka_address(args) == "k:1"
