@@ -317,6 +317,11 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
     configure_logging(config.log_format, config.log_level)
     for name in config.ignored_env:
         log.warning("unknown_environment_setting", variable=name)
+    for key, origin, reason in config.ignored:
+        log.info("config_ignored", key=key, source=origin, reason=reason)
+    for key, origin in config.unknown:
+        log.warning("unknown_setting_ignored", key=key, source=origin,
+                    hint="not a setting Strata knows; strata serve --strict refuses it")
 
     async def main() -> int:
         app = BrokerApp(config)
