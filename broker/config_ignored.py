@@ -107,7 +107,8 @@ def without_controller_listeners(listeners: str, controller_names: str) -> tuple
     """`listeners` with the entries named in `controller_names` (KRaft's
     controller.listener.names) left out, and the entries left out."""
     names = {n.strip().upper() for n in controller_names.split(",") if n.strip()}
-    kept, dropped = [], []
+    kept: list[str] = []
+    dropped: list[str] = []
     for entry in (e.strip() for e in listeners.split(",")):
         if not entry:
             continue

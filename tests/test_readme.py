@@ -16,6 +16,7 @@ job) run in the second test, skipped when pyspark or Java is missing.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -66,9 +67,8 @@ def skip_reason(command: str) -> str | None:
         return "make: this test runs inside the venv make test made"
     if "bench/" in command:
         return "benchmark"
-    if word in ("docker", "podman"):
-        if not (shutil.which(word) and os.environ.get("STRATA_IMAGE_TESTS")):
-            return f"{word}: image tests off or {word} missing"
+    if word in ("docker", "podman") and not (shutil.which(word) and os.environ.get("STRATA_IMAGE_TESTS")):
+        return f"{word}: image tests off or {word} missing"
     if word == "kcat" and not shutil.which("kcat"):
         return "kcat missing"
     return None
@@ -137,10 +137,9 @@ class Readme:
         try:
             output, _ = process.communicate(timeout=TIMEOUT)
         finally:
-            try:  # whatever the block left running in the background (a Spark master, ...)
+            # whatever the block left running in the background (a Spark master, ...)
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         assert process.returncode == 0, f"README block failed (exit {process.returncode}):\n{block}\n" \
                                         f"--- output ---\n{output}"
 

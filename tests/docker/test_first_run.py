@@ -9,15 +9,27 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.docker.test_dockerfile import COMPOSE, ENTRYPOINT, ROOT, fake_bin, final_stage, run_serve  # noqa: F401
+from tests.docker.test_dockerfile import COMPOSE, ENTRYPOINT, FAKE_STRATA, ROOT, final_stage, run_serve
 
 README = ROOT / "README.md"
 IMAGE_UID = 10001
+
+
+@pytest.fixture
+def fake_bin(tmp_path):
+    """A `strata` that prints its argv, pid and STRATA_* environment (test_dockerfile.py's)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    strata = bin_dir / "strata"
+    strata.write_text(FAKE_STRATA.format(python=sys.executable))
+    strata.chmod(0o755)
+    return bin_dir
 
 
 def docker_section() -> str:
