@@ -108,3 +108,16 @@ def test_serve_strict_refuses_unknown_key(tmp_path):
     assert code == 2
     assert stderr.strip().splitlines() == [
         f"strata: invalid configuration: unknown setting 'made.up.key' ({path}; refused by --strict)"]
+
+
+def test_permission_error_names_uids_and_owner(tmp_path):
+    """A data directory the broker cannot write (a root-owned bind mount) says who is who."""
+    import os
+
+    from broker.app import ownership_hint
+
+    hint = ownership_hint(str(tmp_path), PermissionError(13, "Permission denied"))
+    st = os.stat(tmp_path)
+    assert hint == (f" (the broker runs as uid {os.geteuid()}; the directory is owned by uid {st.st_uid}, "
+                    f"gid {st.st_gid}, mode {st.st_mode & 0o7777:o})")
+    assert ownership_hint(str(tmp_path), FileNotFoundError(2, "No such file")) == ""
