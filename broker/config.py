@@ -21,7 +21,8 @@ Contract:
   does; `strict=True` (`strata serve --strict`) refuses them. An unknown `STRATA_*`
   environment variable is not an error (the environment is shared with other
   programs, such as the `strata` client commands); it is reported in `ignored_env`
-  so the broker can log a warning.
+  so the broker can log a warning, unless it names a key accepted without effect
+  (`STRATA_BROKER_ID=0`), which is treated as that key.
 - Broker-level `log.*` names that set topic defaults (`log.segment.bytes`,
   `log.retention.hours`, `message.max.bytes`, ...) are the ones storage maps in
   `storage.config.BROKER_NAMES`; `log_defaults` is the resulting LogConfig.
@@ -402,8 +403,12 @@ class BrokerConfig:
                 continue
             env_key = ENV_NAMES.get(env_name)
             if env_key is None:
-                ignored_env.append(env_name)
-                continue
+                # A Kafka key Strata accepts without reading (STRATA_BROKER_ID=0) is that key.
+                kafka_name = env_name[len(ENV_PREFIX):].lower().replace("_", ".")
+                if ignored_reason(kafka_name, value, f"environment {env_name}") is None:
+                    ignored_env.append(env_name)
+                    continue
+                env_key = kafka_name
             raw[env_key] = (value, f"environment {env_name}")
 
         for item in overrides:

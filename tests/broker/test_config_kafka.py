@@ -121,3 +121,11 @@ def test_permission_error_names_uids_and_owner(tmp_path):
     assert hint == (f" (the broker runs as uid {os.geteuid()}; the directory is owned by uid {st.st_uid}, "
                     f"gid {st.st_gid}, mode {st.st_mode & 0o7777:o})")
     assert ownership_hint(str(tmp_path), FileNotFoundError(2, "No such file")) == ""
+
+
+def test_environment_takes_the_ignored_kafka_keys_too(tmp_path):
+    config = BrokerConfig.load(environ={"STRATA_BROKER_ID": "0", "STRATA_OTHER_THING": "1"}, data_dir=str(tmp_path))
+    assert config.ignored == (("broker.id", "environment STRATA_BROKER_ID", "one node: Strata is node 0"),)
+    assert config.ignored_env == ("STRATA_OTHER_THING",)
+    with pytest.raises(InvalidConfigError, match=r"default.replication.factor: 3 .*STRATA_DEFAULT_REPLICATION_FACTOR"):
+        BrokerConfig.load(environ={"STRATA_DEFAULT_REPLICATION_FACTOR": "3"}, data_dir=str(tmp_path))
