@@ -185,3 +185,4 @@ def test_readme_blocks_with_spark_run_in_order(tmp_path):
     through spark-submit on a standalone cluster (master and worker from the wheel)."""
     run_blocks(tmp_path, spark=True)
     assert (tmp_path / "tmp" / "event-counts").is_dir()
+    assert any((tmp_path / "tmp" / "spark-work").iterdir())  # the worker ran the job's executors
