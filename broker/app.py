@@ -149,7 +149,7 @@ class BrokerApp:
                 raise StartupError(str(e)) from None
             except OSError as e:
                 raise StartupError(f"cannot use data directory {config.data_dir}: "
-                                   f"{e.strerror or e}") from None
+                                   f"{e.strerror or e}{ownership_hint(config.data_dir, e)}") from None
             for server in servers:
                 await server.start_serving()
         except BaseException:
@@ -308,6 +308,19 @@ def _log_open_files_limit(soft_before: int, soft: int, hard: int) -> None:
                     hint="log.max.open.files leaves no descriptors for connections; opens may fail with EMFILE")
 
 
+def ownership_hint(data_dir: str, error: OSError) -> str:
+    """For a permission error: who the broker runs as and who owns the directory (a
+    bind-mounted directory keeps its host owner)."""
+    if not isinstance(error, PermissionError):
+        return ""
+    try:
+        owner = os.stat(data_dir)
+    except OSError:
+        return f" (the broker runs as uid {os.geteuid()})"
+    return (f" (the broker runs as uid {os.geteuid()}; the directory is owned by uid "
+            f"{owner.st_uid}, gid {owner.st_gid}, mode {owner.st_mode & 0o7777:o})")
+
+
 def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = None,
                kafka_ready: Callable[[str], None] | None = None) -> int:
     """Run until SIGTERM/SIGINT; `ready` gets "HOST:PORT" once listening, then
@@ -317,6 +330,11 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
     configure_logging(config.log_format, config.log_level)
     for name in config.ignored_env:
         log.warning("unknown_environment_setting", variable=name)
+    for key, origin, reason in config.ignored:
+        log.info("config_ignored", key=key, source=origin, reason=reason)
+    for key, origin in config.unknown:
+        log.warning("unknown_setting_ignored", key=key, source=origin,
+                    hint="not a setting Strata knows; strata serve --strict refuses it")
 
     async def main() -> int:
         app = BrokerApp(config)

@@ -11,11 +11,18 @@ Contract:
          `--host` (`host.name`), `--port` (`port`) and `--data-dir` (beats `log.dirs`
          and `log.dir`).
   So: CLI > environment > file > defaults.
-- Every key is checked: an unknown key (file, `--set`) or a bad value anywhere raises
-  `InvalidConfigError` with one line naming the key and where it came from. An
-  unknown `STRATA_*` environment variable is not an error (the environment is shared
-  with other programs, such as the `strata` client commands); it is reported in
-  `ignored_env` so the broker can log a warning.
+- Every key is checked: a bad value anywhere raises `InvalidConfigError` with one
+  line naming the key and where it came from. Kafka keys that mean nothing on one
+  node (`broker.id` 0, replication factors of 1, `controller.*`, `process.roles`,
+  ...; broker/config_ignored.py) are accepted and listed in `ignored` (key, origin,
+  reason) for one log line each; asking for more than one node (a replication
+  factor above 1, a node id other than 0) is an error. Other unknown keys (file,
+  `--set`) are listed in `unknown` for a warning and otherwise ignored, as Kafka
+  does; `strict=True` (`strata serve --strict`) refuses them. An unknown `STRATA_*`
+  environment variable is not an error (the environment is shared with other
+  programs, such as the `strata` client commands); it is reported in `ignored_env`
+  so the broker can log a warning, unless it names a key accepted without effect
+  (`STRATA_BROKER_ID=0`), which is treated as that key.
 - Broker-level `log.*` names that set topic defaults (`log.segment.bytes`,
   `log.retention.hours`, `message.max.bytes`, ...) are the ones storage maps in
   `storage.config.BROKER_NAMES`; `log_defaults` is the resulting LogConfig.
@@ -36,6 +43,8 @@ from typing import Any
 
 from kafka_format.errors import InvalidConfigError
 from storage.config import BROKER_NAMES, LONG_MAX, LogConfig, broker_log_defaults
+
+from .config_ignored import ignored_reason, without_controller_listeners
 
 INT_MAX = 2**31 - 1
 ENV_PREFIX = "STRATA_"
@@ -362,15 +371,18 @@ class BrokerConfig:
     log_defaults: LogConfig
     ignored_env: tuple[str, ...] = ()
     data_dir: str = field(default="")
+    ignored: tuple[tuple[str, str, str], ...] = ()  # (key, origin, reason): accepted, not read
+    unknown: tuple[tuple[str, str], ...] = ()  # (key, origin): not known, ignored
 
     # ---- loading ----
 
     @classmethod
     def load(cls, *, config_file: str | None = None, overrides: Iterable[str] = (),
              cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
-             data_dir: str | None = None) -> BrokerConfig:
+             data_dir: str | None = None, strict: bool = False) -> BrokerConfig:
         """See the module contract. `cli` maps keys to values given by dedicated flags
-        (None values are skipped); `data_dir` is `--data-dir`."""
+        (None values are skipped); `data_dir` is `--data-dir`; `strict` refuses
+        unknown keys."""
         raw: dict[str, tuple[Any, str]] = {}  # key -> (raw value, origin)
 
         if config_file is not None:
@@ -391,8 +403,12 @@ class BrokerConfig:
                 continue
             env_key = ENV_NAMES.get(env_name)
             if env_key is None:
-                ignored_env.append(env_name)
-                continue
+                # A Kafka key Strata accepts without reading (STRATA_BROKER_ID=0) is that key.
+                kafka_name = env_name[len(ENV_PREFIX):].lower().replace("_", ".")
+                if ignored_reason(kafka_name, value, f"environment {env_name}") is None:
+                    ignored_env.append(env_name)
+                    continue
+                env_key = kafka_name
             raw[env_key] = (value, f"environment {env_name}")
 
         for item in overrides:
@@ -405,9 +421,29 @@ class BrokerConfig:
             if value is not None:
                 raw[key] = (value, "command line")
 
-        for key, (_, origin) in raw.items():
-            if key not in ALL_KEYS:
-                raise InvalidConfigError(f"unknown setting {key!r} ({origin})")
+        controllers = str(raw.get("controller.listener.names", ("CONTROLLER", ""))[0])
+        ignored: list[tuple[str, str, str]] = []
+        unknown: list[tuple[str, str]] = []
+        for key, (value, origin) in list(raw.items()):
+            if key in ALL_KEYS:
+                continue
+            del raw[key]
+            reason = ignored_reason(key, value, origin)
+            if reason is not None:
+                ignored.append((key, origin, reason))
+            elif strict:
+                raise InvalidConfigError(f"unknown setting {key!r} ({origin}; refused by --strict)")
+            else:
+                unknown.append((key, origin))
+        if "advertised.listeners" in raw:
+            # KRaft's stock files advertise the controller listener too; it is not Kafka's data path.
+            value, origin = raw["advertised.listeners"]
+            if isinstance(value, str):
+                kept, dropped = without_controller_listeners(value, controllers)
+                if dropped:
+                    raw["advertised.listeners"] = (kept, origin)
+                    ignored.append((f"advertised.listeners {','.join(dropped)}", origin,
+                                    "one node: Strata has no KRaft controller quorum"))
 
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
@@ -448,7 +484,8 @@ class BrokerConfig:
         values["log.dirs"] = dirs[0]
         sources["log.dirs"] = origin
         return cls(values=values, sources=sources, log_defaults=log_defaults,
-                   ignored_env=tuple(ignored_env), data_dir=os.path.abspath(dirs[0]))
+                   ignored_env=tuple(ignored_env), data_dir=os.path.abspath(dirs[0]),
+                   ignored=tuple(ignored), unknown=tuple(unknown))
 
     # ---- reading ----
 

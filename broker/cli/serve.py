@@ -1,7 +1,7 @@
 """`strata serve`: run the broker.
 
 Contract: `strata serve [--data-dir DIR] [--host H] [--port P] [--kafka-port P]
-[--config FILE] [--set KEY=VALUE ...]` loads the configuration (precedence:
+[--config FILE] [--set KEY=VALUE ...] [--strict]` loads the configuration (precedence:
 command line > STRATA_* environment > properties file > defaults; see
 broker/config.py), prints one line to stdout once the sockets listen,
 `strata listening on HOST:PORT` (the real port when --port 0), then, unless the
@@ -34,6 +34,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--config", metavar="FILE", help="a server.properties file")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                         help="override one setting (repeatable)")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse unknown settings (by default they are logged and ignored, as Kafka does)")
     parser.set_defaults(func=run)
 
 
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         config = BrokerConfig.load(config_file=args.config, overrides=args.overrides,
                                    cli={"host.name": args.host, "port": args.port,
                                         "kafka.port": args.kafka_port},
-                                   data_dir=args.data_dir)
+                                   data_dir=args.data_dir, strict=args.strict)
     except InvalidConfigError as e:
         raise CliError(f"invalid configuration: {e}", code=2) from None
 
