@@ -108,6 +108,7 @@ from storage.log import AppendResult, Log
 
 from .connection import FastPath, Reply
 from .group_offsets import GroupOffsets
+from .listeners import peer_of
 from .log_limiter import BadRequestLog
 from .partitions import INLINE_APPEND_MAX_BYTES, PartitionService, release_all
 
@@ -168,7 +169,7 @@ class Handlers(FastPath):
         try:
             request = parse_request(frame)
         except ProtocolError as e:
-            self.bad_requests.record(peer, "bad_request", error=str(e), peer=peer)
+            self.bad_requests.record(peer_of(peer), "bad_request", error=str(e), peer=peer_of(peer))
             return [error_response(e.code)]
         try:
             return await self._dispatch[type(request)](request)
@@ -213,7 +214,7 @@ class Handlers(FastPath):
             if result is None:
                 return None
         except ProtocolError as e:
-            self.bad_requests.record(peer, "bad_request", error=str(e), peer=peer)
+            self.bad_requests.record(peer_of(peer), "bad_request", error=str(e), peer=peer_of(peer))
             return [error_response(e.code)]
         except Exception as e:
             return [error_response(partitions.error_code(e, partition_log))]
