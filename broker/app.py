@@ -128,23 +128,24 @@ class BrokerApp:
                       limits=ConnectionLimits(config.max_connections, config.max_connections_per_ip,
                                               config.max_connections_per_ip_overrides),
                       idle_ms=config.connections_max_idle_ms)
-        if any(spec.protocol == KAFKA for spec in config.listeners):
-            self.kafka = KafkaApis(partitions, bad_requests)
-        servers = self.servers = [BrokerServer(self.kafka if listener.spec.protocol == KAFKA else handlers,
-                                               listener=listener, **limits)  # type: ignore[arg-type]
+        kafka = self.kafka = (KafkaApis(partitions, bad_requests)
+                              if any(spec.protocol == KAFKA for spec in config.listeners) else None)
+        servers = self.servers = [BrokerServer(kafka if kafka is not None and listener.spec.protocol == KAFKA
+                                               else handlers, listener=listener, **limits)
                                   for listener in self.listeners]
-        self.server = next(s for s in servers if s.listener.spec.protocol == NATIVE)  # type: ignore[union-attr]
-        self.kafka_server = next((s for s in servers if s.listener.spec.protocol == KAFKA), None)  # type: ignore[union-attr]
+        by_protocol = {protocol: [s for s, listener in zip(servers, self.listeners, strict=True)
+                                  if listener.spec.protocol == protocol] for protocol in (KAFKA, NATIVE)}
+        self.server = by_protocol[NATIVE][0]  # config always has a native listener
+        self.kafka_server = by_protocol[KAFKA][0] if by_protocol[KAFKA] else None
         opened = False
         try:
             # The ports first: a busy port fails at once, before any recovery work.
-            for server in servers:
-                await _bind(server, server.listener.spec.host, server.listener.spec.port)  # type: ignore[union-attr]
+            for server, listener in zip(servers, self.listeners, strict=True):
+                await _bind(server, listener.spec.host, listener.spec.port)
             self.address = self.server.address
-            if self.kafka_server is not None:
-                assert self.kafka is not None and self.kafka_server.listener is not None
+            if kafka is not None and self.kafka_server is not None:
                 self.kafka_address = self.kafka_server.address
-                self.kafka.advertised = self.kafka_server.listener.advertised
+                kafka.advertised = self.listeners[servers.index(self.kafka_server)].advertised
             try:
                 await blocking(registry.load)
                 await blocking(manager.startup, registry.owns)

@@ -299,7 +299,7 @@ class _SwappableContext(ssl.SSLContext):
 
     current: ssl.SSLContext
 
-    def wrap_bio(self, incoming, outgoing, server_side=False, server_hostname=None, session=None):  # type: ignore[override]
+    def wrap_bio(self, incoming, outgoing, server_side=False, server_hostname=None, session=None):
         return self.current.wrap_bio(incoming, outgoing, server_side=server_side,
                                      server_hostname=server_hostname, session=session)
 
