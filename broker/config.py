@@ -16,6 +16,12 @@ Contract:
   unknown `STRATA_*` environment variable is not an error (the environment is shared
   with other programs, such as the `strata` client commands); it is reported in
   `ignored_env` so the broker can log a warning.
+- Listeners and TLS: `listeners`, `native.listeners`, `advertised.listeners` and
+  `listener.security.protocol.map` become `listeners` (ListenerSpecs, checked
+  here: broker/listeners.py); the ssl.* keys are read per listener by
+  broker/tls.py. Besides the keys below, `listener.name.<listener>.ssl.*`
+  overrides one listener's ssl.* key (stored with the listener name lower-cased,
+  as Kafka looks it up; environment: STRATA_LISTENER_NAME_<LISTENER>_SSL_...).
 - Broker-level `log.*` names that set topic defaults (`log.segment.bytes`,
   `log.retention.hours`, `message.max.bytes`, ...) are the ones storage maps in
   `storage.config.BROKER_NAMES`; `log_defaults` is the resulting LogConfig.
