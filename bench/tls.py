@@ -1,7 +1,7 @@
 """TLS against PLAINTEXT on the Kafka listener, same broker, same run (issue 15's target:
 TLS produce >= 0.7x PLAINTEXT).
 
-    .venv/bin/python bench/tls.py [--messages 100000] [--size 1024] [--one-record 2000] [--runs 2]
+    .venv/bin/python bench/tls.py [--messages 100000] [--size 1024] [--one-record 2000] [--runs 3]
 
 One real `python -m broker serve` process with two Kafka listeners on 127.0.0.1,
 PLAINTEXT and SSL (a PEM keystore made at start with `cryptography`, EC P-256,
@@ -16,8 +16,11 @@ OpenSSL's default suite: TLS 1.3 AES-256-GCM). The client is confluent-kafka
   backoff does not dominate).
 - one record: --one-record produce()+flush() round trips of one --size record
   (acks=1), p50 and p99 in milliseconds.
-The ratio column is SSL / PLAINTEXT (throughput) or PLAINTEXT / SSL (latency:
-above 1 = TLS slower by that factor inverted). The broker's sendfile and copied
+The ratio column is SSL / PLAINTEXT for throughput, SSL / PLAINTEXT for latency
+(above 1 = TLS slower), and PLAINTEXT / SSL for the broker's CPU per message
+(utime + stime of its threads, /proc/<pid>/stat; the least over the runs): on a
+loaded machine wall-clock throughput swings with other processes, the broker's own
+CPU per message much less. The broker's sendfile and copied
 bytes come from its shutdown log: PLAINTEXT fetches go by sendfile, SSL fetches are
 copied through the TLS layer.
 """
@@ -38,6 +41,15 @@ sys.path.insert(0, ROOT)
 
 from tests.broker_process import BrokerProcess  # noqa: E402
 from tests.tls_certs import CertificateAuthority  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the broker process (all threads), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def produce(conf: dict, topic: str, messages: int, size: int) -> float:
@@ -102,7 +114,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--one-record", type=int, default=2000)
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -116,7 +128,8 @@ def main() -> None:
                                "--set", "ssl.keystore.type=PEM", "--set", f"ssl.keystore.location={keystore}",
                                kafka_port=None).start()
         addresses = broker.read_listeners(3)
-        confs = {name: {"bootstrap.servers": "%s:%d" % addresses["kafka", name]} for name in ("PLAINTEXT", "SSL")}
+        confs = {name: {"bootstrap.servers": "{}:{}".format(*addresses["kafka", name])}
+                 for name in ("PLAINTEXT", "SSL")}
         confs["SSL"].update({"security.protocol": "SSL", "ssl.ca.location": str(ca_pem)})
         results: dict[str, dict[str, float]] = {name: {} for name in confs}
         try:
@@ -125,11 +138,16 @@ def main() -> None:
                 for name, conf in confs.items():
                     topic = f"bench-{name.lower()}-{run}"
                     admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+                    cpu0 = cpu_seconds(broker.pid)
                     p = produce(conf, topic, args.messages, args.size)
+                    cpu1 = cpu_seconds(broker.pid)
                     f = fetch(conf, topic, args.messages)
+                    cpu2 = cpu_seconds(broker.pid)
                     r = results[name]
                     r["produce"] = max(r.get("produce", 0), args.messages / p)
                     r["fetch"] = max(r.get("fetch", 0), args.messages / f)
+                    r["produce_cpu"] = min(r.get("produce_cpu", 1e9), (cpu1 - cpu0) / args.messages * 1e6)
+                    r["fetch_cpu"] = min(r.get("fetch_cpu", 1e9), (cpu2 - cpu1) / args.messages * 1e6)
                     topic1 = topic + "-one"
                     admin.create_topics([NewTopic(topic1, 1)])[topic1].result(30)
                     p50, p99 = one_record(conf, topic1, args.one_record, args.size)
@@ -146,6 +164,9 @@ def main() -> None:
             pt, tls = results["PLAINTEXT"][key], results["SSL"][key]
             print(f"{key:10} {pt:>11,.0f} {unit} {pt * mb:5.0f} MB/s {tls:>11,.0f} {unit} {tls * mb:5.0f} MB/s "
                   f"{tls / pt:>13.2f}x")
+        for key in ("produce_cpu", "fetch_cpu"):
+            pt, tls = results["PLAINTEXT"][key], results["SSL"][key]
+            print(f"{key:10} {pt:>15.2f} us/msg {tls:>15.2f} us/msg {pt / tls:>13.2f}x (broker CPU)")
         for key in ("p50", "p99"):
             pt, tls = results["PLAINTEXT"][key], results["SSL"][key]
             print(f"{'one ' + key:10} {pt:>19.3f} ms {tls:>19.3f} ms {tls / pt:>13.2f}x (latency)")

@@ -101,7 +101,7 @@ def confluent(b, name, **extra):
 
 
 def test_listeners_tls_and_real_clients(broker, pki):
-    confluent_kafka = pytest.importorskip("confluent_kafka")
+    pytest.importorskip("confluent_kafka")
     import confluent_kafka.admin
     b = tls_broker(broker, pki)
     ssl_conf = {"security.protocol": "SSL", "ssl.ca.location": str(pki["ca_pem"])}
@@ -173,13 +173,12 @@ def test_listeners_tls_and_real_clients(broker, pki):
         assert len(consumer.poll(5000)) == 5
 
     # Wrong protocol: a TLS client on a plaintext port, a plaintext client on a TLS port.
-    with pytest.raises(BrokerUnreachable, match="TLS|reset|lost|closed"):
-        with Admin(bootstrap(b, "native", "PLAINTEXT"), security=security, retries=0,
-                   request_timeout_ms=5000) as admin:
-            admin.list_topics()
-    with pytest.raises(BrokerUnreachable):
-        with Admin(native_ssl, retries=0, request_timeout_ms=3000) as admin:
-            admin.list_topics()
+    with pytest.raises(BrokerUnreachable, match="TLS|reset|lost|closed"), \
+            Admin(bootstrap(b, "native", "PLAINTEXT"), security=security, retries=0,
+                  request_timeout_ms=5000) as admin:
+        admin.list_topics()
+    with pytest.raises(BrokerUnreachable), Admin(native_ssl, retries=0, request_timeout_ms=3000) as admin:
+        admin.list_topics()
     with socket.create_connection(b.addresses["kafka", "SSL"], timeout=5) as raw:  # Kafka ApiVersions v0
         raw.sendall(b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\x00\x00")
         assert raw.recv(100) == b""  # no TLS handshake: closed
@@ -259,9 +258,9 @@ def test_certificates_reload_without_restart(broker, pki, tmp_path):
         except BrokerUnreachable:
             assert time.monotonic() < deadline, "the new certificate was never served"
             time.sleep(0.1)
-    with pytest.raises(BrokerUnreachable):  # the old CA no longer matches
-        with Admin(bootstrap(b, "native", "SSL"), security=old, retries=0) as admin:
-            admin.list_topics()
+    with pytest.raises(BrokerUnreachable), \
+            Admin(bootstrap(b, "native", "SSL"), security=old, retries=0) as admin:  # the old CA no longer fits
+        admin.list_topics()
     assert any(e.get("event") == "tls_reloaded" for e in b.log_events())
 
 
@@ -273,3 +272,47 @@ def test_bad_keystore_fails_the_start_in_one_line(tmp_path):
                              "--set", f"ssl.keystore.location={tmp_path / 'missing.pem'}")
     assert code != 0
     assert "ssl.keystore.location" in err and "Traceback" not in err
+
+
+def test_server_context_settings(tmp_path, pki):
+    """Inline PEM keystore and truststore, PKCS12 truststore, protocols and Kafka's
+    (IANA) cipher suite names; bad input names the key."""
+    from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, pkcs12
+
+    from broker.tls import build_server_context, openssl_cipher_name, settings_for
+
+    issued = pki["ca"].issue("localhost")
+    base = {"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": issued.cert_pem().decode(),
+            "ssl.keystore.key": issued.key_pem().decode(), "ssl.truststore.type": "PEM",
+            "ssl.truststore.certificates": pki["ca"].cert_pem().decode(), "ssl.client.auth": "required",
+            "ssl.enabled.protocols": "TLSv1.2,TLSv1.3", "ssl.cipher.suites": ""}
+    def build(values):
+        return build_server_context(settings_for(values, "X"), "test")
+
+    context = build(base)
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert openssl_cipher_name("TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384") == "ECDHE-ECDSA-AES256-GCM-SHA384"
+    assert openssl_cipher_name("TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256") == "ECDHE-RSA-CHACHA20-POLY1305"
+    context = build({**base, "ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"})
+    assert [c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"] == [
+        "ECDHE-ECDSA-AES128-GCM-SHA256"]
+    assert context.maximum_version == ssl.TLSVersion.TLSv1_2  # no TLS 1.3 suite listed
+    context = build({**base, "ssl.cipher.suites": "TLS_AES_256_GCM_SHA384"})
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_3
+    context = build({**base, "ssl.enabled.protocols": "TLSv1.3"})
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_3
+    trust = tmp_path / "trust.p12"
+    trust.write_bytes(pkcs12.serialize_java_truststore(
+        [pkcs12.PKCS12Certificate(pki["ca"].cert, b"ca")], BestAvailableEncryption(b"trustpass")))
+    build({**base, "ssl.truststore.certificates": None, "ssl.truststore.type": "PKCS12",
+                          "ssl.truststore.location": str(trust), "ssl.truststore.password": "trustpass"})
+    for change, key in [({"ssl.keystore.type": "JKS"}, "ssl.keystore.type"),
+                        ({"ssl.keystore.key": issued.key_pem(b"secret").decode()}, "ssl.key.password"),
+                        ({"ssl.keystore.key": issued.key_pem(b"secret").decode(), "ssl.key.password": "no"},
+                         "ssl.key.password"),
+                        ({"ssl.truststore.certificates": None}, "ssl.client.auth"),
+                        ({"ssl.enabled.protocols": "SSLv3"}, "ssl.enabled.protocols"),
+                        ({"ssl.cipher.suites": "TLS_NOT_A_SUITE_WITH_NOTHING"}, "ssl.cipher.suites"),
+                        ({"ssl.keystore.certificate.chain": pki["ca"].cert_pem().decode()}, "ssl.keystore")]:
+        with pytest.raises(InvalidConfigError, match=key):
+            build({**base, **change})
