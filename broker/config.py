@@ -74,6 +74,10 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
     return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
 
 
+def _store_type(v: str) -> str | None:
+    return None if v.upper() in ("JKS", "PEM", "PKCS12") else "must be PEM or PKCS12 (or JKS, refused at start)"
+
+
 def _non_empty(v: str) -> str | None:
     return None if v else "must not be empty"
 
@@ -114,7 +118,7 @@ KEYS: tuple[BrokerKey, ...] = (
               "listener name -> security protocol, NAME:PROTOCOL,... (PLAINTEXT or SSL; Strata has no "
               "SASL yet)"),
     # ---- TLS (broker/tls.py); each also as listener.name.<name>.ssl.* for one listener ----
-    BrokerKey("ssl.keystore.type", "string", "JKS", _one_of("JKS", "PEM", "PKCS12"),
+    BrokerKey("ssl.keystore.type", "string", "JKS", _store_type,
               "PEM or PKCS12 (JKS, Kafka's default, is Java's own format and refused)"),
     BrokerKey("ssl.keystore.location", "string", None, None,
               "the keystore file: PEM (private key and certificate chain) or PKCS12"),
@@ -123,7 +127,7 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("ssl.keystore.certificate.chain", "string", None, None,
               "inline PEM certificate chain (with ssl.keystore.key, instead of ssl.keystore.location)"),
     BrokerKey("ssl.keystore.key", "string", None, None, "inline PEM private key"),
-    BrokerKey("ssl.truststore.type", "string", "JKS", _one_of("JKS", "PEM", "PKCS12"),
+    BrokerKey("ssl.truststore.type", "string", "JKS", _store_type,
               "PEM or PKCS12"),
     BrokerKey("ssl.truststore.location", "string", None, None,
               "the CAs client certificates must chain to: a PEM or PKCS12 file"),

@@ -106,8 +106,9 @@ def _load_keystore(s: Mapping[str, Any], where: str) -> tuple[Any, list[Any]]:
     location, chain, inline_key = s["ssl.keystore.location"], s["ssl.keystore.certificate.chain"], \
         s["ssl.keystore.key"]
     if kind == "JKS":
-        raise fail("ssl.keystore.type", "JKS keystores are Java's own format; use PEM or PKCS12 "
-                                        "(keytool -importkeystore -deststoretype PKCS12 converts one)")
+        raise fail("ssl.keystore.type", "JKS (Kafka's default) is Java's own format: set ssl.keystore.type=PEM "
+                                        "or PKCS12 (keytool -importkeystore -deststoretype PKCS12 converts "
+                                        "a JKS keystore)")
     if kind == "PKCS12":
         if not location:
             raise fail("ssl.keystore.location", "a PKCS12 keystore needs ssl.keystore.location")
@@ -160,8 +161,8 @@ def _trusted_pem(s: Mapping[str, Any], where: str) -> str | None:
     if not location and not inline:
         return None
     if kind == "JKS":
-        raise InvalidConfigError(f"ssl.truststore.type: JKS truststores are Java's own format; use PEM "
-                                 f"or PKCS12 ({where})")
+        raise InvalidConfigError(f"ssl.truststore.type: JKS (Kafka's default) is Java's own format: set "
+                                 f"ssl.truststore.type=PEM or PKCS12 ({where})")
     if inline:
         data = str(inline).encode()
     elif kind == "PKCS12":
