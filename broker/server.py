@@ -64,6 +64,7 @@ class ServerStats:
     connections_refused: int = 0  # over max.connections / max.connections.per.ip
     idle_closed: int = 0  # closed after connections.max.idle.ms without activity
     answered_at_once: int = 0  # requests answered by the fast path (`handle_now`), sent whole or not
+    tls_handshake_failures: int = 0  # TLS listeners: handshakes that failed (socket closed)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -91,6 +92,8 @@ class BrokerServer:
         self._trim_timer: asyncio.TimerHandle | None = None
         # Bad frames are logged rate-limited (shared by the broker's listeners).
         self.bad_requests = bad_requests or BadRequestLog(log, loop=handlers.loop)
+        if listener is not None and listener.tls is not None:
+            listener.tls.on_handshake_failure = self._handshake_failed
         self.loop = handlers.loop
         self.max_frame_bytes = max_frame_bytes
         self.max_queued_requests = max_queued_requests
@@ -140,6 +143,14 @@ class BrokerServer:
             return False
         conn.ip = ip
         return True
+
+    def _handshake_failed(self, reason: str) -> None:
+        """A TLS handshake failed (the TLS layer closed that socket): logged
+        rate-limited per listener and reason. The peer is not known at that layer."""
+        assert self.listener is not None
+        self.stats.tls_handshake_failures += 1
+        self.bad_requests.record(("tls", self.listener.name), "tls_handshake_failed",
+                                 listener=self.listener.name, reason=reason)
 
     def connection_made(self, conn: Connection) -> None:
         self.connections.add(conn)

@@ -31,6 +31,10 @@ Contract:
   current real context, so `reload_if_changed()` swaps certificates for new
   connections without touching open ones. A change that fails to load is logged
   and the previous context stays.
+- A failed handshake (a plaintext client, a missing or untrusted client
+  certificate, no common protocol or suite) is counted (`handshake_failures`) and
+  passed to `on_handshake_failure(reason)` (the server logs it rate-limited, with
+  OpenSSL's reason, e.g. WRONG_VERSION_NUMBER for a plaintext client).
 - `peer_certificate_subject(transport)`: the client certificate's subject in
   RFC 4514 form (CN=...,OU=...), None when the client sent none.
 """
@@ -40,7 +44,7 @@ from __future__ import annotations
 import os
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -305,6 +309,22 @@ class _SwappableContext(ssl.SSLContext):
                                      server_hostname=server_hostname, session=session)
 
 
+def _reporting_sslobject(report: Callable[[str], None]) -> type[ssl.SSLObject]:
+    """An SSLObject class that tells `report` why a handshake failed (the TLS layer
+    itself closes such a connection without a word)."""
+    class HandshakeReporting(ssl.SSLObject):
+        def do_handshake(self) -> None:
+            try:
+                super().do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                raise
+            except ssl.SSLError as e:
+                report(str(e.reason or e))
+                raise
+
+    return HandshakeReporting
+
+
 class ServerTls:
     """One listener's TLS (see the module contract)."""
 
@@ -313,9 +333,22 @@ class ServerTls:
         self.where = where
         self.files = watched_files(self.settings)
         self._states = [_file_state(p) for p in self.files]
+        self.on_handshake_failure: Callable[[str], None] | None = None  # set by the server
+        self._sslobject_class = _reporting_sslobject(self._handshake_failed)
         self.context = _SwappableContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.current = build_server_context(self.settings, where)
+        self.context.current = self._build()
         self.reloads = 0
+        self.handshake_failures = 0
+
+    def _build(self) -> ssl.SSLContext:
+        context = build_server_context(self.settings, self.where)
+        context.sslobject_class = self._sslobject_class
+        return context
+
+    def _handshake_failed(self, reason: str) -> None:
+        self.handshake_failures += 1
+        if self.on_handshake_failure is not None:
+            self.on_handshake_failure(reason)
 
     def reload_if_changed(self) -> bool:
         """Rebuild the context when a keystore or truststore file changed; True when
@@ -325,7 +358,7 @@ class ServerTls:
             return False
         self._states = states
         try:
-            fresh = build_server_context(self.settings, self.where)
+            fresh = self._build()
         except InvalidConfigError as e:
             log.error("tls_reload_failed", listener=self.where, error=str(e),
                       hint="the previous certificates stay in use")

@@ -190,6 +190,9 @@ def test_listeners_tls_and_real_clients(broker, pki):
     assert "Traceback" not in b.stderr_text()
     stopped = [e for e in b.log_events() if e.get("event") == "broker_stopped"][-1]
     assert stopped["sendfile"]["copied_bytes"] > 0  # TLS fetches were copied through the transport
+    failed = [e for e in b.log_events() if e.get("event") == "tls_handshake_failed"]
+    assert ("SSL", "WRONG_VERSION_NUMBER") in {(e["listener"], e["reason"]) for e in failed}  # plaintext client
+    assert {e["listener"] for e in failed} >= {"MTLS"}  # no or untrusted client certificate
     started = [e for e in b.log_events() if e.get("event") == "broker_started"][-1]
     assert started["settings"]["ssl.key.password"] == "[hidden]"
 
