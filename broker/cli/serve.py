@@ -7,7 +7,9 @@ broker/config.py), prints one line to stdout once the sockets listen,
 `strata listening on HOST:PORT` (the real port when --port 0), then, unless the
 Kafka listener is off (kafka.port -1), a second one,
 `strata kafka listening on HOST:PORT` (the bound address, real port when
---kafka-port 0), writes structured logs to stderr, and exits 0
+--kafka-port 0) (these two: the first native and the first Kafka listener), then
+one line per listener, `strata listener PROTOCOL NAME SECURITY_PROTOCOL on
+HOST:PORT` (PROTOCOL is native or kafka), writes structured logs to stderr, and exits 0
 after a graceful shutdown (SIGTERM or SIGINT). Every startup failure is one line
 `strata: ...` on stderr and a non-zero exit.
 """
@@ -59,8 +61,14 @@ def run(args: argparse.Namespace) -> int:
     def kafka_ready(address: str) -> None:
         print(f"strata kafka listening on {address}", flush=True)
 
+    def listener_ready(listener) -> None:
+        from broker.server import format_address
+
+        print(f"strata listener {listener.spec.protocol} {listener.name} {listener.security_protocol} "
+              f"on {format_address(*listener.address)}", flush=True)
+
     try:
-        return run_broker(config, ready=ready, kafka_ready=kafka_ready)
+        return run_broker(config, ready=ready, kafka_ready=kafka_ready, listener_ready=listener_ready)
     except StartupError as e:
         raise CliError(str(e)) from None
     except KeyboardInterrupt:
