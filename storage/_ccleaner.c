@@ -34,7 +34,7 @@
  * read is bounds-checked; structure errors raise
  * kafka_format.errors.CorruptRecordError and leave the damaged batch unmapped. The
  * CRC32Cs of rebuilt batches (the old one checked first, as Python does) come
- * from kafka_format.framing's crc32c (the one every other caller uses),
+ * from kafka_format.accel's crc32c (the one every other caller uses),
  * called with the GIL once the walk is done.
  */
 #define PY_SSIZE_T_CLEAN
@@ -1305,7 +1305,7 @@ PyMODINIT_FUNC PyInit__ccleaner(void) {
     CorruptRecordError = PyObject_GetAttrString(errors, "CorruptRecordError");
     Py_DECREF(errors);
     if (!CorruptRecordError) return NULL;
-    PyObject *crc = PyImport_ImportModule("kafka_format.framing");
+    PyObject *crc = PyImport_ImportModule("kafka_format.accel");
     if (!crc) return NULL;
     crc32c_fn = PyObject_GetAttrString(crc, "crc32c");
     Py_DECREF(crc);

@@ -31,7 +31,7 @@ and may raise (shutdown, a log being deleted); the group being written is then
 discarded, segments already swapped stay swapped (they are clean), and the
 checkpoint is not moved. Only the swap takes the log's lock.
 
-Native passes: when storage._ccleaner is built (kafka_format/native.py), the offset
+Native passes: when storage._ccleaner is built (storage/accel.py), the offset
 map keeps its short keys and pass 1's bits in C, and both passes hand each chunk
 read to C, which walks the runs of uncompressed magic-2 batches with the GIL
 released (pass 1: keys into the map; pass 2: the batches pass 1 decided, copied

@@ -38,6 +38,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from kafka_format import accel
 from kafka_format.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, DELETE_HORIZON_BIT, UINT32
 from kafka_format.batch import CRC_OFFSET as BATCH_CRC_OFFSET
 from kafka_format.batch import CRC_START as BATCH_CRC_START
@@ -54,7 +55,6 @@ from kafka_format.framing import (
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_BIT,
     crc32,
-    crc32c,
 )
 from kafka_format.varint import decode_varint, encode_varint
 
@@ -405,7 +405,7 @@ class RecordFilter:
             kept_tombstone = any(r.is_tombstone for r in kept)
             if len(kept) == count and not (kept_tombstone and not has_horizon):
                 return self._copy(buf, pos, end, MAGIC_V2, last_offset, max_timestamp, codec, count)
-        if crc32c(memoryview(buf)[pos + BATCH_CRC_START:end]) != crc:
+        if accel.crc32c(memoryview(buf)[pos + BATCH_CRC_START:end]) != crc:
             raise CorruptRecordError(f"batch at offset {base_offset} fails its CRC32C; not cleaning it")
         if not kept:
             if keep_empty:
@@ -441,7 +441,7 @@ class RecordFilter:
         BATCH_HEADER.pack_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, leader_epoch, MAGIC_V2, 0,
                                attributes, last_delta, new_base_ts, new_max, producer_id,
                                producer_epoch, base_sequence, len(kept))
-        UINT32.pack_into(out, BATCH_CRC_OFFSET, crc32c(memoryview(out)[BATCH_CRC_START:]))
+        UINT32.pack_into(out, BATCH_CRC_OFFSET, accel.crc32c(memoryview(out)[BATCH_CRC_START:]))
         stats.entries_rebuilt += 1
         stats.records_kept += len(kept)
         return Kept(out, MAGIC_V2, last_offset, new_max, codec, len(kept))
@@ -455,7 +455,7 @@ class RecordFilter:
         BATCH_HEADER.pack_into(out, 0, base_offset, BATCH_OVERHEAD - LOG_OVERHEAD, leader_epoch, MAGIC_V2,
                                0, attributes, last_delta, max_timestamp, max_timestamp, producer_id,
                                producer_epoch, base_sequence, 0)
-        UINT32.pack_into(out, BATCH_CRC_OFFSET, crc32c(memoryview(out)[BATCH_CRC_START:]))
+        UINT32.pack_into(out, BATCH_CRC_OFFSET, accel.crc32c(memoryview(out)[BATCH_CRC_START:]))
         self.stats.empty_batches += 1
         return Kept(out, MAGIC_V2, base_offset + last_delta, max_timestamp, 0, 0)
 
