@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test venv bench clean lint
+.PHONY: serve test test-pure venv bench clean lint
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ serve: $(STAMP)
 # STRATA_REQUIRE_NATIVE: the C accelerators must have built (kafka_format/native.py).
 test: $(STAMP)
 	STRATA_REQUIRE_NATIVE=1 $(PY) -m pytest -q
+
+# The storage and protocol tests once more on the pure-Python twins of the C
+# accelerators (kafka_format/accel.py, storage/accel.py bind them once).
+test-pure: $(STAMP)
+	STRATA_PURE_PYTHON=1 $(PY) -m pytest -q tests/storage tests/protocol
 
 bench: $(STAMP)
 	$(PY) bench/storage.py

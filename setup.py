@@ -19,8 +19,9 @@ COMPILE_ARGS = ["-std=c99", "-Wall", "-Wextra", "-Wno-unused-parameter",
 setup(
     ext_modules=[
         Extension("kafka_format._crecords", ["kafka_format/_crecords.c"],
-                  depends=["kafka_format/crc_fold.h"], extra_compile_args=COMPILE_ARGS, optional=True),
-        Extension("storage._ccleaner", ["storage/_ccleaner.c"],
-                  extra_compile_args=COMPILE_ARGS, optional=True),
+                  depends=["kafka_format/crc_fold.h", "kafka_format/format.h"], extra_compile_args=COMPILE_ARGS,
+                  optional=True),
+        Extension("storage._ccleaner", ["storage/_ccleaner.c"], include_dirs=["kafka_format"],
+                  depends=["kafka_format/format.h"], extra_compile_args=COMPILE_ARGS, optional=True),
     ],
 )
