@@ -269,29 +269,31 @@ done:
     return result;
 }
 
-/* assign_plain_run(buf, pos, end, next_offset, max_bytes, compact, log_append, shift,
+/* assign_plain_run(buf, pos, end, next_offset, max_bytes, compact, log_append, now_ms, shift,
  *                  max_timestamp, offset_of_max, rows, crc32, crc32c)
  *   -> (pos, next_offset, max_timestamp, offset_of_max, record_count, has_producer_ids)
  *
- * records.validator's loop for the entries that need nothing but their offsets:
- * uncompressed classic messages and uncompressed record batches. Checks size,
- * max.message.bytes, lengths (classic), the batch header's rules (count is
- * lastOffsetDelta + 1, no control batch, a producer id has a sequence) and the
- * CRC; restamps the offset (a batch: baseOffset and partitionLeaderEpoch 0),
- * all outside the CRC, and appends a row at position + shift to `rows`, an
- * EntryTable's bytearray. Stops at a compressed entry, a keyless message on a
- * compacted topic (any batch on one: its records must be walked), a timestamp
- * or type bit to change (LogAppendTime; CreateTime with the bit set), and at
- * anything bad; the validator's Python code takes that entry and raises every
- * error. */
+ * records.validator's loop for the entries that need nothing but their offsets
+ * (and a v1 message's timestamp): uncompressed classic messages and
+ * uncompressed record batches. Checks size, max.message.bytes, lengths
+ * (classic), the batch header's rules (count is lastOffsetDelta + 1, no control
+ * batch, a producer id has a sequence) and the CRC; restamps the offset (a
+ * batch: baseOffset and partitionLeaderEpoch 0), all outside the CRC; sets a v1
+ * message's timestamp type bit and, under LogAppendTime, its timestamp to
+ * `now_ms` (clears the bit under CreateTime), recomputing its CRC when either
+ * changes; and appends a row at position + shift to `rows`, an EntryTable's
+ * bytearray. Stops at a compressed entry, a keyless message on a compacted
+ * topic (any batch on one: its records must be walked), a batch whose
+ * timestamp or type bit must change, and at anything bad; the validator's
+ * Python code takes that entry and raises every error. */
 static PyObject *assign_plain_run(PyObject *self, PyObject *args) {
     Py_buffer buffer;
     Py_ssize_t pos, end, max_bytes, shift;
-    long long next_offset, max_timestamp, offset_of_max;
+    long long next_offset, now_ms, max_timestamp, offset_of_max;
     int compact, log_append;
     PyObject *rows, *crc32, *crc32c;
-    if (!PyArg_ParseTuple(args, "w*nnLnppnLLO!OO", &buffer, &pos, &end, &next_offset, &max_bytes, &compact,
-                          &log_append, &shift, &max_timestamp, &offset_of_max, &PyByteArray_Type, &rows,
+    if (!PyArg_ParseTuple(args, "w*nnLnppLnLLO!OO", &buffer, &pos, &end, &next_offset, &max_bytes, &compact,
+                          &log_append, &now_ms, &shift, &max_timestamp, &offset_of_max, &PyByteArray_Type, &rows,
                           &crc32, &crc32c))
         return NULL;
     PyObject *result = NULL;
@@ -312,7 +314,8 @@ static PyObject *assign_plain_run(PyObject *self, PyObject *args) {
         Py_ssize_t entry_end = pos + LOG_OVERHEAD + size;
         if (entry_end - pos > max_bytes)
             break;
-        int64_t last_offset, timestamp, count, producer_id = -1;
+        int64_t last_offset, timestamp, count, producer_id = -1, new_timestamp = 0;
+        int new_attributes = 0;
         if (magic == MAGIC_V2) {
             if (size < MIN_BATCH_LENGTH || compact || log_append)
                 break;
@@ -334,10 +337,12 @@ static PyObject *assign_plain_run(PyObject *self, PyObject *args) {
             int attributes = b[pos + CLASSIC_ATTRIBUTES_OFFSET];
             if ((attributes & CODEC_MASK) || (compact && key_len < 0))
                 break;
-            if (magic == MAGIC_V1 && (log_append || (attributes & TIMESTAMP_TYPE_BIT)))
-                break;
             last_offset = next_offset;
             timestamp = magic ? sbe64(b + pos + V1_TIMESTAMP_OFFSET) : NO_TIMESTAMP;
+            if (magic == MAGIC_V1) {
+                new_attributes = log_append ? attributes | TIMESTAMP_TYPE_BIT : attributes & ~TIMESTAMP_TYPE_BIT;
+                new_timestamp = log_append ? now_ms : timestamp;
+            }
             count = 1;
         }
         int ok = entry_crc_ok(b, pos, entry_end, magic, crc32, crc32c);
@@ -345,6 +350,17 @@ static PyObject *assign_plain_run(PyObject *self, PyObject *args) {
             goto done;
         if (!ok)
             break;
+        if (magic == MAGIC_V1 && (new_attributes != b[pos + CLASSIC_ATTRIBUTES_OFFSET] || new_timestamp != timestamp)) {
+            /* Inside the CRC (magic..end): patched, then the CRC computed anew. */
+            b[pos + CLASSIC_ATTRIBUTES_OFFSET] = (unsigned char)new_attributes;
+            put64(b + pos + V1_TIMESTAMP_OFFSET, new_timestamp);
+            int64_t crc = crc32_in_c() ? (int64_t)crc32_native(b + pos + CLASSIC_CRC_START, entry_end - pos - CLASSIC_CRC_START)
+                                       : call_crc(crc32, b, pos + CLASSIC_CRC_START, entry_end);
+            if (crc < 0)
+                goto done;
+            put32(b + pos + CLASSIC_CRC_OFFSET, (int32_t)(uint32_t)crc);
+            timestamp = new_timestamp;
+        }
         put64(b + pos, next_offset); /* outside the CRC, as is a batch's leader epoch */
         if (magic == MAGIC_V2)
             put32(b + pos + BATCH_LEADER_EPOCH_OFFSET, 0); /* LEADER_EPOCH_ON_APPEND */

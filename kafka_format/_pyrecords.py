@@ -47,7 +47,7 @@ def scan_run(buf: Buffer, pos: int, end: int, previous_last: int, check_crc: boo
 
 
 def assign_plain_run(buf: Buffer, pos: int, end: int, next_offset: int, max_bytes: int, compact: bool,
-                     log_append: bool, shift: int, max_timestamp: int, offset_of_max: int, rows: bytearray,
+                     log_append: bool, now_ms: int, shift: int, max_timestamp: int, offset_of_max: int, rows: bytearray,
                      crc32: Callable[[Buffer], int], crc32c: Callable[[Buffer], int],
                      /) -> tuple[int, int, int, int, int, bool]:
     """Takes no entry: storage/validator.py assigns each one itself."""

@@ -188,7 +188,7 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
             # stops at (compressed, a timestamp to set, a compacted topic's
             # batch, a bad one) is handled below, which also raises every error.
             pos, next_offset, max_timestamp, offset_of_max, plain_records, plain_ids = \
-                accel.assign_plain_run(view, pos, end, next_offset, max_bytes, compact, log_append, shift,
+                accel.assign_plain_run(view, pos, end, next_offset, max_bytes, compact, log_append, now_ms, shift,
                                        max_timestamp, offset_of_max, entries.rows, framing_crc32, accel.crc32c)
             record_count += plain_records
             has_producer_ids = has_producer_ids or plain_ids

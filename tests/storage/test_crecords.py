@@ -171,7 +171,7 @@ def test_plain_batches_are_assigned_in_one_c_call():
     data = bytearray(b"".join(batches))
     rows = bytearray()
     pos, next_offset, max_ts, offset_of_max, records, has_ids = crecords.assign_plain_run(
-        data, 0, len(data), 500, 1 << 20, False, False, 0, -1, -1, rows, None, None)
+        data, 0, len(data), 500, 1 << 20, False, False, 0, 0, -1, -1, rows, None, None)
     assert (pos, next_offset, max_ts, offset_of_max, records, has_ids) == (len(data), 521, 1009, 519, 21, True)
     scanned = scan_entries(data)
     assert scanned.problem is None
@@ -188,7 +188,7 @@ def test_rows_are_exact_after_growing_and_after_an_error():
                               for i in range(3000)))
     earlier = EntryTable.of([(0, 1, 1, 5, -1, 0)] * 7)
     rows = bytearray(earlier.rows)
-    pos, next_offset, *_ = crecords.assign_plain_run(data, 0, len(data), 10, 1 << 20, False, False, 0, -1, -1,
+    pos, next_offset, *_ = crecords.assign_plain_run(data, 0, len(data), 10, 1 << 20, False, False, 0, 0, -1, -1,
                                                      rows, None, None)
     assert (pos, next_offset) == (len(data), 3010)
     assert len(rows) == (7 + 3000) * EntryTable.ROW.size
@@ -213,7 +213,7 @@ def test_rows_are_exact_after_growing_and_after_an_error():
             rows = bytearray()
             with pytest.raises(RuntimeError, match="crc callable failed"):
                 if walk == "assign":
-                    crecords.assign_plain_run(bytearray(data), 0, len(data), 0, 1 << 20, False, False, 0, -1, -1,
+                    crecords.assign_plain_run(bytearray(data), 0, len(data), 0, 1 << 20, False, False, 0, 0, -1, -1,
                                               rows, failing_crc, None)
                 else:
                     crecords.scan_run(bytes(data), 0, len(data), -1, True, True, rows, failing_crc, None)
@@ -228,9 +228,9 @@ def test_run_functions_refuse_bad_arguments():
     with pytest.raises(TypeError):
         crecords.scan_run(b"x" * 20, 0, 20, -1, True, True, (), None, None)
     with pytest.raises(TypeError):  # the buffer is patched: read-only bytes will not do
-        crecords.assign_plain_run(b"x" * 20, 0, 20, 0, 100, False, False, 0, -1, -1, bytearray(), None, None)
+        crecords.assign_plain_run(b"x" * 20, 0, 20, 0, 100, False, False, 0, 0, -1, -1, bytearray(), None, None)
     with pytest.raises(TypeError):  # rows are an EntryTable's bytearray
-        crecords.assign_plain_run(bytearray(20), 0, 20, 0, 100, False, False, 0, -1, -1, [], None, None)
+        crecords.assign_plain_run(bytearray(20), 0, 20, 0, 100, False, False, 0, 0, -1, -1, [], None, None)
     with pytest.raises(TypeError):
         crecords.index_entries((), 4096, 0, -1, -1, 0, 0, -1)
     with pytest.raises(ValueError):  # not whole rows
@@ -462,3 +462,24 @@ def test_first_record_at_matches_python(monkeypatch, seed):
             bind_twin(monkeypatch, implementation)
             found.append(entry.first_record_at(timestamp, starting))
         assert found[0] == found[1]
+
+
+@pytest.mark.parametrize("log_append", [True, False])
+def test_v1_timestamps_are_set_in_the_c_run(log_append):
+    """Under LogAppendTime every v1 message gets now_ms and the type bit; under
+    CreateTime a client-set bit is cleared: one C call, CRCs recomputed, the
+    scan then finds every CRC good (test_validate_matches_python compares the
+    bytes with the Python twin's)."""
+    attributes = 0 if log_append else 0x08
+    data = bytearray(b"".join(build_classic([(b"k", b"v%d" % i, 1000 + i)], magic=1, base_offset=0,
+                                            timestamp_type=attributes >> 3) for i in range(50)))
+    rows = bytearray()
+    pos, next_offset, max_ts, offset_of_max, records, _ = crecords.assign_plain_run(
+        data, 0, len(data), 7, 1 << 20, False, log_append, 5000, 0, -1, -1, rows, None, None)
+    assert (pos, next_offset, records) == (len(data), 57, 50)
+    assert (max_ts, offset_of_max) == ((5000, 7) if log_append else (1049, 56))
+    scanned = scan_entries(data)
+    assert scanned.problem is None and EntryTable(rows) == scanned.entries
+    for entry in scanned.entries:
+        assert entry.max_timestamp == (5000 if log_append else 1000 + entry.last_offset - 7)
+    assert all((data[e.position + 17] & 0x08) == (0x08 if log_append else 0) for e in scanned.entries)
