@@ -3,7 +3,6 @@
 # any buffer (bytes, bytearray, memoryview, mmap); positions are byte indexes.
 from collections.abc import Callable, Sequence
 
-
 Buffer = bytes | bytearray | memoryview
 
 CLMUL: int

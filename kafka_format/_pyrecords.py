@@ -18,7 +18,6 @@ field at a time; speed belongs in C.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Sequence
 
 from crc32c import crc32c as _package_crc32c

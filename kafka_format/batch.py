@@ -31,7 +31,6 @@ import struct
 from typing import NamedTuple
 
 from . import _pyrecords, accel
-from .errors import CorruptRecordError
 from .framing import LOG_APPEND_TIME, LOG_OVERHEAD, Record
 from .varint import decode_varint, encode_varint
 

@@ -6,7 +6,6 @@ from collections.abc import Iterable, Sequence
 
 from kafka_format.entries import EntryInfo
 
-
 Buffer = bytes | bytearray | memoryview
 
 SLOT_BYTES: int

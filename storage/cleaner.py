@@ -511,7 +511,8 @@ class Cleaner:
                     else:
                         chunk_at, buf, spans = chunk
                         n = spans[-1][1]
-                    parts: list[bytes | bytearray | memoryview] = []  # what to write, joined once (often one part: the C output)
+                    # What to write, joined once (often one part: the C output).
+                    parts: list[bytes | bytearray | memoryview] = []
                     written = 0
                     infos: list[EntryInfo] = []
                     largest = -1
