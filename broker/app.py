@@ -8,6 +8,11 @@ Contract:
   registers `__consumer_offsets`, rebuilds committed offsets from it, then listens:
   the native port and, unless kafka.port is -1, the Kafka listener (broker/kafka),
   both over the same LogManager, TopicRegistry, GroupOffsets and PartitionWaiters.
+  Unless admin.port is -1, the HTTP admin port (broker/admin_http.py) listens
+  first, before recovery, so /health/live answers and /health/ready says 503 until
+  recovery is done and the listeners serve (`ready`); its /metrics renders the
+  one `BrokerMetrics` (broker/metrics.py) that the partition service and both
+  listeners' connections count on. With admin.port -1 nothing is counted.
   Every expected failure raises `StartupError` with a one-line message (the data
   directory is locked, the port is in use, the registry is damaged, ...), after
   releasing whatever had been opened.
@@ -28,10 +33,12 @@ Contract:
   cleaning while a compacted log qualifies and sleeping log.cleaner.backoff.ms
   otherwise; shutdown stops a clean at its next read (the cleaned group is
   discarded) before the logs close.
-- `run_broker(config, ready=..., kafka_ready=...)` is the whole process for
-  `strata serve`: it configures logging, runs the app on uvloop, prints the ready
-  lines (native, then Kafka), handles
-  SIGTERM/SIGINT, and returns the exit code (0 after a graceful shutdown).
+- `run_broker(config, ready=..., kafka_ready=..., admin_ready=...)` is the whole
+  process for `strata serve`: it configures logging (log.format: text on a
+  terminal, JSON lines otherwise, unless set), logs `strata_starting` first (version,
+  listeners, data directory), runs the app on uvloop, prints the ready lines
+  (native, then Kafka, then admin), handles SIGTERM/SIGINT, and returns the exit
+  code (0 after a graceful shutdown).
 """
 
 from __future__ import annotations
@@ -52,14 +59,18 @@ from storage.log_cleaner import LogCleaner
 from storage.manager import LogManager
 from storage.open_files import OPEN_FILES, raise_nofile_limit
 
+from .admin_http import AdminServer
 from .config import BrokerConfig
 from .connection_limits import ConnectionLimits
 from .group_configs import GroupConfigs
 from .handlers import Handlers
 from .kafka import KafkaApis
 from .kafka.state import KafkaState
+from .kafka.apis import ApiKey
 from .log_limiter import BadRequestLog
+from .metrics import BrokerMetrics, camel_name
 from .partitions import PartitionService
+from protocol import RequestType
 from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
 from .topics import TopicRegistry
@@ -84,6 +95,10 @@ class BrokerApp:
         self.executor: ThreadPoolExecutor | None = None
         self.address: tuple[str, int] | None = None
         self.kafka_address: tuple[str, int] | None = None
+        self.metrics: BrokerMetrics | None = None
+        self.admin: AdminServer | None = None
+        self.admin_address: tuple[str, int] | None = None
+        self.ready = False  # recovery done and the listeners serving (/health/ready)
         self._stop = asyncio.Event()
         self._force = False
         self._tasks: list[asyncio.Task] = []
@@ -105,7 +120,11 @@ class BrokerApp:
         registry = TopicRegistry(config.data_dir, config.log_defaults, num_partitions=config.num_partitions)
         manager = LogManager(config.data_dir, config_for=registry.log_config,
                              recovery_threads=config.num_recovery_threads_per_data_dir)
-        self.partitions = partitions = PartitionService(config, manager, registry, self.executor, loop)
+        if config.admin_port >= 0:
+            self.metrics = BrokerMetrics()
+        metrics = self.metrics
+        self.partitions = partitions = PartitionService(config, manager, registry, self.executor, loop,
+                                                        metrics=metrics)
         # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
         bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
         self.handlers = handlers = Handlers(partitions, bad_requests)
@@ -120,13 +139,19 @@ class BrokerApp:
                       limits=ConnectionLimits(config.max_connections, config.max_connections_per_ip,
                                               config.max_connections_per_ip_overrides),
                       idle_ms=config.connections_max_idle_ms)
-        self.server = server = BrokerServer(handlers, **limits)
+        native_stats = kafka_stats = None
+        if metrics is not None:
+            native_stats = metrics.requests_for("native", {t.value: camel_name(t.name) for t in RequestType})
+            kafka_stats = metrics.requests_for("kafka", {k.value: camel_name(k.name) for k in ApiKey})
+        self.server = server = BrokerServer(handlers, **limits, request_stats=native_stats)
         servers = [server]
+        listeners = {"native": server}
         kafka_server = None
         if config.kafka_port >= 0:
             self.kafka = KafkaApis(partitions, bad_requests)
-            self.kafka_server = kafka_server = BrokerServer(self.kafka, **limits)
+            self.kafka_server = kafka_server = BrokerServer(self.kafka, **limits, request_stats=kafka_stats)
             servers.append(kafka_server)
+            listeners["kafka"] = kafka_server
         opened = False
         try:
             # The ports first: a busy port fails at once, before any recovery work.
@@ -134,6 +159,10 @@ class BrokerApp:
             if kafka_server is not None:
                 self.kafka_address = await _bind(kafka_server, config.host, config.kafka_port)
                 self.kafka.advertised = config.kafka_advertised(*self.kafka_address)
+            if config.admin_port >= 0:
+                # Serving at once: /health/live answers, /health/ready says 503 during recovery.
+                self.admin = AdminServer(metrics, lambda: self.ready)
+                self.admin_address = await _bind(self.admin, config.host, config.admin_port)
             try:
                 await blocking(registry.load)
                 await blocking(manager.startup, registry.owns)
@@ -150,11 +179,16 @@ class BrokerApp:
             except OSError as e:
                 raise StartupError(f"cannot use data directory {config.data_dir}: "
                                    f"{e.strerror or e}") from None
+            if metrics is not None:
+                metrics.attach(manager=manager, offsets=partitions.offsets, servers=listeners,
+                               memory=limits["memory"], cleaner=lambda: self.cleaner)
             for server in servers:
                 await server.start_serving()
         except BaseException:
             for server in servers:
                 server.close()
+            if self.admin is not None:
+                self.admin.close()
             if opened:
                 await blocking(manager.shutdown)
             self.executor.shutdown(wait=True)
@@ -173,8 +207,10 @@ class BrokerApp:
         ]
         if config.cleaner_enable:
             self._tasks.append(loop.create_task(self._clean_logs(manager)))
+        self.ready = True
         log.info("broker_started", address=format_address(*self.address),
                  kafka_address=format_address(*self.kafka_address) if self.kafka_address else None,
+                 admin_address=format_address(*self.admin_address) if self.admin_address else None,
                  advertised=format_address(*self.kafka.advertised) if self.kafka else None,
                  data_dir=config.data_dir,
                  topics=len(registry.names()), settings=config.explicit())
@@ -224,6 +260,7 @@ class BrokerApp:
                         conn.abort()
             return
         log.info("shutdown_requested")
+        self.ready = False
         self._stop.set()
 
     async def run_until_shutdown(self) -> None:
@@ -236,8 +273,11 @@ class BrokerApp:
         self._stopped = True
         loop = asyncio.get_running_loop()
         timeout = 0 if self._force else self.config.shutdown_timeout_s
+        self.ready = False
         await asyncio.gather(*(server.shutdown(timeout) for server in (self.server, self.kafka_server)
                                if server is not None))
+        if self.admin is not None:
+            self.admin.close()
         if self.cleaner is not None:
             self.cleaner.shutdown()  # a clean in progress stops at its next read
         for task in self._tasks:
@@ -258,7 +298,7 @@ class BrokerApp:
                  appends=appends)
 
 
-async def _bind(server: BrokerServer, host: str, port: int) -> tuple[str, int]:
+async def _bind(server: BrokerServer | AdminServer, host: str, port: int) -> tuple[str, int]:
     try:
         return await server.bind(host, port)
     except OSError as e:
@@ -269,12 +309,13 @@ async def _bind(server: BrokerServer, host: str, port: int) -> tuple[str, int]:
 # ---- the process ------------------------------------------------------------------------------
 
 def configure_logging(fmt: str, level: str, stream=None) -> None:
-    """structlog to `stream` (stderr): console key=value on a terminal, JSON lines otherwise."""
+    """structlog to `stream` (stderr): `fmt` text (human-readable key=value; "console"
+    is the same), json (one object a line), or auto: text on a terminal, JSON otherwise."""
     import logging
 
     stream = stream or sys.stderr
     if fmt == "auto":
-        fmt = "console" if stream.isatty() else "json"
+        fmt = "text" if stream.isatty() else "json"
     processors: list = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -308,13 +349,37 @@ def _log_open_files_limit(soft_before: int, soft: int, hard: int) -> None:
                     hint="log.max.open.files leaves no descriptors for connections; opens may fail with EMFILE")
 
 
+def strata_version() -> str:
+    """The installed distribution's version ("unknown" when run from an uninstalled tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("strata")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def log_starting(config: BrokerConfig) -> None:
+    """The first line of every start: version, the listeners as configured, the data directory."""
+    listeners = [f"native://{format_address(config.host, config.port)}"]
+    if config.kafka_port >= 0:
+        listeners.append(f"kafka://{format_address(config.host, config.kafka_port)}")
+    if config.admin_port >= 0:
+        listeners.append(f"http://{format_address(config.host, config.admin_port)}")
+    log.info("strata_starting", version=strata_version(), listeners=listeners, data_dir=config.data_dir,
+             pid=os.getpid())
+
+
 def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = None,
-               kafka_ready: Callable[[str], None] | None = None) -> int:
+               kafka_ready: Callable[[str], None] | None = None,
+               admin_ready: Callable[[str], None] | None = None) -> int:
     """Run until SIGTERM/SIGINT; `ready` gets "HOST:PORT" once listening, then
-    `kafka_ready` the Kafka listener's "HOST:PORT" (when there is one)."""
+    `kafka_ready` the Kafka listener's "HOST:PORT" (when there is one), then
+    `admin_ready` the admin port's (when it is on)."""
     import uvloop
 
     configure_logging(config.log_format, config.log_level)
+    log_starting(config)
     for name in config.ignored_env:
         log.warning("unknown_environment_setting", variable=name)
 
@@ -335,6 +400,8 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
             ready(format_address(*app.address))
         if kafka_ready is not None and app.kafka_address is not None:
             kafka_ready(format_address(*app.kafka_address))
+        if admin_ready is not None and app.admin_address is not None:
+            admin_ready(format_address(*app.admin_address))
         await app.run_until_shutdown()
         return 0
 

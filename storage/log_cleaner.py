@@ -48,6 +48,8 @@ class LogCleaner:
         self.cleaner = Cleaner(self.offset_map, io_buffer_size=io_buffer_size, clock=clock, step=self._step)
         self._stop = threading.Event()
         self.cleans = 0  # finished cleans, for tests and stats
+        self.bytes_read = 0  # totals of the finished cleans, for the broker's metrics
+        self.bytes_written = 0
 
     def clean_once(self) -> bool:
         """Clean the dirtiest log that qualifies; False when none does (or stopping)."""
@@ -74,6 +76,8 @@ class LogCleaner:
             self.cleaner_manager.mark_uncleanable(tp)
         else:
             self.cleans += 1
+            self.bytes_read += stats.bytes_read
+            self.bytes_written += stats.bytes_written
             log.info("log_cleaned", dirty_ratio=round(chosen.cleanable_ratio, 4), **stats.fields())
         finally:
             self.offset_map.clear()

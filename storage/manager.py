@@ -112,6 +112,9 @@ class LogManager:
         self.io_errors = StorageErrorEpisodes(self.data_dir)
         self.space_reserve = SpaceReserve(self.data_dir)
         self._checkpoint_lock = threading.Lock()  # one checkpoint write at a time
+        # Totals of the retention passes (delete_old_segments), for the broker's metrics.
+        self.retention_deleted_segments = 0
+        self.retention_deleted_bytes = 0
 
     # ---- start and stop ------------------------------------------------------------
 
@@ -391,6 +394,8 @@ class LogManager:
             except Exception:  # one failing log does not stop the pass
                 retention.logger.exception("retention_failed", log=partition_log.name)
         retention.log_pass(results, len(logs), (time.perf_counter() - started) * 1000)
+        self.retention_deleted_segments += sum(r.segments_deleted for r in results)
+        self.retention_deleted_bytes += sum(r.bytes_deleted for r in results)
         return results
 
     def delete_due_files(self, now_ms: int | None = None) -> int:
