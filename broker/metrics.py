@@ -6,10 +6,12 @@ Contract:
   them (kafka_<domain>_<type>_<name>, lower case; meters as `_total`); the list is
   in broker/METRICS.md.
 - Hot path, counted where both protocols meet: the partition service
-  (broker/partitions.py) calls `topic(name)` for a topic's `TopicMetrics`, label
-  children bound once per topic and cached, and counts appends (messages and bytes
-  in, produce requests and failures) and reads (bytes out, fetch requests and
-  failures) on them; `forget_topic` drops a deleted topic's series. The connection
+  (broker/partitions.py) calls `topic(name)` for a topic's `TopicMetrics`, made
+  once per topic and cached, and counts appends (messages and bytes in, produce
+  requests and failures) and reads (bytes out, fetch requests and failures) on
+  it on the loop thread (an executor append hands its count over with
+  call_soon_threadsafe): plain integers, no lock, no label dict and no
+  prometheus_client call per request; `forget_topic` drops a deleted topic's series. The connection
   shell (broker/connection.py) times every request of both listeners on the
   `RequestStats` of its API, from `requests_for(protocol, names)`: plain counters
   and a bucket list updated on the loop thread, rendered at scrape time.
@@ -28,7 +30,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -64,38 +66,55 @@ class RequestStats:
         self.buckets[bisect_left(LATENCY_BOUNDS_MS, ms)] += 1
 
 
+# The per-topic counters: (TopicMetrics slot, metric name, help), as BrokerTopicMetrics names them.
+TOPIC_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("messages_in", "kafka_server_brokertopicmetrics_messagesin", "Records appended, per topic (MessagesInPerSec)"),
+    ("bytes_in", "kafka_server_brokertopicmetrics_bytesin",
+     "Bytes of record batches appended, per topic (BytesInPerSec)"),
+    ("bytes_out", "kafka_server_brokertopicmetrics_bytesout",
+     "Bytes of record batches read for fetches, per topic (BytesOutPerSec)"),
+    ("produce_requests", "kafka_server_brokertopicmetrics_totalproducerequests",
+     "Partition appends, per topic (TotalProduceRequestsPerSec)"),
+    ("failed_produce", "kafka_server_brokertopicmetrics_failedproducerequests",
+     "Partition appends that failed, per topic (FailedProduceRequestsPerSec)"),
+    ("fetch_requests", "kafka_server_brokertopicmetrics_totalfetchrequests",
+     "Partition reads, per topic (TotalFetchRequestsPerSec)"),
+    ("failed_fetch", "kafka_server_brokertopicmetrics_failedfetchrequests",
+     "Partition reads that failed, per topic (FailedFetchRequestsPerSec)"),
+)
+
+
 class TopicMetrics:
-    """A topic's counter children, bound once (no label dict per request)."""
+    """A topic's counters: plain integers, counted on the loop thread only (an
+    executor append hands its count to the loop), rendered at scrape time (on the
+    loop too), so no lock."""
 
     __slots__ = ("messages_in", "bytes_in", "bytes_out", "produce_requests", "failed_produce",
                  "fetch_requests", "failed_fetch")
 
-    def __init__(self, metrics: BrokerMetrics, topic: str):
-        self.messages_in = metrics.messages_in.labels(topic)
-        self.bytes_in = metrics.bytes_in.labels(topic)
-        self.bytes_out = metrics.bytes_out.labels(topic)
-        self.produce_requests = metrics.produce_requests.labels(topic)
-        self.failed_produce = metrics.failed_produce.labels(topic)
-        self.fetch_requests = metrics.fetch_requests.labels(topic)
-        self.failed_fetch = metrics.failed_fetch.labels(topic)
+    def __init__(self) -> None:
+        self.messages_in = self.bytes_in = self.bytes_out = 0
+        self.produce_requests = self.failed_produce = self.fetch_requests = self.failed_fetch = 0
 
     def appended(self, records: int, size: int) -> None:
-        self.produce_requests.inc()
-        self.messages_in.inc(records)
-        self.bytes_in.inc(size)
+        self.produce_requests += 1
+        self.messages_in += records
+        self.bytes_in += size
 
     def append_failed(self) -> None:
-        self.produce_requests.inc()
-        self.failed_produce.inc()
+        self.produce_requests += 1
+        self.failed_produce += 1
 
     def read(self, size: int) -> None:
-        self.fetch_requests.inc()
-        if size:
-            self.bytes_out.inc(size)
+        self.fetch_requests += 1
+        self.bytes_out += size
 
     def read_failed(self) -> None:
-        self.fetch_requests.inc()
-        self.failed_fetch.inc()
+        self.fetch_requests += 1
+        self.failed_fetch += 1
+
+    def values(self) -> tuple[int, ...]:
+        return tuple(getattr(self, slot) for slot, _, _ in TOPIC_COUNTERS)
 
 
 class BrokerMetrics:
@@ -103,21 +122,6 @@ class BrokerMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        topic_counter = _counter_factory(self.registry)
-        self.messages_in = topic_counter("kafka_server_brokertopicmetrics_messagesin",
-                                         "Records appended, per topic (MessagesInPerSec)")
-        self.bytes_in = topic_counter("kafka_server_brokertopicmetrics_bytesin",
-                                      "Bytes of record batches appended, per topic (BytesInPerSec)")
-        self.bytes_out = topic_counter("kafka_server_brokertopicmetrics_bytesout",
-                                       "Bytes of record batches read for fetches, per topic (BytesOutPerSec)")
-        self.produce_requests = topic_counter("kafka_server_brokertopicmetrics_totalproducerequests",
-                                              "Partition appends, per topic (TotalProduceRequestsPerSec)")
-        self.failed_produce = topic_counter("kafka_server_brokertopicmetrics_failedproducerequests",
-                                            "Partition appends that failed, per topic (FailedProduceRequestsPerSec)")
-        self.fetch_requests = topic_counter("kafka_server_brokertopicmetrics_totalfetchrequests",
-                                            "Partition reads, per topic (TotalFetchRequestsPerSec)")
-        self.failed_fetch = topic_counter("kafka_server_brokertopicmetrics_failedfetchrequests",
-                                          "Partition reads that failed, per topic (FailedFetchRequestsPerSec)")
         self._topics: dict[str, TopicMetrics] = {}
         self._requests: dict[str, list[RequestStats]] = {}  # protocol -> stats by API slot
         self.collector = BrokerCollector(self)
@@ -126,22 +130,18 @@ class BrokerMetrics:
     # ---- the hot path's handles ----
 
     def topic(self, name: str) -> TopicMetrics:
-        """The topic's counters (created on first use; any thread)."""
+        """The topic's counters (created on first use; loop thread)."""
         found = self._topics.get(name)
         if found is None:
-            found = self._topics.setdefault(name, TopicMetrics(self, name))
+            found = self._topics.setdefault(name, TopicMetrics())
         return found
 
     def forget_topic(self, name: str) -> None:
         """A deleted topic's series go."""
-        if self._topics.pop(name, None) is None:
-            return
-        for counter in (self.messages_in, self.bytes_in, self.bytes_out, self.produce_requests,
-                        self.failed_produce, self.fetch_requests, self.failed_fetch):
-            try:
-                counter.remove(name)
-            except KeyError:
-                pass
+        self._topics.pop(name, None)
+
+    def topics(self) -> list[tuple[str, TopicMetrics]]:
+        return sorted(self._topics.items())
 
     def requests_for(self, protocol: str, names: Mapping[int, str]) -> list[RequestStats]:
         """The RequestStats of `protocol`'s APIs, indexed by request type / api key
@@ -170,12 +170,6 @@ class BrokerMetrics:
         return generate_latest(self.registry)
 
 
-def _counter_factory(registry: CollectorRegistry):
-    def make(name: str, documentation: str) -> Counter:
-        return Counter(name, documentation, ["topic"], registry=registry)
-    return make
-
-
 class BrokerCollector(Collector):
     """The gauges of broker state, computed when scraped. `sources` (set by
     BrokerMetrics.attach): manager (storage LogManager), offsets (GroupOffsets),
@@ -187,6 +181,7 @@ class BrokerCollector(Collector):
         self.sources: dict[str, Any] = {}
 
     def collect(self) -> Iterable[Metric]:
+        yield from self._topics()
         yield from self._requests()
         manager = self.sources.get("manager")
         if manager is not None:
@@ -198,6 +193,14 @@ class BrokerCollector(Collector):
         if offsets is not None and manager is not None:
             yield from self._group_lag(offsets, manager)
         yield from self._network()
+
+    def _topics(self) -> Iterator[Metric]:
+        families = [CounterMetricFamily(name, documentation, labels=["topic"])
+                    for _, name, documentation in TOPIC_COUNTERS]
+        for topic, counters in self.metrics.topics():
+            for family, count in zip(families, counters.values(), strict=True):
+                family.add_metric([topic], count)
+        yield from families
 
     def _requests(self) -> Iterator[Metric]:
         requests = CounterMetricFamily("kafka_network_requestmetrics_requests",

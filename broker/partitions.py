@@ -208,18 +208,17 @@ class Appender(Generic[T]):
                         pass  # shutting down: finish here
                 data, future, answer = self._items.popleft()
             done += 1
-            metrics = service.metrics
+            size = len(data)
+            result = None
             try:
                 result = partition_log.append(data, in_place=True)  # the frame is ours to patch
-                if metrics is not None:
-                    metrics.topic(tp[0]).appended(result.record_count, len(data))
                 reply = answer(result, ErrorCode.NONE, None)
             except Exception as e:
-                if metrics is not None:
-                    metrics.topic(tp[0]).append_failed()
                 reply = answer(None, service.error_code(e, partition_log), strata_error(e))
             del data
             try:
+                if service.metrics is not None:  # counted on the loop, as every other append
+                    loop.call_soon_threadsafe(service.count_append, tp[0], result, size)
                 loop.call_soon_threadsafe(_resolve, future, reply)
                 if service.waiters.wanted(tp):
                     loop.call_soon_threadsafe(service.waiters.notify, tp)
@@ -427,6 +426,15 @@ class PartitionService:
         if isinstance(started, asyncio.Future):
             return await started
         return started
+
+    def count_append(self, topic: str, result: AppendResult | None, size: int) -> None:
+        """Loop thread: count an executor append in the topic's metrics (None: it failed)."""
+        if self.metrics is not None:
+            counters = self.metrics.topic(topic)
+            if result is None:
+                counters.append_failed()
+            else:
+                counters.appended(result.record_count, size)
 
     def appender_idle(self, appender: Appender) -> None:
         """Loop thread: forget an appender with nothing to do (submits happen on this
