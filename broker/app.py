@@ -55,6 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 import structlog
 
 from kafka_format.errors import StrataError
+from protocol import RequestType
 from storage.log_cleaner import LogCleaner
 from storage.manager import LogManager
 from storage.open_files import OPEN_FILES, raise_nofile_limit
@@ -65,12 +66,11 @@ from .connection_limits import ConnectionLimits
 from .group_configs import GroupConfigs
 from .handlers import Handlers
 from .kafka import KafkaApis
-from .kafka.state import KafkaState
 from .kafka.apis import ApiKey
+from .kafka.state import KafkaState
 from .log_limiter import BadRequestLog
 from .metrics import BrokerMetrics, camel_name
 from .partitions import PartitionService
-from protocol import RequestType
 from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
 from .topics import TopicRegistry
