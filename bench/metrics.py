@@ -1,7 +1,7 @@
 """The cost of metrics on the produce and fetch paths: the broker with its admin port
 on (and scraped) against the same broker with admin.port -1, in the same run.
 
-    .venv/bin/python bench/metrics.py [--requests 20000] [--runs 5] [--scrape-interval 1.0]
+    .venv/bin/python bench/metrics.py [--blocks 40] [--block 1000] [--scrape-interval 1.0]
 
 Two real broker processes (`python -m broker serve`) on 127.0.0.1 with fresh data
 directories, one with the admin port on (its /metrics fetched every
@@ -9,12 +9,14 @@ directories, one with the admin port on (its /metrics fetched every
 with admin.port -1 (nothing counted). Metrics cost per request (a few counter
 increments and one histogram bucket), so the requests are small, where that cost
 weighs most:
-- produce: --requests native PRODUCEs of one v2 batch of 16 records of 100 B,
-  8 in flight on one connection. Requests per second.
-- fetch: the produced partition read from offset 0 with FETCHes of 16 KiB
-  maxBytes, one in flight. Requests per second.
-The two brokers take turns (the first one alternating between runs), best of
---runs for each. Ratio = on / off; target >= 0.97.
+- produce: blocks of --block native PRODUCEs of one v2 batch of 16 records of
+  100 B, 8 in flight on one connection.
+- fetch: blocks that read the first --block batches of the partition from
+  offset 0 with FETCHes of 16 KiB maxBytes, one in flight.
+The two brokers take turns block by block (which one goes first alternates), so
+both see the same moments of a shared, noisy machine; each pair of blocks gives a
+throughput ratio (on / off), and the figure is the median over --blocks pairs;
+target >= 0.97.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import importlib.util
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -72,32 +75,31 @@ class Scraper:
         self._thread.join()
 
 
-def produce_rate(broker: BrokerProcess, frames: list[bytes]) -> float:
-    elapsed = bench_broker.uvloop_run(bench_broker.produce_pipelined(broker.port, frames, PRODUCE_IN_FLIGHT))
-    return len(frames) / elapsed
+def produce_time(broker: BrokerProcess, frames: list[bytes]) -> float:
+    return bench_broker.uvloop_run(bench_broker.produce_pipelined(broker.port, frames, PRODUCE_IN_FLIGHT))
 
 
-def fetch_rate(broker: BrokerProcess, end_offset: int) -> float:
+def fetch_time(broker: BrokerProcess, end_offset: int) -> tuple[float, int]:
     elapsed, _, requests = bench_broker.uvloop_run(
         bench_broker.fetch_all(broker.port, TOPIC, end_offset, FETCH_MAX_BYTES))
-    return requests / elapsed
+    return elapsed, requests
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=20000, help="PRODUCE requests per run (default 20000)")
-    parser.add_argument("--runs", type=int, default=5, help="best of N (default 5)")
+    parser.add_argument("--blocks", type=int, default=40, help="block pairs per workload (default 40)")
+    parser.add_argument("--block", type=int, default=1000, help="PRODUCE requests per block (default 1000)")
     parser.add_argument("--scrape-interval", type=float, default=1.0, help="seconds between scrapes (default 1)")
     args = parser.parse_args()
-    if args.requests < 1 or args.runs < 1 or args.scrape_interval <= 0:
-        parser.error("--requests and --runs must be at least 1, --scrape-interval above 0")
+    if args.blocks < 1 or args.block < 1 or args.scrape_interval <= 0:
+        parser.error("--blocks and --block must be at least 1, --scrape-interval above 0")
 
     os.makedirs(os.path.join(ROOT, ".bench"), exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="metrics-", dir=os.path.join(ROOT, ".bench"))
     on = BrokerProcess(os.path.join(workdir, "on"), admin_port=0)
     off = BrokerProcess(os.path.join(workdir, "off"), admin_port=None)
-    print(f"strata metrics bench: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
-          f"{args.requests} PRODUCEs of {RECORDS_PER_BATCH} x {len(VALUE)} B records per run, best of {args.runs}")
+    print(f"strata metrics bench: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; {args.blocks} pairs of "
+          f"blocks, admin port on (scraped every {args.scrape_interval} s) and off taking turns")
     scraper = None
     try:
         on.start()
@@ -105,35 +107,25 @@ def main() -> int:
         for broker in (on, off):
             bench_broker.uvloop_run(bench_broker.admin(broker.port, CreateTopicRequest(TOPIC, 1)))
         batch = build_batch([(b"k%d" % i, VALUE, int(time.time() * 1000)) for i in range(RECORDS_PER_BATCH)])
-        frames = [encode_request(ProduceRequest(TOPIC, 0, batch))] * args.requests
+        frames = [encode_request(ProduceRequest(TOPIC, 0, batch))] * args.block
         for broker in (on, off):  # warm-up
-            produce_rate(broker, frames[:2000])
+            produce_time(broker, frames)
         scraper = Scraper(on.admin_url("/metrics"), args.scrape_interval)
-        best = {"produce": {"on": 0.0, "off": 0.0}, "fetch": {"on": 0.0, "off": 0.0}}
-        produced = {"on": 2000 * RECORDS_PER_BATCH, "off": 2000 * RECORDS_PER_BATCH}
-        sides = [("on", on), ("off", off)]
-        for run in range(args.runs):
-            order = sides if run % 2 == 0 else sides[::-1]
-            rates = {}
-            for name, broker in order:
-                rates[name] = produce_rate(broker, frames)
-                produced[name] += args.requests * RECORDS_PER_BATCH
-                best["produce"][name] = max(best["produce"][name], rates[name])
-            fetches = {}
-            for name, broker in order:
-                fetches[name] = fetch_rate(broker, produced[name])
-                best["fetch"][name] = max(best["fetch"][name], fetches[name])
-            print(f"  run {run + 1}: produce on {rates['on']:8.0f} off {rates['off']:8.0f} req/s | "
-                  f"fetch on {fetches['on']:8.0f} off {fetches['off']:8.0f} req/s")
+        sides = {"on": on, "off": off}
+        results = {}
+        print(f"\n== produce: blocks of {args.block} PRODUCEs of {RECORDS_PER_BATCH} x {len(VALUE)} B records, "
+              f"{PRODUCE_IN_FLIGHT} in flight")
+        results["produce"] = pairs(args.blocks, lambda side: (produce_time(sides[side], frames), args.block))
+        end = args.block * RECORDS_PER_BATCH  # every block fetches the first warm-up block's records again
+        print(f"\n== fetch: offsets 0..{end} with FETCHes of {FETCH_MAX_BYTES} B maxBytes, one in flight")
+        results["fetch"] = pairs(args.blocks, lambda side: fetch_time(sides[side], end))
         scraper.stop()
-        print(f"scrapes during the runs: {scraper.scrapes} (every {args.scrape_interval} s, "
-              f"{scraper.bytes} bytes each)")
+        print(f"\nscrapes during the runs: {scraper.scrapes} ({scraper.bytes} bytes each)")
         ok = True
-        for what in ("produce", "fetch"):
-            ratio = best[what]["on"] / best[what]["off"]
-            ok &= ratio >= TARGET
-            print(f"{what:8} admin on {best[what]['on']:8.0f} req/s, off {best[what]['off']:8.0f} req/s: "
-                  f"ratio {ratio:.3f}x (target >= {TARGET}: {'ok' if ratio >= TARGET else 'MISSED'})")
+        for what, (median, total_on, total_off) in results.items():
+            ok &= median >= TARGET
+            print(f"{what:8} on {total_on:8.0f} req/s, off {total_off:8.0f} req/s (all blocks); median ratio of "
+                  f"the pairs {median:.3f}x (target >= {TARGET}: {'ok' if median >= TARGET else 'MISSED'})")
         return 0 if ok else 1
     finally:
         if scraper is not None:
@@ -141,6 +133,23 @@ def main() -> int:
         on.close()
         off.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def pairs(count: int, block) -> tuple[float, float, float]:
+    """`count` pairs of blocks, on and off in turns (the first alternating): the median
+    of the pairs' throughput ratios (on / off) and each side's overall requests/s."""
+    ratios = []
+    totals = {"on": [0.0, 0], "off": [0.0, 0]}
+    for i in range(count):
+        rates = {}
+        for side in ("on", "off") if i % 2 == 0 else ("off", "on"):
+            elapsed, requests = block(side)
+            rates[side] = requests / elapsed
+            totals[side][0] += elapsed
+            totals[side][1] += requests
+        ratios.append(rates["on"] / rates["off"])
+    print(f"  pair ratios: min {min(ratios):.3f} median {statistics.median(ratios):.3f} max {max(ratios):.3f}")
+    return (statistics.median(ratios), totals["on"][1] / totals["on"][0], totals["off"][1] / totals["off"][0])
 
 
 if __name__ == "__main__":
