@@ -69,7 +69,7 @@ from .kafka import KafkaApis
 from .kafka.apis import ApiKey
 from .kafka.state import KafkaState
 from .log_limiter import BadRequestLog
-from .metrics import BrokerMetrics, camel_name
+from .metrics import BrokerMetrics, CountingExecutor, camel_name
 from .partitions import PartitionService
 from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
@@ -112,7 +112,9 @@ class BrokerApp:
         config = self.config
         loop = asyncio.get_running_loop()
         open_files = _set_open_files_limit(config.max_open_files)
-        self.executor = ThreadPoolExecutor(config.num_io_threads, thread_name_prefix="strata-io")
+        # With metrics, the I/O threads count their jobs (broker/metrics.py).
+        executor_class = CountingExecutor if config.admin_port >= 0 else ThreadPoolExecutor
+        self.executor = executor_class(config.num_io_threads, thread_name_prefix="strata-io")
 
         def blocking(fn, *args):
             return loop.run_in_executor(self.executor, fn, *args)
@@ -181,7 +183,7 @@ class BrokerApp:
                                    f"{e.strerror or e}") from None
             if metrics is not None:
                 metrics.attach(manager=manager, offsets=partitions.offsets, servers=listeners,
-                               memory=limits["memory"], cleaner=lambda: self.cleaner)
+                               memory=limits["memory"], cleaner=lambda: self.cleaner, executor=self.executor)
             for server in servers:
                 await server.start_serving()
         except BaseException:

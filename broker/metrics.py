@@ -26,8 +26,10 @@ Contract:
 from __future__ import annotations
 
 import shutil
+import threading
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -117,6 +119,38 @@ class TopicMetrics:
         return tuple(getattr(self, slot) for slot, _, _ in TOPIC_COUNTERS)
 
 
+class CountingExecutor(ThreadPoolExecutor):
+    """The I/O threads (num.io.threads) counting their jobs: `queued` submitted and
+    not started, `busy` running (Kafka's request handler pool idle/busy)."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str = ""):
+        super().__init__(max_workers, thread_name_prefix=thread_name_prefix)
+        self.threads = max_workers
+        self.queued = 0
+        self.busy = 0
+        self._count_lock = threading.Lock()
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        with self._count_lock:
+            self.queued += 1
+        try:
+            return super().submit(self._counted, fn, args, kwargs)
+        except BaseException:
+            with self._count_lock:
+                self.queued -= 1
+            raise
+
+    def _counted(self, fn, args, kwargs):
+        with self._count_lock:
+            self.queued -= 1
+            self.busy += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self._count_lock:
+                self.busy -= 1
+
+
 class BrokerMetrics:
     """The broker's metrics registry: hot-path counters and the scrape-time collector."""
 
@@ -174,7 +208,8 @@ class BrokerCollector(Collector):
     """The gauges of broker state, computed when scraped. `sources` (set by
     BrokerMetrics.attach): manager (storage LogManager), offsets (GroupOffsets),
     servers (listener name -> BrokerServer), memory (RequestMemory), cleaner
-    (a function returning the LogCleaner or None: it starts after the listeners)."""
+    (a function returning the LogCleaner or None: it starts after the listeners),
+    executor (the CountingExecutor of the I/O threads)."""
 
     def __init__(self, metrics: BrokerMetrics):
         self.metrics = metrics
@@ -320,3 +355,12 @@ class BrokerCollector(Collector):
                 yield GaugeMetricFamily("kafka_network_socketserver_memorypoolavailable",
                                         "Bytes of queued.max.request.bytes still free",
                                         value=max(memory.max_bytes - memory.used, 0))
+        executor = self.sources.get("executor")
+        if isinstance(executor, CountingExecutor):
+            yield GaugeMetricFamily("kafka_server_kafkarequesthandlerpool_threads",
+                                    "I/O threads (num.io.threads)", value=executor.threads)
+            yield GaugeMetricFamily("kafka_server_kafkarequesthandlerpool_busythreads",
+                                    "I/O threads running a job (appends, long reads, topic changes)",
+                                    value=executor.busy)
+            yield GaugeMetricFamily("kafka_server_kafkarequesthandlerpool_queuedjobs",
+                                    "Jobs waiting for an I/O thread", value=executor.queued)

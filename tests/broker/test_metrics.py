@@ -126,6 +126,9 @@ def test_metrics_after_both_protocols_and_a_group(broker):
         assert value(m, "kafka_network_requestchannel_requestqueuesize") == 0
         assert value(m, "kafka_network_socketserver_memorypoolused") == 0
         assert value(m, "kafka_network_socketserver_memorypoolavailable") > 0
+        assert value(m, "kafka_server_kafkarequesthandlerpool_threads") == 8
+        assert value(m, "kafka_server_kafkarequesthandlerpool_busythreads") == 0
+        assert value(m, "kafka_server_kafkarequesthandlerpool_queuedjobs") == 0
         assert value(m, "kafka_log_logcleaner_cleanerruns_total") == 0
         assert "kafka_log_logcleanermanager_max_dirty_percent" in m
         assert value(m, "kafka_log_logmanager_retentiondeletedsegments_total") == 0
