@@ -321,14 +321,13 @@ class BrokerCollector(Collector):
         lag = GaugeMetricFamily("kafka_consumergroup_lag", "Log end offset minus the group's committed offset",
                                 labels=labels)
         logs = manager.logs_by_partition()
-        for group in sorted(offsets.groups()):
-            for (topic, partition), committed in sorted(offsets.committed_for(group).items()):
-                partition_log = logs.get((topic, partition))
-                if partition_log is None:
-                    continue
-                key = [group, topic, str(partition)]
-                current.add_metric(key, committed.offset)
-                lag.add_metric(key, max(partition_log.log_end_offset - committed.offset, 0))
+        for (group, topic, partition), committed in sorted(offsets.all_committed()):
+            partition_log = logs.get((topic, partition))
+            if partition_log is None:
+                continue
+            key = [group, topic, str(partition)]
+            current.add_metric(key, committed.offset)
+            lag.add_metric(key, max(partition_log.log_end_offset - committed.offset, 0))
         yield current
         yield lag
 
