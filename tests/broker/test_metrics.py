@@ -157,8 +157,8 @@ def test_health_endpoints_and_unknown_paths(broker):
     assert status(b.admin_url("/health/live")) == 200
     assert status(b.admin_url("/health/ready")) == 200
     assert status(b.admin_url("/nope")) == 404
+    assert status(b.admin_url("/metrics")) == 200
     request = urllib.request.Request(b.admin_url("/metrics"), method="POST", data=b"")
-    assert status(request.full_url) == 200
     try:
         urllib.request.urlopen(request, timeout=TIMEOUT)
         raise AssertionError("POST was accepted")
