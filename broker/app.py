@@ -11,6 +11,11 @@ Contract:
   LogManager, TopicRegistry, GroupOffsets and PartitionWaiters; SSL listeners
   with their TLS contexts (broker/tls.py), whose keystore and truststore files
   are checked every ssl.reload.interval.ms and reloaded when they change.
+  Unless admin.port is -1, the HTTP admin port (broker/admin_http.py) listens
+  first, before recovery, so /health/live answers and /health/ready says 503 until
+  recovery is done and the listeners serve (`ready`); its /metrics renders the
+  one `BrokerMetrics` (broker/metrics.py) that the partition service and every
+  listener's connections count on. With admin.port -1 nothing is counted.
   Every expected failure raises `StartupError` with a one-line message (the data
   directory is locked, the port is in use, the registry is damaged, ...), after
   releasing whatever had been opened.
@@ -31,10 +36,12 @@ Contract:
   cleaning while a compacted log qualifies and sleeping log.cleaner.backoff.ms
   otherwise; shutdown stops a clean at its next read (the cleaned group is
   discarded) before the logs close.
-- `run_broker(config, ready=..., kafka_ready=...)` is the whole process for
-  `strata serve`: it configures logging, runs the app on uvloop, prints the ready
-  lines (native, then Kafka), handles
-  SIGTERM/SIGINT, and returns the exit code (0 after a graceful shutdown).
+- `run_broker(config, ready=..., kafka_ready=..., admin_ready=...)` is the whole
+  process for `strata serve`: it configures logging (log.format: text on a
+  terminal, JSON lines otherwise, unless set), logs `strata_starting` first (version,
+  listeners, data directory), runs the app on uvloop, prints the ready lines
+  (native, then Kafka, then admin), handles SIGTERM/SIGINT, and returns the exit
+  code (0 after a graceful shutdown).
 """
 
 from __future__ import annotations
@@ -51,18 +58,22 @@ from concurrent.futures import ThreadPoolExecutor
 import structlog
 
 from kafka_format.errors import StrataError
+from protocol import RequestType
 from storage.log_cleaner import LogCleaner
 from storage.manager import LogManager
 from storage.open_files import OPEN_FILES, raise_nofile_limit
 
+from .admin_http import AdminServer
 from .config import BrokerConfig
 from .connection_limits import ConnectionLimits
 from .group_configs import GroupConfigs
 from .handlers import Handlers
 from .kafka import KafkaApis
+from .kafka.apis import ApiKey
 from .kafka.state import KafkaState
 from .listeners import KAFKA, NATIVE, Listener
 from .log_limiter import BadRequestLog
+from .metrics import BrokerMetrics, CountingExecutor, camel_name
 from .partitions import PartitionService
 from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
@@ -91,6 +102,10 @@ class BrokerApp:
         self.executor: ThreadPoolExecutor | None = None
         self.address: tuple[str, int] | None = None
         self.kafka_address: tuple[str, int] | None = None
+        self.metrics: BrokerMetrics | None = None
+        self.admin: AdminServer | None = None
+        self.admin_address: tuple[str, int] | None = None
+        self.ready = False  # recovery done and the listeners serving (/health/ready)
         self._stop = asyncio.Event()
         self._force = False
         self._tasks: list[asyncio.Task] = []
@@ -105,7 +120,9 @@ class BrokerApp:
         loop = asyncio.get_running_loop()
         self.listeners = _listeners(config)  # TLS contexts first: a bad keystore fails before any work
         open_files = _set_open_files_limit(config.max_open_files)
-        self.executor = ThreadPoolExecutor(config.num_io_threads, thread_name_prefix="strata-io")
+        # With metrics, the I/O threads count their jobs (broker/metrics.py).
+        executor_class = CountingExecutor if config.admin_port >= 0 else ThreadPoolExecutor
+        self.executor = executor_class(config.num_io_threads, thread_name_prefix="strata-io")
 
         def blocking(fn, *args):
             return loop.run_in_executor(self.executor, fn, *args)
@@ -113,7 +130,11 @@ class BrokerApp:
         registry = TopicRegistry(config.data_dir, config.log_defaults, num_partitions=config.num_partitions)
         manager = LogManager(config.data_dir, config_for=registry.log_config,
                              recovery_threads=config.num_recovery_threads_per_data_dir)
-        self.partitions = partitions = PartitionService(config, manager, registry, self.executor, loop)
+        if config.admin_port >= 0:
+            self.metrics = BrokerMetrics()
+        metrics = self.metrics
+        self.partitions = partitions = PartitionService(config, manager, registry, self.executor, loop,
+                                                        metrics=metrics)
         # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
         bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
         self.handlers = handlers = Handlers(partitions, bad_requests)
@@ -128,11 +149,17 @@ class BrokerApp:
                       limits=ConnectionLimits(config.max_connections, config.max_connections_per_ip,
                                               config.max_connections_per_ip_overrides),
                       idle_ms=config.connections_max_idle_ms)
+        native_stats = kafka_stats = None
+        if metrics is not None:
+            native_stats = metrics.requests_for("native", {t.value: camel_name(t.name) for t in RequestType})
+            kafka_stats = metrics.requests_for("kafka", {k.value: camel_name(k.name) for k in ApiKey})
         kafka = self.kafka = (KafkaApis(partitions, bad_requests)
                               if any(spec.protocol == KAFKA for spec in config.listeners) else None)
-        servers = self.servers = [BrokerServer(kafka if kafka is not None and listener.spec.protocol == KAFKA
-                                               else handlers, listener=listener, **limits)
-                                  for listener in self.listeners]
+        servers = self.servers = [
+            BrokerServer(kafka, listener=listener, request_stats=kafka_stats, **limits)
+            if kafka is not None and listener.spec.protocol == KAFKA
+            else BrokerServer(handlers, listener=listener, request_stats=native_stats, **limits)
+            for listener in self.listeners]
         by_protocol = {protocol: [s for s, listener in zip(servers, self.listeners, strict=True)
                                   if listener.spec.protocol == protocol] for protocol in (KAFKA, NATIVE)}
         self.server = by_protocol[NATIVE][0]  # config always has a native listener
@@ -146,6 +173,10 @@ class BrokerApp:
             if kafka is not None and self.kafka_server is not None:
                 self.kafka_address = self.kafka_server.address
                 kafka.advertised = self.listeners[servers.index(self.kafka_server)].advertised
+            if config.admin_port >= 0:
+                # Serving at once: /health/live answers, /health/ready says 503 during recovery.
+                self.admin = AdminServer(metrics, lambda: self.ready)
+                self.admin_address = await _bind(self.admin, config.host, config.admin_port)
             try:
                 await blocking(registry.load)
                 await blocking(manager.startup, registry.owns)
@@ -162,11 +193,18 @@ class BrokerApp:
             except OSError as e:
                 raise StartupError(f"cannot use data directory {config.data_dir}: "
                                    f"{e.strerror or e}{ownership_hint(config.data_dir, e)}") from None
+            if metrics is not None:
+                metrics.attach(manager=manager, offsets=partitions.offsets,
+                               servers={(listener.spec.protocol, listener.name): server
+                                        for server, listener in zip(servers, self.listeners, strict=True)},
+                               memory=limits["memory"], cleaner=lambda: self.cleaner, executor=self.executor)
             for server in servers:
                 await server.start_serving()
         except BaseException:
             for server in servers:
                 server.close()
+            if self.admin is not None:
+                self.admin.close()
             if opened:
                 await blocking(manager.shutdown)
             self.executor.shutdown(wait=True)
@@ -187,8 +225,10 @@ class BrokerApp:
             self._tasks.append(loop.create_task(self._clean_logs(manager)))
         if any(listener.tls is not None for listener in self.listeners):
             self._tasks.append(loop.create_task(self._reload_certificates()))
+        self.ready = True
         log.info("broker_started", address=format_address(*self.address),
                  kafka_address=format_address(*self.kafka_address) if self.kafka_address else None,
+                 admin_address=format_address(*self.admin_address) if self.admin_address else None,
                  advertised=format_address(*self.kafka.advertised) if self.kafka else None,
                  listeners=[_describe(listener) for listener in self.listeners],
                  data_dir=config.data_dir,
@@ -254,6 +294,7 @@ class BrokerApp:
                     conn.abort()
             return
         log.info("shutdown_requested")
+        self.ready = False
         self._stop.set()
 
     async def run_until_shutdown(self) -> None:
@@ -266,7 +307,10 @@ class BrokerApp:
         self._stopped = True
         loop = asyncio.get_running_loop()
         timeout = 0 if self._force else self.config.shutdown_timeout_s
+        self.ready = False
         await asyncio.gather(*(server.shutdown(timeout) for server in self.servers))
+        if self.admin is not None:
+            self.admin.close()
         if self.cleaner is not None:
             self.cleaner.shutdown()  # a clean in progress stops at its next read
         for task in self._tasks:
@@ -323,7 +367,7 @@ def _loggable(settings: dict[str, str]) -> dict[str, str]:
     return {k: "[hidden]" if k.endswith(_SECRET_SUFFIXES) else v for k, v in settings.items()}
 
 
-async def _bind(server: BrokerServer, host: str, port: int) -> tuple[str, int]:
+async def _bind(server: BrokerServer | AdminServer, host: str, port: int) -> tuple[str, int]:
     try:
         return await server.bind(host, port)
     except OSError as e:
@@ -334,12 +378,13 @@ async def _bind(server: BrokerServer, host: str, port: int) -> tuple[str, int]:
 # ---- the process ------------------------------------------------------------------------------
 
 def configure_logging(fmt: str, level: str, stream=None) -> None:
-    """structlog to `stream` (stderr): console key=value on a terminal, JSON lines otherwise."""
+    """structlog to `stream` (stderr): `fmt` text (human-readable key=value; "console"
+    is the same), json (one object a line), or auto: text on a terminal, JSON otherwise."""
     import logging
 
     stream = stream or sys.stderr
     if fmt == "auto":
-        fmt = "console" if stream.isatty() else "json"
+        fmt = "text" if stream.isatty() else "json"
     processors: list = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -386,15 +431,38 @@ def ownership_hint(data_dir: str, error: OSError) -> str:
             f"{owner.st_uid}, gid {owner.st_gid}, mode {owner.st_mode & 0o7777:o})")
 
 
+def strata_version() -> str:
+    """The installed distribution's version ("unknown" when run from an uninstalled tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("strata")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def log_starting(config: BrokerConfig) -> None:
+    """The first line of every start: version, the listeners as configured, the data directory."""
+    listeners = [f"{spec.protocol} {spec.name}://{format_address(spec.host, spec.port)}"
+                 for spec in config.listeners]
+    if config.admin_port >= 0:
+        listeners.append(f"http://{format_address(config.host, config.admin_port)}")
+    log.info("strata_starting", version=strata_version(), listeners=listeners, data_dir=config.data_dir,
+             pid=os.getpid())
+
+
 def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = None,
                kafka_ready: Callable[[str], None] | None = None,
-               listener_ready: Callable[[Listener], None] | None = None) -> int:
+               listener_ready: Callable[[Listener], None] | None = None,
+               admin_ready: Callable[[str], None] | None = None) -> int:
     """Run until SIGTERM/SIGINT; `ready` gets "HOST:PORT" of the first native
     listener once listening, then `kafka_ready` the first Kafka listener's
-    "HOST:PORT" (when there is one), then `listener_ready` every listener (bound)."""
+    "HOST:PORT" (when there is one), then `listener_ready` every listener (bound),
+    then `admin_ready` the admin port's (when it is on)."""
     import uvloop
 
     configure_logging(config.log_format, config.log_level)
+    log_starting(config)
     for name in config.ignored_env:
         log.warning("unknown_environment_setting", variable=name)
     for key, origin, reason in config.ignored:
@@ -423,6 +491,8 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
         if listener_ready is not None:
             for listener in app.listeners:
                 listener_ready(listener)
+        if admin_ready is not None and app.admin_address is not None:
+            admin_ready(format_address(*app.admin_address))
         await app.run_until_shutdown()
         return 0
 

@@ -57,7 +57,8 @@ INT_MAX = 2**31 - 1
 ENV_PREFIX = "STRATA_"
 DEFAULT_PORT = 9000
 DEFAULT_KAFKA_PORT = 9092
-LOG_FORMATS = ("auto", "console", "json")
+DEFAULT_ADMIN_PORT = 9644
+LOG_FORMATS = ("auto", "text", "json", "console")  # console: the older name of text
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -154,6 +155,9 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("ssl.reload.interval.ms", "long", 5_000, _at_least(1),
               "Strata: how often keystore and truststore files are checked for changes; a change "
               "reloads them for new connections"),
+    BrokerKey("admin.port", "int", DEFAULT_ADMIN_PORT, _between(-1, 65535),
+              "Strata: HTTP port on host.name for Prometheus metrics (/metrics) and health checks "
+              "(/health/live, /health/ready), 0 = any free port, -1 = off"),
     BrokerKey("socket.request.max.bytes", "int", 104_857_600, _at_least(1),
               "largest request frame; a larger one is answered INVALID_REQUEST and the connection closed"),
     BrokerKey("queued.max.request.bytes", "long", 104_857_600, _not_zero_or_below_minus_one,
@@ -241,8 +245,8 @@ KEYS: tuple[BrokerKey, ...] = (
               "how much of a segment the cleaner reads at a time (it stops between reads at shutdown)"),
     # ---- logging ----
     BrokerKey("log.format", "string", "auto", _one_of(*LOG_FORMATS),
-              "Strata: structured log output: console (key=value), json, or auto "
-              "(console on a terminal, json otherwise)"),
+              "Strata: log output: text (human-readable key=value; console is the same), json "
+              "(one object a line), or auto (text on a terminal, json otherwise)"),
     BrokerKey("log.level", "string", "info", _one_of(*LOG_LEVELS), "Strata: least level logged"),
 )
 
@@ -568,6 +572,11 @@ class BrokerConfig:
     def kafka_port(self) -> int:
         """The Kafka listener's port; -1 when there is none."""
         return self.values["kafka.port"]
+
+    @property
+    def admin_port(self) -> int:
+        """The HTTP admin port (metrics, health); -1 when off."""
+        return self.values["admin.port"]
 
     def kafka_advertised(self, bound_host: str, bound_port: int) -> tuple[str, int]:
         """(host, port) Metadata announces on the first Kafka listener, bound at

@@ -48,6 +48,10 @@ Contract:
 - Half-close: after the client's EOF, queued requests are still answered, then
   the connection closes. `drain()` (shutdown) reads nothing more, answers what is
   queued, then closes.
+- Metrics (when the server has `request_stats`, broker/metrics.py): every request
+  answered is timed, from the start of its handling to its reply handed to the
+  socket, on the RequestStats of its type (the frame's first two bytes: the native
+  request type or the Kafka api key), for both protocols.
 
 Flow control (a slow or stalled reader never makes the broker buffer without bound):
 - Reading pauses while `connection.max.queued.requests` requests (default 16) are
@@ -72,6 +76,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections import deque
+from time import perf_counter
 from typing import Any, Protocol
 
 import structlog
@@ -83,6 +88,7 @@ from storage.file_records import FileSlice
 from .flow_control import FlowControl, PauseCounters
 from .listeners import ConnectionContext, Listener
 from .log_limiter import BadRequestLog
+from .metrics import UNKNOWN_API, RequestStats
 from .request_memory import RequestMemory
 from .sendfile import ConnectionClosed, SendfileWriter
 from .tls import peer_certificate_subject
@@ -105,12 +111,19 @@ class _Fatal:
 
 class _Begun:
     """Queue marker: a request already begun (`FastPath.begin`); its reply is the
-    future's result."""
+    future's result; `api` is its frame's `api_slot`."""
 
-    __slots__ = ("future",)
+    __slots__ = ("future", "api")
 
-    def __init__(self, future: asyncio.Future):
+    def __init__(self, future: asyncio.Future, api: int):
         self.future = future
+        self.api = api
+
+
+def api_slot(frame: Frame) -> int:
+    """The request type (native) or api key (Kafka) a frame starts with, as an index
+    into a protocol's RequestStats; UNKNOWN_API for anything over 255."""
+    return frame[1] if len(frame) > 1 and not frame[0] else UNKNOWN_API
 
 
 QueueItem = memoryview | bytes | list | _Fatal | _Begun
@@ -194,6 +207,7 @@ class ConnectionHost(Protocol):
     bad_requests: BadRequestLog
     closing: bool
     listener: Listener | None
+    request_stats: list[RequestStats] | None
 
     @property
     def stats(self) -> ConnectionStats: ...
@@ -244,6 +258,7 @@ class Connection(asyncio.BufferedProtocol):
         self._idle: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
         self.closed = server.loop.create_future()
+        self._request_stats = server.request_stats  # None: metrics off
         self.ip: str | None = None  # counted in the server's ConnectionLimits while open
         self.last_active = server.loop.time()  # the last read or reply (connections.max.idle.ms)
         self.held_memory = 0  # RequestMemory bytes of frames read and not yet answered
@@ -366,7 +381,7 @@ class Connection(asyncio.BufferedProtocol):
                 break
             if self.queue or self.busy:
                 if self._streak is not None and self._run_key(frame) == self._streak:  # type: ignore[misc]
-                    self.queue.append(_Begun(self._begin(frame, self.context)))  # type: ignore[misc]
+                    self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))  # type: ignore[misc]
                     stats.begun_early += 1
                 else:
                     self.queue.append(frame)
@@ -374,17 +389,24 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             # Idle: nothing before this frame is unanswered.
             if self._run_key is not None and (key := self._run_key(frame)) is not None:
-                self.queue.append(_Begun(self._begin(frame, self.context)))  # type: ignore[misc]
+                self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))  # type: ignore[misc]
                 self._streak = key
                 continue
             self._streak = None
             if self._handle_now is not None and not (self.flow.write_paused or self.draining or self.lost
                                                      or self.transport.is_closing()):  # type: ignore[union-attr]
+                timed = self._request_stats
+                if timed is not None:
+                    started = perf_counter()
                 reply = self._handle_now(frame, self.context)
                 if reply is not None:
+                    if timed is not None:
+                        api = api_slot(frame)
                     del frame  # a pooled buffer is free again once nothing refers to it
                     stats.answered_at_once += 1
                     rest = self.writer.write_now(reply)  # type: ignore[union-attr]
+                    if timed is not None:
+                        timed[api].observe(perf_counter() - started)
                     if rest is None:
                         stats.requests += 1
                     else:
@@ -464,6 +486,11 @@ class Connection(asyncio.BufferedProtocol):
                     continue
                 item = self.queue.popleft()
                 self.busy = 1
+                timed = self._request_stats
+                if timed is not None:
+                    started = perf_counter()
+                    api = item.api if isinstance(item, _Begun) else None if isinstance(item, (list, _Fatal)) \
+                        else api_slot(item)
                 if isinstance(item, _Fatal):
                     for part in self.handlers.fatal_reply(item.error):
                         transport.write(part)
@@ -488,6 +515,8 @@ class Connection(asyncio.BufferedProtocol):
                     if reply is not None:
                         await writer.write(reply)
                 self.server.stats.requests += 1
+                if timed is not None and api is not None:
+                    timed[api].observe(perf_counter() - started)
                 self.busy = 0
                 self.last_active = self.server.loop.time()
                 self._take_frames()  # room again: frames waiting in the decoder
@@ -515,6 +544,6 @@ class Connection(asyncio.BufferedProtocol):
             if isinstance(item, (list, _Fatal, _Begun)) or self._run_key(item) != key:  # type: ignore[misc]
                 self._streak = None
                 return
-            queue[i] = _Begun(self._begin(item, self.context))  # type: ignore[misc]
+            queue[i] = _Begun(self._begin(item, self.context), api_slot(item))  # type: ignore[misc]
             self.server.stats.begun_early += 1
         self._streak = key

@@ -39,6 +39,7 @@ from .connection import CloseConnection, Connection, FastPath, RequestHandlers
 from .connection_limits import ConnectionLimits
 from .listeners import Listener
 from .log_limiter import BadRequestLog
+from .metrics import RequestStats
 from .request_memory import RequestMemory, give_back_memory
 from .sendfile import SENDFILE_FALLBACK_CHUNK, SendfileStats, sendfile_stats
 
@@ -77,11 +78,14 @@ class BrokerServer:
     def __init__(self, handlers: RequestHandlers, *, max_frame_bytes: int, max_queued_requests: int,
                  write_buffer_high: int, bad_requests: BadRequestLog | None = None,
                  memory: RequestMemory | None = None, limits: ConnectionLimits | None = None,
-                 idle_ms: int = -1, listener: Listener | None = None):
+                 idle_ms: int = -1, listener: Listener | None = None,
+                 request_stats: list[RequestStats] | None = None):
         self.handlers = handlers
         # The listener this server serves (name, security protocol, TLS context);
         # every connection's ConnectionContext names it.
         self.listener = listener
+        # Metrics: the RequestStats of this listener's protocol, by api slot (None: off).
+        self.request_stats = request_stats
         # Shared by the broker's listeners: queued.max.request.bytes, max.connections*.
         self.memory = memory or RequestMemory()
         self.limits = limits

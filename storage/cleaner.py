@@ -347,6 +347,7 @@ class Cleaner:
         self.io_buffer_size = io_buffer_size
         self.clock = clock
         self.step = step or (lambda name: None)
+        self.current: CleanerStats | None = None  # the clean in progress (or the last one), for progress lines
 
     # ---- one round -------------------------------------------------------------------
 
@@ -354,7 +355,7 @@ class Cleaner:
               check_done: Callable[[], None] = lambda: None,
               now_ms: int | None = None) -> tuple[int, CleanerStats]:
         now = self.clock.time_ms() if now_ms is None else now_ms
-        stats = CleanerStats(log=log.name, first_dirty=first_dirty)
+        self.current = stats = CleanerStats(log=log.name, first_dirty=first_dirty)
         snapshot = log.segments.snapshot()
         active = snapshot.last
         first_uncleanable = min(first_uncleanable, active.base_offset)

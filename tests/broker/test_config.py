@@ -99,7 +99,7 @@ def test_data_dir_sources(tmp_path):
     (dict(overrides=["port=70000"]), "port: 70000 must be between 0 and 65535"),
     (dict(overrides=["num.partitions=0"]), "num.partitions: 0 must be at least 1"),
     (dict(overrides=["auto.create.topics.enable=maybe"]), "not a valid boolean"),
-    (dict(overrides=["log.format=xml"]), "must be one of auto, console, json"),
+    (dict(overrides=["log.format=xml"]), "must be one of auto, text, json, console"),
     (dict(overrides=["log.segment.bytes=abc"]), r"log.segment.bytes: .*abc.* \(--set\)"),
     (dict(overrides=["log.segment.bytes=1"]), "log.segment.bytes"),
     (dict(environ={"STRATA_NUM_PARTITIONS": "x"}), r"environment STRATA_NUM_PARTITIONS"),
