@@ -65,6 +65,7 @@ from storage.open_files import OPEN_FILES, raise_nofile_limit
 
 from .admin_http import AdminServer
 from .config import BrokerConfig
+from .connection import RequestHandlers
 from .connection_limits import ConnectionLimits
 from .group_configs import GroupConfigs
 from .handlers import Handlers
@@ -141,25 +142,28 @@ class BrokerApp:
         # One memory pool, one set of connection limits and one bad-request log for
         # both listeners (Kafka's queued.max.request.bytes and ConnectionQuotas are
         # broker-wide).
-        limits = dict(max_frame_bytes=config.socket_request_max_bytes,
-                      max_queued_requests=config.max_queued_requests,
-                      write_buffer_high=config.write_buffer_high,
-                      bad_requests=bad_requests,
-                      memory=RequestMemory(config.queued_max_request_bytes),
-                      limits=ConnectionLimits(config.max_connections, config.max_connections_per_ip,
-                                              config.max_connections_per_ip_overrides),
-                      idle_ms=config.connections_max_idle_ms)
+        memory = RequestMemory(config.queued_max_request_bytes)
+        connection_limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip,
+                                             config.max_connections_per_ip_overrides)
         native_stats = kafka_stats = None
         if metrics is not None:
             native_stats = metrics.requests_for("native", {t.value: camel_name(t.name) for t in RequestType})
             kafka_stats = metrics.requests_for("kafka", {k.value: camel_name(k.name) for k in ApiKey})
         kafka = self.kafka = (KafkaApis(partitions, bad_requests)
                               if any(spec.protocol == KAFKA for spec in config.listeners) else None)
-        servers = self.servers = [
-            BrokerServer(kafka, listener=listener, request_stats=kafka_stats, **limits)
-            if kafka is not None and listener.spec.protocol == KAFKA
-            else BrokerServer(handlers, listener=listener, request_stats=native_stats, **limits)
-            for listener in self.listeners]
+
+        def server_for(listener: Listener) -> BrokerServer:
+            api: RequestHandlers = handlers
+            stats = native_stats
+            if kafka is not None and listener.spec.protocol == KAFKA:
+                api, stats = kafka, kafka_stats
+            return BrokerServer(api, listener=listener, request_stats=stats,
+                                max_frame_bytes=config.socket_request_max_bytes,
+                                max_queued_requests=config.max_queued_requests,
+                                write_buffer_high=config.write_buffer_high, bad_requests=bad_requests,
+                                memory=memory, limits=connection_limits, idle_ms=config.connections_max_idle_ms)
+
+        servers = self.servers = [server_for(listener) for listener in self.listeners]
         by_protocol = {protocol: [s for s, listener in zip(servers, self.listeners, strict=True)
                                   if listener.spec.protocol == protocol] for protocol in (KAFKA, NATIVE)}
         self.server = by_protocol[NATIVE][0]  # config always has a native listener
@@ -197,7 +201,7 @@ class BrokerApp:
                 metrics.attach(manager=manager, offsets=partitions.offsets,
                                servers={(listener.spec.protocol, listener.name): server
                                         for server, listener in zip(servers, self.listeners, strict=True)},
-                               memory=limits["memory"], cleaner=lambda: self.cleaner, executor=self.executor)
+                               memory=memory, cleaner=lambda: self.cleaner, executor=self.executor)
             for server in servers:
                 await server.start_serving()
         except BaseException:
@@ -235,7 +239,7 @@ class BrokerApp:
                  topics=len(registry.names()), settings=_loggable(config.explicit()))
         return self.address
 
-    async def _every(self, name: str, interval_ms: int, work: Callable[[], None]) -> None:
+    async def _every(self, name: str, interval_ms: int, work: Callable[[], object]) -> None:
         loop = asyncio.get_running_loop()
         await asyncio.sleep(self.config.initial_task_delay_ms / 1000)
         while True:

@@ -55,6 +55,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -80,6 +81,9 @@ from .names import (
 from .open_files import OPEN_FILES
 from .retention import RetentionResult
 from .space_reserve import SpaceReserve
+
+if TYPE_CHECKING:
+    from .log_cleaner import LogCleaner
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
@@ -108,7 +112,7 @@ class LogManager:
         self.had_clean_shutdown = False
         self._recovery_points = OffsetCheckpointFile(os.path.join(self.data_dir, RECOVERY_POINT_CHECKPOINT))
         self._log_starts = OffsetCheckpointFile(os.path.join(self.data_dir, LOG_START_OFFSET_CHECKPOINT))
-        self.cleaner = None  # the broker's LogCleaner (storage/log_cleaner.py), when it runs one
+        self.cleaner: LogCleaner | None = None  # the broker's LogCleaner (storage/log_cleaner.py), when it runs one
         self.io_errors = StorageErrorEpisodes(self.data_dir)
         self.space_reserve = SpaceReserve(self.data_dir)
         self._checkpoint_lock = threading.Lock()  # one checkpoint write at a time
