@@ -448,7 +448,7 @@ def strata_version() -> str:
 def log_starting(config: BrokerConfig) -> None:
     """The first line of every start: version, the listeners as configured, the data directory."""
     listeners = [f"{spec.protocol} {spec.name}://{format_address(spec.host, spec.port)}"
-                 for spec in config.listeners]
+                 for spec in sorted(config.listeners, key=lambda spec: spec.protocol != NATIVE)]
     if config.admin_port >= 0:
         listeners.append(f"http://{format_address(config.host, config.admin_port)}")
     log.info("strata_starting", version=strata_version(), listeners=listeners, data_dir=config.data_dir,
@@ -461,8 +461,8 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
                admin_ready: Callable[[str], None] | None = None) -> int:
     """Run until SIGTERM/SIGINT; `ready` gets "HOST:PORT" of the first native
     listener once listening, then `kafka_ready` the first Kafka listener's
-    "HOST:PORT" (when there is one), then `listener_ready` every listener (bound),
-    then `admin_ready` the admin port's (when it is on)."""
+    "HOST:PORT" (when there is one), then `admin_ready` the admin port's (when it
+    is on), then `listener_ready` every listener (bound)."""
     import uvloop
 
     configure_logging(config.log_format, config.log_level)
@@ -492,11 +492,11 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
             ready(format_address(*app.address))
         if kafka_ready is not None and app.kafka_address is not None:
             kafka_ready(format_address(*app.kafka_address))
+        if admin_ready is not None and app.admin_address is not None:
+            admin_ready(format_address(*app.admin_address))
         if listener_ready is not None:
             for listener in app.listeners:
                 listener_ready(listener)
-        if admin_ready is not None and app.admin_address is not None:
-            admin_ready(format_address(*app.admin_address))
         await app.run_until_shutdown()
         return 0
 

@@ -141,12 +141,20 @@ class BrokerProcess:
         address = line[len(READY_PREFIX):].strip()
         host, _, port = address.rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
-        if self.requested_kafka_port is not None:
-            line = self._read_ready_line(deadline, KAFKA_READY_PREFIX)
-            self.kafka_port = int(line[len(KAFKA_READY_PREFIX):].strip().rpartition(":")[2])
-        if self.requested_admin_port is not None:
-            line = self._read_ready_line(deadline, ADMIN_READY_PREFIX)
-            self.admin_port = int(line[len(ADMIN_READY_PREFIX):].strip().rpartition(":")[2])
+        # Then the Kafka line (asked for, or from a `listeners` setting) and the admin line.
+        want_kafka = self.requested_kafka_port is not None
+        want_admin = self.requested_admin_port is not None
+        while want_kafka or want_admin:
+            line = self._read_line(deadline)
+            if line.startswith(KAFKA_READY_PREFIX):
+                self.kafka_port = int(line[len(KAFKA_READY_PREFIX):].strip().rpartition(":")[2])
+                want_kafka = False
+            elif line.startswith(ADMIN_READY_PREFIX) and not want_kafka:
+                self.admin_port = int(line[len(ADMIN_READY_PREFIX):].strip().rpartition(":")[2])
+                want_admin = False
+            else:
+                self.kill()
+                raise BrokerStartFailed(f"unexpected line {line!r}", self.returncode, self.stderr_text())
         return self
 
     def read_listeners(self, count: int, timeout: float = START_TIMEOUT) -> dict[tuple[str, str], tuple[str, int]]:

@@ -7,10 +7,10 @@ broker/config.py), prints one line to stdout once the sockets listen,
 `strata listening on HOST:PORT` (the real port when --port 0), then, unless the
 Kafka listener is off (kafka.port -1), a second one,
 `strata kafka listening on HOST:PORT` (the bound address, real port when
---kafka-port 0) (these two: the first native and the first Kafka listener), then
-one line per listener, `strata listener PROTOCOL NAME SECURITY_PROTOCOL on
-HOST:PORT` (PROTOCOL is native or kafka), then, unless the admin port is off
-(admin.port -1), `strata admin listening on http://HOST:PORT`; it writes structured
+--kafka-port 0) (these two: the first native and the first Kafka listener), then,
+unless the admin port is off (admin.port -1), `strata admin listening on
+http://HOST:PORT`, then one line per listener, `strata listener PROTOCOL NAME
+SECURITY_PROTOCOL on HOST:PORT` (PROTOCOL is native or kafka); it writes structured
 logs to stderr and exits 0 after a graceful shutdown (SIGTERM or SIGINT). Every startup failure is one line
 `strata: ...` on stderr and a non-zero exit.
 """
