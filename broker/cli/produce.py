@@ -11,9 +11,13 @@ Contract:
   partitioned with murmur2 and keyless messages with the sticky partitioner.
 - Ctrl-C ends the input like end-of-file: lines already read are delivered
   and the exit code is 0.
-- The topic is looked up before any input is read, so an unknown topic fails
-  at once even with empty input. Everything is flushed before exit; the first
-  message the broker refused makes the exit code 1 with its error on stderr.
+- The topic is looked up before any input is read, through METADATA asking the
+  broker to create it when missing (as Kafka's producer; the broker does when
+  auto.create.topics.enable is on), so a topic that does not exist and is not
+  created fails at once, named, even with empty input. Everything is flushed
+  before exit; the first message the broker refused makes the exit code 1 with
+  its error on stderr: the input line number and size, then the broker's reason
+  (for a line over max.message.bytes: the entry's size and the limit).
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ def _send_lines(producer: Producer, args: argparse.Namespace, separator: bytes |
                                    f"{args.key_separator!r}: {line[:80]!r}")
                 break
             line = value
-        pending.append(producer.send(args.topic, line, key, partition=args.partition))
+        pending.append((number, len(line), producer.send(args.topic, line, key, partition=args.partition)))
         if len(pending) >= CHECK_EVERY:
             _check_done(pending)
     producer.flush()
@@ -99,7 +103,15 @@ def _check_done(pending: deque) -> None:
 
     Sends finish roughly in order, so looking only at the front keeps this
     O(1) per line; a failure further back is found on a later call or at the end."""
-    while pending and pending[0].done():
-        error = pending.popleft().exception()
-        if error is not None:
-            raise error
+    while pending and pending[0][2].done():
+        number, size, sent = pending.popleft()
+        error = sent.exception()
+        if error is None:
+            continue
+        # The lines of one batch fail together, with one error: name the largest of
+        # them (the one over the limit, for a MESSAGE_TOO_LARGE).
+        while pending and pending[0][2].exception() is error:
+            other, other_size, _ = pending.popleft()
+            if other_size > size:
+                number, size = other, other_size
+        raise CliError(f"line {number} ({size} bytes) was not sent: {' '.join(str(error).split())}")
