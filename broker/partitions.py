@@ -464,9 +464,10 @@ class PartitionService:
         return partition_log.read(offset, max_bytes, min_one_message)
 
     def fetch_isolation(self, partition_log: Log, isolation_level: int, fetch_offset: int,
-                        found: FileSlice) -> FetchIsolation:
+                        found: FileSlice | None) -> FetchIsolation:
         """The last stable offset of `partition_log` and, under read_committed (1),
-        the aborted transactions with data in `found` (read from `fetch_offset`).
+        the aborted transactions with data in `found` (read from `fetch_offset`;
+        None when nothing was read). Both protocols' Fetch answer it.
         A read_committed read stops at the last stable offset. Without transactions:
         the high watermark (the log end on one node), which every read stops at
         already, and nothing aborted."""
