@@ -118,7 +118,6 @@ from protocol import (
     SaslAuthenticateRequest,
     TopicMetadata,
     encode_response,
-    error_response,
     fetch_response_header,
     fetch_v2_response_header,
     multifetch_response_parts,
@@ -168,7 +167,7 @@ class Handlers(PerConnection):
         self.loop = partitions.loop
         # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
         self.bad_requests = bad_requests
-        self._dispatch: dict[type, Callable[[Any], Awaitable[Reply]]] = {
+        self._dispatch: dict[type, Callable[[Any, NativeSession], Awaitable[Reply]]] = {
             ProduceRequest: self.produce,
             FetchRequest: self.fetch,
             MultiFetchRequest: self.multifetch,
@@ -211,6 +210,14 @@ class Handlers(PerConnection):
         except Exception:
             log.exception("request_failed", request=type(request).__name__)
             return session.error(ErrorCode.UNKNOWN_SERVER_ERROR)
+
+    def bad_frame_reply(self, error: ProtocolError) -> Reply:
+        """A frame too short for a type, on a connection at version 1 (SessionHandlers
+        answers for its own connection)."""
+        return NativeSession().error(error.code, error.message)
+
+    def fatal_reply(self, error: ProtocolError) -> Reply:
+        return NativeSession().error(error.code, error.message)
 
     def begin_shutdown(self) -> None:
         """Answer every long-poll FETCH now and make new ones answer at once."""

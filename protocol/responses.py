@@ -399,7 +399,7 @@ def fetch_v2_response_header(high_watermark: int, last_stable_offset: int, log_s
     """The bytes in front of a successful version-2 FETCH's message set, which the
     server sends itself: the frame header, the three offsets, the aborted list."""
     body = FETCH_V2_FIXED.size - 4 + ABORTED.size * len(aborted) + message_set_length
-    if not 0 <= message_set_length or body > INT32_MAX:
+    if message_set_length < 0 or body > INT32_MAX:
         raise ValueError(f"message set length {message_set_length} does not fit the frame")
     return b"".join([FETCH_V2_FIXED.pack(body, ErrorCode.NONE, high_watermark, last_stable_offset,
                                          log_start_offset, len(aborted)),
