@@ -59,6 +59,7 @@ from .handlers import Handlers
 from .kafka import KafkaApis
 from .kafka.state import KafkaState
 from .log_limiter import BadRequestLog
+from .native_session import listener_sasl_mechanisms
 from .partitions import PartitionService
 from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
@@ -108,7 +109,8 @@ class BrokerApp:
         self.partitions = partitions = PartitionService(config, manager, registry, self.executor, loop)
         # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
         bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
-        self.handlers = handlers = Handlers(partitions, bad_requests)
+        self.handlers = handlers = Handlers(partitions, bad_requests,
+                                            sasl_mechanisms=listener_sasl_mechanisms(config, "native"))
         # One memory pool, one set of connection limits and one bad-request log for
         # both listeners (Kafka's queued.max.request.bytes and ConnectionQuotas are
         # broker-wide).

@@ -16,8 +16,10 @@ Contract:
 - `HandshakeState.agree(requested)` is the HANDSHAKE rule: only as the first
   request, once; the version in force is the lower of the client's and
   PROTOCOL_VERSION; a version below 1 is INVALID_REQUEST.
-- SASL: `sasl_mechanisms` (the Handlers' listener list; empty until the security
-  work fills it per listener) is what a HANDSHAKE answers. Until SASL exists,
+- SASL: `listener_sasl_mechanisms(config, listener)` is the one place that says
+  which SASL mechanisms a listener requires (none yet: the security work fills
+  it from the listener's configuration); the app hands it to the Handlers, and a
+  HANDSHAKE answers it. Until SASL exists,
   SASL_AUTHENTICATE answers ILLEGAL_SASL_STATE (34) on a connection without a
   version-2 HANDSHAKE (Kafka: SaslAuthenticate before SaslHandshake) and
   UNSUPPORTED_SASL_MECHANISM (33) for a mechanism the listener does not list
@@ -37,9 +39,17 @@ from .connection import FastPath, Frame, Reply
 from .partitions import error_reason
 
 if TYPE_CHECKING:
+    from .config import BrokerConfig
     from .handlers import Handlers
 
 MESSAGE_VERSION = 2  # error answers carry their message from this version on
+
+
+def listener_sasl_mechanisms(config: BrokerConfig, listener: str) -> tuple[str, ...]:
+    """The SASL mechanisms `listener` requires, in the order a HANDSHAKE lists them:
+    none until SASL exists (then Kafka's
+    listener.name.<listener>.sasl.enabled.mechanisms)."""
+    return ()
 
 
 class IllegalSaslStateError(StrataError):
