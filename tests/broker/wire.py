@@ -21,11 +21,12 @@ TIMEOUT = 30.0
 
 
 class NativeClient:
+    version = 1  # the version in force (tests that build a client by hand keep it)
+
     def __init__(self, host: str, port: int, timeout: float = TIMEOUT):
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.decoder = FrameDecoder(2**31 - 1)
         self.pending: deque = deque()  # request types, or (type, version) pairs
-        self.version = 1
 
     def handshake(self, version: int = 2, client_id: str | None = "tests"):
         response = self.call(HandshakeRequest(version, client_id))
