@@ -75,6 +75,7 @@ from .kafka.state import KafkaState
 from .listeners import KAFKA, NATIVE, Listener
 from .log_limiter import BadRequestLog
 from .metrics import BrokerMetrics, CountingExecutor, camel_name
+from .native_session import listener_sasl_mechanisms
 from .partitions import PartitionService
 from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
@@ -138,7 +139,8 @@ class BrokerApp:
                                                         metrics=metrics)
         # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
         bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
-        self.handlers = handlers = Handlers(partitions, bad_requests)
+        self.handlers = handlers = Handlers(partitions, bad_requests,
+                                            sasl_mechanisms=listener_sasl_mechanisms(config, "native"))
         # One memory pool, one set of connection limits and one bad-request log for
         # both listeners (Kafka's queued.max.request.bytes and ConnectionQuotas are
         # broker-wide).

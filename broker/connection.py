@@ -38,6 +38,10 @@ Contract:
   order, each one when its own append is done. Any other request breaks the
   streak and waits for every earlier reply, as before. `stats.begun_early` counts
   them.
+- Per-connection state (`PerConnection`, declared like FastPath by subclassing):
+  handlers that keep state per connection (native: the protocol version settled
+  by a HANDSHAKE) give each Connection its own view, `for_connection()`, which it
+  serves instead of the shared handlers.
 - A frame over `socket.request.max.bytes` is answered with `fatal_reply` (after
   the responses to the requests before it) and the connection is closed. Bad
   frames are logged through the broker's `BadRequestLog` (rate-limited per
@@ -185,6 +189,15 @@ class FastPath(ABC):
     def begin(self, frame: Frame, conn: Any = None) -> asyncio.Future: ...
 
 
+class PerConnection(ABC):
+    """RequestHandlers that keep state per connection: each Connection serves the
+    handlers `for_connection()` returns (a RequestHandlers, maybe a FastPath), made
+    when the connection is; the server's shared instance still gets `begin_shutdown`."""
+
+    @abstractmethod
+    def for_connection(self) -> RequestHandlers: ...
+
+
 class ConnectionStats(PauseCounters, Protocol):
     requests: int
     frames_too_large: int
@@ -225,7 +238,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def __init__(self, server: ConnectionHost):
         self.server = server
-        self.handlers: RequestHandlers = server.handlers
+        handlers = server.handlers
+        self.handlers: RequestHandlers = (handlers.for_connection() if isinstance(handlers, PerConnection)
+                                          else handlers)
         self.max_queued = server.max_queued_requests
         self.write_high = server.write_buffer_high
         self.transport: asyncio.Transport | None = None

@@ -1,14 +1,29 @@
 """The native protocol's request handlers: parse, call the partition service, encode.
 
 Contract:
-- `Handlers.handle(frame)` takes one frame (type + body, as FrameReader yields
-  it) and returns the reply as a list of parts, in order: `bytes`, or a
-  `FileSlice` of a segment file that the server sends with sendfile. The server
-  releases every slice once sent (or when the connection dies). `handle` never
-  raises (except CancelledError): a malformed request answers its ProtocolError
-  code, a storage error its code (`PartitionService.error_code`), anything
+- Each connection serves its own `SessionHandlers` (`for_connection`,
+  broker/native_session.py), which hands every frame to these shared handlers with
+  the connection's `NativeSession`: the version in force (1 until a HANDSHAKE),
+  which picks the request and response layouts and how errors are answered.
+- `Handlers.handle(frame, conn, session)` takes one frame (type + body, as
+  FrameReader yields it) and returns the reply as a list of parts, in order:
+  `bytes`, or a `FileSlice` of a segment file that the server sends with sendfile.
+  The server releases every slice once sent (or when the connection dies).
+  `handle` never raises (except CancelledError): a malformed request answers its
+  ProtocolError code, a storage error its code and reason
+  (`PartitionService.error_answer`, the Kafka listener's words), anything
   unexpected UNKNOWN_SERVER_ERROR (-1) with a `request_failed` error log; the
-  connection always survives.
+  connection always survives. From version 2 on every error answer carries its
+  reason (`session.error`).
+- Version 2 (NATIVE-PROTOCOL.md): HANDSHAKE settles the version
+  (`NativeSession.agree`) and lists `sasl_mechanisms`, this listener's SASL
+  mechanisms (empty until the security work fills them per listener);
+  SASL_AUTHENTICATE answers the SASL state codes until SASL exists; METADATA
+  with allowAutoTopicCreation creates missing named topics through the partition
+  service's `auto_create_topic` (the Kafka Metadata's path) when
+  auto.create.topics.enable is on; FETCH answers the high watermark, the last
+  stable offset and the aborted list (`PartitionService.fetch_isolation`) before
+  the message set.
 - Every partition-level policy (finding logs, inline versus executor appends and
   the slow-disk back-off, on-loop reads, long polls, error codes) is the
   partition service's (broker/partitions.py), shared with the Kafka listener.
@@ -54,7 +69,11 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
   be deleted); committed offsets of a deleted topic are tombstoned.
 - PRODUCE and MULTIPRODUCE to an unknown topic answer UNKNOWN_TOPIC_OR_PARTITION:
   as in Kafka, a produce never creates a topic (auto.create.topics.enable acts on
-  the Kafka listener's Metadata requests only; the native protocol has CREATE_TOPIC).
+  Metadata requests: the Kafka listener's, and the native METADATA from version 2
+  with allowAutoTopicCreation 1). METADATA's per-topic errors carry no words (the
+  wire has no field for them); a failed auto-creation answers its code there.
+- FETCH version 2: an isolationLevel other than 0 and 1 is INVALID_REQUEST (Kafka
+  knows no other). A FETCH error's body is its message alone, as every error's.
 """
 
 from __future__ import annotations
@@ -81,6 +100,9 @@ from protocol import (
     FetchOffsetRequest,
     FetchOffsetResponse,
     FetchRequest,
+    HandshakeRequest,
+    HandshakeResponse,
+    IsolationLevel,
     MetadataRequest,
     MetadataResponse,
     MultiFetchRequest,
@@ -93,37 +115,36 @@ from protocol import (
     ProduceResult,
     ProtocolError,
     RequestType,
+    SaslAuthenticateRequest,
     TopicMetadata,
     encode_response,
-    error_response,
     fetch_response_header,
+    fetch_v2_response_header,
     multifetch_response_parts,
     parse_produce,
     parse_request,
-    produce_response,
 )
 from protocol.requests import PRODUCE_FIXED, PRODUCE_HEAD
 from storage.file_records import FileSlice
 from storage.log import AppendResult, Log
 
-from .connection import FastPath, Reply
+from .connection import PerConnection, Reply
 from .group_offsets import GroupOffsets
 from .listeners import peer_of
 from .log_limiter import BadRequestLog
+from .native_session import (
+    IllegalSaslStateError,
+    NativeSession,
+    SessionHandlers,
+    UnsupportedSaslMechanismError,
+    produce_answer,
+)
 from .partitions import INLINE_APPEND_MAX_BYTES, PartitionService, release_all
 
 INT32_MAX = 2**31 - 1
 HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend
 
 log = structlog.get_logger("strata.handlers")
-
-
-def produce_answer(result: AppendResult | None, code: int, error: StrataError | None) -> Reply:
-    """A PRODUCE's reply from its append's outcome (runs where the append ran); the
-    native PRODUCE answers no record errors, only the code."""
-    if result is None:
-        return [error_response(code)]
-    return [produce_response(result.first_offset, result.log_append_time)]
 
 
 def produce_result(result: AppendResult | None, code: int, error: StrataError | None) -> ProduceResult:
@@ -133,17 +154,21 @@ def produce_result(result: AppendResult | None, code: int, error: StrataError | 
     return ProduceResult(ErrorCode.NONE, result.first_offset, result.log_append_time)
 
 
-class Handlers(FastPath):
-    """The native protocol's RequestHandlers (broker/connection.py), with its fast path."""
+class Handlers(PerConnection):
+    """The native protocol's request handlers, shared by the connections of its
+    listener; each connection serves a `SessionHandlers` view (`for_connection`)."""
 
-    def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog):
+    def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog,
+                 sasl_mechanisms: tuple[str, ...] = ()):
         self.partitions = partitions
+        # The SASL mechanisms this listener requires: what a HANDSHAKE answers.
+        self.sasl_mechanisms = tuple(sasl_mechanisms)
         self.config = partitions.config
         self.registry = partitions.registry
         self.loop = partitions.loop
         # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
         self.bad_requests = bad_requests
-        self._dispatch: dict[type, Callable[[Any], Awaitable[Reply]]] = {
+        self._dispatch: dict[type, Callable[[Any, NativeSession], Awaitable[Reply]]] = {
             ProduceRequest: self.produce,
             FetchRequest: self.fetch,
             MultiFetchRequest: self.multifetch,
@@ -157,35 +182,43 @@ class Handlers(FastPath):
             DeleteRecordsRequest: self.delete_records,
             CommitOffsetRequest: self.commit_offset,
             FetchOffsetRequest: self.fetch_offset,
+            HandshakeRequest: self.handshake,
+            SaslAuthenticateRequest: self.sasl_authenticate,
         }
 
     @property
     def offsets(self) -> GroupOffsets:
         return self.partitions.offsets
 
-    # ---- entry point (broker.connection.RequestHandlers) ----------------------------------------
+    # ---- entry point (SessionHandlers, per connection) -------------------------------------------
 
-    async def handle(self, frame, conn=None) -> Reply:
+    def for_connection(self) -> SessionHandlers:
+        return SessionHandlers(self)
+
+    async def handle(self, frame, conn=None, session: NativeSession | None = None) -> Reply:
+        session = session or NativeSession()
         try:
-            request = parse_request(frame)
+            request = parse_request(frame, session.version)
         except ProtocolError as e:
             self.bad_requests.record(peer_of(conn), "bad_request", error=str(e), peer=peer_of(conn))
-            return [error_response(e.code)]
+            return session.error(e.code, e.message)
         try:
-            return await self._dispatch[type(request)](request)
+            return await self._dispatch[type(request)](request, session)
         except StrataError as e:
-            return [error_response(e.code)]
+            return session.error(*self.partitions.error_answer(e))
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("request_failed", request=type(request).__name__)
-            return [error_response(ErrorCode.UNKNOWN_SERVER_ERROR)]
+            return session.error(ErrorCode.UNKNOWN_SERVER_ERROR)
 
     def bad_frame_reply(self, error: ProtocolError) -> Reply:
-        return [error_response(error.code)]  # a frame too short for a type: answer, read on
+        """A frame too short for a type, on a connection at version 1 (SessionHandlers
+        answers for its own connection)."""
+        return NativeSession().error(error.code, error.message)
 
     def fatal_reply(self, error: ProtocolError) -> Reply:
-        return [error_response(error.code)]  # a frame over the limit: answer, then close
+        return NativeSession().error(error.code, error.message)
 
     def begin_shutdown(self) -> None:
         """Answer every long-poll FETCH now and make new ones answer at once."""
@@ -193,7 +226,7 @@ class Handlers(FastPath):
 
     # ---- the fast path (broker.connection.FastPath) ---------------------------------------------
 
-    def handle_now(self, frame, conn=None) -> Reply | None:
+    def handle_now(self, frame, conn, session: NativeSession) -> Reply | None:
         """The reply to `frame` if it can be made right now, on the loop, without
         waiting for anything: a PRODUCE whose append runs inline (the partition
         service's policy), a FETCH with data to send or nothing to wait for. None,
@@ -202,7 +235,7 @@ class Handlers(FastPath):
         if frame[0]:  # the int16 type, big-endian: every type so far has a zero high byte
             return None
         if frame[1] == RequestType.FETCH:
-            return self._fetch_now(frame)
+            return self._fetch_now(frame, session)
         if frame[1] != RequestType.PRODUCE:
             return None
         partitions = self.partitions
@@ -215,10 +248,10 @@ class Handlers(FastPath):
                 return None
         except ProtocolError as e:
             self.bad_requests.record(peer_of(conn), "bad_request", error=str(e), peer=peer_of(conn))
-            return [error_response(e.code)]
+            return session.error(e.code, e.message)
         except Exception as e:
-            return [error_response(partitions.error_code(e, partition_log))]
-        return [produce_response(result.first_offset, result.log_append_time)]
+            return session.error(*partitions.error_answer(e, partition_log))
+        return session.produce_answer(result, ErrorCode.NONE, None)
 
     def run_key(self, frame) -> tuple[bytes, int] | None:
         """A PRODUCE whose append goes to the executor is keyed by its partition, so
@@ -243,7 +276,7 @@ class Handlers(FastPath):
                 return None  # inline (or an error `handle` answers)
         return topic, partition
 
-    def begin(self, frame, conn=None) -> asyncio.Future:
+    def begin(self, frame, conn, session: NativeSession) -> asyncio.Future:
         """Start a keyed PRODUCE now and return the future of its reply. Parsing and
         checks happen here, on the loop; the append goes to the partition's appender,
         behind every append begun before it. The future never fails: errors are
@@ -253,21 +286,24 @@ class Handlers(FastPath):
             partition_log = self.partitions.open_log(topic, partition, produce=True)
         except Exception as e:
             future = self.loop.create_future()
-            if isinstance(e, (ProtocolError, StrataError)):
-                future.set_result([error_response(e.code)])
+            if isinstance(e, ProtocolError):
+                future.set_result(session.error(e.code, e.message))
+            elif isinstance(e, StrataError):
+                future.set_result(session.error(*self.partitions.error_answer(e)))
             else:
                 log.exception("request_failed", request="ProduceRequest")
-                future.set_result([error_response(ErrorCode.UNKNOWN_SERVER_ERROR)])
+                future.set_result(session.error(ErrorCode.UNKNOWN_SERVER_ERROR))
             return future
-        return self.partitions.append_later(partition_log, message_set, produce_answer)  # type: ignore[arg-type]
+        return self.partitions.append_later(partition_log, message_set,  # type: ignore[arg-type]
+                                            session.produce_answer)
 
     # ---- PRODUCE / MULTIPRODUCE -----------------------------------------------------------------
 
-    async def produce(self, req: ProduceRequest) -> Reply:
+    async def produce(self, req: ProduceRequest, session: NativeSession) -> Reply:
         partition_log = await self.partitions.partition_log(req.topic, req.partition, produce=True)
-        return await self.partitions.append(partition_log, req.message_set, produce_answer)
+        return await self.partitions.append(partition_log, req.message_set, session.produce_answer)
 
-    async def multiproduce(self, req: MultiProduceRequest) -> Reply:
+    async def multiproduce(self, req: MultiProduceRequest, session: NativeSession) -> Reply:
         partitions = self.partitions
         started: list[Any] = []
         for item in req.items:
@@ -282,9 +318,8 @@ class Handlers(FastPath):
 
     # ---- FETCH / MULTIFETCH ---------------------------------------------------------------------
 
-    async def fetch(self, req: FetchRequest) -> Reply:
-        if req.max_bytes < 0:
-            raise InvalidRequestError(f"maxBytes {req.max_bytes} is negative")
+    async def fetch(self, req: FetchRequest, session: NativeSession) -> Reply:
+        check_fetch(req)
         partitions = self.partitions
         tp = (req.topic, req.partition)
         partition_log = await partitions.partition_log(req.topic, req.partition)
@@ -295,47 +330,58 @@ class Handlers(FastPath):
             event = partitions.watch(tp) if req.max_wait_ms > 0 else None
             if req.offset == partition_log.log_end_offset:
                 if event is None or partitions.shutting_down:
-                    return [fetch_response_header(ErrorCode.NONE, 0)]
+                    return self._fetch_answer(partition_log, req, session)
                 if deadline is None:
                     deadline = self.loop.time() + req.max_wait_ms / 1000
                 if not await partitions.wait_for_append([event], deadline - self.loop.time()):
-                    return [fetch_response_header(ErrorCode.NONE, 0)]
+                    return self._fetch_answer(partition_log, req, session)
                 if partitions.manager.get_log(*tp) is not partition_log:
                     raise UnknownTopicOrPartitionError(f"{req.topic}-{req.partition} was deleted")
                 continue
-            return self._fetch_answer(partition_log, req)
+            return self._fetch_answer(partition_log, req, session)
 
-    def _fetch_answer(self, partition_log: Log, req: FetchRequest) -> Reply:
-        """A FETCH's answer from what the log holds now (no waiting)."""
-        max_bytes = min(req.max_bytes, self.config.fetch_max_bytes, INT32_MAX - 2)
+    def _fetch_answer(self, partition_log: Log, req: FetchRequest, session: NativeSession) -> Reply:
+        """A FETCH's answer from what the log holds now (no waiting): the message set,
+        after the offsets and the aborted list from version 2 on."""
+        v2 = session.version >= 2
+        max_bytes = min(req.max_bytes, self.config.fetch_max_bytes,
+                        INT32_MAX - 2 - (FETCH_V2_OFFSETS_BYTES if v2 else 0))
         try:
             found = self.partitions.read(partition_log, req.offset, max_bytes)
         except StrataError as e:
-            return [error_response(self.partitions.error_code(e, partition_log))]
-        if found.length == 0:
+            return session.error(*self.partitions.error_answer(e, partition_log))
+        length = found.length
+        if not length:
             found.release()
-            return [fetch_response_header(ErrorCode.NONE, 0)]
-        return [fetch_response_header(ErrorCode.NONE, found.length), found]
+        if v2:
+            high_watermark = partition_log.log_end_offset
+            isolation = self.partitions.fetch_isolation(partition_log, req.isolation_level, req.offset, found)
+            aborted = isolation.aborted if req.isolation_level == IsolationLevel.READ_COMMITTED else ()
+            header = fetch_v2_response_header(high_watermark, isolation.last_stable_offset,
+                                              partition_log.log_start_offset, aborted, length)
+        else:
+            header = fetch_response_header(ErrorCode.NONE, length)
+        return [header, found] if length else [header]
 
-    def _fetch_now(self, frame) -> Reply | None:
+    def _fetch_now(self, frame, session: NativeSession) -> Reply | None:
         """handle_now for a FETCH: the answer when nothing needs waiting for (data
         there, no long poll to start, the partition's log open); else None."""
         try:
-            req = parse_request(frame)
+            req = parse_request(frame, session.version)
         except ProtocolError:
             return None  # `handle` answers it
-        if not isinstance(req, FetchRequest) or req.max_bytes < 0:
+        if not isinstance(req, FetchRequest) or req.max_bytes < 0 or req.isolation_level not in ISOLATION_LEVELS:
             return None
         try:
             partition_log = self.partitions.open_log(req.topic, req.partition)
         except StrataError as e:
-            return [error_response(e.code)]
+            return session.error(*self.partitions.error_answer(e))
         if partition_log is None or (req.offset == partition_log.log_end_offset and req.max_wait_ms > 0
                                      and not self.partitions.shutting_down):
             return None  # an internal log to create, or a long poll: the task waits
-        return self._fetch_answer(partition_log, req)
+        return self._fetch_answer(partition_log, req, session)
 
-    async def multifetch(self, req: MultiFetchRequest) -> Reply:
+    async def multifetch(self, req: MultiFetchRequest, session: NativeSession) -> Reply:
         partitions = self.partitions
         targets: list[Log | int] = []
         for item in req.items:
@@ -377,7 +423,7 @@ class Handlers(FastPath):
 
     # ---- OFFSETS ----------------------------------------------------------------------------
 
-    async def offsets_request(self, req: OffsetsRequest) -> Reply:
+    async def offsets_request(self, req: OffsetsRequest, session: NativeSession) -> Reply:
         partition_log = await self.partitions.partition_log(req.topic, req.partition)
         if req.time < OffsetsRequest.EARLIEST:
             raise InvalidRequestError(f"time {req.time} is neither -1, -2 nor a timestamp")
@@ -394,16 +440,17 @@ class Handlers(FastPath):
 
     # ---- topics -------------------------------------------------------------------------------
 
-    async def create_topic(self, req: CreateTopicRequest) -> Reply:
+    async def create_topic(self, req: CreateTopicRequest, session: NativeSession) -> Reply:
         await self.partitions.blocking(self.registry.create, req.topic, req.partitions, req.configs)
         return [encode_response(EmptyResponse(ErrorCode.NONE))]
 
-    async def delete_topic(self, req: DeleteTopicRequest) -> Reply:
+    async def delete_topic(self, req: DeleteTopicRequest, session: NativeSession) -> Reply:
         await self.partitions.remove_topic(req.topic)
         return [encode_response(EmptyResponse(ErrorCode.NONE))]
 
-    async def metadata(self, req: MetadataRequest) -> Reply:
+    async def metadata(self, req: MetadataRequest, session: NativeSession) -> Reply:
         names = req.topics or self.registry.names()
+        auto_create = bool(req.topics) and req.allow_auto_topic_creation and self.config.auto_create_topics
         topics = []
         for name in names:
             try:
@@ -412,6 +459,13 @@ class Handlers(FastPath):
                 topics.append(TopicMetadata(name, e.code))
                 continue
             known = self.registry.get(name)
+            if known is None and auto_create:
+                try:
+                    await self.partitions.blocking(self.partitions.auto_create_topic, name)
+                except StrataError as e:
+                    topics.append(TopicMetadata(name, e.code))
+                    continue
+                known = self.registry.get(name)
             if known is None:
                 topics.append(TopicMetadata(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
@@ -424,29 +478,60 @@ class Handlers(FastPath):
             topics.append(TopicMetadata(name, ErrorCode.NONE, partitions))
         return [encode_response(MetadataResponse(ErrorCode.NONE, topics))]
 
-    async def describe_config(self, req: DescribeConfigRequest) -> Reply:
+    async def describe_config(self, req: DescribeConfigRequest, session: NativeSession) -> Reply:
         configs = self.registry.describe(req.topic)
         return [encode_response(DescribeConfigResponse(ErrorCode.NONE, sorted(configs.items())))]
 
-    async def alter_config(self, req: AlterConfigRequest) -> Reply:
+    async def alter_config(self, req: AlterConfigRequest, session: NativeSession) -> Reply:
         await self.partitions.blocking(self.registry.alter, req.topic, req.configs)
         return [encode_response(EmptyResponse(ErrorCode.NONE))]
 
-    async def delete_records(self, req: DeleteRecordsRequest) -> Reply:
+    async def delete_records(self, req: DeleteRecordsRequest, session: NativeSession) -> Reply:
         partition_log = await self.partitions.partition_log(req.topic, req.partition)
         start = await self.partitions.delete_records_before(partition_log, req.offset)
         return [encode_response(DeleteRecordsResponse(ErrorCode.NONE, start))]
 
     # ---- committed offsets --------------------------------------------------------------------
 
-    async def commit_offset(self, req: CommitOffsetRequest) -> Reply:
+    async def commit_offset(self, req: CommitOffsetRequest, session: NativeSession) -> Reply:
         await self.partitions.blocking(self.offsets.commit, req.group, req.topic, req.partition, req.offset,
                              req.metadata)
         return [encode_response(EmptyResponse(ErrorCode.NONE))]
 
-    async def fetch_offset(self, req: FetchOffsetRequest) -> Reply:
+    async def fetch_offset(self, req: FetchOffsetRequest, session: NativeSession) -> Reply:
         validate_topic_name(req.topic)
         found = self.offsets.fetch(req.group, req.topic, req.partition)
         if found is None:
             return [encode_response(FetchOffsetResponse(ErrorCode.NONE, -1, None))]
         return [encode_response(FetchOffsetResponse(ErrorCode.NONE, found.offset, found.metadata))]
+
+    # ---- version 2: HANDSHAKE, SASL_AUTHENTICATE ------------------------------------------------
+
+    async def handshake(self, req: HandshakeRequest, session: NativeSession) -> Reply:
+        version = session.agree(req.version)
+        return [encode_response(HandshakeResponse(ErrorCode.NONE, version, self.sasl_mechanisms))]
+
+    async def sasl_authenticate(self, req: SaslAuthenticateRequest, session: NativeSession) -> Reply:
+        if session.version < 2:
+            raise IllegalSaslStateError("SASL_AUTHENTICATE before a HANDSHAKE of version 2")
+        if req.mechanism not in self.sasl_mechanisms:
+            enabled = ", ".join(self.sasl_mechanisms) or "none"
+            raise UnsupportedSaslMechanismError(
+                f"SASL mechanism {req.mechanism!r} is not enabled on this listener (enabled: {enabled})")
+        raise IllegalSaslStateError(f"SASL mechanism {req.mechanism!r} is listed but not implemented")
+
+
+ISOLATION_LEVELS = frozenset(int(level) for level in IsolationLevel)
+FETCH_V2_OFFSETS_BYTES = 28  # a version-2 FETCH answer's highWatermark, lastStableOffset, logStartOffset, abortedCount
+
+
+def check_fetch(req: FetchRequest) -> None:
+    """A FETCH's arguments the codec cannot judge. Raises InvalidRequestError."""
+    if req.max_bytes < 0:
+        raise InvalidRequestError(f"maxBytes {req.max_bytes} is negative")
+    if req.isolation_level not in ISOLATION_LEVELS:
+        raise InvalidRequestError(f"isolationLevel {req.isolation_level} is neither 0 (read_uncommitted) "
+                                  "nor 1 (read_committed)")
+
+
+__all__ = ["Handlers", "produce_answer"]

@@ -10,8 +10,9 @@ both listeners because it is written once, here.
   creation in the executor). An unknown topic or partition is
   UNKNOWN_TOPIC_OR_PARTITION; appending to an internal topic INVALID_TOPIC_EXCEPTION
   ("cannot append to internal topic", as Kafka's ReplicaManager). Topic
-  auto-creation (`auto_create_topic`, blocking) is the Kafka listener's Metadata
-  with auto.create.topics.enable; a produce never creates a topic.
+  auto-creation (`auto_create_topic`, blocking) is what both protocols' Metadata
+  does with auto.create.topics.enable (the native one from version 2, when the
+  request allows it); a produce never creates a topic.
 - Appending, one policy (`append`, `try_append_inline`, `append_later`): an append
   with no fsync due (flush.messages unset) and no earlier append of its partition
   still queued runs inline on the loop: a copy into the page cache, a few
@@ -41,6 +42,15 @@ both listeners because it is written once, here.
   answer: a StrataError's own code (storage/io_errors.py turns OSErrors into
   them), except that a log closed under the request by a topic deletion reads as
   UNKNOWN_TOPIC_OR_PARTITION; anything else is UNKNOWN_SERVER_ERROR, logged.
+  `error_reason(code, error)` gives the words answered with that code (the
+  native protocol's version-2 `message`; the Kafka listener's `error_message` is
+  the same `str(error)`): the StrataError's own message, which names the key,
+  value and limit (`retention.ms: 'abc' is not a valid long`); `error_answer`
+  is both at once.
+- Transactions' read view (`fetch_isolation`): the last stable offset and the
+  aborted transactions of a fetched range, for both protocols' Fetch. Without
+  transactions the last stable offset is the high watermark (the log end on one
+  node) and nothing is aborted; the transaction work fills this one function.
 - Blocking work (`blocking`) runs in the executor; a cancelled caller (the
   connection died) never cancels the work, which may be an append.
 - Metrics (broker/metrics.py, when the admin port is on): every append counts its
@@ -102,6 +112,25 @@ APPENDS_PER_JOB = 16  # an Appender's job yields its executor thread after this 
 VALID_NAMES_CACHED = 4096  # `_valid_names` starts over past this many
 
 log = structlog.get_logger("strata.partitions")
+
+
+@dataclass(frozen=True)
+class FetchIsolation:
+    """What a Fetch at an isolation level sees of a partition: reads stop at
+    `last_stable_offset` under read_committed, and `aborted` lists (producerId,
+    firstOffset) of the aborted transactions whose data the range holds."""
+
+    last_stable_offset: int
+    aborted: tuple[tuple[int, int], ...] = ()
+
+
+def error_reason(code: int, error: BaseException | None) -> str | None:
+    """The words answered with `code` for `error`: the StrataError's message when
+    the code is its own; None otherwise (an unexpected error's details stay in the
+    broker's log, as Kafka leaves UNKNOWN_SERVER_ERROR unexplained)."""
+    if isinstance(error, StrataError) and error.code == code:
+        return str(error) or None
+    return None
 
 
 @dataclass
@@ -330,6 +359,11 @@ class PartitionService:
 
     # ---- errors ---------------------------------------------------------------------------------
 
+    def error_answer(self, error: BaseException, partition_log: Log | None = None) -> tuple[int, str | None]:
+        """`error_code` and `error_reason` of `error`: the code and the words to answer."""
+        code = self.error_code(error, partition_log)
+        return code, error_reason(code, error)
+
     def error_code(self, error: BaseException, partition_log: Log | None = None) -> int:
         """The Kafka code to answer for `error`, met while serving `partition_log`.
         A log closed under the request by a topic deletion reads as an unknown
@@ -464,6 +498,16 @@ class PartitionService:
         counters.read(found.length)
         return found
 
+    def fetch_isolation(self, partition_log: Log, isolation_level: int, fetch_offset: int,
+                        found: FileSlice | None) -> FetchIsolation:
+        """The last stable offset of `partition_log` and, under read_committed (1),
+        the aborted transactions with data in `found` (read from `fetch_offset`;
+        None when nothing was read). Both protocols' Fetch answer it.
+        A read_committed read stops at the last stable offset. Without transactions:
+        the high watermark (the log end on one node), which every read stops at
+        already, and nothing aborted."""
+        return FetchIsolation(partition_log.log_end_offset)
+
     # ---- waiting for data -----------------------------------------------------------------------
 
     def watch(self, tp: TopicPartition) -> asyncio.Event:
@@ -543,6 +587,7 @@ class PartitionService:
         return start
 
 
-__all__ = ["APPENDS_PER_JOB", "AppendStats", "Appender", "INLINE_APPEND_MAX_BYTES", "INLINE_BACKOFF_S",
+__all__ = ["APPENDS_PER_JOB", "AppendStats", "Appender", "FetchIsolation", "INLINE_APPEND_MAX_BYTES",
+           "INLINE_BACKOFF_S", "error_reason",
            "LARGE_INLINE_APPEND_MAX_BYTES", "PartitionService", "PartitionWaiters", "SLOW_INLINE_APPEND_S",
            "append_outcome", "release_all", "strata_error"]

@@ -10,6 +10,10 @@ Contract:
   would be applied twice (create would then fail with TOPIC_ALREADY_EXISTS).
 - `metadata()` returns the broker's answer as it is (`TopicMetadata`, each with
   its own error code); `describe_topic()` raises for a topic that is missing.
+  With `auto_create=True` (the producer's and the Spark sink's default, as
+  Kafka's clients) METADATA asks the broker to create missing named topics
+  (native version 2's allowAutoTopicCreation); a topic still missing then raises
+  an error that names it and says the broker does not create topics on use.
 - `Admin` has the same methods, blocking, run on the shared client loop thread.
 """
 
@@ -77,25 +81,30 @@ class AsyncAdmin:
     async def delete_topic(self, name: str) -> None:
         await self._session.call(DeleteTopicRequest(name), f"delete topic {name!r}")
 
-    async def metadata(self, topics: Iterable[str] = ()) -> list[TopicMetadata]:
-        """Every topic (no names given) or the named ones, each with its error code."""
-        response = await self._read(MetadataRequest(tuple(topics)), "metadata")
+    async def metadata(self, topics: Iterable[str] = (), auto_create: bool = False) -> list[TopicMetadata]:
+        """Every topic (no names given) or the named ones, each with its error code;
+        `auto_create` asks the broker to create the missing named ones."""
+        response = await self._read(MetadataRequest(tuple(topics), auto_create), "metadata")
         return list(response.topics)
 
     async def list_topics(self) -> list[str]:
         return sorted(t.topic for t in await self.metadata())
 
-    async def describe_topic(self, name: str) -> TopicMetadata:
-        for topic in await self.metadata([name]):
+    async def describe_topic(self, name: str, auto_create: bool = False) -> TopicMetadata:
+        for topic in await self.metadata([name], auto_create):
             if topic.topic == name:
+                if auto_create and topic.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise StrataClientError(
+                        f"topic {name!r} does not exist and the broker does not create topics on use "
+                        "(auto.create.topics.enable is false): create it first", topic.error)
                 raise_for(topic.error, f"topic {name!r}")
                 return topic
         # The broker did not list it at all: the same answer as an unknown topic.
         raise StrataClientError(f"topic {name!r}: unknown topic or partition",
                                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
-    async def partition_count(self, name: str) -> int:
-        return len((await self.describe_topic(name)).partitions)
+    async def partition_count(self, name: str, auto_create: bool = False) -> int:
+        return len((await self.describe_topic(name, auto_create)).partitions)
 
     # ---- configs ---------------------------------------------------------------
 
@@ -159,17 +168,17 @@ class Admin:
     def delete_topic(self, name: str) -> None:
         self._loop.run(self._admin.delete_topic(name))
 
-    def metadata(self, topics: Iterable[str] = ()) -> list[TopicMetadata]:
-        return self._loop.run(self._admin.metadata(tuple(topics)))
+    def metadata(self, topics: Iterable[str] = (), auto_create: bool = False) -> list[TopicMetadata]:
+        return self._loop.run(self._admin.metadata(tuple(topics), auto_create))
 
     def list_topics(self) -> list[str]:
         return self._loop.run(self._admin.list_topics())
 
-    def describe_topic(self, name: str) -> TopicMetadata:
-        return self._loop.run(self._admin.describe_topic(name))
+    def describe_topic(self, name: str, auto_create: bool = False) -> TopicMetadata:
+        return self._loop.run(self._admin.describe_topic(name, auto_create))
 
-    def partition_count(self, name: str) -> int:
-        return self._loop.run(self._admin.partition_count(name))
+    def partition_count(self, name: str, auto_create: bool = False) -> int:
+        return self._loop.run(self._admin.partition_count(name, auto_create))
 
     def describe_config(self, topic: str) -> dict[str, str | None]:
         return self._loop.run(self._admin.describe_config(topic))

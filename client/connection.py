@@ -19,6 +19,12 @@ Contract:
   at once. A timeout must close the connection: the late answer would
   otherwise be matched to the next request. Bytes that are not a valid
   response fail everything with StrataClientError(CORRUPT_MESSAGE).
+- Version: `open` first sends a HANDSHAKE (the codec's PROTOCOL_VERSION) and
+  speaks the version the broker answers (`conn.version`); a broker of version 1
+  answers the unknown type with INVALID_REQUEST and the connection stays at
+  version 1. From version 2 on, error responses carry the broker's reason
+  (`response.message`). A broker whose listener requires SASL mechanisms is
+  refused with a clear error (this client has no SASL yet).
 - Encoding and parsing are entirely the `protocol` codec's: this module only
   moves frames.
 
@@ -36,14 +42,16 @@ import socket
 import ssl as ssl_module
 from collections import deque
 
-from protocol import FrameDecoder, ProtocolError, encode_request, parse_response
+from protocol import PROTOCOL_VERSION, FrameDecoder, HandshakeRequest, ProtocolError, encode_request, parse_response
 from protocol.errors import ErrorCode
 from protocol.requests import Request
 
 from .errors import BrokerUnreachable, RequestTimedOut, StrataClientError
 
 __all__ = ["AsyncConnection", "parse_bootstrap", "DEFAULT_REQUEST_TIMEOUT_MS",
-           "DEFAULT_CONNECT_TIMEOUT_MS"]
+           "DEFAULT_CONNECT_TIMEOUT_MS", "CLIENT_ID"]
+
+CLIENT_ID = "strata-python"  # what the HANDSHAKE names this client
 
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 DEFAULT_CONNECT_TIMEOUT_MS = 10_000
@@ -88,6 +96,7 @@ class _BrokerProtocol(asyncio.Protocol):
         self.pending: deque[tuple[int, asyncio.Future]] = deque()
         self.decoder = FrameDecoder(max_frame_bytes=MAX_RESPONSE_FRAME)
         self.error: StrataClientError | None = None  # set once: the connection is dead
+        self.version = 1  # until the HANDSHAKE's answer says otherwise
         self._can_write = asyncio.Event()
         self._can_write.set()
 
@@ -101,7 +110,7 @@ class _BrokerProtocol(asyncio.Protocol):
                 if not self.pending:
                     raise ProtocolError(ErrorCode.CORRUPT_MESSAGE, "a response nobody asked for")
                 request_type, future = self.pending.popleft()
-                response = parse_response(request_type, frame)
+                response = parse_response(request_type, frame, self.version)
                 if not future.done():  # a cancelled caller leaves its slot behind
                     future.set_result(response)
         except ProtocolError as e:
@@ -173,8 +182,26 @@ class AsyncConnection:
             except OSError as e:
                 problems.append(f"{address}: {_reason(e)}")
             else:
-                return cls(protocol, request_timeout_ms)
+                conn = cls(protocol, request_timeout_ms)
+                await conn._handshake()
+                return conn
         raise BrokerUnreachable("cannot reach broker at " + "; ".join(problems))
+
+    async def _handshake(self) -> None:
+        """Settle the version with the broker (see the module contract)."""
+        response = await self.request(HandshakeRequest(PROTOCOL_VERSION, CLIENT_ID))
+        if response.error != ErrorCode.NONE:
+            return  # a version-1 broker: HANDSHAKE is a type it does not know
+        if response.mechanisms:
+            self.close()
+            raise StrataClientError(f"broker at {self.address} requires SASL ({', '.join(response.mechanisms)}), "
+                                    "which this client does not support")
+        self._protocol.version = response.version
+
+    @property
+    def version(self) -> int:
+        """The native protocol version this connection speaks."""
+        return self._protocol.version
 
     @property
     def closed(self) -> bool:
@@ -189,7 +216,7 @@ class AsyncConnection:
         protocol = self._protocol
         if protocol.error is not None:
             raise protocol.error
-        frame = encode_request(request)
+        frame = encode_request(request, protocol.version)
         future = asyncio.get_running_loop().create_future()
         transport = protocol.transport
         assert transport is not None  # create_connection returns after connection_made

@@ -235,13 +235,13 @@ class AsyncConsumer:
         # The broker may hold a long poll for wait_ms: allow for it on top of the timeout.
         timeout = self._session.request_timeout_ms + wait_ms
         response = await self._session.retrying(lambda: self._session.request(request, timeout))
-        await self._take_fetched(tp, offset, response.error, response.message_set)
+        await self._take_fetched(tp, offset, response.error, response.message_set, response.message)
 
     def _size(self, tp: TopicPartition) -> int:
         return self._fetch_size.get(tp, self.max_bytes)
 
     async def _take_fetched(self, tp: TopicPartition, offset: int, error: int,
-                            message_set) -> bool:
+                            message_set, reason: str | None = None) -> bool:
         """Buffer what a fetch brought; True when the partition made progress."""
         if self._positions.get(tp) != offset:
             return False  # a seek happened meanwhile: this answer is stale
@@ -250,7 +250,7 @@ class AsyncConsumer:
             await self._reset(tp, self.auto_offset_reset, OffsetOutOfRange(
                 f"{where}: offset {offset} is out of range and auto_offset_reset is 'none'"))
             return True
-        raise_for(error, f"fetch {where} at offset {offset}")
+        raise_for(error, f"fetch {where} at offset {offset}", reason)
         fetched = read_fetched(message_set, offset)
         if fetched.too_small:
             self._fetch_size[tp] = grow_fetch_size(self._size(tp), self.max_bytes_cap,
@@ -335,7 +335,7 @@ class AsyncConsumer:
         responses = await asyncio.gather(*(self._session.request(r) for r in requests))
         for request, response in zip(requests, responses, strict=True):
             raise_for(response.error, f"commit offset {request.offset} of {request.topic}-"
-                                      f"{request.partition} for group {self.group!r}")
+                                      f"{request.partition} for group {self.group!r}", response.message)
         self._committed_positions.update(offsets)
         self._last_commit = time.monotonic()
 

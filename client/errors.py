@@ -13,8 +13,11 @@ Contract:
   wrong request); also retriable.
 - `OffsetOutOfRange`, `NoOffsetForPartition`: consumer position problems
   (`auto_offset_reset="none"`).
-- `raise_for(code, context)` turns a non-NONE code from a response into the
-  matching exception; every response the client reads goes through it.
+- `raise_for(code, context, reason=None)` turns a non-NONE code from a response
+  into the matching exception; every response the client reads goes through it.
+  `reason` is the broker's own words (native protocol version 2's `message`,
+  e.g. `retention.ms: 'abc' is not a valid long`): the message says it in place
+  of the code's generic explanation, and `e.reason` keeps it.
 """
 
 from __future__ import annotations
@@ -38,11 +41,12 @@ class StrataClientError(Exception):
 
     retriable = False
 
-    def __init__(self, message: str, code: int | None = None):
+    def __init__(self, message: str, code: int | None = None, reason: str | None = None):
         super().__init__(message)
         self.message = message
         self.code = as_error_code(code) if code is not None else None
         self.name = error_name(code)
+        self.reason = reason  # the broker's words, when it gave any
 
     def __str__(self) -> str:
         return f"{self.message} ({self.name})" if self.name else self.message
@@ -57,8 +61,8 @@ class RequestTimedOut(StrataClientError):
 
 
 class OffsetOutOfRange(StrataClientError):
-    def __init__(self, message: str):
-        super().__init__(message, ErrorCode.OFFSET_OUT_OF_RANGE)
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message, ErrorCode.OFFSET_OUT_OF_RANGE, reason)
 
 
 class NoOffsetForPartition(StrataClientError):
@@ -81,11 +85,12 @@ _EXPLAIN: dict[int, str] = {
 }
 
 
-def raise_for(code: int, context: str) -> None:
-    """Raise the exception for `code` (a no-op for NONE); `context` says what was asked."""
+def raise_for(code: int, context: str, reason: str | None = None) -> None:
+    """Raise the exception for `code` (a no-op for NONE); `context` says what was
+    asked, `reason` is the broker's explanation when it sent one."""
     if code == ErrorCode.NONE:
         return
-    what = _EXPLAIN.get(code, "broker error")
+    what = reason or _EXPLAIN.get(code, "broker error")
     if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-        raise OffsetOutOfRange(f"{context}: {what}")
-    raise StrataClientError(f"{context}: {what}", code)
+        raise OffsetOutOfRange(f"{context}: {what}", reason)
+    raise StrataClientError(f"{context}: {what}", code, reason)

@@ -7,7 +7,10 @@ Contract:
   has appended it, or fails with the StrataClientError that stopped it. The
   async `send` returns once the record is queued (it may first ask the broker
   for the topic's partition count; an unknown topic or a bad partition raises
-  from `send` itself). The blocking `send` returns a concurrent.futures.Future
+  from `send` itself). As Kafka's producer, that METADATA asks the broker to
+  create a missing topic (`allow_auto_create_topics`, default True; the broker
+  does when its auto.create.topics.enable is on, with its num.partitions); when
+  it does not, `send` raises an error naming the topic. The blocking `send` returns a concurrent.futures.Future
   at once: it hands the record to the loop thread without a round trip (see
   `Producer`), and successive sends from one thread keep their order.
 - Partitioning: an explicit `partition` wins; a keyed record goes to
@@ -151,13 +154,15 @@ def _record_size(key: bytes | None, value: bytes | None, headers) -> int:
 class AsyncProducer:
     def __init__(self, bootstrap: str, *, linger_ms: int = DEFAULT_LINGER_MS,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, compression: str = "none",
-                 metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS, **session_options):
+                 metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS,
+                 allow_auto_create_topics: bool = True, **session_options):
         if compression not in COMPRESSION_CODECS:
             raise ValueError(f"unknown compression {compression!r}: use one of "
                              f"{', '.join(COMPRESSION_CODECS)}")
         if linger_ms < 0 or max_batch_bytes <= 0 or metadata_max_age_ms < 0:
             raise ValueError("linger_ms and metadata_max_age_ms must be >= 0 and max_batch_bytes > 0")
         self.metadata_max_age = metadata_max_age_ms / 1000
+        self.allow_auto_create_topics = allow_auto_create_topics
         self.linger_ms = linger_ms
         self.max_batch_bytes = max_batch_bytes
         self.codec = COMPRESSION_CODECS[compression]
@@ -220,7 +225,7 @@ class AsyncProducer:
     async def partition_count(self, topic: str) -> int:
         count = self.cached_partition_count(topic)
         if count is None:
-            count = await self._admin.partition_count(topic)
+            count = await self._admin.partition_count(topic, auto_create=self.allow_auto_create_topics)
             self._counted_at[topic] = time.monotonic()
             self._partition_counts[topic] = count
         return count
@@ -298,7 +303,7 @@ class AsyncProducer:
             message_set = build_batch(batch.records, codec=self.codec)
             request = ProduceRequest(queue.topic, queue.partition, message_set)
             response = await self._session.retrying(lambda: self._session.request(request))
-            raise_for(response.error, where)
+            raise_for(response.error, where, response.message)
         except asyncio.CancelledError:
             self._fail(batch, StrataClientError(f"{where}: producer closed before the answer"))
             raise

@@ -9,7 +9,8 @@ Contract:
   (BrokerUnreachable, RequestTimedOut) the next request opens a new one.
   Concurrent callers share one connection attempt.
 - `await session.request(req, timeout_ms)` returns the raw response;
-  `await session.call(req, context)` also raises for a top-level error code.
+  `await session.call(req, context)` also raises for a top-level error code,
+  with the broker's reason when the connection speaks version 2.
 - `await session.retrying(op, what)` runs `op()` (a coroutine function) and
   retries it on retriable errors only (transport failures: BrokerUnreachable,
   RequestTimedOut), at most `retries` times, sleeping `retry_backoff_ms`,
@@ -74,7 +75,7 @@ class BrokerSession:
 
     async def call(self, request: Request, context: str, timeout_ms: int | None = None):
         response = await self.request(request, timeout_ms)
-        raise_for(response.error, context)
+        raise_for(response.error, context, response.message)
         return response
 
     async def retrying(self, op: Callable[[], Awaitable[T]], retries: int | None = None) -> T:

@@ -47,7 +47,7 @@ from .offsets import OptionError, PartitionOffsets, format_tp, offsets_from_json
 from .options import ReadOptions, read_options, write_options
 from .planning import OffsetRange, Planner, rate_limit, split_ranges
 from .schema import spark_schema
-from .writer import StrataBatchWriter, StrataStreamWriter, check_write_schema
+from .writer import StrataBatchWriter, StrataStreamWriter, check_write_schema, ensure_topic
 
 __all__ = ["StrataDataSource", "StrataBatchReader", "StrataStreamReader"]
 
@@ -91,11 +91,13 @@ class StrataDataSource(DataSource):
                               "appended to topics, use mode(\"append\")")
         options = write_options(self.options)
         check_write_schema(schema, options)
+        ensure_topic(options)
         return StrataBatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StrataStreamWriter:
         options = write_options(self.options)
         check_write_schema(schema, options)
+        ensure_topic(options)
         return StrataStreamWriter(options)
 
 

@@ -13,6 +13,13 @@ Contract:
   retries. Strings are encoded as UTF-8, a null key or partition leaves the
   choice to the producer's partitioner (murmur2 of the key, else sticky), a
   null value is a tombstone, a null topic (no option) fails the task.
+- Topics are created on first write when the broker allows it, as Kafka's
+  producer does: `ensure_topic(options)` runs on the driver before any task and
+  asks METADATA for the `topic` option's topic with allowAutoTopicCreation, so a
+  missing topic is created with the broker's defaults (auto.create.topics.enable,
+  num.partitions) or the write stops at once with an OptionError naming the
+  topic; topics from the `topic` column are created by each task's producer the
+  same way.
 - Delivery is at-least-once: a retried task or a replayed micro-batch sends
   its records again, and `commit`/`abort` have nothing to undo.
 """
@@ -31,7 +38,7 @@ from .offsets import OptionError
 from .options import WriteOptions
 from .schema import HEADERS_TYPE
 
-__all__ = ["check_write_schema", "StrataBatchWriter", "StrataStreamWriter", "WriteResult",
+__all__ = ["check_write_schema", "ensure_topic", "StrataBatchWriter", "StrataStreamWriter", "WriteResult",
            "write_batches"]
 
 log = logging.getLogger("pipeline")
@@ -65,6 +72,21 @@ def check_write_schema(schema: StructType, options: WriteOptions) -> None:
     if "headers" in fields and fields["headers"].simpleString() != HEADERS_TYPE.simpleString():
         raise OptionError(f"headers attribute type must be "
                           f"{HEADERS_TYPE.simpleString()}, got {fields['headers'].simpleString()}")
+
+
+def ensure_topic(options: WriteOptions) -> None:
+    """Driver side: the `topic` option's topic exists, created by the broker when
+    missing and allowed; else OptionError naming it (see the module contract)."""
+    if options.topic is None:
+        return
+    from client import Admin, StrataClientError
+
+    try:
+        with Admin(options.bootstrap, request_timeout_ms=options.request_timeout_ms,
+                   retries=options.retries) as admin:
+            admin.describe_topic(options.topic, auto_create=True)
+    except StrataClientError as e:
+        raise OptionError(str(e)) from None
 
 
 def _column(batch, name: str, n: int) -> list:

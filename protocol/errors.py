@@ -3,7 +3,8 @@
 Contract:
 - `ErrorCode` holds Kafka's numbers for every code the native protocol uses
   (the table in NATIVE-PROTOCOL.md plus the codes storage raises beyond it:
-  KAFKA_STORAGE_ERROR and the idempotent-producer codes 45-47).
+  KAFKA_STORAGE_ERROR and the idempotent-producer codes 45-47, and Kafka's SASL
+  state codes 33-34 that SASL_AUTHENTICATE answers).
 - `ProtocolError(code, message)` is the only exception the codec raises for bytes
   it cannot accept. `code` is INVALID_REQUEST (a malformed request or frame) or
   CORRUPT_MESSAGE (a malformed response, seen by the client side). The server
@@ -26,6 +27,11 @@ class ErrorCode(IntEnum):
     MESSAGE_TOO_LARGE = 10
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_CONFIG = 40
@@ -34,6 +40,7 @@ class ErrorCode(IntEnum):
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     INVALID_RECORD = 87
 
 

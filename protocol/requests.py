@@ -17,14 +17,26 @@ yields (type + body):
     10 DELETE_RECORDS topic:str, partition:int32, offset:int64  (-1 = log end)
     11 COMMIT_OFFSET  group:str, topic:str, partition:int32, offset:int64, metadata:str?
     12 FETCH_OFFSET   group:str, topic:str, partition:int32
+    13 HANDSHAKE      version:int16, clientId:str?
+    14 SASL_AUTHENTICATE mechanism:str, authSize:int32, authBytes
 
     (str? = nullable: length -1 is None; every other str must not be null.)
 
+Version 2 (a connection after a HANDSHAKE that settled on 2; `LAYOUTS_V2`) ends two
+bodies with one more field; every other body is the same:
+
+     1 FETCH          ..., maxWaitMs:int32, isolationLevel:int8 (0 read_uncommitted, 1 read_committed)
+     7 METADATA       ..., allowAutoTopicCreation:int8
+
 Contract:
-- Each body is declared once, in `LAYOUTS` (construct, fields from wire.py), and
-  compiled at import; `parse_request` and `encode_request` both run that
-  declaration's compiled code. tests/protocol/test_protocol_layouts.py checks the
-  declarations against the table in NATIVE.md.
+- Each body is declared once, in `LAYOUTS` (version 1) and `LAYOUTS_V2` (version 2:
+  LAYOUTS with FETCH and METADATA's trailing fields), construct with fields from
+  wire.py, and compiled at import; `parse_request(frame, version)` and
+  `encode_request(req, version)` both run the compiled code of that version's
+  declaration. A version-2 field has a default in its dataclass, the version-1
+  meaning (isolation 0, no auto-creation), and version 1 neither reads nor writes it.
+  tests/protocol/test_protocol_layouts.py checks the declarations against the
+  tables in NATIVE.md.
 - `parse_request(frame)` checks syntax only and raises ProtocolError
   (INVALID_REQUEST) for an unknown type, a truncated body, trailing bytes, a str
   that is not UTF-8, a negative str length other than -1 or a null where none is
@@ -50,7 +62,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import ClassVar
 
-from construct import Construct, Int16sb, Int32sb, Int64sb, Rebuild, len_, this
+from construct import Construct, Int8sb, Int16sb, Int32sb, Int64sb, Rebuild, len_, this
 
 from .errors import ErrorCode, ProtocolError
 from .wire import (
@@ -72,9 +84,12 @@ __all__ = [
     "RequestType", "Request", "ProduceRequest", "FetchRequest", "FetchItem", "MultiFetchRequest",
     "ProduceItem", "MultiProduceRequest", "OffsetsRequest", "CreateTopicRequest",
     "DeleteTopicRequest", "MetadataRequest", "DescribeConfigRequest", "AlterConfigRequest",
-    "DeleteRecordsRequest", "CommitOffsetRequest", "FetchOffsetRequest",
-    "parse_request", "parse_produce", "encode_request",
+    "DeleteRecordsRequest", "CommitOffsetRequest", "FetchOffsetRequest", "HandshakeRequest",
+    "SaslAuthenticateRequest", "IsolationLevel", "PROTOCOL_VERSION", "parse_request", "parse_produce",
+    "encode_request",
 ]
+
+PROTOCOL_VERSION = 2  # the highest version of the native protocol this codec speaks
 
 Configs = tuple[tuple[str, str | None], ...]
 
@@ -93,6 +108,14 @@ class RequestType(IntEnum):
     DELETE_RECORDS = 10
     COMMIT_OFFSET = 11
     FETCH_OFFSET = 12
+    HANDSHAKE = 13
+    SASL_AUTHENTICATE = 14
+
+
+class IsolationLevel(IntEnum):
+    """FETCH's isolationLevel (version 2), Kafka's numbers."""
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
 
 
 # Hand-written struct, not a layout: the frame header (framing, one pack per frame) and
@@ -126,6 +149,7 @@ class FetchRequest:
     offset: int
     max_bytes: int
     max_wait_ms: int = 0
+    isolation_level: int = IsolationLevel.READ_UNCOMMITTED  # version 2 on
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,9 +217,11 @@ class DeleteTopicRequest:
 class MetadataRequest:
     TYPE: ClassVar[RequestType] = RequestType.METADATA
     topics: tuple[str, ...] = ()  # empty = every topic
+    allow_auto_topic_creation: bool = False  # version 2 on; int8, non-zero = true
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", tuple(self.topics))
+        object.__setattr__(self, "allow_auto_topic_creation", bool(self.allow_auto_topic_creation))
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,9 +267,26 @@ class FetchOffsetRequest:
     partition: int
 
 
+@dataclass(frozen=True, slots=True)
+class HandshakeRequest:
+    """The first request of a version-2 client: its highest version and its id."""
+    TYPE: ClassVar[RequestType] = RequestType.HANDSHAKE
+    version: int
+    client_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SaslAuthenticateRequest:
+    """One round of a SASL exchange: exactly the bytes of Kafka's SaslAuthenticate."""
+    TYPE: ClassVar[RequestType] = RequestType.SASL_AUTHENTICATE
+    mechanism: str
+    auth_bytes: Buffer = b""
+
+
 Request = (ProduceRequest | FetchRequest | MultiFetchRequest | MultiProduceRequest | OffsetsRequest |
           CreateTopicRequest | DeleteTopicRequest | MetadataRequest | DescribeConfigRequest |
-          AlterConfigRequest | DeleteRecordsRequest | CommitOffsetRequest | FetchOffsetRequest)
+          AlterConfigRequest | DeleteRecordsRequest | CommitOffsetRequest | FetchOffsetRequest |
+          HandshakeRequest | SaslAuthenticateRequest)
 
 
 # ---- the layouts: each body declared once, parsed and built by its compiled code ----
@@ -284,18 +327,32 @@ LAYOUTS: dict[RequestType, Record] = {
     RequestType.COMMIT_OFFSET: Record(CommitOffsetRequest, "group" / Str, "topic" / Str, "partition" / Int32sb,
                                       "offset" / Int64sb, "metadata" / NullableStr),
     RequestType.FETCH_OFFSET: Record(FetchOffsetRequest, "group" / Str, "topic" / Str, "partition" / Int32sb),
+    RequestType.HANDSHAKE: Record(HandshakeRequest, "version" / Int16sb, "clientId" / NullableStr),
+    RequestType.SASL_AUTHENTICATE: Record(
+        SaslAuthenticateRequest, "mechanism" / Str, "authSize" / Length(Int32sb, "authBytes"),
+        "authBytes" / MessageSet(this.authSize)),
 }
 
-# type:int16, then that type's body: what FrameDecoder yields for a request.
-_REQUEST = Tagged("request type", LAYOUTS).compile()
-_BODIES: dict[type, Construct] = {layout.cls: layout.compile() for layout in LAYOUTS.values()}
+LAYOUTS_V2: dict[RequestType, Record] = {
+    **LAYOUTS,
+    RequestType.FETCH: Record(FetchRequest, *LAYOUTS[RequestType.FETCH].subcons, "isolationLevel" / Int8sb),
+    RequestType.METADATA: Record(MetadataRequest, *LAYOUTS[RequestType.METADATA].subcons,
+                                 "allowAutoTopicCreation" / Int8sb),
+}
+VERSIONS = {1: LAYOUTS, 2: LAYOUTS_V2}
+
+# type:int16, then that type's body: what FrameDecoder yields for a request, per version.
+_REQUEST = {v: Tagged("request type", layouts).compile() for v, layouts in VERSIONS.items()}
+_BODIES: dict[int, dict[type, Construct]] = {
+    v: {layout.cls: layout.compile() for layout in layouts.values()} for v, layouts in VERSIONS.items()}
 
 
-def parse_request(frame: Buffer) -> Request:
-    """Parse type + body (a frame from FrameDecoder). Raises ProtocolError(INVALID_REQUEST)."""
+def parse_request(frame: Buffer, version: int = 1) -> Request:
+    """Parse type + body (a frame from FrameDecoder) as `version` lays it out.
+    Raises ProtocolError(INVALID_REQUEST)."""
     stream = FrameStream(frame)
     try:
-        request = _REQUEST.parsefunc(stream, None)
+        request = _REQUEST[version].parsefunc(stream, None)
         stream.expect_end()
     except PARSE_ERRORS as e:
         raise ProtocolError(ErrorCode.INVALID_REQUEST, f"{describe(e)} at byte {stream.tell()}") from None
@@ -326,9 +383,9 @@ def parse_produce(frame: Buffer) -> tuple[str, int, memoryview]:
     return req.topic, req.partition, req.message_set  # type: ignore[return-value]
 
 
-def encode_request(req: Request) -> bytes:
-    """The whole frame, `size:int32 | type:int16 | body`, in one join."""
-    layout = _BODIES.get(type(req))
+def encode_request(req: Request, version: int = 1) -> bytes:
+    """The whole frame, `size:int32 | type:int16 | body`, as `version` lays it out, in one join."""
+    layout = _BODIES[version].get(type(req))
     if layout is None:
         raise TypeError(f"not a native request: {req!r}")
     stream = PartsStream()

@@ -17,6 +17,16 @@ Layout (NATIVE-PROTOCOL.md, "Request types"); the frame is
     10 DELETE_RECORDS  logStartOffset:int64
     11 COMMIT_OFFSET   (empty)
     12 FETCH_OFFSET    offset:int64, metadata:str?   (-1 and null when none)
+    13 HANDSHAKE       version:int16, count:int16, count x mechanism:str
+    14 SASL_AUTHENTICATE authSize:int32, authBytes, sessionLifetimeMs:int64
+
+Version 2 (`LAYOUTS_V2`): a non-NONE error's body is `message:str?` (the reason in
+words, null when there is none) instead of nothing, and FETCH answers
+`FetchResponseV2`:
+
+     1 FETCH           highWatermark:int64, lastStableOffset:int64, logStartOffset:int64,
+                       abortedCount:int32, abortedCount x (producerId:int64, firstOffset:int64),
+                       messageSet (to the end of the frame)
 
 MULTIFETCH and MULTIPRODUCE bodies have NO count prefix: the table writes the
 request's `count:int16` but not the response's, and this is Kafka 0.7's
@@ -28,19 +38,23 @@ Contract:
   from wire.py), and compiled at import; `encode_response` and `parse_response`
   both run that declaration's compiled code. tests/protocol/test_protocol_layouts.py
   checks the declarations against the table in NATIVE.md.
-- Server side: `encode_response(resp)` returns the whole frame as bytes, and
-  `error_response(code)` the 6-byte frame of an error with an empty body (any
-  response whose error is not NONE encodes as exactly that). For sendfile,
+- Server side: `encode_response(resp, version)` returns the whole frame as bytes,
+  and `error_response(code, message, version)` the frame of an error: 6 bytes
+  with an empty body in version 1, `message:str?` after the error in version 2
+  (cut to the 32767 bytes a str holds). Any response whose error is not NONE
+  encodes as exactly that, its `message` included from version 2 on. For sendfile,
   `fetch_response_header` and `multifetch_response_parts` return only the
   headers; the server writes the message-set bytes after them itself.
-  `produce_response` is a successful PRODUCE answer in one pack (the hot path).
-  These four are hand-written struct (see HEADER and PRODUCE_FRAME).
-- Client side: `parse_response(request_type, frame)` takes error + body (what
+  `produce_response` is a successful PRODUCE answer in one pack (the hot path), and
+  `fetch_v2_response_header` the bytes in front of a version-2 FETCH's message set.
+  These five are hand-written struct (see HEADER and PRODUCE_FRAME).
+- Client side: `parse_response(request_type, frame, version)` takes error + body (what
   FrameDecoder yields) and raises ProtocolError(CORRUPT_MESSAGE) on malformed
   bytes: truncation, trailing bytes, a bad str, a negative count or size, or a
   body after a non-NONE error; one try/except turns every internal parse error
   into it. An error response comes back as the type's dataclass with its
-  neutral defaults (-1 offsets, empty tuples, None).
+  neutral defaults (-1 offsets, empty tuples, None) and, in version 2, the
+  broker's `message`.
   Error codes are `ErrorCode` members, or plain ints for codes not in the table.
 - Message sets come back as memoryview slices of the frame, no copy.
 """
@@ -57,6 +71,7 @@ from construct import Construct, Int16sb, Int32sb, Int64sb, Rebuild, len_, this
 from .errors import ErrorCode, ProtocolError
 from .requests import RequestType
 from .wire import (
+    INT16_MAX,
     PARSE_ERRORS,
     Buffer,
     ErrorField,
@@ -70,15 +85,17 @@ from .wire import (
     Str,
     UntilEnd,
     describe,
+    encode_nullable_str,
 )
 
 __all__ = [
     "Response", "ProduceResponse", "FetchResponse", "FetchResult", "MultiFetchResponse",
     "ProduceResult", "MultiProduceResponse", "OffsetsResponse", "EmptyResponse",
     "PartitionMetadata", "TopicMetadata", "MetadataResponse", "DescribeConfigResponse",
-    "DeleteRecordsResponse", "FetchOffsetResponse",
-    "encode_response", "error_response", "fetch_response_header", "multifetch_response_parts",
-    "produce_response", "parse_response",
+    "DeleteRecordsResponse", "FetchOffsetResponse", "HandshakeResponse", "SaslAuthenticateResponse",
+    "AbortedTransaction", "FetchResponseV2",
+    "encode_response", "error_response", "fetch_response_header", "fetch_v2_response_header",
+    "multifetch_response_parts", "produce_response", "parse_response",
 ]
 
 # Hand-written struct, not a layout: the frame header, which starts every answer and
@@ -91,6 +108,8 @@ HEADER = struct.Struct(">ih")            # size, error: every frame, and each Me
 ERROR_BYTES = 2                          # the error field: what `size` counts beyond the body
 INT32_MAX = 2**31 - 1
 PRODUCE_FRAME = struct.Struct(">ihqq")   # size, error, baseOffset, logAppendTime
+FETCH_V2_FIXED = struct.Struct(">ihqqqi")  # size, error, highWatermark, lastStableOffset, logStartOffset, count
+ABORTED = struct.Struct(">qq")           # producerId, firstOffset
 
 
 # ---- response values ----
@@ -100,12 +119,14 @@ class ProduceResponse:
     error: int
     base_offset: int = -1
     log_append_time: int = -1  # -1 unless the topic uses LogAppendTime
+    message: str | None = None  # version 2: the reason for a non-NONE error
 
 
 @dataclass(frozen=True, slots=True)
 class FetchResponse:
     error: int
     message_set: Buffer = b""
+    message: str | None = None
 
 
 class FetchResult(NamedTuple):
@@ -118,6 +139,7 @@ class FetchResult(NamedTuple):
 class MultiFetchResponse:
     error: int
     items: tuple[FetchResult, ...] = ()
+    message: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "items", tuple(FetchResult(*it) for it in self.items))
@@ -134,6 +156,7 @@ class ProduceResult(NamedTuple):
 class MultiProduceResponse:
     error: int
     items: tuple[ProduceResult, ...] = ()
+    message: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "items", tuple(ProduceResult(*it) for it in self.items))
@@ -143,6 +166,7 @@ class MultiProduceResponse:
 class OffsetsResponse:
     error: int
     offsets: tuple[int, ...] = ()
+    message: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "offsets", tuple(self.offsets))
@@ -152,6 +176,7 @@ class OffsetsResponse:
 class EmptyResponse:
     """CREATE_TOPIC, DELETE_TOPIC, ALTER_CONFIG and COMMIT_OFFSET."""
     error: int
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +200,7 @@ class TopicMetadata:
 class MetadataResponse:
     error: int
     topics: tuple[TopicMetadata, ...] = ()
+    message: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topics", tuple(self.topics))
@@ -184,6 +210,7 @@ class MetadataResponse:
 class DescribeConfigResponse:
     error: int
     configs: tuple[tuple[str, str | None], ...] = ()
+    message: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "configs", tuple((k, v) for k, v in self.configs))
@@ -193,6 +220,7 @@ class DescribeConfigResponse:
 class DeleteRecordsResponse:
     error: int
     log_start_offset: int = -1
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +228,53 @@ class FetchOffsetResponse:
     error: int
     offset: int = -1
     metadata: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HandshakeResponse:
+    error: int
+    version: int = -1  # the version in force on the connection from now on
+    mechanisms: tuple[str, ...] = ()  # the SASL mechanisms the listener requires (none: empty)
+    message: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mechanisms", tuple(self.mechanisms))
+
+
+@dataclass(frozen=True, slots=True)
+class SaslAuthenticateResponse:
+    error: int
+    auth_bytes: Buffer = b""
+    session_lifetime_ms: int = 0
+    message: str | None = None
+
+
+class AbortedTransaction(NamedTuple):
+    """An aborted transaction whose data a version-2 FETCH answer holds."""
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponseV2:
+    """A FETCH answer in version 2: the partition's offsets, the aborted transactions
+    in the range, then the message set."""
+    error: int
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    aborted: tuple[AbortedTransaction, ...] = ()
+    message_set: Buffer = b""
+    message: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "aborted", tuple(AbortedTransaction(*a) for a in self.aborted))
 
 
 Response = (ProduceResponse | FetchResponse | MultiFetchResponse | MultiProduceResponse | OffsetsResponse |
            EmptyResponse | MetadataResponse | DescribeConfigResponse | DeleteRecordsResponse |
-           FetchOffsetResponse)
+           FetchOffsetResponse | HandshakeResponse | SaslAuthenticateResponse | FetchResponseV2)
 
 
 # ---- the layouts: each body (after a NONE error) declared once, compiled ----
@@ -245,25 +315,57 @@ LAYOUTS: dict[RequestType, Record] = {
     RequestType.COMMIT_OFFSET: _EMPTY,
     RequestType.FETCH_OFFSET: Record(FetchOffsetResponse, "offset" / Int64sb, "metadata" / NullableStr,
                                      leading=NONE),
+    RequestType.HANDSHAKE: Record(HandshakeResponse, "version" / Int16sb,
+                                  "count" / Rebuild(Int16sb, len_(this.mechanisms)),
+                                  "mechanisms" / Items("count", Str), leading=NONE),
+    RequestType.SASL_AUTHENTICATE: Record(
+        SaslAuthenticateResponse, "authSize" / Length(Int32sb, "authBytes"), "authBytes" / MessageSet(this.authSize),
+        "sessionLifetimeMs" / Int64sb, leading=NONE),
 }
 
+LAYOUTS_V2: dict[RequestType, Record] = {
+    **LAYOUTS,
+    RequestType.FETCH: Record(
+        FetchResponseV2, "highWatermark" / Int64sb, "lastStableOffset" / Int64sb, "logStartOffset" / Int64sb,
+        "abortedCount" / Rebuild(Int32sb, len_(this.aborted)),
+        "aborted" / Items("abortedCount", Record(AbortedTransaction, "producerId" / Int64sb,
+                                                 "firstOffset" / Int64sb)),
+        "messageSet" / MessageSet(), leading=NONE),
+}
+VERSIONS = {1: LAYOUTS, 2: LAYOUTS_V2}
+MESSAGE_VERSION = 2  # from this version on an error's body is its message
+
 _ERROR = ErrorField.compile()
-_PARSERS: dict[int, Construct] = {t: layout.compile() for t, layout in LAYOUTS.items()}
-_BUILDERS: dict[type, Construct] = {layout.cls: _PARSERS[t] for t, layout in LAYOUTS.items()}
+_MESSAGE = NullableStr.compile()
+_PARSERS: dict[int, dict[int, Construct]] = {
+    v: {t: layout.compile() for t, layout in layouts.items()} for v, layouts in VERSIONS.items()}
+_BUILDERS: dict[type, Construct] = {layout.cls: _PARSERS[v][t]
+                                    for v, layouts in VERSIONS.items() for t, layout in layouts.items()}
 
 
 # ---- server side: encoders ----
 
-def error_response(code: int) -> bytes:
-    """`size=2 | error | (empty body)`: the answer for any top-level error."""
-    return HEADER.pack(ERROR_BYTES, code)
+def error_response(code: int, message: str | None = None, version: int = 1) -> bytes:
+    """The answer for any top-level error: `size=2 | error` with an empty body in
+    version 1; in version 2 `message:str?` follows the error (cut to fit a str)."""
+    if version < MESSAGE_VERSION:
+        return HEADER.pack(ERROR_BYTES, code)
+    body = encode_nullable_str(None if message is None else _fit(message))
+    return HEADER.pack(ERROR_BYTES + len(body), code) + body
 
 
-def encode_response(resp: Response) -> bytes:
-    """The whole frame. A non-NONE top-level error gives `error_response(error)`."""
+def _fit(message: str) -> str:
+    """`message` cut to the INT16_MAX UTF-8 bytes a str holds (never mid-character)."""
+    raw = message.encode("utf-8", "replace")
+    return message if len(raw) <= INT16_MAX else raw[:INT16_MAX].decode("utf-8", "ignore")
+
+
+def encode_response(resp: Response, version: int = 1) -> bytes:
+    """The whole frame. A non-NONE top-level error gives `error_response(error,
+    message, version)`."""
     try:
         if resp.error != ErrorCode.NONE:
-            return error_response(resp.error)
+            return error_response(resp.error, resp.message, version)
         layout = _BUILDERS.get(type(resp))
         if layout is None:
             raise TypeError(f"not a native response: {resp!r}")
@@ -292,6 +394,18 @@ def fetch_response_header(error: int, message_set_length: int) -> bytes:
     return HEADER.pack(ERROR_BYTES + message_set_length, error)
 
 
+def fetch_v2_response_header(high_watermark: int, last_stable_offset: int, log_start_offset: int,
+                             aborted: Sequence[tuple[int, int]], message_set_length: int) -> bytes:
+    """The bytes in front of a successful version-2 FETCH's message set, which the
+    server sends itself: the frame header, the three offsets, the aborted list."""
+    body = FETCH_V2_FIXED.size - 4 + ABORTED.size * len(aborted) + message_set_length
+    if message_set_length < 0 or body > INT32_MAX:
+        raise ValueError(f"message set length {message_set_length} does not fit the frame")
+    return b"".join([FETCH_V2_FIXED.pack(body, ErrorCode.NONE, high_watermark, last_stable_offset,
+                                         log_start_offset, len(aborted)),
+                     *(ABORTED.pack(producer_id, first) for producer_id, first in aborted)])
+
+
 def multifetch_response_parts(items: Sequence[tuple[int, int]]) -> tuple[bytes, list[bytes]]:
     """Headers for a MULTIFETCH response sent with sendfile.
 
@@ -314,21 +428,24 @@ def multifetch_response_parts(items: Sequence[tuple[int, int]]) -> tuple[bytes, 
 
 # ---- client side: parse_response ----
 
-_ON_ERROR: dict[int, type] = {t: layout.cls for t, layout in LAYOUTS.items()}
-
-
-def parse_response(request_type: int, frame: Buffer) -> Response:
-    """Parse error + body of the answer to a request of `request_type`.
-    Raises ProtocolError(CORRUPT_MESSAGE) for bytes that do not follow the layout."""
-    layout = _PARSERS.get(request_type)
+def parse_response(request_type: int, frame: Buffer, version: int = 1) -> Response:
+    """Parse error + body of the answer to a request of `request_type`, as `version`
+    lays it out. Raises ProtocolError(CORRUPT_MESSAGE) for bytes that do not follow
+    the layout."""
+    layout = _PARSERS[version].get(request_type)
     if layout is None:
         raise ValueError(f"unknown request type {request_type}")
     stream = FrameStream(frame)
     try:
         error = _ERROR.parsefunc(stream, None)
         if error != ErrorCode.NONE:
-            stream.expect_end()  # an error carries an empty body
-            return _ON_ERROR[request_type](error)
+            cls = VERSIONS[version][request_type].cls  # type: ignore[index]
+            if version < MESSAGE_VERSION:
+                stream.expect_end()  # an error carries an empty body
+                return cls(error)
+            message = _MESSAGE.parsefunc(stream, None)
+            stream.expect_end()
+            return cls(error, message=message)
         response = layout.parsefunc(stream, None)
         stream.expect_end()
     except PARSE_ERRORS as e:

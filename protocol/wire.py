@@ -12,7 +12,8 @@ Contract:
   `cls(...)` with the value fields in order, building reads them back by the class's
   field names. A field built from nothing (`Rebuild`, `Length`: counts and sizes) is
   not a value field. `leading` are constructor arguments not on the wire (a
-  response's NONE error, which the frame header carries). A compiled Record reads
+  response's NONE error, which the frame header carries); class fields after the
+  value fields keep their defaults (a later version's field, an error message). A compiled Record reads
   and writes each run of consecutive integer fields (counts, sizes and error codes
   included) with one `struct.Struct`, as a hand-written codec would.
 - `Tagged(what, cases)` is an int16 tag followed by the layout `cases[tag]` (a
@@ -357,7 +358,9 @@ class Record(Construct):
             self.attrs: list[str | int] = list(range(len(self.values)))
         else:
             names = [f.name for f in fields(cls)] if is_dataclass(cls) else list(cls._fields)  # type: ignore[attr-defined]
-            self.attrs = list(names[len(leading):])
+            # The values are the class's fields after `leading`, in order; fields past them keep
+            # their defaults (a field of a later version's layout, a response's error message).
+            self.attrs = list(names[len(leading):len(leading) + len(self.values)])
             if len(self.attrs) != len(self.values):
                 raise TypeError(f"{cls.__name__} has fields {self.attrs}, the layout values {self.values}")
         self.make = partial(cls, *leading) if leading else cls

@@ -11,11 +11,17 @@ Contract:
   partitioned with murmur2 and keyless messages with the sticky partitioner.
 - Ctrl-C ends the input like end-of-file: lines already read are delivered
   and the exit code is 0.
-- The topic is looked up before any input is read, so an unknown topic fails
-  at once even with empty input. Everything is flushed before exit.
+- The topic is looked up before any input is read, through METADATA asking the
+  broker to create it when missing (as Kafka's producer; the broker does when
+  auto.create.topics.enable is on), so a topic that does not exist and is not
+  created fails at once, named, even with empty input. Everything is flushed
+  before exit.
 - A failed line (no key separator, or a message the broker refused) is named by
-  its number, `strata: line N: ...` on stderr. `--on-error stop` (the default)
-  stops reading at the first one found (sends already made are still
+  its number, `strata: line N: ...` on stderr; a refused message also by its
+  size, `strata: line N (SIZE bytes): REASON`, with the broker's reason (for a
+  line over max.message.bytes: the entry's size and the limit). The lines of
+  one batch fail together: the largest of them is named. `--on-error stop` (the
+  default) stops reading at the first one found (sends already made are still
   delivered) and exits 1; `--on-error continue` reports each failed line, sends
   every other one, and exits 1 after a last line counting the failures.
 - TOPIC may be given as `--topic TOPIC`, as Kafka's console producer takes it.
@@ -89,8 +95,9 @@ class LineFailures:
         self.keep_going = keep_going
         self.count = 0
 
-    def failed(self, number: int, reason: str) -> None:
-        message = f"line {number}: {' '.join(reason.split())}"
+    def failed(self, number: int, reason: str, size: int | None = None) -> None:
+        where = f"line {number}" if size is None else f"line {number} ({size} bytes)"
+        message = f"{where}: {' '.join(reason.split())}"
         if not self.keep_going:
             raise CliError(message)
         self.count += 1
@@ -98,7 +105,7 @@ class LineFailures:
 
 
 def _send_lines(producer: Producer, args: argparse.Namespace, separator: bytes | None) -> None:
-    pending: deque = deque()  # (line number, send future)
+    pending: deque = deque()  # (line number, size, send future)
     failures = LineFailures(args.on_error == "continue")
     problem: CliError | None = None
     lines = 0
@@ -112,7 +119,7 @@ def _send_lines(producer: Producer, args: argparse.Namespace, separator: bytes |
                     failures.failed(number, f"no key separator {args.key_separator!r}: {line[:80]!r}")
                     continue
                 line = value
-            pending.append((number, producer.send(args.topic, line, key, partition=args.partition)))
+            pending.append((number, len(line), producer.send(args.topic, line, key, partition=args.partition)))
             if len(pending) >= CHECK_EVERY:
                 _check_done(pending, failures)
     except CliError as e:  # the first failed line, under --on-error stop
@@ -134,10 +141,17 @@ def _check_done(pending: deque, failures: LineFailures) -> None:
 
     Sends finish roughly in order, so looking only at the front keeps this
     O(1) per line; a failure further back is found on a later call or at the end."""
-    while pending and pending[0][1].done():
-        number, future = pending.popleft()
-        error = future.exception()
-        if error is not None:
-            if not isinstance(error, StrataClientError):
-                raise error
-            failures.failed(number, str(error))
+    while pending and pending[0][2].done():
+        number, size, sent = pending.popleft()
+        error = sent.exception()
+        if error is None:
+            continue
+        if not isinstance(error, StrataClientError):
+            raise error
+        # The lines of one batch fail together, with one error: name the largest of
+        # them (the one over the limit, for a MESSAGE_TOO_LARGE).
+        while pending and pending[0][2].done() and pending[0][2].exception() is error:
+            other, other_size, _ = pending.popleft()
+            if other_size > size:
+                number, size = other, other_size
+        failures.failed(number, str(error), size)

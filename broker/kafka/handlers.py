@@ -75,6 +75,13 @@ def _code(e: StrataError) -> int:
     return e.code
 
 
+def _aborted(AbortedR: type | None, aborted) -> tuple:
+    """A Fetch partition's `aborted_transactions` from (producerId, firstOffset) pairs."""
+    if AbortedR is None:
+        return ()
+    return tuple(make(AbortedR, producer_id=producer_id, first_offset=first) for producer_id, first in aborted)
+
+
 def _record_errors(failure: StrataError | None, RecordErrorR: type | None) -> tuple[tuple, str | None]:
     """A failed partition's `record_errors` (Produce v8+) and `error_message`, as
     Kafka answers them: each record a RecordValidationError names, by its index in
@@ -497,6 +504,7 @@ class CoreHandlers:
         R = ctx.response_class
         TopicR = nested(R, "responses")
         PartR = nested(TopicR, "partitions")
+        AbortedR = nested(PartR, "aborted_transactions") if has_field(PartR, "aborted_transactions") else None
         splicer = RecordsSplicer()
         responses = []
         for topic, targets in plan:
@@ -509,11 +517,14 @@ class CoreHandlers:
                                       records=b""))
                     continue
                 end = t.log.log_end_offset
+                isolation = self.partitions.fetch_isolation(t.log, int(read_committed), t.offset, t.result)
                 records = splicer.marker(t.result) if t.result is not None else b""
                 t.result = None  # the splicer owns it now
                 parts.append(make(PartR, partition_index=t.index, error_code=E.none, high_watermark=end,
-                                  last_stable_offset=end, log_start_offset=t.log.log_start_offset,
-                                  aborted_transactions=() if read_committed else None,
+                                  last_stable_offset=isolation.last_stable_offset,
+                                  log_start_offset=t.log.log_start_offset,
+                                  aborted_transactions=(_aborted(AbortedR, isolation.aborted)
+                                                        if read_committed else None),
                                   preferred_read_replica=-1, records=records))
             responses.append(make(TopicR, topic=getattr(topic, "topic", None),
                                   topic_id=getattr(topic, "topic_id", None), partitions=tuple(parts)))

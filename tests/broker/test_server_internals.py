@@ -140,7 +140,7 @@ def test_a_stalled_reader_holds_bounded_state_and_recovers(inprocess):
 def test_an_unexpected_failure_answers_unknown_server_error_and_keeps_the_connection(inprocess):
     handlers = inprocess.app.handlers
 
-    async def broken(request):
+    async def broken(request, session):
         raise RuntimeError("a bug")
 
     original = handlers._dispatch[MetadataRequest]

@@ -158,12 +158,12 @@ def test_produce_names_the_line_the_broker_refused(broker):
     result = strata("produce", name, "--on-error", "continue", *server, input=lines)
     assert result.returncode == 1
     err = result.stderr.decode().splitlines()
-    assert len(err) == 2 and err[0].startswith("strata: line 2: ") and "MESSAGE_TOO_LARGE" in err[0]
+    assert len(err) == 2 and err[0].startswith("strata: line 2 (") and "MESSAGE_TOO_LARGE" in err[0]
     assert err[1] == "strata: 1 of 3 lines were not sent"
     result = strata("consume", name, "--from-beginning", "--timeout-ms", 500, *server)
     assert result.stdout == b"first\nthird\n"
     err = one_error_line(strata("produce", name, *server, input=lines))
-    assert err.startswith("strata: line 2: ") and "MESSAGE_TOO_LARGE" in err
+    assert err.startswith("strata: line 2 (") and "MESSAGE_TOO_LARGE" in err
 
 
 def test_kafka_listener_address_defaults(monkeypatch):

@@ -205,7 +205,7 @@ def test_unreachable_broker_is_one_line(command):
 
 
 @pytest.mark.parametrize("command", [
-    ["produce"], ["consume", "--timeout-ms", "100"], ["consume", "--partition", "0"],
+    ["consume", "--timeout-ms", "100"], ["consume", "--partition", "0"],
     ["topics", "describe"], ["topics", "delete"],
 ])
 def test_unknown_topic_is_one_line(live_broker, command):

@@ -82,3 +82,22 @@ async def test_unreachable_names_the_address(fake):
         await AsyncConnection.open(fake.address)
     assert fake.address in str(e.value) and "refused" in str(e.value)
     await fake.start()
+
+
+async def test_a_version_1_broker_keeps_the_connection_at_version_1(fake):
+    """The fake broker knows no HANDSHAKE (it answers INVALID_REQUEST with an empty
+    body, as a version-1 broker does): the client stays at version 1 and works."""
+    connection = await AsyncConnection.open(fake.address)
+    try:
+        assert connection.version == 1
+        response = await connection.request(MetadataRequest(("t",), True))  # v1: no auto-creation field
+        assert response.topics[0].error == ErrorCode.NONE and len(response.topics[0].partitions) == 2
+    finally:
+        connection.close()
+
+
+def test_the_broker_reason_replaces_the_generic_words():
+    with pytest.raises(StrataClientError) as e:
+        raise_for(ErrorCode.INVALID_CONFIG, "create topic 'x'", "retention.ms: 'abc' is not a valid long")
+    assert str(e.value) == "create topic 'x': retention.ms: 'abc' is not a valid long (INVALID_CONFIG)"
+    assert e.value.reason == "retention.ms: 'abc' is not a valid long"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from client import Admin
+from tests.broker_process import BrokerProcess
 from tests.pipeline.conftest import fill, read, unique, values
 
 
@@ -73,8 +74,30 @@ def test_write_refuses_bad_frames(spark, strata):
     # Spark refuses errorifexists (the default mode) for every Python data source.
     with pytest.raises(Exception, match="ErrorIfExists"):
         write(df, strata.address, mode="errorifexists", topic=topic)
-    with pytest.raises(Exception, match="does not exist|UNKNOWN_TOPIC"):
-        write(df, strata.address, topic=unique("nowhere"))
+
+
+def test_writing_to_a_new_topic_creates_it_with_the_broker_defaults(spark, strata):
+    option_topic, column_topic = unique("new-opt"), unique("new-col")
+    write(spark.createDataFrame([("1",), ("2",)], "value string"), strata.address, topic=option_topic)
+    assert values(read(spark, strata.address, subscribe=option_topic)) == [b"1", b"2"]
+    write(spark.createDataFrame([(column_topic, "3")], "topic string, value string"), strata.address)
+    assert values(read(spark, strata.address, subscribe=column_topic)) == [b"3"]
+    with Admin(strata.address) as admin:
+        assert admin.partition_count(option_topic) == 1  # num.partitions
+
+
+def test_without_auto_creation_the_write_stops_naming_the_topic(spark, tmp_path):
+    broker = BrokerProcess(tmp_path, "--set", "auto.create.topics.enable=false", kafka_port=None).start()
+    try:
+        address = f"{broker.host}:{broker.port}"
+        missing = unique("nowhere")
+        df = spark.createDataFrame([("v",)], "value string")
+        with pytest.raises(Exception, match=f"topic '{missing}' does not exist.*auto.create.topics.enable"):
+            write(df, address, topic=missing)
+        with Admin(address) as admin:
+            assert missing not in admin.list_topics()
+    finally:
+        broker.close()
 
 
 def test_streaming_write_from_a_topic_to_another(spark, strata, tmp_path):

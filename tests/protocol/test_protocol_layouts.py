@@ -24,7 +24,8 @@ from protocol.wire import (
 
 NATIVE_MD = Path(requests.__file__).with_name("NATIVE.md")
 END = "(to the end of the frame)"
-INTEGERS = {">h": "int16", ">l": "int32", ">q": "int64"}
+INTEGERS = {">b": "int8", ">h": "int16", ">l": "int32", ">q": "int64"}
+AS_V1 = "as version 1"
 
 
 # ---- the table ------------------------------------------------------------------------------
@@ -34,6 +35,16 @@ def table_rows() -> dict[int, tuple[str, str, str]]:
     rows = {}
     for line in NATIVE_MD.read_text().splitlines():
         m = re.match(r"\| (\d+) ([A-Z_]+) \| (.*) \| (.*) \|$", line)
+        if m:
+            rows[int(m.group(1))] = (m.group(2), m.group(3), m.group(4))
+    return rows
+
+
+def v2_rows() -> dict[int, tuple[str, str, str]]:
+    """type number -> (name, request cell, response cell), from the "Version 2" table (`N NAME (v2)`)."""
+    rows = {}
+    for line in NATIVE_MD.read_text().splitlines():
+        m = re.match(r"\| (\d+) ([A-Z_]+) \(v2\) \| (.*) \| (.*) \|$", line)
         if m:
             rows[int(m.group(1))] = (m.group(2), m.group(3), m.group(4))
     return rows
@@ -140,6 +151,25 @@ def test_response_layout_matches_the_table(rtype):
     assert declared(responses.LAYOUTS[rtype]) == parse_cell(response_cell)
 
 
+def test_the_v2_table_lists_exactly_the_bodies_version_2_changes():
+    rows = v2_rows()
+    changed_requests = {t for t in RequestType if requests.LAYOUTS_V2[t] is not requests.LAYOUTS[t]}
+    changed_responses = {t for t in RequestType if responses.LAYOUTS_V2[t] is not responses.LAYOUTS[t]}
+    assert set(rows) == changed_requests | changed_responses
+    assert {t for t, row in rows.items() if row[2] != AS_V1} == changed_responses
+    assert {t for t, row in rows.items() if row[1] != AS_V1} == changed_requests
+
+
+@pytest.mark.parametrize("rtype", sorted(v2_rows()), ids=lambda t: RequestType(t).name)
+def test_v2_layouts_match_the_v2_table(rtype):
+    name, request_cell, response_cell = v2_rows()[rtype]
+    assert name == RequestType(rtype).name
+    if request_cell != AS_V1:
+        assert declared(requests.LAYOUTS_V2[rtype]) == parse_cell(request_cell)
+    if response_cell != AS_V1:
+        assert declared(responses.LAYOUTS_V2[rtype]) == parse_cell(response_cell)
+
+
 def test_the_cell_reader_reads_nesting_notes_and_repeats_to_the_end():
     assert parse_cell("`count:int16`, count × `topic:str` (0 = all)") == \
         [("count", "int16"), ("x", "count", [("topic", "str")])]
@@ -171,12 +201,20 @@ SAMPLES = [
     requests.DeleteRecordsRequest("t", 0, -1),
     requests.CommitOffsetRequest("g", "t", 0, 9, None),
     requests.FetchOffsetRequest("g", "t", 0),
+    requests.HandshakeRequest(2, "client"),
+    requests.HandshakeRequest(2, None),
+    requests.SaslAuthenticateRequest("PLAIN", b"\0u\0p"),
+]
+SAMPLES_V2 = [
+    requests.FetchRequest("t", 1, 2, 3, 4, 1),
+    requests.MetadataRequest(["a"], True),
 ]
 
 
-@pytest.mark.parametrize("req", SAMPLES, ids=lambda r: r.TYPE.name)
-def test_compiled_and_interpreted_agree(req):
-    layout = requests.LAYOUTS[req.TYPE]
+@pytest.mark.parametrize("req,layouts", [(r, requests.LAYOUTS) for r in SAMPLES] +
+                         [(r, requests.LAYOUTS_V2) for r in SAMPLES_V2], ids=lambda r: getattr(r, "TYPE", ""))
+def test_compiled_and_interpreted_agree(req, layouts):
+    layout = layouts[req.TYPE]
     compiled, interpreted = PartsStream(), PartsStream()
     layout.compile().buildfunc(req, compiled, None)
     layout._build(req, interpreted, {}, "")
@@ -198,12 +236,19 @@ RESPONSE_SAMPLES = [
     (RequestType.DESCRIBE_CONFIG, responses.DescribeConfigResponse(NONE, [("k", "v"), ("n", None)])),
     (RequestType.DELETE_RECORDS, responses.DeleteRecordsResponse(NONE, 4)),
     (RequestType.FETCH_OFFSET, responses.FetchOffsetResponse(NONE, 7, None)),
+    (RequestType.HANDSHAKE, responses.HandshakeResponse(NONE, 2, ["PLAIN", "SCRAM-SHA-256"])),
+    (RequestType.SASL_AUTHENTICATE, responses.SaslAuthenticateResponse(NONE, b"x", 0)),
+]
+RESPONSE_SAMPLES_V2 = [
+    (RequestType.FETCH, responses.FetchResponseV2(NONE, 9, 9, 0, [(1, 2), (3, 4)], b"set")),
 ]
 
 
-@pytest.mark.parametrize("rtype,resp", RESPONSE_SAMPLES, ids=lambda x: getattr(x, "name", ""))
-def test_compiled_and_interpreted_agree_on_responses(rtype, resp):
-    layout = responses.LAYOUTS[rtype]
+@pytest.mark.parametrize("rtype,resp,layouts", [(t, r, responses.LAYOUTS) for t, r in RESPONSE_SAMPLES] +
+                         [(t, r, responses.LAYOUTS_V2) for t, r in RESPONSE_SAMPLES_V2],
+                         ids=lambda x: getattr(x, "name", ""))
+def test_compiled_and_interpreted_agree_on_responses(rtype, resp, layouts):
+    layout = layouts[rtype]
     compiled, interpreted = PartsStream(), PartsStream()
     layout.compile().buildfunc(resp, compiled, None)
     layout._build(resp, interpreted, {}, "")

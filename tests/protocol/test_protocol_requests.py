@@ -15,6 +15,7 @@ from protocol import (
     FetchItem,
     FetchOffsetRequest,
     FetchRequest,
+    HandshakeRequest,
     MetadataRequest,
     MultiFetchRequest,
     MultiProduceRequest,
@@ -23,6 +24,7 @@ from protocol import (
     ProduceRequest,
     ProtocolError,
     RequestType,
+    SaslAuthenticateRequest,
     encode_request,
     parse_request,
 )
@@ -65,8 +67,40 @@ GOLDEN = [
     (CommitOffsetRequest("g", "t", 2, 99, None),
      h("00000016 000b 0001 67 0001 74 00000002 0000000000000063 ffff")),
     (FetchOffsetRequest("g", "t", 2), h("0000000c 000c 0001 67 0001 74 00000002")),
+    (HandshakeRequest(2, "cli"), h("00000009 000d 0002 0003 636c69")),
+    (HandshakeRequest(2, None), h("00000006 000d 0002 ffff")),
+    (SaslAuthenticateRequest("PLAIN", b"\0u\0p"),
+     h("00000011 000e 0005 504c41494e 00000004 00750070")),
 ]
 IDS = [f"{req.TYPE.name}-{i}" for i, (req, _) in enumerate(GOLDEN)]
+
+# Version 2: FETCH and METADATA end with one int8 more; every other body is version 1's.
+GOLDEN_V2 = [
+    (FetchRequest("test", 1, 42, 1048576, 500, 1),
+     h("0000001d 0001 0004 74657374 00000001 000000000000002a 00100000 000001f4 01")),
+    (MetadataRequest(("a",), True), h("00000008 0007 0001 0001 61 01")),
+    (MetadataRequest((), False), h("00000005 0007 0000 00")),
+    *[(req, wire) for req, wire in GOLDEN if req.TYPE not in (RequestType.FETCH, RequestType.METADATA)],
+]
+
+
+@pytest.mark.parametrize("req,wire", GOLDEN_V2, ids=[f"{r.TYPE.name}-{i}" for i, (r, _) in enumerate(GOLDEN_V2)])
+def test_v2_encode_and_parse_match_golden(req, wire):
+    assert encode_request(req, 2) == wire
+    assert parse_request(wire[4:], 2) == req
+    for cut in range(len(wire) - 4):
+        with pytest.raises(ProtocolError):
+            parse_request(wire[4:4 + cut], 2)
+
+
+def test_v1_bytes_are_unchanged_by_the_v2_fields():
+    """A version-1 frame never carries the version-2 fields: they keep their version-1 meaning."""
+    assert encode_request(FetchRequest("test", 1, 42, 1048576, 500, 1)) == GOLDEN[1][1]
+    assert encode_request(MetadataRequest(("a", "bc"), True)) == h("0000000b 0007 0002 0001 61 0002 6263")
+    assert parse_request(GOLDEN[1][1][4:]).isolation_level == 0
+    assert parse_request(h("0007 0000")).allow_auto_topic_creation is False
+    with pytest.raises(ProtocolError):  # a version-1 body is a truncated version-2 one
+        parse_request(GOLDEN[1][1][4:], 2)
 
 
 def test_message_crc_is_real():
@@ -148,7 +182,9 @@ BAD = {
     "one byte": "00",
     "unknown type": "0063",
     "unknown negative type": "ffff",
-    "type 13": "000d 0001 74",
+    "type 15": "000f 0001 74",
+    "handshake truncated": "000d 0002 0003 6162",
+    "sasl authSize past end": "000e 0001 50 00000009 0102",
     "topic invalid utf-8": "0006 0001 ff",
     "topic overlong utf-8": "0006 0002 c0af",
     "topic lone surrogate": "0006 0003 eda080",

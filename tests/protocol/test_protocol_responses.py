@@ -9,7 +9,9 @@ from protocol import (
     ErrorCode,
     FetchOffsetResponse,
     FetchResponse,
+    FetchResponseV2,
     FetchResult,
+    HandshakeResponse,
     MetadataResponse,
     MultiFetchResponse,
     MultiProduceResponse,
@@ -19,10 +21,12 @@ from protocol import (
     ProduceResult,
     ProtocolError,
     RequestType,
+    SaslAuthenticateResponse,
     TopicMetadata,
     encode_response,
     error_response,
     fetch_response_header,
+    fetch_v2_response_header,
     multifetch_response_parts,
     parse_response,
 )
@@ -78,8 +82,53 @@ GOLDEN = [
      h("0000000d 0000 0000000000000063 0001 6d")),
     (T.FETCH_OFFSET, FetchOffsetResponse(ErrorCode.NONE, -1, None),
      h("0000000c 0000 ffffffffffffffff ffff")),
+    (T.HANDSHAKE, HandshakeResponse(ErrorCode.NONE, 2, ()), h("00000006 0000 0002 0000")),
+    (T.HANDSHAKE, HandshakeResponse(ErrorCode.NONE, 2, ("PLAIN",)),
+     h("0000000d 0000 0002 0001 0005 504c41494e")),
+    (T.SASL_AUTHENTICATE, SaslAuthenticateResponse(ErrorCode.NONE, b"ok", 0),
+     h("00000010 0000 00000002 6f6b 0000000000000000")),
 ]
 IDS = [f"{t.name}-{i}" for i, (t, _, _) in enumerate(GOLDEN)]
+
+# Version 2: FETCH answers offsets and the aborted list before the set; errors carry a message.
+GOLDEN_V2 = [
+    (T.FETCH, FetchResponseV2(ErrorCode.NONE, 10, 10, 2, (), b"abc"),
+     h("00000021 0000 000000000000000a 000000000000000a 0000000000000002 00000000 616263")),
+    (T.FETCH, FetchResponseV2(ErrorCode.NONE, 10, 8, 0, ((7, 3),), b""),
+     h("0000002e 0000 000000000000000a 0000000000000008 0000000000000000 00000001"
+       "0000000000000007 0000000000000003")),
+    (T.CREATE_TOPIC, EmptyResponse(ErrorCode.INVALID_CONFIG, "retention.ms: 'abc' is not a valid long"),
+     h("0000002b 0028 0027") + b"retention.ms: 'abc' is not a valid long"),
+    (T.FETCH, FetchResponseV2(ErrorCode.OFFSET_OUT_OF_RANGE, message="offset 9 is out of range"),
+     h("0000001c 0001 0018") + b"offset 9 is out of range"),
+    (T.PRODUCE, ProduceResponse(ErrorCode.CORRUPT_MESSAGE), h("00000004 0002 ffff")),
+    (T.PRODUCE, ProduceResponse(ErrorCode.NONE, 5, -1), h("00000012 0000 0000000000000005 ffffffffffffffff")),
+]
+
+
+@pytest.mark.parametrize("rtype,resp,wire", GOLDEN_V2, ids=[f"{t.name}-{i}" for i, (t, _, _) in enumerate(GOLDEN_V2)])
+def test_v2_encode_and_parse_match_golden(rtype, resp, wire):
+    assert encode_response(resp, 2) == wire
+    assert parse_response(rtype, wire[4:], 2) == resp
+
+
+def test_v1_errors_stay_empty_whatever_the_message():
+    resp = EmptyResponse(ErrorCode.INVALID_CONFIG, "retention.ms: 'abc' is not a valid long")
+    assert encode_response(resp) == h("00000002 0028") == error_response(ErrorCode.INVALID_CONFIG, "why")
+    assert parse_response(T.CREATE_TOPIC, h("0028")) == EmptyResponse(ErrorCode.INVALID_CONFIG)
+    with pytest.raises(ProtocolError):  # a v2 message is a body version 1 does not allow
+        parse_response(T.CREATE_TOPIC, h("0028 0001 78"))
+
+
+def test_v2_error_message_is_cut_to_fit_a_str():
+    frame = error_response(ErrorCode.INVALID_CONFIG, "é" * 20000, 2)
+    parsed = parse_response(T.CREATE_TOPIC, frame[4:], 2)
+    assert len(parsed.message.encode()) <= 32767 and set(parsed.message) == {"é"}
+
+
+def test_fetch_v2_header_agrees_with_the_encoder():
+    resp = FetchResponseV2(ErrorCode.NONE, 10, 8, 0, ((7, 3), (9, 5)), b"abcdef")
+    assert fetch_v2_response_header(10, 8, 0, [(7, 3), (9, 5)], 6) + b"abcdef" == encode_response(resp, 2)
 
 
 def test_every_type_has_a_golden_frame():
@@ -171,7 +220,7 @@ def test_unknown_error_codes_are_kept_as_ints():
 
 def test_parse_response_unknown_type():
     with pytest.raises(ValueError):
-        parse_response(13, h("0000"))
+        parse_response(15, h("0000"))
 
 
 # ---- sendfile helpers ----

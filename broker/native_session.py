@@ -1,0 +1,145 @@
+"""One native connection's session: the protocol version in force, and the handlers it serves.
+
+Contract:
+- `NativeSession` holds what the native protocol keeps per connection: the
+  version in force (1 until a HANDSHAKE settles on another, NATIVE-PROTOCOL.md
+  "Version 2"), whether the HANDSHAKE happened, how many requests the connection
+  has begun. `error(code, message)` is an error answer as that version lays it
+  out: an empty body in version 1, `message:str?` from version 2 on.
+  `produce_answer` is the PRODUCE answer function (broker/partitions.py's
+  `Answer`) for that version.
+- `SessionHandlers` is the RequestHandlers (and FastPath) one connection serves
+  (`Handlers.for_connection`, broker/connection.py's PerConnection): it counts the
+  connection's requests in its session and hands each to the shared `Handlers`
+  with the session. The first request of a connection always goes through
+  `handle` (never the fast path), so a HANDSHAKE is always seen as the first.
+- `HandshakeState.agree(requested)` is the HANDSHAKE rule: only as the first
+  request, once; the version in force is the lower of the client's and
+  PROTOCOL_VERSION; a version below 1 is INVALID_REQUEST.
+- SASL: `listener_sasl_mechanisms(config, listener)` is the one place that says
+  which SASL mechanisms a listener requires (none yet: the security work fills
+  it from the listener's configuration); the app hands it to the Handlers, and a
+  HANDSHAKE answers it. Until SASL exists,
+  SASL_AUTHENTICATE answers ILLEGAL_SASL_STATE (34) on a connection without a
+  version-2 HANDSHAKE (Kafka: SaslAuthenticate before SaslHandshake) and
+  UNSUPPORTED_SASL_MECHANISM (33) for a mechanism the listener does not list
+  (Kafka: a mechanism the broker does not enable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from kafka_format.errors import InvalidRequestError, StrataError
+from protocol import PROTOCOL_VERSION, ErrorCode, error_response, produce_response
+from storage.log import AppendResult
+
+from .connection import FastPath, Frame, Reply
+from .partitions import error_reason
+
+if TYPE_CHECKING:
+    from .config import BrokerConfig
+    from .handlers import Handlers
+
+MESSAGE_VERSION = 2  # error answers carry their message from this version on
+
+
+def listener_sasl_mechanisms(config: BrokerConfig, listener: str) -> tuple[str, ...]:
+    """The SASL mechanisms `listener` requires, in the order a HANDSHAKE lists them:
+    none until SASL exists (then Kafka's
+    listener.name.<listener>.sasl.enabled.mechanisms)."""
+    return ()
+
+
+class IllegalSaslStateError(StrataError):
+    """Kafka's ILLEGAL_SASL_STATE: a SASL request the connection's state does not allow."""
+
+    code = ErrorCode.ILLEGAL_SASL_STATE
+
+
+class UnsupportedSaslMechanismError(StrataError):
+    """Kafka's UNSUPPORTED_SASL_MECHANISM: a mechanism this listener does not enable."""
+
+    code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+
+
+def produce_answer(result: AppendResult | None, code: int, error: StrataError | None) -> Reply:
+    """A version-1 PRODUCE's reply from its append's outcome (runs where the append
+    ran): the code, no words."""
+    if result is None:
+        return [error_response(code)]
+    return [produce_response(result.first_offset, result.log_append_time)]
+
+
+def produce_answer_v2(result: AppendResult | None, code: int, error: StrataError | None) -> Reply:
+    """`produce_answer` from version 2 on: an error carries its reason."""
+    if result is None:
+        return [error_response(code, error_reason(code, error), MESSAGE_VERSION)]
+    return [produce_response(result.first_offset, result.log_append_time)]
+
+
+class NativeSession:
+    """The per-connection state of the native protocol (see the module contract)."""
+
+    __slots__ = ("version", "handshaken", "seen", "produce_answer")
+
+    def __init__(self) -> None:
+        self.version = 1
+        self.handshaken = False
+        self.seen = 0  # requests begun on the connection, the one being handled included
+        self.produce_answer = produce_answer
+
+    def error(self, code: int, message: str | None = None) -> Reply:
+        return [error_response(code, message, self.version)]
+
+    def agree(self, requested: int) -> int:
+        """The HANDSHAKE rule: the version in force from now on. Raises InvalidRequestError
+        for a HANDSHAKE that is not the connection's first request, or a second one."""
+        if self.handshaken or self.seen != 1:
+            raise InvalidRequestError("HANDSHAKE is answered once, as the first request of a connection")
+        self.handshaken = True
+        if requested < 1:
+            raise InvalidRequestError(f"version {requested} is below 1, the lowest native protocol version")
+        self.version = min(requested, PROTOCOL_VERSION)
+        if self.version >= MESSAGE_VERSION:
+            self.produce_answer = produce_answer_v2
+        return self.version
+
+
+class SessionHandlers(FastPath):
+    """The handlers one native connection serves: its session, the shared Handlers."""
+
+    def __init__(self, shared: Handlers):
+        self.shared = shared
+        self.session = NativeSession()
+        self.loop: asyncio.AbstractEventLoop = shared.loop
+
+    async def handle(self, frame: Frame, conn: Any = None) -> Reply:
+        self.session.seen += 1
+        return await self.shared.handle(frame, conn, self.session)
+
+    def handle_now(self, frame: Frame, conn: Any = None) -> Reply | None:
+        if not self.session.seen:
+            return None  # a connection's first request goes to `handle` (it may be a HANDSHAKE)
+        reply = self.shared.handle_now(frame, conn, self.session)
+        if reply is not None:
+            self.session.seen += 1
+        return reply
+
+    def run_key(self, frame: Frame) -> Any:
+        return self.shared.run_key(frame)
+
+    def begin(self, frame: Frame, conn: Any = None) -> asyncio.Future:
+        self.session.seen += 1
+        return self.shared.begin(frame, conn, self.session)
+
+    def bad_frame_reply(self, error: Any) -> Reply:
+        self.session.seen += 1
+        return self.session.error(error.code, error.message)
+
+    def fatal_reply(self, error: Any) -> Reply:
+        return self.session.error(error.code, error.message)
+
+    def begin_shutdown(self) -> None:
+        self.shared.begin_shutdown()
