@@ -352,7 +352,8 @@ class Cleaner:
         stats = CleanerStats(log=log.name, first_dirty=first_dirty)
         snapshot = log.segments.snapshot()
         active = snapshot.last
-        first_uncleanable = min(first_uncleanable, active.base_offset)
+        # Never past an open transaction (Kafka: the first unstable offset bounds cleaning).
+        first_uncleanable = min(first_uncleanable, active.base_offset, log.first_unstable_offset())
         config = log.config
 
         before_dirty = [s for s in snapshot if s.base_offset < first_dirty and s is not active]
@@ -471,7 +472,7 @@ class Cleaner:
                      legacy_horizon: int, stats: CleanerStats, check_done: Callable[[], None]) -> None:
         config = log.config
         base = group[0].base_offset
-        for suffix in (".log", ".index", ".timeindex"):  # left by a clean that failed
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):  # left by a clean that failed
             leftover = os.path.join(log.directory, segment_file_name(base, suffix + CLEANED_SUFFIX))
             if os.path.exists(leftover):
                 os.unlink(leftover)
@@ -563,6 +564,8 @@ class Cleaner:
                         cleaned.append(largest, _Chunk(out, infos, max_ts))
                         stats.bytes_written += written
                 stats.segments += 1
+                for txn in segment.txn_index.entries:  # the aborted transactions stay known
+                    cleaned.txn_index.append(txn)
             cleaned.on_became_inactive()
             mtime = os.stat(group[-1].log.path).st_mtime_ns
             os.utime(cleaned.log.path, ns=(mtime, mtime))

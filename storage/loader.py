@@ -48,6 +48,7 @@ logger = structlog.get_logger("strata.storage")
 SWAP = ".swap"
 CLEANED = ".cleaned"
 DELETED = ".deleted"
+TXN_INDEX_SWAP = ".txnindex" + SWAP
 INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 # What is kept of an index file that recovery rebuilds, before it is opened: within
 # one page, whole 8- and 12-byte entries (see LogLoader._shrink_indexes).
@@ -59,6 +60,9 @@ class LoadedLog(NamedTuple):
     log_start_offset: int
     recovery_point: int
     next_offset: int
+    # The base of the first segment recovered (step 4): its `.txnindex` and every later
+    # one were emptied, for the producer state's replay to rebuild; None: none was.
+    txn_index_from: int | None = None
 
 
 class LogLoader:
@@ -74,6 +78,7 @@ class LogLoader:
         self.roll_jitter = roll_jitter
         self.recovered_bytes_cut = 0  # for the caller's log line
         self.recovered_bytes_scanned = 0  # bytes of the segments recovered or rebuilt
+        self.txn_index_from: int | None = None  # see LoadedLog
 
     def load(self) -> LoadedLog:
         swaps = self._remove_temp_files_and_collect_swaps()
@@ -109,7 +114,10 @@ class LogLoader:
                 segment.on_became_inactive()  # rebuilt indexes: trim them as a roll would
         segments.active.resize_indexes(self.config.segment_index_bytes)
         recovery_point = next_offset if self.had_clean_shutdown else min(self.recovery_point, next_offset)
-        return LoadedLog(segments, log_start, recovery_point, next_offset)
+        txn_index_from = self.txn_index_from
+        if txn_index_from is not None and len(segments) and txn_index_from > segments.active.base_offset:
+            txn_index_from = segments.active.base_offset  # the recovered segments went: the fresh one
+        return LoadedLog(segments, log_start, recovery_point, next_offset, txn_index_from)
 
     # ---- step 1 and 2 ---------------------------------------------------------------
 
@@ -133,9 +141,14 @@ class LogLoader:
             elif suffix.endswith(SWAP):
                 swaps.append((base, suffix, path))
         valid = []
+        log_swaps = {base for base, suffix, _ in swaps if suffix == ".log" + SWAP}
         for base, suffix, path in swaps:
-            if (min_cleaned is not None and base >= min_cleaned) or suffix != ".log" + SWAP:
-                os.unlink(path)  # from an unfinished clean, or an index to rebuild
+            unfinished = min_cleaned is not None and base >= min_cleaned
+            if unfinished or suffix != ".log" + SWAP:
+                # From an unfinished clean, or an index to rebuild; a `.txnindex.swap` (the
+                # aborted transactions the cleaned segment carries) goes with its `.log.swap`.
+                if unfinished or suffix != TXN_INDEX_SWAP or base not in log_swaps:
+                    os.unlink(path)
             else:
                 valid.append((base, path))
         return valid
@@ -223,6 +236,13 @@ class LogLoader:
 
     def _recover(self, segments: LogSegments, from_offset: int) -> None:
         unflushed = segments.snapshot().from_offset(from_offset)
+        if unflushed:
+            # The producer state's replay (storage/producer_state.py) rebuilds these
+            # segments' aborted transactions, as Kafka's recoverSegment does.
+            first = unflushed[0].base_offset
+            self.txn_index_from = first if self.txn_index_from is None else min(self.txn_index_from, first)
+            for segment in unflushed:
+                segment.txn_index.reset()
         for i, segment in enumerate(unflushed):
             self.recovered_bytes_scanned += segment.size
             try:

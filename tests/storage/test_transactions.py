@@ -1,0 +1,195 @@
+"""Transactions in the log: markers, the last stable offset, `.txnindex` files,
+producer-state snapshots with open transactions, recovery and reads."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from kafka_format import build_batch, iter_entries
+from kafka_format.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    TransactionCoordinatorFencedError,
+)
+from storage.producer_state import decode_snapshot
+from storage.txn_index import ENTRY_SIZE, AbortedTxn, TransactionIndex, decode_entries
+from storage.txn_markers import TxnMarker, build_marker, decode_marker
+
+
+def txn(pid, seq, n=1, *, epoch=0, value=b"v", transactional=True):
+    return build_batch([(b"k%d" % (seq + i), value) for i in range(n)], producer_id=pid, producer_epoch=epoch,
+                       base_sequence=seq, is_transactional=transactional)
+
+
+def plain(n=1):
+    return build_batch([(b"p", b"v")] * n)
+
+
+def txnindex_files(log):
+    return sorted(n for n in os.listdir(log.directory) if n.endswith(".txnindex"))
+
+
+# ---- formats ---------------------------------------------------------------------------
+
+
+def test_aborted_txn_entry_is_kafkas_34_byte_layout(tmp_path):
+    # Kafka's AbortedTxn: version int16 | producerId int64 | firstOffset int64 |
+    # lastOffset int64 | lastStableOffset int64, big-endian.
+    entry = AbortedTxn(producer_id=0x0102030405060708, first_offset=10, last_offset=20, last_stable_offset=21)
+    data = entry.encode()
+    assert len(data) == ENTRY_SIZE == 34
+    assert data == struct.pack(">hqqqq", 0, 0x0102030405060708, 10, 20, 21)
+    index = TransactionIndex(str(tmp_path / "00000000000000000000.txnindex"), 0)
+    assert not os.path.exists(index.path)  # created on the first entry, as Kafka
+    index.append(entry)
+    index.append(AbortedTxn(5, 22, 30, 31))
+    with open(index.path, "rb") as f:
+        raw = f.read()
+    assert raw == data + struct.pack(">hqqqq", 0, 5, 22, 30, 31)
+    assert decode_entries(raw + b"\x00" * 10) == [entry, AbortedTxn(5, 22, 30, 31)]  # a torn tail is ignored
+    with pytest.raises(ValueError):
+        index.append(AbortedTxn(6, 1, 30, 31))  # last offsets ascend
+    assert index.collect(0, 21) == ([entry], True)
+    assert index.collect(21, 100) == ([AbortedTxn(5, 22, 30, 31)], False)
+
+
+def test_marker_is_kafkas_control_record():
+    marker = TxnMarker(producer_id=9, producer_epoch=3, coordinator_epoch=7, commit=True, timestamp=1234)
+    batch = build_marker(marker, 42)
+    (entry,) = list(iter_entries(batch))
+    assert entry.is_control and entry.is_transactional
+    (record,) = list(entry.records())
+    assert record.key == struct.pack(">hh", 0, 1)  # version 0, COMMIT
+    assert record.value == struct.pack(">hi", 0, 7)  # version 0, coordinator epoch
+    assert entry.base_offset == 42 and entry.producer_id == 9 and entry.producer_epoch == 3
+    assert entry.base_sequence == -1
+    assert decode_marker(batch) == marker
+    abort = build_marker(marker._replace(commit=False), 0)
+    assert list(next(iter_entries(abort)).records())[0].key == struct.pack(">hh", 0, 0)
+
+
+# ---- the log ----------------------------------------------------------------------------
+
+
+def test_open_transactions_hold_the_last_stable_offset(open_log):
+    log = open_log()
+    log.append(plain(2))  # 0-1
+    assert log.last_stable_offset == 2
+    log.append(txn(1, 0, 2))  # 2-3: producer 1 opens at 2
+    log.append(plain())  # 4
+    log.append(txn(2, 0))  # 5: producer 2 opens at 5
+    log.append(txn(1, 2))  # 6
+    assert log.last_stable_offset == 2
+    assert log.producer_state.ongoing == {1: 2, 2: 5}
+    assert log.append_txn_marker(1, 0, 0, commit=True).first_offset == 7
+    assert log.last_stable_offset == 5  # producer 2's transaction is still open
+    log.append_txn_marker(2, 0, 0, commit=False)  # 8
+    assert log.last_stable_offset == log.log_end_offset == 9
+    # The abort is in the .txnindex of the segment holding its marker, with the LSO then.
+    assert log.active_segment.txn_index.entries == (AbortedTxn(2, 5, 8, 9),)
+    assert log.aborted_transactions(0, 9) == [AbortedTxn(2, 5, 8, 9)]
+    assert log.aborted_transactions(0, 5) == []
+
+
+def test_overlapping_aborts_record_the_lso_of_the_transaction_still_open(open_log):
+    log = open_log()
+    log.append(txn(1, 0))  # 0
+    log.append(txn(2, 0))  # 1
+    log.append_txn_marker(1, 0, 0, commit=False)  # 2: producer 2 still open at 1
+    log.append_txn_marker(2, 0, 0, commit=False)  # 3
+    assert log.active_segment.txn_index.entries == (AbortedTxn(1, 0, 2, 1), AbortedTxn(2, 1, 3, 4))
+
+
+def test_read_committed_stops_before_the_first_open_transaction(open_log):
+    log = open_log()
+    log.append(plain())  # 0
+    log.append(txn(1, 0))  # 1
+    log.append(plain())  # 2
+    lso = log.last_stable_offset
+    assert lso == 1
+    got = log.read(0, 1 << 20, max_offset=lso)
+    assert [e.last_offset for e in iter_entries(got.read())] == [0]
+    assert log.read(1, 1 << 20, max_offset=lso).length == 0
+    assert log.fetch_upper_bound(0, got, lso) == 1
+    log.append_txn_marker(1, 0, 0, commit=True)
+    everything = log.read(0, 1 << 20, max_offset=log.last_stable_offset)
+    assert [e.last_offset for e in iter_entries(everything.read())] == [0, 1, 2, 3]
+
+
+def test_transaction_rules(open_log):
+    log = open_log()
+    log.append(txn(1, 0))
+    with pytest.raises(InvalidTxnStateError):
+        log.append(txn(1, 1, transactional=False))
+    log.append_txn_marker(1, 0, 5, commit=True)
+    with pytest.raises(TransactionCoordinatorFencedError):
+        log.append_txn_marker(1, 0, 4, commit=True)
+    log.append(txn(1, 1, epoch=0))  # a new transaction
+    log.append_txn_marker(1, 1, 5, commit=False)  # an epoch bump by the coordinator
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_txn_marker(1, 0, 5, commit=False)
+    end = log.log_end_offset
+    log.append_txn_marker(1, 1, 5, commit=True)  # no open transaction: written, nothing closed
+    assert log.log_end_offset == end + 1 and log.last_stable_offset == end + 1
+
+
+def test_snapshot_carries_open_transactions(open_log):
+    log = open_log()
+    log.append(plain())
+    log.append(txn(4, 0))  # 1
+    log.close()
+    snapshot = os.path.join(log.directory, "%020d.snapshot" % 2)
+    with open(snapshot, "rb") as f:
+        (entry,) = decode_snapshot(f.read())
+    assert entry.current_txn_first_offset == 1
+    reopened = open_log()
+    assert reopened.producer_state.ongoing == {4: 1}
+    assert reopened.last_stable_offset == 1
+    reopened.append_txn_marker(4, 0, 0, commit=False)
+    assert reopened.last_stable_offset == 3
+    assert reopened.aborted_transactions(0, 3) == [AbortedTxn(4, 1, 2, 3)]
+
+
+def test_recovery_rebuilds_txnindex_and_open_transactions(open_log):
+    log = open_log(segment_bytes=400)
+    for round_ in range(4):
+        log.append(txn(1, round_ * 2, value=b"x" * 60))
+        log.append(txn(2, round_, value=b"x" * 60))
+        log.append(plain())
+        log.append_txn_marker(1, 0, 0, commit=round_ % 2 == 0)
+        if round_ < 3:
+            log.append_txn_marker(2, 0, 0, commit=False)
+        log.append(txn(1, round_ * 2 + 1, value=b"x" * 60))
+        log.append_txn_marker(1, 0, 0, commit=False)
+    assert len(log.segments) > 2
+    before = {s.base_offset: s.txn_index.entries for s in log.segments}
+    ongoing, lso, end = dict(log.producer_state.ongoing), log.last_stable_offset, log.log_end_offset
+    assert ongoing and txnindex_files(log)
+    log.flush()
+    # A crash that lost the snapshots and the .txnindex files: recovery rebuilds both.
+    for name in os.listdir(log.directory):
+        if name.endswith((".snapshot", ".txnindex")):
+            os.truncate(os.path.join(log.directory, name), 0)
+    reopened = open_log(segment_bytes=400, had_clean_shutdown=False, recovery_point=0)
+    assert reopened.log_end_offset == end
+    assert {s.base_offset: s.txn_index.entries for s in reopened.segments} == before
+    assert reopened.producer_state.ongoing == ongoing
+    assert reopened.last_stable_offset == lso
+
+
+def test_txnindex_goes_with_its_segment(open_log, clock):
+    log = open_log(segment_bytes=300, file_delete_delay_ms=0)
+    log.append(txn(1, 0, value=b"x" * 100))
+    log.append_txn_marker(1, 0, 0, commit=False)
+    log.append(plain())
+    log.roll()
+    log.append(plain())
+    assert txnindex_files(log) == ["%020d.txnindex" % 0]
+    log.increase_log_start_offset(log.log_end_offset - 1)
+    log.delete_segments_below_log_start()
+    log.delete_due_files(clock.monotonic_ms() + 1)
+    assert txnindex_files(log) == []
+    assert not [n for n in os.listdir(log.directory) if ".txnindex" in n]
