@@ -60,9 +60,6 @@ class LoadedLog(NamedTuple):
     log_start_offset: int
     recovery_point: int
     next_offset: int
-    # The base of the first segment recovered (step 4): its `.txnindex` and every later
-    # one were emptied, for the producer state's replay to rebuild; None: none was.
-    txn_index_from: int | None = None
 
 
 class LogLoader:
@@ -78,7 +75,6 @@ class LogLoader:
         self.roll_jitter = roll_jitter
         self.recovered_bytes_cut = 0  # for the caller's log line
         self.recovered_bytes_scanned = 0  # bytes of the segments recovered or rebuilt
-        self.txn_index_from: int | None = None  # see LoadedLog
 
     def load(self) -> LoadedLog:
         swaps = self._remove_temp_files_and_collect_swaps()
@@ -114,10 +110,7 @@ class LogLoader:
                 segment.on_became_inactive()  # rebuilt indexes: trim them as a roll would
         segments.active.resize_indexes(self.config.segment_index_bytes)
         recovery_point = next_offset if self.had_clean_shutdown else min(self.recovery_point, next_offset)
-        txn_index_from = self.txn_index_from
-        if txn_index_from is not None and len(segments) and txn_index_from > segments.active.base_offset:
-            txn_index_from = segments.active.base_offset  # the recovered segments went: the fresh one
-        return LoadedLog(segments, log_start, recovery_point, next_offset, txn_index_from)
+        return LoadedLog(segments, log_start, recovery_point, next_offset)
 
     # ---- step 1 and 2 ---------------------------------------------------------------
 
@@ -236,13 +229,6 @@ class LogLoader:
 
     def _recover(self, segments: LogSegments, from_offset: int) -> None:
         unflushed = segments.snapshot().from_offset(from_offset)
-        if unflushed:
-            # The producer state's replay (storage/producer_state.py) rebuilds these
-            # segments' aborted transactions, as Kafka's recoverSegment does.
-            first = unflushed[0].base_offset
-            self.txn_index_from = first if self.txn_index_from is None else min(self.txn_index_from, first)
-            for segment in unflushed:
-                segment.txn_index.reset()
         for i, segment in enumerate(unflushed):
             self.recovered_bytes_scanned += segment.size
             try:

@@ -435,13 +435,12 @@ class ProducerStateManager:
         return completed, last_stable
 
     def load(self, segments, *, log_end: int, had_clean_shutdown: bool, now_ms: int,
-             recovery_point: int | None = None, log_start: int = 0,
-             txn_index_from: int | None = None) -> None:
+             recovery_point: int | None = None, log_start: int = 0) -> None:
         """Rebuild the state of an opened log (see the module contract). After an
         unclean shutdown `recovery_point` bounds the snapshots that are trusted.
-        `txn_index_from`: the segments from this base on had their `.txnindex`
-        emptied by recovery; the replay starts at or below it and writes the
-        aborted transactions whose marker it meets there (Kafka's recoverSegment)."""
+        The replay also rebuilds the `.txnindex` entries of the markers it reads:
+        those at or past its start are cut first (Kafka's recoverSegment rebuilds
+        a recovered segment's; entries below a trusted snapshot were flushed with it)."""
         self.producers.clear()
         self.ongoing.clear()
         self.first_unstable_offset = None
@@ -459,8 +458,6 @@ class ProducerStateManager:
             return
         start = None
         for offset in reversed(list(self._snapshot_offsets)):
-            if txn_index_from is not None and offset > txn_index_from:
-                continue  # the replay must cover the segments whose .txnindex it rebuilds
             try:
                 with open(snapshot_path(self.directory, offset), "rb") as f:
                     entries = decode_snapshot(f.read())
@@ -486,7 +483,9 @@ class ProducerStateManager:
                 reason="no usable snapshot")
         self.loaded_from = self.map_end_offset = start
         if start < log_end:
-            self.batches_replayed = self._replay_from(segments, start, txn_index_from)
+            for segment in segments.snapshot().from_offset(start):
+                segment.txn_index.truncate_to(start)
+            self.batches_replayed = self._replay_from(segments, start)
         self.map_end_offset = log_end
         if self.batches_replayed and self.producers:
             logger.info("producer_state_loaded", log=self.name, snapshot=self.latest_snapshot_offset,
@@ -502,10 +501,10 @@ class ProducerStateManager:
         except OSError as e:
             logger.warning("producer_snapshot_failed", log=self.name, offset=log_end, error=str(e))
 
-    def _replay_from(self, segments, start: int, txn_index_from: int | None = None) -> int:
+    def _replay_from(self, segments, start: int) -> int:
         """Replay every tracked batch from `start` to the log end; returns the batches
-        read. Aborted transactions whose marker is at or past `txn_index_from` go into
-        their segment's `.txnindex`."""
+        read. The aborted transactions of the markers it reads go into their segment's
+        `.txnindex`."""
         scanned = 0
         ordered = list(segments)
         for i, segment in enumerate(ordered):
@@ -531,10 +530,9 @@ class ProducerStateManager:
                 closed = self.replay_marker(marker, header.base_offset)
                 if closed is None or not closed[0].aborted:
                     continue
-                if txn_index_from is not None and header.base_offset >= txn_index_from:
-                    completed, last_stable = closed
-                    segment.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
-                                                        completed.last_offset, last_stable))
+                completed, last_stable = closed
+                segment.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
+                                                    completed.last_offset, last_stable))
         return scanned
 
     # ---- snapshots --------------------------------------------------------------------------
