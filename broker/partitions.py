@@ -28,7 +28,15 @@ both listeners because it is written once, here.
   counts where appends ran.
 - Reading: `read` runs on the loop (an index search and a few header reads from
   the page cache, the same kind of work as the sendfile that follows); the
-  FileSlice it returns is sent with sendfile by the connection.
+  FileSlice it returns is sent with sendfile by the connection. Isolation, for
+  both protocols: `read_isolated` with READ_COMMITTED reads up to the last stable
+  offset (`last_stable_offset`: the first offset of the oldest open transaction,
+  else the log end) and answers the aborted transactions of the range read
+  (`aborted_transactions`, from the `.txnindex` files); READ_UNCOMMITTED reads to
+  the log end with no list. Both answer the last stable offset.
+- Transaction markers: `append_txn_marker` writes a COMMIT or ABORT control batch
+  for a producer's transaction (the coordinator's WriteTxnMarkers, in-process), in
+  the executor, and wakes the partition's long polls.
 - Waiting for data: `watch(tp)` gives the partition's `PartitionWaiters` event,
   which every successful append sets (from the executor thread via
   call_soon_threadsafe, so a cancelled request never swallows a wake-up); a long
@@ -55,7 +63,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import structlog
 
@@ -72,6 +80,7 @@ from protocol import ErrorCode
 from storage.file_records import FileSlice
 from storage.log import AppendResult, Log
 from storage.manager import LogManager
+from storage.txn_index import AbortedTxn
 
 from . import internal_topics
 from .config import BrokerConfig
@@ -87,6 +96,7 @@ T = TypeVar("T")
 Answer = Callable[[AppendResult | None, int, StrataError | None], T]
 
 LONG_MAX = 2**63 - 1
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1  # Kafka's IsolationLevel ids (Fetch, ListOffsets, native FETCH v2)
 INLINE_APPEND_MAX_BYTES = 64 * 1024  # appends up to this size always run on the loop (no fsync due)
 # ... and up to this size too, unless one was slow lately: a message set this large costs the
 # loop less than the hand-off to a thread and back (cross-core cache misses, GIL and futex
@@ -98,6 +108,15 @@ APPENDS_PER_JOB = 16  # an Appender's job yields its executor thread after this 
 VALID_NAMES_CACHED = 4096  # `_valid_names` starts over past this many
 
 log = structlog.get_logger("strata.partitions")
+
+
+class IsolatedRead(NamedTuple):
+    """A fetch's read of one partition at an isolation level."""
+
+    records: FileSlice
+    high_watermark: int  # the log end (one replica)
+    last_stable_offset: int
+    aborted: list[AbortedTxn] | None  # READ_COMMITTED: the aborted transactions of the range read
 
 
 @dataclass
@@ -429,6 +448,47 @@ class PartitionService:
         releases the slice, or the connection does once sent). Raises StrataError."""
         return partition_log.read(offset, max_bytes, min_one_message)
 
+    def last_stable_offset(self, partition_log: Log) -> int:
+        """The partition's last stable offset: the first offset of its oldest open
+        transaction, else the log end (the high watermark, on one node)."""
+        return partition_log.last_stable_offset
+
+    def aborted_transactions(self, partition_log: Log, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions that overlap offsets [start, end) (Kafka's
+        collectAbortedTransactions), each with its producer id and first offset."""
+        return partition_log.aborted_transactions(start, end)
+
+    def read_isolated(self, partition_log: Log, offset: int, max_bytes: int, isolation_level: int, *,
+                      min_one_message: bool = False) -> IsolatedRead:
+        """`read` at an isolation level (see the module doc), on the loop. Raises StrataError."""
+        lso = partition_log.last_stable_offset
+        end = partition_log.log_end_offset  # after the LSO: never below it
+        if isolation_level != READ_COMMITTED:
+            return IsolatedRead(partition_log.read(offset, max_bytes, min_one_message), end, lso, None)
+        found = partition_log.read(offset, max_bytes, min_one_message, max_offset=lso)
+        aborted: list[AbortedTxn] = []
+        if found.length:
+            try:
+                upper = partition_log.fetch_upper_bound(offset, found, lso)
+                aborted = partition_log.aborted_transactions(offset, upper)
+            except BaseException:
+                found.release()
+                raise
+        return IsolatedRead(found, end, lso, aborted)
+
+    # ---- transaction markers --------------------------------------------------------------------
+
+    async def append_txn_marker(self, partition_log: Log, producer_id: int, producer_epoch: int,
+                                coordinator_epoch: int, commit: bool) -> AppendResult:
+        """Write a COMMIT (`commit`) or ABORT marker closing the producer's transaction
+        on the partition (storage: Log.append_txn_marker), in the executor; wakes the
+        partition's long polls. Raises StrataError (a stale producer or coordinator
+        epoch: InvalidProducerEpochError, TransactionCoordinatorFencedError)."""
+        result = await self.blocking(partition_log.append_txn_marker, producer_id, producer_epoch,
+                                     coordinator_epoch, commit)
+        self.waiters.notify((partition_log.topic, partition_log.partition))
+        return result
+
     # ---- waiting for data -----------------------------------------------------------------------
 
     def watch(self, tp: TopicPartition) -> asyncio.Event:
@@ -507,5 +567,6 @@ class PartitionService:
 
 
 __all__ = ["APPENDS_PER_JOB", "AppendStats", "Appender", "INLINE_APPEND_MAX_BYTES", "INLINE_BACKOFF_S",
-           "LARGE_INLINE_APPEND_MAX_BYTES", "PartitionService", "PartitionWaiters", "SLOW_INLINE_APPEND_S",
-           "append_outcome", "release_all", "strata_error"]
+           "LARGE_INLINE_APPEND_MAX_BYTES", "READ_COMMITTED", "READ_UNCOMMITTED", "IsolatedRead",
+           "PartitionService", "PartitionWaiters", "SLOW_INLINE_APPEND_S", "append_outcome", "release_all",
+           "strata_error"]
