@@ -37,7 +37,7 @@ def consume_all(bootstrap: str, topic: str, isolation: str, expected: int) -> di
                 assert message.error() is None, message.error()
                 got[message.partition()].append(message.value())
             if sum(map(len, got.values())) >= expected:
-                for message in consumer.consume(100, 1.0):  # nothing more comes
+                for message in consumer.consume(100, 0.5):  # nothing more comes
                     got[message.partition()].append(message.value())
                 break
     finally:
