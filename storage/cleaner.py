@@ -43,8 +43,17 @@ checks that both write the same bytes.
 
 Idempotent producers: the last batch of each active producer stays, if only as
 an empty batch with its producer fields, so its sequence survives the clean (Kafka's
-RETAIN_EMPTY). Not done (Strata has no transactions): aborted transaction removal
-and transaction markers; transactional batches are cleaned as any other.
+RETAIN_EMPTY).
+
+Transactions (Kafka's CleanedTransactionMetadata): cleaning stops at the first
+unstable offset (an open transaction's records are never cleaned). A batch of an
+aborted transaction (the log's `.txnindex` entries: its producer, between the
+transaction's first offset and its abort marker) puts no key in the map (it
+never supersedes committed data) and loses all its records in pass 2 (an active
+producer's last batch stays empty). A round that meets aborted transactions runs
+both passes in Python. Markers always stay (Kafka drops a marker that guards no
+data once delete.retention.ms has passed: not done), and so do the `.txnindex`
+entries, carried into the cleaned segment.
 """
 
 from __future__ import annotations
@@ -57,11 +66,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from kafka_format import LogEntry
-from kafka_format.batch import BATCH_HEADER, FIELD_OFFSET
+from kafka_format.batch import BATCH_HEADER, CONTROL_BIT, FIELD_OFFSET, TRANSACTIONAL_BIT
 from kafka_format.errors import CorruptRecordError
 from kafka_format.framing import LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD
 
-from .cleaner_records import FilterStats, RecordFilter, entry_info, entry_keys
+from .cleaner_records import EntryKeys, FilterStats, RecordFilter, entry_info, entry_keys
 from .clock import SYSTEM_CLOCK, SystemClock
 from .fileutil import segment_file_name
 from .offset_map import OffsetMap
@@ -73,6 +82,7 @@ _SIZE = _INT32 = struct.Struct(">i")
 _ENTRY_HEAD = struct.Struct(">qi")
 LAST_DELTA_AT = FIELD_OFFSET["last_offset_delta"]
 _NEED_PYTHON, _FULL = 1, 2  # storage/_ccleaner.c's map_entries statuses
+NO_KEYS = EntryKeys([], [], 0, 0, 0, 1)  # an aborted batch in pass 1: no key, never all-mapped
 
 
 class CleaningAborted(Exception):
@@ -342,6 +352,7 @@ class Cleaner:
         self.io_buffer_size = io_buffer_size
         self.clock = clock
         self.step = step or (lambda name: None)
+        self._aborted = AbortedBatches([])  # the round's aborted transactions
 
     # ---- one round -------------------------------------------------------------------
 
@@ -352,8 +363,14 @@ class Cleaner:
         stats = CleanerStats(log=log.name, first_dirty=first_dirty)
         snapshot = log.segments.snapshot()
         active = snapshot.last
-        # Never past an open transaction (Kafka: the first unstable offset bounds cleaning).
-        first_uncleanable = min(first_uncleanable, active.base_offset, log.first_unstable_offset())
+        first_uncleanable = min(first_uncleanable, active.base_offset)
+        unstable = log.first_unstable_offset()
+        if unstable < first_uncleanable:
+            # Never a segment holding an open transaction's records (Kafka: the first
+            # unstable offset bounds cleaning, at a segment's base as the others).
+            holder = snapshot.floor(unstable)
+            first_uncleanable = holder.base_offset if holder is not None else first_uncleanable
+        self._aborted = AbortedBatches(log.aborted_transactions(log.log_start_offset, first_uncleanable))
         config = log.config
 
         before_dirty = [s for s in snapshot if s.base_offset < first_dirty and s is not active]
@@ -388,6 +405,8 @@ class Cleaner:
         offset_map.clear(_LogKeyReader(snapshot))
         native_map = offset_map.native
         table = _BatchTable(start) if native_map is None else _NativeBatchTable(native_map, start)
+        if self._aborted:
+            native_map = None  # the C passes do not know aborted transactions
         segments = [s for s in snapshot.from_offset(start) if s.base_offset < end]
         for i, segment in enumerate(segments):
             if segment is snapshot.last:
@@ -448,7 +467,10 @@ class Cleaner:
                        if magic == MAGIC_V2 else offset_field)
         if last_offset < start:
             return True
-        keys = entry_keys(buf, pos, stop, start)
+        if magic == MAGIC_V2 and self._aborted.holds(buf, pos):
+            keys = NO_KEYS  # an aborted transaction's records supersede nothing
+        else:
+            keys = entry_keys(buf, pos, stop, start)
         extra = table.COST + table.growth(last_offset)
         if offset_map.entries and (
                 not offset_map.fits_keys(keys.keys, keys.key_bytes, last_offset)
@@ -482,7 +504,7 @@ class Cleaner:
         try:
             last_non_empty = max((i for i, s in enumerate(group) if s.size > 0), default=-1)
             latest = self.offset_map.latest_offset
-            native_map = self.offset_map.native
+            native_map = None if self._aborted else self.offset_map.native
             filter_stats = record_filter.stats
             now_ms, retention_ms = record_filter.now_ms, record_filter.delete_retention_ms
             unpack_head, unpack_delta = _ENTRY_HEAD.unpack_from, _INT32.unpack_from
@@ -545,6 +567,8 @@ class Cleaner:
                             last = base_offset + unpack_delta(buf, pos + LAST_DELTA_AT)[0]
                             if last <= latest:
                                 dead = table.dead_mask(base_offset, last)
+                                if self._aborted.holds(buf, pos):
+                                    dead = (1 << (last - base_offset + 1)) - 1  # every record goes
                         kept = record_filter.filter(buf, pos, stop, keep_empty=keep_empty,
                                                     retain_legacy_deletes=retain_legacy_deletes, dead=dead)
                         pos = stop
@@ -579,3 +603,32 @@ class Cleaner:
                 cleaned.delete()
             raise
         stats.groups += 1
+
+
+class AbortedBatches:
+    """Which batches belong to aborted transactions, from `.txnindex` entries: a
+    transactional data batch of the producer between a transaction's first offset
+    and its abort marker."""
+
+    def __init__(self, aborted) -> None:
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        for txn in aborted:
+            self._ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+        for ranges in self._ranges.values():
+            ranges.sort()
+
+    def __bool__(self) -> bool:
+        return bool(self._ranges)
+
+    def holds(self, buf, pos: int) -> bool:
+        """Whether the magic-2 batch at buf[pos:] belongs to an aborted transaction."""
+        if not self._ranges:
+            return False
+        (base_offset, _, _, _, _, attributes, _, _, _, producer_id, *_rest) = BATCH_HEADER.unpack_from(buf, pos)
+        if not attributes & TRANSACTIONAL_BIT or attributes & CONTROL_BIT:
+            return False
+        ranges = self._ranges.get(producer_id)
+        if not ranges:
+            return False
+        i = bisect.bisect_right(ranges, (base_offset, 2**63)) - 1
+        return i >= 0 and ranges[i][0] <= base_offset <= ranges[i][1]

@@ -193,3 +193,41 @@ def test_txnindex_goes_with_its_segment(open_log, clock):
     log.delete_due_files(clock.monotonic_ms() + 1)
     assert txnindex_files(log) == []
     assert not [n for n in os.listdir(log.directory) if ".txnindex" in n]
+
+
+# ---- compaction ------------------------------------------------------------------------
+
+
+def test_compaction_removes_aborted_data_and_keeps_committed_values(open_log, clock):
+    from storage.cleaner import Cleaner
+    from storage.offset_map import OffsetMap
+
+    log = open_log(cleanup_policy="compact", segment_bytes=1000)
+    log.append(build_batch([(b"k", b"committed-1")], producer_id=1, producer_epoch=0, base_sequence=0,
+                           is_transactional=True))  # 0
+    log.append_txn_marker(1, 0, 0, commit=True)  # 1
+    log.append(build_batch([(b"k", b"aborted"), (b"j", b"aborted")], producer_id=2, producer_epoch=0,
+                           base_sequence=0, is_transactional=True))  # 2-3
+    log.append(build_batch([(b"x", b"plain")]))  # 4
+    log.append_txn_marker(2, 0, 0, commit=False)  # 5
+    log.roll()
+    log.append(build_batch([(b"open", b"v")], producer_id=3, producer_epoch=0, base_sequence=0,
+                           is_transactional=True))  # 6: open
+    log.roll()
+    log.append(build_batch([(b"z", b"z")]))  # 7
+    assert log.first_unstable_offset() == 6
+    aborted_entries = [s.txn_index.entries for s in log.segments]
+    Cleaner(OffsetMap(1 << 20), clock=clock).clean(log, 0, log.active_segment.base_offset)
+    records = []
+    for segment in list(log.segments)[:-1]:
+        for entry in iter_entries(segment.log.read(0, segment.size)):
+            records += [(r.offset, r.key, r.value) for r in entry.records()]
+    data = [(o, k, v) for o, k, v in records if not (k and k.startswith(b"\x00\x00"))]
+    # The committed value of k stays (the aborted one never superseded it); the aborted
+    # records went; markers and the open transaction stay.
+    assert (0, b"k", b"committed-1") in data
+    assert not [r for r in data if r[2] == b"aborted"]
+    assert (4, b"x", b"plain") in data and (6, b"open", b"v") in data
+    assert len(log.segments) == 3  # the open transaction's segment was not cleaned (nor merged)
+    assert {o for o, k, _ in records if k and k.startswith(b"\x00\x00")} == {1, 5}  # both markers
+    assert [s.txn_index.entries for s in log.segments] == aborted_entries
