@@ -467,10 +467,9 @@ class Cleaner:
                        if magic == MAGIC_V2 else offset_field)
         if last_offset < start:
             return True
-        if magic == MAGIC_V2 and self._aborted.holds(buf, pos):
-            keys = NO_KEYS  # an aborted transaction's records supersede nothing
-        else:
-            keys = entry_keys(buf, pos, stop, start)
+        # An aborted transaction's records supersede nothing.
+        aborted = magic == MAGIC_V2 and self._aborted.holds(buf, pos)
+        keys = NO_KEYS if aborted else entry_keys(buf, pos, stop, start)
         extra = table.COST + table.growth(last_offset)
         if offset_map.entries and (
                 not offset_map.fits_keys(keys.keys, keys.key_bytes, last_offset)
