@@ -9,13 +9,15 @@ Contract:
   (Kafka uses it to stop a search early).
 - As Kafka, the file exists only once an entry was appended; no file reads as
   empty. Entries are appended in ascending lastOffset (ValueError otherwise).
-- The entries are read from the file once, on first use, and kept in memory
-  (readers take no lock: `entries` is replaced whole, never changed in place).
+- The entries are read from the file once, on first use, and kept in memory:
+  `entries` is replaced whole, never changed in place, so readers (a fetch, on the
+  loop) see the old or the new tuple. The first read and each change take the
+  index's own lock, so a reader's first load never races an append.
   A partial entry at the end (a crash during an append) is ignored, and cut
   by the next append or `truncate_to`.
 - Appends write without fsync; `flush()` fsyncs (the segment's flush), so a crash
   loses at most what recovery rebuilds from the log (storage/producer_state.py).
-- Not thread-safe for changes: they run under the owning Log's lock.
+- Changes come from one writer at a time (the owning Log's lock).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
+import threading
 from typing import NamedTuple
 
 from kafka_format.errors import CorruptIndexError
@@ -59,9 +62,18 @@ class TransactionIndex:
         self.base_offset = base_offset
         self._entries: tuple[AbortedTxn, ...] | None = None  # loaded on first use
         self._dirty = False
+        self._lock = threading.Lock()
 
     @property
     def entries(self) -> tuple[AbortedTxn, ...]:
+        entries = self._entries
+        if entries is None:
+            with self._lock:
+                entries = self._load()
+        return entries
+
+    def _load(self) -> tuple[AbortedTxn, ...]:
+        """The entries, read from the file unless already known (lock held)."""
         entries = self._entries
         if entries is None:
             try:
@@ -76,12 +88,13 @@ class TransactionIndex:
         return len(self.entries)
 
     def append(self, txn: AbortedTxn) -> None:
-        entries = self.entries
-        if entries and entries[-1].last_offset >= txn.last_offset:
-            raise ValueError(f"{self.path}: aborted transaction ending at {txn.last_offset} does not follow "
-                             f"the last one, ending at {entries[-1].last_offset}")
-        self._write_at(len(entries) * ENTRY_SIZE, txn.encode())
-        self._entries = (*entries, txn)
+        with self._lock:
+            entries = self._load()
+            if entries and entries[-1].last_offset >= txn.last_offset:
+                raise ValueError(f"{self.path}: aborted transaction ending at {txn.last_offset} does not "
+                                 f"follow the last one, ending at {entries[-1].last_offset}")
+            self._write_at(len(entries) * ENTRY_SIZE, txn.encode())
+            self._entries = (*entries, txn)
 
     def _write_at(self, position: int, data: bytes) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
@@ -105,30 +118,22 @@ class TransactionIndex:
                 return found, True
         return found, False
 
-    def reset(self) -> None:
-        """Empty the index (recovery rebuilds it)."""
-        if os.path.exists(self.path):
-            os.truncate(self.path, 0)
-            self._dirty = True
-        self._entries = ()
-
     def truncate_to(self, offset: int) -> None:
-        """Drop the entries of transactions whose marker is at or past `offset`."""
-        entries = self.entries
-        keep = 0
-        while keep < len(entries) and entries[keep].last_offset < offset:
-            keep += 1
-        if keep < len(entries) or (os.path.exists(self.path) and os.path.getsize(self.path) != keep * ENTRY_SIZE):
-            with contextlib.suppress(FileNotFoundError):
+        """Drop the entries of transactions whose marker is at or past `offset` (and a
+        partial entry a crash left at the end)."""
+        with self._lock:
+            entries = self._load()
+            keep = 0
+            while keep < len(entries) and entries[keep].last_offset < offset:
+                keep += 1
+            try:
+                size = os.path.getsize(self.path)
+            except FileNotFoundError:
+                return
+            if size != keep * ENTRY_SIZE:
                 os.truncate(self.path, keep * ENTRY_SIZE)
                 self._dirty = True
             self._entries = entries[:keep]
-
-    def sanity_check(self) -> None:
-        for txn in self.entries:
-            if txn.last_offset < self.base_offset:
-                raise CorruptIndexError(f"{self.path}: aborted transaction {txn} ends below the segment's "
-                                        f"base offset {self.base_offset}")
 
     def flush(self) -> None:
         if not self._dirty:

@@ -231,3 +231,49 @@ def test_compaction_removes_aborted_data_and_keeps_committed_values(open_log, cl
     assert len(log.segments) == 3  # the open transaction's segment was not cleaned (nor merged)
     assert {o for o, k, _ in records if k and k.startswith(b"\x00\x00")} == {1, 5}  # both markers
     assert [s.txn_index.entries for s in log.segments] == aborted_entries
+
+
+class Crash(BaseException):
+    """A kill: nothing after it runs."""
+
+
+@pytest.mark.parametrize("crash_at", ["cleaned_written", "renamed_to_swap", "swap_synced", "old_renamed_deleted",
+                                      "swap_renamed"])
+def test_a_crash_during_a_clean_keeps_the_txnindex(open_log, clock, crash_at):
+    from storage.cleaner import Cleaner
+    from storage.offset_map import OffsetMap
+
+    log = open_log(cleanup_policy="compact", segment_bytes=400)
+    for i in range(6):
+        log.append(txn(10 + i, 0, 2, value=b"x" * 40))
+        log.append(build_batch([(b"k%d" % i, b"y" * 40)]))
+        log.append_txn_marker(10 + i, 0, 0, commit=i % 2 == 0)
+    log.roll()
+    log.append(plain())
+    expected = log.aborted_transactions(0, log.log_end_offset)
+    assert len(expected) == 3 and len(log.segments) > 2
+    log.flush()
+    end = log.log_end_offset
+
+    def crash(step):
+        if step == crash_at:
+            raise Crash(step)
+
+    with pytest.raises(Crash):
+        Cleaner(OffsetMap(1 << 20), clock=clock, step=crash).clean(log, 0, log.active_segment.base_offset)
+    reopened = open_log(cleanup_policy="compact", segment_bytes=400, had_clean_shutdown=False, recovery_point=end)
+    assert reopened.aborted_transactions(0, end) == expected
+    assert reopened.producer_state.loaded_from > expected[-1].last_offset  # from the files, not a replay
+    assert not [n for n in os.listdir(reopened.directory) if n.endswith((".swap", ".cleaned"))]
+
+
+def test_delete_records_past_an_open_transaction_keeps_the_lso_at_the_log_start(open_log):
+    log = open_log()
+    log.append(txn(1, 0))  # 0, open
+    log.append(plain(3))  # 1-3
+    assert log.last_stable_offset == 0
+    log.increase_log_start_offset(2)
+    assert log.last_stable_offset == 2
+    assert log.read(2, 1 << 20, max_offset=log.last_stable_offset).length == 0
+    log.append_txn_marker(1, 0, 0, commit=False)
+    assert log.last_stable_offset == 5
