@@ -395,9 +395,12 @@ class Log:
         if segment is None:
             return limit
         stop = found.position + found.length
-        head = segment.log.read(stop, 8) if stop < segment.size else b""
-        if len(head) == 8:
-            return min(int.from_bytes(head, "big", signed=True), limit)
+        start = max(found.position, segment.offset_index.lookup_by_position(stop).position)
+        for header in segment.log.iter_headers(start):
+            if header.position >= stop:
+                return min(header.base_offset, limit)
+            if header.position + header.size > stop:  # a batch the read cut: counted in
+                return min(header.last_offset + 1, limit)
         following = snapshot.higher(segment.base_offset)
         return limit if following is None else min(following.base_offset, limit)
 

@@ -14,6 +14,7 @@ from kafka_format.errors import (
     InvalidTxnStateError,
     TransactionCoordinatorFencedError,
 )
+from storage.file_records import FileSlice
 from storage.producer_state import decode_snapshot
 from storage.txn_index import ENTRY_SIZE, AbortedTxn, TransactionIndex, decode_entries
 from storage.txn_markers import TxnMarker, build_marker, decode_marker
@@ -141,7 +142,7 @@ def test_snapshot_carries_open_transactions(open_log):
     log.append(plain())
     log.append(txn(4, 0))  # 1
     log.close()
-    snapshot = os.path.join(log.directory, "%020d.snapshot" % 2)
+    snapshot = os.path.join(log.directory, f"{2:020d}.snapshot")
     with open(snapshot, "rb") as f:
         (entry,) = decode_snapshot(f.read())
     assert entry.current_txn_first_offset == 1
@@ -187,7 +188,7 @@ def test_txnindex_goes_with_its_segment(open_log, clock):
     log.append(plain())
     log.roll()
     log.append(plain())
-    assert txnindex_files(log) == ["%020d.txnindex" % 0]
+    assert txnindex_files(log) == [f"{0:020d}.txnindex"]
     log.increase_log_start_offset(log.log_end_offset - 1)
     log.delete_segments_below_log_start()
     log.delete_due_files(clock.monotonic_ms() + 1)
@@ -281,3 +282,17 @@ def test_delete_records_past_an_open_transaction_keeps_the_lso_at_the_log_start(
     assert log.read(2, 1 << 20, max_offset=log.last_stable_offset).length == 0
     log.append_txn_marker(1, 0, 0, commit=False)
     assert log.last_stable_offset == 5
+
+
+def test_fetch_upper_bound_is_a_batch_boundary(open_log):
+    log = open_log()
+    for _ in range(4):
+        log.append(build_batch([(b"k", b"x" * 100)] * 2))  # 0-1, 2-3, 4-5, 6-7
+    size = log.active_segment.size // 4
+    whole = log.read(0, 2 * size)
+    assert log.fetch_upper_bound(0, whole, 100) == 4
+    cut = FileSlice(log.active_segment.log, 0, 2 * size + 10)  # a batch cut short: its offsets count in
+    assert log.fetch_upper_bound(0, cut, 100) == 6
+    assert log.fetch_upper_bound(0, cut, 5) == 5
+    assert log.fetch_upper_bound(0, log.read(0, 1 << 20), 100) == 100  # the end of the log: the limit
+    cut.release()
