@@ -33,7 +33,9 @@ both listeners because it is written once, here.
   offset (`last_stable_offset`: the first offset of the oldest open transaction,
   else the log end) and answers the aborted transactions of the range read
   (`aborted_transactions`, from the `.txnindex` files); READ_UNCOMMITTED reads to
-  the log end with no list. Both answer the last stable offset.
+  the log end with no list. Both answer the last stable offset. The same in two
+  steps: `read(..., isolation_level=)` then `fetch_isolation(...)` (the native
+  FETCH version 2).
 - Transaction markers: `append_txn_marker` writes a COMMIT or ABORT control batch
   for a producer's transaction (the coordinator's WriteTxnMarkers, in-process), in
   the executor, and wakes the partition's long polls.
@@ -108,6 +110,16 @@ APPENDS_PER_JOB = 16  # an Appender's job yields its executor thread after this 
 VALID_NAMES_CACHED = 4096  # `_valid_names` starts over past this many
 
 log = structlog.get_logger("strata.partitions")
+
+
+@dataclass(frozen=True)
+class FetchIsolation:
+    """What a Fetch at an isolation level sees of a partition: reads stop at
+    `last_stable_offset` under read_committed, and `aborted` lists (producerId,
+    firstOffset) of the aborted transactions whose data the range holds."""
+
+    last_stable_offset: int
+    aborted: tuple[tuple[int, int], ...] = ()
 
 
 class IsolatedRead(NamedTuple):
@@ -443,10 +455,26 @@ class PartitionService:
     # ---- reading --------------------------------------------------------------------------------
 
     def read(self, partition_log: Log, offset: int, max_bytes: int, *,
-             min_one_message: bool = False) -> FileSlice:
+             min_one_message: bool = False, isolation_level: int = READ_UNCOMMITTED) -> FileSlice:
         """Up to `max_bytes` of whole batches from `offset`, on the loop (the caller
-        releases the slice, or the connection does once sent). Raises StrataError."""
+        releases the slice, or the connection does once sent); READ_COMMITTED stops at
+        the last stable offset. Raises StrataError."""
+        if isolation_level == READ_COMMITTED:
+            return partition_log.read(offset, max_bytes, min_one_message,
+                                      max_offset=partition_log.last_stable_offset)
         return partition_log.read(offset, max_bytes, min_one_message)
+
+    def fetch_isolation(self, partition_log: Log, isolation_level: int, fetch_offset: int,
+                        found: FileSlice | None) -> FetchIsolation:
+        """The last stable offset of `partition_log` and, under READ_COMMITTED, the
+        aborted transactions with data in `found` (read from `fetch_offset` by `read`
+        at that level; None when nothing was read), as (producer id, first offset)."""
+        lso = partition_log.last_stable_offset
+        if isolation_level != READ_COMMITTED or found is None or not found.length:
+            return FetchIsolation(lso)
+        upper = partition_log.fetch_upper_bound(fetch_offset, found, lso)
+        return FetchIsolation(lso, tuple((a.producer_id, a.first_offset)
+                                         for a in partition_log.aborted_transactions(fetch_offset, upper)))
 
     def last_stable_offset(self, partition_log: Log) -> int:
         """The partition's last stable offset: the first offset of its oldest open
@@ -567,6 +595,6 @@ class PartitionService:
 
 
 __all__ = ["APPENDS_PER_JOB", "AppendStats", "Appender", "INLINE_APPEND_MAX_BYTES", "INLINE_BACKOFF_S",
-           "LARGE_INLINE_APPEND_MAX_BYTES", "READ_COMMITTED", "READ_UNCOMMITTED", "IsolatedRead",
+           "FetchIsolation", "LARGE_INLINE_APPEND_MAX_BYTES", "READ_COMMITTED", "READ_UNCOMMITTED", "IsolatedRead",
            "PartitionService", "PartitionWaiters", "SLOW_INLINE_APPEND_S", "append_outcome", "release_all",
            "strata_error"]

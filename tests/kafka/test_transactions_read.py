@@ -11,7 +11,7 @@ import dataclasses
 from confluent_kafka import Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from kafka_format import build_batch
+from kafka_format import build_batch, iter_entries
 from tests.broker.inprocess import InProcessBroker
 from tests.kafka.conftest import create_topic
 from tests.kafka.test_wire import fetch_request, only_partition, produce_request
@@ -90,6 +90,17 @@ def test_read_committed_sees_only_committed_data(tmp_path):
         assert latest[tp].result(TIMEOUT).offset == 2
         latest = admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=IsolationLevel.READ_UNCOMMITTED)
         assert latest[tp].result(TIMEOUT).offset == 6
+
+        def two_step_view():  # what the native FETCH version 2 calls
+            log = partitions.open_log(topic, 1)
+            found = partitions.read(log, 0, 1 << 20, isolation_level=1)
+            try:
+                return list(iter_entries(found.read())), partitions.fetch_isolation(log, 1, 0, found)
+            finally:
+                found.release()
+        entries, isolation = broker.call_in_loop(two_step_view)
+        assert [e.last_offset for e in entries] == [0, 1]
+        assert (isolation.last_stable_offset, isolation.aborted) == (2, ((B, 1),))
 
         async def close_c():
             await partitions.append_txn_marker(partitions.open_log(topic, 1), C, 0, 0, commit=True)
