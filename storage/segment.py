@@ -32,7 +32,7 @@ from .file_records import FileRecords, FileSlice
 from .fileutil import segment_file_name
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex
-from .txn_index import TransactionIndex
+from .txn_index import TransactionIndex, txn_index_path
 
 INT_MAX = 2**31 - 1
 NO_TIMESTAMP = -1
@@ -130,12 +130,6 @@ def index_entries_py(entries, interval: int, since: int, best_ts: int, best_offs
 _crecords = native.load("kafka_format._crecords")
 
 
-def _txn_index_path(log_path: str) -> str:
-    """The `.txnindex` beside a `.log` whose name has a suffix after `.log` (`.swap`, ...)."""
-    head, sep, tail = log_path.rpartition(".log")
-    return head + ".txnindex" + tail if sep else log_path + ".txnindex"
-
-
 def index_entries(entries, interval: int, since: int, best_ts: int, best_offset: int,
                   base_offset: int, base_position: int, newest: int):
     """index_entries_py's results, in C when built: over an EntryTable's rows
@@ -155,7 +149,7 @@ class LogSegment:
         self.log = log
         self.offset_index = offset_index
         self.time_index = time_index
-        self.txn_index = TransactionIndex(_txn_index_path(log.path), base_offset)  # aborted txns, read lazily
+        self.txn_index = TransactionIndex(txn_index_path(log.path), base_offset)  # aborted txns, read lazily
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.roll_jitter_ms = roll_jitter_ms

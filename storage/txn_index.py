@@ -56,6 +56,13 @@ def decode_entries(data: bytes, path: str = "") -> list[AbortedTxn]:
     return found
 
 
+def txn_index_path(log_path: str) -> str:
+    """The `.txnindex` beside a segment's `.log` (with its suffix: `.log.swap` ->
+    `.txnindex.swap`)."""
+    head, sep, tail = log_path.rpartition(".log")
+    return head + ".txnindex" + tail if sep else log_path + ".txnindex"
+
+
 class TransactionIndex:
     def __init__(self, path: str, base_offset: int):
         self.path = path
