@@ -350,9 +350,9 @@ class Cleaner:
                  clock: SystemClock = SYSTEM_CLOCK, step: Callable[[str], None] | None = None):
         self.offset_map = offset_map
         self.io_buffer_size = io_buffer_size
+        self._aborted = AbortedBatches([])  # the round's aborted transactions
         self.clock = clock
         self.step = step or (lambda name: None)
-        self._aborted = AbortedBatches([])  # the round's aborted transactions
 
     # ---- one round -------------------------------------------------------------------
 
@@ -405,9 +405,9 @@ class Cleaner:
         offset_map.clear(_LogKeyReader(snapshot))
         native_map = offset_map.native
         table = _BatchTable(start) if native_map is None else _NativeBatchTable(native_map, start)
+        segments = [s for s in snapshot.from_offset(start) if s.base_offset < end]
         if self._aborted:
             native_map = None  # the C passes do not know aborted transactions
-        segments = [s for s in snapshot.from_offset(start) if s.base_offset < end]
         for i, segment in enumerate(segments):
             if segment is snapshot.last:
                 break
