@@ -128,7 +128,7 @@ class IsolatedRead(NamedTuple):
     records: FileSlice
     high_watermark: int  # the log end (one replica)
     last_stable_offset: int
-    aborted: list[AbortedTxn] | None  # READ_COMMITTED: the aborted transactions of the range read
+    aborted: tuple[tuple[int, int], ...] | None  # READ_COMMITTED: (producer id, first offset) of the range read
 
 
 @dataclass
@@ -488,21 +488,17 @@ class PartitionService:
 
     def read_isolated(self, partition_log: Log, offset: int, max_bytes: int, isolation_level: int, *,
                       min_one_message: bool = False) -> IsolatedRead:
-        """`read` at an isolation level (see the module doc), on the loop. Raises StrataError."""
-        lso = partition_log.last_stable_offset
+        """`read` and `fetch_isolation` in one, on the loop. Raises StrataError."""
+        found = self.read(partition_log, offset, max_bytes, min_one_message=min_one_message,
+                          isolation_level=isolation_level)
+        try:
+            isolation = self.fetch_isolation(partition_log, isolation_level, offset, found)
+        except BaseException:
+            found.release()
+            raise
         end = partition_log.log_end_offset  # after the LSO: never below it
-        if isolation_level != READ_COMMITTED:
-            return IsolatedRead(partition_log.read(offset, max_bytes, min_one_message), end, lso, None)
-        found = partition_log.read(offset, max_bytes, min_one_message, max_offset=lso)
-        aborted: list[AbortedTxn] = []
-        if found.length:
-            try:
-                upper = partition_log.fetch_upper_bound(offset, found, lso)
-                aborted = partition_log.aborted_transactions(offset, upper)
-            except BaseException:
-                found.release()
-                raise
-        return IsolatedRead(found, end, lso, aborted)
+        aborted = isolation.aborted if isolation_level == READ_COMMITTED else None
+        return IsolatedRead(found, end, isolation.last_stable_offset, aborted)
 
     # ---- transaction markers --------------------------------------------------------------------
 

@@ -903,4 +903,4 @@ def _aborted(AbortedR, aborted) -> tuple:
     """A Fetch partition's aborted_transactions (READ_COMMITTED)."""
     if not aborted:
         return ()
-    return tuple(make(AbortedR, producer_id=a.producer_id, first_offset=a.first_offset) for a in aborted)
+    return tuple(make(AbortedR, producer_id=producer_id, first_offset=first) for producer_id, first in aborted)
