@@ -51,9 +51,12 @@ aborted transaction (the log's `.txnindex` entries: its producer, between the
 transaction's first offset and its abort marker) puts no key in the map (it
 never supersedes committed data) and loses all its records in pass 2 (an active
 producer's last batch stays empty). A round that meets aborted transactions runs
-both passes in Python. Markers always stay (Kafka drops a marker that guards no
-data once delete.retention.ms has passed: not done), and so do the `.txnindex`
-entries, carried into the cleaned segment.
+both passes in Python. An abort marker stays while the round meets data of its
+transaction; the first round that meets none stamps it with a delete horizon
+(now + delete.retention.ms, as a tombstone's); the first round after the horizon
+removes it and its `.txnindex` entry (Kafka's rules). The other `.txnindex`
+entries are carried into the cleaned segment. COMMIT markers always stay (Kafka
+removes one whose transaction has no batch left: not done).
 """
 
 from __future__ import annotations
@@ -66,16 +69,29 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from kafka_format import LogEntry
-from kafka_format.batch import BATCH_HEADER, CONTROL_BIT, FIELD_OFFSET, TRANSACTIONAL_BIT
+from kafka_format.batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER,
+    CONTROL_BIT,
+    CRC_OFFSET,
+    DELETE_HORIZON_BIT,
+    FIELD_OFFSET,
+    INT16,
+    TRANSACTIONAL_BIT,
+    UINT32,
+    batch_crc,
+)
+from kafka_format.builder import build_batch
 from kafka_format.errors import CorruptRecordError
 from kafka_format.framing import LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD
 
-from .cleaner_records import EntryKeys, FilterStats, RecordFilter, entry_info, entry_keys
+from .cleaner_records import EntryKeys, FilterStats, Kept, RecordFilter, entry_info, entry_keys
 from .clock import SYSTEM_CLOCK, SystemClock
 from .fileutil import segment_file_name
 from .offset_map import OffsetMap
 from .segment import INT_MAX, LogSegment
 from .segment_swap import CLEANED_SUFFIX
+from .txn_markers import CONTROL_KEY, MARKER_VALUE, decode_marker
 
 DEFAULT_IO_BUFFER_SIZE = 512 * 1024  # Kafka's log.cleaner.io.buffer.size
 _SIZE = _INT32 = struct.Struct(">i")
@@ -489,6 +505,37 @@ class Cleaner:
 
     # ---- pass 2 -------------------------------------------------------------------------
 
+    def _abort_marker(self, buf, pos: int, stop: int, now_ms: int, retention_ms: int,
+                      keep: bool) -> Kept | None:
+        """An abort marker as Kafka's cleaner keeps it: as it is while the round met
+        data of its transaction (removed now) or while its delete horizon is ahead;
+        stamped with a delete horizon (now + delete.retention.ms) the first round
+        that finds no data left; gone (with its `.txnindex` entry) once the horizon
+        has passed, unless `keep` (a group's last entry stays)."""
+        (base_offset, _, leader_epoch, _, _, attributes, last_delta, base_ts, max_ts, producer_id, epoch,
+         sequence, count) = BATCH_HEADER.unpack_from(buf, pos)
+        last_offset = base_offset + last_delta
+        as_is = Kept(memoryview(buf)[pos:stop], MAGIC_V2, last_offset, max_ts, 0, count)
+        if self._aborted.observed_data(producer_id, base_offset):
+            return as_is
+        if attributes & DELETE_HORIZON_BIT:
+            if base_ts > now_ms or keep:
+                return as_is
+            self._aborted.removed.add((producer_id, base_offset))
+            return None
+        marker = decode_marker(bytes(buf[pos:stop]))
+        if marker is None:
+            return as_is
+        out = bytearray(build_batch([(CONTROL_KEY.pack(0, 0), MARKER_VALUE.pack(0, marker.coordinator_epoch),
+                                      marker.timestamp)],
+                                    base_offset=base_offset, base_timestamp=now_ms + retention_ms,
+                                    max_timestamp=max_ts, producer_id=producer_id, producer_epoch=epoch,
+                                    base_sequence=sequence, partition_leader_epoch=leader_epoch,
+                                    is_transactional=True, is_control=True))
+        INT16.pack_into(out, ATTRIBUTES_OFFSET, attributes | DELETE_HORIZON_BIT)
+        UINT32.pack_into(out, CRC_OFFSET, batch_crc(out, 0, len(out)))
+        return Kept(out, MAGIC_V2, last_offset, max_ts, 0, count)
+
     def _clean_group(self, log, group: list[LogSegment], record_filter: RecordFilter, table: _BatchTable,
                      legacy_horizon: int, stats: CleanerStats, check_done: Callable[[], None]) -> None:
         config = log.config
@@ -568,6 +615,19 @@ class Cleaner:
                                 dead = table.dead_mask(base_offset, last)
                                 if self._aborted.holds(buf, pos):
                                     dead = (1 << (last - base_offset + 1)) - 1  # every record goes
+                                    self._aborted.observe(buf, pos)
+                                elif self._aborted.marker_at(buf, pos) is not None:
+                                    marker = self._abort_marker(buf, pos, stop, record_filter.now_ms,
+                                                                record_filter.delete_retention_ms, keep_empty)
+                                    pos = stop
+                                    if marker is None:
+                                        continue
+                                    infos.append(entry_info(marker, written))
+                                    parts.append(marker.data)
+                                    written += len(marker.data)
+                                    largest = marker.last_offset
+                                    max_ts = max(max_ts, marker.max_timestamp)
+                                    continue
                         kept = record_filter.filter(buf, pos, stop, keep_empty=keep_empty,
                                                     retain_legacy_deletes=retain_legacy_deletes, dead=dead)
                         pos = stop
@@ -587,8 +647,9 @@ class Cleaner:
                         cleaned.append(largest, _Chunk(out, infos, max_ts))
                         stats.bytes_written += written
                 stats.segments += 1
-                for txn in segment.txn_index.entries:  # the aborted transactions stay known
-                    cleaned.txn_index.append(txn)
+                for txn in segment.txn_index.entries:  # the aborted transactions stay known ...
+                    if (txn.producer_id, txn.last_offset) not in self._aborted.removed:  # ... but gone markers'
+                        cleaned.txn_index.append(txn)
             cleaned.on_became_inactive()
             mtime = os.stat(group[-1].log.path).st_mtime_ns
             os.utime(cleaned.log.path, ns=(mtime, mtime))
@@ -607,10 +668,14 @@ class Cleaner:
 class AbortedBatches:
     """Which batches belong to aborted transactions, from `.txnindex` entries: a
     transactional data batch of the producer between a transaction's first offset
-    and its abort marker."""
+    and its abort marker. Pass 2 records the transactions whose data it met
+    (`observe`) and the markers it removed (`removed`: (producer id, offset))."""
 
     def __init__(self, aborted) -> None:
         self._ranges: dict[int, list[tuple[int, int]]] = {}
+        self._markers = {(txn.producer_id, txn.last_offset) for txn in aborted}
+        self._observed: set[tuple[int, int]] = set()  # (producer id, marker offset)
+        self.removed: set[tuple[int, int]] = set()
         for txn in aborted:
             self._ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
         for ranges in self._ranges.values():
@@ -626,8 +691,31 @@ class AbortedBatches:
         (base_offset, _, _, _, _, attributes, _, _, _, producer_id, *_rest) = BATCH_HEADER.unpack_from(buf, pos)
         if not attributes & TRANSACTIONAL_BIT or attributes & CONTROL_BIT:
             return False
+        return self._range_of(producer_id, base_offset) is not None
+
+    def _range_of(self, producer_id: int, offset: int) -> tuple[int, int] | None:
         ranges = self._ranges.get(producer_id)
         if not ranges:
-            return False
-        i = bisect.bisect_right(ranges, (base_offset, 2**63)) - 1
-        return i >= 0 and ranges[i][0] <= base_offset <= ranges[i][1]
+            return None
+        i = bisect.bisect_right(ranges, (offset, 2**63)) - 1
+        return ranges[i] if i >= 0 and ranges[i][0] <= offset <= ranges[i][1] else None
+
+    def observe(self, buf, pos: int) -> None:
+        """Pass 2 met the aborted batch at buf[pos:] (`holds` said so)."""
+        (base_offset, _, _, _, _, _, _, _, _, producer_id, *_rest) = BATCH_HEADER.unpack_from(buf, pos)
+        found = self._range_of(producer_id, base_offset)
+        if found is not None:
+            self._observed.add((producer_id, found[1]))
+
+    def observed_data(self, producer_id: int, marker_offset: int) -> bool:
+        return (producer_id, marker_offset) in self._observed
+
+    def marker_at(self, buf, pos: int) -> tuple[int, int] | None:
+        """(producer id, offset) when the batch at buf[pos:] is an abort marker of
+        the `.txnindex` entries."""
+        if not self._markers:
+            return None
+        (base_offset, _, _, _, _, attributes, _, _, _, producer_id, *_rest) = BATCH_HEADER.unpack_from(buf, pos)
+        if not attributes & CONTROL_BIT or (producer_id, base_offset) not in self._markers:
+            return None
+        return producer_id, base_offset

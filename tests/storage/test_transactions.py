@@ -296,3 +296,42 @@ def test_fetch_upper_bound_is_a_batch_boundary(open_log):
     assert log.fetch_upper_bound(0, cut, 5) == 5
     assert log.fetch_upper_bound(0, log.read(0, 1 << 20), 100) == 100  # the end of the log: the limit
     cut.release()
+
+
+def test_an_abort_marker_goes_after_delete_retention_once_its_data_is_gone(open_log, clock):
+    from storage.cleaner import Cleaner
+    from storage.offset_map import OffsetMap
+
+    log = open_log(cleanup_policy="compact", segment_bytes=1000, delete_retention_ms=1000)
+    log.append(build_batch([(b"k", b"aborted")], producer_id=2, producer_epoch=0, base_sequence=0,
+                           is_transactional=True))  # 0
+    log.append_txn_marker(2, 0, 0, commit=False)  # 1
+    log.append(build_batch([(b"y", b"1")], producer_id=2, producer_epoch=0, base_sequence=1,
+                           is_transactional=True))  # 2: the producer's last batch (kept, if only empty)
+    log.append_txn_marker(2, 0, 0, commit=True)  # 3
+    log.append(build_batch([(b"x", b"1")]))  # 4: the group's last entry
+    log.roll()
+    log.append(build_batch([(b"z", b"z")]))
+
+    def clean(now):
+        Cleaner(OffsetMap(1 << 20), clock=clock).clean(log, 0, log.active_segment.base_offset, now_ms=now)
+        first = log.segments.snapshot().first
+        return [(e.base_offset, e.is_control, e.attributes & 0x40 != 0, e.record_count)
+                for e in iter_entries(first.log.read(0, first.size))], first.txn_index.entries
+
+    now = clock.time_ms()
+    entries, index = clean(now)  # the aborted data goes; its marker stays as it is
+    rest = [(2, False, False, 1), (3, True, False, 1), (4, False, False, 1)]
+    assert entries == [(1, True, False, 1), *rest] and index == (AbortedTxn(2, 0, 1, 2),)
+    entries, index = clean(now)  # no data left: the marker gets its delete horizon
+    assert entries == [(1, True, True, 1), *rest] and index == (AbortedTxn(2, 0, 1, 2),)
+    first = log.segments.snapshot().first
+    stamped = next(iter_entries(first.log.read(0, first.size)))
+    marker = decode_marker(bytes(first.log.read(0, stamped.size)))  # still the ABORT marker, CRC valid
+    stamped.ensure_valid()
+    assert marker is not None and not marker.commit
+    entries, index = clean(now + 500)  # before the horizon: stays
+    assert entries[0] == (1, True, True, 1)
+    entries, index = clean(now + 1001)  # past it: the marker and its .txnindex entry go
+    assert entries == rest and index == ()
+    assert log.aborted_transactions(0, log.log_end_offset) == []
