@@ -534,7 +534,7 @@ class Cleaner:
                                     is_transactional=True, is_control=True))
         INT16.pack_into(out, ATTRIBUTES_OFFSET, attributes | DELETE_HORIZON_BIT)
         UINT32.pack_into(out, CRC_OFFSET, batch_crc(out, 0, len(out)))
-        return Kept(out, MAGIC_V2, last_offset, max_ts, 0, count)
+        return Kept(bytes(out), MAGIC_V2, last_offset, max_ts, 0, count)
 
     def _clean_group(self, log, group: list[LogSegment], record_filter: RecordFilter, table: _BatchTable,
                      legacy_horizon: int, stats: CleanerStats, check_done: Callable[[], None]) -> None:
