@@ -49,6 +49,16 @@ Contract:
   finds a snapshot at its recovery point and replays only the data above it.
   `prune_snapshots` (after the checkpoint file) drops the ones no start will use;
   snapshots below the log start go with it.
+- Transactions: a transactional batch opens its producer's transaction;
+  `append_txn_marker` (the coordinator's WriteTxnMarkers, under the lock) writes
+  the COMMIT/ABORT control batch that closes it and, for an abort, the
+  `.txnindex` entry of the segment holding the marker, before the end moves.
+  The producer state is updated before the log end moves, so a lock-free reader
+  never sees data of a transaction the last stable offset does not yet hold back.
+  `last_stable_offset` (the first offset of the oldest open transaction, else the
+  log end; never below the log start), `read(..., max_offset=)` (a read_committed
+  fetch stops there), `fetch_upper_bound` and `aborted_transactions` (Kafka's
+  collectAbortedTransactions) serve read_committed fetches, lock-free.
 """
 
 from __future__ import annotations
