@@ -83,12 +83,14 @@ USER 10001:10001
 WORKDIR /var/lib/strata
 VOLUME ["/var/lib/strata"]
 
-# The native protocol and Apache Kafka's (kafka.port). Kafka clients outside the container need
+# The native protocol, Apache Kafka's (kafka.port) and the HTTP admin port (admin.port: /metrics,
+# /health/live, /health/ready). Kafka clients outside the container need
 # STRATA_ADVERTISED_LISTENERS=PLAINTEXT://<the address they use>:9092.
-EXPOSE 9000 9092
+EXPOSE 9000 9092 9644
 
-# Healthy = the broker answers a METADATA request (the project's codec; no extra packages).
-# start-period: recovery of a large, uncleanly stopped log can take a while before the listener.
+# Healthy = the admin port's /health/ready answers 200: recovery done, listeners serving (with
+# STRATA_ADMIN_PORT=-1: the broker answers a METADATA request on the native port).
+# start-period: recovery of a large, uncleanly stopped log can take a while before it is ready.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
     CMD ["/opt/strata/bin/python", "/usr/local/lib/strata/healthcheck.py"]
 

@@ -1,28 +1,44 @@
-# `make serve` and `make test` each set up .venv on their own from pinned dependencies.
+# `make serve` and `make test` each set up .venv on their own from pinned dependencies:
+# serve installs what the broker needs (SERVE_STAMP), test adds the test, bench and
+# Spark extras (STAMP). Separate stamps, so `make test` after `make serve` installs the extras.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+SERVE_STAMP := $(VENV)/.installed-serve
+PACKAGE_SOURCES := pyproject.toml setup.py $(wildcard storage/*.c kafka_format/*.c kafka_format/*.h)
 
-.PHONY: serve test venv bench clean lint
+.PHONY: serve test test-pure venv bench clean lint
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
 # setup.py builds the optional C accelerators; a change to their sources rebuilds them.
-$(STAMP): pyproject.toml setup.py $(wildcard storage/*.c kafka_format/*.c kafka_format/*.h) | $(VENV)/bin/python
+$(STAMP): $(PACKAGE_SOURCES) | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e '.[test,bench,spark]'
 	touch $(STAMP)
 
+# A venv that `make test` keeps current already has everything serving needs.
+$(SERVE_STAMP): $(PACKAGE_SOURCES) | $(VENV)/bin/python
+	@if [ -f $(STAMP) ] && [ -z "$$(find $(PACKAGE_SOURCES) -newer $(STAMP))" ]; then :; \
+	else echo "$(PY) -m pip install --quiet -e ."; $(PY) -m pip install --quiet -e .; fi
+	touch $(SERVE_STAMP)
+
 venv: $(STAMP)
 
-serve: $(STAMP)
+serve: $(SERVE_STAMP)
+	@echo "make serve: the strata command is $(VENV)/bin/strata; 'source $(VENV)/bin/activate' puts it on the PATH"
 	$(VENV)/bin/strata serve --data-dir ./data
 
 # STRATA_REQUIRE_NATIVE: the C accelerators must have built (kafka_format/native.py).
 test: $(STAMP)
 	STRATA_REQUIRE_NATIVE=1 $(PY) -m pytest -q
+
+# The storage and protocol tests once more on the pure-Python twins of the C
+# accelerators (kafka_format/accel.py, storage/accel.py bind them once).
+test-pure: $(STAMP)
+	STRATA_PURE_PYTHON=1 $(PY) -m pytest -q tests/storage tests/protocol
 
 bench: $(STAMP)
 	$(PY) bench/storage.py

@@ -65,7 +65,7 @@ def start_broker(repo: str, data_dir: str, env_extra: dict[str, str], settings: 
     env["PYTHONUNBUFFERED"] = "1"
     env.update(env_extra)
     args = [sys.executable, "-m", "broker", "serve", "--data-dir", data_dir, "--host", "127.0.0.1",
-            "--port", "0", "--kafka-port", "0", "--set", "log.format=json"]
+            "--port", "0", "--kafka-port", "0", "--admin-port", "0", "--set", "log.format=json"]
     for kv in settings:
         args += ["--set", kv]
     proc = subprocess.Popen(args, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

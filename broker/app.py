@@ -6,8 +6,16 @@ Contract:
   both (`open_files_limit`), opens the data directory (LogManager.startup: lock,
   recovery), loads the topic registry and reconciles it with the directories,
   registers `__consumer_offsets`, rebuilds committed offsets from it, then listens:
-  the native port and, unless kafka.port is -1, the Kafka listener (broker/kafka),
-  both over the same LogManager, TopicRegistry, GroupOffsets and PartitionWaiters.
+  every listener of both protocols (broker/listeners.py: `native.listeners`,
+  `listeners`, or the host.name/port/kafka.port shorthands), all over the same
+  LogManager, TopicRegistry, GroupOffsets and PartitionWaiters; SSL listeners
+  with their TLS contexts (broker/tls.py), whose keystore and truststore files
+  are checked every ssl.reload.interval.ms and reloaded when they change.
+  Unless admin.port is -1, the HTTP admin port (broker/admin_http.py) listens
+  first, before recovery, so /health/live answers and /health/ready says 503 until
+  recovery is done and the listeners serve (`ready`); its /metrics renders the
+  one `BrokerMetrics` (broker/metrics.py) that the partition service and every
+  listener's connections count on. With admin.port -1 nothing is counted.
   Every expected failure raises `StartupError` with a one-line message (the data
   directory is locked, the port is in use, the registry is damaged, ...), after
   releasing whatever had been opened.
@@ -28,10 +36,12 @@ Contract:
   cleaning while a compacted log qualifies and sleeping log.cleaner.backoff.ms
   otherwise; shutdown stops a clean at its next read (the cleaned group is
   discarded) before the logs close.
-- `run_broker(config, ready=..., kafka_ready=...)` is the whole process for
-  `strata serve`: it configures logging, runs the app on uvloop, prints the ready
-  lines (native, then Kafka), handles
-  SIGTERM/SIGINT, and returns the exit code (0 after a graceful shutdown).
+- `run_broker(config, ready=..., kafka_ready=..., admin_ready=...)` is the whole
+  process for `strata serve`: it configures logging (log.format: text on a
+  terminal, JSON lines otherwise, unless set), logs `strata_starting` first (version,
+  listeners, data directory), runs the app on uvloop, prints the ready lines
+  (native, then Kafka, then admin), handles SIGTERM/SIGINT, and returns the exit
+  code (0 after a graceful shutdown).
 """
 
 from __future__ import annotations
@@ -48,20 +58,27 @@ from concurrent.futures import ThreadPoolExecutor
 import structlog
 
 from kafka_format.errors import StrataError
+from protocol import RequestType
 from storage.log_cleaner import LogCleaner
 from storage.manager import LogManager
 from storage.open_files import OPEN_FILES, raise_nofile_limit
 
+from .admin_http import AdminServer
 from .config import BrokerConfig
+from .connection import RequestHandlers
 from .connection_limits import ConnectionLimits
 from .group_configs import GroupConfigs
 from .handlers import Handlers
 from .kafka import KafkaApis
+from .kafka.apis import ApiKey
 from .kafka.state import KafkaState
+from .listeners import KAFKA, NATIVE, Listener
 from .log_limiter import BadRequestLog
+from .metrics import BrokerMetrics, CountingExecutor, camel_name
 from .partitions import PartitionService
 from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
+from .tls import ServerTls
 from .topics import TopicRegistry
 
 log = structlog.get_logger("strata.app")
@@ -79,11 +96,17 @@ class BrokerApp:
         self.partitions: PartitionService | None = None
         self.handlers: Handlers | None = None
         self.server: BrokerServer | None = None
-        self.kafka_server: BrokerServer | None = None
+        self.kafka_server: BrokerServer | None = None  # the first Kafka listener
+        self.servers: list[BrokerServer] = []  # every listener, Kafka's first (broker/listeners.py)
+        self.listeners: list[Listener] = []
         self.kafka: KafkaApis | None = None
         self.executor: ThreadPoolExecutor | None = None
         self.address: tuple[str, int] | None = None
         self.kafka_address: tuple[str, int] | None = None
+        self.metrics: BrokerMetrics | None = None
+        self.admin: AdminServer | None = None
+        self.admin_address: tuple[str, int] | None = None
+        self.ready = False  # recovery done and the listeners serving (/health/ready)
         self._stop = asyncio.Event()
         self._force = False
         self._tasks: list[asyncio.Task] = []
@@ -96,8 +119,11 @@ class BrokerApp:
     async def start(self) -> tuple[str, int]:
         config = self.config
         loop = asyncio.get_running_loop()
+        self.listeners = _listeners(config)  # TLS contexts first: a bad keystore fails before any work
         open_files = _set_open_files_limit(config.max_open_files)
-        self.executor = ThreadPoolExecutor(config.num_io_threads, thread_name_prefix="strata-io")
+        # With metrics, the I/O threads count their jobs (broker/metrics.py).
+        executor_class = CountingExecutor if config.admin_port >= 0 else ThreadPoolExecutor
+        self.executor = executor_class(config.num_io_threads, thread_name_prefix="strata-io")
 
         def blocking(fn, *args):
             return loop.run_in_executor(self.executor, fn, *args)
@@ -105,35 +131,56 @@ class BrokerApp:
         registry = TopicRegistry(config.data_dir, config.log_defaults, num_partitions=config.num_partitions)
         manager = LogManager(config.data_dir, config_for=registry.log_config,
                              recovery_threads=config.num_recovery_threads_per_data_dir)
-        self.partitions = partitions = PartitionService(config, manager, registry, self.executor, loop)
+        if config.admin_port >= 0:
+            self.metrics = BrokerMetrics()
+        metrics = self.metrics
+        self.partitions = partitions = PartitionService(config, manager, registry, self.executor, loop,
+                                                        metrics=metrics)
         # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
         bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
         self.handlers = handlers = Handlers(partitions, bad_requests)
         # One memory pool, one set of connection limits and one bad-request log for
         # both listeners (Kafka's queued.max.request.bytes and ConnectionQuotas are
         # broker-wide).
-        limits = dict(max_frame_bytes=config.socket_request_max_bytes,
-                      max_queued_requests=config.max_queued_requests,
-                      write_buffer_high=config.write_buffer_high,
-                      bad_requests=bad_requests,
-                      memory=RequestMemory(config.queued_max_request_bytes),
-                      limits=ConnectionLimits(config.max_connections, config.max_connections_per_ip,
-                                              config.max_connections_per_ip_overrides),
-                      idle_ms=config.connections_max_idle_ms)
-        self.server = server = BrokerServer(handlers, **limits)
-        servers = [server]
-        kafka_server = None
-        if config.kafka_port >= 0:
-            self.kafka = KafkaApis(partitions, bad_requests)
-            self.kafka_server = kafka_server = BrokerServer(self.kafka, **limits)
-            servers.append(kafka_server)
+        memory = RequestMemory(config.queued_max_request_bytes)
+        connection_limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip,
+                                             config.max_connections_per_ip_overrides)
+        native_stats = kafka_stats = None
+        if metrics is not None:
+            native_stats = metrics.requests_for("native", {t.value: camel_name(t.name) for t in RequestType})
+            kafka_stats = metrics.requests_for("kafka", {k.value: camel_name(k.name) for k in ApiKey})
+        kafka = self.kafka = (KafkaApis(partitions, bad_requests)
+                              if any(spec.protocol == KAFKA for spec in config.listeners) else None)
+
+        def server_for(listener: Listener) -> BrokerServer:
+            api: RequestHandlers = handlers
+            stats = native_stats
+            if kafka is not None and listener.spec.protocol == KAFKA:
+                api, stats = kafka, kafka_stats
+            return BrokerServer(api, listener=listener, request_stats=stats,
+                                max_frame_bytes=config.socket_request_max_bytes,
+                                max_queued_requests=config.max_queued_requests,
+                                write_buffer_high=config.write_buffer_high, bad_requests=bad_requests,
+                                memory=memory, limits=connection_limits, idle_ms=config.connections_max_idle_ms)
+
+        servers = self.servers = [server_for(listener) for listener in self.listeners]
+        by_protocol = {protocol: [s for s, listener in zip(servers, self.listeners, strict=True)
+                                  if listener.spec.protocol == protocol] for protocol in (KAFKA, NATIVE)}
+        self.server = by_protocol[NATIVE][0]  # config always has a native listener
+        self.kafka_server = by_protocol[KAFKA][0] if by_protocol[KAFKA] else None
         opened = False
         try:
             # The ports first: a busy port fails at once, before any recovery work.
-            self.address = await _bind(server, config.host, config.port)
-            if kafka_server is not None:
-                self.kafka_address = await _bind(kafka_server, config.host, config.kafka_port)
-                self.kafka.advertised = config.kafka_advertised(*self.kafka_address)
+            for server, listener in zip(servers, self.listeners, strict=True):
+                await _bind(server, listener.spec.host, listener.spec.port)
+            self.address = self.server.address
+            if kafka is not None and self.kafka_server is not None:
+                self.kafka_address = self.kafka_server.address
+                kafka.advertised = self.listeners[servers.index(self.kafka_server)].advertised
+            if config.admin_port >= 0:
+                # Serving at once: /health/live answers, /health/ready says 503 during recovery.
+                self.admin = AdminServer(metrics, lambda: self.ready)
+                self.admin_address = await _bind(self.admin, config.host, config.admin_port)
             try:
                 await blocking(registry.load)
                 await blocking(manager.startup, registry.owns)
@@ -149,12 +196,19 @@ class BrokerApp:
                 raise StartupError(str(e)) from None
             except OSError as e:
                 raise StartupError(f"cannot use data directory {config.data_dir}: "
-                                   f"{e.strerror or e}") from None
+                                   f"{e.strerror or e}{ownership_hint(config.data_dir, e)}") from None
+            if metrics is not None:
+                metrics.attach(manager=manager, offsets=partitions.offsets,
+                               servers={(listener.spec.protocol, listener.name): server
+                                        for server, listener in zip(servers, self.listeners, strict=True)},
+                               memory=memory, cleaner=lambda: self.cleaner, executor=self.executor)
             for server in servers:
                 await server.start_serving()
         except BaseException:
             for server in servers:
                 server.close()
+            if self.admin is not None:
+                self.admin.close()
             if opened:
                 await blocking(manager.shutdown)
             self.executor.shutdown(wait=True)
@@ -173,14 +227,19 @@ class BrokerApp:
         ]
         if config.cleaner_enable:
             self._tasks.append(loop.create_task(self._clean_logs(manager)))
+        if any(listener.tls is not None for listener in self.listeners):
+            self._tasks.append(loop.create_task(self._reload_certificates()))
+        self.ready = True
         log.info("broker_started", address=format_address(*self.address),
                  kafka_address=format_address(*self.kafka_address) if self.kafka_address else None,
+                 admin_address=format_address(*self.admin_address) if self.admin_address else None,
                  advertised=format_address(*self.kafka.advertised) if self.kafka else None,
+                 listeners=[_describe(listener) for listener in self.listeners],
                  data_dir=config.data_dir,
-                 topics=len(registry.names()), settings=config.explicit())
+                 topics=len(registry.names()), settings=_loggable(config.explicit()))
         return self.address
 
-    async def _every(self, name: str, interval_ms: int, work: Callable[[], None]) -> None:
+    async def _every(self, name: str, interval_ms: int, work: Callable[[], object]) -> None:
         loop = asyncio.get_running_loop()
         await asyncio.sleep(self.config.initial_task_delay_ms / 1000)
         while True:
@@ -191,6 +250,22 @@ class BrokerApp:
             except Exception:
                 log.exception("periodic_task_failed", task=name)
             await asyncio.sleep(max(interval_ms, 1) / 1000)
+
+    async def _reload_certificates(self) -> None:
+        """Every ssl.reload.interval.ms: a TLS listener whose keystore or truststore
+        file changed loads it again, for new connections (broker/tls.py)."""
+        loop = asyncio.get_running_loop()
+        interval = self.config.values["ssl.reload.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for listener in self.listeners:
+                if listener.tls is not None:
+                    try:
+                        await loop.run_in_executor(self.executor, listener.tls.reload_if_changed)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        log.exception("periodic_task_failed", task="tls-reload", listener=listener.name)
 
     async def _clean_logs(self, manager: LogManager) -> None:
         """The log cleaner (storage/log_cleaner.py) on its own thread, so a long clean
@@ -218,12 +293,12 @@ class BrokerApp:
         if self._stop.is_set():
             self._force = True
             log.warning("shutdown_forced")
-            for server in (self.server, self.kafka_server):
-                if server is not None:
-                    for conn in list(server.connections):
-                        conn.abort()
+            for server in self.servers:
+                for conn in list(server.connections):
+                    conn.abort()
             return
         log.info("shutdown_requested")
+        self.ready = False
         self._stop.set()
 
     async def run_until_shutdown(self) -> None:
@@ -236,8 +311,10 @@ class BrokerApp:
         self._stopped = True
         loop = asyncio.get_running_loop()
         timeout = 0 if self._force else self.config.shutdown_timeout_s
-        await asyncio.gather(*(server.shutdown(timeout) for server in (self.server, self.kafka_server)
-                               if server is not None))
+        self.ready = False
+        await asyncio.gather(*(server.shutdown(timeout) for server in self.servers))
+        if self.admin is not None:
+            self.admin.close()
         if self.cleaner is not None:
             self.cleaner.shutdown()  # a clean in progress stops at its next read
         for task in self._tasks:
@@ -258,7 +335,43 @@ class BrokerApp:
                  appends=appends)
 
 
-async def _bind(server: BrokerServer, host: str, port: int) -> tuple[str, int]:
+def _listeners(config: BrokerConfig) -> list[Listener]:
+    """The configured listeners, each SSL one with its TLS context built (a bad
+    keystore, truststore or TLS setting fails the start with a one-line message)."""
+    from kafka_format.errors import InvalidConfigError
+
+    from .tls import settings_for
+
+    out = []
+    for spec in config.listeners:
+        tls = None
+        if spec.tls:
+            where = f"{spec.protocol} listener {spec.name}"
+            try:
+                tls = ServerTls(settings_for(config.values, spec.name), where)
+            except InvalidConfigError as e:
+                raise StartupError(f"invalid configuration: {e}") from None
+        out.append(Listener(spec, tls))
+    return out
+
+
+def _describe(listener: Listener) -> dict[str, str]:
+    address = listener.address
+    return {"name": listener.name, "protocol": listener.spec.protocol,
+            "security_protocol": listener.security_protocol,
+            "address": format_address(*address) if address else ""}
+
+
+_SECRET_SUFFIXES = ("password", "ssl.keystore.key", "ssl.keystore.certificate.chain",
+                    "ssl.truststore.certificates")
+
+
+def _loggable(settings: dict[str, str]) -> dict[str, str]:
+    """The explicit settings for the startup log, passwords and inline keys hidden."""
+    return {k: "[hidden]" if k.endswith(_SECRET_SUFFIXES) else v for k, v in settings.items()}
+
+
+async def _bind(server: BrokerServer | AdminServer, host: str, port: int) -> tuple[str, int]:
     try:
         return await server.bind(host, port)
     except OSError as e:
@@ -269,12 +382,13 @@ async def _bind(server: BrokerServer, host: str, port: int) -> tuple[str, int]:
 # ---- the process ------------------------------------------------------------------------------
 
 def configure_logging(fmt: str, level: str, stream=None) -> None:
-    """structlog to `stream` (stderr): console key=value on a terminal, JSON lines otherwise."""
+    """structlog to `stream` (stderr): `fmt` text (human-readable key=value; "console"
+    is the same), json (one object a line), or auto: text on a terminal, JSON otherwise."""
     import logging
 
     stream = stream or sys.stderr
     if fmt == "auto":
-        fmt = "console" if stream.isatty() else "json"
+        fmt = "text" if stream.isatty() else "json"
     processors: list = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -308,15 +422,58 @@ def _log_open_files_limit(soft_before: int, soft: int, hard: int) -> None:
                     hint="log.max.open.files leaves no descriptors for connections; opens may fail with EMFILE")
 
 
+def ownership_hint(data_dir: str, error: OSError) -> str:
+    """For a permission error: who the broker runs as and who owns the directory (a
+    bind-mounted directory keeps its host owner)."""
+    if not isinstance(error, PermissionError):
+        return ""
+    try:
+        owner = os.stat(data_dir)
+    except OSError:
+        return f" (the broker runs as uid {os.geteuid()})"
+    return (f" (the broker runs as uid {os.geteuid()}; the directory is owned by uid "
+            f"{owner.st_uid}, gid {owner.st_gid}, mode {owner.st_mode & 0o7777:o})")
+
+
+def strata_version() -> str:
+    """The installed distribution's version ("unknown" when run from an uninstalled tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("strata")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def log_starting(config: BrokerConfig) -> None:
+    """The first line of every start: version, the listeners as configured, the data directory."""
+    listeners = [f"{spec.protocol} {spec.name}://{format_address(spec.host, spec.port)}"
+                 for spec in config.listeners]
+    if config.admin_port >= 0:
+        listeners.append(f"http://{format_address(config.host, config.admin_port)}")
+    log.info("strata_starting", version=strata_version(), listeners=listeners, data_dir=config.data_dir,
+             pid=os.getpid())
+
+
 def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = None,
-               kafka_ready: Callable[[str], None] | None = None) -> int:
-    """Run until SIGTERM/SIGINT; `ready` gets "HOST:PORT" once listening, then
-    `kafka_ready` the Kafka listener's "HOST:PORT" (when there is one)."""
+               kafka_ready: Callable[[str], None] | None = None,
+               listener_ready: Callable[[Listener], None] | None = None,
+               admin_ready: Callable[[str], None] | None = None) -> int:
+    """Run until SIGTERM/SIGINT; `ready` gets "HOST:PORT" of the first native
+    listener once listening, then `kafka_ready` the first Kafka listener's
+    "HOST:PORT" (when there is one), then `listener_ready` every listener (bound),
+    then `admin_ready` the admin port's (when it is on)."""
     import uvloop
 
     configure_logging(config.log_format, config.log_level)
+    log_starting(config)
     for name in config.ignored_env:
         log.warning("unknown_environment_setting", variable=name)
+    for key, origin, reason in config.ignored:
+        log.info("config_ignored", key=key, source=origin, reason=reason)
+    for key, origin in config.unknown:
+        log.warning("unknown_setting_ignored", key=key, source=origin,
+                    hint="not a setting Strata knows; strata serve --strict refuses it")
 
     async def main() -> int:
         app = BrokerApp(config)
@@ -335,6 +492,11 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
             ready(format_address(*app.address))
         if kafka_ready is not None and app.kafka_address is not None:
             kafka_ready(format_address(*app.kafka_address))
+        if listener_ready is not None:
+            for listener in app.listeners:
+                listener_ready(listener)
+        if admin_ready is not None and app.admin_address is not None:
+            admin_ready(format_address(*app.admin_address))
         await app.run_until_shutdown()
         return 0
 

@@ -48,6 +48,10 @@ Contract:
 - Half-close: after the client's EOF, queued requests are still answered, then
   the connection closes. `drain()` (shutdown) reads nothing more, answers what is
   queued, then closes.
+- Metrics (when the server has `request_stats`, broker/metrics.py): every request
+  answered is timed, from the start of its handling to its reply handed to the
+  socket, on the RequestStats of its type (the frame's first two bytes: the native
+  request type or the Kafka api key), for both protocols.
 
 Flow control (a slow or stalled reader never makes the broker buffer without bound):
 - Reading pauses while `connection.max.queued.requests` requests (default 16) are
@@ -72,6 +76,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections import deque
+from time import perf_counter
 from typing import Any, Protocol
 
 import structlog
@@ -81,9 +86,12 @@ from protocol.framing import FramePool, FrameReader, ScratchBuffers
 from storage.file_records import FileSlice
 
 from .flow_control import FlowControl, PauseCounters
+from .listeners import ConnectionContext, Listener
 from .log_limiter import BadRequestLog
+from .metrics import UNKNOWN_API, RequestStats
 from .request_memory import RequestMemory
 from .sendfile import ConnectionClosed, SendfileWriter
+from .tls import peer_certificate_subject
 
 Part = bytes | FileSlice
 Reply = list[Part]
@@ -103,12 +111,19 @@ class _Fatal:
 
 class _Begun:
     """Queue marker: a request already begun (`FastPath.begin`); its reply is the
-    future's result."""
+    future's result; `api` is its frame's `api_slot`."""
 
-    __slots__ = ("future",)
+    __slots__ = ("future", "api")
 
-    def __init__(self, future: asyncio.Future):
+    def __init__(self, future: asyncio.Future, api: int):
         self.future = future
+        self.api = api
+
+
+def api_slot(frame: Frame) -> int:
+    """The request type (native) or api key (Kafka) a frame starts with, as an index
+    into a protocol's RequestStats; UNKNOWN_API for anything over 255."""
+    return frame[1] if len(frame) > 1 and not frame[0] else UNKNOWN_API
 
 
 QueueItem = memoryview | bytes | list | _Fatal | _Begun
@@ -122,7 +137,9 @@ class CloseConnection(Exception):
 class RequestHandlers(Protocol):
     """What a connection serves: the native `Handlers` or `broker.kafka.KafkaApis`.
 
-    - `handle(frame, peer)`: the reply parts in order (bytes, or FileSlices sent with
+    - `handle(frame, conn)`: `conn` is the connection's ConnectionContext
+      (broker/listeners.py: listener, security protocol, peer address, client
+      certificate subject). The reply parts in order (bytes, or FileSlices sent with
       sendfile and released by the connection), None for no reply at all (Kafka's
       acks=0), or raise CloseConnection. Must not raise anything else.
     - `bad_frame_reply(error)`: the reply to a frame the decoder refused while the
@@ -134,7 +151,7 @@ class RequestHandlers(Protocol):
 
     loop: asyncio.AbstractEventLoop
 
-    async def handle(self, frame: Frame, peer: Any = None) -> Reply | None: ...
+    async def handle(self, frame: Frame, conn: Any = None) -> Reply | None: ...
 
     def bad_frame_reply(self, error: ProtocolError) -> Reply | None: ...
 
@@ -146,11 +163,11 @@ class RequestHandlers(Protocol):
 class FastPath(ABC):
     """The requests a RequestHandlers class answers without the connection's task.
 
-    - `handle_now(frame, peer)`: the reply if it can be made at once with no waiting
+    - `handle_now(frame, conn)`: the reply if it can be made at once with no waiting
       (same answer as `handle`), or None, having done nothing, to send the frame to
       `handle`. Never raises. Called only when every earlier request on the
       connection is answered.
-    - `run_key(frame)` and `begin(frame, peer)`: a frame with a run key (not None)
+    - `run_key(frame)` and `begin(frame, conn)`: a frame with a run key (not None)
       is handled by `begin`, which starts the work and returns a future of the reply
       (never raises; the future never fails). Work begun for frames of the same key
       takes effect in the order begun (native: large PRODUCEs, keyed by partition,
@@ -159,13 +176,13 @@ class FastPath(ABC):
       it on the connection is already begun with the same key."""
 
     @abstractmethod
-    def handle_now(self, frame: Frame, peer: Any = None) -> Reply | None: ...
+    def handle_now(self, frame: Frame, conn: Any = None) -> Reply | None: ...
 
     @abstractmethod
     def run_key(self, frame: Frame) -> Any: ...
 
     @abstractmethod
-    def begin(self, frame: Frame, peer: Any = None) -> asyncio.Future: ...
+    def begin(self, frame: Frame, conn: Any = None) -> asyncio.Future: ...
 
 
 class ConnectionStats(PauseCounters, Protocol):
@@ -189,6 +206,8 @@ class ConnectionHost(Protocol):
     scratch: ScratchBuffers
     bad_requests: BadRequestLog
     closing: bool
+    listener: Listener | None
+    request_stats: list[RequestStats] | None
 
     @property
     def stats(self) -> ConnectionStats: ...
@@ -211,6 +230,7 @@ class Connection(asyncio.BufferedProtocol):
         self.write_high = server.write_buffer_high
         self.transport: asyncio.Transport | None = None
         self.peer: Any = None
+        self.context = ConnectionContext(server.listener)  # what the handlers know of this connection
         self.decoder = FrameReader(server.max_frame_bytes, pool=server.frame_pool, memory=server.memory,
                                    scratch=server.scratch)
         # BufferedProtocol.get_buffer: where the next bytes from the socket go, straight
@@ -238,6 +258,7 @@ class Connection(asyncio.BufferedProtocol):
         self._idle: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
         self.closed = server.loop.create_future()
+        self._request_stats = server.request_stats  # None: metrics off
         self.ip: str | None = None  # counted in the server's ConnectionLimits while open
         self.last_active = server.loop.time()  # the last read or reply (connections.max.idle.ms)
         self.held_memory = 0  # RequestMemory bytes of frames read and not yet answered
@@ -247,15 +268,20 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.transport = transport
-        self.peer = transport.get_extra_info("peername")
+        self.peer = self.context.peer = transport.get_extra_info("peername")
         if not self.server.admit(self):
             self.fatal = True
             transport.abort()  # over max.connections(.per.ip): closed at once, as Kafka
             return
         sock = transport.get_extra_info("socket")
+        tls = self.context.listener is not None and self.context.listener.tls is not None
+        if tls:  # the handshake is done: the client's certificate, if it sent one
+            self.context.peer_certificate_subject = peer_certificate_subject(transport)
         self.flow.attach(transport)
-        self.writer = SendfileWriter(transport, sock.fileno() if sock is not None else -1, self.flow,
-                                     self.write_high)
+        # Segment bytes cannot go by sendfile past user-space TLS: on TLS they are
+        # copied through the transport (fd -1), which encrypts them.
+        self.writer = SendfileWriter(transport, sock.fileno() if sock is not None and not tls else -1,
+                                     self.flow, self.write_high)
         transport.set_write_buffer_limits(high=self.write_high, low=self.write_high // 4)
         self.server.connection_made(self)
         self._task = self.server.loop.create_task(self._serve())
@@ -355,7 +381,7 @@ class Connection(asyncio.BufferedProtocol):
                 break
             if self.queue or self.busy:
                 if self._streak is not None and self._run_key(frame) == self._streak:  # type: ignore[misc]
-                    self.queue.append(_Begun(self._begin(frame, self.peer)))  # type: ignore[misc]
+                    self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))  # type: ignore[misc]
                     stats.begun_early += 1
                 else:
                     self.queue.append(frame)
@@ -363,17 +389,24 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             # Idle: nothing before this frame is unanswered.
             if self._run_key is not None and (key := self._run_key(frame)) is not None:
-                self.queue.append(_Begun(self._begin(frame, self.peer)))  # type: ignore[misc]
+                self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))  # type: ignore[misc]
                 self._streak = key
                 continue
             self._streak = None
             if self._handle_now is not None and not (self.flow.write_paused or self.draining or self.lost
                                                      or self.transport.is_closing()):  # type: ignore[union-attr]
-                reply = self._handle_now(frame, self.peer)
+                timed = self._request_stats
+                if timed is not None:
+                    started = perf_counter()
+                reply = self._handle_now(frame, self.context)
                 if reply is not None:
+                    if timed is not None:
+                        api = api_slot(frame)
                     del frame  # a pooled buffer is free again once nothing refers to it
                     stats.answered_at_once += 1
                     rest = self.writer.write_now(reply)  # type: ignore[union-attr]
+                    if timed is not None:
+                        timed[api].observe(perf_counter() - started)
                     if rest is None:
                         stats.requests += 1
                     else:
@@ -453,6 +486,11 @@ class Connection(asyncio.BufferedProtocol):
                     continue
                 item = self.queue.popleft()
                 self.busy = 1
+                timed = self._request_stats
+                if timed is not None:
+                    started = perf_counter()
+                    api = item.api if isinstance(item, _Begun) else None if isinstance(item, (list, _Fatal)) \
+                        else api_slot(item)
                 if isinstance(item, _Fatal):
                     for part in self.handlers.fatal_reply(item.error):
                         transport.write(part)
@@ -464,19 +502,21 @@ class Connection(asyncio.BufferedProtocol):
                     if reply is not None:
                         await writer.write(reply)
                 elif self._run_key is not None and (key := self._run_key(item)) is not None:
-                    future = self._begin(item, self.peer)  # type: ignore[misc]
+                    future = self._begin(item, self.context)  # type: ignore[misc]
                     self._begin_queued(key)
                     reply = await future
                     if reply is not None:
                         await writer.write(reply)
                 else:
                     try:
-                        reply = await self.handlers.handle(item, self.peer)
+                        reply = await self.handlers.handle(item, self.context)
                     except CloseConnection:
                         break
                     if reply is not None:
                         await writer.write(reply)
                 self.server.stats.requests += 1
+                if timed is not None and api is not None:
+                    timed[api].observe(perf_counter() - started)
                 self.busy = 0
                 self.last_active = self.server.loop.time()
                 self._take_frames()  # room again: frames waiting in the decoder
@@ -504,6 +544,6 @@ class Connection(asyncio.BufferedProtocol):
             if isinstance(item, (list, _Fatal, _Begun)) or self._run_key(item) != key:  # type: ignore[misc]
                 self._streak = None
                 return
-            queue[i] = _Begun(self._begin(item, self.peer))  # type: ignore[misc]
+            queue[i] = _Begun(self._begin(item, self.context), api_slot(item))  # type: ignore[misc]
             self.server.stats.begun_early += 1
         self._streak = key

@@ -256,6 +256,10 @@ class GroupOffsets:
         """Every group with at least one committed offset (memory)."""
         return {key[0] for key in list(self._committed)}
 
+    def all_committed(self) -> list[tuple[GroupKey, Committed]]:
+        """((group, topic, partition), Committed) of every committed offset (memory)."""
+        return list(self._committed.items())
+
     def committed_for(self, group: str) -> dict[tuple[str, int], Committed]:
         """(topic, partition) -> Committed of every offset `group` has committed (memory)."""
         return {(key[1], key[2]): value for key, value in list(self._committed.items())

@@ -53,6 +53,9 @@ both listeners because it is written once, here.
   UNKNOWN_TOPIC_OR_PARTITION; anything else is UNKNOWN_SERVER_ERROR, logged.
 - Blocking work (`blocking`) runs in the executor; a cancelled caller (the
   connection died) never cancels the work, which may be an append.
+- Metrics (broker/metrics.py, when the admin port is on): every append counts its
+  topic's messages and bytes in, or a failed produce; every read its bytes out, or
+  a failed fetch, on the topic's counters (bound once per topic), for both protocols.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ from storage.txn_index import AbortedTxn
 from . import internal_topics
 from .config import BrokerConfig
 from .group_offsets import GroupOffsets
+from .metrics import BrokerMetrics
 from .topics import Topic, TopicRegistry
 
 TopicPartition = tuple[str, int]
@@ -235,6 +239,8 @@ class Appender(Generic[T]):
                         pass  # shutting down: finish here
                 data, future, answer = self._items.popleft()
             done += 1
+            size = len(data)
+            result = None
             try:
                 result = partition_log.append(data, in_place=True)  # the frame is ours to patch
                 reply = answer(result, ErrorCode.NONE, None)
@@ -242,6 +248,8 @@ class Appender(Generic[T]):
                 reply = answer(None, service.error_code(e, partition_log), strata_error(e))
             del data
             try:
+                if service.metrics is not None:  # counted on the loop, as every other append
+                    loop.call_soon_threadsafe(service.count_append, tp[0], result, size)
                 loop.call_soon_threadsafe(_resolve, future, reply)
                 if service.waiters.wanted(tp):
                     loop.call_soon_threadsafe(service.waiters.notify, tp)
@@ -280,8 +288,9 @@ class PartitionService:
     """Partitions' logs for both protocols: find, append, read, wait, map errors."""
 
     def __init__(self, config: BrokerConfig, manager: LogManager, registry: TopicRegistry,
-                 executor: Executor, loop: asyncio.AbstractEventLoop):
+                 executor: Executor, loop: asyncio.AbstractEventLoop, metrics: BrokerMetrics | None = None):
         self.config = config
+        self.metrics = metrics
         self.manager = manager
         self.registry = registry
         self.executor = executor
@@ -399,9 +408,17 @@ class PartitionService:
         request that checked every partition first appends them all here). Wakes
         long polls; a slow append starts the back-off. Raises StrataError."""
         self.append_stats.inline += 1
+        metrics = self.metrics
         start = time.perf_counter()
-        result = partition_log.append(data, in_place=True)  # the frame is ours to patch
+        try:
+            result = partition_log.append(data, in_place=True)  # the frame is ours to patch
+        except Exception:
+            if metrics is not None:
+                metrics.topic(partition_log.topic).append_failed()
+            raise
         took = time.perf_counter() - start
+        if metrics is not None:
+            metrics.topic(partition_log.topic).appended(result.record_count, len(data))
         if took > SLOW_INLINE_APPEND_S:
             if self.loop.time() >= self._inline_backoff_until:
                 self.append_stats.backoffs += 1
@@ -441,6 +458,15 @@ class PartitionService:
             return await started
         return started
 
+    def count_append(self, topic: str, result: AppendResult | None, size: int) -> None:
+        """Loop thread: count an executor append in the topic's metrics (None: it failed)."""
+        if self.metrics is not None:
+            counters = self.metrics.topic(topic)
+            if result is None:
+                counters.append_failed()
+            else:
+                counters.appended(result.record_count, size)
+
     def appender_idle(self, appender: Appender) -> None:
         """Loop thread: forget an appender with nothing to do (submits happen on this
         thread too, so none can slip in between the check and the removal)."""
@@ -459,10 +485,17 @@ class PartitionService:
         """Up to `max_bytes` of whole batches from `offset`, on the loop (the caller
         releases the slice, or the connection does once sent); READ_COMMITTED stops at
         the last stable offset. Raises StrataError."""
-        if isolation_level == READ_COMMITTED:
-            return partition_log.read(offset, max_bytes, min_one_message,
-                                      max_offset=partition_log.last_stable_offset)
-        return partition_log.read(offset, max_bytes, min_one_message)
+        max_offset = partition_log.last_stable_offset if isolation_level == READ_COMMITTED else None
+        if self.metrics is None:
+            return partition_log.read(offset, max_bytes, min_one_message, max_offset=max_offset)
+        counters = self.metrics.topic(partition_log.topic)
+        try:
+            found = partition_log.read(offset, max_bytes, min_one_message, max_offset=max_offset)
+        except Exception:
+            counters.read_failed()
+            raise
+        counters.read(found.length)
+        return found
 
     def fetch_isolation(self, partition_log: Log, isolation_level: int, fetch_offset: int,
                         found: FileSlice | None) -> FetchIsolation:
@@ -551,6 +584,8 @@ class PartitionService:
         """Delete a topic: registry and logs, wake its long polls (they answer
         "unknown" now), tombstone its committed offsets. Raises StrataError."""
         deleted = await self.blocking(self.registry.delete, name)
+        if self.metrics is not None:
+            self.metrics.forget_topic(deleted.name)
         for partition in range(deleted.partitions):
             self.waiters.notify((deleted.name, partition))
         try:

@@ -1,11 +1,15 @@
-"""The image's HEALTHCHECK: healthy when the broker answers a METADATA request.
+"""The image's HEALTHCHECK: healthy when the broker says it is ready.
 
-A bare TCP connect would pass as soon as the socket is bound, even if the broker
-cannot serve; this sends a real METADATA request (all topics) with the project's
-own codec and wants a well-formed answer with error NONE.
+By default it asks the admin port's `/health/ready` (200 once recovery is done and
+the listeners serve; 503 before): port $STRATA_ADMIN_PORT, else 9644. With the
+admin port off ($STRATA_ADMIN_PORT=-1), or with `--native`, it sends a real
+METADATA request (all topics) to the native port with the project's own codec and
+wants a well-formed answer with error NONE (a bare TCP connect would pass as soon
+as the socket is bound, even if the broker cannot serve).
 
-Usage: python healthcheck.py [PORT]   (default: $STRATA_PORT, else 9000; host 127.0.0.1).
-Exit 0 healthy, 1 unhealthy, with one line saying why.
+Usage: python healthcheck.py [PORT]            /health/ready on PORT (default: $STRATA_ADMIN_PORT, else 9644)
+       python healthcheck.py --native [PORT]   METADATA on PORT (default: $STRATA_PORT, else 9000)
+Host 127.0.0.1. Exit 0 healthy, 1 unhealthy, with one line saying why.
 Only the standard library and the installed `protocol` package: no extra dependencies.
 """
 
@@ -14,6 +18,8 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import urllib.error
+import urllib.request
 
 from protocol import ErrorCode, FrameDecoder, MetadataRequest, RequestType, encode_request, parse_response
 
@@ -43,14 +49,42 @@ def check(host: str, port: int, timeout: float = TIMEOUT_S) -> str | None:
     return None
 
 
+def check_ready(host: str, port: int, timeout: float = TIMEOUT_S) -> str | None:
+    """None when http://HOST:PORT/health/ready answers 200, else the reason."""
+    url = f"http://{host}:{port}/health/ready"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            if response.status == 200:
+                return None
+            return f"{url} answered {response.status}"
+    except urllib.error.HTTPError as e:
+        return f"{url} answered {e.code} ({e.reason})"
+    except urllib.error.URLError as e:
+        reason = e.reason
+        return f"{url}: {getattr(reason, 'strerror', None) or reason}"
+    except OSError as e:
+        return f"{url}: {e.strerror or e}"
+
+
 def main(argv: list[str]) -> int:
-    port = int(argv[1]) if len(argv) > 1 else int(os.environ.get("STRATA_PORT") or 9000)
     host = "127.0.0.1"
-    problem = check(host, port)
+    args = argv[1:]
+    native = bool(args) and args[0] == "--native"
+    if native:
+        args = args[1:]
+    admin_port = int(os.environ.get("STRATA_ADMIN_PORT") or 9644)
+    if not native and not args and admin_port < 0:
+        native = True  # no admin port: ask the native listener
+    if native:
+        port = int(args[0]) if args else int(os.environ.get("STRATA_PORT") or 9000)
+        problem, what = check(host, port), "answers METADATA"
+    else:
+        port = int(args[0]) if args else admin_port
+        problem, what = check_ready(host, port), "/health/ready answers 200"
     if problem:
         print(f"unhealthy: {problem}", file=sys.stderr)
         return 1
-    print(f"healthy: {host}:{port} answers METADATA")
+    print(f"healthy: {host}:{port} {what}")
     return 0
 
 

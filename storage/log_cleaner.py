@@ -8,7 +8,10 @@ Contract:
   whether it did; the broker runs it in an executor thread and sleeps
   `log.cleaner.backoff.ms` when it returns False. Each clean logs one
   `log_cleaned` line on `strata.cleaner` (bytes read and written, records kept
-  and dropped, offset map use, durations, MB/s). A failing log is logged and
+  and dropped, offset map use, durations, MB/s); a clean running longer than
+  `progress_interval_s` (10 s) logs `log_cleaning_progress` that often (phase,
+  bytes mapped, segments cleaned, bytes read and written). `cleans`,
+  `bytes_read` and `bytes_written` total the finished cleans (broker metrics). A failing log is logged and
   left alone until restart (Kafka's uncleanable partitions).
 - `shutdown()` stops a clean in progress at its next check (between chunks of
   `io_buffer_size` bytes): the group being written is discarded, the checkpoint
@@ -20,6 +23,7 @@ Contract:
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import structlog
@@ -34,6 +38,7 @@ log = structlog.get_logger("strata.cleaner")
 
 DEFAULT_DEDUPE_BUFFER_SIZE = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size
 DEFAULT_LOAD_FACTOR = 0.9  # log.cleaner.io.buffer.load.factor
+PROGRESS_INTERVAL_S = 10.0  # a clean running longer logs `log_cleaning_progress` this often
 
 
 class LogCleaner:
@@ -48,6 +53,9 @@ class LogCleaner:
         self.cleaner = Cleaner(self.offset_map, io_buffer_size=io_buffer_size, clock=clock, step=self._step)
         self._stop = threading.Event()
         self.cleans = 0  # finished cleans, for tests and stats
+        self.progress_interval_s = PROGRESS_INTERVAL_S
+        self.bytes_read = 0  # totals of the finished cleans, for the broker's metrics
+        self.bytes_written = 0
 
     def clean_once(self) -> bool:
         """Clean the dirtiest log that qualifies; False when none does (or stopping)."""
@@ -58,10 +66,17 @@ class LogCleaner:
             return False
         tp = chosen.tp
 
+        started = last_progress = time.monotonic()
+
         def check_done() -> None:
+            nonlocal last_progress
             if self._stop.is_set():
                 raise CleaningAborted("the cleaner is shutting down")
             self.cleaner_manager.check_aborted(tp)
+            now = time.monotonic()
+            if now - last_progress >= self.progress_interval_s:
+                last_progress = now
+                self._log_progress(chosen, now - started)
 
         end_offset = None
         try:
@@ -74,12 +89,26 @@ class LogCleaner:
             self.cleaner_manager.mark_uncleanable(tp)
         else:
             self.cleans += 1
+            self.bytes_read += stats.bytes_read
+            self.bytes_written += stats.bytes_written
             log.info("log_cleaned", dirty_ratio=round(chosen.cleanable_ratio, 4), **stats.fields())
         finally:
             self.offset_map.clear()
         self.cleaner_manager.done_cleaning(tp, end_offset)
         self._step("checkpoint_written")
         return True
+
+    def _log_progress(self, chosen, elapsed_s: float) -> None:
+        """A long clean says how far it got (`log_cleaning_progress`), every
+        progress_interval_s, as Kafka's cleaner logs its passes over a log."""
+        stats = self.cleaner.current
+        if stats is None:
+            return
+        log.info("log_cleaning_progress", log=chosen.log.name, dirty_ratio=round(chosen.cleanable_ratio, 4),
+                 phase="cleaning" if stats.map_seconds else "building offset map",
+                 map_bytes_read=stats.map_bytes_read, map_records_read=stats.map_records_read,
+                 segments_cleaned=stats.segments, bytes_read=stats.bytes_read, bytes_written=stats.bytes_written,
+                 elapsed_s=round(elapsed_s, 1))
 
     def abort(self, topic: str, partition: int) -> None:
         """Stop any clean of the log and forget it (it is being deleted)."""

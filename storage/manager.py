@@ -8,8 +8,8 @@ Contract:
   then removes the clean-shutdown marker so that a later crash is noticed.
   Logs are opened by `recovery_threads` threads (Kafka's
   num.recovery.threads.per.data.dir); progress is logged as Kafka does per log
-  directory: `logs_recovered` with recovered/total logs, bytes and elapsed time,
-  at every tenth of the logs and at the end, then `logs_loaded`.
+  directory: `logs_recovered` with recovered/total logs, segments, bytes and elapsed time,
+  at every tenth of the logs and at the end, then `logs_loaded` (the totals).
 - `shutdown()` flushes and closes every log (on as many threads), writes both
   checkpoints (recovery point = log end) and, last, the marker: after it, a
   restart scans no data.
@@ -55,6 +55,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -80,6 +81,9 @@ from .names import (
 from .open_files import OPEN_FILES
 from .retention import RetentionResult
 from .space_reserve import SpaceReserve
+
+if TYPE_CHECKING:
+    from .log_cleaner import LogCleaner
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
@@ -108,10 +112,13 @@ class LogManager:
         self.had_clean_shutdown = False
         self._recovery_points = OffsetCheckpointFile(os.path.join(self.data_dir, RECOVERY_POINT_CHECKPOINT))
         self._log_starts = OffsetCheckpointFile(os.path.join(self.data_dir, LOG_START_OFFSET_CHECKPOINT))
-        self.cleaner = None  # the broker's LogCleaner (storage/log_cleaner.py), when it runs one
+        self.cleaner: LogCleaner | None = None  # the broker's LogCleaner (storage/log_cleaner.py), when it runs one
         self.io_errors = StorageErrorEpisodes(self.data_dir)
         self.space_reserve = SpaceReserve(self.data_dir)
         self._checkpoint_lock = threading.Lock()  # one checkpoint write at a time
+        # Totals of the retention passes (delete_old_segments), for the broker's metrics.
+        self.retention_deleted_segments = 0
+        self.retention_deleted_bytes = 0
 
     # ---- start and stop ------------------------------------------------------------
 
@@ -154,7 +161,7 @@ class LogManager:
         if self.had_clean_shutdown:
             os.unlink(marker)
             fsync_dir(self.data_dir)
-        log.info("logs_loaded", data_dir=self.data_dir, logs=len(self._logs),
+        log.info("logs_loaded", data_dir=self.data_dir, logs=len(self._logs), **progress.totals(),
                  clean_shutdown=self.had_clean_shutdown, elapsed_ms=progress.elapsed_ms())
 
     def _in_parallel(self, work: Callable, items: list, done: Callable) -> list:
@@ -391,6 +398,8 @@ class LogManager:
             except Exception:  # one failing log does not stop the pass
                 retention.logger.exception("retention_failed", log=partition_log.name)
         retention.log_pass(results, len(logs), (time.perf_counter() - started) * 1000)
+        self.retention_deleted_segments += sum(r.segments_deleted for r in results)
+        self.retention_deleted_bytes += sum(r.bytes_deleted for r in results)
         return results
 
     def delete_due_files(self, now_ms: int | None = None) -> int:
@@ -427,6 +436,7 @@ class _RecoveryProgress:
         self._started = time.monotonic()
         self._done = 0
         self._bytes = 0
+        self._segments = 0
         self._tenths_logged = 0
         log.info("logs_recovering", data_dir=data_dir, logs=total, clean_shutdown=clean, threads=threads,
                  action="loading" if clean else "recovering: no clean shutdown marker")
@@ -436,15 +446,22 @@ class _RecoveryProgress:
 
     def done(self, opened: Log | None) -> None:
         """One log opened (None: a directory set aside)."""
-        size = opened.size_in_bytes if opened is not None else 0
+        snapshot = opened.segments.snapshot() if opened is not None else ()
+        size = sum(segment.size for segment in snapshot)
         with self._lock:  # held while logging, so that the lines come out in order
             self._done += 1
             self._bytes += size
+            self._segments += len(snapshot)
             done, total = self._done, self.total
             tenths = done * PROGRESS_STEPS // total
             if tenths <= self._tenths_logged:
                 return
             self._tenths_logged = tenths
             log.info("logs_recovered", data_dir=self.data_dir, recovered=done, total=total,
-                     progress=f"{done}/{total}", bytes=self._bytes, elapsed_ms=self.elapsed_ms(),
-                     clean_shutdown=self.clean)
+                     progress=f"{done}/{total}", segments=self._segments, bytes=self._bytes,
+                     elapsed_ms=self.elapsed_ms(), clean_shutdown=self.clean)
+
+    def totals(self) -> dict[str, int]:
+        """Segments and bytes of the logs opened so far."""
+        with self._lock:
+            return {"segments": self._segments, "bytes": self._bytes}

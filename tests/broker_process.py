@@ -8,7 +8,9 @@ Contract:
   against hangs, not a speed assumption) and exposes `host`, `port`, `address`,
   `kafka_port`, `kafka_address`, `bootstrap` ("HOST:PORT" of the Kafka listener)
   and `data_dir`. `kafka_port=None` passes `--kafka-port -1` (no Kafka listener,
-  one ready line); a fixed `port`/`kafka_port` is passed as given. Every broker
+  one ready line); a fixed `port`/`kafka_port` is passed as given. The HTTP admin
+  port is `admin_port` (0 by default: any free port; None passes `--admin-port -1`);
+  when on, the third ready line gives `admin_port` and `admin_url(path)`. Every broker
   gets a Kafka port of its own (0 by default), never 9092, so brokers of tests
   running in parallel never collide. If the process exits before it is ready,
   `start()` raises BrokerStartFailed carrying the exit code and stderr.
@@ -40,6 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 READY_PREFIX = "strata listening on "
 KAFKA_READY_PREFIX = "strata kafka listening on "
+LISTENER_PREFIX = "strata listener "
+ADMIN_READY_PREFIX = "strata admin listening on http://"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 60.0
 
@@ -65,9 +69,12 @@ def serve_command(*args: str) -> list[str]:
 
 def run_serve(*args: str, env: dict[str, str] | None = None, timeout: float = START_TIMEOUT):
     """Run `strata serve ARGS` to completion: (exit code, stdout, stderr). Adds
-    `--kafka-port 0` unless ARGS choose one, so 9092 is never taken."""
+    `--kafka-port 0` and `--admin-port 0` unless ARGS choose them, so 9092 and 9644
+    are never taken."""
     if "--kafka-port" not in args:
         args = (*args, "--kafka-port", "0")
+    if "--admin-port" not in args:
+        args = (*args, "--admin-port", "0")
     done = subprocess.run(serve_command(*args), cwd=ROOT, env=_env(env), capture_output=True,
                           text=True, timeout=timeout)
     return done.returncode, done.stdout, done.stderr
@@ -76,7 +83,7 @@ def run_serve(*args: str, env: dict[str, str] | None = None, timeout: float = ST
 class BrokerProcess:
     def __init__(self, data_dir: str | os.PathLike, *extra_args: str, env: dict[str, str] | None = None,
                  host: str = "127.0.0.1", port: int = 0, kafka_port: int | None = 0,
-                 open_files_limit: tuple[int, int] | None = None):
+                 open_files_limit: tuple[int, int] | None = None, admin_port: int | None = 0):
         self.data_dir = str(data_dir)
         self.open_files_limit = open_files_limit
         self.extra_args = list(extra_args)
@@ -86,6 +93,8 @@ class BrokerProcess:
         self.requested_port = port
         self.kafka_port: int | None = kafka_port
         self.requested_kafka_port = kafka_port
+        self.admin_port: int | None = admin_port
+        self.requested_admin_port = admin_port
         self._buffer = b""
         self.proc: subprocess.Popen | None = None
         self._stderr_path: str | None = None
@@ -106,10 +115,18 @@ class BrokerProcess:
         host, port = self.kafka_address
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
+    def admin_url(self, path: str) -> str:
+        """http://HOST:PORT/path of the admin port."""
+        assert self.admin_port is not None, "this broker has no admin port"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.admin_port}{path}"
+
     def start(self, timeout: float = START_TIMEOUT) -> BrokerProcess:
         kafka = -1 if self.requested_kafka_port is None else self.requested_kafka_port
         args = ["--data-dir", self.data_dir, "--host", self.host, "--port", str(self.requested_port),
-                "--kafka-port", str(kafka), *self.extra_args]
+                "--kafka-port", str(kafka),
+                "--admin-port", str(-1 if self.requested_admin_port is None else self.requested_admin_port),
+                *self.extra_args]
         if self._stderr_path is None:
             fd, self._stderr_path = tempfile.mkstemp(prefix="strata-broker-", suffix=".log")
             os.close(fd)
@@ -127,7 +144,24 @@ class BrokerProcess:
         if self.requested_kafka_port is not None:
             line = self._read_ready_line(deadline, KAFKA_READY_PREFIX)
             self.kafka_port = int(line[len(KAFKA_READY_PREFIX):].strip().rpartition(":")[2])
+        if self.requested_admin_port is not None:
+            line = self._read_ready_line(deadline, ADMIN_READY_PREFIX)
+            self.admin_port = int(line[len(ADMIN_READY_PREFIX):].strip().rpartition(":")[2])
         return self
+
+    def read_listeners(self, count: int, timeout: float = START_TIMEOUT) -> dict[tuple[str, str], tuple[str, int]]:
+        """After start: the next `count` `strata listener PROTOCOL NAME SECURITY on HOST:PORT`
+        lines (other lines skipped) as {(protocol, NAME): (host, port)}."""
+        deadline = time.monotonic() + timeout
+        out: dict[tuple[str, str], tuple[str, int]] = {}
+        while len(out) < count:
+            line = self._read_line(deadline)
+            if not line.startswith(LISTENER_PREFIX):
+                continue
+            protocol, name, _security, _on, address = line[len(LISTENER_PREFIX):].split()
+            host, _, port = address.rpartition(":")
+            out[(protocol, name)] = (host.strip("[]"), int(port))
+        return out
 
     def _preexec(self):
         """`open_files_limit=(soft, hard)`: RLIMIT_NOFILE set in the child before exec."""
@@ -141,6 +175,13 @@ class BrokerProcess:
         return set_limit
 
     def _read_ready_line(self, deadline: float, prefix: str) -> str:
+        line = self._read_line(deadline)
+        if not line.startswith(prefix):
+            self.kill()
+            raise BrokerStartFailed(f"unexpected first line {line!r}", self.returncode, self.stderr_text())
+        return line
+
+    def _read_line(self, deadline: float) -> str:
         assert self.proc is not None and self.proc.stdout is not None
         buf = self._buffer
         with selectors.DefaultSelector() as sel:
@@ -159,11 +200,7 @@ class BrokerProcess:
                                                 self.stderr_text())
                     buf += chunk
         raw, _, self._buffer = buf.partition(b"\n")
-        line = raw.decode()
-        if not line.startswith(prefix):
-            self.kill()
-            raise BrokerStartFailed(f"unexpected first line {line!r}", self.returncode, self.stderr_text())
-        return line
+        return raw.decode()
 
     @property
     def pid(self) -> int:

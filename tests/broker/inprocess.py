@@ -17,7 +17,8 @@ from broker.config import BrokerConfig
 
 class InProcessBroker:
     def __init__(self, data_dir, *overrides: str):
-        self.config = BrokerConfig.load(overrides=["host.name=127.0.0.1", "port=0", "kafka.port=0", *overrides],
+        self.config = BrokerConfig.load(overrides=["host.name=127.0.0.1", "port=0", "kafka.port=0", "admin.port=0",
+                                                   *overrides],
                                         data_dir=str(data_dir), environ={})
         self.app = BrokerApp(self.config)
         self.loop: asyncio.AbstractEventLoop | None = None

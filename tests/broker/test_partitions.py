@@ -80,6 +80,7 @@ class FakeService:
         self.loop = loop
         self.executor = executor
         self.waiters = PartitionWaiters()
+        self.metrics = None  # no BrokerMetrics: nothing counted
         self.idle_calls = 0
 
     def error_code(self, e, partition_log):

@@ -112,7 +112,7 @@ def test_dockerfile_shape():
     users = joined["USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0"), "the broker must not run as root"
     assert joined["VOLUME"] == ['["/var/lib/strata"]']
-    assert joined["EXPOSE"] == [f"{native_default_port()} 9092"]  # native, Kafka
+    assert joined["EXPOSE"] == [f"{native_default_port()} 9092 9644"]  # native, Kafka, admin (HTTP)
     assert len(joined["HEALTHCHECK"]) == 1 and "healthcheck.py" in joined["HEALTHCHECK"][0]
     assert "STRATA_LOG_FORMAT=json" in " ".join(joined["ENV"])
 
@@ -382,8 +382,9 @@ def healthcheck_env(**extra):
 
 
 def run_healthcheck(port, timeout=30):
-    return subprocess.run([sys.executable, str(HEALTHCHECK), str(port)], capture_output=True, text=True,
-                          timeout=timeout, env=healthcheck_env())
+    """The METADATA check (`--native PORT`)."""
+    return subprocess.run([sys.executable, str(HEALTHCHECK), "--native", str(port)], capture_output=True,
+                          text=True, timeout=timeout, env=healthcheck_env())
 
 
 def test_healthcheck_healthy_on_a_metadata_answer():
@@ -413,10 +414,54 @@ def test_healthcheck_port_from_env():
     broker = FakeBroker(lambda body: encode_response(MetadataResponse(0, ())))
     try:
         result = subprocess.run([sys.executable, str(HEALTHCHECK)], capture_output=True, text=True, timeout=30,
-                                env=healthcheck_env(STRATA_PORT=str(broker.port)))
+                                env=healthcheck_env(STRATA_PORT=str(broker.port), STRATA_ADMIN_PORT="-1"))
     finally:
         broker.close()
     assert result.returncode == 0, result.stderr
+
+
+class FakeAdmin:
+    """An HTTP server on 127.0.0.1 answering /health/ready with `status`."""
+
+    def __init__(self, status: int):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                self.send_response(status if self.path == "/health/ready" else 404)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("status, healthy", [(200, True), (503, False)])
+def test_healthcheck_asks_the_admin_ports_ready_endpoint(status, healthy):
+    admin = FakeAdmin(status)
+    try:
+        result = subprocess.run([sys.executable, str(HEALTHCHECK)], capture_output=True, text=True, timeout=30,
+                                env=healthcheck_env(STRATA_ADMIN_PORT=str(admin.port)))
+    finally:
+        admin.close()
+    assert (result.returncode == 0) is healthy, result.stderr
+    if not healthy:
+        assert result.stderr.startswith("unhealthy: ") and "503" in result.stderr
+
+
+def test_healthcheck_against_the_real_broker(broker):
+    b = broker()
+    ready = subprocess.run([sys.executable, str(HEALTHCHECK), str(b.admin_port)], capture_output=True, text=True,
+                           timeout=30, env=healthcheck_env())
+    assert ready.returncode == 0, ready.stderr
+    assert run_healthcheck(b.port).returncode == 0
 
 
 @pytest.mark.parametrize("reply", ["error", "garbage", "close"])

@@ -31,7 +31,7 @@ _ids = itertools.count(1)
 
 def settings(tmp_path, *extra):
     return BrokerConfig.load(
-        overrides=["host.name=127.0.0.1", "port=0", "kafka.port=0", "group.initial.rebalance.delay.ms=0",
+        overrides=["host.name=127.0.0.1", "port=0", "kafka.port=0", "admin.port=0", "group.initial.rebalance.delay.ms=0",
                    "group.min.session.timeout.ms=10", "offsets.topic.num.partitions=5",
                    "log.initial.task.delay.ms=600000", *extra],
         data_dir=str(tmp_path / "data"), environ={})

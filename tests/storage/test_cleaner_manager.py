@@ -164,6 +164,23 @@ def test_clean_once_cleans_records_the_checkpoint_and_logs_stats(manager, clock)
     assert cleaner.offset_map.entries == 0  # the map is emptied between cleans
 
 
+def test_a_long_clean_logs_its_progress_and_the_totals_add_up(manager, clock):
+    log = manager.get_or_create_log("t", 0, config())
+    produce(log, clock, 60)
+    cleaner = LogCleaner(manager, dedupe_buffer_size=1 << 20, clock=clock, io_buffer_size=4096)
+    cleaner.progress_interval_s = 0  # every check between reads counts as "long"
+    import structlog
+    with structlog.testing.capture_logs() as logs:
+        assert cleaner.clean_once()
+    progress = [e for e in logs if e["event"] == "log_cleaning_progress"]
+    assert progress and {e["log"] for e in progress} == {"t-0"}
+    assert {e["phase"] for e in progress} <= {"building offset map", "cleaning"}
+    assert progress[-1]["bytes_read"] >= progress[0]["bytes_read"]
+    done = [e for e in logs if e["event"] == "log_cleaned"][0]
+    assert (cleaner.cleans, cleaner.bytes_read, cleaner.bytes_written) == (1, done["bytes_read"],
+                                                                            done["bytes_written"])
+
+
 def test_deleting_a_log_aborts_its_clean_and_forgets_its_checkpoint(manager, clock):
     log = manager.get_or_create_log("t", 0, config())
     produce(log, clock, 60)

@@ -235,6 +235,11 @@ def test_startup_opens_logs_in_parallel_and_logs_progress(tmp_path, clock, clean
     assert progress[-1]["progress"] == "25/25" and progress[-1]["total"] == 25
     assert len(progress) == 10 and progress[-1]["bytes"] > 0
     assert "elapsed_ms" in progress[-1]
+    assert progress[-1]["segments"] == 25  # one segment a log
+    loaded = [e for e in captured if e["event"] == "logs_loaded"][-1]
+    assert loaded["segments"] == 25 and loaded["bytes"] == progress[-1]["bytes"] and loaded["logs"] == 25
+    starting = [e for e in captured if e["event"] == "logs_recovering"][0]
+    assert starting["logs"] == 25 and starting["data_dir"] == str(tmp_path)
     for p in range(25):
         log = again.get_log("t", p)
         assert log.log_end_offset == p % 3 + 1

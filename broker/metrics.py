@@ -1,0 +1,365 @@
+"""The broker's metrics, one object for both protocols, in Prometheus' exposition.
+
+Contract:
+- `BrokerMetrics` owns a `prometheus_client.CollectorRegistry` (never the global
+  one). Names follow Kafka's JMX metrics as the Prometheus JMX exporter renders
+  them (kafka_<domain>_<type>_<name>, lower case; meters as `_total`); the list is
+  in broker/METRICS.md.
+- Hot path, counted where both protocols meet: the partition service
+  (broker/partitions.py) calls `topic(name)` for a topic's `TopicMetrics`, made
+  once per topic and cached, and counts appends (messages and bytes in, produce
+  requests and failures) and reads (bytes out, fetch requests and failures) on
+  it on the loop thread (an executor append hands its count over with
+  call_soon_threadsafe): plain integers, no lock, no label dict and no
+  prometheus_client call per request; `forget_topic` drops a deleted topic's series. The connection
+  shell (broker/connection.py) times every request of both listeners on the
+  `RequestStats` of its API, from `requests_for(protocol, names)`: plain counters
+  and a bucket list updated on the loop thread, rendered at scrape time.
+- Everything that is state (per-partition sizes, offsets and segment counts,
+  group lag, connections, queues, the cleaner, retention, disk space) is read at
+  scrape time by `BrokerCollector` from the objects `attach` hands it: nothing is
+  kept up to date on the request path.
+- `render()` is the text exposition of every metric (prometheus_client's
+  `generate_latest`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+# kafka_network_requestmetrics_totaltimems buckets, in milliseconds.
+LATENCY_BOUNDS_MS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0,
+                                        1000.0, 2500.0, 5000.0, 10000.0, 30000.0)
+API_SLOTS = 256  # request type / api key values a frame's first two bytes can name with a zero high byte
+UNKNOWN_API = API_SLOTS  # the slot of anything else
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def camel_name(enum_name: str) -> str:
+    """LIST_OFFSETS -> ListOffsets: Kafka's request names as its RequestMetrics label them."""
+    return "".join(part.capitalize() for part in enum_name.split("_"))
+
+
+class RequestStats:
+    """One API of one protocol: requests answered and their total time, in ms buckets.
+    Loop thread only (no lock)."""
+
+    __slots__ = ("name", "count", "sum_ms", "buckets")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.count = 0
+        self.sum_ms = 0.0
+        self.buckets = [0] * (len(LATENCY_BOUNDS_MS) + 1)
+
+    def observe(self, seconds: float) -> None:
+        ms = seconds * 1000.0
+        self.count += 1
+        self.sum_ms += ms
+        self.buckets[bisect_left(LATENCY_BOUNDS_MS, ms)] += 1
+
+
+# The per-topic counters: (TopicMetrics slot, metric name, help), as BrokerTopicMetrics names them.
+TOPIC_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    ("messages_in", "kafka_server_brokertopicmetrics_messagesin", "Records appended, per topic (MessagesInPerSec)"),
+    ("bytes_in", "kafka_server_brokertopicmetrics_bytesin",
+     "Bytes of record batches appended, per topic (BytesInPerSec)"),
+    ("bytes_out", "kafka_server_brokertopicmetrics_bytesout",
+     "Bytes of record batches read for fetches, per topic (BytesOutPerSec)"),
+    ("produce_requests", "kafka_server_brokertopicmetrics_totalproducerequests",
+     "Partition appends, per topic (TotalProduceRequestsPerSec)"),
+    ("failed_produce", "kafka_server_brokertopicmetrics_failedproducerequests",
+     "Partition appends that failed, per topic (FailedProduceRequestsPerSec)"),
+    ("fetch_requests", "kafka_server_brokertopicmetrics_totalfetchrequests",
+     "Partition reads, per topic (TotalFetchRequestsPerSec)"),
+    ("failed_fetch", "kafka_server_brokertopicmetrics_failedfetchrequests",
+     "Partition reads that failed, per topic (FailedFetchRequestsPerSec)"),
+)
+
+
+class TopicMetrics:
+    """A topic's counters: plain integers, counted on the loop thread only (an
+    executor append hands its count to the loop), rendered at scrape time (on the
+    loop too), so no lock."""
+
+    __slots__ = ("messages_in", "bytes_in", "bytes_out", "produce_requests", "failed_produce",
+                 "fetch_requests", "failed_fetch")
+
+    def __init__(self) -> None:
+        self.messages_in = self.bytes_in = self.bytes_out = 0
+        self.produce_requests = self.failed_produce = self.fetch_requests = self.failed_fetch = 0
+
+    def appended(self, records: int, size: int) -> None:
+        self.produce_requests += 1
+        self.messages_in += records
+        self.bytes_in += size
+
+    def append_failed(self) -> None:
+        self.produce_requests += 1
+        self.failed_produce += 1
+
+    def read(self, size: int) -> None:
+        self.fetch_requests += 1
+        self.bytes_out += size
+
+    def read_failed(self) -> None:
+        self.fetch_requests += 1
+        self.failed_fetch += 1
+
+    def values(self) -> tuple[int, ...]:
+        return tuple(getattr(self, slot) for slot, _, _ in TOPIC_COUNTERS)
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """The I/O threads (num.io.threads) counting their jobs: `queued` submitted and
+    not started, `busy` running (Kafka's request handler pool idle/busy)."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str = ""):
+        super().__init__(max_workers, thread_name_prefix=thread_name_prefix)
+        self.threads = max_workers
+        self.queued = 0
+        self.busy = 0
+        self._count_lock = threading.Lock()
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        with self._count_lock:
+            self.queued += 1
+        try:
+            return super().submit(self._counted, fn, args, kwargs)
+        except BaseException:
+            with self._count_lock:
+                self.queued -= 1
+            raise
+
+    def _counted(self, fn, args, kwargs):
+        with self._count_lock:
+            self.queued -= 1
+            self.busy += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self._count_lock:
+                self.busy -= 1
+
+
+class BrokerMetrics:
+    """The broker's metrics registry: hot-path counters and the scrape-time collector."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._topics: dict[str, TopicMetrics] = {}
+        self._requests: dict[str, list[RequestStats]] = {}  # protocol -> stats by API slot
+        self.collector = BrokerCollector(self)
+        self.registry.register(self.collector)
+
+    # ---- the hot path's handles ----
+
+    def topic(self, name: str) -> TopicMetrics:
+        """The topic's counters (created on first use; loop thread)."""
+        found = self._topics.get(name)
+        if found is None:
+            found = self._topics.setdefault(name, TopicMetrics())
+        return found
+
+    def forget_topic(self, name: str) -> None:
+        """A deleted topic's series go."""
+        self._topics.pop(name, None)
+
+    def topics(self) -> list[tuple[str, TopicMetrics]]:
+        return sorted(self._topics.items())
+
+    def requests_for(self, protocol: str, names: Mapping[int, str]) -> list[RequestStats]:
+        """The RequestStats of `protocol`'s APIs, indexed by request type / api key
+        (UNKNOWN_API: anything else); one list per protocol, shared by its listeners."""
+        stats = self._requests.get(protocol)
+        if stats is None:
+            unknown = RequestStats("Unknown")
+            stats = [RequestStats(names[i]) if i in names else unknown for i in range(API_SLOTS)] + [unknown]
+            self._requests[protocol] = stats
+        return stats
+
+    def request_stats(self) -> Iterator[tuple[str, RequestStats]]:
+        """(protocol, stats) of every API that has answered a request."""
+        for protocol, stats in self._requests.items():
+            for item in {id(s): s for s in stats}.values():
+                if item.count:
+                    yield protocol, item
+
+    # ---- scrape-time state ----
+
+    def attach(self, **sources: Any) -> None:
+        """What the collector reads at scrape time (see BrokerCollector)."""
+        self.collector.sources.update(sources)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class BrokerCollector(Collector):
+    """The gauges of broker state, computed when scraped. `sources` (set by
+    BrokerMetrics.attach): manager (storage LogManager), offsets (GroupOffsets),
+    servers ((protocol, listener name) -> BrokerServer), memory (RequestMemory), cleaner
+    (a function returning the LogCleaner or None: it starts after the listeners),
+    executor (the CountingExecutor of the I/O threads)."""
+
+    def __init__(self, metrics: BrokerMetrics):
+        self.metrics = metrics
+        self.sources: dict[str, Any] = {}
+
+    def collect(self) -> Iterable[Metric]:
+        yield from self._topics()
+        yield from self._requests()
+        manager = self.sources.get("manager")
+        if manager is not None:
+            yield from self._partitions(manager)
+            yield from self._retention(manager)
+            yield from self._disk(manager.data_dir)
+        yield from self._cleaner()
+        offsets = self.sources.get("offsets")
+        if offsets is not None and manager is not None:
+            yield from self._group_lag(offsets, manager)
+        yield from self._network()
+
+    def _topics(self) -> Iterator[Metric]:
+        families = [CounterMetricFamily(name, documentation, labels=["topic"])
+                    for _, name, documentation in TOPIC_COUNTERS]
+        for topic, counters in self.metrics.topics():
+            for family, count in zip(families, counters.values(), strict=True):
+                family.add_metric([topic], count)
+        yield from families
+
+    def _requests(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily("kafka_network_requestmetrics_requests",
+                                       "Requests answered, per API and protocol (RequestsPerSec)",
+                                       labels=["request", "protocol"])
+        times = HistogramMetricFamily("kafka_network_requestmetrics_totaltimems",
+                                      "Time from the start of handling to the reply written, in ms (TotalTimeMs)",
+                                      labels=["request", "protocol"])
+        for protocol, stats in self.metrics.request_stats():
+            labels = [stats.name, protocol]
+            requests.add_metric(labels, stats.count)
+            cumulative, buckets = 0, []
+            for bound, count in zip((*LATENCY_BOUNDS_MS, float("inf")), stats.buckets, strict=True):
+                cumulative += count
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+            times.add_metric(labels, buckets, stats.sum_ms)
+        yield requests
+        yield times
+
+    def _partitions(self, manager) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily("kafka_log_log_size", "Bytes of the partition's segments (Log Size)", labels=labels)
+        segments = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments of the partition (NumLogSegments)",
+                                     labels=labels)
+        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "The partition's log start offset", labels=labels)
+        end = GaugeMetricFamily("kafka_log_log_logendoffset", "The partition's log end offset", labels=labels)
+        under = GaugeMetricFamily("kafka_cluster_partition_underreplicated",
+                                  "1 when the partition is under-replicated (one node: never)", labels=labels)
+        for (topic, partition), partition_log in sorted(manager.logs_by_partition().items()):
+            key = [topic, str(partition)]
+            snapshot = partition_log.segments.snapshot()
+            size.add_metric(key, snapshot.size_in_bytes())
+            segments.add_metric(key, len(snapshot))
+            start.add_metric(key, partition_log.log_start_offset)
+            end.add_metric(key, partition_log.log_end_offset)
+            under.add_metric(key, 0)
+        yield from (size, segments, start, end, under)
+        yield GaugeMetricFamily("kafka_server_replicamanager_underreplicatedpartitions",
+                                "Under-replicated partitions (one node: always 0)", value=0)
+
+    def _retention(self, manager) -> Iterator[Metric]:
+        yield CounterMetricFamily("kafka_log_logmanager_retentiondeletedsegments",
+                                  "Segments deleted by retention (time, size or log start)",
+                                  value=manager.retention_deleted_segments)
+        yield CounterMetricFamily("kafka_log_logmanager_retentiondeletedbytes",
+                                  "Bytes of the segments deleted by retention",
+                                  value=manager.retention_deleted_bytes)
+
+    def _disk(self, data_dir: str) -> Iterator[Metric]:
+        try:
+            usage = shutil.disk_usage(data_dir)
+        except OSError:
+            return
+        free = GaugeMetricFamily("kafka_log_logmanager_logdirectoryfreebytes",
+                                 "Free bytes on the data directory's file system", labels=["logdirectory"])
+        free.add_metric([data_dir], usage.free)
+        total = GaugeMetricFamily("kafka_log_logmanager_logdirectorytotalbytes",
+                                  "Size of the data directory's file system in bytes", labels=["logdirectory"])
+        total.add_metric([data_dir], usage.total)
+        yield free
+        yield total
+
+    def _cleaner(self) -> Iterator[Metric]:
+        get_cleaner = self.sources.get("cleaner")
+        cleaner = get_cleaner() if get_cleaner is not None else None
+        runs = bytes_read = bytes_written = 0
+        dirty = 0.0
+        if cleaner is not None:
+            runs, bytes_read, bytes_written = cleaner.cleans, cleaner.bytes_read, cleaner.bytes_written
+            dirty = cleaner.cleaner_manager.dirtiest_ratio
+        yield CounterMetricFamily("kafka_log_logcleaner_cleanerruns", "Log cleans finished", value=runs)
+        yield CounterMetricFamily("kafka_log_logcleaner_bytesread", "Bytes the cleaner read", value=bytes_read)
+        yield CounterMetricFamily("kafka_log_logcleaner_byteswritten", "Bytes the cleaner wrote",
+                                  value=bytes_written)
+        yield GaugeMetricFamily("kafka_log_logcleanermanager_max_dirty_percent",
+                                "The dirtiest compacted log's dirty ratio, in percent, at the last check",
+                                value=round(dirty * 100, 2))
+
+    def _group_lag(self, offsets, manager) -> Iterator[Metric]:
+        labels = ["consumergroup", "topic", "partition"]
+        current = GaugeMetricFamily("kafka_consumergroup_current_offset", "The group's committed offset",
+                                    labels=labels)
+        lag = GaugeMetricFamily("kafka_consumergroup_lag", "Log end offset minus the group's committed offset",
+                                labels=labels)
+        logs = manager.logs_by_partition()
+        for (group, topic, partition), committed in sorted(offsets.all_committed()):
+            partition_log = logs.get((topic, partition))
+            if partition_log is None:
+                continue
+            key = [group, topic, str(partition)]
+            current.add_metric(key, committed.offset)
+            lag.add_metric(key, max(partition_log.log_end_offset - committed.offset, 0))
+        yield current
+        yield lag
+
+    def _network(self) -> Iterator[Metric]:
+        servers = self.sources.get("servers") or {}
+        connections = GaugeMetricFamily("kafka_server_socketservermetrics_connection_count",
+                                        "Open connections, per listener", labels=["listener", "protocol"])
+        created = CounterMetricFamily("kafka_server_socketservermetrics_connection_creation",
+                                      "Connections accepted, per listener", labels=["listener", "protocol"])
+        queued = 0
+        for (protocol, listener), server in servers.items():
+            connections.add_metric([listener, protocol], len(server.connections))
+            created.add_metric([listener, protocol], server.stats.connections_accepted)
+            queued += sum(conn.in_flight for conn in list(server.connections))
+        yield connections
+        yield created
+        yield GaugeMetricFamily("kafka_network_requestchannel_requestqueuesize",
+                                "Requests read and not yet answered, over every connection", value=queued)
+        memory = self.sources.get("memory")
+        if memory is not None:
+            yield GaugeMetricFamily("kafka_network_socketserver_memorypoolused",
+                                    "Bytes of queued.max.request.bytes held by requests read", value=memory.used)
+            if memory.bounded:
+                yield GaugeMetricFamily("kafka_network_socketserver_memorypoolavailable",
+                                        "Bytes of queued.max.request.bytes still free",
+                                        value=max(memory.max_bytes - memory.used, 0))
+        executor = self.sources.get("executor")
+        if isinstance(executor, CountingExecutor):
+            yield GaugeMetricFamily("kafka_server_kafkarequesthandlerpool_threads",
+                                    "I/O threads (num.io.threads)", value=executor.threads)
+            yield GaugeMetricFamily("kafka_server_kafkarequesthandlerpool_busythreads",
+                                    "I/O threads running a job (appends, long reads, topic changes)",
+                                    value=executor.busy)
+            yield GaugeMetricFamily("kafka_server_kafkarequesthandlerpool_queuedjobs",
+                                    "Jobs waiting for an I/O thread", value=executor.queued)
