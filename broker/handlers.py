@@ -347,18 +347,17 @@ class Handlers(PerConnection):
         max_bytes = min(req.max_bytes, self.config.fetch_max_bytes,
                         INT32_MAX - 2 - (FETCH_V2_OFFSETS_BYTES if v2 else 0))
         try:
-            found = self.partitions.read(partition_log, req.offset, max_bytes)
+            isolated = self.partitions.read_isolated(partition_log, req.offset, max_bytes,
+                                                     req.isolation_level if v2 else IsolationLevel.READ_UNCOMMITTED)
         except StrataError as e:
             return session.error(*self.partitions.error_answer(e, partition_log))
+        found = isolated.records
         length = found.length
         if not length:
             found.release()
         if v2:
-            high_watermark = partition_log.log_end_offset
-            isolation = self.partitions.fetch_isolation(partition_log, req.isolation_level, req.offset, found)
-            aborted = isolation.aborted if req.isolation_level == IsolationLevel.READ_COMMITTED else ()
-            header = fetch_v2_response_header(high_watermark, isolation.last_stable_offset,
-                                              partition_log.log_start_offset, aborted, length)
+            header = fetch_v2_response_header(isolated.high_watermark, isolated.last_stable_offset,
+                                              partition_log.log_start_offset, isolated.aborted or (), length)
         else:
             header = fetch_response_header(ErrorCode.NONE, length)
         return [header, found] if length else [header]

@@ -29,7 +29,17 @@ both listeners because it is written once, here.
   counts where appends ran.
 - Reading: `read` runs on the loop (an index search and a few header reads from
   the page cache, the same kind of work as the sendfile that follows); the
-  FileSlice it returns is sent with sendfile by the connection.
+  FileSlice it returns is sent with sendfile by the connection. Isolation, for
+  both protocols: `read_isolated` with READ_COMMITTED reads up to the last stable
+  offset (`last_stable_offset`: the first offset of the oldest open transaction,
+  else the log end) and answers the aborted transactions of the range read
+  (`aborted_transactions`, from the `.txnindex` files); READ_UNCOMMITTED reads to
+  the log end with no list. Both answer the last stable offset. The same in two
+  steps: `read(..., isolation_level=)` then `fetch_isolation(...)` (the native
+  FETCH version 2).
+- Transaction markers: `append_txn_marker` writes a COMMIT or ABORT control batch
+  for a producer's transaction (the coordinator's WriteTxnMarkers, in-process), in
+  the executor, and wakes the partition's long polls.
 - Waiting for data: `watch(tp)` gives the partition's `PartitionWaiters` event,
   which every successful append sets (from the executor thread via
   call_soon_threadsafe, so a cancelled request never swallows a wake-up); a long
@@ -68,7 +78,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import structlog
 
@@ -85,6 +95,7 @@ from protocol import ErrorCode
 from storage.file_records import FileSlice
 from storage.log import AppendResult, Log
 from storage.manager import LogManager
+from storage.txn_index import AbortedTxn
 
 from . import internal_topics
 from .config import BrokerConfig
@@ -101,6 +112,7 @@ T = TypeVar("T")
 Answer = Callable[[AppendResult | None, int, StrataError | None], T]
 
 LONG_MAX = 2**63 - 1
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1  # Kafka's IsolationLevel ids (Fetch, ListOffsets, native FETCH v2)
 INLINE_APPEND_MAX_BYTES = 64 * 1024  # appends up to this size always run on the loop (no fsync due)
 # ... and up to this size too, unless one was slow lately: a message set this large costs the
 # loop less than the hand-off to a thread and back (cross-core cache misses, GIL and futex
@@ -131,6 +143,15 @@ def error_reason(code: int, error: BaseException | None) -> str | None:
     if isinstance(error, StrataError) and error.code == code:
         return str(error) or None
     return None
+
+
+class IsolatedRead(NamedTuple):
+    """A fetch's read of one partition at an isolation level."""
+
+    records: FileSlice
+    high_watermark: int  # the log end (one replica)
+    last_stable_offset: int
+    aborted: tuple[tuple[int, int], ...] | None  # READ_COMMITTED: (producer id, first offset) of the range read
 
 
 @dataclass
@@ -484,14 +505,16 @@ class PartitionService:
     # ---- reading --------------------------------------------------------------------------------
 
     def read(self, partition_log: Log, offset: int, max_bytes: int, *,
-             min_one_message: bool = False) -> FileSlice:
+             min_one_message: bool = False, isolation_level: int = READ_UNCOMMITTED) -> FileSlice:
         """Up to `max_bytes` of whole batches from `offset`, on the loop (the caller
-        releases the slice, or the connection does once sent). Raises StrataError."""
+        releases the slice, or the connection does once sent); READ_COMMITTED stops at
+        the last stable offset. Raises StrataError."""
+        max_offset = partition_log.last_stable_offset if isolation_level == READ_COMMITTED else None
         if self.metrics is None:
-            return partition_log.read(offset, max_bytes, min_one_message)
+            return partition_log.read(offset, max_bytes, min_one_message, max_offset=max_offset)
         counters = self.metrics.topic(partition_log.topic)
         try:
-            found = partition_log.read(offset, max_bytes, min_one_message)
+            found = partition_log.read(offset, max_bytes, min_one_message, max_offset=max_offset)
         except Exception:
             counters.read_failed()
             raise
@@ -500,13 +523,52 @@ class PartitionService:
 
     def fetch_isolation(self, partition_log: Log, isolation_level: int, fetch_offset: int,
                         found: FileSlice | None) -> FetchIsolation:
-        """The last stable offset of `partition_log` and, under read_committed (1),
-        the aborted transactions with data in `found` (read from `fetch_offset`;
-        None when nothing was read). Both protocols' Fetch answer it.
-        A read_committed read stops at the last stable offset. Without transactions:
-        the high watermark (the log end on one node), which every read stops at
-        already, and nothing aborted."""
-        return FetchIsolation(partition_log.log_end_offset)
+        """The last stable offset of `partition_log` and, under READ_COMMITTED, the
+        aborted transactions with data in `found` (read from `fetch_offset` by `read`
+        at that level; None when nothing was read), as (producer id, first offset)."""
+        lso = partition_log.last_stable_offset
+        if isolation_level != READ_COMMITTED or found is None or not found.length:
+            return FetchIsolation(lso)
+        upper = partition_log.fetch_upper_bound(fetch_offset, found, lso)
+        return FetchIsolation(lso, tuple((a.producer_id, a.first_offset)
+                                         for a in partition_log.aborted_transactions(fetch_offset, upper)))
+
+    def last_stable_offset(self, partition_log: Log) -> int:
+        """The partition's last stable offset: the first offset of its oldest open
+        transaction, else the log end (the high watermark, on one node)."""
+        return partition_log.last_stable_offset
+
+    def aborted_transactions(self, partition_log: Log, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions that overlap offsets [start, end) (Kafka's
+        collectAbortedTransactions), each with its producer id and first offset."""
+        return partition_log.aborted_transactions(start, end)
+
+    def read_isolated(self, partition_log: Log, offset: int, max_bytes: int, isolation_level: int, *,
+                      min_one_message: bool = False) -> IsolatedRead:
+        """`read` and `fetch_isolation` in one, on the loop. Raises StrataError."""
+        found = self.read(partition_log, offset, max_bytes, min_one_message=min_one_message,
+                          isolation_level=isolation_level)
+        try:
+            isolation = self.fetch_isolation(partition_log, isolation_level, offset, found)
+        except BaseException:
+            found.release()
+            raise
+        end = partition_log.log_end_offset  # after the LSO: never below it
+        aborted = isolation.aborted if isolation_level == READ_COMMITTED else None
+        return IsolatedRead(found, end, isolation.last_stable_offset, aborted)
+
+    # ---- transaction markers --------------------------------------------------------------------
+
+    async def append_txn_marker(self, partition_log: Log, producer_id: int, producer_epoch: int,
+                                coordinator_epoch: int, commit: bool) -> AppendResult:
+        """Write a COMMIT (`commit`) or ABORT marker closing the producer's transaction
+        on the partition (storage: Log.append_txn_marker), in the executor; wakes the
+        partition's long polls. Raises StrataError (a stale producer or coordinator
+        epoch: InvalidProducerEpochError, TransactionCoordinatorFencedError)."""
+        result = await self.blocking(partition_log.append_txn_marker, producer_id, producer_epoch,
+                                     coordinator_epoch, commit)
+        self.waiters.notify((partition_log.topic, partition_log.partition))
+        return result
 
     # ---- waiting for data -----------------------------------------------------------------------
 
@@ -587,7 +649,7 @@ class PartitionService:
         return start
 
 
-__all__ = ["APPENDS_PER_JOB", "AppendStats", "Appender", "FetchIsolation", "INLINE_APPEND_MAX_BYTES",
-           "INLINE_BACKOFF_S", "error_reason",
-           "LARGE_INLINE_APPEND_MAX_BYTES", "PartitionService", "PartitionWaiters", "SLOW_INLINE_APPEND_S",
-           "append_outcome", "release_all", "strata_error"]
+__all__ = ["APPENDS_PER_JOB", "AppendStats", "Appender", "INLINE_APPEND_MAX_BYTES", "INLINE_BACKOFF_S",
+           "FetchIsolation", "LARGE_INLINE_APPEND_MAX_BYTES", "READ_COMMITTED", "READ_UNCOMMITTED", "IsolatedRead",
+           "PartitionService", "PartitionWaiters", "SLOW_INLINE_APPEND_S", "append_outcome", "error_reason",
+           "release_all", "strata_error"]

@@ -127,3 +127,16 @@ class InvalidProducerEpochError(StrataError):
     """A batch from an older epoch of an idempotent producer (fenced)."""
 
     code = 47
+
+
+class InvalidTxnStateError(StrataError):
+    """A producer's write that breaks its transaction's state (a non-transactional
+    batch while its transaction is open)."""
+
+    code = 48
+
+
+class TransactionCoordinatorFencedError(StrataError):
+    """A transaction marker from an older coordinator epoch than the partition has seen."""
+
+    code = 52

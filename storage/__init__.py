@@ -1,6 +1,6 @@
 """Strata's storage engine: partition logs laid out byte for byte as Kafka's.
 
-    <data-dir>/<topic>-<partition>/%020d.log | .index | .timeindex
+    <data-dir>/<topic>-<partition>/%020d.log | .index | .timeindex | .txnindex | .snapshot
     <data-dir>/recovery-point-offset-checkpoint, log-start-offset-checkpoint,
                cleaner-offset-checkpoint
 
@@ -9,7 +9,9 @@ and `TimeIndex` (sparse mmap indexes), `FileRecords` (one .log file),
 `LogSegment` (the three together), `LogSegments` (the copy-on-write list),
 `LogLoader` (clean-up and crash recovery), `Log` (one partition: its lock and
 every change to its segments), and `LogManager` (the data directory).
-Retention: `retention` (the policy: which segments go, and why) and
+Transactions: `txn_markers` (COMMIT/ABORT control batches), `txn_index` (a
+segment's `.txnindex`: its aborted transactions) and `producer_state` (open
+transactions, the last stable offset). Retention: `retention` (the policy: which segments go, and why) and
 `PendingDeletions` (`.deleted` files awaiting file.delete.delay.ms).
 Compaction, as Kafka's log cleaner:
 `OffsetMap` (exact key -> latest offset), `Cleaner` (one log, one round) with

@@ -43,8 +43,20 @@ checks that both write the same bytes.
 
 Idempotent producers: the last batch of each active producer stays, if only as
 an empty batch with its producer fields, so its sequence survives the clean (Kafka's
-RETAIN_EMPTY). Not done (Strata has no transactions): aborted transaction removal
-and transaction markers; transactional batches are cleaned as any other.
+RETAIN_EMPTY).
+
+Transactions (Kafka's CleanedTransactionMetadata): cleaning stops at the first
+unstable offset (an open transaction's records are never cleaned). A batch of an
+aborted transaction (the log's `.txnindex` entries: its producer, between the
+transaction's first offset and its abort marker) puts no key in the map (it
+never supersedes committed data) and loses all its records in pass 2 (an active
+producer's last batch stays empty). A round that meets aborted transactions runs
+both passes in Python. An abort marker stays while the round meets data of its
+transaction; the first round that meets none stamps it with a delete horizon
+(now + delete.retention.ms, as a tombstone's); the first round after the horizon
+removes it and its `.txnindex` entry (Kafka's rules). The other `.txnindex`
+entries are carried into the cleaned segment. COMMIT markers always stay (Kafka
+removes one whose transaction has no batch left: not done).
 """
 
 from __future__ import annotations
@@ -58,17 +70,30 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kafka_format import LogEntry
-from kafka_format.batch import BATCH_HEADER, FIELD_OFFSET
+from kafka_format.batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER,
+    CONTROL_BIT,
+    CRC_OFFSET,
+    DELETE_HORIZON_BIT,
+    FIELD_OFFSET,
+    INT16,
+    TRANSACTIONAL_BIT,
+    UINT32,
+    batch_crc,
+)
+from kafka_format.builder import build_batch
 from kafka_format.entries import EntryInfo
 from kafka_format.errors import CorruptRecordError
 from kafka_format.framing import LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD
 
-from .cleaner_records import FilterStats, RecordFilter, entry_info, entry_keys
+from .cleaner_records import EntryKeys, FilterStats, Kept, RecordFilter, entry_info, entry_keys
 from .clock import SYSTEM_CLOCK, SystemClock
 from .fileutil import segment_file_name
 from .offset_map import OffsetMap
 from .segment import INT_MAX, LogSegment
 from .segment_swap import CLEANED_SUFFIX
+from .txn_markers import CONTROL_KEY, MARKER_VALUE, decode_marker
 
 if TYPE_CHECKING:
     from ._ccleaner import KeyMap
@@ -78,6 +103,7 @@ _SIZE = _INT32 = struct.Struct(">i")
 _ENTRY_HEAD = struct.Struct(">qi")
 LAST_DELTA_AT = FIELD_OFFSET["last_offset_delta"]
 _NEED_PYTHON, _FULL = 1, 2  # storage/_ccleaner.c's map_entries statuses
+NO_KEYS = EntryKeys([], [], 0, 0, 0, 1)  # an aborted batch in pass 1: no key, never all-mapped
 
 
 class CleaningAborted(Exception):
@@ -345,6 +371,7 @@ class Cleaner:
                  clock: SystemClock = SYSTEM_CLOCK, step: Callable[[str], None] | None = None):
         self.offset_map = offset_map
         self.io_buffer_size = io_buffer_size
+        self._aborted = AbortedBatches([])  # the round's aborted transactions
         self.clock = clock
         self.step = step or (lambda name: None)
         self.current: CleanerStats | None = None  # the clean in progress (or the last one), for progress lines
@@ -359,6 +386,13 @@ class Cleaner:
         snapshot = log.segments.snapshot()
         active = snapshot.last
         first_uncleanable = min(first_uncleanable, active.base_offset)
+        unstable = log.first_unstable_offset()
+        if unstable < first_uncleanable:
+            # Never a segment holding an open transaction's records (Kafka: the first
+            # unstable offset bounds cleaning, at a segment's base as the others).
+            holder = snapshot.floor(unstable)
+            first_uncleanable = holder.base_offset if holder is not None else first_uncleanable
+        self._aborted = AbortedBatches(log.aborted_transactions(log.log_start_offset, first_uncleanable))
         config = log.config
 
         before_dirty = [s for s in snapshot if s.base_offset < first_dirty and s is not active]
@@ -395,6 +429,8 @@ class Cleaner:
         table: _BatchTable | _NativeBatchTable = (_BatchTable(start) if native_map is None
                                                   else _NativeBatchTable(native_map, start))
         segments = [s for s in snapshot.from_offset(start) if s.base_offset < end]
+        if self._aborted:
+            native_map = None  # the C passes do not know aborted transactions
         for i, segment in enumerate(segments):
             if segment is snapshot.last:
                 break
@@ -453,7 +489,9 @@ class Cleaner:
                        if magic == MAGIC_V2 else offset_field)
         if last_offset < start:
             return True
-        keys = entry_keys(buf, pos, stop, start)
+        # An aborted transaction's records supersede nothing.
+        aborted = magic == MAGIC_V2 and self._aborted.holds(buf, pos)
+        keys = NO_KEYS if aborted else entry_keys(buf, pos, stop, start)
         extra = table.COST + table.growth(last_offset)
         if offset_map.entries and (
                 not offset_map.fits_keys(keys.keys, keys.key_bytes, last_offset)
@@ -473,12 +511,43 @@ class Cleaner:
 
     # ---- pass 2 -------------------------------------------------------------------------
 
+    def _abort_marker(self, buf, pos: int, stop: int, now_ms: int, retention_ms: int,
+                      keep: bool) -> Kept | None:
+        """An abort marker as Kafka's cleaner keeps it: as it is while the round met
+        data of its transaction (removed now) or while its delete horizon is ahead;
+        stamped with a delete horizon (now + delete.retention.ms) the first round
+        that finds no data left; gone (with its `.txnindex` entry) once the horizon
+        has passed, unless `keep` (a group's last entry stays)."""
+        (base_offset, _, leader_epoch, _, _, attributes, last_delta, base_ts, max_ts, producer_id, epoch,
+         sequence, count) = BATCH_HEADER.unpack_from(buf, pos)
+        last_offset = base_offset + last_delta
+        as_is = Kept(memoryview(buf)[pos:stop], MAGIC_V2, last_offset, max_ts, 0, count)
+        if self._aborted.observed_data(producer_id, base_offset):
+            return as_is
+        if attributes & DELETE_HORIZON_BIT:
+            if base_ts > now_ms or keep:
+                return as_is
+            self._aborted.removed.add((producer_id, base_offset))
+            return None
+        marker = decode_marker(bytes(buf[pos:stop]))
+        if marker is None:
+            return as_is
+        out = bytearray(build_batch([(CONTROL_KEY.pack(0, 0), MARKER_VALUE.pack(0, marker.coordinator_epoch),
+                                      marker.timestamp)],
+                                    base_offset=base_offset, base_timestamp=now_ms + retention_ms,
+                                    max_timestamp=max_ts, producer_id=producer_id, producer_epoch=epoch,
+                                    base_sequence=sequence, partition_leader_epoch=leader_epoch,
+                                    is_transactional=True, is_control=True))
+        INT16.pack_into(out, ATTRIBUTES_OFFSET, attributes | DELETE_HORIZON_BIT)
+        UINT32.pack_into(out, CRC_OFFSET, batch_crc(out, 0, len(out)))
+        return Kept(bytes(out), MAGIC_V2, last_offset, max_ts, 0, count)
+
     def _clean_group(self, log, group: list[LogSegment], record_filter: RecordFilter,
                      table: _BatchTable | _NativeBatchTable,
                      legacy_horizon: int, stats: CleanerStats, check_done: Callable[[], None]) -> None:
         config = log.config
         base = group[0].base_offset
-        for suffix in (".log", ".index", ".timeindex"):  # left by a clean that failed
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):  # left by a clean that failed
             leftover = os.path.join(log.directory, segment_file_name(base, suffix + CLEANED_SUFFIX))
             if os.path.exists(leftover):
                 os.unlink(leftover)
@@ -488,7 +557,7 @@ class Cleaner:
         try:
             last_non_empty = max((i for i, s in enumerate(group) if s.size > 0), default=-1)
             latest = self.offset_map.latest_offset
-            native_map = self.offset_map.native
+            native_map = None if self._aborted else self.offset_map.native
             filter_stats = record_filter.stats
             now_ms, retention_ms = record_filter.now_ms, record_filter.delete_retention_ms
             unpack_head, unpack_delta = _ENTRY_HEAD.unpack_from, _INT32.unpack_from
@@ -555,6 +624,21 @@ class Cleaner:
                             last = base_offset + unpack_delta(buf, pos + LAST_DELTA_AT)[0]
                             if last <= latest:
                                 dead = table.dead_mask(base_offset, last)
+                                if self._aborted.holds(buf, pos):
+                                    dead = (1 << (last - base_offset + 1)) - 1  # every record goes
+                                    self._aborted.observe(buf, pos)
+                                elif self._aborted.marker_at(buf, pos) is not None:
+                                    marker = self._abort_marker(buf, pos, stop, record_filter.now_ms,
+                                                                record_filter.delete_retention_ms, keep_empty)
+                                    pos = stop
+                                    if marker is None:
+                                        continue
+                                    infos.append(entry_info(marker, written))
+                                    parts.append(marker.data)
+                                    written += len(marker.data)
+                                    largest = marker.last_offset
+                                    max_ts = max(max_ts, marker.max_timestamp)
+                                    continue
                         kept = record_filter.filter(buf, pos, stop, keep_empty=keep_empty,
                                                     retain_legacy_deletes=retain_legacy_deletes, dead=dead)
                         pos = stop
@@ -574,6 +658,9 @@ class Cleaner:
                         cleaned.append(largest, _Chunk(out, infos, max_ts))
                         stats.bytes_written += written
                 stats.segments += 1
+                for txn in segment.txn_index.entries:  # the aborted transactions stay known ...
+                    if (txn.producer_id, txn.last_offset) not in self._aborted.removed:  # ... but gone markers'
+                        cleaned.txn_index.append(txn)
             cleaned.on_became_inactive()
             mtime = os.stat(group[-1].log.path).st_mtime_ns
             os.utime(cleaned.log.path, ns=(mtime, mtime))
@@ -587,3 +674,59 @@ class Cleaner:
                 cleaned.delete()
             raise
         stats.groups += 1
+
+
+class AbortedBatches:
+    """Which batches belong to aborted transactions, from `.txnindex` entries: a
+    transactional data batch of the producer between a transaction's first offset
+    and its abort marker. Pass 2 records the transactions whose data it met
+    (`observe`) and the markers it removed (`removed`: (producer id, offset))."""
+
+    def __init__(self, aborted) -> None:
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        self._markers = {(txn.producer_id, txn.last_offset) for txn in aborted}
+        self._observed: set[tuple[int, int]] = set()  # (producer id, marker offset)
+        self.removed: set[tuple[int, int]] = set()
+        for txn in aborted:
+            self._ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+        for ranges in self._ranges.values():
+            ranges.sort()
+
+    def __bool__(self) -> bool:
+        return bool(self._ranges)
+
+    def holds(self, buf, pos: int) -> bool:
+        """Whether the magic-2 batch at buf[pos:] belongs to an aborted transaction."""
+        if not self._ranges:
+            return False
+        (base_offset, _, _, _, _, attributes, _, _, _, producer_id, *_rest) = BATCH_HEADER.unpack_from(buf, pos)
+        if not attributes & TRANSACTIONAL_BIT or attributes & CONTROL_BIT:
+            return False
+        return self._range_of(producer_id, base_offset) is not None
+
+    def _range_of(self, producer_id: int, offset: int) -> tuple[int, int] | None:
+        ranges = self._ranges.get(producer_id)
+        if not ranges:
+            return None
+        i = bisect.bisect_right(ranges, (offset, 2**63)) - 1
+        return ranges[i] if i >= 0 and ranges[i][0] <= offset <= ranges[i][1] else None
+
+    def observe(self, buf, pos: int) -> None:
+        """Pass 2 met the aborted batch at buf[pos:] (`holds` said so)."""
+        (base_offset, _, _, _, _, _, _, _, _, producer_id, *_rest) = BATCH_HEADER.unpack_from(buf, pos)
+        found = self._range_of(producer_id, base_offset)
+        if found is not None:
+            self._observed.add((producer_id, found[1]))
+
+    def observed_data(self, producer_id: int, marker_offset: int) -> bool:
+        return (producer_id, marker_offset) in self._observed
+
+    def marker_at(self, buf, pos: int) -> tuple[int, int] | None:
+        """(producer id, offset) when the batch at buf[pos:] is an abort marker of
+        the `.txnindex` entries."""
+        if not self._markers:
+            return None
+        (base_offset, _, _, _, _, attributes, _, _, _, producer_id, *_rest) = BATCH_HEADER.unpack_from(buf, pos)
+        if not attributes & CONTROL_BIT or (producer_id, base_offset) not in self._markers:
+            return None
+        return producer_id, base_offset

@@ -7,7 +7,8 @@ Contract:
   rewritten after a clean (`done_cleaning`), keeping only logs that still exist.
 - `cleanable_offsets(log, checkpointed, now)`: first dirty = the checkpoint, or
   the log start offset when there is none, it is below the log start, or past
-  the log end. First uncleanable = the lowest of the active segment's base and
+  the log end. First uncleanable = the lowest of the active segment's base, the
+  first offset of the oldest open transaction (the first unstable offset) and
   the base of the first dirty segment whose largest timestamp is newer than
   now - min.compaction.lag.ms.
 - `grab_filthiest_log(now)` looks at every log whose cleanup.policy contains
@@ -97,7 +98,8 @@ def cleanable_offsets(log, checkpointed: int | None, now_ms: int) -> OffsetsToCl
             logger.warning("cleaner_checkpoint_reset", log=log.name, checkpointed=checkpointed,
                            log_start_offset=log_start, log_end_offset=log.log_end_offset)
         first_dirty, force = log_start, True
-    candidates = [log.active_segment.base_offset]
+    # An open transaction's records are not cleaned (Kafka's firstUnstableOffset).
+    candidates = [log.active_segment.base_offset, log.first_unstable_offset()]
     lag = max(log.config.min_compaction_lag_ms, 0)
     if lag > 0:
         for segment in _non_active_from(log, first_dirty):

@@ -4,7 +4,9 @@ crash recovery (Kafka's LogLoader).
 Order, as Kafka does it:
 1. `*.deleted` files go; `*.cleaned` files go (a clean that never finished);
    `*.swap` files at or past the lowest `.cleaned` base came from that unfinished
-   clean and go too; index `.swap` files go (they are rebuilt).
+   clean and go too; index `.swap` files go (they are rebuilt), except a
+   `.txnindex.swap` beside its `.log.swap` (aborted transactions are not rebuilt
+   from the segment alone): it completes with it.
 2. Each remaining `.log.swap` is a finished clean or split whose swap was cut
    short: the segments it replaces (its offset range) go, and it takes the final
    name. The result is either the old or the new data, never a loss.
@@ -48,6 +50,7 @@ logger = structlog.get_logger("strata.storage")
 SWAP = ".swap"
 CLEANED = ".cleaned"
 DELETED = ".deleted"
+TXN_INDEX_SWAP = ".txnindex" + SWAP
 INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 # What is kept of an index file that recovery rebuilds, before it is opened: within
 # one page, whole 8- and 12-byte entries (see LogLoader._shrink_indexes).
@@ -133,9 +136,14 @@ class LogLoader:
             elif suffix.endswith(SWAP):
                 swaps.append((base, suffix, path))
         valid = []
+        log_swaps = {base for base, suffix, _ in swaps if suffix == ".log" + SWAP}
         for base, suffix, path in swaps:
-            if (min_cleaned is not None and base >= min_cleaned) or suffix != ".log" + SWAP:
-                os.unlink(path)  # from an unfinished clean, or an index to rebuild
+            unfinished = min_cleaned is not None and base >= min_cleaned
+            if unfinished or suffix != ".log" + SWAP:
+                # From an unfinished clean, or an index to rebuild; a `.txnindex.swap` (the
+                # aborted transactions the cleaned segment carries) goes with its `.log.swap`.
+                if unfinished or suffix != TXN_INDEX_SWAP or base not in log_swaps:
+                    os.unlink(path)
             else:
                 valid.append((base, path))
         return valid
@@ -150,7 +158,15 @@ class LogLoader:
             opened.append(segment)
         low = min(s.base_offset for s in opened)
         high = max(s.read_next_offset() for s in opened)
-        for base, suffix, path in self._files():
+        files = self._files()
+        # A final-named `.txnindex` at a swap's base with no `.txnindex.swap` beside it is
+        # the new segment's, renamed before the crash (the cleaner carries the old ones'
+        # entries into the new one): it stays.
+        renamed_txn_indexes = {base for base, _ in swaps} - {base for base, suffix, _ in files
+                                                              if suffix == TXN_INDEX_SWAP}
+        for base, suffix, path in files:
+            if suffix == ".txnindex" and base in renamed_txn_indexes:
+                continue
             if low <= base < high and not suffix.endswith(SWAP):
                 os.unlink(path)  # replaced by the swap
         for segment in opened:

@@ -49,6 +49,16 @@ Contract:
   finds a snapshot at its recovery point and replays only the data above it.
   `prune_snapshots` (after the checkpoint file) drops the ones no start will use;
   snapshots below the log start go with it.
+- Transactions: a transactional batch opens its producer's transaction;
+  `append_txn_marker` (the coordinator's WriteTxnMarkers, under the lock) writes
+  the COMMIT/ABORT control batch that closes it and, for an abort, the
+  `.txnindex` entry of the segment holding the marker, before the end moves.
+  The producer state is updated before the log end moves, so a lock-free reader
+  never sees data of a transaction the last stable offset does not yet hold back.
+  `last_stable_offset` (the first offset of the oldest open transaction, else the
+  log end; never below the log start), `read(..., max_offset=)` (a read_committed
+  fetch stops there), `fetch_upper_bound` and `aborted_transactions` (Kafka's
+  collectAbortedTransactions) serve read_committed fetches, lock-free.
 """
 
 from __future__ import annotations
@@ -76,6 +86,8 @@ from .retention import RetentionResult
 from .segment import LogSegment, TimestampOffset
 from .segment_swap import SwapAborted, swap_segments
 from .segments import LogSegments
+from .txn_index import AbortedTxn
+from .txn_markers import TxnMarker, marker_set
 from .validator import validate_and_assign
 
 # How far past an append the active segment's blocks are reserved, at most
@@ -221,16 +233,52 @@ class Log:
             except OSError as e:
                 raise self.io_errors.failed(e, operation="append", log_name=self.name) from None
             self.io_errors.succeeded()
-            self._end = LogEnd(validated.last_offset + 1, segment, segment.size)
+            # The producer state first: a reader that sees the new end sees the
+            # transactions it opened (the last stable offset never passes them).
             if producer_update is not None:
-                self.producer_state.apply(producer_update, self._end.offset)
+                self.producer_state.apply(producer_update, validated.last_offset + 1)
             else:
-                self.producer_state.update_end_offset(self._end.offset)
+                self.producer_state.update_end_offset(validated.last_offset + 1)
+            self._end = LogEnd(validated.last_offset + 1, segment, segment.size)
             flush_due = self._end.offset - self._recovery_point >= config.flush_messages
         if flush_due:
             self.flush()
         return AppendResult(validated.first_offset, validated.last_offset, validated.log_append_time,
                             validated.record_count, self._log_start_offset)
+
+    def append_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                          commit: bool) -> AppendResult:
+        """Write a COMMIT or ABORT marker for the producer's transaction (Kafka's
+        WriteTxnMarkers on one partition, storage/txn_markers.py): it closes the open
+        transaction, if any; an aborted one is recorded in the `.txnindex` of the
+        segment that holds the marker, before the last stable offset moves past it.
+        InvalidProducerEpochError / TransactionCoordinatorFencedError for a stale
+        marker; then nothing is written."""
+        with self._lock:
+            self._check_open()
+            config = self.config
+            now = self._clock.time_ms()
+            offset = self._end.offset
+            validated = marker_set(TxnMarker(producer_id, producer_epoch, coordinator_epoch, commit, now),
+                                   offset, config)
+            update, completed = self.producer_state.check_marker(
+                TxnMarker(producer_id, producer_epoch, coordinator_epoch, commit, now), offset)
+            try:
+                segment = self._maybe_roll(len(validated.buffer), validated, now, config)
+                segment.append(offset, validated, min(RESERVE_AHEAD_BYTES, config.segment_bytes))
+                if completed is not None and completed.aborted:
+                    segment.txn_index.append(AbortedTxn(
+                        producer_id, completed.first_offset, completed.last_offset,
+                        self.producer_state.last_stable_offset_after(completed)))
+            except OSError as e:
+                raise self.io_errors.failed(e, operation="append", log_name=self.name) from None
+            self.io_errors.succeeded()
+            self.producer_state.apply(update, offset + 1)
+            self._end = LogEnd(offset + 1, segment, segment.size)
+            flush_due = self._end.offset - self._recovery_point >= config.flush_messages
+        if flush_due:
+            self.flush()
+        return AppendResult(offset, offset, validated.log_append_time, 1, self._log_start_offset)
 
     def _maybe_roll(self, size: int, validated, now: int, config: LogConfig) -> LogSegment:
         segment = self._end.segment
@@ -252,7 +300,7 @@ class Log:
         if active.base_offset == new_base and active.size == 0:
             return active
         config = self.config
-        for suffix in (".index", ".timeindex"):  # stale leftovers would be taken as valid
+        for suffix in (".index", ".timeindex", ".txnindex"):  # stale leftovers would be taken as valid
             stale = os.path.join(self.directory, segment_file_name(new_base, suffix))
             if os.path.exists(stale):
                 os.unlink(stale)
@@ -275,11 +323,26 @@ class Log:
 
     # ---- reading ------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, min_one_message: bool = False) -> FileSlice:
+    def first_unstable_offset(self) -> int:
+        """The first offset of the oldest open transaction, else the log end."""
+        end = self._end.offset  # first: the producer state is updated before the end moves
+        first = self.producer_state.first_unstable_offset
+        return end if first is None else min(first, end)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the first unstable offset (the high watermark is the log end on
+        one node), never below the log start."""
+        return max(self.first_unstable_offset(), self._log_start_offset)
+
+    def read(self, offset: int, max_bytes: int, min_one_message: bool = False,
+             max_offset: int | None = None) -> FileSlice:
         """Entries from the one holding `offset`, at most `max_bytes` (see LogSegment.read).
 
         At the log end: an empty slice. Below the log start or past the log end:
-        OffsetOutOfRangeError. The caller releases the slice when sent."""
+        OffsetOutOfRangeError. `max_offset` (the last stable offset, for a
+        read_committed fetch) stops the read before the batch holding it: at or
+        past it the slice is empty. The caller releases the slice when sent."""
         end = self._end
         snapshot = self.segments.snapshot()  # before the start: retention moves the start first
         start = self._log_start_offset
@@ -288,16 +351,68 @@ class Log:
         if offset < start or offset > end.offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is out of range [{start}, {end.offset}] for {self.name}")
+        bound = None  # (segment, position) the read stops at
+        if max_offset is not None and max_offset < end.offset:
+            if offset >= max_offset:
+                return end.segment.log.slice(end.position, 0)
+            bound = self._position_of(snapshot, max_offset, end)
         segment = snapshot.floor(offset) or snapshot.first
         while segment is not None:
             max_position = end.position if segment is end.segment else None
+            if bound is not None and segment is bound[0]:
+                max_position = bound[1]
             found = segment.read(offset, max_bytes, max_position, min_one_message)
             if found is not None:
                 return found
-            if segment is end.segment:
+            if segment is end.segment or (bound is not None and segment is bound[0]):
                 break
             segment = snapshot.higher(segment.base_offset)
         return end.segment.log.slice(end.position, 0)
+
+    @staticmethod
+    def _position_of(snapshot, offset: int, end: LogEnd) -> tuple[LogSegment, int]:
+        """The segment and position of the batch holding `offset` (below the log end)."""
+        segment = snapshot.floor(offset) or snapshot.first
+        max_position = end.position if segment is end.segment else None
+        found = segment.translate_offset(offset)
+        if found is None or (max_position is not None and found.position >= max_position):
+            return segment, segment.size if max_position is None else max_position
+        return segment, found.position
+
+    def aborted_transactions(self, start: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start, upper_bound), from the
+        `.txnindex` of each segment from the one holding `start` on, until an entry
+        shows that no later one can overlap (Kafka's collectAbortedTransactions: an
+        entry lives in its marker's segment, which may come after `upper_bound`).
+        Lock-free: a reader's view of the segments."""
+        snapshot = self.segments.snapshot()
+        found: list[AbortedTxn] = []
+        for segment in snapshot.from_offset(start):
+            txns, complete = segment.txn_index.collect(start, upper_bound)
+            found += txns
+            if complete:
+                break
+        return found
+
+    def fetch_upper_bound(self, offset: int, found: FileSlice, limit: int) -> int:
+        """The offset just past what a read from `offset` returned in `found`, at most
+        `limit` (Kafka's fetchUpperBoundOffset): the next batch's base offset, or the
+        next segment's base when the read ended its segment."""
+        snapshot = self.segments.snapshot()
+        segment = snapshot.floor(offset) or snapshot.first
+        while segment is not None and segment.log is not found.records:
+            segment = snapshot.higher(segment.base_offset)
+        if segment is None:
+            return limit
+        stop = found.position + found.length
+        start = max(found.position, segment.offset_index.lookup_by_position(stop).position)
+        for header in segment.log.iter_headers(start):
+            if header.position >= stop:
+                return min(header.base_offset, limit)
+            if header.position + header.size > stop:  # a batch the read cut: counted in
+                return min(header.last_offset + 1, limit)
+        following = snapshot.higher(segment.base_offset)
+        return limit if following is None else min(following.base_offset, limit)
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """The earliest record whose timestamp is >= `timestamp` (Kafka's

@@ -2,9 +2,20 @@
 (Kafka's ProducerStateManager, ProducerStateEntry, ProducerAppendInfo).
 
 Contract:
-- Only magic-2 batches with producerId >= 0 are tracked (control batches are
-  skipped: Strata has no transactions). Native clients write producerId -1 and
-  pay one header read per entry.
+- Only magic-2 batches with producerId >= 0 are tracked. Native clients write
+  producerId -1 and pay one header read per entry.
+- Transactions (Kafka's ProducerAppendInfo): a transactional batch of a producer
+  with no open transaction opens one at its first offset (the entry's
+  `current_txn_first_offset`, kept in snapshots); a non-transactional batch while
+  one is open is InvalidTxnStateError (48). A COMMIT or ABORT marker
+  (`check_marker`, storage/txn_markers.py writes it) checks the producer's epoch
+  (InvalidProducerEpochError) and the coordinator epoch (an older one than the
+  producer's: TransactionCoordinatorFencedError, 52), takes both, and closes the
+  open transaction, returned as a `CompletedTxn` (None when none was open).
+  `first_unstable_offset` is the first offset of the oldest open transaction
+  (None: none is open); the Log's last stable offset follows it.
+  `last_stable_offset_after(completed)` is the lastStableOffset of an aborted
+  transaction's `.txnindex` entry (storage/txn_index.py).
 - `check(validated)` runs inside `Log.append`, under the log's lock, after offsets
   are assigned and before anything is written. It returns None (nothing to
   track), or a `PendingUpdate` whose `duplicate` is the cached batch when the set
@@ -69,16 +80,20 @@ from typing import NamedTuple
 import crc32c
 import structlog
 
-from kafka_format.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, FIELD_OFFSET
+from kafka_format.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, FIELD_OFFSET, TRANSACTIONAL_BIT
 from kafka_format.errors import (
     CorruptRecordError,
     InvalidProducerEpochError,
     InvalidRecordError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
 )
 from kafka_format.framing import MAGIC_V2
 
 from .fileutil import atomic_write, parse_segment_file_name, segment_file_name
+from .txn_index import AbortedTxn
+from .txn_markers import TxnMarker, read_marker
 
 logger = structlog.get_logger("strata.producer_state")
 
@@ -191,6 +206,7 @@ class ProducerBatch(NamedTuple):
     first_offset: int
     last_offset: int
     max_timestamp: int
+    is_transactional: bool = False
 
     @classmethod
     def from_header(cls, buf, position: int) -> ProducerBatch | None:
@@ -199,7 +215,17 @@ class ProducerBatch(NamedTuple):
         if magic != MAGIC_V2 or producer_id < 0 or attributes & CONTROL_BIT:
             return None
         return cls(producer_id, epoch, base_seq, increment_sequence(base_seq, last_delta) if base_seq >= 0
-                   else base_seq, base_offset, base_offset + last_delta, max_ts)
+                   else base_seq, base_offset, base_offset + last_delta, max_ts,
+                   bool(attributes & TRANSACTIONAL_BIT))
+
+
+class CompletedTxn(NamedTuple):
+    """A transaction its marker closed: from its first offset to the marker's."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
 
 
 class PendingUpdate(NamedTuple):
@@ -274,6 +300,8 @@ class ProducerStateManager:
         self.map_end_offset = 0
         self._snapshot_offsets: list[int] = []  # sorted: what is on disk (read by load or refresh)
         self._file_lock = threading.Lock()  # one snapshot file write or deletion at a time
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.first_unstable_offset: int | None = None  # the oldest open transaction's first offset
         self.loaded_from: int | None = None  # where the last load's replay started
         self.batches_replayed = 0  # how many batches the last load replayed
 
@@ -300,7 +328,33 @@ class ProducerStateManager:
             self._validate(batch, current, entry)
             entry.add_batch(batch.epoch, batch.last_seq, batch.last_offset,
                             batch.last_offset - batch.first_offset, batch.max_timestamp)
+            if entry.current_txn_first_offset >= 0 and not batch.is_transactional:
+                raise InvalidTxnStateError(
+                    f"{self.name}: expected a transactional write from producer {batch.producer_id} at offset "
+                    f"{batch.first_offset}: its transaction from {entry.current_txn_first_offset} is open")
+            _track_txn(entry, batch)
         return PendingUpdate(updated, None)
+
+    def check_marker(self, marker: TxnMarker, offset: int) -> tuple[PendingUpdate, CompletedTxn | None]:
+        """Validate a COMMIT/ABORT marker to be written at `offset` (Kafka's
+        appendEndTxnMarker); `apply` records it once written."""
+        current = self.producers.get(marker.producer_id)
+        entry = current.copy() if current is not None else ProducerStateEntry(marker.producer_id)
+        if marker.producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"{self.name}: marker of producer {marker.producer_id} at offset {offset} has epoch "
+                f"{marker.producer_epoch}, older than the current epoch {entry.epoch}")
+        if entry.coordinator_epoch > marker.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"{self.name}: marker of producer {marker.producer_id} at offset {offset} has coordinator epoch "
+                f"{marker.coordinator_epoch}, older than the current one {entry.coordinator_epoch}")
+        return PendingUpdate({marker.producer_id: entry}, None), _end_txn(entry, marker, offset)
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The last stable offset once `completed` is closed: the first offset of the
+        oldest transaction still open (another producer's), else one past its marker."""
+        others = [first for pid, first in self.ongoing.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
 
     def _validate(self, batch: ProducerBatch, current: ProducerStateEntry | None,
                   entry: ProducerStateEntry) -> None:
@@ -327,7 +381,26 @@ class ProducerStateManager:
     def apply(self, update: PendingUpdate, end_offset: int) -> None:
         """Record a written append's batches (after the segment append)."""
         self.producers.update(update.entries)
+        changed = False
+        for pid, entry in update.entries.items():
+            changed = self._note_txn(pid, entry) or changed
+        if changed:
+            self._refresh_first_unstable()
         self.map_end_offset = end_offset
+
+    def _note_txn(self, pid: int, entry: ProducerStateEntry) -> bool:
+        """Follow `entry`'s open transaction in `ongoing`; True when that changed it."""
+        first = entry.current_txn_first_offset
+        if first >= 0:
+            if self.ongoing.get(pid) == first:
+                return False
+            self.ongoing[pid] = first
+            return True
+        return self.ongoing.pop(pid, None) is not None
+
+    def _refresh_first_unstable(self) -> None:
+        # One reference swap: lock-free readers see the old or the new value.
+        self.first_unstable_offset = min(self.ongoing.values()) if self.ongoing else None
 
     def update_end_offset(self, end_offset: int) -> None:
         self.map_end_offset = end_offset
@@ -341,13 +414,36 @@ class ProducerStateManager:
             entry = self.producers[batch.producer_id] = ProducerStateEntry(batch.producer_id)
         entry.add_batch(batch.epoch, batch.last_seq, batch.last_offset,
                         batch.last_offset - batch.first_offset, batch.max_timestamp)
+        if _track_txn(entry, batch):
+            self._note_txn(batch.producer_id, entry)
+            self._refresh_first_unstable()
         self.map_end_offset = batch.last_offset + 1
+
+    def replay_marker(self, marker: TxnMarker, offset: int) -> tuple[CompletedTxn, int] | None:
+        """Take a marker read from the log, without validation; the transaction it
+        closed with the last stable offset after it (None when none was open)."""
+        entry = self.producers.get(marker.producer_id)
+        if entry is None:
+            entry = self.producers[marker.producer_id] = ProducerStateEntry(marker.producer_id)
+        completed = _end_txn(entry, marker, offset)
+        self.map_end_offset = offset + 1
+        if completed is None:
+            return None
+        last_stable = self.last_stable_offset_after(completed)
+        self._note_txn(marker.producer_id, entry)
+        self._refresh_first_unstable()
+        return completed, last_stable
 
     def load(self, segments, *, log_end: int, had_clean_shutdown: bool, now_ms: int,
              recovery_point: int | None = None, log_start: int = 0) -> None:
         """Rebuild the state of an opened log (see the module contract). After an
-        unclean shutdown `recovery_point` bounds the snapshots that are trusted."""
+        unclean shutdown `recovery_point` bounds the snapshots that are trusted.
+        The replay also rebuilds the `.txnindex` entries of the markers it reads:
+        those at or past its start are cut first (Kafka's recoverSegment rebuilds
+        a recovered segment's; entries below a trusted snapshot were flushed with it)."""
         self.producers.clear()
+        self.ongoing.clear()
+        self.first_unstable_offset = None
         self.batches_replayed = 0
         self.refresh_snapshots()
         trusted_up_to = log_end
@@ -373,6 +469,8 @@ class ProducerStateManager:
             for entry in entries:
                 if not self._expired(entry, now_ms):
                     self.producers[entry.producer_id] = entry
+                    self._note_txn(entry.producer_id, entry)
+            self._refresh_first_unstable()
             start = offset
             # Older snapshots off segment bases are of no more use (Kafka's removeStraySnapshots).
             self.prune_snapshots([segment.base_offset for segment in segments], start)
@@ -385,6 +483,8 @@ class ProducerStateManager:
                 reason="no usable snapshot")
         self.loaded_from = self.map_end_offset = start
         if start < log_end:
+            for segment in segments.snapshot().from_offset(start):
+                segment.txn_index.truncate_to(start)
             self.batches_replayed = self._replay_from(segments, start)
         self.map_end_offset = log_end
         if self.batches_replayed and self.producers:
@@ -402,7 +502,9 @@ class ProducerStateManager:
             logger.warning("producer_snapshot_failed", log=self.name, offset=log_end, error=str(e))
 
     def _replay_from(self, segments, start: int) -> int:
-        """Replay every tracked batch from `start` to the log end; returns the batches read."""
+        """Replay every tracked batch from `start` to the log end; returns the batches
+        read. The aborted transactions of the markers it reads go into their segment's
+        `.txnindex`."""
         scanned = 0
         ordered = list(segments)
         for i, segment in enumerate(ordered):
@@ -421,6 +523,16 @@ class ProducerStateManager:
                 scanned += 1
                 if batch is not None:
                     self.replay(batch)
+                    continue
+                marker = read_marker(raw, segment.log, header.position, header.size)
+                if marker is None:
+                    continue
+                closed = self.replay_marker(marker, header.base_offset)
+                if closed is None or not closed[0].aborted:
+                    continue
+                completed, last_stable = closed
+                segment.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset,
+                                                    completed.last_offset, last_stable))
         return scanned
 
     # ---- snapshots --------------------------------------------------------------------------
@@ -516,3 +628,26 @@ class ProducerStateManager:
         for pid in gone:
             del self.producers[pid]
         return len(gone)
+
+
+def _track_txn(entry: ProducerStateEntry, batch: ProducerBatch) -> bool:
+    """A transactional batch opens its producer's transaction when none is open;
+    True when it did."""
+    if batch.is_transactional and entry.current_txn_first_offset < 0:
+        entry.current_txn_first_offset = batch.first_offset
+        return True
+    return False
+
+
+def _end_txn(entry: ProducerStateEntry, marker: TxnMarker, offset: int) -> CompletedTxn | None:
+    """Apply a marker at `offset` to `entry` (Kafka's ProducerStateEntry.update)."""
+    completed = None
+    if entry.current_txn_first_offset >= 0:
+        completed = CompletedTxn(entry.producer_id, entry.current_txn_first_offset, offset, not marker.commit)
+    if marker.producer_epoch != entry.epoch:
+        entry.epoch = marker.producer_epoch
+        entry.batches.clear()
+    entry.coordinator_epoch = marker.coordinator_epoch
+    entry.last_timestamp = marker.timestamp
+    entry.current_txn_first_offset = -1
+    return completed

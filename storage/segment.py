@@ -31,6 +31,7 @@ from .file_records import FileRecords, FileSlice
 from .fileutil import segment_file_name
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex
+from .txn_index import TransactionIndex, txn_index_path
 
 INT_MAX = 2**31 - 1
 NO_TIMESTAMP = -1
@@ -66,6 +67,7 @@ class LogSegment:
         self.log = log
         self.offset_index = offset_index
         self.time_index = time_index
+        self.txn_index = TransactionIndex(txn_index_path(log.path), base_offset)  # aborted txns, read lazily
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.roll_jitter_ms = roll_jitter_ms
@@ -399,6 +401,7 @@ class LogSegment:
         mapping = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         if mapping is None:
             return 0
         self._read_cursor = None
@@ -428,12 +431,16 @@ class LogSegment:
         self.log.flush()
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         for f in (self.log, self.offset_index, self.time_index):
             if not f.path.endswith(old_suffix):
                 raise ValueError(f"{f.path} does not end with {old_suffix!r}")
             f.rename(f.path[: len(f.path) - len(old_suffix)] + new_suffix)
+        txn = self.txn_index
+        if txn.path.endswith(old_suffix):
+            txn.rename(txn.path[: len(txn.path) - len(old_suffix)] + new_suffix)
 
     def evict(self) -> None:
         """Close the files' descriptors now where idle; they reopen on their next use
@@ -455,6 +462,7 @@ class LogSegment:
         self.time_index.close()
         self.offset_index.delete_if_exists()
         self.time_index.delete_if_exists()
+        self.txn_index.delete_if_exists()
         self.log.delete()
 
     def __repr__(self) -> str:

@@ -52,6 +52,9 @@ class SwapAborted(KafkaStorageError):
 
 def _rename(segment: LogSegment, old_suffix: str, new_suffix: str) -> None:
     # The indexes first: a `.log` with a given suffix stands for the whole segment.
+    txn = segment.txn_index  # renamed when it has a file (no aborted transaction: none)
+    if txn.path.endswith(old_suffix):
+        txn.rename(txn.path[: len(txn.path) - len(old_suffix)] + new_suffix)
     for f in (segment.offset_index, segment.time_index, segment.log):
         if f.path.endswith(old_suffix):
             f.rename(f.path[: len(f.path) - len(old_suffix)] + new_suffix)

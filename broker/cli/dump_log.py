@@ -1,7 +1,7 @@
 """`strata dump-log FILE...`: print and check segment files, like kafka-dump-log.
 
 Works on the files alone (no broker). Every FILE must exist and end in .log,
-.index or .timeindex, else the command stops before dumping anything with one
+.index, .timeindex or .txnindex, else the command stops before dumping anything with one
 `strata: FILE: ...` line. For each file it prints `Dumping FILE`, then:
 
 .log, one line per entry (key names as in Kafka's DumpLogSegments; the
@@ -19,7 +19,9 @@ NoTimestampType for magic 0; compresscodec is NONE, GZIP, SNAPPY, LZ4, ZSTD):
 
   (`sequence` and `headerKeys` for magic 2 only; `key:` and `payload:` only
   with --print-data-log and only when not null, as Kafka prints them; bytes
-  are shown as UTF-8, undecodable bytes replaced). Bytes after the last whole
+  are shown as UTF-8, undecodable bytes replaced). A transaction marker's
+  record ends with `endTxnMarker: COMMIT coordinatorEpoch: N` (or ABORT), another
+  control record with `controlType: UNKNOWN(T)`. Bytes after the last whole
   entry give Kafka's line `Found N invalid bytes at the end of NAME`.
 
 .index, one line per entry: `offset: N position: P` (stopping, as Kafka does,
@@ -27,6 +29,8 @@ at the zero entries of a preallocated index; a zero first entry counts as
 empty too when the log shows no entry ending at the base offset there, so the
 live index of an active segment with no entries dumps as empty).
 .timeindex, one line per entry: `timestamp: T offset: N`.
+.txnindex, one line per aborted transaction: `version: 0 producerId: P
+firstOffset: F lastOffset: L lastStableOffset: S`.
 
 Checks (each problem is one `FILE: ...` line on stderr; the exit code is 1 when
 any file had one, 0 otherwise): in a .log, entries that fail their CRC or whose
@@ -57,15 +61,17 @@ from kafka_format.errors import CorruptRecordError
 from kafka_format.framing import ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD, MAGIC_OFFSET, MIN_ENTRY_SIZE_FIELD
 from storage.offset_index import OffsetIndex
 from storage.time_index import TimeIndex
+from storage.txn_index import ENTRY as TXN_INDEX_ENTRY
+from storage.txn_markers import parse_marker_record
 
 from . import CliError
 
-SUFFIXES = (".log", ".index", ".timeindex")
+SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 RECORD_INDENT = "|"
 
 
 def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("dump-log", help="print and check .log/.index/.timeindex files")
+    parser = subparsers.add_parser("dump-log", help="print and check .log/.index/.timeindex/.txnindex files")
     parser.add_argument("files", nargs="+", metavar="FILE")
     parser.add_argument("--print-data-log", action="store_true",
                         help="print every record with its key and payload")
@@ -87,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
                      print_data=args.print_data_log)
         elif suffix == ".index":
             dump_offset_index(path, problems)
+        elif suffix == ".txnindex":
+            dump_txn_index(path, problems)
         else:
             dump_time_index(path, problems)
         sys.stdout.flush()
@@ -103,7 +111,7 @@ def _check_dumpable(path: str) -> None:
         raise CliError(f"{path}: not a regular file")
     suffix = os.path.splitext(path)[1]
     if suffix not in SUFFIXES:
-        raise CliError(f"{path}: unknown file type (expected a .log, .index or .timeindex file)")
+        raise CliError(f"{path}: unknown file type (expected a .log, .index, .timeindex or .txnindex file)")
     if suffix != ".log" and _base_offset(path) is None:
         raise CliError(f"{path}: the file name must be the segment's base offset, "
                        f"like 00000000000000000000{suffix}")
@@ -266,6 +274,8 @@ def _dump_records(entry: LogEntry, first_offset: int, print_data: bool,
                         (entry.base_sequence + record.offset - first_offset) % 2**31)
             line += (f" sequence: {sequence} headerKeys: "
                      f"[{','.join(key for key, _ in record.headers)}]")
+        if entry.is_control:
+            line += _control_text(record.key, record.value, entry.position, problems)
         if print_data and not entry.is_control:
             if record.key is not None:
                 line += f" key: {_text(record.key)}"
@@ -273,6 +283,20 @@ def _dump_records(entry: LogEntry, first_offset: int, print_data: bool,
                 line += f" payload: {_text(record.value)}"
         lines.append(line + "\n")
     sys.stdout.write("".join(lines))
+
+
+def _control_text(key: bytes | None, value: bytes | None, position: int, problems: list[str]) -> str:
+    """What Kafka's DumpLogSegments prints after a control record's metadata."""
+    try:
+        marker = parse_marker_record(key, value)
+    except CorruptRecordError as e:
+        problems.append(f"entry at position {position}: {e}")
+        return ""
+    if marker is None:
+        kind = struct.unpack_from(">h", key or b"\0\0\0\0", 2)[0]
+        return f" controlType: UNKNOWN({kind})"
+    commit, coordinator_epoch = marker
+    return f" endTxnMarker: {'COMMIT' if commit else 'ABORT'} coordinatorEpoch: {coordinator_epoch}"
 
 
 # ---- indexes -------------------------------------------------------------------------------
@@ -362,4 +386,24 @@ def dump_time_index(path: str, problems: list[str]) -> None:
                 problems.append(f"entry {i}: timestamp {timestamp}, but the log's entry ending "
                                 f"at offset {offset} has max timestamp {span.max_timestamp}")
         previous = (timestamp, offset)
+    sys.stdout.write("".join(lines))
+
+
+def dump_txn_index(path: str, problems: list[str]) -> None:
+    base = _base_offset(path)
+    lines = []
+    previous = None
+    for i, (version, producer_id, first, last, last_stable) in enumerate(
+            _entries(path, TXN_INDEX_ENTRY, problems)):
+        lines.append(f"version: {version} producerId: {producer_id} firstOffset: {first} "
+                     f"lastOffset: {last} lastStableOffset: {last_stable}\n")
+        if version != 0:
+            problems.append(f"entry {i}: unknown version {version}")
+        if base is not None and last < base:
+            problems.append(f"entry {i}: last offset {last} is below the segment's base offset {base}")
+        if first > last:
+            problems.append(f"entry {i}: first offset {first} is past the last offset {last}")
+        if previous is not None and last <= previous:
+            problems.append(f"entry {i}: last offset {last} is not above the previous entry's {previous}")
+        previous = last
     sys.stdout.write("".join(lines))

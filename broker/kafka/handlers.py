@@ -45,7 +45,7 @@ from storage.max_timestamp import max_timestamp_offset
 
 from ..connection import CloseConnection
 from ..group_configs import GroupConfigs
-from ..partitions import append_outcome, strata_error
+from ..partitions import READ_COMMITTED, IsolatedRead, append_outcome, strata_error
 from . import codec
 from .apis import DECLINE, ApiKey
 from .authorized import CLUSTER_NAME, ResourceType
@@ -60,7 +60,6 @@ INT32_MAX = 2**31 - 1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
-READ_COMMITTED = 1
 # DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type, ConfigSource)
 TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, GROUP_RESOURCE = 2, 4, 8, 32
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8
@@ -98,7 +97,8 @@ def _record_errors(failure: StrataError | None, RecordErrorR: type | None) -> tu
 class _Target:
     """One partition of a Produce/Fetch/ListOffsets request, resolved."""
 
-    __slots__ = ("index", "log", "error", "failure", "offset", "max_bytes", "records", "result", "to_create")
+    __slots__ = ("index", "log", "error", "failure", "offset", "max_bytes", "records", "result", "to_create",
+                 "isolated")
 
     def __init__(self, index: int, log: Log | None = None, error: int = 0):
         self.index = index
@@ -110,12 +110,13 @@ class _Target:
         self.records: Any = None  # Produce: the records to append
         self.result: Any = None
         self.to_create: str | None = None  # an internal topic whose log is created on first use
+        self.isolated: IsolatedRead | None = None  # Fetch: the read's offsets and aborted transactions
 
 
 class _FetchParams:
     """What a Fetch request asks, read once per request."""
 
-    __slots__ = ("by_id", "replica", "max_wait_ms", "min_bytes", "budget", "read_committed")
+    __slots__ = ("by_id", "replica", "max_wait_ms", "min_bytes", "budget", "isolation_level", "read_committed")
 
     def __init__(self, req, ctx, fetch_max_bytes: int):
         replica = getattr(req, "replica_id", -1)
@@ -126,7 +127,8 @@ class _FetchParams:
         self.max_wait_ms = int(req.max_wait.total_seconds() * 1000)
         self.min_bytes = req.min_bytes
         self.budget = min(req.max_bytes if req.max_bytes >= 0 else 0, fetch_max_bytes, INT32_MAX - (1 << 20))
-        self.read_committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+        self.isolation_level = getattr(req, "isolation_level", 0)
+        self.read_committed = self.isolation_level == READ_COMMITTED
 
 
 class CoreHandlers:
@@ -411,7 +413,7 @@ class CoreHandlers:
             may_wait = fetch.max_wait_ms > 0 and not self.apis.shutting_down
             events = [self.partitions.watch((t.log.topic, t.log.partition))
                       for t in flat if t.log is not None] if may_wait else []
-            self._read_all(flat, fetch.budget)  # on the loop, as native FETCH reads
+            self._read_all(flat, fetch.budget, fetch.isolation_level)  # on the loop, as native FETCH reads
             remaining = deadline - loop.time()
             if not may_wait or self._fetch_complete(flat, fetch) or remaining <= 0 or not events:
                 break
@@ -435,7 +437,7 @@ class CoreHandlers:
         flat = [t for _, targets in plan for t in targets]
         if any(t.log is None and not t.error for t in flat):
             return DECLINE  # an internal topic's log to create: in the executor
-        self._read_all(flat, fetch.budget)
+        self._read_all(flat, fetch.budget, fetch.isolation_level)
         if (fetch.max_wait_ms > 0 and not self.apis.shutting_down and not self._fetch_complete(flat, fetch)
                 and any(t.log is not None for t in flat)):
             _release(flat)
@@ -478,21 +480,23 @@ class CoreHandlers:
         total = sum(t.result.length for t in flat if t.result is not None)
         return total >= fetch.min_bytes or any(t.error for t in flat)
 
-    def _read_all(self, flat: list[_Target], budget: int) -> None:
+    def _read_all(self, flat: list[_Target], budget: int, isolation_level: int) -> None:
         """Read every partition in order from the budget (on the loop: the partition
-        service's read)."""
+        service's read at the fetch's isolation level)."""
         min_one = True
         for t in flat:
             if t.error or t.log is None:
                 continue
+            t.isolated = None
             try:
                 if t.offset == t.log.log_end_offset:
                     continue
-                found = self.partitions.read(t.log, t.offset, min(t.max_bytes, budget),
-                                             min_one_message=min_one)
+                t.isolated = self.partitions.read_isolated(t.log, t.offset, min(t.max_bytes, budget),
+                                                           isolation_level, min_one_message=min_one)
             except Exception as e:
                 t.error = self.partitions.error_code(e, t.log)
                 continue
+            found = t.isolated.records
             if found.length:
                 budget = max(budget - found.length, 0)
                 min_one = False
@@ -516,15 +520,17 @@ class CoreHandlers:
                                       aborted_transactions=None, preferred_read_replica=-1,
                                       records=b""))
                     continue
-                end = t.log.log_end_offset
-                isolation = self.partitions.fetch_isolation(t.log, int(read_committed), t.offset, t.result)
+                isolated = t.isolated
+                if isolated is not None:
+                    end, lso, aborted = isolated.high_watermark, isolated.last_stable_offset, isolated.aborted
+                else:  # nothing read: at the log end
+                    lso = t.log.last_stable_offset
+                    end, aborted = t.log.log_end_offset, None
                 records = splicer.marker(t.result) if t.result is not None else b""
                 t.result = None  # the splicer owns it now
                 parts.append(make(PartR, partition_index=t.index, error_code=E.none, high_watermark=end,
-                                  last_stable_offset=isolation.last_stable_offset,
-                                  log_start_offset=t.log.log_start_offset,
-                                  aborted_transactions=(_aborted(AbortedR, isolation.aborted)
-                                                        if read_committed else None),
+                                  last_stable_offset=lso, log_start_offset=t.log.log_start_offset,
+                                  aborted_transactions=_aborted(AbortedR, aborted) if read_committed else None,
                                   preferred_read_replica=-1, records=records))
             responses.append(make(TopicR, topic=getattr(topic, "topic", None),
                                   topic_id=getattr(topic, "topic_id", None), partitions=tuple(parts)))
@@ -540,11 +546,13 @@ class CoreHandlers:
     # ---- ListOffsets -------------------------------------------------------------------------
 
     async def list_offsets(self, req, ctx):
+        isolation_level = getattr(req, "isolation_level", 0)
+
         async def answer(part, target, PartR):
             code, timestamp, offset = target.error, -1, -1
             if not code:
                 try:
-                    timestamp, offset = await self._offset_for(target.log, part.timestamp)
+                    timestamp, offset = await self._offset_for(target.log, part.timestamp, isolation_level)
                 except StrataError as e:
                     code = _code(e)
             return make(PartR, partition_index=part.partition_index, error_code=code,
@@ -553,11 +561,14 @@ class CoreHandlers:
         return make(ctx.response_class, throttle_time=0,
                     topics=await self._each_partition(ctx, req.topics, answer))
 
-    async def _offset_for(self, partition_log: Log, timestamp: int) -> tuple[int, int]:
-        """(timestamp, offset) for a ListOffsets timestamp: -1 latest, -2 earliest,
-        -3 the largest timestamp, -4 earliest local (= earliest), -5 latest tiered
-        (nothing is tiered: -1), else the first record at or after the timestamp."""
+    async def _offset_for(self, partition_log: Log, timestamp: int, isolation_level: int) -> tuple[int, int]:
+        """(timestamp, offset) for a ListOffsets timestamp: -1 latest (the last stable
+        offset for READ_COMMITTED), -2 earliest, -3 the largest timestamp, -4 earliest
+        local (= earliest), -5 latest tiered (nothing is tiered: -1), else the first
+        record at or after the timestamp."""
         if timestamp == LATEST_TIMESTAMP:
+            if isolation_level == READ_COMMITTED:
+                return -1, self.partitions.last_stable_offset(partition_log)
             return -1, partition_log.log_end_offset
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return -1, partition_log.log_start_offset
@@ -893,3 +904,10 @@ def _release(flat: list[_Target]) -> None:
 
 
 __all__ = ["CoreHandlers"]
+
+
+def _aborted(AbortedR, aborted) -> tuple:
+    """A Fetch partition's aborted_transactions (READ_COMMITTED)."""
+    if not aborted:
+        return ()
+    return tuple(make(AbortedR, producer_id=producer_id, first_offset=first) for producer_id, first in aborted)

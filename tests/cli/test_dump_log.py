@@ -213,3 +213,23 @@ def test_live_preallocated_indexes_of_a_young_segment_dump_as_empty(tmp_path, ca
         assert out == f"Dumping {index}\nDumping {time_index}\n"
     finally:
         log.close()
+
+
+def test_markers_and_txnindex_print_as_kafka_dump_log(tmp_path, capsys):
+    log = Log.open(str(tmp_path / "x-0"), "x", 0, LogConfig.from_props({}))
+    for pid in (7, 8):
+        log.append(build_batch([(b"k", b"v")], producer_id=pid, producer_epoch=0, base_sequence=0,
+                               is_transactional=True))
+    log.append_txn_marker(7, 0, 3, commit=True)  # 2
+    log.append_txn_marker(8, 0, 4, commit=False)  # 3
+    log.close()
+    code, out, err = dump(capsys, "--deep-iteration", tmp_path / "x-0" / f"{BASE}.log")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    lines = lines[next(i for i, line in enumerate(lines) if line.startswith("Dumping")):]  # after any log line
+    assert "isTransactional: true isControl: true" in lines[5]
+    assert lines[6].startswith("| offset: 2 ") and lines[6].endswith(" endTxnMarker: COMMIT coordinatorEpoch: 3")
+    assert lines[8].endswith(" endTxnMarker: ABORT coordinatorEpoch: 4")
+    code, out, err = dump(capsys, tmp_path / "x-0" / f"{BASE}.txnindex")
+    assert code == 0 and err == ""
+    assert out.splitlines()[1:] == ["version: 0 producerId: 8 firstOffset: 1 lastOffset: 3 lastStableOffset: 4"]
