@@ -76,7 +76,7 @@ def _code(e: StrataError) -> int:
 
 def _aborted(AbortedR: type | None, aborted) -> tuple:
     """A Fetch partition's `aborted_transactions` from (producerId, firstOffset) pairs."""
-    if AbortedR is None:
+    if AbortedR is None or not aborted:
         return ()
     return tuple(make(AbortedR, producer_id=producer_id, first_offset=first) for producer_id, first in aborted)
 
@@ -904,10 +904,3 @@ def _release(flat: list[_Target]) -> None:
 
 
 __all__ = ["CoreHandlers"]
-
-
-def _aborted(AbortedR, aborted) -> tuple:
-    """A Fetch partition's aborted_transactions (READ_COMMITTED)."""
-    if not aborted:
-        return ()
-    return tuple(make(AbortedR, producer_id=producer_id, first_offset=first) for producer_id, first in aborted)
