@@ -225,7 +225,7 @@ class ConsumerGroupCoordinator:
             if self._classic_blocks(req.group_id):
                 raise HeartbeatError(GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
             group = self.groups[req.group_id] = ConsumerGroup(req.group_id)
-        member = self._member(group, req)
+        member, joined = self._member(group, req)
         member.client_id = req.client_id
         member.client_host = req.client_host
         if req.rack_id is not None:
@@ -234,16 +234,16 @@ class ConsumerGroupCoordinator:
             member.rebalance_timeout_ms = req.rebalance_timeout_ms
         if req.server_assignor is not None:
             member.server_assignor = req.server_assignor or None
-        changed = False
+        changed = joined
         if req.subscribed_names is not None and tuple(sorted(req.subscribed_names)) != member.subscribed_names:
             member.subscribed_names = tuple(sorted(req.subscribed_names))
             changed = True
         if req.subscribed_regex is not None and (req.subscribed_regex or None) != member.subscribed_regex:
             member.subscribed_regex = req.subscribed_regex or None
             changed = True
-        if changed:
-            self._bump(group, f"subscription of {member.member_id} changed")
-        self._refresh_topics(group)
+        if self._refresh_topics(group) or changed:  # one new group epoch for all of this heartbeat's changes
+            self._bump(group, f"member {member.member_id} joined or changed its subscription, or the "
+                              f"subscribed topics changed")
         self._schedule_session(group, member)
         if group.group_epoch > group.assignment_epoch:
             self._compute_target(group)
@@ -257,7 +257,8 @@ class ConsumerGroupCoordinator:
         return HeartbeatResult(NONE, None, member.member_id, member.member_epoch, self._interval_ms(group.group_id),
                                set(member.assigned) if full or member.assigned != before else None)
 
-    def _member(self, group: ConsumerGroup, req: HeartbeatRequest) -> ConsumerMember:
+    def _member(self, group: ConsumerGroup, req: HeartbeatRequest) -> tuple[ConsumerMember, bool]:
+        """The member this heartbeat is from, and whether it just joined."""
         member = group.members.get(req.member_id)
         if req.member_epoch != 0:
             if member is None:
@@ -267,7 +268,7 @@ class ConsumerGroupCoordinator:
                 raise HeartbeatError(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
                                                          f"{req.instance_id} was fenced by another member.")
             self._check_epoch(member, req)
-            return member
+            return member, False
         if req.instance_id is not None:
             holder_id = group.static_members.get(req.instance_id)
             holder = group.members.get(holder_id) if holder_id is not None else None
@@ -275,7 +276,7 @@ class ConsumerGroupCoordinator:
                 if holder.member_epoch != LEAVE_STATIC_EPOCH:
                     raise HeartbeatError(UNRELEASED_INSTANCE_ID, f"Static member {holder.member_id} with instance "
                                                                  f"id {req.instance_id} is not released yet.")
-                return self._replace_static(group, holder, req.member_id)
+                return self._replace_static(group, holder, req.member_id), False
         if member is None:
             if len(group.members) >= self.config["group.consumer.max.size"]:
                 raise HeartbeatError(GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum "
@@ -283,7 +284,6 @@ class ConsumerGroupCoordinator:
                                                              f"members.")
             member = ConsumerMember(req.member_id, instance_id=req.instance_id)
             group.add(member)
-            self._bump(group, f"member {req.member_id} joined")
             log.info("consumer_group_member_joined", group=group.group_id, member=req.member_id,
                      instance_id=req.instance_id)
         else:  # a known member joining again owns nothing now
@@ -291,7 +291,8 @@ class ConsumerGroupCoordinator:
             member.revoking.clear()
             member.member_epoch = member.previous_member_epoch = 0
             member.state = MEMBER_STABLE
-        return member
+            return member, False
+        return member, True
 
     def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, member_id: str) -> ConsumerMember:
         """A static member's new member id takes over the instance id, its assignment and epoch."""
@@ -363,15 +364,17 @@ class ConsumerGroupCoordinator:
             topics.update(t for t in counts if pattern.fullmatch(t))
         return topics
 
-    def _refresh_topics(self, group: ConsumerGroup) -> None:
+    def _refresh_topics(self, group: ConsumerGroup) -> bool:
+        """Note the subscribed topics' partition counts; True when they changed."""
         counts = self.topics()
         wanted: set[str] = set()
         for m in group.members.values():
             wanted |= self.subscribed_topics(m, counts)
         current = {t: counts[t] for t in sorted(wanted)}
-        if current != group.topic_partitions:
-            group.topic_partitions = current
-            self._bump(group, "subscribed topics changed")
+        if current == group.topic_partitions:
+            return False
+        group.topic_partitions = current
+        return True
 
     def _compute_target(self, group: ConsumerGroup) -> None:
         counts = group.topic_partitions
