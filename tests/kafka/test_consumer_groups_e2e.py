@@ -212,3 +212,40 @@ def test_describe_of_a_classic_group_through_consumer_group_describe(bootstrap, 
         assert joined.error_code == GROUP_ID_NOT_FOUND  # a non-empty classic group is not taken over
     finally:
         c.close()
+
+
+def test_v0_join_without_a_member_id_gets_one(bootstrap, wire):
+    topic = create_topic(bootstrap, unique_name("gv0"), 1)
+    group = unique_name("group")
+    Request = load_request_schema(68, 0)
+    conn = wire()
+    joined = conn.call(make(Request, group_id=group, member_id="", member_epoch=0, instance_id=None, rack_id=None,
+                            rebalance_timeout=30_000, subscribed_topic_names=(topic,), server_assignor="range",
+                            topic_partitions=()))
+    assert joined.error_code == 0 and len(joined.member_id) == 22 and joined.member_epoch == 1
+    assert len(joined.assignment.topic_partitions) == 1
+    left = conn.call(make(Request, group_id=group, member_id=joined.member_id, member_epoch=-1, instance_id=None,
+                          rack_id=None, rebalance_timeout=-1, subscribed_topic_names=None, server_assignor=None,
+                          topic_partitions=None))
+    assert left.error_code == 0
+
+
+def test_range_assignor_chosen_by_the_consumers_co_partitions(bootstrap):
+    left_topic = create_topic(bootstrap, unique_name("gleft"), 3)
+    right_topic = create_topic(bootstrap, unique_name("gright"), 3)
+    group = unique_name("group")
+    members = [consumer(bootstrap, group, **{"group.remote.assignor": "range"}) for _ in range(2)]
+    try:
+        for c in members:
+            c.subscribe([left_topic, right_topic])
+
+        def settled(_):
+            got = [topics_of(c) for c in members]
+            return all(got) and len(got[0] | got[1]) == 6
+        poll_until(members, settled)
+        for c in members:
+            by_topic = {t: {p for tt, p in topics_of(c) if tt == t} for t in (left_topic, right_topic)}
+            assert by_topic[left_topic] == by_topic[right_topic]
+    finally:
+        for c in members:
+            c.close()

@@ -2,13 +2,15 @@
 kio requests in, kio responses out, over ConsumerGroupCoordinator.
 
 Partitions travel by topic id on the wire and by topic name in the coordinator;
-owned partitions of topics that no longer exist are dropped. v0 lets the
-coordinator name new members; Strata, as Kafka 4, needs the member id from the
-client in both versions (librdkafka 2.x and the Java client send v1).
+owned partitions of topics that no longer exist are dropped. In v1 the client
+names itself (librdkafka 2.x and the Java client send v1); a v0 join with an empty
+member id gets one from the broker (a random Kafka Uuid string), as in Kafka.
 """
 
 from __future__ import annotations
 
+import base64
+import os
 import uuid
 from collections.abc import Iterable
 
@@ -61,8 +63,11 @@ class ConsumerGroupHandlers:
     async def heartbeat(self, req, ctx):
         R = ctx.response_class
         names = req.subscribed_topic_names
+        member_id = req.member_id
+        if ctx.api_version == 0 and not member_id and req.member_epoch == 0:
+            member_id = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
         result = self.coordinator.heartbeat(HeartbeatRequest(
-            group_id=req.group_id, member_id=req.member_id, member_epoch=req.member_epoch,
+            group_id=req.group_id, member_id=member_id, member_epoch=req.member_epoch,
             instance_id=req.instance_id, rack_id=req.rack_id, rebalance_timeout_ms=millis(req.rebalance_timeout),
             subscribed_names=tuple(names) if names is not None else None,
             subscribed_regex=getattr(req, "subscribed_topic_regex", None), server_assignor=req.server_assignor,
