@@ -242,3 +242,39 @@ async def test_empty_groups_convert_between_kinds_only_as_the_policy_allows():
     hb(strict, "A", 0)
     hb(strict, "A", -1)
     assert strict.take_for_classic("g") == 23
+
+
+# ---- the records in __consumer_offsets -----------------------------------------------------------
+
+
+async def test_group_records_round_trip_and_only_changes_are_written():
+    from broker.kafka.groups import consumer_records
+
+    ids = {"t": "3f1e2d4c-0000-4000-8000-000000000001", "u": "3f1e2d4c-0000-4000-8000-000000000002"}
+    names = {v: k for k, v in ids.items()}
+    coord = ConsumerGroupCoordinator(CONFIG, asyncio.get_running_loop(), Topics(t=3, u=1), lambda group: SETTINGS,
+                                     topic_id=ids.get, topic_name=names.get)
+    a = hb(coord, "A", 0, names=("t", "u"), instance="i-a")
+    hb(coord, "B", 0, names=None, regex="t")
+    hb(coord, "A", a.member_epoch, a.assignment)  # A revoking: a pending revocation is stored too
+    (group_id, rows, records), = coord.pending()
+    assert group_id == "g" and len(rows) == len(records) == 2 + 3 * 2
+    assert {k[:2] for k in records} == {b"\x00\x03", b"\x00\x05", b"\x00\x06", b"\x00\x07", b"\x00\x08"}
+    coord.written("g", records)
+    assert coord.pending() == []  # nothing changed since
+
+    loaded = consumer_records.load(records, names.get)["g"]
+    group = coord.groups["g"]
+    assert (loaded.group_epoch, loaded.assignment_epoch) == (group.group_epoch, group.assignment_epoch)
+    assert loaded.target == group.target and loaded.static_members == {"i-a": "A"}
+    for mid, m in group.members.items():
+        lm = loaded.members[mid]
+        assert (lm.member_epoch, lm.previous_member_epoch, lm.state, lm.assigned, lm.revoking) == \
+            (m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.revoking)
+        assert (lm.subscribed_names, lm.subscribed_regex, lm.rebalance_timeout_ms) == \
+            (m.subscribed_names, m.subscribed_regex, m.rebalance_timeout_ms)
+
+    hb(coord, "B", -1)
+    (_, rows, records), = coord.pending()
+    tombstones = [k for k, v in rows if v is None]
+    assert len(tombstones) == 3 and all(b"B" in k for k in tombstones)  # B's three records

@@ -249,3 +249,36 @@ def test_range_assignor_chosen_by_the_consumers_co_partitions(bootstrap):
     finally:
         for c in members:
             c.close()
+
+
+def test_a_restart_keeps_the_group_epochs_and_assignments(broker):
+    """The group's records in __consumer_offsets survive a crash (SIGKILL): after the
+    restart the member heartbeats on with its epoch and keeps its partitions."""
+    from tests.kafka.wire import KafkaWire
+
+    process = broker(*GROUP_ARGS)
+    topic = create_topic(process.bootstrap, unique_name("gdurable"), 2)
+    group = unique_name("group")
+    member = str(uuid.uuid4())
+    with KafkaWire(*process.kafka_address) as conn:
+        joined = conn.call(heartbeat_request(group, member, 0, topic))
+        assert joined.error_code == 0
+        owned = joined.assignment.topic_partitions
+        assert [tuple(t.partitions) for t in owned] == [(0, 1)]
+    process.kill()
+    process.restart()
+    with KafkaWire(*process.kafka_address) as conn:
+        Request = load_request_schema(68, 1)
+        again = conn.call(make(Request, group_id=group, member_id=member, member_epoch=joined.member_epoch,
+                               instance_id=None, rack_id=None, rebalance_timeout=-1, subscribed_topic_names=None,
+                               subscribed_topic_regex=None, server_assignor=None,
+                               topic_partitions=tuple(make(nested(Request, "topic_partitions"), topic_id=t.topic_id,
+                                                           partitions=t.partitions) for t in owned)))
+        assert (again.error_code, again.member_epoch) == (0, joined.member_epoch)
+        desc = conn.call(make(load_request_schema(69, 1), group_ids=(group,),
+                              include_authorized_operations=False)).groups[0]
+        assert (desc.group_state, desc.group_epoch, desc.assignment_epoch) == \
+            ("Stable", joined.member_epoch, joined.member_epoch)
+        (m,) = desc.members
+        assert m.member_id == member
+        assert [tuple(t.partitions) for t in m.assignment.topic_partitions] == [(0, 1)]

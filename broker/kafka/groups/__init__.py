@@ -42,8 +42,11 @@ from .handlers import GroupHandlers
 
 def register(apis) -> None:
     coordinator = GroupCoordinator.from_config(apis.config, loop=apis.loop)
-    consumer = ConsumerGroupCoordinator(apis.config, apis.loop, lambda: _partition_counts(apis),
-                                        lambda group: _group_settings(apis, group), classic_groups=coordinator)
+    registry = apis.registry
+    consumer = ConsumerGroupCoordinator(
+        apis.config, apis.loop, lambda: _partition_counts(apis), lambda group: _group_settings(apis, group),
+        classic_groups=coordinator, records=apis.offsets.group_records, topic_id=registry.topic_id,
+        topic_name=lambda topic_id: getattr(registry.by_id(topic_id), "name", None))
     handlers = GroupHandlers(apis, coordinator, consumer)
     handlers.register_all()
     ConsumerGroupHandlers(apis, consumer).register_all()

@@ -28,8 +28,13 @@ Groups share their ids with classic groups (coordinator.py): an empty group of
 one kind is taken over by a member of the other kind when
 group.consumer.migration.policy allows it; a non-empty one is refused
 (GROUP_ID_NOT_FOUND "is not a consumer group", INCONSISTENT_GROUP_PROTOCOL).
-Group state is in memory: after a restart members rejoin (UNKNOWN_MEMBER_ID makes
-clients join again with epoch 0) and resume from the committed offsets.
+Group state is kept in `__consumer_offsets` as Kafka's ConsumerGroup* records
+(consumer_records.py): every change marks the group dirty, and `pending()` /
+`written()` give the writer (consumer_handlers.py) the records that differ from
+what the log holds; a heartbeat is answered after its records are written. A
+restart loads the groups back (epochs, members, target and current assignments)
+and members carry on with their epochs, or are removed when they do not heartbeat
+within their session timeout.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from . import assignors
+from . import assignors, consumer_records
 from .assignors import Partition
 from .consumer_group import (
     DEAD,
@@ -111,18 +116,83 @@ class HeartbeatResult:
 
 class ConsumerGroupCoordinator:
     def __init__(self, config, loop: asyncio.AbstractEventLoop, topics: Callable[[], Mapping[str, int]],
-                 group_settings: Callable[[str], Mapping[str, int]], classic_groups=None):
+                 group_settings: Callable[[str], Mapping[str, int]], classic_groups=None, *,
+                 records: Callable[[], Mapping[bytes, bytes]] = dict,
+                 topic_id: Callable[[str], str | None] = lambda name: None,
+                 topic_name: Callable[[str], str | None] = lambda topic_id: None):
         """`topics()`: partition count of every non-internal topic; `group_settings(group)`:
         its consumer.session.timeout.ms and consumer.heartbeat.interval.ms;
-        `classic_groups`: the classic GroupCoordinator (ids are shared)."""
+        `classic_groups`: the classic GroupCoordinator (ids are shared); `records()`:
+        the stored group records, read on first use; `topic_id`/`topic_name` map
+        topic names and ids for them."""
         self.config = config
         self.loop = loop
         self.topics = topics
         self.group_settings = group_settings
         self.classic = classic_groups
-        self.groups: dict[str, ConsumerGroup] = {}
         self.closed = False
+        self.on_change: Callable[[], None] = lambda: None  # called when a timer or a deletion changed a group
+        self._records = records
+        self._topic_id = topic_id
+        self._topic_name = topic_name
+        self._groups: dict[str, ConsumerGroup] | None = None
+        self._written: dict[str, dict[bytes, bytes]] = {}  # group -> its records in the log
+        self._dirty: set[str] = set()
         self._regexes: dict[str, re.Pattern] = {}
+
+    @property
+    def groups(self) -> dict[str, ConsumerGroup]:
+        if self._groups is None:
+            self._groups = self._load()
+        return self._groups
+
+    def _load(self) -> dict[str, ConsumerGroup]:
+        groups = consumer_records.load(self._records(), self._topic_name)
+        counts = self.topics()
+        for group in groups.values():
+            self._written[group.group_id] = consumer_records.snapshot(group, self._topic_id)
+            wanted: set[str] = set()
+            for m in group.members.values():
+                wanted |= self.subscribed_topics(m, counts)
+                self._schedule_session(group, m)
+            group.topic_partitions = {t: counts[t] for t in sorted(wanted)}
+        if groups:
+            log.info("consumer_groups_loaded", groups=len(groups),
+                     members=sum(len(g.members) for g in groups.values()))
+        return groups
+
+    # ---- what the log must get -----------------------------------------------------------------
+
+    def pending(self) -> list[tuple[str, list[tuple[bytes, bytes | None]], dict[bytes, bytes]]]:
+        """(group, rows to append (None = tombstone), the group's records once written) of
+        every changed group."""
+        out = []
+        for group_id in sorted(self._dirty):
+            group = self.groups.get(group_id)
+            now = consumer_records.snapshot(group, self._topic_id) if group is not None else {}
+            before = self._written.get(group_id, {})
+            rows: list[tuple[bytes, bytes | None]] = [(k, v) for k, v in now.items() if before.get(k) != v]
+            rows += [(k, None) for k in before if k not in now]
+            out.append((group_id, rows, now))
+        return out
+
+    def written(self, group_id: str, records: dict[bytes, bytes]) -> None:
+        """The log holds `records` of `group_id` (from `pending`)."""
+        if records:
+            self._written[group_id] = records
+        else:
+            self._written.pop(group_id, None)
+        group = self.groups.get(group_id)
+        current = consumer_records.snapshot(group, self._topic_id) if group is not None else {}
+        if current == records:  # nothing changed while the records were written
+            self._dirty.discard(group_id)
+
+    def _changed(self, group_id: str, *, from_timer: bool = False) -> None:
+        """Mark a group's records for writing; `from_timer`: no request will write them,
+        so the writer is told (`on_change`)."""
+        self._dirty.add(group_id)
+        if from_timer:
+            self.on_change()
 
     # ---- settings ----------------------------------------------------------------------------
 
@@ -174,9 +244,11 @@ class ConsumerGroupCoordinator:
 
     def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         try:
-            return self._heartbeat(req)
+            result = self._heartbeat(req)
         except HeartbeatError as e:
             return HeartbeatResult(e.code, e.message)
+        self._changed(req.group_id)
+        return result
 
     def _validate(self, req: HeartbeatRequest) -> None:
         if self.closed:
@@ -349,6 +421,7 @@ class ConsumerGroupCoordinator:
         if group.remove(member_id) is not None:
             log.info("consumer_group_member_removed", group=group.group_id, member=member_id, reason=reason)
             self._bump(group, f"member {member_id} {reason}")
+            self._changed(group.group_id)
 
     # ---- epochs and target assignment --------------------------------------------------------
 
@@ -408,6 +481,7 @@ class ConsumerGroupCoordinator:
         if self.closed or group.members.get(member.member_id) is not member:
             return
         self.remove_member(group, member.member_id, reason)
+        self._changed(group.group_id, from_timer=True)
 
     # ---- offsets -----------------------------------------------------------------------------
 
@@ -449,6 +523,7 @@ class ConsumerGroupCoordinator:
         group = self.groups.pop(group_id, None)
         if group is not None:
             group.cancel_timers()
+            self._changed(group_id, from_timer=True)
 
     def validate_delete(self, group_id: str) -> int:
         group = self.groups.get(group_id)

@@ -5,21 +5,34 @@ Partitions travel by topic id on the wire and by topic name in the coordinator;
 owned partitions of topics that no longer exist are dropped. In v1 the client
 names itself (librdkafka 2.x and the Java client send v1); a v0 join with an empty
 member id gets one from the broker (a random Kafka Uuid string), as in Kafka.
+
+Group records: a heartbeat is answered once the records it changed are in
+`__consumer_offsets` (`flush`, one writer at a time so the log keeps the order of
+the changes); a failed write answers NOT_COORDINATOR (clients look the
+coordinator up and heartbeat again, and the records are written with the next
+change). Changes made by timers and deletions are flushed by a task.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import uuid
 from collections.abc import Iterable
+
+import structlog
+
+from kafka_format.errors import StrataError
 
 from ..authorized import ResourceType, requested
 from ..codec import make, nested
 from .assignors import Partition
 from .consumer_coordinator import GROUP_ID_NOT_FOUND, ConsumerGroupCoordinator, HeartbeatRequest
 from .consumer_group import DEAD
-from .handlers import client_host, millis
+from .handlers import client_host, coordinator_error_code, millis
+
+log = structlog.get_logger("strata.kafka.consumer_groups")
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
@@ -30,6 +43,28 @@ class ConsumerGroupHandlers:
     def __init__(self, apis, coordinator: ConsumerGroupCoordinator):
         self.apis = apis
         self.coordinator = coordinator
+        self._write_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+        coordinator.on_change = self._flush_later
+
+    async def flush(self) -> None:
+        """Write the records of every changed group (raises StrataError when a write fails)."""
+        async with self._write_lock:
+            for group_id, rows, records in self.coordinator.pending():
+                if rows:
+                    await self.apis.blocking(self.apis.offsets.write_records, group_id, rows)
+                self.coordinator.written(group_id, records)
+
+    def _flush_later(self) -> None:
+        task = self.apis.loop.create_task(self._flush_logged())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _flush_logged(self) -> None:
+        try:
+            await self.flush()
+        except StrataError as e:
+            log.warning("consumer_group_records_not_written", error=str(e))
 
     def register_all(self) -> None:
         self.apis.register(CONSUMER_GROUP_HEARTBEAT, self.heartbeat, 0, 1)
@@ -73,6 +108,11 @@ class ConsumerGroupHandlers:
             subscribed_regex=getattr(req, "subscribed_topic_regex", None), server_assignor=req.server_assignor,
             owned=self._names(req.topic_partitions), client_id=ctx.client_id or "",
             client_host=client_host(ctx.peer)))
+        try:
+            await self.flush()
+        except StrataError as e:
+            return make(R, throttle_time=0, error_code=coordinator_error_code(e), error_message=str(e),
+                        member_id=None, member_epoch=-1, heartbeat_interval=0, assignment=None)
         assignment = None
         if result.assignment is not None:
             AssignmentR = nested(R, "assignment")
