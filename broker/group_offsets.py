@@ -236,11 +236,11 @@ class GroupOffsets:
         if record.key is None:
             return
         if len(record.key) >= 2 and INT16.unpack_from(record.key)[0] in GROUP_RECORD_TYPES:
-            key = bytes(record.key)
+            raw_key = bytes(record.key)
             if record.value is None:
-                self._group_records.pop(key, None)
+                self._group_records.pop(raw_key, None)
             else:
-                self._group_records[key] = bytes(record.value)
+                self._group_records[raw_key] = bytes(record.value)
             return
         try:
             key = decode_key(record.key)
