@@ -26,7 +26,8 @@ GROUP_ID_NOT_FOUND = 69
 
 @pytest.fixture(scope="module")
 def kafka_broker(tmp_path_factory):
-    process = BrokerProcess(tmp_path_factory.mktemp("consumer-groups-broker"), *GROUP_ARGS)
+    process = BrokerProcess(tmp_path_factory.mktemp("consumer-groups-broker"), *GROUP_ARGS,
+                            "--set", "group.consumer.min.session.timeout.ms=1000")
     try:
         yield process.start()
         failures = [e for e in process.log_events() if e.get("event") == "kafka_request_failed"]
@@ -282,3 +283,24 @@ def test_a_restart_keeps_the_group_epochs_and_assignments(broker):
         (m,) = desc.members
         assert m.member_id == member
         assert [tuple(t.partitions) for t in m.assignment.topic_partitions] == [(0, 1)]
+
+
+def test_a_silent_member_expires_after_the_group_session_timeout(bootstrap, wire):
+    """The group config consumer.session.timeout.ms (2 s here) governs: a member that
+    joined by hand and went silent is removed and the consumer takes its partitions."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    topic = create_topic(bootstrap, unique_name("gsilent"), 2)
+    group = unique_name("group")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", "2000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    silent = wire().call(heartbeat_request(group, str(uuid.uuid4()), 0, topic))
+    assert silent.error_code == 0 and silent.heartbeat_interval.total_seconds() == 0.5
+    c = consumer(bootstrap, group)
+    try:
+        c.subscribe([topic])
+        poll_until([c], lambda r: assigned(c) == {0, 1})  # after the silent member's session ran out
+    finally:
+        c.close()
