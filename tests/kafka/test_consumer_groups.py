@@ -278,3 +278,14 @@ async def test_group_records_round_trip_and_only_changes_are_written():
     (_, rows, records), = coord.pending()
     tombstones = [k for k, v in rows if v is None]
     assert len(tombstones) == 3 and all(b"B" in k for k in tombstones)  # B's three records
+
+
+def test_uniform_heterogeneous_rebalances_a_skewed_current_assignment():
+    counts = {f"t{i}": 10 for i in range(4)}
+    subs = {"m0": set(counts), "m1": {"t1", "t2", "t3"}, "m2": {"t3"}}
+    current = {"m0": {(t, i) for t in counts for i in range(10)}}
+    result = assignors.uniform(subs, current, counts)
+    for member, topics in subs.items():
+        assert {t for t, _ in result[member]} <= topics
+    assert sorted(len(p) for p in result.values()) == [10, 15, 15]  # m2 can only have t3's 10
+    assert set().union(*result.values()) == current["m0"]

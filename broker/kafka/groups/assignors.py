@@ -9,12 +9,15 @@ counts; it returns the new target assignment of every member. Partitions are
 
 - `uniform` (Kafka's default): balanced and sticky. Every member keeps what its
   current target holds while the topic still exists, the member is still
-  subscribed to it and no other member kept the partition first; the partitions
-  nobody holds go one at a time to the least loaded subscribed member (ties to
-  the smaller member id); then partitions move from the most loaded member to a
-  subscribed member holding at least two fewer, until no such move exists. With
-  identical subscriptions every member ends with floor(P/N) or ceil(P/N)
-  partitions, and a member only loses partitions it holds beyond its share.
+  subscribed to it and no other member kept the partition first. With identical
+  subscriptions (the common case, in O(P log P)) every member gets floor(P/N) or
+  ceil(P/N) partitions, the larger shares going to the members that kept the
+  most: a member gives up only what it holds beyond its share, and the freed and
+  new partitions fill the members below theirs. With different subscriptions the
+  partitions nobody holds go one at a time to the least loaded subscribed member
+  (ties to the smaller member id); then partitions move from the most loaded
+  member to a subscribed member holding at least two fewer, until no such move
+  exists.
 - `range`: per topic, the subscribed members in member-id order get contiguous
   ranges (the first P mod N members one partition more). Topics with the same
   partition count and the same subscribers are co-partitioned: a member gets
@@ -57,6 +60,9 @@ def uniform(subscriptions: Mapping[str, Set[str]], current: Mapping[str, Set[Par
     every = [(t, i) for t in sorted(partition_counts)
              for i in range(partition_counts[t])
              if any(t in topics for topics in subscriptions.values())]
+    if len({frozenset(topics) for topics in subscriptions.values()}) == 1:
+        _fill_shares(result, [p for p in every if p not in taken])
+        return result
     for p in every:
         if p in taken:
             continue
@@ -68,9 +74,27 @@ def uniform(subscriptions: Mapping[str, Set[str]], current: Mapping[str, Set[Par
     return result
 
 
+def _fill_shares(result: Assignment, free: list[Partition]) -> None:
+    """Identical subscriptions: trim every member to its share and hand out the rest."""
+    total = sum(len(parts) for parts in result.values()) + len(free)
+    share, extra = divmod(total, len(result))
+    order = sorted(result, key=lambda m: (-len(result[m]), m))
+    quota = {m: share + (1 if i < extra else 0) for i, m in enumerate(order)}
+    pool = list(free)
+    for m in order:
+        if len(result[m]) > quota[m]:
+            surplus = sorted(result[m])[quota[m]:]
+            result[m].difference_update(surplus)
+            pool.extend(surplus)
+    pool.sort(reverse=True)
+    for m in sorted(result):
+        while len(result[m]) < quota[m]:
+            result[m].add(pool.pop())
+
+
 def _balance(result: Assignment, subscriptions: Mapping[str, Set[str]]) -> None:
     """Move partitions from heavier to lighter subscribed members while a move
-    narrows a gap of two or more."""
+    narrows a gap of two or more (heaviest member first, its partitions in order)."""
     moved = True
     while moved:
         moved = False
@@ -83,7 +107,6 @@ def _balance(result: Assignment, subscriptions: Mapping[str, Set[str]]) -> None:
                     result[heavy].discard(p)
                     result[target].add(p)
                     moved = True
-                    break
             if moved:
                 break
 
