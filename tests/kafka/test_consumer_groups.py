@@ -289,3 +289,18 @@ def test_uniform_heterogeneous_rebalances_a_skewed_current_assignment():
         assert {t for t, _ in result[member]} <= topics
     assert sorted(len(p) for p in result.values()) == [10, 15, 15]  # m2 can only have t3's 10
     assert set().union(*result.values()) == current["m0"]
+
+
+def test_group_consumer_settings_defaults_and_checks(tmp_path):
+    from broker.config import BrokerConfig
+    from kafka_format.errors import InvalidConfigError
+
+    values = BrokerConfig.load(overrides=[], data_dir=str(tmp_path)).values
+    assert (values["group.consumer.assignors"], values["group.consumer.max.size"],
+            values["group.consumer.migration.policy"]) == ("uniform,range", 2**31 - 1, "bidirectional")
+    with pytest.raises(InvalidConfigError, match="unknown assignor.*sticky"):
+        BrokerConfig.load(overrides=["group.consumer.assignors=sticky"], data_dir=str(tmp_path))
+    with pytest.raises(InvalidConfigError, match="must be one of"):
+        BrokerConfig.load(overrides=["group.consumer.migration.policy=sideways"], data_dir=str(tmp_path))
+    chosen = BrokerConfig.load(overrides=["group.consumer.assignors=range"], data_dir=str(tmp_path))
+    assert ConsumerGroupCoordinator(chosen.values, None, Topics(), lambda g: SETTINGS).assignor_names == ["range"]

@@ -74,6 +74,8 @@ UNRELEASED_INSTANCE_ID = 111
 UNSUPPORTED_ASSIGNOR = 112
 STALE_MEMBER_EPOCH = 113
 ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+NON_EMPTY_GROUP = 68
 INVALID_REGULAR_EXPRESSION = 128
 NOT_COORDINATOR = 16
 
@@ -222,7 +224,7 @@ class ConsumerGroupCoordinator:
         if group is None:
             return NONE
         if group.members or self.migration_policy not in DOWNGRADE_POLICIES:
-            return 23  # INCONSISTENT_GROUP_PROTOCOL, as Kafka answers a classic join of a consumer group
+            return INCONSISTENT_GROUP_PROTOCOL  # as Kafka answers a classic join of a consumer group
         self.delete(group_id)
         log.info("consumer_group_converted", group=group_id, to="classic")
         return NONE
@@ -529,7 +531,7 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             return GROUP_ID_NOT_FOUND
-        return 68 if group.members else NONE  # NON_EMPTY_GROUP
+        return NON_EMPTY_GROUP if group.members else NONE
 
     def close(self) -> None:
         self.closed = True
