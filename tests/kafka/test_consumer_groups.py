@@ -304,3 +304,15 @@ def test_group_consumer_settings_defaults_and_checks(tmp_path):
         BrokerConfig.load(overrides=["group.consumer.migration.policy=sideways"], data_dir=str(tmp_path))
     chosen = BrokerConfig.load(overrides=["group.consumer.assignors=range"], data_dir=str(tmp_path))
     assert ConsumerGroupCoordinator(chosen.values, None, Topics(), lambda g: SETTINGS).assignor_names == ["range"]
+
+
+async def test_a_topic_created_again_is_assigned_afresh_and_sent_again():
+    ids = {"t": "3f1e2d4c-0000-4000-8000-000000000001"}
+    coord = ConsumerGroupCoordinator(CONFIG, asyncio.get_running_loop(), Topics(t=2), lambda group: SETTINGS,
+                                     topic_id=ids.get)
+    a = hb(coord, "A", 0)
+    assert a.assignment == parts("t", 0, 1)
+    assert hb(coord, "A", a.member_epoch, a.assignment).assignment is None  # nothing new
+    ids["t"] = "3f1e2d4c-0000-4000-8000-000000000009"  # deleted and created again
+    again = hb(coord, "A", a.member_epoch, set())
+    assert again.member_epoch == a.member_epoch + 1 and again.assignment == parts("t", 0, 1)

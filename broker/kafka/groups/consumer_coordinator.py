@@ -158,6 +158,7 @@ class ConsumerGroupCoordinator:
                 wanted |= self.subscribed_topics(m, counts)
                 self._schedule_session(group, m)
             group.topic_partitions = {t: counts[t] for t in sorted(wanted)}
+            group.topic_ids = {t: self._topic_id(t) for t in group.topic_partitions}
         if groups:
             log.info("consumer_groups_loaded", groups=len(groups),
                      members=sum(len(g.members) for g in groups.values()))
@@ -328,8 +329,10 @@ class ConsumerGroupCoordinator:
         self._schedule_revocation(group, member, was_unrevoked)
         full = req.member_epoch == 0 or (req.rebalance_timeout_ms != -1 and req.owned is not None and (
             req.subscribed_names is not None or req.subscribed_regex is not None))
+        send = full or member.resend or member.assigned != before
+        member.resend = False
         return HeartbeatResult(NONE, None, member.member_id, member.member_epoch, self._interval_ms(group.group_id),
-                               set(member.assigned) if full or member.assigned != before else None)
+                               set(member.assigned) if send else None)
 
     def _member(self, group: ConsumerGroup, req: HeartbeatRequest) -> tuple[ConsumerMember, bool]:
         """The member this heartbeat is from, and whether it just joined."""
@@ -440,13 +443,25 @@ class ConsumerGroupCoordinator:
         return topics
 
     def _refresh_topics(self, group: ConsumerGroup) -> bool:
-        """Note the subscribed topics' partition counts; True when they changed."""
+        """Note the subscribed topics' partition counts and ids; True when they changed.
+        A topic deleted and created again (a new id) is new: its partitions leave every
+        assignment, to be assigned afresh, and every member is sent its assignment."""
         counts = self.topics()
         wanted: set[str] = set()
         for m in group.members.values():
             wanted |= self.subscribed_topics(m, counts)
         current = {t: counts[t] for t in sorted(wanted)}
-        if current == group.topic_partitions:
+        ids = {t: self._topic_id(t) for t in current}
+        recreated = {t for t, tid in ids.items() if group.topic_ids.get(t) not in (None, tid)}
+        if recreated:
+            for m in group.members.values():
+                m.assigned = {p for p in m.assigned if p[0] not in recreated}
+                m.revoking = {p for p in m.revoking if p[0] not in recreated}
+                m.resend = True
+            group.target = {mid: {p for p in parts if p[0] not in recreated} for mid, parts in group.target.items()}
+            log.info("consumer_group_topics_recreated", group=group.group_id, topics=sorted(recreated))
+        group.topic_ids = ids
+        if current == group.topic_partitions and not recreated:
             return False
         group.topic_partitions = current
         return True

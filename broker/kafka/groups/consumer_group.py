@@ -61,6 +61,7 @@ class ConsumerMember:
     subscribed_regex: str | None = None
     server_assignor: str | None = None
     rebalance_timeout_ms: int = 300_000
+    resend: bool = False  # the next answer carries the assignment (its topic ids changed)
     session_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     rebalance_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
@@ -83,6 +84,7 @@ class ConsumerGroup:
         self.static_members: dict[str, str] = {}  # instance id -> member id
         self.target: dict[str, set[Partition]] = {}  # member id -> target partitions
         self.topic_partitions: dict[str, int] = {}  # subscribed topic -> partition count, at group_epoch
+        self.topic_ids: dict[str, str | None] = {}  # subscribed topic -> its id, to notice a topic created again
         self.assignor_name = ""
 
     @property
