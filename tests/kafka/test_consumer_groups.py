@@ -316,3 +316,17 @@ async def test_a_topic_created_again_is_assigned_afresh_and_sent_again():
     ids["t"] = "3f1e2d4c-0000-4000-8000-000000000009"  # deleted and created again
     again = hb(coord, "A", a.member_epoch, set())
     assert again.member_epoch == a.member_epoch + 1 and again.assignment == parts("t", 0, 1)
+
+
+async def test_a_deleted_group_leaves_only_tombstones():
+    coord = coordinator(Topics(t=1))
+    a = hb(coord, "A", 0)
+    hb(coord, "A", a.member_epoch, a.assignment)
+    for group_id, _, records in coord.pending():
+        coord.written(group_id, records)
+    hb(coord, "A", -1)
+    coord.delete("g")
+    (group_id, rows, records), = coord.pending()
+    assert records == {} and rows and all(value is None for _, value in rows)
+    coord.written(group_id, records)
+    assert coord.pending() == []

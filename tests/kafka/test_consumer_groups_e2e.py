@@ -304,3 +304,37 @@ def test_a_silent_member_expires_after_the_group_session_timeout(bootstrap, wire
         poll_until([c], lambda r: assigned(c) == {0, 1})  # after the silent member's session ran out
     finally:
         c.close()
+
+
+def test_offset_delete_and_delete_groups_of_a_consumer_group(bootstrap, wire):
+    subscribed = create_topic(bootstrap, unique_name("gsub"), 1)
+    other = create_topic(bootstrap, unique_name("gother"), 1)
+    group = unique_name("group")
+    conn = wire()
+    member = str(uuid.uuid4())
+    assert conn.call(heartbeat_request(group, member, 0, subscribed)).error_code == 0
+    Commit = load_request_schema(8, 8)
+    TopicC = nested(Commit, "topics")
+    PartC = nested(TopicC, "partitions")
+    commit = conn.call(make(Commit, group_id=group, generation_id_or_member_epoch=-1, member_id="",
+                            group_instance_id=None, topics=tuple(
+                                make(TopicC, name=t, partitions=(make(PartC, partition_index=0, committed_offset=1,
+                                                                      committed_leader_epoch=-1,
+                                                                      committed_metadata=None),))
+                                for t in (subscribed, other))))
+    assert [t.partitions[0].error_code for t in commit.topics] == [UNKNOWN_MEMBER_ID] * 2  # it has members
+
+    OffsetDelete = load_request_schema(47, 0)
+    TopicD = nested(OffsetDelete, "topics")
+    PartD = nested(TopicD, "partitions")
+    deleted = conn.call(make(OffsetDelete, group_id=group, topics=tuple(
+        make(TopicD, name=t, partitions=(make(PartD, partition_index=0),)) for t in (subscribed, other))))
+    assert (deleted.error_code, [t.partitions[0].error_code for t in deleted.topics]) == (0, [86, 0])
+
+    DeleteGroups = load_request_schema(42, 2)
+    assert conn.call(make(DeleteGroups, groups_names=(group,))).results[0].error_code == 68  # NON_EMPTY_GROUP
+    assert conn.call(heartbeat_request(group, member, -1)).error_code == 0
+    assert conn.call(make(DeleteGroups, groups_names=(group,))).results[0].error_code == 0
+    desc = conn.call(make(load_request_schema(69, 1), group_ids=(group,),
+                          include_authorized_operations=False)).groups[0]
+    assert desc.error_code == GROUP_ID_NOT_FOUND
