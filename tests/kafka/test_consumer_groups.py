@@ -169,6 +169,8 @@ async def test_epoch_checks_and_errors():
                                          server_assignor="sticky", owned=set()))
     assert r.error == cc.UNSUPPORTED_ASSIGNOR and "uniform" in (r.message or "")
     assert hb(coord, "C", 0, regex="(unclosed").error == cc.INVALID_REGULAR_EXPRESSION
+    assert hb(coord, "C", 0, regex="(a)\\1").error == cc.INVALID_REGULAR_EXPRESSION  # no backreferences in RE2
+    assert hb(coord, "C", 0, regex="t(?!x)").error == cc.INVALID_REGULAR_EXPRESSION  # nor lookahead
     assert hb(coord, "B", 0).error == 0 and hb(coord, "C", 0).error == 0
     assert hb(coord, "D", 0).error == cc.GROUP_MAX_SIZE_REACHED  # group.consumer.max.size=3
 

@@ -281,11 +281,14 @@ class ConsumerGroupCoordinator:
     def _regex(self, text: str) -> re.Pattern:
         pattern = self._regexes.get(text)
         if pattern is None:
+            problem = _not_re2(text)
             try:
                 pattern = re.compile(text)
             except re.error as e:
+                problem = str(e)
+            if problem is not None or pattern is None:
                 raise HeartbeatError(INVALID_REGULAR_EXPRESSION,
-                                     f"SubscribedTopicRegex `{text}` is not a valid regular expression: {e}.") from None
+                                     f"SubscribedTopicRegex `{text}` is not a valid regular expression: {problem}.")
             self._regexes[text] = pattern
         return pattern
 
@@ -552,6 +555,18 @@ class ConsumerGroupCoordinator:
         self.closed = True
         for group in self.groups.values():
             group.cancel_timers()
+
+
+_NOT_RE2 = re.compile(r"\(\?<?[=!]|\(\?\(|\(\?P=|\\[1-9]")
+
+
+def _not_re2(text: str) -> str | None:
+    """What makes `text` something RE2 (Kafka's regex engine) refuses though Python
+    accepts it: lookaround, backreferences, conditionals; None when nothing does."""
+    found = _NOT_RE2.search(text)
+    if found is None:
+        return None
+    return f"`{found.group()}` at {found.start()} (lookaround, backreferences and conditionals are not RE2)"
 
 
 __all__ = ["DEAD", "EMPTY", "ConsumerGroupCoordinator", "HeartbeatRequest", "HeartbeatResult"]
