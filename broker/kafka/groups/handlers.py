@@ -93,8 +93,11 @@ class GroupHandlers:
         self.coordinator = coordinator
         self.consumer = consumer  # the consumer-protocol groups (KIP-848), which share group ids
 
-    def _consumer_group(self, group_id: str) -> bool:
-        return self.consumer is not None and self.consumer.is_consumer_group(group_id)
+    def _consumer_for(self, group_id: str) -> ConsumerGroupCoordinator | None:
+        """The consumer-protocol coordinator when `group_id` is one of its groups."""
+        if self.consumer is not None and self.consumer.is_consumer_group(group_id):
+            return self.consumer
+        return None
 
     def register_all(self) -> None:
         r = self.apis.register
@@ -210,9 +213,8 @@ class GroupHandlers:
         TopicR = nested(R, "topics")
         PartR = nested(TopicR, "partitions")
         by_id = ctx.api_version >= 10
-        if self._consumer_group(req.group_id):
-            assert self.consumer is not None
-            group_error = self.consumer.validate_offset_commit(
+        if (consumer := self._consumer_for(req.group_id)) is not None:
+            group_error = consumer.validate_offset_commit(
                 req.group_id, getattr(req, "member_id", ""), getattr(req, "generation_id_or_member_epoch", -1),
                 ctx.api_version)
         else:
@@ -296,9 +298,8 @@ class GroupHandlers:
                 if not g.group_id:
                     groups.append(make(GroupR, group_id=g.group_id, error_code=INVALID_GROUP_ID, topics=()))
                     continue
-                if self._consumer_group(g.group_id):
-                    assert self.consumer is not None
-                    error = self.consumer.validate_offset_fetch(g.group_id, getattr(g, "member_id", None),
+                if (consumer := self._consumer_for(g.group_id)) is not None:
+                    error = consumer.validate_offset_fetch(g.group_id, getattr(g, "member_id", None),
                                                                 getattr(g, "member_epoch", -1))
                     if error:
                         groups.append(make(GroupR, group_id=g.group_id, error_code=error, topics=()))
@@ -345,7 +346,7 @@ class GroupHandlers:
                                 group_id=group_id, group_state="", protocol_type="", protocol_data="",
                                 members=(), authorized_operations=OMITTED))
                 continue
-            if self._consumer_group(group_id):  # as Kafka 4: DescribeGroups describes classic groups only
+            if self._consumer_for(group_id) is not None:  # as Kafka 4: DescribeGroups describes classic groups only
                 out.append(make(GroupR, error_code=GROUP_ID_NOT_FOUND if ctx.api_version >= 6 else NONE,
                                 error_message=f"Group {group_id} is not a classic group."
                                 if ctx.api_version >= 6 else None,
@@ -377,19 +378,17 @@ class GroupHandlers:
                 results.append(make(ResultR, group_id=group_id, error_code=INVALID_GROUP_ID))
                 continue
             has_offsets = group_id in self.apis.offsets.groups()
-            consumer_group = self._consumer_group(group_id)
-            if consumer_group:
-                assert self.consumer is not None
-                error = self.consumer.validate_delete(group_id)
+            consumer = self._consumer_for(group_id)
+            if consumer is not None:
+                error = consumer.validate_delete(group_id)
             else:
                 error = self.coordinator.validate_delete(group_id, has_offsets)
             if error == NONE:
                 try:
                     if has_offsets:
                         await self.apis.blocking(self.apis.offsets.delete_group_offsets, group_id, None)
-                    if consumer_group:
-                        assert self.consumer is not None
-                        self.consumer.delete(group_id)
+                    if consumer is not None:
+                        consumer.delete(group_id)
                     else:
                         self.coordinator.delete(group_id)
                 except StrataError as e:
@@ -410,9 +409,8 @@ class GroupHandlers:
         if group is not None and group.state == "Dead" and not has_offsets:
             return make(R, error_code=GROUP_ID_NOT_FOUND, throttle_time=0, topics=())
         subscribed: set[str] = set()
-        if self._consumer_group(group_id):
-            assert self.consumer is not None
-            subscribed = self.consumer.subscribed_topic_names(group_id)
+        if (consumer := self._consumer_for(group_id)) is not None:
+            subscribed = consumer.subscribed_topic_names(group_id)
             group = None
         elif group is None and not has_offsets:
             return make(R, error_code=GROUP_ID_NOT_FOUND, throttle_time=0, topics=())
