@@ -63,7 +63,7 @@ class ConsumerGroupHandlers:
     async def _flush_logged(self) -> None:
         try:
             await self.flush()
-        except StrataError as e:
+        except (StrataError, OSError, RuntimeError) as e:  # RuntimeError: the executor is shut down
             log.warning("consumer_group_records_not_written", error=str(e))
 
     def register_all(self) -> None:
