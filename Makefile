@@ -1,8 +1,12 @@
-# `make serve` and `make test` each set up .venv on their own from pinned dependencies.
+# `make serve` and `make test` each set up .venv on their own from pinned dependencies:
+# serve installs what the broker needs (SERVE_STAMP), test adds the test, bench and
+# Spark extras (STAMP). Separate stamps, so `make test` after `make serve` installs the extras.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+SERVE_STAMP := $(VENV)/.installed-serve
+PACKAGE_SOURCES := pyproject.toml setup.py $(wildcard storage/*.c kafka_format/*.c kafka_format/*.h)
 
 .PHONY: serve test venv bench clean lint
 
@@ -11,13 +15,20 @@ $(VENV)/bin/python:
 	$(PY) -m pip install --quiet --upgrade pip
 
 # setup.py builds the optional C accelerators; a change to their sources rebuilds them.
-$(STAMP): pyproject.toml setup.py $(wildcard storage/*.c kafka_format/*.c kafka_format/*.h) | $(VENV)/bin/python
+$(STAMP): $(PACKAGE_SOURCES) | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e '.[test,bench,spark]'
 	touch $(STAMP)
 
+# A venv that `make test` keeps current already has everything serving needs.
+$(SERVE_STAMP): $(PACKAGE_SOURCES) | $(VENV)/bin/python
+	@if [ -f $(STAMP) ] && [ -z "$$(find $(PACKAGE_SOURCES) -newer $(STAMP))" ]; then :; \
+	else echo "$(PY) -m pip install --quiet -e ."; $(PY) -m pip install --quiet -e .; fi
+	touch $(SERVE_STAMP)
+
 venv: $(STAMP)
 
-serve: $(STAMP)
+serve: $(SERVE_STAMP)
+	@echo "make serve: the strata command is $(VENV)/bin/strata; 'source $(VENV)/bin/activate' puts it on the PATH"
 	$(VENV)/bin/strata serve --data-dir ./data
 
 # STRATA_REQUIRE_NATIVE: the C accelerators must have built (kafka_format/native.py).

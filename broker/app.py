@@ -6,8 +6,11 @@ Contract:
   both (`open_files_limit`), opens the data directory (LogManager.startup: lock,
   recovery), loads the topic registry and reconciles it with the directories,
   registers `__consumer_offsets`, rebuilds committed offsets from it, then listens:
-  the native port and, unless kafka.port is -1, the Kafka listener (broker/kafka),
-  both over the same LogManager, TopicRegistry, GroupOffsets and PartitionWaiters.
+  every listener of both protocols (broker/listeners.py: `native.listeners`,
+  `listeners`, or the host.name/port/kafka.port shorthands), all over the same
+  LogManager, TopicRegistry, GroupOffsets and PartitionWaiters; SSL listeners
+  with their TLS contexts (broker/tls.py), whose keystore and truststore files
+  are checked every ssl.reload.interval.ms and reloaded when they change.
   Every expected failure raises `StartupError` with a one-line message (the data
   directory is locked, the port is in use, the registry is damaged, ...), after
   releasing whatever had been opened.
@@ -58,10 +61,12 @@ from .group_configs import GroupConfigs
 from .handlers import Handlers
 from .kafka import KafkaApis
 from .kafka.state import KafkaState
+from .listeners import KAFKA, NATIVE, Listener
 from .log_limiter import BadRequestLog
 from .partitions import PartitionService
 from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
+from .tls import ServerTls
 from .topics import TopicRegistry
 
 log = structlog.get_logger("strata.app")
@@ -79,7 +84,9 @@ class BrokerApp:
         self.partitions: PartitionService | None = None
         self.handlers: Handlers | None = None
         self.server: BrokerServer | None = None
-        self.kafka_server: BrokerServer | None = None
+        self.kafka_server: BrokerServer | None = None  # the first Kafka listener
+        self.servers: list[BrokerServer] = []  # every listener, Kafka's first (broker/listeners.py)
+        self.listeners: list[Listener] = []
         self.kafka: KafkaApis | None = None
         self.executor: ThreadPoolExecutor | None = None
         self.address: tuple[str, int] | None = None
@@ -96,6 +103,7 @@ class BrokerApp:
     async def start(self) -> tuple[str, int]:
         config = self.config
         loop = asyncio.get_running_loop()
+        self.listeners = _listeners(config)  # TLS contexts first: a bad keystore fails before any work
         open_files = _set_open_files_limit(config.max_open_files)
         self.executor = ThreadPoolExecutor(config.num_io_threads, thread_name_prefix="strata-io")
 
@@ -120,20 +128,24 @@ class BrokerApp:
                       limits=ConnectionLimits(config.max_connections, config.max_connections_per_ip,
                                               config.max_connections_per_ip_overrides),
                       idle_ms=config.connections_max_idle_ms)
-        self.server = server = BrokerServer(handlers, **limits)
-        servers = [server]
-        kafka_server = None
-        if config.kafka_port >= 0:
-            self.kafka = KafkaApis(partitions, bad_requests)
-            self.kafka_server = kafka_server = BrokerServer(self.kafka, **limits)
-            servers.append(kafka_server)
+        kafka = self.kafka = (KafkaApis(partitions, bad_requests)
+                              if any(spec.protocol == KAFKA for spec in config.listeners) else None)
+        servers = self.servers = [BrokerServer(kafka if kafka is not None and listener.spec.protocol == KAFKA
+                                               else handlers, listener=listener, **limits)
+                                  for listener in self.listeners]
+        by_protocol = {protocol: [s for s, listener in zip(servers, self.listeners, strict=True)
+                                  if listener.spec.protocol == protocol] for protocol in (KAFKA, NATIVE)}
+        self.server = by_protocol[NATIVE][0]  # config always has a native listener
+        self.kafka_server = by_protocol[KAFKA][0] if by_protocol[KAFKA] else None
         opened = False
         try:
             # The ports first: a busy port fails at once, before any recovery work.
-            self.address = await _bind(server, config.host, config.port)
-            if kafka_server is not None:
-                self.kafka_address = await _bind(kafka_server, config.host, config.kafka_port)
-                self.kafka.advertised = config.kafka_advertised(*self.kafka_address)
+            for server, listener in zip(servers, self.listeners, strict=True):
+                await _bind(server, listener.spec.host, listener.spec.port)
+            self.address = self.server.address
+            if kafka is not None and self.kafka_server is not None:
+                self.kafka_address = self.kafka_server.address
+                kafka.advertised = self.listeners[servers.index(self.kafka_server)].advertised
             try:
                 await blocking(registry.load)
                 await blocking(manager.startup, registry.owns)
@@ -149,7 +161,7 @@ class BrokerApp:
                 raise StartupError(str(e)) from None
             except OSError as e:
                 raise StartupError(f"cannot use data directory {config.data_dir}: "
-                                   f"{e.strerror or e}") from None
+                                   f"{e.strerror or e}{ownership_hint(config.data_dir, e)}") from None
             for server in servers:
                 await server.start_serving()
         except BaseException:
@@ -173,11 +185,14 @@ class BrokerApp:
         ]
         if config.cleaner_enable:
             self._tasks.append(loop.create_task(self._clean_logs(manager)))
+        if any(listener.tls is not None for listener in self.listeners):
+            self._tasks.append(loop.create_task(self._reload_certificates()))
         log.info("broker_started", address=format_address(*self.address),
                  kafka_address=format_address(*self.kafka_address) if self.kafka_address else None,
                  advertised=format_address(*self.kafka.advertised) if self.kafka else None,
+                 listeners=[_describe(listener) for listener in self.listeners],
                  data_dir=config.data_dir,
-                 topics=len(registry.names()), settings=config.explicit())
+                 topics=len(registry.names()), settings=_loggable(config.explicit()))
         return self.address
 
     async def _every(self, name: str, interval_ms: int, work: Callable[[], None]) -> None:
@@ -191,6 +206,22 @@ class BrokerApp:
             except Exception:
                 log.exception("periodic_task_failed", task=name)
             await asyncio.sleep(max(interval_ms, 1) / 1000)
+
+    async def _reload_certificates(self) -> None:
+        """Every ssl.reload.interval.ms: a TLS listener whose keystore or truststore
+        file changed loads it again, for new connections (broker/tls.py)."""
+        loop = asyncio.get_running_loop()
+        interval = self.config.values["ssl.reload.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            for listener in self.listeners:
+                if listener.tls is not None:
+                    try:
+                        await loop.run_in_executor(self.executor, listener.tls.reload_if_changed)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:
+                        log.exception("periodic_task_failed", task="tls-reload", listener=listener.name)
 
     async def _clean_logs(self, manager: LogManager) -> None:
         """The log cleaner (storage/log_cleaner.py) on its own thread, so a long clean
@@ -218,10 +249,9 @@ class BrokerApp:
         if self._stop.is_set():
             self._force = True
             log.warning("shutdown_forced")
-            for server in (self.server, self.kafka_server):
-                if server is not None:
-                    for conn in list(server.connections):
-                        conn.abort()
+            for server in self.servers:
+                for conn in list(server.connections):
+                    conn.abort()
             return
         log.info("shutdown_requested")
         self._stop.set()
@@ -236,8 +266,7 @@ class BrokerApp:
         self._stopped = True
         loop = asyncio.get_running_loop()
         timeout = 0 if self._force else self.config.shutdown_timeout_s
-        await asyncio.gather(*(server.shutdown(timeout) for server in (self.server, self.kafka_server)
-                               if server is not None))
+        await asyncio.gather(*(server.shutdown(timeout) for server in self.servers))
         if self.cleaner is not None:
             self.cleaner.shutdown()  # a clean in progress stops at its next read
         for task in self._tasks:
@@ -256,6 +285,42 @@ class BrokerApp:
         appends = dataclasses.asdict(self.partitions.append_stats) if self.partitions is not None else None
         log.info("broker_stopped", **stats, kafka=kafka_stats, sendfile=sendfile_stats.as_dict(),
                  appends=appends)
+
+
+def _listeners(config: BrokerConfig) -> list[Listener]:
+    """The configured listeners, each SSL one with its TLS context built (a bad
+    keystore, truststore or TLS setting fails the start with a one-line message)."""
+    from kafka_format.errors import InvalidConfigError
+
+    from .tls import settings_for
+
+    out = []
+    for spec in config.listeners:
+        tls = None
+        if spec.tls:
+            where = f"{spec.protocol} listener {spec.name}"
+            try:
+                tls = ServerTls(settings_for(config.values, spec.name), where)
+            except InvalidConfigError as e:
+                raise StartupError(f"invalid configuration: {e}") from None
+        out.append(Listener(spec, tls))
+    return out
+
+
+def _describe(listener: Listener) -> dict[str, str]:
+    address = listener.address
+    return {"name": listener.name, "protocol": listener.spec.protocol,
+            "security_protocol": listener.security_protocol,
+            "address": format_address(*address) if address else ""}
+
+
+_SECRET_SUFFIXES = ("password", "ssl.keystore.key", "ssl.keystore.certificate.chain",
+                    "ssl.truststore.certificates")
+
+
+def _loggable(settings: dict[str, str]) -> dict[str, str]:
+    """The explicit settings for the startup log, passwords and inline keys hidden."""
+    return {k: "[hidden]" if k.endswith(_SECRET_SUFFIXES) else v for k, v in settings.items()}
 
 
 async def _bind(server: BrokerServer, host: str, port: int) -> tuple[str, int]:
@@ -308,15 +373,35 @@ def _log_open_files_limit(soft_before: int, soft: int, hard: int) -> None:
                     hint="log.max.open.files leaves no descriptors for connections; opens may fail with EMFILE")
 
 
+def ownership_hint(data_dir: str, error: OSError) -> str:
+    """For a permission error: who the broker runs as and who owns the directory (a
+    bind-mounted directory keeps its host owner)."""
+    if not isinstance(error, PermissionError):
+        return ""
+    try:
+        owner = os.stat(data_dir)
+    except OSError:
+        return f" (the broker runs as uid {os.geteuid()})"
+    return (f" (the broker runs as uid {os.geteuid()}; the directory is owned by uid "
+            f"{owner.st_uid}, gid {owner.st_gid}, mode {owner.st_mode & 0o7777:o})")
+
+
 def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = None,
-               kafka_ready: Callable[[str], None] | None = None) -> int:
-    """Run until SIGTERM/SIGINT; `ready` gets "HOST:PORT" once listening, then
-    `kafka_ready` the Kafka listener's "HOST:PORT" (when there is one)."""
+               kafka_ready: Callable[[str], None] | None = None,
+               listener_ready: Callable[[Listener], None] | None = None) -> int:
+    """Run until SIGTERM/SIGINT; `ready` gets "HOST:PORT" of the first native
+    listener once listening, then `kafka_ready` the first Kafka listener's
+    "HOST:PORT" (when there is one), then `listener_ready` every listener (bound)."""
     import uvloop
 
     configure_logging(config.log_format, config.log_level)
     for name in config.ignored_env:
         log.warning("unknown_environment_setting", variable=name)
+    for key, origin, reason in config.ignored:
+        log.info("config_ignored", key=key, source=origin, reason=reason)
+    for key, origin in config.unknown:
+        log.warning("unknown_setting_ignored", key=key, source=origin,
+                    hint="not a setting Strata knows; strata serve --strict refuses it")
 
     async def main() -> int:
         app = BrokerApp(config)
@@ -335,6 +420,9 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
             ready(format_address(*app.address))
         if kafka_ready is not None and app.kafka_address is not None:
             kafka_ready(format_address(*app.kafka_address))
+        if listener_ready is not None:
+            for listener in app.listeners:
+                listener_ready(listener)
         await app.run_until_shutdown()
         return 0
 

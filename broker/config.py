@@ -11,11 +11,24 @@ Contract:
          `--host` (`host.name`), `--port` (`port`) and `--data-dir` (beats `log.dirs`
          and `log.dir`).
   So: CLI > environment > file > defaults.
-- Every key is checked: an unknown key (file, `--set`) or a bad value anywhere raises
-  `InvalidConfigError` with one line naming the key and where it came from. An
-  unknown `STRATA_*` environment variable is not an error (the environment is shared
-  with other programs, such as the `strata` client commands); it is reported in
-  `ignored_env` so the broker can log a warning.
+- Every key is checked: a bad value anywhere raises `InvalidConfigError` with one
+  line naming the key and where it came from. Kafka keys that mean nothing on one
+  node (`broker.id` 0, replication factors of 1, `controller.*`, `process.roles`,
+  ...; broker/config_ignored.py) are accepted and listed in `ignored` (key, origin,
+  reason) for one log line each; asking for more than one node (a replication
+  factor above 1, a node id other than 0) is an error. Other unknown keys (file,
+  `--set`) are listed in `unknown` for a warning and otherwise ignored, as Kafka
+  does; `strict=True` (`strata serve --strict`) refuses them. An unknown `STRATA_*`
+  environment variable is not an error (the environment is shared with other
+  programs, such as the `strata` client commands); it is reported in `ignored_env`
+  so the broker can log a warning, unless it names a key accepted without effect
+  (`STRATA_BROKER_ID=0`), which is treated as that key.
+- Listeners and TLS: `listeners`, `native.listeners`, `advertised.listeners` and
+  `listener.security.protocol.map` become `listeners` (ListenerSpecs, checked
+  here: broker/listeners.py); the ssl.* keys are read per listener by
+  broker/tls.py. Besides the keys below, `listener.name.<listener>.ssl.*`
+  overrides one listener's ssl.* key (stored with the listener name lower-cased,
+  as Kafka looks it up; environment: STRATA_LISTENER_NAME_<LISTENER>_SSL_...).
 - Broker-level `log.*` names that set topic defaults (`log.segment.bytes`,
   `log.retention.hours`, `message.max.bytes`, ...) are the ones storage maps in
   `storage.config.BROKER_NAMES`; `log_defaults` is the resulting LogConfig.
@@ -36,6 +49,9 @@ from typing import Any
 
 from kafka_format.errors import InvalidConfigError
 from storage.config import BROKER_NAMES, LONG_MAX, LogConfig, broker_log_defaults
+
+from .config_ignored import ignored_reason, without_controller_listeners
+from .listeners import DEFAULT_PROTOCOL_MAP, ListenerSpec, list_complaint, listener_specs, map_complaint
 
 INT_MAX = 2**31 - 1
 ENV_PREFIX = "STRATA_"
@@ -66,6 +82,10 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
     return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
 
 
+def _store_type(v: str) -> str | None:
+    return None if v.upper() in ("JKS", "PEM", "PKCS12") else "must be PEM or PKCS12 (or JKS, refused at start)"
+
+
 def _non_empty(v: str) -> str | None:
     return None if v else "must not be empty"
 
@@ -81,35 +101,6 @@ def _overrides_complaint(v: str) -> str | None:
         parse_overrides(v)
     except ValueError as e:
         return str(e)
-    return None
-
-
-def parse_listener(text: str) -> tuple[str, str, int]:
-    """`NAME://HOST:PORT` (HOST may be empty or a bracketed IPv6 address) ->
-    (name, host, port); ValueError when malformed."""
-    name, sep, rest = text.strip().partition("://")
-    if not sep or not name:
-        raise ValueError("expected NAME://HOST:PORT")
-    host, colon, port = rest.rpartition(":")
-    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError("expected NAME://HOST:PORT with a port 0..65535")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return name.upper(), host, int(port)
-
-
-def _listener_complaint(value: str) -> str | None:
-    if not value.strip():
-        return None
-    listeners = [v for v in value.split(",") if v.strip()]
-    if len(listeners) != 1:
-        return "must name exactly one listener (Strata has one Kafka listener)"
-    try:
-        name, _, _ = parse_listener(listeners[0])
-    except ValueError as e:
-        return str(e)
-    if name != "PLAINTEXT":
-        return "must be a PLAINTEXT listener (Strata speaks no TLS or SASL)"
     return None
 
 
@@ -132,10 +123,47 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("kafka.port", "int", DEFAULT_KAFKA_PORT, _between(-1, 65535),
               "Strata: TCP port of Apache Kafka's wire protocol on host.name, 0 = any free port, "
               "-1 = no Kafka listener (CLI --kafka-port)"),
-    BrokerKey("advertised.listeners", "string", "", lambda v: _listener_complaint(v),
-              "the Kafka listener clients are told to connect to (Metadata), PLAINTEXT://HOST:PORT; "
-              "empty = host.name (its canonical name when it is 0.0.0.0 or ::) and the bound port; "
-              "port 0 = the bound port"),
+    BrokerKey("listeners", "string", "", list_complaint,
+              "Kafka-protocol listeners, NAME://HOST:PORT,... (HOST empty = every address, port 0 = "
+              "any); empty = PLAINTEXT://host.name:kafka.port"),
+    BrokerKey("native.listeners", "string", "", list_complaint,
+              "Strata: native-protocol listeners in the form of listeners; empty = PLAINTEXT://host.name:port"),
+    BrokerKey("advertised.listeners", "string", "", list_complaint,
+              "what Metadata/FindCoordinator tell a client connected to each Kafka listener, "
+              "NAME://HOST:PORT,...; a listener without one advertises its bound address (a wildcard "
+              "host replaced by this machine's canonical name); port 0 = the bound port"),
+    BrokerKey("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP, map_complaint,
+              "listener name -> security protocol, NAME:PROTOCOL,... (PLAINTEXT or SSL; Strata has no "
+              "SASL yet)"),
+    # ---- TLS (broker/tls.py); each also as listener.name.<name>.ssl.* for one listener ----
+    BrokerKey("ssl.keystore.type", "string", "JKS", _store_type,
+              "PEM or PKCS12 (JKS, Kafka's default, is Java's own format and refused)"),
+    BrokerKey("ssl.keystore.location", "string", None, None,
+              "the keystore file: PEM (private key and certificate chain) or PKCS12"),
+    BrokerKey("ssl.keystore.password", "string", None, None, "password of a PKCS12 keystore"),
+    BrokerKey("ssl.key.password", "string", None, None, "password of the (encrypted) private key"),
+    BrokerKey("ssl.keystore.certificate.chain", "string", None, None,
+              "inline PEM certificate chain (with ssl.keystore.key, instead of ssl.keystore.location)"),
+    BrokerKey("ssl.keystore.key", "string", None, None, "inline PEM private key"),
+    BrokerKey("ssl.truststore.type", "string", "JKS", _store_type,
+              "PEM or PKCS12"),
+    BrokerKey("ssl.truststore.location", "string", None, None,
+              "the CAs client certificates must chain to: a PEM or PKCS12 file"),
+    BrokerKey("ssl.truststore.password", "string", None, None, "password of a PKCS12 truststore"),
+    BrokerKey("ssl.truststore.certificates", "string", None, None, "inline PEM trusted certificates"),
+    BrokerKey("ssl.client.auth", "string", "none", _one_of("none", "requested", "required"),
+              "client certificates: none, requested (verified when sent) or required"),
+    BrokerKey("ssl.enabled.protocols", "string", "TLSv1.2,TLSv1.3", _non_empty,
+              "TLS versions accepted (TLSv1.2, TLSv1.3)"),
+    BrokerKey("ssl.cipher.suites", "string", "", None,
+              "cipher suites (Kafka's IANA names or OpenSSL's); empty = OpenSSL's defaults"),
+    BrokerKey("ssl.protocol", "string", "TLSv1.3", None,
+              "accepted for Kafka compatibility; ssl.enabled.protocols chooses the versions"),
+    BrokerKey("ssl.endpoint.identification.algorithm", "string", "https", None,
+              "accepted for Kafka compatibility (a client-side check; the broker does not use it)"),
+    BrokerKey("ssl.reload.interval.ms", "long", 5_000, _at_least(1),
+              "Strata: how often keystore and truststore files are checked for changes; a change "
+              "reloads them for new connections"),
     BrokerKey("socket.request.max.bytes", "int", 104_857_600, _at_least(1),
               "largest request frame; a larger one is answered INVALID_REQUEST and the connection closed"),
     BrokerKey("queued.max.request.bytes", "long", 104_857_600, _not_zero_or_below_minus_one,
@@ -210,7 +238,7 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("group.consumer.migration.policy", "string", "bidirectional",
               _one_of("disabled", "upgrade", "downgrade", "bidirectional"),
               "whether an empty group changes protocol when a member of the other protocol joins it: "
-              "upgrade (classic to consumer), downgrade (consumer to classic), both, or neither"),
+              "upgrade (classic to consumer), downgrade (consumer to classic), bidirectional or disabled"),
     # ---- periodic tasks ----
     BrokerKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, _at_least(1),
               "how often logs are checked for flush.ms (the task runs at least every second)"),
@@ -243,6 +271,32 @@ KEYS_BY_NAME: dict[str, BrokerKey] = {k.name: k for k in KEYS}
 ALL_KEYS: frozenset[str] = frozenset(KEYS_BY_NAME) | frozenset(LOG_DEFAULT_KEYS)
 # No key contains '_', so the environment name maps back to exactly one key.
 ENV_NAMES: dict[str, str] = {ENV_PREFIX + name.replace(".", "_").upper(): name for name in ALL_KEYS}
+LISTENER_PREFIX = "listener.name."
+ENV_LISTENER_PREFIX = ENV_PREFIX + "LISTENER_NAME_"
+
+
+def listener_override(key: str) -> tuple[str, BrokerKey] | None:
+    """`listener.name.<listener>.ssl.*` -> (the key with the listener name lower-cased,
+    as Kafka looks it up; the ssl.* key it overrides), else None."""
+    if not key.startswith(LISTENER_PREFIX):
+        return None
+    name, dot, sub = key[len(LISTENER_PREFIX):].partition(".")
+    setting = KEYS_BY_NAME.get(sub)
+    if not dot or not name or setting is None or not sub.startswith("ssl."):
+        return None
+    return f"{LISTENER_PREFIX}{name.lower()}.{sub}", setting
+
+
+def _env_listener_key(env_name: str) -> str | None:
+    """STRATA_LISTENER_NAME_<LISTENER>_SSL_KEYSTORE_LOCATION -> listener.name.<listener>.ssl.keystore.location"""
+    if not env_name.startswith(ENV_LISTENER_PREFIX):
+        return None
+    rest = env_name[len(ENV_LISTENER_PREFIX):]
+    for name in KEYS_BY_NAME:
+        suffix = "_" + name.replace(".", "_").upper()
+        if name.startswith("ssl.") and rest.endswith(suffix) and len(rest) > len(suffix):
+            return f"{LISTENER_PREFIX}{rest[:-len(suffix)].lower()}.{name}"
+    return None
 
 
 def _check_group_consumer(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
@@ -380,15 +434,19 @@ class BrokerConfig:
     log_defaults: LogConfig
     ignored_env: tuple[str, ...] = ()
     data_dir: str = field(default="")
+    ignored: tuple[tuple[str, str, str], ...] = ()  # (key, origin, reason): accepted, not read
+    unknown: tuple[tuple[str, str], ...] = ()  # (key, origin): not known, ignored
+    listeners: tuple[ListenerSpec, ...] = ()  # every listener of both protocols (broker/listeners.py)
 
     # ---- loading ----
 
     @classmethod
     def load(cls, *, config_file: str | None = None, overrides: Iterable[str] = (),
              cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
-             data_dir: str | None = None) -> BrokerConfig:
+             data_dir: str | None = None, strict: bool = False) -> BrokerConfig:
         """See the module contract. `cli` maps keys to values given by dedicated flags
-        (None values are skipped); `data_dir` is `--data-dir`."""
+        (None values are skipped); `data_dir` is `--data-dir`; `strict` refuses
+        unknown keys."""
         raw: dict[str, tuple[Any, str]] = {}  # key -> (raw value, origin)
 
         if config_file is not None:
@@ -407,10 +465,14 @@ class BrokerConfig:
         for env_name, value in sorted(environ.items()):
             if not env_name.startswith(ENV_PREFIX):
                 continue
-            env_key = ENV_NAMES.get(env_name)
+            env_key = ENV_NAMES.get(env_name) or _env_listener_key(env_name)
             if env_key is None:
-                ignored_env.append(env_name)
-                continue
+                # A Kafka key Strata accepts without reading (STRATA_BROKER_ID=0) is that key.
+                kafka_name = env_name[len(ENV_PREFIX):].lower().replace("_", ".")
+                if ignored_reason(kafka_name, value, f"environment {env_name}") is None:
+                    ignored_env.append(env_name)
+                    continue
+                env_key = kafka_name
             raw[env_key] = (value, f"environment {env_name}")
 
         for item in overrides:
@@ -423,9 +485,34 @@ class BrokerConfig:
             if value is not None:
                 raw[key] = (value, "command line")
 
-        for key, (_, origin) in raw.items():
-            if key not in ALL_KEYS:
-                raise InvalidConfigError(f"unknown setting {key!r} ({origin})")
+        controllers = str(raw.get("controller.listener.names", ("CONTROLLER", ""))[0])
+        ignored: list[tuple[str, str, str]] = []
+        unknown: list[tuple[str, str]] = []
+        overrides_by_key: dict[str, tuple[str, BrokerKey]] = {}
+        for key, (value, origin) in list(raw.items()):
+            override = listener_override(key)
+            if override is not None:
+                overrides_by_key[key] = override
+                continue
+            if key in ALL_KEYS:
+                continue
+            del raw[key]
+            reason = ignored_reason(key, value, origin)
+            if reason is not None:
+                ignored.append((key, origin, reason))
+            elif strict:
+                raise InvalidConfigError(f"unknown setting {key!r} ({origin}; refused by --strict)")
+            else:
+                unknown.append((key, origin))
+        if "advertised.listeners" in raw:
+            # KRaft's stock files advertise the controller listener too; it is not Kafka's data path.
+            value, origin = raw["advertised.listeners"]
+            if isinstance(value, str):
+                kept, dropped = without_controller_listeners(value, controllers)
+                if dropped:
+                    raw["advertised.listeners"] = (kept, origin)
+                    ignored.append((f"advertised.listeners {','.join(dropped)}", origin,
+                                    "one node: Strata has no KRaft controller quorum"))
 
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
@@ -437,7 +524,13 @@ class BrokerConfig:
             else:
                 values[setting.name] = setting.default
                 sources[setting.name] = "default"
+        for key, (normalized, setting) in overrides_by_key.items():
+            value, origin = raw[key]
+            parsed = _parse_value(setting, value, origin)
+            values[normalized] = parsed
+            sources[normalized] = origin
         _check_group_consumer(values, sources)
+        listeners = listener_specs(values, sources)
         log_props = {}
         for name in LOG_DEFAULT_KEYS:
             if name in raw:
@@ -466,7 +559,8 @@ class BrokerConfig:
         values["log.dirs"] = dirs[0]
         sources["log.dirs"] = origin
         return cls(values=values, sources=sources, log_defaults=log_defaults,
-                   ignored_env=tuple(ignored_env), data_dir=os.path.abspath(dirs[0]))
+                   ignored_env=tuple(ignored_env), data_dir=os.path.abspath(dirs[0]),
+                   ignored=tuple(ignored), unknown=tuple(unknown), listeners=listeners)
 
     # ---- reading ----
 
@@ -494,19 +588,12 @@ class BrokerConfig:
         return self.values["kafka.port"]
 
     def kafka_advertised(self, bound_host: str, bound_port: int) -> tuple[str, int]:
-        """(host, port) Metadata announces: advertised.listeners, else the bound
-        address, with a wildcard host replaced by this machine's canonical name."""
-        import socket
+        """(host, port) Metadata announces on the first Kafka listener, bound at
+        (bound_host, bound_port): see broker/listeners.py."""
+        from .listeners import KAFKA, Listener
 
-        host, port = bound_host, bound_port
-        text = self.values["advertised.listeners"].strip()
-        if text:
-            _, host, port = parse_listener(text.split(",")[0])
-            if port == 0:
-                port = bound_port
-        if host in ("", "0.0.0.0", "::"):
-            host = socket.getfqdn()
-        return host, port
+        spec = next(s for s in self.listeners if s.protocol == KAFKA)
+        return Listener(spec, address=(bound_host, bound_port)).advertised
 
     @property
     def socket_request_max_bytes(self) -> int:

@@ -81,9 +81,11 @@ from protocol.framing import FramePool, FrameReader, ScratchBuffers
 from storage.file_records import FileSlice
 
 from .flow_control import FlowControl, PauseCounters
+from .listeners import ConnectionContext, Listener
 from .log_limiter import BadRequestLog
 from .request_memory import RequestMemory
 from .sendfile import ConnectionClosed, SendfileWriter
+from .tls import peer_certificate_subject
 
 Part = bytes | FileSlice
 Reply = list[Part]
@@ -122,7 +124,9 @@ class CloseConnection(Exception):
 class RequestHandlers(Protocol):
     """What a connection serves: the native `Handlers` or `broker.kafka.KafkaApis`.
 
-    - `handle(frame, peer)`: the reply parts in order (bytes, or FileSlices sent with
+    - `handle(frame, conn)`: `conn` is the connection's ConnectionContext
+      (broker/listeners.py: listener, security protocol, peer address, client
+      certificate subject). The reply parts in order (bytes, or FileSlices sent with
       sendfile and released by the connection), None for no reply at all (Kafka's
       acks=0), or raise CloseConnection. Must not raise anything else.
     - `bad_frame_reply(error)`: the reply to a frame the decoder refused while the
@@ -134,7 +138,7 @@ class RequestHandlers(Protocol):
 
     loop: asyncio.AbstractEventLoop
 
-    async def handle(self, frame: Frame, peer: Any = None) -> Reply | None: ...
+    async def handle(self, frame: Frame, conn: Any = None) -> Reply | None: ...
 
     def bad_frame_reply(self, error: ProtocolError) -> Reply | None: ...
 
@@ -146,11 +150,11 @@ class RequestHandlers(Protocol):
 class FastPath(ABC):
     """The requests a RequestHandlers class answers without the connection's task.
 
-    - `handle_now(frame, peer)`: the reply if it can be made at once with no waiting
+    - `handle_now(frame, conn)`: the reply if it can be made at once with no waiting
       (same answer as `handle`), or None, having done nothing, to send the frame to
       `handle`. Never raises. Called only when every earlier request on the
       connection is answered.
-    - `run_key(frame)` and `begin(frame, peer)`: a frame with a run key (not None)
+    - `run_key(frame)` and `begin(frame, conn)`: a frame with a run key (not None)
       is handled by `begin`, which starts the work and returns a future of the reply
       (never raises; the future never fails). Work begun for frames of the same key
       takes effect in the order begun (native: large PRODUCEs, keyed by partition,
@@ -159,13 +163,13 @@ class FastPath(ABC):
       it on the connection is already begun with the same key."""
 
     @abstractmethod
-    def handle_now(self, frame: Frame, peer: Any = None) -> Reply | None: ...
+    def handle_now(self, frame: Frame, conn: Any = None) -> Reply | None: ...
 
     @abstractmethod
     def run_key(self, frame: Frame) -> Any: ...
 
     @abstractmethod
-    def begin(self, frame: Frame, peer: Any = None) -> asyncio.Future: ...
+    def begin(self, frame: Frame, conn: Any = None) -> asyncio.Future: ...
 
 
 class ConnectionStats(PauseCounters, Protocol):
@@ -189,6 +193,7 @@ class ConnectionHost(Protocol):
     scratch: ScratchBuffers
     bad_requests: BadRequestLog
     closing: bool
+    listener: Listener | None
 
     @property
     def stats(self) -> ConnectionStats: ...
@@ -211,6 +216,7 @@ class Connection(asyncio.BufferedProtocol):
         self.write_high = server.write_buffer_high
         self.transport: asyncio.Transport | None = None
         self.peer: Any = None
+        self.context = ConnectionContext(server.listener)  # what the handlers know of this connection
         self.decoder = FrameReader(server.max_frame_bytes, pool=server.frame_pool, memory=server.memory,
                                    scratch=server.scratch)
         # BufferedProtocol.get_buffer: where the next bytes from the socket go, straight
@@ -247,15 +253,20 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.transport = transport
-        self.peer = transport.get_extra_info("peername")
+        self.peer = self.context.peer = transport.get_extra_info("peername")
         if not self.server.admit(self):
             self.fatal = True
             transport.abort()  # over max.connections(.per.ip): closed at once, as Kafka
             return
         sock = transport.get_extra_info("socket")
+        tls = self.context.listener is not None and self.context.listener.tls is not None
+        if tls:  # the handshake is done: the client's certificate, if it sent one
+            self.context.peer_certificate_subject = peer_certificate_subject(transport)
         self.flow.attach(transport)
-        self.writer = SendfileWriter(transport, sock.fileno() if sock is not None else -1, self.flow,
-                                     self.write_high)
+        # Segment bytes cannot go by sendfile past user-space TLS: on TLS they are
+        # copied through the transport (fd -1), which encrypts them.
+        self.writer = SendfileWriter(transport, sock.fileno() if sock is not None and not tls else -1,
+                                     self.flow, self.write_high)
         transport.set_write_buffer_limits(high=self.write_high, low=self.write_high // 4)
         self.server.connection_made(self)
         self._task = self.server.loop.create_task(self._serve())
@@ -355,7 +366,7 @@ class Connection(asyncio.BufferedProtocol):
                 break
             if self.queue or self.busy:
                 if self._streak is not None and self._run_key(frame) == self._streak:  # type: ignore[misc]
-                    self.queue.append(_Begun(self._begin(frame, self.peer)))  # type: ignore[misc]
+                    self.queue.append(_Begun(self._begin(frame, self.context)))  # type: ignore[misc]
                     stats.begun_early += 1
                 else:
                     self.queue.append(frame)
@@ -363,13 +374,13 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             # Idle: nothing before this frame is unanswered.
             if self._run_key is not None and (key := self._run_key(frame)) is not None:
-                self.queue.append(_Begun(self._begin(frame, self.peer)))  # type: ignore[misc]
+                self.queue.append(_Begun(self._begin(frame, self.context)))  # type: ignore[misc]
                 self._streak = key
                 continue
             self._streak = None
             if self._handle_now is not None and not (self.flow.write_paused or self.draining or self.lost
                                                      or self.transport.is_closing()):  # type: ignore[union-attr]
-                reply = self._handle_now(frame, self.peer)
+                reply = self._handle_now(frame, self.context)
                 if reply is not None:
                     del frame  # a pooled buffer is free again once nothing refers to it
                     stats.answered_at_once += 1
@@ -464,14 +475,14 @@ class Connection(asyncio.BufferedProtocol):
                     if reply is not None:
                         await writer.write(reply)
                 elif self._run_key is not None and (key := self._run_key(item)) is not None:
-                    future = self._begin(item, self.peer)  # type: ignore[misc]
+                    future = self._begin(item, self.context)  # type: ignore[misc]
                     self._begin_queued(key)
                     reply = await future
                     if reply is not None:
                         await writer.write(reply)
                 else:
                     try:
-                        reply = await self.handlers.handle(item, self.peer)
+                        reply = await self.handlers.handle(item, self.context)
                     except CloseConnection:
                         break
                     if reply is not None:
@@ -504,6 +515,6 @@ class Connection(asyncio.BufferedProtocol):
             if isinstance(item, (list, _Fatal, _Begun)) or self._run_key(item) != key:  # type: ignore[misc]
                 self._streak = None
                 return
-            queue[i] = _Begun(self._begin(item, self.peer))  # type: ignore[misc]
+            queue[i] = _Begun(self._begin(item, self.context))  # type: ignore[misc]
             self.server.stats.begun_early += 1
         self._streak = key

@@ -108,6 +108,7 @@ from storage.log import AppendResult, Log
 
 from .connection import FastPath, Reply
 from .group_offsets import GroupOffsets
+from .listeners import peer_of
 from .log_limiter import BadRequestLog
 from .partitions import INLINE_APPEND_MAX_BYTES, PartitionService, release_all
 
@@ -164,11 +165,11 @@ class Handlers(FastPath):
 
     # ---- entry point (broker.connection.RequestHandlers) ----------------------------------------
 
-    async def handle(self, frame, peer=None) -> Reply:
+    async def handle(self, frame, conn=None) -> Reply:
         try:
             request = parse_request(frame)
         except ProtocolError as e:
-            self.bad_requests.record(peer, "bad_request", error=str(e), peer=peer)
+            self.bad_requests.record(peer_of(conn), "bad_request", error=str(e), peer=peer_of(conn))
             return [error_response(e.code)]
         try:
             return await self._dispatch[type(request)](request)
@@ -192,7 +193,7 @@ class Handlers(FastPath):
 
     # ---- the fast path (broker.connection.FastPath) ---------------------------------------------
 
-    def handle_now(self, frame, peer=None) -> Reply | None:
+    def handle_now(self, frame, conn=None) -> Reply | None:
         """The reply to `frame` if it can be made right now, on the loop, without
         waiting for anything: a PRODUCE whose append runs inline (the partition
         service's policy), a FETCH with data to send or nothing to wait for. None,
@@ -213,7 +214,7 @@ class Handlers(FastPath):
             if result is None:
                 return None
         except ProtocolError as e:
-            self.bad_requests.record(peer, "bad_request", error=str(e), peer=peer)
+            self.bad_requests.record(peer_of(conn), "bad_request", error=str(e), peer=peer_of(conn))
             return [error_response(e.code)]
         except Exception as e:
             return [error_response(partitions.error_code(e, partition_log))]
@@ -242,7 +243,7 @@ class Handlers(FastPath):
                 return None  # inline (or an error `handle` answers)
         return topic, partition
 
-    def begin(self, frame, peer=None) -> asyncio.Future:
+    def begin(self, frame, conn=None) -> asyncio.Future:
         """Start a keyed PRODUCE now and return the future of its reply. Parsing and
         checks happen here, on the loop; the append goes to the partition's appender,
         behind every append begun before it. The future never fails: errors are

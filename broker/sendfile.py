@@ -21,6 +21,12 @@ The fd is only used synchronously and after checking `transport.is_closing()`, s
 a descriptor uvloop has closed (and the kernel may have reused) is never written.
 If the kernel refuses sendfile for the file (EINVAL/ENOSYS/EOPNOTSUPP on an odd
 filesystem), the writer logs it once and copies from then on.
+
+TLS listeners (fd -1): the kernel cannot encrypt what sendfile sends (asyncio's TLS
+runs in user space, over memory BIOs, so kernel TLS cannot take over either), so
+segment bytes are pread and written through the transport, which encrypts them:
+in 1 MiB chunks paced by the transport's flow control, and on the fast path
+(`write_now`) a slice of up to 1 MiB at once. `sendfile_stats.copied_bytes` counts them.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from storage.file_records import FileSlice
 from .flow_control import FlowControl
 
 SENDFILE_FALLBACK_CHUNK = 16 * 1024
+COPY_CHUNK = 1024 * 1024  # TLS: segment bytes copied per write through the transport
 SENDFILE_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", -1))
 
 log = structlog.get_logger("strata.server")
@@ -77,6 +84,18 @@ def _sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
     sendfile_stats.calls += 1
     sendfile_stats.bytes += sent
     return sent
+
+
+def _copy(transport: asyncio.Transport, part: FileSlice, count: int) -> None:
+    """pread `count` bytes of `part` and write them through the transport, advancing it."""
+    chunk = os.pread(part.fileno(), count, part.position)
+    if len(chunk) < count:
+        raise OSError(f"segment file ended {part.length - len(chunk)} bytes early")
+    transport.write(chunk)
+    part.position += count
+    part.length -= count
+    sendfile_stats.copied_bytes += count
+    sendfile_stats.copied_writes += 1
 
 
 class SendfileWriter:
@@ -127,6 +146,15 @@ class SendfileWriter:
             if not isinstance(part, FileSlice):
                 transport.write(part)
                 continue
+            if self.fd < 0:  # TLS: the bytes go through the transport, which encrypts them
+                if part.length > COPY_CHUNK or transport.get_write_buffer_size() >= self.write_high:
+                    return list(reply[i:])
+                try:
+                    _copy(transport, part, part.length)
+                except OSError:
+                    return list(reply[i:])
+                part.release()
+                continue
             try:
                 if transport.get_write_buffer_size() or not self.send_now(part):
                     return list(reply[i:])
@@ -157,6 +185,14 @@ class SendfileWriter:
 
     async def _send_file(self, part: FileSlice) -> None:
         transport = self.transport
+        if self.fd < 0:  # TLS: copied through the transport in chunks, paced by flow control
+            while part.length:
+                if self.flow.closed or transport.is_closing():
+                    raise ConnectionClosed()
+                _copy(transport, part, min(COPY_CHUNK, part.length))
+                if self.flow.write_paused:
+                    await self.flow.writable()
+            return
         while part.length:
             if transport.get_write_buffer_size():
                 await self._drained()

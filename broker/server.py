@@ -1,9 +1,12 @@
 """The TCP listener: the listening socket, its connections, and what they share.
 
 Contract:
-- `BrokerServer(handlers, ...)` listens for one protocol: the native `Handlers`
-  or the Kafka listener's `broker.kafka.KafkaApis`, both `RequestHandlers`
-  (broker/connection.py). Each accepted socket is a `Connection`
+- `BrokerServer(handlers, ..., listener=...)` is one listener (broker/listeners.py)
+  of one protocol: the native `Handlers` or the Kafka listener's
+  `broker.kafka.KafkaApis`, both `RequestHandlers` (broker/connection.py). An SSL
+  listener listens with its TLS context (broker/tls.py): connections begin once the
+  handshake is done, and a failed handshake closes the socket without reaching the
+  handlers. Each accepted socket is a `Connection`
   (broker/connection.py: frames in, replies out, in order), with its own
   `FlowControl` (broker/flow_control.py) and `SendfileWriter` (broker/sendfile.py).
   The server holds what the connections share: limits, the `FramePool` of large
@@ -34,6 +37,7 @@ from protocol.framing import FramePool, ScratchBuffers
 
 from .connection import CloseConnection, Connection, FastPath, RequestHandlers
 from .connection_limits import ConnectionLimits
+from .listeners import Listener
 from .log_limiter import BadRequestLog
 from .request_memory import RequestMemory, give_back_memory
 from .sendfile import SENDFILE_FALLBACK_CHUNK, SendfileStats, sendfile_stats
@@ -43,6 +47,7 @@ TRIM_AFTER_CLOSES = 64  # connections closed before the C heap's free memory is 
 TRIM_DELAY_S = 0.5  # after the first of them: one trim per burst of closes
 IDLE_CHECK_MIN_S = 0.05  # how often idle connections are looked for: a quarter of
 IDLE_CHECK_MAX_S = 10.0  # connections.max.idle.ms, within these bounds
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a TLS handshake not done by then closes the connection
 
 log = structlog.get_logger("strata.server")
 
@@ -59,6 +64,7 @@ class ServerStats:
     connections_refused: int = 0  # over max.connections / max.connections.per.ip
     idle_closed: int = 0  # closed after connections.max.idle.ms without activity
     answered_at_once: int = 0  # requests answered by the fast path (`handle_now`), sent whole or not
+    tls_handshake_failures: int = 0  # TLS listeners: handshakes that failed (socket closed)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -71,8 +77,11 @@ class BrokerServer:
     def __init__(self, handlers: RequestHandlers, *, max_frame_bytes: int, max_queued_requests: int,
                  write_buffer_high: int, bad_requests: BadRequestLog | None = None,
                  memory: RequestMemory | None = None, limits: ConnectionLimits | None = None,
-                 idle_ms: int = -1):
+                 idle_ms: int = -1, listener: Listener | None = None):
         self.handlers = handlers
+        # The listener this server serves (name, security protocol, TLS context);
+        # every connection's ConnectionContext names it.
+        self.listener = listener
         # Shared by the broker's listeners: queued.max.request.bytes, max.connections*.
         self.memory = memory or RequestMemory()
         self.limits = limits
@@ -83,6 +92,8 @@ class BrokerServer:
         self._trim_timer: asyncio.TimerHandle | None = None
         # Bad frames are logged rate-limited (shared by the broker's listeners).
         self.bad_requests = bad_requests or BadRequestLog(log, loop=handlers.loop)
+        if listener is not None and listener.tls is not None:
+            listener.tls.on_handshake_failure = self._handshake_failed
         self.loop = handlers.loop
         self.max_frame_bytes = max_frame_bytes
         self.max_queued_requests = max_queued_requests
@@ -96,9 +107,13 @@ class BrokerServer:
     async def bind(self, host: str, port: int) -> tuple[str, int]:
         """Bind and listen, but accept nothing until `start_serving` (so a busy port
         fails the start before any storage work)."""
+        tls = self.listener.tls if self.listener is not None else None
         self._server = await self.loop.create_server(
             lambda: Connection(self), host, port, reuse_address=True, backlog=LISTEN_BACKLOG,
-            start_serving=False)
+            start_serving=False, ssl=tls.context if tls is not None else None,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls is not None else None)
+        if self.listener is not None:
+            self.listener.address = self.address
         return self.address
 
     async def start_serving(self) -> None:
@@ -128,6 +143,14 @@ class BrokerServer:
             return False
         conn.ip = ip
         return True
+
+    def _handshake_failed(self, reason: str) -> None:
+        """A TLS handshake failed (the TLS layer closed that socket): logged
+        rate-limited per listener and reason. The peer is not known at that layer."""
+        assert self.listener is not None
+        self.stats.tls_handshake_failures += 1
+        self.bad_requests.record(("tls", self.listener.name), "tls_handshake_failed",
+                                 listener=self.listener.name, reason=reason)
 
     def connection_made(self, conn: Connection) -> None:
         self.connections.add(conn)

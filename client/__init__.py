@@ -17,6 +17,11 @@ built and read with `kafka_format`. Failures are `StrataClientError`
         consumer.subscribe("orders")
         for record in consumer.poll(timeout_ms=1000):
             print(record.offset, record.key, record.value)
+
+TLS: every class takes `security={...}` with Kafka's client setting names
+(client/security.py), e.g. `Admin("broker:9443", security={"security.protocol": "SSL",
+"ssl.ca.location": "ca.pem"})`, plus `ssl.certificate.location` and
+`ssl.key.location` for a listener with ssl.client.auth.
 """
 
 from .admin import EARLIEST, LATEST, Admin, AsyncAdmin, PartitionMetadata, TopicMetadata

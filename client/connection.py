@@ -4,6 +4,9 @@ Contract:
 - `await AsyncConnection.open(bootstrap, ...)` connects to the first reachable
   address of `bootstrap` ("host:port", "[v6]:port", or a comma-separated list
   tried in order) or raises BrokerUnreachable naming every address tried.
+- TLS: `open(..., ssl=context)` (client/security.py `ssl_context` makes one from
+  Kafka-style settings: security.protocol=SSL, ssl.ca.location, ...). A failed
+  handshake raises BrokerUnreachable saying so.
 - `await conn.request(req, timeout_ms=None)` sends one request and returns its
   parsed response (`protocol` dataclasses). Requests are pipelined: many may be
   outstanding, and since the broker answers in request order, responses are
@@ -30,6 +33,7 @@ import asyncio
 import functools
 import os
 import socket
+import ssl as ssl_module
 from collections import deque
 
 from protocol import FrameDecoder, ProtocolError, encode_request, parse_response
@@ -146,17 +150,26 @@ class AsyncConnection:
 
     @classmethod
     async def open(cls, bootstrap: str, *, connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
-                   request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS) -> AsyncConnection:
+                   request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
+                   ssl: ssl_module.SSLContext | None = None) -> AsyncConnection:
+        """`ssl`: connect with TLS (client/security.py makes the context from
+        Kafka-style settings)."""
         loop = asyncio.get_running_loop()
         problems = []
         for host, port in parse_bootstrap(bootstrap):
             address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             try:
                 _, protocol = await asyncio.wait_for(
-                    loop.create_connection(functools.partial(_BrokerProtocol, address), host, port),
+                    loop.create_connection(functools.partial(_BrokerProtocol, address), host, port, ssl=ssl),
                     connect_timeout_ms / 1000)
             except TimeoutError:
                 problems.append(f"{address}: no answer within {connect_timeout_ms} ms")
+            except ssl_module.SSLError as e:
+                problems.append(f"{address}: TLS handshake failed ({e.reason or e}); is it a TLS listener, "
+                                "and do ssl.ca.location and the client certificate match it?")
+            except ConnectionResetError as e:
+                problems.append(f"{address}: {_reason(e)}"
+                                + (" during the TLS handshake (not a TLS listener?)" if ssl else ""))
             except OSError as e:
                 problems.append(f"{address}: {_reason(e)}")
             else:

@@ -2,7 +2,9 @@
 after it breaks, plus the bounded retry rule every client shares.
 
 Contract:
-- `BrokerSession(bootstrap, ...)` does no I/O until the first request. Every
+- `BrokerSession(bootstrap, ..., security={...})` does no I/O until the first
+  request; `security` holds Kafka-style TLS settings (security.protocol=SSL,
+  ssl.ca.location, ...: client/security.py). Every
   request goes through the current connection; when that connection has died
   (BrokerUnreachable, RequestTimedOut) the next request opens a new one.
   Concurrent callers share one connection attempt.
@@ -19,13 +21,14 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
 from protocol.requests import Request
 
 from .connection import DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS, AsyncConnection
 from .errors import StrataClientError, raise_for
+from .security import ssl_context
 
 __all__ = ["BrokerSession"]
 
@@ -35,8 +38,11 @@ T = TypeVar("T")
 class BrokerSession:
     def __init__(self, bootstrap: str, *, request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
                  connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS, retries: int = 5,
-                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000):
+                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1000,
+                 security: Mapping[str, str] | None = None):
         self.bootstrap = bootstrap
+        # security.protocol, ssl.* (client/security.py); a bad setting fails here.
+        self.ssl = ssl_context(security)
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
         self.retries = retries
@@ -59,7 +65,7 @@ class BrokerSession:
             if conn is None or conn.closed:
                 conn = self._connection = await AsyncConnection.open(
                     self.bootstrap, connect_timeout_ms=self.connect_timeout_ms,
-                    request_timeout_ms=self.request_timeout_ms)
+                    request_timeout_ms=self.request_timeout_ms, ssl=self.ssl)
             return conn
 
     async def request(self, request: Request, timeout_ms: int | None = None):

@@ -11,6 +11,14 @@
 #   STRATA_CONFIG    broker properties file                  default /etc/strata/server.properties
 #                    (the default is skipped when absent; a file named explicitly must exist)
 #   STRATA_PORT      native protocol port, on 0.0.0.0        default 9000
+#   KAFKA_ADVERTISED_LISTENERS   taken as STRATA_ADVERTISED_LISTENERS (advertised.listeners,
+#                    what Kafka clients are told to connect to) when that is not set, as in
+#                    Kafka's own image
+#
+# The data directory must be writable by the user the container runs as (uid 10001 by
+# default). A bind mount keeps the host directory's owner; when it is not writable the
+# entry point says so, naming the directory and the uids, instead of the broker's bare
+# "Permission denied".
 # Broker settings themselves come from the properties file and from STRATA_<KEY> variables
 # (e.g. STRATA_NUM_PARTITIONS=3 for num.partitions), which the broker reads itself.
 #
@@ -34,6 +42,21 @@ if [ -n "${STRATA_CONFIG:-}" ]; then
 else
   config=/etc/strata/server.properties
   [ -f "$config" ] || config=
+fi
+
+if [ -z "${STRATA_ADVERTISED_LISTENERS:-}" ] && [ -n "${KAFKA_ADVERTISED_LISTENERS:-}" ]; then
+  STRATA_ADVERTISED_LISTENERS=$KAFKA_ADVERTISED_LISTENERS
+  export STRATA_ADVERTISED_LISTENERS
+fi
+
+if [ -d "$data_dir" ] && { [ ! -w "$data_dir" ] || [ ! -x "$data_dir" ]; }; then
+  uid=$(id -u)
+  gid=$(id -g)
+  owner=$(stat -c '%u:%g' "$data_dir" 2>/dev/null || echo unknown)
+  echo "strata-entrypoint: the data directory $data_dir is not writable by uid $uid (gid $gid);" \
+    "it is owned by uid:gid $owner. For a bind mount, on the host: chown -R $uid:$gid <the directory>," \
+    "or run the container as its owner (docker run --user $owner)." >&2
+  exit 2
 fi
 
 # These three are the entry point's own settings, not broker keys: keep them out of the

@@ -11,6 +11,13 @@ Contract:
   `bootstrap.servers` (or `kafka.bootstrap.servers`), `max.partition.fetch.bytes`,
   `request.timeout.ms`, and for writes `linger.ms`, `batch.size`,
   `compression.type`, `retries`, `retry.backoff.ms`.
+- Every option of Spark's Kafka source (spark-sql-kafka) is honoured or refused
+  with its name: READ_OPTIONS and WRITE_OPTIONS are the names honoured, REFUSED
+  says why the others are not, and any other option (a `kafka.` client setting
+  Strata has no use for, a misspelling) is refused naming it.
+- `minOffsetsPerTrigger` and `maxTriggerDelay` (Spark's duration syntax, default
+  15m) hold a micro-batch back until that many new offsets are there or the
+  delay has passed since the last batch (source.py); at most `maxOffsetsPerTrigger`.
 - An `OffsetSpec` says where a range starts or ends before the broker is asked:
   `earliest`, `latest`, `specific` (per partition, -2/-1 allowed), `timestamp`
   (one for every partition) or `timestamps` (per partition). Precedence as in
@@ -43,16 +50,62 @@ STRATEGY_NAMES = "subscribe, subscribePattern, assign"
 DEFAULT_FETCH_BYTES = 4 * 1024 * 1024
 DEFAULT_REQUEST_TIMEOUT_MS = 120_000  # Spark's kafkaConsumer.pollTimeoutMs default
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's maxTriggerDelay default, 15m
 # Options of Spark's Kafka source that this source does not offer; refused, never ignored.
+NO_GROUP = "the source reads offset ranges and commits nothing to the broker (no consumer group)"
 UNSUPPORTED = {
-    "minoffsetspertrigger": "the Python data source API has no composite read limit "
-                            "(use maxOffsetsPerTrigger)",
-    "maxtriggerdelay": "the Python data source API has no composite read limit "
-                       "(use maxOffsetsPerTrigger)",
     "auto.offset.reset": "set startingOffsets instead",
-    "group.id": "the source reads offset ranges and commits nothing to the broker",
-    "enable.auto.commit": "the source reads offset ranges and commits nothing to the broker",
+    "group.id": NO_GROUP,
+    "groupidprefix": NO_GROUP,
+    "enable.auto.commit": NO_GROUP,
+    "key.deserializer": "keys are always binary (cast them in Spark)",
+    "value.deserializer": "values are always binary (cast them in Spark)",
+    "key.serializer": "keys are written as binary or UTF-8 strings",
+    "value.serializer": "values are written as binary or UTF-8 strings",
+    "interceptor.classes": "there is no Java client to intercept",
 }
+# Option names (normalized: lower case, no `kafka.` prefix) a read honours.
+READ_OPTIONS = frozenset({
+    "bootstrap.servers", *STRATEGIES, "startingoffsets", "endingoffsets", "startingtimestamp",
+    "endingtimestamp", "startingoffsetsbytimestamp", "endingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy", "includeheaders", "failondataloss", "minpartitions",
+    "maxrecordsperpartition", "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
+    "max.partition.fetch.bytes", "request.timeout.ms", "kafkaconsumer.polltimeoutms",
+    "fetchoffset.numretries", "fetchoffset.retryintervalms", "isolation.level",
+})
+# ... and a write; `checkpointLocation` and `path` are Spark's own (a streaming query's).
+WRITE_OPTIONS = frozenset({
+    "bootstrap.servers", "topic", "linger.ms", "batch.size", "compression.type", "retries",
+    "retry.backoff.ms", "request.timeout.ms", "checkpointlocation", "path",
+})
+
+
+def check_known(raw: Mapping[str, str], known: frozenset[str], what: str) -> None:
+    """Refuse, by the name the user gave, an option outside `known`."""
+    for name in raw:
+        key = normalize({name: ""}).popitem()[0]
+        if key in UNSUPPORTED:
+            raise OptionError(f"option '{name}' is not supported by the Strata source: {UNSUPPORTED[key]}")
+        if key not in known:
+            raise OptionError(f"option '{name}' is not supported by the Strata {what} (it takes: "
+                              f"{', '.join(sorted(known))}; Kafka client settings with or without "
+                              f"'kafka.')")
+
+
+_DURATION_UNITS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                   "d": 86_400_000}
+
+
+def parse_duration_ms(options: Mapping[str, str], key: str, name: str, default: int) -> int:
+    """Spark's time strings (`JavaUtils.timeStringAsMs`): `15m`, `30s`, `500ms`, `1h`, `2d`;
+    a bare number is milliseconds."""
+    value = options.get(key)
+    if value is None:
+        return default
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", str(value).lower())
+    if m is None or m.group(2) not in ("", *_DURATION_UNITS):
+        raise OptionError(f"option '{name}' must be a duration such as 15m, 30s or 500ms, got {value!r}")
+    return int(int(m.group(1)) * _DURATION_UNITS.get(m.group(2) or "ms", 1))
 
 
 def normalize(options: Mapping[str, str]) -> dict[str, str]:
@@ -162,6 +215,8 @@ class ReadOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     fetch_bytes: int = DEFAULT_FETCH_BYTES
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     fetch_retries: int = 3
@@ -219,10 +274,8 @@ def _subscription(options: Mapping[str, str]) -> dict:
 
 
 def read_options(raw: Mapping[str, str], streaming: bool) -> ReadOptions:
+    check_known(raw, READ_OPTIONS, "source")
     options = normalize(raw)
-    for key, why in UNSUPPORTED.items():
-        if key in options:
-            raise OptionError(f"option '{key}' is not supported by the Strata source: {why}")
     if options.get("isolation.level", "read_uncommitted").strip().lower() != "read_uncommitted":
         raise OptionError("option 'isolation.level': only read_uncommitted (Kafka's default) is "
                           "supported; transaction markers are skipped, aborted records are not")
@@ -254,6 +307,11 @@ def read_options(raw: Mapping[str, str], streaming: bool) -> ReadOptions:
     if strategy not in ("error", "latest"):
         raise OptionError("option 'startingOffsetsByTimestampStrategy' must be 'error' or "
                           f"'latest', got {strategy!r}")
+    max_offsets = parse_int(options, "maxoffsetspertrigger", "maxOffsetsPerTrigger")
+    min_offsets = parse_int(options, "minoffsetspertrigger", "minOffsetsPerTrigger")
+    if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
+        raise OptionError(f"The value of minOffsetPerTrigger({min_offsets}) is higher than the "
+                          f"maxOffsetsPerTrigger({max_offsets}).")
     poll_timeout = parse_int(options, "kafkaconsumer.polltimeoutms", "kafkaConsumer.pollTimeoutMs")
     request_timeout = parse_int(options, "request.timeout.ms", "request.timeout.ms")
     return ReadOptions(
@@ -267,7 +325,10 @@ def read_options(raw: Mapping[str, str], streaming: bool) -> ReadOptions:
         min_partitions=parse_int(options, "minpartitions", "minPartitions"),
         max_records_per_partition=parse_int(options, "maxrecordsperpartition",
                                             "maxRecordsPerPartition"),
-        max_offsets_per_trigger=parse_int(options, "maxoffsetspertrigger", "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_offsets,
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=parse_duration_ms(options, "maxtriggerdelay", "maxTriggerDelay",
+                                               DEFAULT_MAX_TRIGGER_DELAY_MS),
         fetch_bytes=parse_int(options, "max.partition.fetch.bytes", "max.partition.fetch.bytes",
                               default=DEFAULT_FETCH_BYTES),
         request_timeout_ms=poll_timeout or request_timeout or DEFAULT_REQUEST_TIMEOUT_MS,
@@ -300,6 +361,7 @@ COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
 def write_options(raw: Mapping[str, str]) -> WriteOptions:
+    check_known(raw, WRITE_OPTIONS, "sink")
     options = normalize(raw)
     topic = options.get("topic")
     if topic is not None and not topic.strip():

@@ -9,7 +9,12 @@ Contract (Spark's Kafka source, where this file is silent):
   The first batch starts from `startingOffsets` (default latest);
   `latestOffset` reads the log ends (partitions added meanwhile start at
   their log start) and, under a `ReadMaxRows` limit (`maxOffsetsPerTrigger`),
-  shares the limit out by backlog. `Trigger.AvailableNow` fixes the log ends
+  shares the limit out by backlog. `minOffsetsPerTrigger` holds a batch back
+  (latestOffset answers the start, so Spark plans nothing) while fewer new
+  offsets than that are there, until `maxTriggerDelay` has passed since the
+  last batch, as Spark's Kafka source does (its first batch never waits); a
+  `ReadAllAvailable` limit from Spark (Trigger.Once) overrides both bounds.
+  `Trigger.AvailableNow` fixes the log ends
   when the query starts (prepareForTriggerAvailableNow) and goes no further,
   in as many batches as the limit needs. Planning a batch reports data loss
   for partitions that are gone or whose offsets went backwards; executors
@@ -24,10 +29,17 @@ Contract (Spark's Kafka source, where this file is silent):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from .fetcher import data_loss, read_range
@@ -114,6 +126,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: PartitionOffsets | None = None  # Trigger.AvailableNow's end
         self._latest: PartitionOffsets | None = None  # last log ends seen
         self._planner: Planner | None = None
+        self._last_trigger_ms = 0.0  # as Spark's lastTriggerMillis: the first batch never waits
 
     @property
     def planner(self) -> Planner:
@@ -131,8 +144,26 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets_to_json(self.planner.resolve(self.options.starting, infos, starting=True))
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.options.max_offsets_per_trigger
-        return ReadMaxRows(limit) if limit is not None else ReadAllAvailable()
+        # One limit only in the Python API: latestOffset applies both bounds from the options.
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def _delay_batch(self, begin: dict, latest: dict) -> bool:
+        """Spark's KafkaMicroBatchStream.delayBatch: wait for minOffsetsPerTrigger new
+        offsets unless maxTriggerDelay has passed since the last batch."""
+        now = time.time() * 1000
+        if now - self._last_trigger_ms >= self.options.max_trigger_delay_ms:
+            self._last_trigger_ms = now
+            return False
+        new = sum(end - begin.get(tp, 0) for tp, end in latest.items())
+        assert self.options.min_offsets_per_trigger is not None
+        if new < self.options.min_offsets_per_trigger:
+            return True
+        self._last_trigger_ms = now
+        return False
 
     def prepareForTriggerAvailableNow(self) -> None:
         infos = self.planner.partitions()
@@ -144,11 +175,17 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         infos = self.planner.partitions()
         self._latest = {tp: info.log_end for tp, info in infos.items()}
         latest = dict(self._target) if self._target is not None else dict(self._latest)
-        if isinstance(limit, ReadMaxRows):
-            # Partitions new to this query count from their log start.
-            begin_all = {tp: begin.get(tp, infos[tp].log_start if tp in infos else end)
-                         for tp, end in latest.items()}
-            latest = rate_limit(limit.max_rows, begin_all, latest)
+        if isinstance(limit, ReadAllAvailable):
+            return offsets_to_json(latest)
+        # Partitions new to this query count from their log start.
+        begin_all = {tp: begin.get(tp, infos[tp].log_start if tp in infos else end)
+                     for tp, end in latest.items()}
+        # Trigger.AvailableNow has a fixed end and must reach it: it never waits for more.
+        if (self.options.min_offsets_per_trigger is not None and self._target is None
+                and self._delay_batch(begin_all, latest)):
+            return start
+        if self.options.max_offsets_per_trigger is not None:
+            latest = rate_limit(self.options.max_offsets_per_trigger, begin_all, latest)
         return offsets_to_json(latest)
 
     def reportLatestOffset(self):

@@ -40,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 READY_PREFIX = "strata listening on "
 KAFKA_READY_PREFIX = "strata kafka listening on "
+LISTENER_PREFIX = "strata listener "
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 60.0
 
@@ -129,6 +130,20 @@ class BrokerProcess:
             self.kafka_port = int(line[len(KAFKA_READY_PREFIX):].strip().rpartition(":")[2])
         return self
 
+    def read_listeners(self, count: int, timeout: float = START_TIMEOUT) -> dict[tuple[str, str], tuple[str, int]]:
+        """After start: the next `count` `strata listener PROTOCOL NAME SECURITY on HOST:PORT`
+        lines (other lines skipped) as {(protocol, NAME): (host, port)}."""
+        deadline = time.monotonic() + timeout
+        out: dict[tuple[str, str], tuple[str, int]] = {}
+        while len(out) < count:
+            line = self._read_line(deadline)
+            if not line.startswith(LISTENER_PREFIX):
+                continue
+            protocol, name, _security, _on, address = line[len(LISTENER_PREFIX):].split()
+            host, _, port = address.rpartition(":")
+            out[(protocol, name)] = (host.strip("[]"), int(port))
+        return out
+
     def _preexec(self):
         """`open_files_limit=(soft, hard)`: RLIMIT_NOFILE set in the child before exec."""
         if self.open_files_limit is None:
@@ -141,6 +156,13 @@ class BrokerProcess:
         return set_limit
 
     def _read_ready_line(self, deadline: float, prefix: str) -> str:
+        line = self._read_line(deadline)
+        if not line.startswith(prefix):
+            self.kill()
+            raise BrokerStartFailed(f"unexpected first line {line!r}", self.returncode, self.stderr_text())
+        return line
+
+    def _read_line(self, deadline: float) -> str:
         assert self.proc is not None and self.proc.stdout is not None
         buf = self._buffer
         with selectors.DefaultSelector() as sel:
@@ -159,11 +181,7 @@ class BrokerProcess:
                                                 self.stderr_text())
                     buf += chunk
         raw, _, self._buffer = buf.partition(b"\n")
-        line = raw.decode()
-        if not line.startswith(prefix):
-            self.kill()
-            raise BrokerStartFailed(f"unexpected first line {line!r}", self.returncode, self.stderr_text())
-        return line
+        return raw.decode()
 
     @property
     def pid(self) -> int:

@@ -4,6 +4,9 @@ Each subcommand lives in its own module exposing `add_parser(subparsers)`, which
 registers its arguments and sets `func` to a callable taking the parsed
 arguments and returning an exit code. `main()` turns every expected failure
 into one clear line on stderr and a non-zero exit: users never see a traceback.
+A UsageError (a bad combination of arguments) prints the subcommand's usage and
+exits 2, as argparse does for the errors it finds itself. `strata --version`
+prints the installed package's version.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import importlib
 import sys
 
 # Subcommand modules, in the order `strata --help` lists them.
-SUBCOMMANDS = ("serve", "topics", "produce", "consume", "dump_log")
+SUBCOMMANDS = ("serve", "topics", "produce", "consume", "groups", "log_dirs", "configs", "dump_log")
 
 
 class CliError(Exception):
@@ -24,8 +27,45 @@ class CliError(Exception):
         self.code = code
 
 
+class UsageError(CliError):
+    """Arguments that do not go together: the subcommand's usage, then the message, exit 2."""
+
+    def __init__(self, message: str):
+        super().__init__(message, code=2)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Records on the parsed arguments, as `usage_parser`, the innermost (sub)parser that
+    parsed them, so a UsageError found later prints that subcommand's usage. Subparsers
+    are of the same class (add_subparsers makes them with the parent's type)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extras = super().parse_known_args(args, namespace)
+        if getattr(parsed, "usage_parser", None) is None:
+            parsed.usage_parser = self
+        return parsed, extras
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but arguments nobody knows are reported with the usage of the
+        subcommand they were given to."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parsed.usage_parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("strata")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="strata", description="Strata: a Kafka-compatible log broker")
+    parser = _Parser(prog="strata", description="Strata: a Kafka-compatible log broker")
+    parser.add_argument("--version", action="version", version=f"strata {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in SUBCOMMANDS:
@@ -68,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> int:
     try:
         return int(args.func(args) or 0)
+    except UsageError as e:
+        args.usage_parser.error(str(e))  # exits 2
+        raise
     except CliError as e:
         print(f"strata: {e}", file=sys.stderr)
         return e.code

@@ -1,7 +1,14 @@
 """What the client subcommands (topics, produce, consume) share.
 
-Contract: `add_bootstrap_arg` registers the required `--bootstrap-server
-HOST:PORT`; `client_errors()` is a context manager that turns every client
+Contract: `add_bootstrap_arg` registers `--bootstrap-server HOST:PORT` (the
+native listener), by default $STRATA_BOOTSTRAP_SERVER or localhost:9000;
+`add_kafka_bootstrap_arg` registers `--kafka-bootstrap-server HOST:PORT` (the
+Kafka listener, for what only a Kafka request does) and `kafka_address(args)`
+resolves it: the option, else $STRATA_KAFKA_BOOTSTRAP_SERVER, else the
+--bootstrap-server host on port 9092 (`kafka.port`'s default); `add_topic_args`
+registers a topic given as positional TOPIC or `--topic TOPIC` (Kafka's tools take
+the option) and `topic_arg(args)` returns it (a UsageError when it is missing or
+given twice differently); `client_errors()` is a context manager that turns every client
 failure (StrataClientError and subclasses, a bad bootstrap address) into a
 CliError whose message is one line, so `strata` prints `strata: <message>` and
 exits non-zero; `parse_config_args` turns repeated `--config k=v` into a dict.
@@ -10,17 +17,57 @@ exits non-zero; `parse_config_args` turns repeated `--config k=v` into a dict.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from client import StrataClientError, parse_bootstrap
 
-from . import CliError
+from . import CliError, UsageError
+
+BOOTSTRAP_ENV = "STRATA_BOOTSTRAP_SERVER"
+KAFKA_BOOTSTRAP_ENV = "STRATA_KAFKA_BOOTSTRAP_SERVER"
+DEFAULT_BOOTSTRAP = "localhost:9000"  # port's default
+DEFAULT_KAFKA_PORT = 9092  # kafka.port's default
 
 
 def add_bootstrap_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="the broker to talk to")
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
+                        default=os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP,
+                        help=f"the broker's native listener (default: ${BOOTSTRAP_ENV} "
+                             f"or {DEFAULT_BOOTSTRAP})")
+
+
+def add_kafka_bootstrap_arg(parser: argparse.ArgumentParser, purpose: str = "") -> None:
+    parser.add_argument("--kafka-bootstrap-server", metavar="HOST:PORT",
+                        help=f"the broker's Kafka listener{purpose} (default: ${KAFKA_BOOTSTRAP_ENV}, "
+                             f"else the --bootstrap-server host on port {DEFAULT_KAFKA_PORT})")
+
+
+def kafka_address(args: argparse.Namespace) -> str:
+    """The Kafka listener's "HOST:PORT" for these arguments (see the module contract)."""
+    explicit = args.kafka_bootstrap_server or os.environ.get(KAFKA_BOOTSTRAP_ENV)
+    if explicit:
+        return check_bootstrap(explicit)
+    host = parse_bootstrap(check_bootstrap(args.bootstrap_server))[0][0]
+    return f"[{host}]:{DEFAULT_KAFKA_PORT}" if ":" in host else f"{host}:{DEFAULT_KAFKA_PORT}"
+
+
+def add_topic_args(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    parser.add_argument("topic", nargs="?", metavar="TOPIC",
+                        help="the topic" + (" (default: every topic)" if optional else ""))
+    parser.add_argument("--topic", dest="topic_option", metavar="TOPIC",
+                        help="the topic, given as Kafka's tools take it")
+
+
+def topic_arg(args: argparse.Namespace) -> str:
+    positional, option = args.topic, args.topic_option
+    if positional and option and positional != option:
+        raise UsageError(f"two different topics: {positional!r} and --topic {option!r}")
+    name = option or positional
+    if not name:
+        raise UsageError("the topic is missing: give TOPIC or --topic TOPIC")
+    return name
 
 
 def check_bootstrap(value: str) -> str:

@@ -11,7 +11,10 @@ Contract:
   and on exit), so a later run with the same group resumes after the last
   message printed.
 - Stops after `--max-messages N` messages, or after `--timeout-ms T` without
-  a message; otherwise runs until Ctrl-C, which exits 0 quietly.
+  a message; otherwise runs until Ctrl-C, which exits 0. Once the topic was
+  found, the exit (any of these, or a failure) prints `Processed a total of N
+  messages` on stderr, as Kafka's console consumer does.
+- TOPIC may be given as `--topic TOPIC`, as Kafka's console consumer takes it.
 - Errors (unknown topic, unreachable broker, ...) are one `strata: ...` line on
   stderr and exit code 1.
 """
@@ -25,15 +28,15 @@ import time
 
 from client import Consumer
 
-from . import CliError
-from .client_support import add_bootstrap_arg, check_bootstrap, client_errors
+from . import CliError, UsageError
+from .client_support import add_bootstrap_arg, add_topic_args, check_bootstrap, client_errors, topic_arg
 
 POLL_SLICE_MS = 500  # the longest single poll, so --timeout-ms and Ctrl-C stay prompt
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("consume", help="print a topic's messages")
-    parser.add_argument("topic", metavar="TOPIC")
+    add_topic_args(parser)
     add_bootstrap_arg(parser)
     parser.add_argument("--from-beginning", action="store_true",
                         help="start at the log start when the group has no committed offset")
@@ -46,20 +49,32 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+class Progress:
+    """How far a run got: whether it started consuming, and how many messages it printed."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.printed = 0
+
+
 def run(args: argparse.Namespace) -> int:
+    args.topic = topic_arg(args)
     if args.max_messages is not None and args.max_messages < 0:
-        raise CliError("--max-messages must be at least 0")
+        raise UsageError("--max-messages must be at least 0")
     if args.timeout_ms is not None and args.timeout_ms < 0:
-        raise CliError("--timeout-ms must be at least 0")
+        raise UsageError("--timeout-ms must be at least 0")
+    progress = Progress()
     try:
         with client_errors():
             consumer = Consumer(check_bootstrap(args.bootstrap_server), group=args.group,
                                 auto_offset_reset="earliest" if args.from_beginning else "latest",
                                 retries=2)
             try:
-                _consume(consumer, args)
+                _consume(consumer, args, progress)
             finally:
                 consumer.close()  # commits the group's positions
+                if progress.started:
+                    print(f"Processed a total of {progress.printed} messages", file=sys.stderr)
     except KeyboardInterrupt:
         # Ctrl-C is the normal way to stop. Interrupting a poll cancels it, so the
         # positions hold only what was printed, and the close above committed them.
@@ -71,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _consume(consumer: Consumer, args: argparse.Namespace) -> None:
+def _consume(consumer: Consumer, args: argparse.Namespace, progress: Progress) -> None:
     if args.partition is not None:
         count = len(consumer.partitions_for(args.topic))
         if not 0 <= args.partition < count:
@@ -81,6 +96,7 @@ def _consume(consumer: Consumer, args: argparse.Namespace) -> None:
     else:
         consumer.subscribe(args.topic)
     consumer.assignment()  # looks the topic up now: an unknown topic fails before any wait
+    progress.started = True
     out = sys.stdout.buffer
     printed = 0
     last_message = time.monotonic()
@@ -107,4 +123,5 @@ def _consume(consumer: Consumer, args: argparse.Namespace) -> None:
         out.write(b"".join(lines))
         out.flush()
         printed += len(records)
+        progress.printed = printed
 

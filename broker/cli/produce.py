@@ -12,8 +12,13 @@ Contract:
 - Ctrl-C ends the input like end-of-file: lines already read are delivered
   and the exit code is 0.
 - The topic is looked up before any input is read, so an unknown topic fails
-  at once even with empty input. Everything is flushed before exit; the first
-  message the broker refused makes the exit code 1 with its error on stderr.
+  at once even with empty input. Everything is flushed before exit.
+- A failed line (no key separator, or a message the broker refused) is named by
+  its number, `strata: line N: ...` on stderr. `--on-error stop` (the default)
+  stops reading at the first one found (sends already made are still
+  delivered) and exits 1; `--on-error continue` reports each failed line, sends
+  every other one, and exits 1 after a last line counting the failures.
+- TOPIC may be given as `--topic TOPIC`, as Kafka's console producer takes it.
 """
 
 from __future__ import annotations
@@ -22,17 +27,17 @@ import argparse
 import sys
 from collections import deque
 
-from client import COMPRESSION_CODECS, Producer
+from client import COMPRESSION_CODECS, Producer, StrataClientError
 
-from . import CliError
-from .client_support import add_bootstrap_arg, check_bootstrap, client_errors
+from . import CliError, UsageError
+from .client_support import add_bootstrap_arg, add_topic_args, check_bootstrap, client_errors, topic_arg
 
 CHECK_EVERY = 1000  # sends kept before looking at finished ones (keeps memory flat)
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("produce", help="send stdin lines to a topic")
-    parser.add_argument("topic", metavar="TOPIC")
+    add_topic_args(parser)
     add_bootstrap_arg(parser)
     parser.add_argument("--key-separator", metavar="SEP",
                         help="split each line at the first SEP into key and value")
@@ -41,6 +46,8 @@ def add_parser(subparsers) -> None:
                         help="compression codec for the record batches (default none)")
     parser.add_argument("--linger-ms", type=int, default=5, metavar="MS",
                         help="how long a batch waits for more messages (default 5)")
+    parser.add_argument("--on-error", choices=("stop", "continue"), default="stop",
+                        help="at a line that fails: stop there (the default) or report it and go on")
     parser.set_defaults(func=run)
 
 
@@ -54,8 +61,9 @@ def _lines(stream):
 
 
 def run(args: argparse.Namespace) -> int:
+    args.topic = topic_arg(args)
     if args.key_separator == "":
-        raise CliError("--key-separator must not be empty")
+        raise UsageError("--key-separator must not be empty")
     separator = args.key_separator.encode("utf-8") if args.key_separator is not None else None
     with client_errors():
         producer = Producer(check_bootstrap(args.bootstrap_server), linger_ms=args.linger_ms,
@@ -73,33 +81,63 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+class LineFailures:
+    """The failed lines of a run: the first one stops it (`stop`), or each is reported
+    on stderr and counted (`continue`)."""
+
+    def __init__(self, keep_going: bool):
+        self.keep_going = keep_going
+        self.count = 0
+
+    def failed(self, number: int, reason: str) -> None:
+        message = f"line {number}: {' '.join(reason.split())}"
+        if not self.keep_going:
+            raise CliError(message)
+        self.count += 1
+        print(f"strata: {message}", file=sys.stderr, flush=True)
+
+
 def _send_lines(producer: Producer, args: argparse.Namespace, separator: bytes | None) -> None:
-    pending: deque = deque()
+    pending: deque = deque()  # (line number, send future)
+    failures = LineFailures(args.on_error == "continue")
     problem: CliError | None = None
-    for number, line in enumerate(_lines(sys.stdin.buffer), start=1):
-        key = None
-        if separator is not None:
-            key, found, value = line.partition(separator)
-            if not found:
-                problem = CliError(f"line {number} has no key separator "
-                                   f"{args.key_separator!r}: {line[:80]!r}")
-                break
-            line = value
-        pending.append(producer.send(args.topic, line, key, partition=args.partition))
-        if len(pending) >= CHECK_EVERY:
-            _check_done(pending)
+    lines = 0
+    try:
+        for number, line in enumerate(_lines(sys.stdin.buffer), start=1):
+            lines = number
+            key = None
+            if separator is not None:
+                key, found, value = line.partition(separator)
+                if not found:
+                    failures.failed(number, f"no key separator {args.key_separator!r}: {line[:80]!r}")
+                    continue
+                line = value
+            pending.append((number, producer.send(args.topic, line, key, partition=args.partition)))
+            if len(pending) >= CHECK_EVERY:
+                _check_done(pending, failures)
+    except CliError as e:  # the first failed line, under --on-error stop
+        problem = e
     producer.flush()
-    _check_done(pending)
+    if problem is None:
+        try:
+            _check_done(pending, failures)
+        except CliError as e:
+            problem = e
     if problem is not None:
         raise problem
+    if failures.count:
+        raise CliError(f"{failures.count} of {lines} lines were not sent")
 
 
-def _check_done(pending: deque) -> None:
-    """Drop the finished sends at the front, raising the first failure among them.
+def _check_done(pending: deque, failures: LineFailures) -> None:
+    """Drop the finished sends at the front, reporting the failures among them.
 
     Sends finish roughly in order, so looking only at the front keeps this
     O(1) per line; a failure further back is found on a later call or at the end."""
-    while pending and pending[0].done():
-        error = pending.popleft().exception()
+    while pending and pending[0][1].done():
+        number, future = pending.popleft()
+        error = future.exception()
         if error is not None:
-            raise error
+            if not isinstance(error, StrataClientError):
+                raise error
+            failures.failed(number, str(error))

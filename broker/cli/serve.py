@@ -1,13 +1,15 @@
 """`strata serve`: run the broker.
 
 Contract: `strata serve [--data-dir DIR] [--host H] [--port P] [--kafka-port P]
-[--config FILE] [--set KEY=VALUE ...]` loads the configuration (precedence:
+[--config FILE] [--set KEY=VALUE ...] [--strict]` loads the configuration (precedence:
 command line > STRATA_* environment > properties file > defaults; see
 broker/config.py), prints one line to stdout once the sockets listen,
 `strata listening on HOST:PORT` (the real port when --port 0), then, unless the
 Kafka listener is off (kafka.port -1), a second one,
 `strata kafka listening on HOST:PORT` (the bound address, real port when
---kafka-port 0), writes structured logs to stderr, and exits 0
+--kafka-port 0) (these two: the first native and the first Kafka listener), then
+one line per listener, `strata listener PROTOCOL NAME SECURITY_PROTOCOL on
+HOST:PORT` (PROTOCOL is native or kafka), writes structured logs to stderr, and exits 0
 after a graceful shutdown (SIGTERM or SIGINT). Every startup failure is one line
 `strata: ...` on stderr and a non-zero exit.
 """
@@ -34,6 +36,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--config", metavar="FILE", help="a server.properties file")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                         help="override one setting (repeatable)")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse unknown settings (by default they are logged and ignored, as Kafka does)")
     parser.set_defaults(func=run)
 
 
@@ -47,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         config = BrokerConfig.load(config_file=args.config, overrides=args.overrides,
                                    cli={"host.name": args.host, "port": args.port,
                                         "kafka.port": args.kafka_port},
-                                   data_dir=args.data_dir)
+                                   data_dir=args.data_dir, strict=args.strict)
     except InvalidConfigError as e:
         raise CliError(f"invalid configuration: {e}", code=2) from None
 
@@ -57,8 +61,14 @@ def run(args: argparse.Namespace) -> int:
     def kafka_ready(address: str) -> None:
         print(f"strata kafka listening on {address}", flush=True)
 
+    def listener_ready(listener) -> None:
+        from broker.server import format_address
+
+        print(f"strata listener {listener.spec.protocol} {listener.name} {listener.security_protocol} "
+              f"on {format_address(*listener.address)}", flush=True)
+
     try:
-        return run_broker(config, ready=ready, kafka_ready=kafka_ready)
+        return run_broker(config, ready=ready, kafka_ready=kafka_ready, listener_ready=listener_ready)
     except StartupError as e:
         raise CliError(str(e)) from None
     except KeyboardInterrupt:

@@ -1,47 +1,73 @@
-"""`strata topics`: create, list, describe, alter and delete topics.
+"""`strata topics`: create, list, describe, alter and delete topics (kafka-topics).
 
-Contract (stdout; errors are one `strata: ...` line on stderr, exit 1):
+Contract (stdout; errors are one `strata: ...` line on stderr, exit 1; arguments
+that do not go together print the subcommand's usage, exit 2). TOPIC is given as
+the positional argument or as `--topic TOPIC`, as Kafka's tools take it.
 
-    strata topics create NAME [--partitions N] [--config K=V ...] --bootstrap-server H:P
-        Created topic NAME.
-    strata topics list --bootstrap-server H:P
+    strata topics create TOPIC [--partitions N] [--replication-factor 1] [--config K=V ...]
+                         [--if-not-exists]
+        Created topic TOPIC.
+        (without --partitions the broker's num.partitions; a replication factor
+        other than 1 is refused, INVALID_REPLICATION_FACTOR: the broker is one node;
+        --if-not-exists: an existing topic is no error, and nothing is printed)
+    strata topics list
         one topic name per line, sorted (internal topics such as
         __consumer_offsets included, as kafka-topics --list does, unless
         --exclude-internal)
-    strata topics describe NAME --bootstrap-server H:P
-        Topic: NAME<TAB>PartitionCount: N
+    strata topics describe [TOPIC] [--if-exists]
+        Topic: TOPIC<TAB>PartitionCount: N
         <TAB>Partition: 0<TAB>LogStartOffset: S<TAB>LogEndOffset: E    (one line per partition)
         Configs:
-        <TAB>key=value                                (every effective setting, sorted by key)
-    strata topics alter NAME [--config K=V ...] [--config K= ...] [--delete-config K ...]
-                        [--partitions N [--kafka-bootstrap-server H:P]] --bootstrap-server H:P
-        Completed increasing the partition count of topic NAME to N.   (with --partitions)
-        Completed updating config for topic NAME.                      (with configs)
+        <TAB>key=value                 (every effective setting, sorted by key; a setting
+                                       the topic overrides ends in " (overridden)")
+        (no TOPIC: every topic, one block each. Which settings are overridden comes from
+        the Kafka listener's DescribeConfigs, at --kafka-bootstrap-server; when it cannot
+        be asked the settings are printed unmarked with one note on stderr)
+    strata topics alter TOPIC [--config K=V ...] [--config K= ...] [--delete-config K ...]
+                        [--partitions N [--kafka-bootstrap-server H:P]] [--if-exists]
+        Completed increasing the partition count of topic TOPIC to N.   (with --partitions)
+        Completed updating config for topic TOPIC.                      (with configs)
         (`K=` with an empty value and `--delete-config K` both put K back to its default;
         --partitions grows the topic to N partitions, as kafka-topics --alter does: the
         native protocol has no request for it, so this one goes to the broker's Kafka
-        listener as Kafka's CreatePartitions, at --kafka-bootstrap-server, by default
-        the --bootstrap-server host on port 9092, `kafka.port`'s default. The partitions
-        grow before the configs change.)
-    strata topics delete NAME --bootstrap-server H:P
-        Deleted topic NAME.
+        listener as Kafka's CreatePartitions, at --kafka-bootstrap-server. The
+        partitions grow before the configs change.)
+    strata topics delete TOPIC [--if-exists]
+        Deleted topic TOPIC.
+    (--if-exists: an unknown topic is no error, and nothing is printed)
+    Every subcommand takes --bootstrap-server H:P (client_support.py: its default).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 from kio.schema.errors import ErrorCode
 
-from client import Admin, parse_bootstrap
+from client import Admin, StrataClientError
 
-from . import CliError
-from .client_support import add_bootstrap_arg, check_bootstrap, client_errors, parse_config_args
+from . import CliError, UsageError
+from .client_support import (
+    add_bootstrap_arg,
+    add_kafka_bootstrap_arg,
+    add_topic_args,
+    check_bootstrap,
+    client_errors,
+    kafka_address,
+    parse_config_args,
+    topic_arg,
+)
+from .kafka_admin import KafkaAdmin, TopicConfig
 from .kafka_call import kafka_call
 
 INTERNAL_PREFIX = "__"
-DEFAULT_KAFKA_PORT = 9092  # kafka.port's default
+USE_BROKER_DEFAULT = -1  # CREATE_TOPIC's partitions: the broker's num.partitions
+DYNAMIC_TOPIC_CONFIG = "DYNAMIC_TOPIC_CONFIG"
+OVERRIDDEN = " (overridden)"
 
 
 def add_parser(subparsers) -> None:
@@ -50,9 +76,13 @@ def add_parser(subparsers) -> None:
     actions.required = True
 
     create = actions.add_parser("create", help="create a topic")
-    create.add_argument("name", metavar="NAME")
-    create.add_argument("--partitions", type=int, default=1, metavar="N",
-                        help="number of partitions (default 1)")
+    add_topic_args(create)
+    create.add_argument("--partitions", type=int, metavar="N",
+                        help="number of partitions (default: the broker's num.partitions)")
+    create.add_argument("--replication-factor", type=int, default=1, metavar="1",
+                        help="replicas per partition: 1, the broker being one node")
+    create.add_argument("--if-not-exists", action="store_true",
+                        help="an existing topic is no error")
     create.add_argument("--config", action="append", metavar="KEY=VALUE",
                         help="a topic setting; repeat for more")
     add_bootstrap_arg(create)
@@ -66,26 +96,28 @@ def add_parser(subparsers) -> None:
 
     describe = actions.add_parser("describe",
                                   help="partitions, offsets and every setting of a topic")
-    describe.add_argument("name", metavar="NAME")
+    add_topic_args(describe, optional=True)
+    describe.add_argument("--if-exists", action="store_true", help="an unknown topic is no error")
     add_bootstrap_arg(describe)
+    add_kafka_bootstrap_arg(describe, ", for which settings are overridden")
     describe.set_defaults(func=_describe)
 
     alter = actions.add_parser("alter", help="change or reset topic settings")
-    alter.add_argument("name", metavar="NAME")
+    add_topic_args(alter)
+    alter.add_argument("--if-exists", action="store_true", help="an unknown topic is no error")
     alter.add_argument("--config", action="append", metavar="KEY=VALUE",
                        help="set KEY (an empty VALUE resets it to the default); repeat for more")
     alter.add_argument("--delete-config", action="append", metavar="KEY",
                        help="reset KEY to the default; repeat for more")
     alter.add_argument("--partitions", type=int, metavar="N",
                        help="grow the topic to N partitions (through the broker's Kafka listener)")
-    alter.add_argument("--kafka-bootstrap-server", metavar="HOST:PORT",
-                       help="the broker's Kafka listener, for --partitions (default: the "
-                            "--bootstrap-server host, port 9092)")
+    add_kafka_bootstrap_arg(alter, ", for --partitions")
     add_bootstrap_arg(alter)
     alter.set_defaults(func=_alter)
 
     delete = actions.add_parser("delete", help="delete a topic and its data")
-    delete.add_argument("name", metavar="NAME")
+    add_topic_args(delete)
+    delete.add_argument("--if-exists", action="store_true", help="an unknown topic is no error")
     add_bootstrap_arg(delete)
     delete.set_defaults(func=_delete)
 
@@ -95,11 +127,33 @@ def _admin(args: argparse.Namespace) -> Admin:
     return Admin(check_bootstrap(args.bootstrap_server), retries=2)
 
 
+@contextmanager
+def _unless(code: ErrorCode, allowed: bool) -> Iterator[list[bool]]:
+    """Client errors as CliErrors, except the broker's `code` when `allowed`, which is
+    swallowed; the yielded list holds True once it was."""
+    swallowed: list[bool] = []
+    with client_errors():
+        try:
+            yield swallowed
+        except StrataClientError as e:
+            if not (allowed and e.code is not None and int(e.code) == int(code)):
+                raise
+            swallowed.append(True)
+
+
 def _create(args: argparse.Namespace) -> int:
+    name = topic_arg(args)
     configs = parse_config_args(args.config)
-    with client_errors(), _admin(args) as admin:
-        admin.create_topic(args.name, args.partitions, configs)
-    print(f"Created topic {args.name}.")
+    if args.replication_factor != 1:
+        raise CliError(f"--replication-factor {args.replication_factor}: INVALID_REPLICATION_FACTOR: a Strata "
+                       f"broker is a single node, so every partition has exactly 1 replica")
+    if args.partitions is not None and args.partitions < 1:
+        raise CliError(f"--partitions must be at least 1, not {args.partitions}")
+    partitions = USE_BROKER_DEFAULT if args.partitions is None else args.partitions
+    with _unless(ErrorCode.topic_already_exists, args.if_not_exists) as existed, _admin(args) as admin:
+        admin.create_topic(name, partitions, configs)
+    if not existed:
+        print(f"Created topic {name}.")
     return 0
 
 
@@ -113,66 +167,91 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    with client_errors(), _admin(args) as admin:
-        topic = admin.describe_topic(args.name)
-        configs = admin.describe_config(args.name)
-    lines = [f"Topic: {topic.topic}\tPartitionCount: {len(topic.partitions)}"]
-    for p in sorted(topic.partitions, key=lambda p: p.partition):
-        lines.append(f"\tPartition: {p.partition}\tLogStartOffset: {p.log_start_offset}"
-                     f"\tLogEndOffset: {p.log_end_offset}")
-    lines.append("Configs:")
-    lines += [f"\t{key}={'' if value is None else value}" for key, value in sorted(configs.items())]
-    print("\n".join(lines))
+    names = [topic_arg(args)] if args.topic or args.topic_option else None
+    found = []
+    with _unless(ErrorCode.unknown_topic_or_partition, args.if_exists), _admin(args) as admin:
+        for name in names if names is not None else admin.list_topics():
+            found.append((admin.describe_topic(name), admin.describe_config(name)))
+    if not found:
+        return 0
+    overridden = _overridden(args, [topic.topic for topic, _ in found])
+    blocks = []
+    for topic, configs in found:
+        lines = [f"Topic: {topic.topic}\tPartitionCount: {len(topic.partitions)}"]
+        for p in sorted(topic.partitions, key=lambda p: p.partition):
+            lines.append(f"\tPartition: {p.partition}\tLogStartOffset: {p.log_start_offset}"
+                         f"\tLogEndOffset: {p.log_end_offset}")
+        lines.append("Configs:")
+        marked = overridden.get(topic.topic, set())
+        lines += [f"\t{key}={'' if value is None else value}{OVERRIDDEN if key in marked else ''}"
+                  for key, value in sorted(configs.items())]
+        blocks.append("\n".join(lines))
+    print("\n".join(blocks))
     return 0
 
 
+def _overridden(args: argparse.Namespace, topics: list[str]) -> dict[str, set[str]]:
+    """{topic: the settings it overrides}, from the Kafka listener; {} (and a note on
+    stderr) when that cannot be asked."""
+    address = kafka_address(args)
+    try:
+        described: dict[str, list[TopicConfig]] = KafkaAdmin(address).topic_configs(topics)
+    except CliError as e:
+        print(f"strata: overridden settings are not marked: {e}", file=sys.stderr)
+        return {}
+    return {topic: {c.name for c in configs if c.source == DYNAMIC_TOPIC_CONFIG}
+            for topic, configs in described.items()}
+
+
 def _alter(args: argparse.Namespace) -> int:
+    name = topic_arg(args)
     configs = parse_config_args(args.config, allow_empty=True)
     for key in args.delete_config or ():
         configs[key] = None
     if not configs and args.partitions is None:
-        raise CliError("nothing to alter: give --partitions N, --config KEY=VALUE or --delete-config KEY")
+        raise UsageError("nothing to alter: give --partitions N, --config KEY=VALUE or --delete-config KEY")
     if args.kafka_bootstrap_server is not None and args.partitions is None:
-        raise CliError("--kafka-bootstrap-server goes with --partitions")
+        raise UsageError("--kafka-bootstrap-server goes with --partitions")
     check_bootstrap(args.bootstrap_server)
+    if args.if_exists:
+        with _unless(ErrorCode.unknown_topic_or_partition, True) as missing, _admin(args) as admin:
+            admin.describe_topic(name)
+        if missing:
+            return 0
     if args.partitions is not None:
-        _grow(args)
-        print(f"Completed increasing the partition count of topic {args.name} to {args.partitions}.")
+        _grow(args, name)
+        print(f"Completed increasing the partition count of topic {name} to {args.partitions}.")
     if configs:
         with client_errors(), _admin(args) as admin:
-            admin.alter_config(args.name, configs)
-        print(f"Completed updating config for topic {args.name}.")
+            admin.alter_config(name, configs)
+        print(f"Completed updating config for topic {name}.")
     return 0
 
 
-def _kafka_address(args: argparse.Namespace) -> str:
-    if args.kafka_bootstrap_server is not None:
-        return check_bootstrap(args.kafka_bootstrap_server)
-    host = parse_bootstrap(args.bootstrap_server)[0][0]
-    return f"[{host}]:{DEFAULT_KAFKA_PORT}" if ":" in host else f"{host}:{DEFAULT_KAFKA_PORT}"
-
-
-def _grow(args: argparse.Namespace) -> None:
+def _grow(args: argparse.Namespace, name: str) -> None:
     """Kafka's CreatePartitions (v3) for one topic; its error as one line."""
     from kio.schema.create_partitions.v3.request import CreatePartitionsRequest, CreatePartitionsTopic
+    from kio.schema.types import TopicName
     from kio.static.primitive import i32Timedelta
 
     if args.partitions < 1:
         raise CliError(f"--partitions must be at least 1, not {args.partitions}")
-    address = _kafka_address(args)
+    address = kafka_address(args)
     request = CreatePartitionsRequest(
-        topics=(CreatePartitionsTopic(name=args.name, count=args.partitions, assignments=None),),
+        topics=(CreatePartitionsTopic(name=TopicName(name), count=args.partitions, assignments=None),),
         timeout=i32Timedelta.parse(timedelta(seconds=30)), validate_only=False)
     response = kafka_call(address, request)
     for result in response.results:
         if result.error_code != ErrorCode.none:
             message = f": {result.error_message}" if result.error_message else ""
-            raise CliError(f"grow {args.name} to {args.partitions} partitions: "
+            raise CliError(f"grow {name} to {args.partitions} partitions: "
                            f"{result.error_code.name.upper()}{message}")
 
 
 def _delete(args: argparse.Namespace) -> int:
-    with client_errors(), _admin(args) as admin:
-        admin.delete_topic(args.name)
-    print(f"Deleted topic {args.name}.")
+    name = topic_arg(args)
+    with _unless(ErrorCode.unknown_topic_or_partition, args.if_exists) as missing, _admin(args) as admin:
+        admin.delete_topic(name)
+    if not missing:
+        print(f"Deleted topic {name}.")
     return 0

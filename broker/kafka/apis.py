@@ -44,6 +44,7 @@ from storage.log import Log
 
 from ..connection import CloseConnection, FastPath
 from ..group_configs import GroupConfigs
+from ..listeners import ConnectionContext, peer_of
 from ..log_limiter import BadRequestLog
 from ..partitions import PartitionService
 from . import codec, request_check
@@ -141,6 +142,14 @@ class RequestContext:
     peer: Any
     apis: KafkaApis
     response_class: type = field(repr=False)
+    connection: ConnectionContext | None = None  # listener, security protocol, client certificate
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """(host, port) Metadata and FindCoordinator answer: the advertised address of
+        the listener the client connected to, as Kafka does."""
+        listener = self.connection.listener if self.connection is not None else None
+        return listener.advertised if listener is not None else self.apis.advertised
 
 
 class KafkaApis(FastPath):
@@ -237,7 +246,8 @@ class KafkaApis(FastPath):
             except Exception:
                 log.exception("shutdown_callback_failed")
 
-    async def handle(self, frame, peer: Any = None):
+    async def handle(self, frame, conn: Any = None):
+        peer = peer_of(conn)
         try:
             api_key, api_version, correlation_id = codec.peek_header(frame)
         except codec.MalformedRequest as e:
@@ -262,8 +272,8 @@ class KafkaApis(FastPath):
                                          api_version=api_version, error=str(e), peer=peer)
                 raise CloseConnection() from None
         response_class = entry.response_classes[api_version]
-        ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer,
-                             self, response_class)
+        ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer_of(conn),
+                             self, response_class, conn if isinstance(conn, ConnectionContext) else None)
         try:
             response = await entry.handler(request, ctx)
         except asyncio.CancelledError:
@@ -281,7 +291,7 @@ class KafkaApis(FastPath):
 
     # ---- FastPath (broker.connection) -----------------------------------------------------------
 
-    def handle_now(self, frame, peer: Any = None):
+    def handle_now(self, frame, conn: Any = None):
         """The reply to `frame` made right now on the loop, by its API's `now` handler
         (Produce appended inline, Fetch with nothing to wait for), or None, with
         nothing done, for `handle` to answer (a request it cannot decode included:
@@ -298,8 +308,8 @@ class KafkaApis(FastPath):
         except codec.MalformedRequest:
             return None
         response_class = entry.response_classes[api_version]
-        ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer,
-                             self, response_class)
+        ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer_of(conn),
+                             self, response_class, conn if isinstance(conn, ConnectionContext) else None)
         try:
             response = entry.handler_now(request, ctx)
         except StrataError as e:
@@ -317,7 +327,7 @@ class KafkaApis(FastPath):
     def run_key(self, frame) -> None:
         return None  # no Kafka request is begun before its turn
 
-    def begin(self, frame, peer: Any = None) -> asyncio.Future:
+    def begin(self, frame, conn: Any = None) -> asyncio.Future:
         raise NotImplementedError("KafkaApis keys no frames (run_key is always None)")
 
 

@@ -33,7 +33,7 @@ class ClusterHandlers:
                         error_message=f"The request was sent to an endpoint of type BROKER, "
                                       f"but it asked for endpoint type {endpoint}",
                         controller_id=-1, brokers=())
-        host, port = self.apis.advertised
+        host, port = ctx.advertised
         node = self.apis.node_id
         broker = make(nested(R, "brokers"), broker_id=node, host=host, port=port, rack=None, is_fenced=False)
         return make(R, throttle_time=0, error_code=0, error_message=None, endpoint_type=endpoint,

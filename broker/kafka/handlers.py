@@ -222,7 +222,7 @@ class CoreHandlers:
         R = ctx.response_class
         TopicR = nested(R, "topics")
         PartR = nested(TopicR, "partitions")
-        host, port = self.apis.advertised
+        host, port = ctx.advertised
         node = self.apis.node_id
         brokers = (make(nested(R, "brokers"), node_id=node, host=host, port=port, rack=None),)
         allow_auto = getattr(req, "allow_auto_topic_creation", True) and self.config.auto_create_topics

@@ -94,8 +94,6 @@ def test_data_dir_sources(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(text="no.such.key=1\n"), r"unknown setting 'no.such.key' \(.*server.properties\)"),
-    (dict(overrides=["bogus=1"]), r"unknown setting 'bogus' \(--set\)"),
     (dict(overrides=["novalue"]), "--set expects KEY=VALUE"),
     (dict(overrides=["port=abc"]), r"port: 'abc' is not a valid int \(--set\)"),
     (dict(overrides=["port=70000"]), "port: 70000 must be between 0 and 65535"),

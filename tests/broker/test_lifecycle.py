@@ -154,7 +154,7 @@ def one_line_error(code: int, stdout: str, stderr: str) -> str:
 
 
 def test_bad_configuration_is_one_line(tmp_path):
-    line = one_line_error(*run_serve("--data-dir", str(tmp_path), "--set", "no.such.setting=1"))
+    line = one_line_error(*run_serve("--data-dir", str(tmp_path), "--set", "no.such.setting=1", "--strict"))
     assert "no.such.setting" in line
     line = one_line_error(*run_serve("--data-dir", str(tmp_path), "--port", "http"))
     assert "port" in line

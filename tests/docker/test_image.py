@@ -241,7 +241,7 @@ def check_json_logs(container: str) -> list[dict]:
     for line in (out + "\n" + err).splitlines():
         if not line.strip():
             continue
-        if line.startswith(("strata listening on ", "strata kafka listening on ")):
+        if line.startswith(("strata listening on ", "strata kafka listening on ", "strata listener ")):
             continue
         try:
             event = json.loads(line)

@@ -3,6 +3,8 @@ rate limiting, and decoding log entries into Arrow columns."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kafka_format import build_batch, build_classic
@@ -72,13 +74,55 @@ def test_bad_values_are_refused_never_ignored():
                        ("failOnDataLoss", "yes"), ("includeHeaders", "1")):
         with pytest.raises(OptionError, match=key):
             read_options({**B, "subscribe": "a", key: value}, streaming=True)
-    with pytest.raises(OptionError, match="not supported"):
-        read_options({**B, "subscribe": "a", "minOffsetsPerTrigger": "5"}, streaming=True)
+    for key, value in (("minOffsetsPerTrigger", "0"), ("maxTriggerDelay", "soon")):
+        with pytest.raises(OptionError, match=key):
+            read_options({**B, "subscribe": "a", key: value}, streaming=True)
     with pytest.raises(OptionError, match="read_uncommitted"):
         read_options({**B, "subscribe": "a", "kafka.isolation.level": "read_committed"},
                      streaming=False)
     with pytest.raises(OptionError, match="bad regular expression"):
         read_options({**B, "subscribePattern": "("}, streaming=True)
+
+
+def test_min_offsets_and_max_trigger_delay():
+    o = read_options({**B, "subscribe": "a", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "30s"},
+                     streaming=True)
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (5, 30_000)
+    assert read_options({**B, "subscribe": "a"}, streaming=True).max_trigger_delay_ms == 15 * 60_000
+    for text, ms in (("100", 100), ("250ms", 250), ("2m", 120_000), ("1h", 3_600_000), ("1d", 86_400_000)):
+        assert read_options({**B, "subscribe": "a", "maxTriggerDelay": text}, streaming=True) \
+            .max_trigger_delay_ms == ms
+    with pytest.raises(OptionError, match=r"minOffsetPerTrigger\(9\) is higher than the maxOffsetsPerTrigger\(5\)"):
+        read_options({**B, "subscribe": "a", "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "5"},
+                     streaming=True)
+
+
+@pytest.mark.parametrize("name", ["groupIdPrefix", "kafka.group.id", "kafka.auto.offset.reset",
+                                  "kafka.key.deserializer", "kafka.interceptor.classes",
+                                  "kafka.security.protocol", "subscrbe"])
+def test_every_other_option_is_refused_by_its_name(name):
+    with pytest.raises(OptionError, match=f"option '{re.escape(name)}' is not supported"):
+        read_options({**B, "subscribe": "a", name: "x"}, streaming=True)
+
+
+def test_every_kafka_source_option_is_known_or_refused():
+    """The options of spark-sql-kafka's documentation (read side), each honoured or refused."""
+    from pipeline.options import READ_OPTIONS, UNSUPPORTED
+    spark_kafka = ["assign", "subscribe", "subscribePattern", "kafka.bootstrap.servers", "startingTimestamp",
+                   "startingOffsetsByTimestamp", "startingOffsets", "endingTimestamp",
+                   "endingOffsetsByTimestamp", "endingOffsets", "failOnDataLoss", "kafkaConsumer.pollTimeoutMs",
+                   "fetchOffset.numRetries", "fetchOffset.retryIntervalMs", "maxOffsetsPerTrigger",
+                   "minOffsetsPerTrigger", "maxTriggerDelay", "minPartitions", "maxRecordsPerPartition",
+                   "groupIdPrefix", "kafka.group.id", "includeHeaders", "startingOffsetsByTimestampStrategy"]
+    for name in spark_kafka:
+        key = name.lower().removeprefix("kafka.")
+        assert key in READ_OPTIONS or key in UNSUPPORTED, name
+
+
+def test_write_refuses_unknown_options_by_name():
+    with pytest.raises(OptionError, match="option 'kafka.acks' is not supported by the Strata sink"):
+        write_options({**B, "topic": "t", "kafka.acks": "all"})
+    write_options({**B, "topic": "t", "checkpointLocation": "/x"})
 
 
 def test_write_options():

@@ -115,10 +115,10 @@ class GroupHandlers:
 
     # ---- FindCoordinator ---------------------------------------------------------------------
 
-    def _coordinator_for(self, key_type: int) -> tuple[int, str | None, int, str, int]:
+    def _coordinator_for(self, key_type: int, ctx) -> tuple[int, str | None, int, str, int]:
         """(error, message, node id, host, port) for a key of `key_type`."""
         if key_type == GROUP_KEY:
-            host, port = self.apis.advertised
+            host, port = ctx.advertised
             return NONE, None, self.apis.node_id, host, port
         if key_type in (TRANSACTION_KEY, SHARE_KEY):
             kind = "transaction" if key_type == TRANSACTION_KEY else "share group"
@@ -132,11 +132,11 @@ class GroupHandlers:
             CoordR = nested(R, "coordinators")
             out = []
             for key in req.coordinator_keys:
-                error, message, node, host, port = self._coordinator_for(key_type)
+                error, message, node, host, port = self._coordinator_for(key_type, ctx)
                 out.append(make(CoordR, key=key, node_id=node, host=host, port=port, error_code=error,
                                 error_message=message))
             return make(R, throttle_time=0, coordinators=tuple(out))
-        error, message, node, host, port = self._coordinator_for(key_type)
+        error, message, node, host, port = self._coordinator_for(key_type, ctx)
         return make(R, throttle_time=0, error_code=error, error_message=message, node_id=node, host=host,
                     port=port)
 

@@ -1,0 +1,182 @@
+"""TLS against PLAINTEXT on the Kafka listener, same broker, same run (issue 15's target:
+TLS produce >= 0.7x PLAINTEXT).
+
+    .venv/bin/python bench/tls.py [--messages 100000] [--size 1024] [--one-record 2000] [--runs 3]
+
+One real `python -m broker serve` process with two Kafka listeners on 127.0.0.1,
+PLAINTEXT and SSL (a PEM keystore made at start with `cryptography`, EC P-256,
+OpenSSL's default suite: TLS 1.3 AES-256-GCM). The client is confluent-kafka
+(librdkafka) in this process. Per listener, alternating, best of --runs:
+
+- produce: one Producer (linger.ms=5, batch.size=1 MiB, acks=1, no compression),
+  --messages values of --size bytes to partition 0 of a fresh topic; the clock
+  runs from the first produce() to the end of flush().
+- fetch: one Consumer, assign() partition 0 from offset 0, consume() in batches
+  until every message is in (fetch.queue.backoff.ms=10, so librdkafka's own queue
+  backoff does not dominate).
+- one record: --one-record produce()+flush() round trips of one --size record
+  (acks=1), p50 and p99 in milliseconds.
+The ratio column is SSL / PLAINTEXT for throughput, SSL / PLAINTEXT for latency
+(above 1 = TLS slower), and PLAINTEXT / SSL for the broker's CPU per message
+(utime + stime of its threads, /proc/<pid>/stat; the least over the runs): on a
+loaded machine wall-clock throughput swings with other processes, the broker's own
+CPU per message much less. The broker's sendfile and copied
+bytes come from its shutdown log: PLAINTEXT fetches go by sendfile, SSL fetches are
+copied through the TLS layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, ROOT)
+
+from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.tls_certs import CertificateAuthority  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the broker process (all threads), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def produce(conf: dict, topic: str, messages: int, size: int) -> float:
+    from confluent_kafka import Producer
+
+    producer = Producer({**conf, "linger.ms": 5, "batch.size": 1 << 20, "acks": 1,
+                         "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 21})
+    value = b"x" * size
+    start = time.perf_counter()
+    for _ in range(messages):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    left = producer.flush(120)
+    elapsed = time.perf_counter() - start
+    assert left == 0, f"{left} messages not delivered"
+    return elapsed
+
+
+def fetch(conf: dict, topic: str, messages: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**conf, "group.id": "bench-" + uuid.uuid4().hex, "enable.auto.commit": False,
+                         "fetch.queue.backoff.ms": 10})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got = 0
+    start = time.perf_counter()
+    deadline = time.monotonic() + 300
+    while got < messages:
+        assert time.monotonic() < deadline, f"fetch stalled at {got}"
+        for m in consumer.consume(10000, 1.0):
+            if not m.error():
+                got += 1
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return elapsed
+
+
+def one_record(conf: dict, topic: str, count: int, size: int) -> tuple[float, float]:
+    from confluent_kafka import Producer
+
+    producer = Producer({**conf, "linger.ms": 0, "acks": 1})
+    value = b"y" * size
+    for _ in range(20):  # connect and warm up
+        producer.produce(topic, value, partition=0)
+        producer.flush(10)
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        producer.produce(topic, value, partition=0)
+        producer.flush(10)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2] * 1000, times[int(len(times) * 0.99)] * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--one-record", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    work = tempfile.mkdtemp(prefix="strata-bench-tls-")
+    try:
+        ca = CertificateAuthority()
+        keystore = ca.issue("localhost").write_pem(Path(work) / "server.pem")
+        ca_pem = ca.write_pem(Path(work) / "ca.pem")
+        broker = BrokerProcess(os.path.join(work, "data"), "--set",
+                               "listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                               "--set", "ssl.keystore.type=PEM", "--set", f"ssl.keystore.location={keystore}",
+                               kafka_port=None).start()
+        addresses = broker.read_listeners(3)
+        confs = {name: {"bootstrap.servers": "{}:{}".format(*addresses["kafka", name])}
+                 for name in ("PLAINTEXT", "SSL")}
+        confs["SSL"].update({"security.protocol": "SSL", "ssl.ca.location": str(ca_pem)})
+        results: dict[str, dict[str, float]] = {name: {} for name in confs}
+        try:
+            admin = AdminClient(confs["PLAINTEXT"])
+            for run in range(args.runs):
+                for name, conf in confs.items():
+                    topic = f"bench-{name.lower()}-{run}"
+                    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+                    cpu0 = cpu_seconds(broker.pid)
+                    p = produce(conf, topic, args.messages, args.size)
+                    cpu1 = cpu_seconds(broker.pid)
+                    f = fetch(conf, topic, args.messages)
+                    cpu2 = cpu_seconds(broker.pid)
+                    r = results[name]
+                    r["produce"] = max(r.get("produce", 0), args.messages / p)
+                    r["fetch"] = max(r.get("fetch", 0), args.messages / f)
+                    r["produce_cpu"] = min(r.get("produce_cpu", 1e9), (cpu1 - cpu0) / args.messages * 1e6)
+                    r["fetch_cpu"] = min(r.get("fetch_cpu", 1e9), (cpu2 - cpu1) / args.messages * 1e6)
+                    topic1 = topic + "-one"
+                    admin.create_topics([NewTopic(topic1, 1)])[topic1].result(30)
+                    p50, p99 = one_record(conf, topic1, args.one_record, args.size)
+                    r["p50"] = min(r.get("p50", 1e9), p50)
+                    r["p99"] = min(r.get("p99", 1e9), p99)
+        finally:
+            broker.stop()
+        stopped = [e for e in broker.log_events() if e.get("event") == "broker_stopped"]
+        mb = args.size / 1e6
+        print(f"{args.messages} x {args.size} B values, best of {args.runs}; one record: "
+              f"{args.one_record} round trips")
+        print(f"{'':10} {'PLAINTEXT':>22} {'SSL':>22} {'SSL/PLAINTEXT':>14}")
+        for key, unit in (("produce", "msg/s"), ("fetch", "msg/s")):
+            pt, tls = results["PLAINTEXT"][key], results["SSL"][key]
+            print(f"{key:10} {pt:>11,.0f} {unit} {pt * mb:5.0f} MB/s {tls:>11,.0f} {unit} {tls * mb:5.0f} MB/s "
+                  f"{tls / pt:>13.2f}x")
+        for key in ("produce_cpu", "fetch_cpu"):
+            pt, tls = results["PLAINTEXT"][key], results["SSL"][key]
+            print(f"{key:10} {pt:>15.2f} us/msg {tls:>15.2f} us/msg {pt / tls:>13.2f}x (broker CPU)")
+        for key in ("p50", "p99"):
+            pt, tls = results["PLAINTEXT"][key], results["SSL"][key]
+            print(f"{'one ' + key:10} {pt:>19.3f} ms {tls:>19.3f} ms {tls / pt:>13.2f}x (latency)")
+        if stopped:
+            s = stopped[-1]["sendfile"]
+            print(f"broker: sendfile {s['bytes'] / 1e6:.0f} MB, copied through the transport "
+                  f"{s['copied_bytes'] / 1e6:.0f} MB")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

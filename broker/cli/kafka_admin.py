@@ -1,0 +1,220 @@
+"""The Kafka admin requests the `groups`, `log-dirs` and `configs` subcommands send.
+
+Contract: `KafkaAdmin(address)` sends each request as one kio-encoded Kafka request
+to the broker's Kafka listener at "HOST:PORT" (kafka_call.py) and returns plain
+Python values. Committed offsets are one map, `__consumer_offsets`, for groups of
+both protocols (native COMMIT_OFFSET and Kafka's OffsetCommit), so ListGroups,
+OffsetFetch, OffsetCommit and DeleteGroups cover native groups as well. A request
+or partition error is a CliError naming the error code (and the broker's message
+when it sends one); `delete_groups` returns its per-group errors instead.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId, GroupId, TopicName
+from kio.serial import entity_reader
+from kio.static.primitive import i8, i32, i64
+
+from . import CliError
+from .kafka_call import kafka_call
+
+LATEST, EARLIEST = -1, -2  # ListOffsets timestamps
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # DescribeConfigs resource types
+NO_EPOCH = -1
+CONSUMER_PROTOCOL = "consumer"
+CONFIG_SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+                  4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+                  8: "GROUP_CONFIG"}
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Member:
+    member_id: str
+    client_id: str
+    host: str
+    assignment: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    name: str
+    value: str | None
+    source: str  # Kafka's ConfigSource name: DYNAMIC_TOPIC_CONFIG for a topic's override
+
+
+@dataclass(frozen=True)
+class Group:
+    group_id: str
+    state: str
+    protocol_type: str
+    members: tuple[Member, ...]
+
+
+def _name(code: ErrorCode) -> str:
+    return code.name.upper()
+
+
+def _check(code: ErrorCode, what: str, message: str | None = None) -> None:
+    if code != ErrorCode.none:
+        raise CliError(f"{what}: {_name(code)}" + (f": {message}" if message else ""))
+
+
+def consumer_assignment(data: bytes) -> tuple[TopicPartition, ...]:
+    """The partitions of a ConsumerProtocolAssignment (version:int16, then v0's
+    fields, which every version starts with); () when it does not parse."""
+    from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
+
+    if len(data) < 2:
+        return ()
+    try:
+        assignment, _ = entity_reader(ConsumerProtocolAssignment)(data, 2)
+    except (ValueError, struct.error, UnicodeDecodeError, IndexError):
+        return ()
+    return tuple((t.topic, p) for t in assignment.assigned_partitions for p in t.partitions)
+
+
+class KafkaAdmin:
+    def __init__(self, address: str):
+        self.address = address
+
+    def call(self, request):
+        return kafka_call(self.address, request)
+
+    # ---- groups ------------------------------------------------------------------------------
+
+    def list_groups(self) -> list[tuple[str, str, str]]:
+        """(group id, protocol type, state) of every group, sorted by id."""
+        from kio.schema.list_groups.v4.request import ListGroupsRequest
+
+        response = self.call(ListGroupsRequest(states_filter=()))
+        _check(response.error_code, "list groups")
+        return sorted((g.group_id, g.protocol_type, g.group_state) for g in response.groups)
+
+    def describe_group(self, group_id: str) -> Group:
+        from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+
+        response = self.call(DescribeGroupsRequest(groups=(GroupId(group_id),), include_authorized_operations=False))
+        (described,) = response.groups
+        _check(described.error_code, f"describe group {group_id!r}")
+        consumer = described.protocol_type == CONSUMER_PROTOCOL
+        members = tuple(Member(m.member_id, m.client_id, m.client_host,
+                               consumer_assignment(m.member_assignment) if consumer else ())
+                        for m in described.members)
+        return Group(group_id, described.group_state, described.protocol_type, members)
+
+    def committed(self, group_id: str) -> dict[TopicPartition, int]:
+        """Every offset the group has committed, whichever protocol committed it."""
+        from kio.schema.offset_fetch.v7.request import OffsetFetchRequest
+
+        response = self.call(OffsetFetchRequest(group_id=GroupId(group_id), topics=None, require_stable=False))
+        _check(response.error_code, f"fetch the offsets of group {group_id!r}")
+        out = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                _check(p.error_code, f"fetch the offset of {topic.name}-{p.partition_index}")
+                if p.committed_offset >= 0:
+                    out[(topic.name, p.partition_index)] = p.committed_offset
+        return out
+
+    def commit(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        """Commit as an admin (no member, generation -1): the broker takes it only
+        while the group has no active members."""
+        from kio.schema.offset_commit.v8 import request as oc
+
+        by_topic: dict[str, list] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append(oc.OffsetCommitRequestPartition(
+                partition_index=i32(partition), committed_offset=i64(offset), committed_leader_epoch=i32(NO_EPOCH),
+                committed_metadata=""))
+        request = oc.OffsetCommitRequest(
+            group_id=GroupId(group_id), generation_id_or_member_epoch=i32(-1), member_id="", group_instance_id=None,
+            topics=tuple(oc.OffsetCommitRequestTopic(name=TopicName(t), partitions=tuple(ps))
+                         for t, ps in by_topic.items()))
+        response = self.call(request)
+        for topic in response.topics:
+            for p in topic.partitions:
+                _check(p.error_code, f"commit the offset of {topic.name}-{p.partition_index} for group {group_id!r}")
+
+    def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+
+        response = self.call(DeleteGroupsRequest(groups_names=tuple(GroupId(g) for g in group_ids)))
+        return {r.group_id: r.error_code for r in response.results}
+
+    # ---- topics and offsets ------------------------------------------------------------------
+
+    def partition_count(self, topic: str) -> int:
+        from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+        response = self.call(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=TopicName(topic)),),
+                                             allow_auto_topic_creation=False,
+                                             include_topic_authorized_operations=False))
+        (found,) = response.topics
+        _check(found.error_code, f"topic {topic!r}")
+        return len(found.partitions)
+
+    def list_offsets(self, partitions: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+        """Kafka's ListOffsets for each partition: LATEST (the log end), EARLIEST (the log
+        start) or a timestamp in ms (the first offset at or after it, -1 when none)."""
+        from kio.schema.list_offsets.v7 import request as lo
+
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        request = lo.ListOffsetsRequest(replica_id=BrokerId(-1), isolation_level=i8(0), topics=tuple(
+            lo.ListOffsetsTopic(name=TopicName(topic), partitions=tuple(
+                lo.ListOffsetsPartition(partition_index=i32(p), current_leader_epoch=i32(NO_EPOCH),
+                                        timestamp=i64(timestamp))
+                for p in ps))
+            for topic, ps in by_topic.items()))
+        out = {}
+        for topic in self.call(request).topics:
+            for p in topic.partitions:
+                _check(p.error_code, f"list the offsets of {topic.name}-{p.partition_index}")
+                out[(topic.name, p.partition_index)] = p.offset
+        return out
+
+    # ---- log dirs and configs ----------------------------------------------------------------
+
+    def describe_log_dirs(self, topics: list[str] | None):
+        """The broker's DescribeLogDirs results (kio objects): every partition, or those of `topics`."""
+        from kio.schema.describe_log_dirs.v4 import request as dl
+
+        wanted = None
+        if topics is not None:
+            wanted = tuple(dl.DescribableLogDirTopic(topic=TopicName(t),
+                                                     partitions=tuple(i32(p) for p in range(self.partition_count(t))))
+                           for t in topics)
+        response = self.call(dl.DescribeLogDirsRequest(topics=wanted))
+        _check(response.error_code, "describe log dirs")
+        return response.results
+
+    def _describe_configs(self, resource_type: int, names: list[str], what: str) -> dict[str, list[TopicConfig]]:
+        from kio.schema.describe_configs.v4 import request as dc
+
+        request = dc.DescribeConfigsRequest(
+            resources=tuple(dc.DescribeConfigsResource(resource_type=i8(resource_type), resource_name=name,
+                                                       configuration_keys=None) for name in names),
+            include_synonyms=False, include_documentation=False)
+        out = {}
+        for result in self.call(request).results:
+            _check(result.error_code, f"describe the configs of {what} {result.resource_name!r}",
+                   result.error_message)
+            out[result.resource_name] = sorted(
+                (TopicConfig(c.name, c.value, CONFIG_SOURCES.get(c.config_source, "UNKNOWN")) for c in result.configs),
+                key=lambda c: c.name)
+        return out
+
+    def broker_configs(self) -> list[TopicConfig]:
+        """Every broker config with its source, sorted by name."""
+        return self._describe_configs(BROKER_RESOURCE, [""], "the broker")[""]
+
+    def topic_configs(self, topics: list[str]) -> dict[str, list[TopicConfig]]:
+        """{topic: every setting with its source, sorted by name}."""
+        return self._describe_configs(TOPIC_RESOURCE, topics, "topic")

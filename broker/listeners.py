@@ -1,0 +1,216 @@
+"""Listeners as Kafka names them, for both protocols, and what a connection knows of its own.
+
+Contract:
+- `listener_specs(values, sources)` reads the configuration (broker/config.py) and
+  returns every listener to open, `ListenerSpec`s, Kafka's first, or raises
+  InvalidConfigError naming the key:
+  - `listeners`: Kafka-protocol listeners, `NAME://HOST:PORT,...` (HOST empty =
+    every address). Empty: the shorthand `PLAINTEXT://host.name:kafka.port`
+    (none when kafka.port is -1).
+  - `native.listeners`: native-protocol listeners in the same form. Empty: the
+    shorthand `PLAINTEXT://host.name:port`.
+  - `listener.security.protocol.map`: `NAME:PROTOCOL,...`, Kafka's default maps
+    PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL to themselves. Every listener's
+    name must be in it. SASL_* protocols are refused (Strata has no SASL yet).
+  - `advertised.listeners`: `NAME://HOST:PORT` per Kafka listener, what
+    Metadata/FindCoordinator answer a client connected to that listener; a
+    listener without one advertises its bound address (a wildcard host replaced by
+    this machine's canonical name), port 0 = the bound port. Names must be
+    Kafka listeners.
+  Names are unique within a protocol (case-insensitive, kept upper-case); a
+  native and a Kafka listener may share a name, and then share its
+  `listener.name.<name>.ssl.*` settings.
+- `Listener`: a spec at run time, with the bound address, what it advertises,
+  and (SSL) its TLS context source (broker/tls.py).
+- `ConnectionContext`: what one connection knows of itself, for the request
+  handlers: its listener (name, security protocol), the peer address, and the
+  subject of the client's TLS certificate when it presented one (mTLS).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kafka_format.errors import InvalidConfigError
+
+KAFKA = "kafka"
+NATIVE = "native"
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+
+
+def parse_listener(text: str) -> tuple[str, str, int]:
+    """`NAME://HOST:PORT` (HOST may be empty or a bracketed IPv6 address) ->
+    (NAME upper-cased, host, port); ValueError when malformed."""
+    name, sep, rest = text.strip().partition("://")
+    if not sep or not name:
+        raise ValueError(f"{text.strip()!r}: expected NAME://HOST:PORT")
+    if not all(c.isalnum() or c in "_-" for c in name):
+        raise ValueError(f"{text.strip()!r}: a listener name has letters, digits, '_' and '-' only")
+    host, colon, port = rest.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text.strip()!r}: expected NAME://HOST:PORT with a port 0..65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return name.upper(), host, int(port)
+
+
+def parse_listener_list(text: str) -> list[tuple[str, str, int]]:
+    """A comma list of listeners, each name once; ValueError when malformed."""
+    out: list[tuple[str, str, int]] = []
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        listener = parse_listener(item)
+        if any(listener[0] == seen[0] for seen in out):
+            raise ValueError(f"listener name {listener[0]} appears more than once")
+        out.append(listener)
+    return out
+
+
+def parse_protocol_map(text: str) -> dict[str, str]:
+    """`NAME:PROTOCOL,...` -> {NAME: PROTOCOL}; ValueError when malformed."""
+    out: dict[str, str] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        name, colon, protocol = item.strip().partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not colon or not name:
+            raise ValueError(f"{item.strip()!r}: expected NAME:SECURITY_PROTOCOL")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"{item.strip()!r}: the security protocol must be one of "
+                             f"{', '.join(SECURITY_PROTOCOLS)}")
+        if name in out:
+            raise ValueError(f"listener name {name} appears more than once")
+        out[name] = protocol
+    return out
+
+
+def list_complaint(value: str) -> str | None:
+    """Key check of listeners, native.listeners, advertised.listeners."""
+    try:
+        parse_listener_list(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def map_complaint(value: str) -> str | None:
+    try:
+        parse_protocol_map(value)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+@dataclass(frozen=True)
+class ListenerSpec:
+    """One listener to open, as configured."""
+
+    protocol: str  # KAFKA or NATIVE
+    name: str  # upper-case
+    host: str  # "" = every address
+    port: int  # 0 = any free port
+    security_protocol: str  # PLAINTEXT or SSL
+    advertised: tuple[str, int] | None = None  # Kafka: advertised.listeners' entry, port 0 = bound
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in TLS_PROTOCOLS
+
+
+def listener_specs(values: Mapping[str, Any], sources: Mapping[str, str]) -> tuple[ListenerSpec, ...]:
+    """Every listener of the configuration (see the module contract)."""
+    def fail(key: str, message: str) -> InvalidConfigError:
+        return InvalidConfigError(f"{key}: {message} ({sources.get(key, 'default')})")
+
+    protocol_map = parse_protocol_map(values["listener.security.protocol.map"])
+    host = values["host.name"]
+    kafka = parse_listener_list(values["listeners"])
+    if not kafka and values["kafka.port"] >= 0:
+        kafka = [("PLAINTEXT", host, values["kafka.port"])]
+    native = parse_listener_list(values["native.listeners"])
+    if not native:
+        native = [("PLAINTEXT", host, values["port"])]
+    advertised = {name: (h, p) for name, h, p in parse_listener_list(values["advertised.listeners"])}
+    kafka_names = {name for name, _, _ in kafka}
+    for name in advertised:
+        if name not in kafka_names:
+            raise fail("advertised.listeners",
+                       f"listener {name} is not one of the Kafka listeners ({', '.join(sorted(kafka_names))})")
+    specs: list[ListenerSpec] = []
+    for protocol, entries, key in ((KAFKA, kafka, "listeners"), (NATIVE, native, "native.listeners")):
+        for name, h, p in entries:
+            security = protocol_map.get(name)
+            if security is None:
+                raise fail("listener.security.protocol.map",
+                           f"no security protocol for listener {name} (of {key})")
+            if security.startswith("SASL_"):
+                raise fail("listener.security.protocol.map",
+                           f"listener {name} uses {security}: Strata has no SASL authentication yet; "
+                           "use PLAINTEXT or SSL")
+            specs.append(ListenerSpec(protocol, name, h, p, security,
+                                      advertised.get(name) if protocol == KAFKA else None))
+    return tuple(specs)
+
+
+def canonical_host(host: str) -> str:
+    """A wildcard bind address (empty, 0.0.0.0, ::) is advertised as this machine's name."""
+    return socket.getfqdn() if host in ("", "0.0.0.0", "::") else host
+
+
+@dataclass(eq=False)
+class Listener:
+    """A listener at run time: its spec, the bound address and (SSL) its TLS contexts."""
+
+    spec: ListenerSpec
+    tls: Any = None  # broker.tls.ServerTls when the listener is SSL
+    address: tuple[str, int] | None = None  # bound (host, port)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def security_protocol(self) -> str:
+        return self.spec.security_protocol
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """What Metadata/FindCoordinator answer on this listener."""
+        assert self.address is not None, "not bound yet"
+        host, port = self.spec.advertised or self.address
+        return canonical_host(host), port or self.address[1]
+
+
+@dataclass(eq=False, slots=True)
+class ConnectionContext:
+    """One connection as the request handlers see it (see the module contract)."""
+
+    listener: Listener | None
+    peer: Any = None  # (host, port) as the socket reports it
+    peer_certificate_subject: str | None = None  # RFC 4514, when the client sent a certificate
+
+    @property
+    def listener_name(self) -> str | None:
+        return self.listener.name if self.listener is not None else None
+
+    @property
+    def security_protocol(self) -> str:
+        return self.listener.security_protocol if self.listener is not None else "PLAINTEXT"
+
+
+def peer_of(conn: Any) -> Any:
+    """The peer address of a ConnectionContext (or the address itself, from callers
+    that pass one)."""
+    return conn.peer if isinstance(conn, ConnectionContext) else conn
+
+
+__all__ = ["ConnectionContext", "DEFAULT_PROTOCOL_MAP", "KAFKA", "Listener", "ListenerSpec", "NATIVE",
+           "SECURITY_PROTOCOLS", "canonical_host", "listener_specs", "parse_listener", "parse_listener_list",
+           "parse_protocol_map", "peer_of"]
