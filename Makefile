@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 SERVE_STAMP := $(VENV)/.installed-serve
 PACKAGE_SOURCES := pyproject.toml setup.py $(wildcard storage/*.c kafka_format/*.c kafka_format/*.h)
 
-.PHONY: serve test venv bench clean lint
+.PHONY: serve test test-pure venv bench clean lint
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ serve: $(SERVE_STAMP)
 # STRATA_REQUIRE_NATIVE: the C accelerators must have built (kafka_format/native.py).
 test: $(STAMP)
 	STRATA_REQUIRE_NATIVE=1 $(PY) -m pytest -q
+
+# The storage and protocol tests once more on the pure-Python twins of the C
+# accelerators (kafka_format/accel.py, storage/accel.py bind them once).
+test-pure: $(STAMP)
+	STRATA_PURE_PYTHON=1 $(PY) -m pytest -q tests/storage tests/protocol
 
 bench: $(STAMP)
 	$(PY) bench/storage.py

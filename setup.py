@@ -2,7 +2,8 @@
 
 Everything else is in pyproject.toml. Each extension is `optional`: where no C
 compiler is found the install still succeeds and Strata runs on the pure-Python
-implementations of the same functions (kafka_format/native.py picks one at import;
+implementations of the same functions (kafka_format/accel.py and storage/accel.py
+pick once at import;
 `STRATA_PURE_PYTHON=1` forces the Python ones). `make test` sets
 `STRATA_REQUIRE_NATIVE=1`, so a build that silently failed there fails the tests
 instead of quietly measuring the fallback.
@@ -19,8 +20,9 @@ COMPILE_ARGS = ["-std=c99", "-Wall", "-Wextra", "-Wno-unused-parameter",
 setup(
     ext_modules=[
         Extension("kafka_format._crecords", ["kafka_format/_crecords.c"],
-                  depends=["kafka_format/crc_fold.h"], extra_compile_args=COMPILE_ARGS, optional=True),
-        Extension("storage._ccleaner", ["storage/_ccleaner.c"],
-                  extra_compile_args=COMPILE_ARGS, optional=True),
+                  depends=["kafka_format/crc_fold.h", "kafka_format/format.h"], extra_compile_args=COMPILE_ARGS,
+                  optional=True),
+        Extension("storage._ccleaner", ["storage/_ccleaner.c"], include_dirs=["kafka_format"],
+                  depends=["kafka_format/format.h"], extra_compile_args=COMPILE_ARGS, optional=True),
     ],
 )

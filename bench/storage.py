@@ -39,7 +39,8 @@ import logging  # noqa: E402
 import structlog  # noqa: E402
 
 from kafka_format import build_batch, build_classic  # noqa: E402
-from kafka_format.framing import crc32, crc32c  # noqa: E402  (the CRC functions the log uses)
+from kafka_format.accel import crc32c  # noqa: E402  (the CRC functions the log uses)
+from kafka_format.framing import crc32  # noqa: E402
 from storage.clock import SystemClock  # noqa: E402
 from storage.config import LogConfig  # noqa: E402
 from storage.file_records import ENTRY_HEAD  # noqa: E402

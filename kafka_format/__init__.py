@@ -16,7 +16,9 @@ offers:
 
 Layouts live in framing.py (what all entries share), classic.py (magic 0/1),
 batch.py (magic 2) and varint.py; codecs in codecs.py; errors.py holds the shared
-errors, topic_names.py the topic-name rule, native.py the C accelerators' loader.
+errors, topic_names.py the topic-name rule; accel.py binds the C accelerators
+(_crecords.c) or their pure-Python twins (_pyrecords.py) once, as native.py's
+switches say.
 """
 
 from .builder import build_batch, build_classic

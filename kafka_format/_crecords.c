@@ -13,15 +13,8 @@
  * Python would have accepted unchanged, and the tests compare both on random
  * and corrupt input (tests/storage/test_crecords.py).
  *
- * The layouts are those of kafka_format/framing.py, classic.py and batch.py:
- *
- *   every entry   0 offset:int64 | 8 size:int32 | 12 crc or epoch:int32 | 16 magic:int8
- *   magic 0/1     17 attributes:int8 | [18 timestamp:int64, v1] | keyLength:int32 key
- *                 valueLength:int32 value; CRC32 (IEEE) over magic..end
- *   magic 2       17 crc:uint32 | 21 attributes:int16 | 23 lastOffsetDelta:int32 |
- *                 27 baseTimestamp | 35 maxTimestamp | 43 producerId | 51 producerEpoch:int16
- *                 | 53 baseSequence:int32 | 57 recordCount:int32 | 61 records;
- *                 CRC32C over attributes..end
+ * The layouts (field positions, sizes, attribute bits) come from format.h,
+ * shared with storage/_ccleaner.c.
  *
  * CRCs are computed here by crc_fold.h where the CPU allows (CRC32 with
  * PCLMULQDQ, CRC32C with AVX-512 VPCLMULQDQ), else by the Python callables the
@@ -32,30 +25,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#define LOG_OVERHEAD 12
-#define MAGIC_OFFSET 16
-#define MIN_ENTRY_SIZE_FIELD 14
-#define CLASSIC_CRC_OFFSET 12
-#define CLASSIC_ATTRIBUTES_OFFSET 17
-#define V1_TIMESTAMP_OFFSET 18
-#define BATCH_CRC_OFFSET 17
-#define BATCH_CRC_START 21
-#define BATCH_LAST_DELTA_OFFSET 23
-#define BATCH_MAX_TIMESTAMP_OFFSET 35
-#define BATCH_RECORD_COUNT_OFFSET 57
-#define BATCH_LEADER_EPOCH_OFFSET 12
-#define BATCH_PRODUCER_ID_OFFSET 43
-#define BATCH_BASE_SEQUENCE_OFFSET 53
-#define BATCH_CONTROL_BIT 0x20
-#define MIN_BATCH_LENGTH 49
-#define CODEC_MASK 0x07
-#define TIMESTAMP_TYPE_BIT 0x08
-#define BATCH_CODECS 5
-#define CLASSIC_CODECS 4
-#define NO_TIMESTAMP (-1)
+#include "format.h"
 
-static const Py_ssize_t KEY_LENGTH_OFFSET[2] = {18, 26};
-static const Py_ssize_t MIN_SIZE_FIELD[2] = {14, 22};
+static const Py_ssize_t KEY_LENGTH_OFFSET[2] = {V0_KEY_LENGTH_OFFSET, V1_KEY_LENGTH_OFFSET};
+static const Py_ssize_t MIN_SIZE_FIELD[2] = {V0_MIN_SIZE_FIELD, V1_MIN_SIZE_FIELD};
 
 static inline uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
@@ -126,13 +99,13 @@ static int64_t call_crc(PyObject *crc, const unsigned char *data, Py_ssize_t sta
 static int entry_crc_ok(const unsigned char *b, Py_ssize_t pos, Py_ssize_t entry_end, int magic, PyObject *crc32,
                         PyObject *crc32c) {
     int64_t crc;
-    if (magic == 2)
+    if (magic == MAGIC_V2)
         crc = crc32c_in_c() ? (int64_t)crc32c_native(b + pos + BATCH_CRC_START, entry_end - pos - BATCH_CRC_START)
                             : call_crc(crc32c, b, pos + BATCH_CRC_START, entry_end);
     else
         crc = crc32_in_c() ? (int64_t)crc32_native(b + pos + MAGIC_OFFSET, entry_end - pos - MAGIC_OFFSET)
                            : call_crc(crc32, b, pos + MAGIC_OFFSET, entry_end);
-    return crc < 0 ? -1 : (uint32_t)crc == be32(b + pos + (magic == 2 ? BATCH_CRC_OFFSET : CLASSIC_CRC_OFFSET));
+    return crc < 0 ? -1 : (uint32_t)crc == be32(b + pos + (magic == MAGIC_V2 ? BATCH_CRC_OFFSET : CLASSIC_CRC_OFFSET));
 }
 
 /* The index files' entries (offset_index.OffsetIndex.ENTRY, time_index.TimeIndex.ENTRY). */
@@ -245,24 +218,24 @@ static PyObject *scan_run(PyObject *self, PyObject *args) {
     const unsigned char *b = buffer.buf;
     while (end - pos > MAGIC_OFFSET) {
         int64_t offset = sbe64(b + pos);
-        int32_t size = sbe32(b + pos + 8);
+        int32_t size = sbe32(b + pos + SIZE_OFFSET);
         int magic = b[pos + MAGIC_OFFSET];
         if (size < MIN_ENTRY_SIZE_FIELD || size > end - pos - LOG_OVERHEAD)
             break;
         Py_ssize_t entry_end = pos + LOG_OVERHEAD + size;
         int64_t last, max_timestamp;
         int codec;
-        if (magic == 2) {
+        if (magic == MAGIC_V2) {
             if (size < MIN_BATCH_LENGTH)
                 break;
-            codec = b[pos + BATCH_CRC_START + 1] & CODEC_MASK; /* the low byte of the int16 attributes */
+            codec = b[pos + BATCH_ATTRIBUTES_OFFSET + 1] & CODEC_MASK; /* the low byte of the int16 attributes */
             int32_t last_delta = sbe32(b + pos + BATCH_LAST_DELTA_OFFSET);
             int32_t count = sbe32(b + pos + BATCH_RECORD_COUNT_OFFSET);
             if (codec >= BATCH_CODECS || last_delta < 0 || count < 0 || offset <= previous_last)
                 break;
             last = offset + last_delta;
             max_timestamp = sbe64(b + pos + BATCH_MAX_TIMESTAMP_OFFSET);
-        } else if (magic <= 1) {
+        } else if (magic <= MAGIC_V1) {
             int32_t key_len;
             if (size < MIN_SIZE_FIELD[magic])
                 break;
@@ -296,29 +269,31 @@ done:
     return result;
 }
 
-/* assign_plain_run(buf, pos, end, next_offset, max_bytes, compact, log_append, shift,
+/* assign_plain_run(buf, pos, end, next_offset, max_bytes, compact, log_append, now_ms, shift,
  *                  max_timestamp, offset_of_max, rows, crc32, crc32c)
  *   -> (pos, next_offset, max_timestamp, offset_of_max, record_count, has_producer_ids)
  *
- * records.validator's loop for the entries that need nothing but their offsets:
- * uncompressed classic messages and uncompressed record batches. Checks size,
- * max.message.bytes, lengths (classic), the batch header's rules (count is
- * lastOffsetDelta + 1, no control batch, a producer id has a sequence) and the
- * CRC; restamps the offset (a batch: baseOffset and partitionLeaderEpoch 0),
- * all outside the CRC, and appends a row at position + shift to `rows`, an
- * EntryTable's bytearray. Stops at a compressed entry, a keyless message on a
- * compacted topic (any batch on one: its records must be walked), a timestamp
- * or type bit to change (LogAppendTime; CreateTime with the bit set), and at
- * anything bad; the validator's Python code takes that entry and raises every
- * error. */
+ * records.validator's loop for the entries that need nothing but their offsets
+ * (and a v1 message's timestamp): uncompressed classic messages and
+ * uncompressed record batches. Checks size, max.message.bytes, lengths
+ * (classic), the batch header's rules (count is lastOffsetDelta + 1, no control
+ * batch, a producer id has a sequence) and the CRC; restamps the offset (a
+ * batch: baseOffset and partitionLeaderEpoch 0), all outside the CRC; sets a v1
+ * message's timestamp type bit and, under LogAppendTime, its timestamp to
+ * `now_ms` (clears the bit under CreateTime), recomputing its CRC when either
+ * changes; and appends a row at position + shift to `rows`, an EntryTable's
+ * bytearray. Stops at a compressed entry, a keyless message on a compacted
+ * topic (any batch on one: its records must be walked), a batch whose
+ * timestamp or type bit must change, and at anything bad; the validator's
+ * Python code takes that entry and raises every error. */
 static PyObject *assign_plain_run(PyObject *self, PyObject *args) {
     Py_buffer buffer;
     Py_ssize_t pos, end, max_bytes, shift;
-    long long next_offset, max_timestamp, offset_of_max;
+    long long next_offset, now_ms, max_timestamp, offset_of_max;
     int compact, log_append;
     PyObject *rows, *crc32, *crc32c;
-    if (!PyArg_ParseTuple(args, "w*nnLnppnLLO!OO", &buffer, &pos, &end, &next_offset, &max_bytes, &compact,
-                          &log_append, &shift, &max_timestamp, &offset_of_max, &PyByteArray_Type, &rows,
+    if (!PyArg_ParseTuple(args, "w*nnLnppLnLLO!OO", &buffer, &pos, &end, &next_offset, &max_bytes, &compact,
+                          &log_append, &now_ms, &shift, &max_timestamp, &offset_of_max, &PyByteArray_Type, &rows,
                           &crc32, &crc32c))
         return NULL;
     PyObject *result = NULL;
@@ -332,22 +307,23 @@ static PyObject *assign_plain_run(PyObject *self, PyObject *args) {
     }
     unsigned char *b = buffer.buf;
     while (end - pos > MAGIC_OFFSET) {
-        int32_t size = sbe32(b + pos + 8);
+        int32_t size = sbe32(b + pos + SIZE_OFFSET);
         int magic = b[pos + MAGIC_OFFSET];
-        if (magic > 2 || size < MIN_ENTRY_SIZE_FIELD || size > end - pos - LOG_OVERHEAD)
+        if (magic > MAGIC_V2 || size < MIN_ENTRY_SIZE_FIELD || size > end - pos - LOG_OVERHEAD)
             break;
         Py_ssize_t entry_end = pos + LOG_OVERHEAD + size;
         if (entry_end - pos > max_bytes)
             break;
-        int64_t last_offset, timestamp, count, producer_id = -1;
-        if (magic == 2) {
+        int64_t last_offset, timestamp, count, producer_id = -1, new_timestamp = 0;
+        int new_attributes = 0;
+        if (magic == MAGIC_V2) {
             if (size < MIN_BATCH_LENGTH || compact || log_append)
                 break;
-            int attributes = b[pos + BATCH_CRC_START + 1]; /* the low byte of the int16 attributes */
+            int attributes = b[pos + BATCH_ATTRIBUTES_OFFSET + 1]; /* the low byte of the int16 attributes */
             int32_t last_delta = sbe32(b + pos + BATCH_LAST_DELTA_OFFSET);
             int32_t records = sbe32(b + pos + BATCH_RECORD_COUNT_OFFSET);
             producer_id = sbe64(b + pos + BATCH_PRODUCER_ID_OFFSET);
-            if (b[pos + BATCH_CRC_START] != 0 || (attributes & (CODEC_MASK | TIMESTAMP_TYPE_BIT | BATCH_CONTROL_BIT)) ||
+            if (b[pos + BATCH_CRC_START] != 0 || (attributes & (CODEC_MASK | TIMESTAMP_TYPE_BIT | CONTROL_BIT)) ||
                 last_delta < 0 || records <= 0 || records != (int64_t)last_delta + 1 ||
                 (producer_id >= 0 && sbe32(b + pos + BATCH_BASE_SEQUENCE_OFFSET) < 0))
                 break;
@@ -361,10 +337,12 @@ static PyObject *assign_plain_run(PyObject *self, PyObject *args) {
             int attributes = b[pos + CLASSIC_ATTRIBUTES_OFFSET];
             if ((attributes & CODEC_MASK) || (compact && key_len < 0))
                 break;
-            if (magic == 1 && (log_append || (attributes & TIMESTAMP_TYPE_BIT)))
-                break;
             last_offset = next_offset;
             timestamp = magic ? sbe64(b + pos + V1_TIMESTAMP_OFFSET) : NO_TIMESTAMP;
+            if (magic == MAGIC_V1) {
+                new_attributes = log_append ? attributes | TIMESTAMP_TYPE_BIT : attributes & ~TIMESTAMP_TYPE_BIT;
+                new_timestamp = log_append ? now_ms : timestamp;
+            }
             count = 1;
         }
         int ok = entry_crc_ok(b, pos, entry_end, magic, crc32, crc32c);
@@ -372,8 +350,19 @@ static PyObject *assign_plain_run(PyObject *self, PyObject *args) {
             goto done;
         if (!ok)
             break;
+        if (magic == MAGIC_V1 && (new_attributes != b[pos + CLASSIC_ATTRIBUTES_OFFSET] || new_timestamp != timestamp)) {
+            /* Inside the CRC (magic..end): patched, then the CRC computed anew. */
+            b[pos + CLASSIC_ATTRIBUTES_OFFSET] = (unsigned char)new_attributes;
+            put64(b + pos + V1_TIMESTAMP_OFFSET, new_timestamp);
+            int64_t crc = crc32_in_c() ? (int64_t)crc32_native(b + pos + CLASSIC_CRC_START, entry_end - pos - CLASSIC_CRC_START)
+                                       : call_crc(crc32, b, pos + CLASSIC_CRC_START, entry_end);
+            if (crc < 0)
+                goto done;
+            put32(b + pos + CLASSIC_CRC_OFFSET, (int32_t)(uint32_t)crc);
+            timestamp = new_timestamp;
+        }
         put64(b + pos, next_offset); /* outside the CRC, as is a batch's leader epoch */
-        if (magic == 2)
+        if (magic == MAGIC_V2)
             put32(b + pos + BATCH_LEADER_EPOCH_OFFSET, 0); /* LEADER_EPOCH_ON_APPEND */
         if (producer_id >= 0)
             has_producer_ids = 1;

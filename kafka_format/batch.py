@@ -30,9 +30,8 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from . import native
-from .errors import CorruptRecordError
-from .framing import LOG_APPEND_TIME, LOG_OVERHEAD, Record, crc32c
+from . import _pyrecords, accel
+from .framing import LOG_APPEND_TIME, LOG_OVERHEAD, Record
 from .varint import decode_varint, encode_varint
 
 _FIELDS = (
@@ -70,7 +69,7 @@ NO_SEQUENCE = -1
 
 def batch_crc(buf, pos: int, entry_end: int) -> int:
     """The CRC32C the batch at `pos` should carry."""
-    return crc32c(memoryview(buf)[pos + CRC_START:entry_end])
+    return accel.crc32c(memoryview(buf)[pos + CRC_START:entry_end])
 
 
 def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
@@ -94,10 +93,6 @@ def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
     return encode_varint(len(body)) + body
 
 
-# C walks of records (kafka_format/_crecords.c); None: Python only.
-_crecords = native.load("kafka_format._crecords")
-
-
 class RecordsSummary(NamedTuple):
     max_timestamp_delta: int | None  # None when there are no records
     has_null_key: bool
@@ -105,69 +100,14 @@ class RecordsSummary(NamedTuple):
 
 
 def summarize_records(buf, pos: int, end: int, count: int) -> RecordsSummary:
-    """Walk `count` records in buf[pos:end], checking their structure."""
-    if _crecords is not None:
-        # The C walk, for well-formed records; it gives up on anything else, and
-        # the Python walk below then names the problem.
-        summary = _crecords.summarize_records(buf, pos, end, count)
-        if summary is not None:
-            return tuple.__new__(RecordsSummary, summary)
-    return summarize_records_py(buf, pos, end, count)
-
-
-def summarize_records_py(buf, pos: int, end: int, count: int) -> RecordsSummary:
-    """summarize_records in Python: the reference, and the one that raises."""
-    max_delta = None
-    null_key = False
-    in_order = True
-    try:
-        for index in range(count):
-            if pos >= end:
-                raise CorruptRecordError(f"records are cut short: {index} of {count}")
-            length, pos = decode_varint(buf, pos)
-            record_end = pos + length
-            if length < 0 or record_end > end:
-                raise CorruptRecordError(f"record {index}: length {length} overruns the batch")
-            pos += 1  # record attributes: unused
-            ts_delta, pos = decode_varint(buf, pos)
-            offset_delta, pos = decode_varint(buf, pos)
-            if max_delta is None or ts_delta > max_delta:
-                max_delta = ts_delta
-            if offset_delta != index:
-                in_order = False
-            key_len, pos = decode_varint(buf, pos)
-            if key_len < 0:
-                null_key = True
-            pos = _skip_bytes(key_len, pos, record_end, index, "key")
-            value_len, pos = decode_varint(buf, pos)
-            pos = _skip_bytes(value_len, pos, record_end, index, "value")
-            header_count, pos = decode_varint(buf, pos)
-            if header_count < 0:
-                raise CorruptRecordError(f"record {index}: negative header count {header_count}")
-            for _ in range(header_count):
-                h_key_len, pos = decode_varint(buf, pos)
-                if h_key_len < 0:
-                    raise CorruptRecordError(f"record {index}: null header key")
-                pos = _skip_bytes(h_key_len, pos, record_end, index, "header key")
-                h_value_len, pos = decode_varint(buf, pos)
-                pos = _skip_bytes(h_value_len, pos, record_end, index, "header value")
-            if pos != record_end:
-                raise CorruptRecordError(
-                    f"record {index}: declared {length} bytes but its fields take {length + pos - record_end}")
-    except IndexError:
-        raise CorruptRecordError("records are cut short") from None
-    if pos != end:
-        raise CorruptRecordError(f"{end - pos} bytes left after the batch's {count} records")
-    return RecordsSummary(max_delta, null_key, in_order)
-
-
-def _skip_bytes(length: int, pos: int, record_end: int, index: int, what: str) -> int:
-    if length < -1:
-        raise CorruptRecordError(f"record {index}: {what} length {length}")
-    pos += max(length, 0)
-    if pos > record_end:
-        raise CorruptRecordError(f"record {index}: {what} of {length} bytes overruns the record")
-    return pos
+    """Walk `count` records in buf[pos:end], checking their structure; raises
+    CorruptRecordError naming the first problem."""
+    summary = accel.summarize_records(buf, pos, end, count)
+    if summary is None:
+        # The C walk gives up on anything malformed; the Python twin, the
+        # reference, names the problem.
+        summary = _pyrecords.summarize_records(buf, pos, end, count)
+    return tuple.__new__(RecordsSummary, summary)
 
 
 def decode_records(buf, pos: int, end: int, count: int, base_offset: int,

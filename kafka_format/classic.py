@@ -55,14 +55,13 @@ def message_lengths(buf, pos: int, magic: int, entry_end: int) -> tuple[int, int
     key_pos = pos + KEY_LENGTH_OFFSET[magic] + LENGTH.size
     (key_len,) = LENGTH.unpack_from(buf, key_pos - LENGTH.size)
     if key_len < -1:
-        raise CorruptRecordError(f"message at {pos}: negative key length {key_len}")
+        raise CorruptRecordError(f"message at {pos}: key length {key_len} disagrees with its size")
     value_len_pos = key_pos + max(key_len, 0)
     if value_len_pos + LENGTH.size > entry_end:
-        raise CorruptRecordError(f"message at {pos}: key of {key_len} bytes overruns the message")
+        raise CorruptRecordError(f"message at {pos}: key length {key_len} disagrees with its size")
     (value_len,) = LENGTH.unpack_from(buf, value_len_pos)
     if value_len < -1 or value_len_pos + LENGTH.size + max(value_len, 0) != entry_end:
-        raise CorruptRecordError(
-            f"message at {pos}: key and value lengths ({key_len}, {value_len}) disagree with its size")
+        raise CorruptRecordError(f"message at {pos}: value length {value_len} disagrees with its size")
     return key_len, value_len
 
 

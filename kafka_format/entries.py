@@ -23,30 +23,27 @@ over the records of a batch, no Python object per entry (C appends the rows).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
-from . import native
+from . import accel
 from .batch import BATCH_CODECS, BATCH_HEADER, MIN_BATCH_LENGTH
 from .batch import CRC_START as BATCH_CRC_START
-from .classic import CLASSIC_CODECS, HEADERS, KEY_LENGTH_OFFSET, LENGTH, MIN_SIZE_FIELD
+from .classic import CLASSIC_CODECS, HEADERS, MIN_SIZE_FIELD, message_lengths
 from .classic import CRC_START as CLASSIC_CRC_START
+from .errors import CorruptRecordError
 from .framing import (
     CODEC_MASK,
     ENTRY_PREFIX,
+    ENTRY_ROW,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     MAGIC_V2,
     MIN_ENTRY_SIZE_FIELD,
     NO_TIMESTAMP,
-    crc32c,
 )
 from .framing import crc32 as framing_crc32
 from .packed_rows import PackedRows
-
-# C fast path for runs of good entries (kafka_format/_crecords.c); None: Python only.
-_crecords = native.load("kafka_format._crecords")
 
 
 class EntryInfo(NamedTuple):
@@ -60,11 +57,6 @@ class EntryInfo(NamedTuple):
     codec: int
 
 
-# One EntryTable row: EntryInfo's six fields as native int64s. _crecords.c
-# (ROW_*) reads and writes the same layout.
-ENTRY_ROW = struct.Struct("=6q")
-
-
 class EntryTable(PackedRows):
     """Entries packed one `ENTRY_ROW` each into a bytearray (`rows`), read as a
     sequence of EntryInfo. The validator and the scan return one: a MiB of 1 KiB
@@ -74,6 +66,7 @@ class EntryTable(PackedRows):
     and LogSegment indexes them without making any object."""
 
     ROW = ENTRY_ROW
+    rows: bytearray
     make: ClassVar[Callable[[tuple], EntryInfo]] = EntryInfo._make
     __slots__ = ()
 
@@ -104,11 +97,7 @@ def scan_entries(buf, start: int = 0, end: int | None = None, *, min_offset: int
     if end is None:
         end = len(view)
     entries = EntryTable()
-    add_entry = entries.add
-    unpack_prefix = ENTRY_PREFIX.unpack_from
-    unpack_batch = BATCH_HEADER.unpack_from
-    unpack_length = LENGTH.unpack_from
-    crc32 = framing_crc32
+    crc32, crc32c = framing_crc32, accel.crc32c
     previous_last = min_offset - 1
     pos = start
 
@@ -116,21 +105,20 @@ def scan_entries(buf, start: int = 0, end: int | None = None, *, min_offset: int
         return ScanResult(entries, pos, f"entry at {pos}: {problem}", partial)
 
     while pos < end:
-        if _crecords is not None:
-            # Takes every good entry it can; the entry it stops at (if any) is
-            # checked below, so problems are reported by this code alone.
-            pos, previous_last = _crecords.scan_run(view, pos, end, previous_last, check_crc, check_lengths,
-                                                    entries.rows, crc32, crc32c)
-            if pos >= end:
-                break
+        # The run takes every good entry it can (the Python twin: none); the
+        # entry it stops at is checked below, which alone names problems.
+        pos, previous_last = accel.scan_run(view, pos, end, previous_last, check_crc, check_lengths,
+                                            entries.rows, crc32, crc32c)
+        if pos >= end:
+            break
         remaining = end - pos
         if remaining <= MAGIC_OFFSET:
             if remaining >= LOG_OVERHEAD:  # the size alone can already be wrong
-                size = unpack_prefix(view, pos)[1]
+                size = ENTRY_PREFIX.unpack_from(view, pos)[1]
                 if size < MIN_ENTRY_SIZE_FIELD:
                     return stopped(f"size {size} is below {MIN_ENTRY_SIZE_FIELD}")
             return stopped(f"cut short after {remaining} bytes", partial=True)
-        offset, size = unpack_prefix(view, pos)
+        offset, size = ENTRY_PREFIX.unpack_from(view, pos)
         if size < MIN_ENTRY_SIZE_FIELD:
             return stopped(f"size {size} is below {MIN_ENTRY_SIZE_FIELD}")
         entry_end = pos + LOG_OVERHEAD + size
@@ -142,7 +130,7 @@ def scan_entries(buf, start: int = 0, end: int | None = None, *, min_offset: int
             if entry_end > end:
                 return stopped(f"batch of {entry_end - pos} bytes cut short after {remaining}", True)
             (_, _, _, _, crc, attributes, last_delta, _, max_timestamp, _, _, _,
-             count) = unpack_batch(view, pos)
+             count) = BATCH_HEADER.unpack_from(view, pos)
             if check_crc and crc32c(view[pos + BATCH_CRC_START:entry_end]) != crc:
                 return stopped("batch fails its CRC32C")
             codec = attributes & CODEC_MASK
@@ -161,15 +149,10 @@ def scan_entries(buf, start: int = 0, end: int | None = None, *, min_offset: int
                 return stopped(f"message of {entry_end - pos} bytes cut short after {remaining}", True)
             fields = HEADERS[magic].unpack_from(view, pos)
             if check_lengths:
-                # classic.message_lengths, inlined: the key and value must fill the size.
-                key_at = pos + KEY_LENGTH_OFFSET[magic]
-                key_len = unpack_length(view, key_at)[0]
-                value_at = key_at + LENGTH.size + (key_len if key_len > 0 else 0)
-                if key_len < -1 or value_at + LENGTH.size > entry_end:
-                    return stopped(f"key length {key_len} disagrees with size {size}")
-                value_len = unpack_length(view, value_at)[0]
-                if value_len < -1 or value_at + LENGTH.size + (value_len if value_len > 0 else 0) != entry_end:
-                    return stopped(f"value length {value_len} disagrees with size {size}")
+                try:
+                    message_lengths(view, pos, magic, entry_end)
+                except CorruptRecordError as error:
+                    return ScanResult(entries, pos, str(error), False)
             if check_crc and crc32(view[pos + CLASSIC_CRC_START:entry_end]) != fields[2]:
                 return stopped("message fails its CRC32")
             codec = fields[4] & CODEC_MASK
@@ -183,6 +166,6 @@ def scan_entries(buf, start: int = 0, end: int | None = None, *, min_offset: int
         else:
             return stopped(f"unknown magic {magic}")
 
-        add_entry(pos, entry_end - pos, magic, last, max_timestamp, codec)
+        entries.add(pos, entry_end - pos, magic, last, max_timestamp, codec)
         pos = entry_end
     return ScanResult(entries, pos, None, False)

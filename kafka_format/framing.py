@@ -1,7 +1,6 @@
 """What every log entry shares, whatever its magic, and the `Record` it holds.
 
-Contract: constants and structs only (plus the `Record` value type and the
-choice of CRC functions); no logic.
+Contract: constants and structs only (plus the `Record` value type); no logic.
 Every other module in this package derives its field positions from here or
 from its own header struct, never from typed-in numbers.
 
@@ -19,20 +18,10 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from crc32c import crc32c as _package_crc32c
-
 # CRC32 (IEEE) of classic messages. ISA-L's is about 2.5x zlib's on 1 KiB
 # messages, where a set of small classic messages spends most of its time.
+# (CRC32C of record batches: accel.crc32c.)
 from isal.isal_zlib import crc32  # noqa: F401  (re-exported)
-
-from . import native
-
-# CRC32C of record batches: the C folding of kafka_format/crc_fold.h where the
-# CPU has AVX-512 carry-less multiply (about twice the crc32c package on a 1 MiB
-# batch, and a cheaper call on small ones), else the crc32c package. One choice
-# for every caller, so the validator, the scan and the cleaner always agree.
-_crecords = native.load("kafka_format._crecords")
-crc32c = _crecords.crc32c if _crecords is not None and _crecords.CRC32C_IN_C else _package_crc32c
 
 ENTRY_PREFIX = struct.Struct(">qi")  # offset (or baseOffset), size (or batchLength)
 LOG_OVERHEAD = ENTRY_PREFIX.size  # 12
@@ -49,6 +38,14 @@ CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08  # set: LogAppendTime
 CREATE_TIME, LOG_APPEND_TIME = 0, 1
 NO_TIMESTAMP = -1  # what magic 0 "has" for a timestamp
+
+# One row of an EntryTable (entries.py): EntryInfo's six fields as native
+# int64s; _crecords.c (ROW_*) reads and writes the same layout.
+ENTRY_ROW = struct.Struct("=6q")
+# The index files' entries (storage/offset_index.py, storage/time_index.py),
+# which the index_entries walks (accel.py) pack.
+OFFSET_INDEX_ENTRY = struct.Struct(">ii")  # relativeOffset, position
+TIME_INDEX_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
 
 
 class Record(NamedTuple):

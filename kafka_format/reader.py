@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from . import native
+from . import accel
 from .batch import (
     BATCH_CODECS,
     BATCH_HEADER,
@@ -56,8 +56,6 @@ from .framing import (
     Record,
 )
 
-# The C record walk for timestamp lookups (kafka_format/_crecords.c).
-_crecords = native.load("kafka_format._crecords")
 
 class LogEntry:
     """One entry of a log or message set: a batch, a message or a wrapper."""
@@ -187,8 +185,8 @@ class LogEntry:
     def first_record_at(self, timestamp: int, starting_offset: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the entry's first record with a timestamp >=
         `timestamp` and an offset >= `starting_offset`, or None. A batch is
-        walked without decoding keys and values (in C when built)."""
-        if self.magic == MAGIC_V2 and _crecords is not None:
+        walked without decoding keys and values."""
+        if self.magic == MAGIC_V2:
             buf, start, end = self._buf, self.position + BATCH_OVERHEAD, self.position + self.size
             if self.codec != Codec.NONE:
                 buf = decompress(self.codec, memoryview(buf)[start:end], magic=MAGIC_V2)
@@ -198,7 +196,7 @@ class LogEntry:
                 return None
             min_delta = -(1 << 63) if log_append else max(timestamp - self.base_timestamp, -(1 << 63))
             if min_delta < 1 << 63:
-                found, delta, offset_delta = _crecords.find_timestamp(
+                found, delta, offset_delta = accel.find_timestamp(
                     buf, start, end, self._count, min_delta,
                     max(starting_offset - self._offset_field, -(1 << 63)))
                 if found >= 0:  # else malformed: the decoding walk below says how

@@ -34,7 +34,7 @@
  * read is bounds-checked; structure errors raise
  * kafka_format.errors.CorruptRecordError and leave the damaged batch unmapped. The
  * CRC32Cs of rebuilt batches (the old one checked first, as Python does) come
- * from kafka_format.framing's crc32c (the one every other caller uses),
+ * from kafka_format.accel's crc32c (the one every other caller uses),
  * called with the GIL once the walk is done.
  */
 #define PY_SSIZE_T_CLEAN
@@ -42,21 +42,14 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "format.h" /* kafka_format/format.h: the entry layouts */
+
 static PyObject *CorruptRecordError = NULL;
 static PyTypeObject *EntryInfo = NULL; /* kafka_format.entries.EntryInfo, a tuple subclass */
 static PyObject *crc32c_fn = NULL;
 static uint64_t g_hash_mask = ~(uint64_t)0;
 
 #define SLOT_INLINE 16
-#define LOG_OVERHEAD 12
-#define BATCH_OVERHEAD 61
-#define MIN_BATCH_SIZE_FIELD (BATCH_OVERHEAD - LOG_OVERHEAD)
-#define CRC_START 21
-#define CRC_OFFSET 17
-#define CODEC_MASK 0x07
-#define LOG_APPEND_BIT 0x08
-#define CONTROL_BIT 0x20
-#define HORIZON_BIT 0x40
 
 typedef struct {
     uint64_t off1; /* offset + 1; 0: empty (so a fresh table is calloc's zeroes) */
@@ -171,15 +164,15 @@ static inline int batch_head(const unsigned char *b, Py_ssize_t pos, Py_ssize_t 
     if (stop - pos < LOG_OVERHEAD)
         return 0;
     const unsigned char *h = b + pos;
-    int32_t size = s32(rd32(h + 8));
-    if (size < MIN_BATCH_SIZE_FIELD || size > stop - pos - LOG_OVERHEAD || h[16] != 2)
+    int32_t size = s32(rd32(h + SIZE_OFFSET));
+    if (size < MIN_BATCH_LENGTH || size > stop - pos - LOG_OVERHEAD || h[MAGIC_OFFSET] != MAGIC_V2)
         return 0;
     head->end = pos + LOG_OVERHEAD + size;
     head->base = s64(rd64(h));
-    head->attrs = rd16(h + 21);
-    head->last = add64(head->base, s32(rd32(h + 23)));
-    head->count = s32(rd32(h + 57));
-    head->producer_id = s64(rd64(h + 43));
+    head->attrs = rd16(h + BATCH_ATTRIBUTES_OFFSET);
+    head->last = add64(head->base, s32(rd32(h + BATCH_LAST_DELTA_OFFSET)));
+    head->count = s32(rd32(h + BATCH_RECORD_COUNT_OFFSET));
+    head->producer_id = s64(rd64(h + BATCH_PRODUCER_ID_OFFSET));
     return 1;
 }
 
@@ -933,15 +926,15 @@ static inline int keep_by_key(KeyMap *m, const unsigned char *b, const Rec *rec,
 static int filter_batch(KeyMap *m, const unsigned char *b, Py_ssize_t pos, Py_ssize_t end, Pass2 *r, int by_bits) {
     const unsigned char *h = b + pos;
     int64_t base = s64(rd64(h));
-    int32_t last_delta = s32(rd32(h + 23));
+    int32_t last_delta = s32(rd32(h + BATCH_LAST_DELTA_OFFSET));
     int64_t last = add64(base, last_delta);
-    int attrs = rd16(h + 21);
-    int64_t base_ts = s64(rd64(h + 27)), max_ts = s64(rd64(h + 35));
-    int32_t count = s32(rd32(h + 57));
+    int attrs = rd16(h + BATCH_ATTRIBUTES_OFFSET);
+    int64_t base_ts = s64(rd64(h + BATCH_BASE_TIMESTAMP_OFFSET)), max_ts = s64(rd64(h + BATCH_MAX_TIMESTAMP_OFFSET));
+    int32_t count = s32(rd32(h + BATCH_RECORD_COUNT_OFFSET));
     int64_t latest = r->latest;
     size_t i0 = 0;
     const unsigned char *dead = m->dead;
-    int log_append = (attrs & LOG_APPEND_BIT) != 0, has_horizon = (attrs & HORIZON_BIT) != 0;
+    int log_append = (attrs & TIMESTAMP_TYPE_BIT) != 0, has_horizon = (attrs & DELETE_HORIZON_BIT) != 0;
     int retain_deletes = !has_horizon || r->now < base_ts;
     size_t size = (size_t)(end - pos);
     size_t out_at = r->len;
@@ -1011,7 +1004,7 @@ static int filter_batch(KeyMap *m, const unsigned char *b, Py_ssize_t pos, Py_ss
 #undef COPY_ALL
     if (nkept == 0) {
         /* the CRC is checked before anything is dropped, as Python does */
-        if (add_job(r, pos, (Py_ssize_t)size, (Py_ssize_t)rd32(h + CRC_OFFSET), -1, 0)) return r->nomem = 1, -1;
+        if (add_job(r, pos, (Py_ssize_t)size, (Py_ssize_t)rd32(h + BATCH_CRC_OFFSET), -1, 0)) return r->nomem = 1, -1;
         r->read += count;
         r->dropped++;
         r->keyless += keyless;
@@ -1026,7 +1019,7 @@ static int filter_batch(KeyMap *m, const unsigned char *b, Py_ssize_t pos, Py_ss
     if (kept_tombstone && !has_horizon) {
         if (ts_add(r->now, r->retention, &horizon)) return 1;
         have_horizon = 1;
-        new_attrs |= HORIZON_BIT;
+        new_attrs |= DELETE_HORIZON_BIT;
     }
     int64_t new_base_ts = have_horizon ? horizon : (log_append ? max_ts : first_ts);
     if (log_append) new_max = max_ts;
@@ -1069,13 +1062,13 @@ static int filter_batch(KeyMap *m, const unsigned char *b, Py_ssize_t pos, Py_ss
     /* header: as the old one but length, CRC, attributes, base timestamp, max
        timestamp, count */
     memcpy(o, h, BATCH_OVERHEAD);
-    wr32(o + 8, (uint32_t)(w - LOG_OVERHEAD));
-    o[21] = (unsigned char)(new_attrs >> 8);
-    o[22] = (unsigned char)new_attrs;
-    wr64(o + 27, (uint64_t)new_base_ts);
-    wr64(o + 35, (uint64_t)new_max);
-    wr32(o + 57, (uint32_t)nkept);
-    if (add_job(r, pos, (Py_ssize_t)size, (Py_ssize_t)rd32(h + CRC_OFFSET), (Py_ssize_t)out_at, (Py_ssize_t)w) ||
+    wr32(o + BATCH_LENGTH_OFFSET, (uint32_t)(w - LOG_OVERHEAD));
+    o[BATCH_ATTRIBUTES_OFFSET] = (unsigned char)(new_attrs >> 8);
+    o[BATCH_ATTRIBUTES_OFFSET + 1] = (unsigned char)new_attrs;
+    wr64(o + BATCH_BASE_TIMESTAMP_OFFSET, (uint64_t)new_base_ts);
+    wr64(o + BATCH_MAX_TIMESTAMP_OFFSET, (uint64_t)new_max);
+    wr32(o + BATCH_RECORD_COUNT_OFFSET, (uint32_t)nkept);
+    if (add_job(r, pos, (Py_ssize_t)size, (Py_ssize_t)rd32(h + BATCH_CRC_OFFSET), (Py_ssize_t)out_at, (Py_ssize_t)w) ||
         add_info(r, (int64_t)out_at, (int64_t)w, last, new_max))
         return r->nomem = 1, -1;
     r->len += w;
@@ -1165,7 +1158,7 @@ static PyObject *km_filter_entries(KeyMap *m, PyObject *args) {
     for (size_t k = 0; k < r.njobs; k += 5) {
         Py_ssize_t in_at = r.jobs[k], in_len = r.jobs[k + 1], out_at = r.jobs[k + 3], out_len = r.jobs[k + 4];
         unsigned long want = (unsigned long)r.jobs[k + 2];
-        PyObject *c = crc_of(b + in_at + CRC_START, in_len - CRC_START);
+        PyObject *c = crc_of(b + in_at + BATCH_CRC_START, in_len - BATCH_CRC_START);
         if (!c) goto done;
         unsigned long got = PyLong_AsUnsignedLong(c);
         Py_DECREF(c);
@@ -1176,12 +1169,12 @@ static PyObject *km_filter_entries(KeyMap *m, PyObject *args) {
             goto done;
         }
         if (out_at < 0) continue;
-        c = crc_of(r.out + out_at + CRC_START, out_len - CRC_START);
+        c = crc_of(r.out + out_at + BATCH_CRC_START, out_len - BATCH_CRC_START);
         if (!c) goto done;
         got = PyLong_AsUnsignedLong(c);
         Py_DECREF(c);
         if (got == (unsigned long)-1 && PyErr_Occurred()) goto done;
-        wr32(r.out + out_at + CRC_OFFSET, (uint32_t)got);
+        wr32(r.out + out_at + BATCH_CRC_OFFSET, (uint32_t)got);
     }
     data = PyBytes_FromStringAndSize((const char *)r.out, (Py_ssize_t)r.len);
     if (!data) goto done;
@@ -1305,7 +1298,7 @@ PyMODINIT_FUNC PyInit__ccleaner(void) {
     CorruptRecordError = PyObject_GetAttrString(errors, "CorruptRecordError");
     Py_DECREF(errors);
     if (!CorruptRecordError) return NULL;
-    PyObject *crc = PyImport_ImportModule("kafka_format.framing");
+    PyObject *crc = PyImport_ImportModule("kafka_format.accel");
     if (!crc) return NULL;
     crc32c_fn = PyObject_GetAttrString(crc, "crc32c");
     Py_DECREF(crc);

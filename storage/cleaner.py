@@ -31,7 +31,7 @@ and may raise (shutdown, a log being deleted); the group being written is then
 discarded, segments already swapped stay swapped (they are clean), and the
 checkpoint is not moved. Only the swap takes the log's lock.
 
-Native passes: when storage._ccleaner is built (kafka_format/native.py), the offset
+Native passes: when storage._ccleaner is built (storage/accel.py), the offset
 map keeps its short keys and pass 1's bits in C, and both passes hand each chunk
 read to C, which walks the runs of uncompressed magic-2 batches with the GIL
 released (pass 1: keys into the map; pass 2: the batches pass 1 decided, copied
@@ -55,9 +55,11 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kafka_format import LogEntry
 from kafka_format.batch import BATCH_HEADER, FIELD_OFFSET
+from kafka_format.entries import EntryInfo
 from kafka_format.errors import CorruptRecordError
 from kafka_format.framing import LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD
 
@@ -67,6 +69,9 @@ from .fileutil import segment_file_name
 from .offset_map import OffsetMap
 from .segment import INT_MAX, LogSegment
 from .segment_swap import CLEANED_SUFFIX
+
+if TYPE_CHECKING:
+    from ._ccleaner import KeyMap
 
 DEFAULT_IO_BUFFER_SIZE = 512 * 1024  # Kafka's log.cleaner.io.buffer.size
 _SIZE = _INT32 = struct.Struct(">i")
@@ -382,11 +387,12 @@ class Cleaner:
     # ---- pass 1 -------------------------------------------------------------------------
 
     def _build_offset_map(self, snapshot, start: int, end: int, stats: CleanerStats,
-                          check_done: Callable[[], None]) -> _BatchTable:
+                          check_done: Callable[[], None]) -> _BatchTable | _NativeBatchTable:
         offset_map = self.offset_map
         offset_map.clear(_LogKeyReader(snapshot))
         native_map = offset_map.native
-        table = _BatchTable(start) if native_map is None else _NativeBatchTable(native_map, start)
+        table: _BatchTable | _NativeBatchTable = (_BatchTable(start) if native_map is None
+                                                  else _NativeBatchTable(native_map, start))
         segments = [s for s in snapshot.from_offset(start) if s.base_offset < end]
         for i, segment in enumerate(segments):
             if segment is snapshot.last:
@@ -394,7 +400,7 @@ class Cleaner:
             next_base = segments[i + 1].base_offset if i + 1 < len(segments) else end
             position = segment.offset_index.lookup(start)[1] if segment.base_offset < start else 0
             if native_map is not None:
-                if not self._map_segment_native(segment, position, start, table, stats, check_done):
+                if not self._map_segment_native(native_map, segment, position, start, table, stats, check_done):
                     return table  # full: this round cleans up to the previous entry
                 offset_map.update_latest_offset(next_base - 1)  # a gap at the segment's end
                 continue
@@ -406,13 +412,12 @@ class Cleaner:
             offset_map.update_latest_offset(next_base - 1)  # a gap at the segment's end
         return table
 
-    def _map_segment_native(self, segment: LogSegment, position: int, start: int, table,
+    def _map_segment_native(self, native_map: KeyMap, segment: LogSegment, position: int, start: int, table,
                             stats: CleanerStats, check_done: Callable[[], None]) -> bool:
         """Pass 1 over a segment from `position`: whole runs of plain batches in one C
         call each (GIL released); the entries it leaves (classic, compressed, long
         keys) go through Python. False when the map is full."""
         offset_map = self.offset_map
-        native_map = offset_map.native
         reader = _ChunkReader(segment, position, segment.size, self.io_buffer_size, check_done)
         while (buf := reader.read()) is not None:
             n = len(buf)
@@ -467,7 +472,8 @@ class Cleaner:
 
     # ---- pass 2 -------------------------------------------------------------------------
 
-    def _clean_group(self, log, group: list[LogSegment], record_filter: RecordFilter, table: _BatchTable,
+    def _clean_group(self, log, group: list[LogSegment], record_filter: RecordFilter,
+                     table: _BatchTable | _NativeBatchTable,
                      legacy_horizon: int, stats: CleanerStats, check_done: Callable[[], None]) -> None:
         config = log.config
         base = group[0].base_offset
@@ -488,13 +494,15 @@ class Cleaner:
             for i, segment in enumerate(group):
                 retain_legacy_deletes = segment.log.mtime_ms() > legacy_horizon
                 size = segment.size
+                chunks: Iterator[bytes] | Iterator[tuple[int, bytes, list[tuple[int, int]]]]
                 if native_map is not None:
                     reader = _ChunkReader(segment, 0, size, self.io_buffer_size, check_done)
                     chunks = iter(reader.read, None)
                 else:
                     chunks = read_entries(segment, 0, size, self.io_buffer_size, check_done)
                 for chunk in chunks:
-                    if native_map is not None:
+                    spans: list[tuple[int, int]] | None
+                    if not isinstance(chunk, tuple):  # the native path's chunk of whole and cut entries
                         buf = chunk
                         chunk_at, n = reader.position, len(buf)
                         spans = None
@@ -503,9 +511,10 @@ class Cleaner:
                     else:
                         chunk_at, buf, spans = chunk
                         n = spans[-1][1]
-                    parts = []  # what to write, joined once (often one part: the C output)
+                    # What to write, joined once (often one part: the C output).
+                    parts: list[bytes | bytearray | memoryview] = []
                     written = 0
-                    infos = []
+                    infos: list[EntryInfo] = []
                     largest = -1
                     max_ts = -1
                     span_index = 0
@@ -513,6 +522,7 @@ class Cleaner:
                     while pos < n:
                         if spans is None:
                             # Native: the batches pass 1 decided, in one call (GIL released)
+                            assert native_map is not None  # spans are None on the native path only
                             pos, _, data, done, done_max_ts, counts = native_map.filter_entries(
                                 buf, pos, n, latest, keep_end, written, now_ms, retention_ms)
                             if done:

@@ -29,7 +29,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import structlog
 
@@ -38,6 +38,9 @@ from kafka_format.errors import KafkaStorageError
 
 from .checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from .cleaner import CleaningAborted
+
+if TYPE_CHECKING:
+    from .log import Log
 
 logger = structlog.get_logger("strata.cleaner")
 
@@ -56,7 +59,7 @@ class OffsetsToClean(NamedTuple):
 @dataclass
 class LogToClean:
     tp: TopicPartition
-    log: object  # storage.log.Log
+    log: Log
     first_dirty: int
     first_uncleanable: int
     clean_bytes: int
@@ -129,7 +132,7 @@ def max_compaction_delay(log, first_dirty: int, now_ms: int) -> int:
 
 
 class LogCleanerManager:
-    def __init__(self, data_dir: str, logs: Callable[[], Mapping[TopicPartition, object]]):
+    def __init__(self, data_dir: str, logs: Callable[[], Mapping[TopicPartition, Log]]):
         self.checkpoint = OffsetCheckpointFile(os.path.join(data_dir, CLEANER_OFFSET_CHECKPOINT))
         self._logs = logs
         self._lock = threading.Condition()
@@ -159,7 +162,7 @@ class LogCleanerManager:
                 current[tp] = offset
             self.checkpoint.write(current)
 
-    def logs(self) -> Mapping[TopicPartition, object]:
+    def logs(self) -> Mapping[TopicPartition, Log]:
         return self._logs()
 
     # ---- choosing ---------------------------------------------------------------------

@@ -38,6 +38,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from kafka_format import accel
 from kafka_format.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, DELETE_HORIZON_BIT, UINT32
 from kafka_format.batch import CRC_OFFSET as BATCH_CRC_OFFSET
 from kafka_format.batch import CRC_START as BATCH_CRC_START
@@ -54,7 +55,6 @@ from kafka_format.framing import (
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_BIT,
     crc32,
-    crc32c,
 )
 from kafka_format.varint import decode_varint, encode_varint
 
@@ -79,79 +79,44 @@ def _corrupt(what: str) -> CorruptRecordError:
 
 def batch_record_keys(buf: bytes, pos: int, end: int, count: int, base_offset: int,
                       min_offset: int) -> EntryKeys:
-    """Keys and offsets of the records in buf[pos:end] (the records of one batch).
-
-    The hot loop of pass 1: one-byte and two-byte varints are decoded inline."""
+    """Keys and offsets of the records in buf[pos:end] (the records of one batch)
+    whose offsets are >= min_offset, read field by field (the C cleaner,
+    storage/_ccleaner.c, takes the plain batches)."""
     keys: list[bytes] = []
     offsets: list[int] = []
-    add_key = keys.append
-    add_offset = offsets.append
     key_bytes = tombstones = keyless = taken = 0
     try:
         for _ in range(count):
-            # length
-            b = buf[pos]
-            if b < 0x80:
-                pos += 1
-            elif buf[pos + 1] < 0x80:
-                b = (b & 0x7F) | (buf[pos + 1] << 7)
-                pos += 2
-            else:
-                b, pos = _zigzag(buf, pos)
-            record_end = pos + ((b >> 1) ^ -(b & 1))
-            # attributes, then the timestamp delta: skipped
-            q = pos + 1
-            while buf[q] & 0x80:
-                q += 1
-            q += 1
-            # offset delta
-            b = buf[q]
-            if b < 0x80:
-                q += 1
-            elif buf[q + 1] < 0x80:
-                b = (b & 0x7F) | (buf[q + 1] << 7)
-                q += 2
-            else:
-                b, q = _zigzag(buf, q)
-            offset = base_offset + ((b >> 1) ^ -(b & 1))
+            length, fields_at = decode_varint(buf, pos)
+            record_end = fields_at + length
+            _timestamp_delta, at = decode_varint(buf, fields_at + 1)  # past the record attributes
+            offset_delta, at = decode_varint(buf, at)
+            offset = base_offset + offset_delta
             if offset >= min_offset:
                 taken += 1
-                # key length, key
-                b = buf[q]
-                if b < 0x80:
-                    q += 1
-                else:
-                    b, q = _zigzag(buf, q)
-                key_len = (b >> 1) ^ -(b & 1)
-                if key_len < 0:
-                    if key_len < -1:
-                        raise _corrupt(f"a record's key length {key_len} at {q}")
+                key_len, at = decode_varint(buf, at)
+                if key_len < -1:
+                    raise _corrupt(f"a record's key length {key_len} at {at}")
+                if key_len == -1:
                     keyless += 1
-                    value_at = q
                 else:
-                    value_at = q + key_len
-                    if value_at > record_end:
-                        raise _corrupt(f"a record's key of {key_len} bytes overruns it at {q}")
-                    add_key(buf[q:value_at])
-                    add_offset(offset)
+                    if at + key_len > record_end:
+                        raise _corrupt(f"a record's key of {key_len} bytes overruns it at {at}")
+                    keys.append(buf[at:at + key_len])
+                    offsets.append(offset)
                     key_bytes += key_len
-                # value length: -1 (zigzag 1) is a tombstone
-                if buf[value_at] == 1:
+                    at += key_len
+                value_len, _ = decode_varint(buf, at)
+                if value_len == -1:
                     tombstones += 1
-            if record_end > end or record_end <= pos:
-                raise _corrupt(f"a record's length overruns the batch at {pos}")
+            if record_end > end or record_end <= fields_at:
+                raise _corrupt(f"a record's length overruns the batch at {fields_at}")
             pos = record_end
     except IndexError:
         raise _corrupt("records are cut short") from None
     if pos != end:
         raise _corrupt(f"{end - pos} bytes left after {count} records")
     return EntryKeys(keys, offsets, key_bytes, taken, tombstones, keyless)
-
-
-def _zigzag(buf, pos: int) -> tuple[int, int]:
-    """The raw (still zigzag-encoded) varint at pos, and the position after it."""
-    value, after = decode_varint(buf, pos)
-    return (value << 1) ^ (value >> 63), after
 
 
 class RawRecord(NamedTuple):
@@ -168,58 +133,32 @@ class RawRecord(NamedTuple):
 def batch_records(buf: bytes, pos: int, end: int, count: int, base_offset: int,
                   want_keys: bool = True) -> list[RawRecord]:
     """Every record of buf[pos:end] with what pass 2 needs to keep or rebuild it
-    (keys as b"" unless `want_keys`). One- and two-byte varints inline."""
+    (keys as b"" unless `want_keys`), read field by field."""
     out = []
-    append = out.append
-    new = tuple.__new__
     try:
         for _ in range(count):
             start = pos
-            b = buf[pos]
-            if b < 0x80:
-                pos += 1
-            elif buf[pos + 1] < 0x80:
-                b = (b & 0x7F) | (buf[pos + 1] << 7)
-                pos += 2
-            else:
-                b, pos = _zigzag(buf, pos)
-            record_end = pos + ((b >> 1) ^ -(b & 1))
-            if record_end > end or record_end <= pos:
+            length, fields_at = decode_varint(buf, pos)
+            record_end = fields_at + length
+            if record_end > end or record_end <= fields_at:
                 raise _corrupt(f"a record's length overruns the batch at {start}")
-            attributes = buf[pos]
-            q = pos + 1
-            b = buf[q]
-            if b < 0x80:
-                q += 1
-            else:
-                b, q = _zigzag(buf, q)
-            ts_delta = (b >> 1) ^ -(b & 1)
-            rest = q
-            b = buf[q]
-            if b < 0x80:
-                q += 1
-            elif buf[q + 1] < 0x80:
-                b = (b & 0x7F) | (buf[q + 1] << 7)
-                q += 2
-            else:
-                b, q = _zigzag(buf, q)
-            offset = base_offset + ((b >> 1) ^ -(b & 1))
-            b = buf[q]
-            if b < 0x80:
-                q += 1
-            else:
-                b, q = _zigzag(buf, q)
-            key_len = (b >> 1) ^ -(b & 1)
+            attributes = buf[fields_at]
+            timestamp_delta, rest = decode_varint(buf, fields_at + 1)
+            offset_delta, at = decode_varint(buf, rest)
+            key_len, at = decode_varint(buf, at)
+            key: bytes | None
             if key_len >= 0:
-                key = buf[q:q + key_len] if want_keys else b""
-                q += key_len
+                key = buf[at:at + key_len] if want_keys else b""
+                at += key_len
             elif key_len == -1:
                 key = None
             else:
                 raise _corrupt(f"key length {key_len}")
-            if q >= record_end:
+            if at >= record_end:
                 raise _corrupt(f"a record's fields overrun it at {start}")
-            append(new(RawRecord, (offset, key, buf[q] == 1, ts_delta, start, rest, record_end, attributes)))
+            value_len, _ = decode_varint(buf, at)
+            out.append(RawRecord(base_offset + offset_delta, key, value_len == -1, timestamp_delta, start, rest,
+                                 record_end, attributes))
             pos = record_end
     except IndexError:
         raise _corrupt("records are cut short") from None
@@ -305,7 +244,7 @@ class FilterStats:
 
 
 class Kept(NamedTuple):
-    data: bytes | memoryview  # the entry to write
+    data: bytes | bytearray | memoryview  # the entry to write
     magic: int
     last_offset: int
     max_timestamp: int
@@ -405,7 +344,7 @@ class RecordFilter:
             kept_tombstone = any(r.is_tombstone for r in kept)
             if len(kept) == count and not (kept_tombstone and not has_horizon):
                 return self._copy(buf, pos, end, MAGIC_V2, last_offset, max_timestamp, codec, count)
-        if crc32c(memoryview(buf)[pos + BATCH_CRC_START:end]) != crc:
+        if accel.crc32c(memoryview(buf)[pos + BATCH_CRC_START:end]) != crc:
             raise CorruptRecordError(f"batch at offset {base_offset} fails its CRC32C; not cleaning it")
         if not kept:
             if keep_empty:
@@ -416,6 +355,7 @@ class RecordFilter:
         # Kafka's buildRetainedRecordsInto: same base offset and last offset delta,
         # baseTimestamp = the delete horizon when there is one, else the first record's.
         log_append = bool(attributes & _LOG_APPEND_TIME)
+        horizon: int | None
         if kept_tombstone and not has_horizon:
             horizon = self.now_ms + self.delete_retention_ms
             attributes |= DELETE_HORIZON_BIT
@@ -441,7 +381,7 @@ class RecordFilter:
         BATCH_HEADER.pack_into(out, 0, base_offset, len(out) - LOG_OVERHEAD, leader_epoch, MAGIC_V2, 0,
                                attributes, last_delta, new_base_ts, new_max, producer_id,
                                producer_epoch, base_sequence, len(kept))
-        UINT32.pack_into(out, BATCH_CRC_OFFSET, crc32c(memoryview(out)[BATCH_CRC_START:]))
+        UINT32.pack_into(out, BATCH_CRC_OFFSET, accel.crc32c(memoryview(out)[BATCH_CRC_START:]))
         stats.entries_rebuilt += 1
         stats.records_kept += len(kept)
         return Kept(out, MAGIC_V2, last_offset, new_max, codec, len(kept))
@@ -455,7 +395,7 @@ class RecordFilter:
         BATCH_HEADER.pack_into(out, 0, base_offset, BATCH_OVERHEAD - LOG_OVERHEAD, leader_epoch, MAGIC_V2,
                                0, attributes, last_delta, max_timestamp, max_timestamp, producer_id,
                                producer_epoch, base_sequence, 0)
-        UINT32.pack_into(out, BATCH_CRC_OFFSET, crc32c(memoryview(out)[BATCH_CRC_START:]))
+        UINT32.pack_into(out, BATCH_CRC_OFFSET, accel.crc32c(memoryview(out)[BATCH_CRC_START:]))
         self.stats.empty_batches += 1
         return Kept(out, MAGIC_V2, base_offset + last_delta, max_timestamp, 0, 0)
 

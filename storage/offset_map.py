@@ -9,7 +9,7 @@ do:
 
 - A key of at most `inline_key_limit` bytes (128 by default: ids, UUIDs,
   composite keys) is stored whole: in the native table (storage/_ccleaner.c,
-  used whenever `native.load("storage._ccleaner")` finds it built), else as the key of a
+  used whenever storage/accel.py finds it built), else as the key of a
   Python dict. Both match keys by their bytes once their hashes agree, so a hash
   collision costs a probe, never a wrong answer. The native table is open
   addressing (linear probing, at most 3/4 full) over 32-byte slots holding the
@@ -76,9 +76,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 
-from kafka_format import native
-
-_ccleaner = native.load("storage._ccleaner")
+from . import accel
 
 INLINE_KEY_LIMIT = 128
 DIGEST_SIZE = 16
@@ -125,7 +123,7 @@ def native_entry_bound(key_length: int, inline_key_limit: int = INLINE_KEY_LIMIT
 
 
 def native_available() -> bool:
-    return _ccleaner is not None
+    return accel.KeyMap is not None
 
 
 class OffsetMap:
@@ -142,12 +140,12 @@ class OffsetMap:
         self._digest = digest
         self._key_reader: KeyReader | None = None
         if use_native is None:
-            use_native = _ccleaner is not None
-        elif use_native and _ccleaner is None:
+            use_native = accel.KeyMap is not None
+        elif use_native and accel.KeyMap is None:
             raise RuntimeError("storage._ccleaner is not built (or STRATA_PURE_PYTHON is set)")
         # keys of at most inline_key_limit bytes live in the C table when there is one
-        self.native = (_ccleaner.KeyMap(self.capacity_bytes, inline_key_limit)
-                       if use_native and _ccleaner is not None else None)
+        self.native = (accel.KeyMap(self.capacity_bytes, inline_key_limit)
+                       if use_native and accel.KeyMap is not None else None)
         self.clear()
 
     # ---- state -------------------------------------------------------------------

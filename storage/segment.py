@@ -19,11 +19,10 @@ Contract:
 
 from __future__ import annotations
 
-import bisect
 import os
 from typing import NamedTuple
 
-from kafka_format import iter_entries, native, scan_entries
+from kafka_format import accel, iter_entries, scan_entries
 from kafka_format.entries import EntryTable
 from kafka_format.errors import CorruptRecordError, InvalidOffsetError
 
@@ -51,94 +50,13 @@ class TimestampOffset(NamedTuple):
     offset: int
 
 
-def _fold_max(entries, timestamps: list[int], start: int, stop: int, best_ts: int,
-              best_offset: int) -> tuple[int, int]:
-    """The running (largest timestamp, its entry's last offset) after entries[start:stop];
-    only a strictly larger timestamp moves it, so the first holder wins."""
-    if start >= stop:
-        return best_ts, best_offset
-    top = max(timestamps[start:stop])
-    if top > best_ts:
-        return top, entries[timestamps.index(top, start, stop)].last_offset
-    return best_ts, best_offset
-
-
-def index_points_py(entries, interval: int, since: int, best_ts: int, best_offset: int):
-    """Where Kafka's sparse indexes take entries, over `entries` just written.
-
-    Kafka's rule, per entry: once more than index.interval.bytes were written
-    since the last index entry, index this entry. Returns (points, since,
-    best_ts, best_offset): a point (last_offset, position, best_ts,
-    best_offset) per indexed entry, with the running largest timestamp up to
-    and including it (the first holder wins), what the time index takes there;
-    `since` carries over to the next append. Rather than test every entry
-    (thousands per MiB of small classic messages), jump from one index point to
-    the next with bisect and take each stretch's largest timestamp with max()."""
-    if isinstance(entries, EntryTable):
-        entries = list(entries)
-    positions = [e.position for e in entries]
-    timestamps = [e.max_timestamp for e in entries]
-    count = len(entries)
-    points: list[tuple[int, int, int, int]] = []
-    if not count:
-        return points, since, best_ts, best_offset
-    last_end = positions[-1] + entries[-1].size
-    done = 0  # entries before this one are folded into best_ts
-    indexed = -1
-    # Before the first index point `since` carries over from earlier appends.
-    j = bisect.bisect_right(positions, positions[0] + interval - since)
-    while j < count:
-        best_ts, best_offset = _fold_max(entries, timestamps, done, j + 1, best_ts, best_offset)
-        done = j + 1
-        points.append((entries[j].last_offset, positions[j], best_ts, best_offset))
-        indexed = j
-        j = bisect.bisect_right(positions, positions[j] + interval, j + 1)
-    best_ts, best_offset = _fold_max(entries, timestamps, done, count, best_ts, best_offset)
-    since = since + last_end - positions[0] if indexed < 0 else last_end - positions[indexed]
-    return points, since, best_ts, best_offset
-
-
-def _index_field(value: int, what: str, base_offset: int) -> int:
-    if not 0 <= value <= INT_MAX:
-        raise OverflowError(f"{what} {value} does not fit an index entry of a segment at base offset {base_offset}")
-    return value
-
-
-def index_entries_py(entries, interval: int, since: int, best_ts: int, best_offset: int,
-                     base_offset: int, base_position: int, newest: int):
-    """The index entries of `entries`, just written from `base_position`, packed
-    as the files hold them: (offset_entries, time_entries, since, best_ts,
-    best_offset). An offset entry for each of index_points_py's points; a time
-    entry where the point's timestamp rises above every earlier one and above
-    `newest`, the time index's last (it takes strictly increasing timestamps).
-    OverflowError when a relative offset or a position does not fit an int32.
-    kafka_format/_crecords.c has the same function as one C loop."""
-    points, since, best_ts, best_offset = index_points_py(entries, interval, since, best_ts, best_offset)
-    offset_entries, time_entries = bytearray(), bytearray()
-    for last_offset, position, timestamp, timestamp_offset in points:
-        offset_entries += OffsetIndex.ENTRY.pack(
-            _index_field(last_offset - base_offset, "relative offset", base_offset),
-            _index_field(base_position + position, "position", base_offset))
-        if timestamp > newest:
-            newest = timestamp
-            time_entries += TimeIndex.ENTRY.pack(
-                timestamp, _index_field(timestamp_offset - base_offset, "relative offset", base_offset))
-    return bytes(offset_entries), bytes(time_entries), since, best_ts, best_offset
-
-
-_crecords = native.load("kafka_format._crecords")
-
-
 def index_entries(entries, interval: int, since: int, best_ts: int, best_offset: int,
                   base_offset: int, base_position: int, newest: int):
-    """index_entries_py's results, in C when built: over an EntryTable's rows
-    (the validator's) no object is made per entry."""
-    if _crecords is None:
-        return index_entries_py(entries, interval, since, best_ts, best_offset, base_offset, base_position, newest)
+    """accel.index_entries over an EntryTable's rows (no object made per entry)
+    or a list of EntryInfo."""
     if isinstance(entries, EntryTable):
         entries = entries.rows
-    return _crecords.index_entries(entries, interval, since, best_ts, best_offset, base_offset, base_position,
-                                   newest)
+    return accel.index_entries(entries, interval, since, best_ts, best_offset, base_offset, base_position, newest)
 
 
 class LogSegment:

@@ -106,9 +106,16 @@ class LogSegments:
         return iter(self._state)
 
     @property
-    def active(self) -> LogSegment | None:
-        return self._state.last
+    def active(self) -> LogSegment:
+        """The last segment, the one appends go to: a loaded log always has one."""
+        last = self._state.last
+        if last is None:
+            raise LookupError("the log has no segments")
+        return last
 
     @property
-    def first(self) -> LogSegment | None:
-        return self._state.first
+    def first(self) -> LogSegment:
+        first = self._state.first
+        if first is None:
+            raise LookupError("the log has no segments")
+        return first

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kafka_format import native
+from kafka_format import accel
 from kafka_format.batch import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET_OFFSET,
@@ -86,6 +86,7 @@ from kafka_format.classic import (
     append_message,
     inner_messages,
     message_crc,
+    message_lengths,
 )
 from kafka_format.classic import CRC_OFFSET as CLASSIC_CRC_OFFSET
 from kafka_format.classic import CRC_START as CLASSIC_CRC_START
@@ -110,15 +111,11 @@ from kafka_format.framing import (
     MIN_ENTRY_SIZE_FIELD,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_BIT,
-    crc32c,
 )
 from kafka_format.framing import crc32 as framing_crc32
 
 from .config import LogConfig
 from .recompress import Target, recompress_batch, target_of
-
-# C fast path for runs of plain classic messages (kafka_format/_crecords.c).
-_crecords = native.load("kafka_format._crecords")
 
 # The set being assigned: a private copy, or the caller's own writable buffer (`in_place`).
 WritableBuffer = bytearray | memoryview
@@ -172,10 +169,8 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
     if end == 0:
         raise CorruptRecordError("empty message set")
     rules = _Rules(now_ms, config.log_append_time, config.compact, target_of(config))
-    # The C run handles uncompressed batches as they are: not when they must be compressed.
-    assign_plain_run = (_crecords.assign_plain_run
-                        if _crecords is not None and (rules.target is None or rules.target.codec == Codec.NONE)
-                        else None)
+    # The run takes uncompressed batches as they are: not when they must be compressed.
+    takes_plain_runs = rules.target is None or rules.target.codec == Codec.NONE
     log_append, compact, max_bytes = rules.log_append, rules.compact, config.max_message_bytes
     first_offset = next_offset
     entries = EntryTable()
@@ -184,25 +179,17 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
     max_timestamp = offset_of_max = NO_TIMESTAMP
     record_count = 0
     has_producer_ids = False
-    # Hoisted for the per-message loop below: a set of small classic messages is
-    # the worst case, thousands of entries per MiB.
     view = memoryview(buf)
-    unpack_size = ENTRY_PREFIX.unpack_from
-    unpack_v0, unpack_v1 = V0_HEADER.unpack_from, V1_HEADER.unpack_from
-    unpack_length = LENGTH.unpack_from
-    pack_offset = INT64.pack_into
-    crc32 = framing_crc32
-    add_entry = entries.add
     pos = 0
     while pos < end:
-        if assign_plain_run is not None:
+        if takes_plain_runs:
             # Uncompressed classic messages and batches that need only their
-            # offsets, as many as follow; the entry it stops at (compressed, a
-            # timestamp to set, a compacted topic's batch, a bad one) is handled
-            # below, which also raises every error.
+            # offsets, as many as follow (the Python twin: none); the entry it
+            # stops at (compressed, a timestamp to set, a compacted topic's
+            # batch, a bad one) is handled below, which also raises every error.
             pos, next_offset, max_timestamp, offset_of_max, plain_records, plain_ids = \
-                assign_plain_run(view, pos, end, next_offset, max_bytes, compact, log_append, shift,
-                                 max_timestamp, offset_of_max, entries.rows, crc32, crc32c)
+                accel.assign_plain_run(view, pos, end, next_offset, max_bytes, compact, log_append, now_ms, shift,
+                                       max_timestamp, offset_of_max, entries.rows, framing_crc32, accel.crc32c)
             record_count += plain_records
             has_producer_ids = has_producer_ids or plain_ids
             if pos >= end:
@@ -210,7 +197,7 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
         remaining = end - pos
         if remaining <= MAGIC_OFFSET:
             raise CorruptRecordError(f"entry at {pos} is cut short after {remaining} bytes")
-        size = unpack_size(buf, pos)[1]
+        size = ENTRY_PREFIX.unpack_from(buf, pos)[1]
         magic = buf[pos + MAGIC_OFFSET]
         if size < MIN_ENTRY_SIZE_FIELD or magic > MAGIC_V2:
             raise CorruptRecordError(f"entry at {pos} has a bad size {size} or magic {magic}")
@@ -222,25 +209,17 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
                 f"entry at {pos} is {entry_end - pos} bytes, over max.message.bytes {max_bytes}")
 
         if magic != MAGIC_V2:
-            # A classic message; the uncompressed case is inlined (it is most of
-            # the per-entry cost of a set of small messages).
+            # A classic message.
             if size < MIN_SIZE_FIELD[magic]:
                 raise CorruptRecordError(f"message at {pos} is too short for magic {magic}")
             if magic:
-                _, _, crc, _, attributes, timestamp = unpack_v1(buf, pos)
+                _, _, crc, _, attributes, timestamp = V1_HEADER.unpack_from(buf, pos)
             else:
-                _, _, crc, _, attributes = unpack_v0(buf, pos)
+                _, _, crc, _, attributes = V0_HEADER.unpack_from(buf, pos)
                 timestamp = NO_TIMESTAMP
-            # classic.message_lengths, inlined
-            key_at = pos + KEY_LENGTH_OFFSET[magic]
-            key_len = unpack_length(buf, key_at)[0]
-            value_at = key_at + LENGTH.size + (key_len if key_len > 0 else 0)
-            if key_len < -1 or value_at + LENGTH.size > entry_end:
-                raise CorruptRecordError(f"message at {pos}: key length {key_len} disagrees with its size")
-            value_len = unpack_length(buf, value_at)[0]
-            if value_len < -1 or value_at + LENGTH.size + (value_len if value_len > 0 else 0) != entry_end:
-                raise CorruptRecordError(f"message at {pos}: value length {value_len} disagrees with its size")
-            if crc32(view[pos + CLASSIC_CRC_START:entry_end]) != crc:
+            key_len, value_len = message_lengths(buf, pos, magic, entry_end)
+            value_at = pos + KEY_LENGTH_OFFSET[magic] + LENGTH.size + max(key_len, 0)
+            if framing_crc32(view[pos + CLASSIC_CRC_START:entry_end]) != crc:
                 raise CorruptRecordError(f"message at {pos} fails its CRC32")
             codec = attributes & CODEC_MASK
             if codec:
@@ -249,13 +228,13 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
             else:
                 if compact and key_len < 0:  # a batch of one record, as Kafka sees it
                     raise RecordValidationError([(0, KEYLESS_ON_COMPACTED)])
-                pack_offset(buf, pos, next_offset)
+                INT64.pack_into(buf, pos, next_offset)
                 if magic and (log_append or attributes & TIMESTAMP_TYPE_BIT):
                     old_timestamp = timestamp
                     if log_append:
                         timestamp = now_ms
                     _set_timestamp(buf, pos, entry_end, attributes, old_timestamp, timestamp, log_append)
-                add_entry(pos + shift, size + LOG_OVERHEAD, magic, next_offset, timestamp, 0)
+                entries.add(pos + shift, size + LOG_OVERHEAD, magic, next_offset, timestamp, 0)
                 if timestamp > max_timestamp:
                     max_timestamp, offset_of_max = timestamp, next_offset
                 record_count += 1
@@ -276,7 +255,7 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
                     f"over max.message.bytes {max_bytes}")
             rebuilds.append((pos, entry_end, done.rebuilt))
             entry_size = len(done.rebuilt)
-        add_entry(pos + shift, entry_size, magic, done.last_offset, done.max_timestamp, codec)
+        entries.add(pos + shift, entry_size, magic, done.last_offset, done.max_timestamp, codec)
         shift += entry_size - (entry_end - pos)
         if done.max_timestamp > max_timestamp:
             max_timestamp, offset_of_max = done.max_timestamp, done.last_offset

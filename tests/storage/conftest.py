@@ -29,3 +29,40 @@ def open_log(tmp_path, clock):
     # through stale mappings).
     if opened:
         opened[-1].close()
+
+
+# ---- the C accelerators and their Python twins ---------------------------------------------------
+
+TWIN_NAMES = ("summarize_records", "find_timestamp", "scan_run", "assign_plain_run", "index_entries")
+
+
+def c_records():
+    """kafka_format._crecords when it is built and taken (not STRATA_PURE_PYTHON), else None."""
+    from kafka_format import accel
+
+    if not accel.NATIVE:
+        return None
+    from kafka_format import _crecords
+
+    return _crecords
+
+
+def bind_twin(monkeypatch, implementation) -> None:
+    """Point kafka_format.accel's hot paths at `implementation` (_crecords or
+    _pyrecords), as accel.py does once at import."""
+    from kafka_format import accel
+
+    for name in TWIN_NAMES:
+        monkeypatch.setattr(accel, name, getattr(implementation, name))
+
+
+@pytest.fixture(params=["c", "python"])
+def twin(request, monkeypatch):
+    """Runs a test once on each set of kafka_format's hot paths (C skipped when not built)."""
+    from kafka_format import _pyrecords
+
+    implementation = c_records() if request.param == "c" else _pyrecords
+    if implementation is None:
+        pytest.skip("the C accelerator is not built here (or STRATA_PURE_PYTHON is set)")
+    bind_twin(monkeypatch, implementation)
+    return implementation

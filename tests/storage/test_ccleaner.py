@@ -5,22 +5,24 @@ map's memory bound."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import struct
 
 import pytest
 
-from kafka_format import build_batch, build_classic, native
+from kafka_format import build_batch, build_classic
 from kafka_format.codecs import Codec
 from kafka_format.entries import EntryInfo
 from kafka_format.errors import CorruptRecordError
+from storage import accel as storage_accel
 from storage.cleaner import Cleaner
 from storage.config import LogConfig
 from storage.log import Log
 from storage.offset_map import NATIVE_ENTRY_BOUND, NATIVE_INLINE_KEY, NATIVE_SLOT_BYTES, OffsetMap, native_entry_bound
 
-_ccleaner = native.load("storage._ccleaner")
+_ccleaner = importlib.import_module("storage._ccleaner") if storage_accel.NATIVE else None
 pytestmark = pytest.mark.skipif(_ccleaner is None, reason="storage._ccleaner is not built")
 
 DAY = 86_400_000

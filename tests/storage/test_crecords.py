@@ -4,8 +4,8 @@ The C module only speeds up runs of good entries; whatever it is given, the
 functions that use it must give exactly what the Python code alone gives:
 the same entries and offsets, the same patched bytes, the same error with the
 same message, the same index entries. Each test runs both ways on the same
-random (and randomly damaged) input. The Python path is reached by setting the
-modules' `_crecords` to None, as kafka_format/native.py does without the build.
+random (and randomly damaged) input. Each set is bound by pointing
+kafka_format.accel at it (conftest.bind_twin), as accel.py does once at import.
 """
 
 from __future__ import annotations
@@ -15,19 +15,19 @@ import struct
 
 import pytest
 
-import kafka_format.entries as entries_module
-import storage.validator as validator_module
-from kafka_format import build_batch, build_classic, native, scan_entries
+from kafka_format import _pyrecords as pyrecords
+from kafka_format import build_batch, build_classic, scan_entries
 from kafka_format.codecs import Codec
 from kafka_format.entries import EntryInfo, EntryTable
 from kafka_format.errors import StrataError
 from storage.config import LogConfig
 from storage.offset_index import OffsetIndex
-from storage.segment import index_entries_py, index_points_py
 from storage.time_index import TimeIndex
 from storage.validator import validate_and_assign
 
-crecords = native.load("kafka_format._crecords")
+from .conftest import bind_twin, c_records
+
+crecords = c_records()
 pytestmark = pytest.mark.skipif(crecords is None, reason="the C accelerator is not built here")
 
 CONFIGS = [
@@ -110,11 +110,11 @@ def crc_path(request):
     crecords.set_crc_path(previous)
 
 
-def both_ways(monkeypatch, module, call):
-    """(result or error) with the C path, then with the Python path alone."""
+def both_ways(monkeypatch, call):
+    """(result or error) with the C twins, then with the Python twins."""
     outcomes = []
-    for native_module in (crecords, None):
-        monkeypatch.setattr(module, "_crecords", native_module)
+    for implementation in (crecords, pyrecords):
+        bind_twin(monkeypatch, implementation)
         try:
             outcomes.append(("ok", call()))
         except StrataError as error:
@@ -128,7 +128,7 @@ def test_scan_matches_python(monkeypatch, seed, crc_path):
     data = damage(rng, random_set(rng))
     for check_crc, check_lengths in ((True, True), (True, False), (False, True)):
         min_offset = rng.choice((-1, 0, 500))
-        with_c, python = both_ways(monkeypatch, entries_module, lambda: scan_entries(
+        with_c, python = both_ways(monkeypatch, lambda: scan_entries(
             data, 0, len(data), min_offset=min_offset, check_crc=check_crc,
             check_lengths=check_lengths))
         assert with_c == python
@@ -147,7 +147,7 @@ def test_validate_matches_python(monkeypatch, seed, crc_path):
                                      in_place=True)
         return bytes(result.buffer), result._replace(buffer=None)
 
-    with_c, python = both_ways(monkeypatch, validator_module, run)
+    with_c, python = both_ways(monkeypatch, run)
     assert with_c == python
 
 
@@ -171,7 +171,7 @@ def test_plain_batches_are_assigned_in_one_c_call():
     data = bytearray(b"".join(batches))
     rows = bytearray()
     pos, next_offset, max_ts, offset_of_max, records, has_ids = crecords.assign_plain_run(
-        data, 0, len(data), 500, 1 << 20, False, False, 0, -1, -1, rows, None, None)
+        data, 0, len(data), 500, 1 << 20, False, False, 0, 0, -1, -1, rows, None, None)
     assert (pos, next_offset, max_ts, offset_of_max, records, has_ids) == (len(data), 521, 1009, 519, 21, True)
     scanned = scan_entries(data)
     assert scanned.problem is None
@@ -188,7 +188,7 @@ def test_rows_are_exact_after_growing_and_after_an_error():
                               for i in range(3000)))
     earlier = EntryTable.of([(0, 1, 1, 5, -1, 0)] * 7)
     rows = bytearray(earlier.rows)
-    pos, next_offset, *_ = crecords.assign_plain_run(data, 0, len(data), 10, 1 << 20, False, False, 0, -1, -1,
+    pos, next_offset, *_ = crecords.assign_plain_run(data, 0, len(data), 10, 1 << 20, False, False, 0, 0, -1, -1,
                                                      rows, None, None)
     assert (pos, next_offset) == (len(data), 3010)
     assert len(rows) == (7 + 3000) * EntryTable.ROW.size
@@ -213,7 +213,7 @@ def test_rows_are_exact_after_growing_and_after_an_error():
             rows = bytearray()
             with pytest.raises(RuntimeError, match="crc callable failed"):
                 if walk == "assign":
-                    crecords.assign_plain_run(bytearray(data), 0, len(data), 0, 1 << 20, False, False, 0, -1, -1,
+                    crecords.assign_plain_run(bytearray(data), 0, len(data), 0, 1 << 20, False, False, 0, 0, -1, -1,
                                               rows, failing_crc, None)
                 else:
                     crecords.scan_run(bytes(data), 0, len(data), -1, True, True, rows, failing_crc, None)
@@ -228,9 +228,9 @@ def test_run_functions_refuse_bad_arguments():
     with pytest.raises(TypeError):
         crecords.scan_run(b"x" * 20, 0, 20, -1, True, True, (), None, None)
     with pytest.raises(TypeError):  # the buffer is patched: read-only bytes will not do
-        crecords.assign_plain_run(b"x" * 20, 0, 20, 0, 100, False, False, 0, -1, -1, bytearray(), None, None)
+        crecords.assign_plain_run(b"x" * 20, 0, 20, 0, 100, False, False, 0, 0, -1, -1, bytearray(), None, None)
     with pytest.raises(TypeError):  # rows are an EntryTable's bytearray
-        crecords.assign_plain_run(bytearray(20), 0, 20, 0, 100, False, False, 0, -1, -1, [], None, None)
+        crecords.assign_plain_run(bytearray(20), 0, 20, 0, 100, False, False, 0, 0, -1, -1, [], None, None)
     with pytest.raises(TypeError):
         crecords.index_entries((), 4096, 0, -1, -1, 0, 0, -1)
     with pytest.raises(ValueError):  # not whole rows
@@ -257,24 +257,40 @@ def test_index_entries_match_python(seed):
     base = entries[0].last_offset - rng.randrange(0, 10)
     best = rng.choice(((-1, -1), (1_700_000_000_000, base)))  # from an earlier append to the segment
     placed = (base, rng.choice((0, 777)), rng.choice((-1, 1_700_000_000_000)))  # base offset, position, newest
-    expected = index_entries_py(entries, interval, since, *best, *placed)
+    expected = pyrecords.index_entries(entries, interval, since, *best, *placed)
     assert crecords.index_entries(entries, interval, since, *best, *placed) == expected
     table = EntryTable.of(entries)
     assert crecords.index_entries(table.rows, interval, since, *best, *placed) == expected
-    assert index_entries_py(table, interval, since, *best, *placed) == expected
-    empty = index_entries_py([], interval, since, *best, *placed)
+    assert pyrecords.index_entries(table.rows, interval, since, *best, *placed) == expected
+    empty = pyrecords.index_entries([], interval, since, *best, *placed)
     assert empty[:2] == (b"", b"")
     assert crecords.index_entries([], interval, since, *best, *placed) == empty
     assert crecords.index_entries(bytearray(), interval, since, *best, *placed) == empty
 
 
-def test_index_entries_unpack_to_the_points():
-    """The packed entries say what index_points_py's points say: each point's
+def kafka_index_points(entries, interval: int) -> list[tuple[int, int, int, int]]:
+    """Kafka's rule, entry by entry: once more than `interval` bytes were written
+    since the last index entry, index this one. A point (last offset, position,
+    running largest timestamp, the first entry's offset holding it) for each."""
+    points, last_indexed, best = [], entries[0].position, (-1, -1)
+    for entry in entries:
+        if entry.max_timestamp > best[0]:
+            best = (entry.max_timestamp, entry.last_offset)
+        if entry.position - last_indexed > interval:
+            points.append((entry.last_offset, entry.position, *best))
+            last_indexed = entry.position
+    return points
+
+
+@pytest.mark.parametrize("implementation", ["c", "python"])
+def test_index_entries_unpack_to_the_points(implementation):
+    """The packed entries say what Kafka's rule's points say: each point's
     offset and position, and the time index's strictly rising timestamps."""
+    walk = (crecords if implementation == "c" else pyrecords).index_entries
     entries = random_entries(random.Random(3))
     base = entries[0].last_offset
-    points, *_ = index_points_py(entries, 4096, 0, -1, -1)
-    offset_entries, time_entries, *_ = crecords.index_entries(entries, 4096, 0, -1, -1, base, 100, -1)
+    points = kafka_index_points(entries, 4096)
+    offset_entries, time_entries, *_ = walk(entries, 4096, 0, -1, -1, base, 100, -1)
     assert list(OffsetIndex.ENTRY.iter_unpack(offset_entries)) == [
         (point[0] - base, 100 + point[1]) for point in points]
     rising, newest = [], -1
@@ -293,7 +309,7 @@ def test_index_entries_refuse_what_does_not_fit_an_entry(placed):
     with pytest.raises(OverflowError):
         crecords.index_entries(entries, 1, 0, -1, -1, base_offset, base_position, -1)
     with pytest.raises(OverflowError):
-        index_entries_py(entries, 1, 0, -1, -1, base_offset, base_position, -1)
+        pyrecords.index_entries(entries, 1, 0, -1, -1, base_offset, base_position, -1)
 
 
 def test_entry_table_reads_as_a_sequence_of_entry_info():
@@ -310,7 +326,7 @@ def test_bulk_index_appends_equal_one_by_one(tmp_path):
     """append_entries writes what append / maybe_append would, one entry at a time."""
     rng = random.Random(7)
     entries = random_entries(rng)
-    points, _, _, _ = index_points_py(entries, 4096, 0, -1, -1)
+    points = kafka_index_points(entries, 4096)
     bulk_offsets, single_offsets = OffsetIndex(tmp_path / "a.index", 0), OffsetIndex(tmp_path / "b.index", 0)
     bulk_times, single_times = TimeIndex(tmp_path / "a.timeindex", 0), TimeIndex(tmp_path / "b.timeindex", 0)
     half = len(entries) // 2
@@ -377,13 +393,15 @@ def test_crc_functions_refuse_bad_arguments():
 
 
 def test_crc32c_is_chosen_once_for_every_caller():
-    """The validator, the scan and the cleaner share framing's CRC32C."""
-    from kafka_format import batch, entries, framing
-    from storage import cleaner_records
+    """The validator, the scan and the cleaner share accel's CRC32C: no other
+    module of theirs names a CRC32C function."""
+    from kafka_format import accel, batch, entries, framing
+    from storage import cleaner_records, validator
 
-    assert batch.crc32c is entries.crc32c is cleaner_records.crc32c is framing.crc32c
+    for module in (batch, entries, framing, cleaner_records, validator):
+        assert not hasattr(module, "crc32c"), module
     if crecords.CRC32C_IN_C:
-        assert framing.crc32c is crecords.crc32c
+        assert accel.crc32c is crecords.crc32c
 
 
 def random_records(rng: random.Random, count: int) -> list[tuple]:
@@ -395,7 +413,7 @@ def random_records(rng: random.Random, count: int) -> list[tuple]:
 
 
 @pytest.mark.parametrize("seed", range(120))
-def test_summarize_records_matches_python(seed):
+def test_summarize_records_matches_python(monkeypatch, seed):
     import kafka_format.batch as batch_module
 
     rng = random.Random(seed)
@@ -418,12 +436,15 @@ def test_summarize_records_matches_python(seed):
         except StrataError as error:
             return "error", type(error), str(error)
 
-    assert outcome(batch_module.summarize_records) == outcome(batch_module.summarize_records_py)
+    outcomes = []
+    for implementation in (crecords, pyrecords):
+        bind_twin(monkeypatch, implementation)
+        outcomes.append(outcome(batch_module.summarize_records))
+    assert outcomes[0] == outcomes[1]
 
 
 @pytest.mark.parametrize("seed", range(60))
 def test_first_record_at_matches_python(monkeypatch, seed):
-    import kafka_format.reader as reader_module
     from kafka_format import iter_entries
 
     rng = random.Random(seed)
@@ -437,7 +458,28 @@ def test_first_record_at_matches_python(monkeypatch, seed):
         timestamp = rng.choice(timestamps) + rng.choice((-1, 0, 1, 10**9)) if rng.random() < 0.9 else -(1 << 62)
         starting = entry.base_offset + rng.randrange(-5, len(records) + 5)
         found = []
-        for native_module in (crecords, None):
-            monkeypatch.setattr(reader_module, "_crecords", native_module)
+        for implementation in (crecords, pyrecords):
+            bind_twin(monkeypatch, implementation)
             found.append(entry.first_record_at(timestamp, starting))
         assert found[0] == found[1]
+
+
+@pytest.mark.parametrize("log_append", [True, False])
+def test_v1_timestamps_are_set_in_the_c_run(log_append):
+    """Under LogAppendTime every v1 message gets now_ms and the type bit; under
+    CreateTime a client-set bit is cleared: one C call, CRCs recomputed, the
+    scan then finds every CRC good (test_validate_matches_python compares the
+    bytes with the Python twin's)."""
+    attributes = 0 if log_append else 0x08
+    data = bytearray(b"".join(build_classic([(b"k", b"v%d" % i, 1000 + i)], magic=1, base_offset=0,
+                                            timestamp_type=attributes >> 3) for i in range(50)))
+    rows = bytearray()
+    pos, next_offset, max_ts, offset_of_max, records, _ = crecords.assign_plain_run(
+        data, 0, len(data), 7, 1 << 20, False, log_append, 5000, 0, -1, -1, rows, None, None)
+    assert (pos, next_offset, records) == (len(data), 57, 50)
+    assert (max_ts, offset_of_max) == ((5000, 7) if log_append else (1049, 56))
+    scanned = scan_entries(data)
+    assert scanned.problem is None and EntryTable(rows) == scanned.entries
+    for entry in scanned.entries:
+        assert entry.max_timestamp == (5000 if log_append else 1000 + entry.last_offset - 7)
+    assert all((data[e.position + 17] & 0x08) == (0x08 if log_append else 0) for e in scanned.entries)

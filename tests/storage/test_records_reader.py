@@ -9,6 +9,9 @@ from kafka_format.batch import batch_crc
 from kafka_format.codecs import Codec
 from kafka_format.errors import CorruptRecordError
 
+# Each test runs on the C hot paths and on their Python twins (conftest.twin).
+pytestmark = pytest.mark.usefixtures("twin")
+
 
 def test_batch_entry_fields():
     data = build_batch([(b"a", b"1", 1000), (b"b", b"2", 1010)], base_offset=40, codec=Codec.GZIP,

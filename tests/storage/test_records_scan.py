@@ -10,6 +10,9 @@ from kafka_format.batch import batch_crc
 from kafka_format.classic import message_crc
 from kafka_format.codecs import Codec
 
+# Each test runs on the C hot paths and on their Python twins (conftest.twin).
+pytestmark = pytest.mark.usefixtures("twin")
+
 
 def fix_crc(buf: bytearray, pos: int) -> None:
     """Recompute the CRC of the entry at `pos` after a test patched it."""

@@ -27,6 +27,9 @@ from kafka_format.errors import (
 from storage.config import LogConfig
 from storage.validator import validate_and_assign
 
+# Each test runs on the C hot paths and on their Python twins (conftest.twin).
+pytestmark = pytest.mark.usefixtures("twin")
+
 NOW = 1_700_000_000_000
 CREATE = LogConfig()
 APPEND_TIME = LogConfig(message_timestamp_type="LogAppendTime")
