@@ -105,6 +105,16 @@ def _overrides_complaint(v: str) -> str | None:
     return None
 
 
+def _assignors_complaint(value: str) -> str | None:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        return "must name at least one assignor"
+    unknown = [n for n in names if n not in ("uniform", "range")]
+    if unknown:
+        return f"unknown assignor(s) {', '.join(unknown)} (known: uniform, range)"
+    return None
+
+
 KEYS: tuple[BrokerKey, ...] = (
     # ---- listening ----
     BrokerKey("host.name", "string", "0.0.0.0", _non_empty,
@@ -225,6 +235,14 @@ KEYS: tuple[BrokerKey, ...] = (
               "smallest consumer.heartbeat.interval.ms a group config may set"),
     BrokerKey("group.consumer.max.heartbeat.interval.ms", "int", 15_000, _at_least(1),
               "largest consumer.heartbeat.interval.ms a group config may set"),
+    BrokerKey("group.consumer.assignors", "string", "uniform,range", _assignors_complaint,
+              "server-side assignors of consumer-protocol groups, the first the default (uniform, range)"),
+    BrokerKey("group.consumer.max.size", "int", INT_MAX, _at_least(1),
+              "most members a consumer-protocol group may have (else GROUP_MAX_SIZE_REACHED)"),
+    BrokerKey("group.consumer.migration.policy", "string", "bidirectional",
+              _one_of("disabled", "upgrade", "downgrade", "bidirectional"),
+              "whether an empty group changes protocol when a member of the other protocol joins it: "
+              "upgrade (classic to consumer), downgrade (consumer to classic), bidirectional or disabled"),
     # ---- periodic tasks ----
     BrokerKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, _at_least(1),
               "how often logs are checked for flush.ms (the task runs at least every second)"),

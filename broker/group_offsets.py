@@ -30,6 +30,11 @@ Contract:
 - Null metadata: Kafka's value schema has a non-null string, so null is stored as
   "" plus a record header `strata.metadata.null` (Kafka's readers ignore headers);
   FETCH_OFFSET gives back exactly what was committed, null or not, across restarts.
+- Consumer-protocol group records (KIP-848; key versions 3..8, Kafka's
+  ConsumerGroup* coordinator records, encoded by
+  broker/kafka/groups/consumer_records.py): `load()` keeps the latest value of each
+  such key (`group_records()`); `write_records(group, rows)` (blocking) appends
+  raw (key, value or None) rows as one batch to the group's partition.
 - Leader epoch: Kafka's OffsetCommit (v6+) sends the committed leader epoch, which
   is stored in the value's leaderEpoch and answered by OffsetFetch. The native
   COMMIT_OFFSET sends none and stores -1, as do values of versions 0..2.
@@ -56,6 +61,7 @@ VALUE_VERSION = 3
 NULL_METADATA_HEADER = "strata.metadata.null"
 NO_LEADER_EPOCH = -1
 READ_CHUNK = 1 << 20
+GROUP_RECORD_TYPES = frozenset(range(3, 9))  # Kafka's ConsumerGroup* coordinator record keys
 
 INT16 = struct.Struct(">h")
 INT32 = struct.Struct(">i")
@@ -178,6 +184,7 @@ class GroupOffsets:
         self.metadata_max_bytes = metadata_max_bytes
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._committed: dict[GroupKey, Committed] = {}
+        self._group_records: dict[bytes, bytes] = {}  # consumer-protocol group records
         self._partition_locks: dict[int, threading.Lock] = {}
         self._locks_lock = threading.Lock()
 
@@ -227,6 +234,13 @@ class GroupOffsets:
 
     def _apply(self, record, partition_log: Log) -> None:
         if record.key is None:
+            return
+        if len(record.key) >= 2 and INT16.unpack_from(record.key)[0] in GROUP_RECORD_TYPES:
+            raw_key = bytes(record.key)
+            if record.value is None:
+                self._group_records.pop(raw_key, None)
+            else:
+                self._group_records[raw_key] = bytes(record.value)
             return
         try:
             key = decode_key(record.key)
@@ -354,6 +368,25 @@ class GroupOffsets:
                     self._committed.pop(key, None)
                 else:
                     self._committed[key] = committed
+
+    def group_records(self) -> dict[bytes, bytes]:
+        """The consumer-protocol group records loaded or written: key -> latest value."""
+        return dict(self._group_records)
+
+    def write_records(self, group: str, rows: list[tuple[bytes, bytes | None]]) -> None:
+        """Append consumer-protocol group records (None = tombstone) as one batch. Blocking."""
+        if not rows:
+            return
+        partition = self.partition_for(group)
+        with self._lock_for(partition):
+            batch = build_batch([(key, value, self._clock(), []) for key, value in rows])
+            self._get_log(OFFSETS_TOPIC, partition).append(batch)
+            self._on_append(OFFSETS_TOPIC, partition)
+            for key, value in rows:
+                if value is None:
+                    self._group_records.pop(key, None)
+                else:
+                    self._group_records[key] = value
 
     def _lock_for(self, partition: int) -> threading.Lock:
         with self._locks_lock:

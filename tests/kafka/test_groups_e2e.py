@@ -2,8 +2,10 @@
 confluent-kafka (librdkafka), kafka-python, aiokafka and kcat.
 
 The brokers here start rebalances at once (group.initial.rebalance.delay.ms=0) and
-accept short sessions; clients heartbeat often so rebalances are noticed quickly.
-Deadlines are failure guards, not speed assumptions.
+accept short sessions; clients heartbeat often so rebalances are noticed quickly
+(consumer-protocol groups: group.consumer.heartbeat.interval.ms=500). Tests that
+apply to both group protocols run with librdkafka's group.protocol=classic and
+group.protocol=consumer (KIP-848). Deadlines are failure guards, not speed assumptions.
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ from tests.broker_process import BrokerProcess
 from tests.kafka.conftest import create_topic, unique_name
 
 GROUP_ARGS = ("--set", "group.initial.rebalance.delay.ms=0", "--set", "group.min.session.timeout.ms=1000",
-              "--set", "auto.create.topics.enable=true")
+              "--set", "auto.create.topics.enable=true",
+              "--set", "group.consumer.min.heartbeat.interval.ms=100",
+              "--set", "group.consumer.heartbeat.interval.ms=500")
 GUARD = 60.0
 FAST = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 250, "auto.offset.reset": "earliest",
         "enable.auto.commit": False}
+# group.protocol=consumer: the broker sets the session timeout and heartbeat interval
+FAST_CONSUMER = {"group.protocol": "consumer", "auto.offset.reset": "earliest", "enable.auto.commit": False}
+PROTOCOLS = ("classic", "consumer")
+both_protocols = pytest.mark.parametrize("protocol", PROTOCOLS)
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +56,11 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, start: int 
     assert producer.flush(30) == 0
 
 
-def confluent_consumer(bootstrap: str, group: str, **extra):
+def confluent_consumer(bootstrap: str, group: str, protocol: str = "classic", **extra):
     from confluent_kafka import Consumer
 
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, **FAST, **extra})
+    settings = FAST_CONSUMER if protocol == "consumer" else FAST
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, **settings, **extra})
 
 
 def poll_until(consumers, done, guard: float = GUARD) -> dict:
@@ -81,11 +90,12 @@ def committed(consumer, topic: str, partitions: int) -> list[int]:
                                                    timeout=30)]
 
 
-def test_confluent_consumer_group_consumes_and_commits(bootstrap):
+@both_protocols
+def test_confluent_consumer_group_consumes_and_commits(bootstrap, protocol):
     topic = create_topic(bootstrap, unique_name("gc"), 4)
     produce(bootstrap, topic, 40, 4)
     group = unique_name("group")
-    consumer = confluent_consumer(bootstrap, group)
+    consumer = confluent_consumer(bootstrap, group, protocol)
     try:
         consumer.subscribe([topic])
         got = poll_until([consumer], lambda r: len(r[0]) >= 40)[0]
@@ -97,10 +107,11 @@ def test_confluent_consumer_group_consumes_and_commits(bootstrap):
         consumer.close()
 
 
-def test_two_members_share_the_partitions_and_one_takes_over_when_the_other_leaves(bootstrap):
+@both_protocols
+def test_two_members_share_the_partitions_and_one_takes_over_when_the_other_leaves(bootstrap, protocol):
     topic = create_topic(bootstrap, unique_name("gshare"), 4)
     group = unique_name("group")
-    first, second = confluent_consumer(bootstrap, group), confluent_consumer(bootstrap, group)
+    first, second = confluent_consumer(bootstrap, group, protocol), confluent_consumer(bootstrap, group, protocol)
     try:
         first.subscribe([topic])
         poll_until([first], lambda r: assigned(first) == {0, 1, 2, 3})
@@ -123,14 +134,15 @@ def test_two_members_share_the_partitions_and_one_takes_over_when_the_other_leav
         first.close()
 
 
-def test_resume_from_committed_offsets_after_consumer_and_broker_restart(broker):
+@both_protocols
+def test_resume_from_committed_offsets_after_consumer_and_broker_restart(broker, protocol):
     process = broker(*GROUP_ARGS)
     topic = create_topic(process.bootstrap, unique_name("gresume"), 2)
     produce(process.bootstrap, topic, 20, 2)
     group = unique_name("group")
 
     def consume_some(bootstrap: str, count: int) -> list:
-        consumer = confluent_consumer(bootstrap, group)
+        consumer = confluent_consumer(bootstrap, group, protocol)
         try:
             consumer.subscribe([topic])
             got = []
@@ -252,13 +264,15 @@ def test_kcat_balanced_consumer(bootstrap):
         consumer.close()
 
 
-def test_list_and_describe_groups_with_confluent_admin(bootstrap):
-    from confluent_kafka import ConsumerGroupState
+@both_protocols
+def test_list_and_describe_groups_with_confluent_admin(bootstrap, protocol):
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupType
     from confluent_kafka.admin import AdminClient
 
     topic = create_topic(bootstrap, unique_name("gadmin"), 4)
     group = unique_name("group")
-    consumer = confluent_consumer(bootstrap, group, **{"client.id": "described-client"})
+    consumer = confluent_consumer(bootstrap, group, protocol, **{"client.id": "described-client"})
+    kind = ConsumerGroupType.CONSUMER if protocol == "consumer" else ConsumerGroupType.CLASSIC
     admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
         consumer.subscribe([topic])
@@ -269,10 +283,16 @@ def test_list_and_describe_groups_with_confluent_admin(bootstrap):
         only_empty = admin.list_consumer_groups(
             states={ConsumerGroupState.EMPTY}, request_timeout=30).result()
         assert group not in {g.group_id for g in only_empty.valid}
+        of_kind = admin.list_consumer_groups(types={kind}, request_timeout=30).result()
+        assert {g.group_id: g.type for g in of_kind.valid}[group] == kind
+        other = ConsumerGroupType.CLASSIC if kind == ConsumerGroupType.CONSUMER else ConsumerGroupType.CONSUMER
+        not_of_kind = admin.list_consumer_groups(types={other}, request_timeout=30).result()
+        assert group not in {g.group_id for g in not_of_kind.valid}
 
         description = admin.describe_consumer_groups([group], request_timeout=30)[group].result()
         assert description.state == ConsumerGroupState.STABLE
-        assert description.partition_assignor == "range"
+        assert description.partition_assignor == ("uniform" if protocol == "consumer" else "range")
+        assert description.type == kind
         assert description.coordinator.id == 0
         (member,) = description.members
         assert member.client_id == "described-client"

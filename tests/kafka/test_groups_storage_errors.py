@@ -39,3 +39,24 @@ async def test_a_full_disk_answers_not_coordinator_and_commits_resume(app, monke
     assert response.results[0].error_code == NOT_COORDINATOR
     monkeypatch.setattr(os, "pwrite", REAL_PWRITE)
     assert await commit(broker, "g") == 0
+
+
+async def test_a_consumer_group_heartbeat_on_a_full_disk_answers_not_coordinator(app, monkeypatch):
+    """KIP-848 groups: the heartbeat's records cannot be written, so it is answered
+    NOT_COORDINATOR; once the disk has room the next heartbeat writes them."""
+    broker = await app("offsets.topic.num.partitions=1")
+    await create_topic(broker, "t", 1)
+
+    def heartbeat(member: str):
+        return call(broker, request(68, 1, group_id="cg", member_id=member, member_epoch=0, instance_id=None,
+                                    rack_id=None, rebalance_timeout=30_000, subscribed_topic_names=("t",),
+                                    subscribed_topic_regex=None, server_assignor=None, topic_partitions=()))
+
+    monkeypatch.setattr(os, "pwrite", offsets_log_full)
+    assert (await heartbeat("m1")).error_code == NOT_COORDINATOR
+    monkeypatch.setattr(os, "pwrite", REAL_PWRITE)
+    joined = await heartbeat("m2")
+    assert joined.error_code == 0
+    assert broker.kafka.consumer_groups.pending() == []  # everything is in the log now, m1's join too
+    stored = broker.kafka.offsets.group_records()
+    assert any(key.endswith(b"m1") for key in stored) and any(key.endswith(b"m2") for key in stored)

@@ -1,4 +1,5 @@
-"""Consumer groups on the Kafka listener: Kafka's classic group protocol.
+"""Consumer groups on the Kafka listener: Kafka's classic group protocol and the
+consumer group protocol of KIP-848 (consumer_coordinator.py, consumer_handlers.py).
 
 `register(apis)` (called by KafkaApis for EXTENSION_MODULES) makes one
 GroupCoordinator per broker (`apis.groups`), registers the group APIs and closes
@@ -20,7 +21,10 @@ APIs and versions (what kio has schemas for, from Kafka 4's lower bounds: KIP-89
     OffsetDelete    47  v0     refused for groups with members, except topics a
                                "consumer" group is not subscribed to (as Kafka)
 
-The state machine and its decisions: coordinator.py; a group's data (states, members,
+    ConsumerGroupHeartbeat 68 v0-1  KIP-848 (consumer_coordinator.py)
+    ConsumerGroupDescribe  69 v0-1
+
+The classic state machine and its decisions: coordinator.py; a group's data (states, members,
 results, error codes): group.py. The wire side: handlers.py.
 Committed offsets are broker.group_offsets.GroupOffsets (Kafka's layout in
 `__consumer_offsets`), shared with the native COMMIT_OFFSET / FETCH_OFFSET.
@@ -30,16 +34,43 @@ group.initial.rebalance.delay.ms, group.max.size (broker/config.py).
 
 from __future__ import annotations
 
+from .consumer_coordinator import ConsumerGroupCoordinator
+from .consumer_handlers import ConsumerGroupHandlers
 from .coordinator import GroupCoordinator
 from .handlers import GroupHandlers
 
 
 def register(apis) -> None:
     coordinator = GroupCoordinator.from_config(apis.config, loop=apis.loop)
-    handlers = GroupHandlers(apis, coordinator)
+    registry = apis.registry
+    consumer = ConsumerGroupCoordinator(
+        apis.config, apis.loop, lambda: _partition_counts(apis), lambda group: _group_settings(apis, group),
+        classic_groups=coordinator, records=apis.offsets.group_records, topic_id=registry.topic_id,
+        topic_name=lambda topic_id: getattr(registry.by_id(topic_id), "name", None))
+    handlers = GroupHandlers(apis, coordinator, consumer)
     handlers.register_all()
+    ConsumerGroupHandlers(apis, consumer).register_all()
     apis.groups = coordinator
+    apis.consumer_groups = consumer
     apis.on_shutdown(coordinator.close)
+    apis.on_shutdown(consumer.close)
 
 
-__all__ = ["GroupCoordinator", "GroupHandlers", "register"]
+def _partition_counts(apis) -> dict[str, int]:
+    registry = apis.registry
+    counts = {}
+    for name in registry.names():
+        topic = registry.get(name)
+        if topic is not None:
+            counts[name] = topic.partitions
+    return counts
+
+
+def _group_settings(apis, group: str) -> dict[str, int]:
+    if apis.group_configs is not None:
+        return apis.group_configs.effective(group)
+    return {"consumer.session.timeout.ms": apis.config["group.consumer.session.timeout.ms"],
+            "consumer.heartbeat.interval.ms": apis.config["group.consumer.heartbeat.interval.ms"]}
+
+
+__all__ = ["ConsumerGroupCoordinator", "GroupCoordinator", "GroupHandlers", "register"]

@@ -19,6 +19,7 @@ from kafka_format.errors import StrataError
 from ..apis import ApiKey
 from ..authorized import OMITTED, ResourceType, requested
 from ..codec import has_field, make, nested
+from .consumer_coordinator import ConsumerGroupCoordinator
 from .coordinator import GroupCoordinator
 from .group import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NON_EMPTY_GROUP, NONE
 
@@ -87,9 +88,16 @@ def subscribed_topics(metadata: bytes) -> set[str] | None:
 
 
 class GroupHandlers:
-    def __init__(self, apis, coordinator: GroupCoordinator):
+    def __init__(self, apis, coordinator: GroupCoordinator, consumer: ConsumerGroupCoordinator | None = None):
         self.apis = apis
         self.coordinator = coordinator
+        self.consumer = consumer  # the consumer-protocol groups (KIP-848), which share group ids
+
+    def _consumer_for(self, group_id: str) -> ConsumerGroupCoordinator | None:
+        """The consumer-protocol coordinator when `group_id` is one of its groups."""
+        if self.consumer is not None and self.consumer.is_consumer_group(group_id):
+            return self.consumer
+        return None
 
     def register_all(self) -> None:
         r = self.apis.register
@@ -138,6 +146,12 @@ class GroupHandlers:
         R = ctx.response_class
         MemberR = nested(R, "members")
         rebalance = millis(req.rebalance_timeout) if has_field(type(req), "rebalance_timeout") else -1
+        if self.consumer is not None and req.group_id:
+            taken = self.consumer.take_for_classic(req.group_id)
+            if taken:
+                return make(R, throttle_time=0, error_code=taken, generation_id=-1, protocol_type=None,
+                            protocol_name=_opt(R, "protocol_name", None), leader="", skip_assignment=False,
+                            member_id=req.member_id, members=())
         result = await self.coordinator.join(
             req.group_id, req.member_id, protocol_type=req.protocol_type,
             protocols=[(p.name, bytes(p.metadata)) for p in req.protocols],
@@ -199,9 +213,14 @@ class GroupHandlers:
         TopicR = nested(R, "topics")
         PartR = nested(TopicR, "partitions")
         by_id = ctx.api_version >= 10
-        group_error = self.coordinator.validate_offset_commit(
-            req.group_id, getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
-            getattr(req, "generation_id_or_member_epoch", -1), api_version=ctx.api_version)
+        if (consumer := self._consumer_for(req.group_id)) is not None:
+            group_error = consumer.validate_offset_commit(
+                req.group_id, getattr(req, "member_id", ""), getattr(req, "generation_id_or_member_epoch", -1),
+                ctx.api_version)
+        else:
+            group_error = self.coordinator.validate_offset_commit(
+                req.group_id, getattr(req, "member_id", ""), getattr(req, "group_instance_id", None),
+                getattr(req, "generation_id_or_member_epoch", -1), api_version=ctx.api_version)
         codes: list[list[int]] = []
         entries: list[tuple[str, int, int, str | None, int]] = []
         where: list[tuple[int, int]] = []  # (topic index, partition index) of each entry
@@ -279,6 +298,12 @@ class GroupHandlers:
                 if not g.group_id:
                     groups.append(make(GroupR, group_id=g.group_id, error_code=INVALID_GROUP_ID, topics=()))
                     continue
+                if (consumer := self._consumer_for(g.group_id)) is not None:
+                    error = consumer.validate_offset_fetch(g.group_id, getattr(g, "member_id", None),
+                                                                getattr(g, "member_epoch", -1))
+                    if error:
+                        groups.append(make(GroupR, group_id=g.group_id, error_code=error, topics=()))
+                        continue
                 groups.append(make(GroupR, group_id=g.group_id, error_code=NONE,
                                    topics=self._fetch_topics(g.group_id, g.topics, TopicR, by_id)))
             return make(R, throttle_time=0, groups=tuple(groups))
@@ -299,8 +324,11 @@ class GroupHandlers:
     async def list_groups(self, req, ctx):
         R = ctx.response_class
         GroupR = nested(R, "groups")
-        rows = self.coordinator.list_groups(self.apis.offsets.groups(), getattr(req, "states_filter", ()),
-                                            getattr(req, "types_filter", ()))
+        states = getattr(req, "states_filter", ())
+        types = getattr(req, "types_filter", ())
+        rows = self.coordinator.list_groups(self.apis.offsets.groups(), states, types)
+        if self.consumer is not None:
+            rows = _with_consumer_groups(rows, self.consumer.list_groups(), states, types)
         return make(R, throttle_time=0, error_code=NONE,
                     groups=tuple(make(GroupR, group_id=gid, protocol_type=ptype, group_state=state,
                                       group_type=gtype) for gid, ptype, state, gtype in rows))
@@ -317,6 +345,13 @@ class GroupHandlers:
                 out.append(make(GroupR, error_code=INVALID_GROUP_ID, error_message="group id must not be empty",
                                 group_id=group_id, group_state="", protocol_type="", protocol_data="",
                                 members=(), authorized_operations=OMITTED))
+                continue
+            if self._consumer_for(group_id) is not None:  # as Kafka 4: DescribeGroups describes classic groups only
+                out.append(make(GroupR, error_code=GROUP_ID_NOT_FOUND if ctx.api_version >= 6 else NONE,
+                                error_message=f"Group {group_id} is not a classic group."
+                                if ctx.api_version >= 6 else None,
+                                group_id=group_id, group_state="Dead", protocol_type="", protocol_data="",
+                                members=(), authorized_operations=requested(with_ops, ResourceType.GROUP, group_id)))
                 continue
             d = self.coordinator.describe(group_id, group_id in offsets_groups)
             error, message = d.error, None
@@ -343,12 +378,19 @@ class GroupHandlers:
                 results.append(make(ResultR, group_id=group_id, error_code=INVALID_GROUP_ID))
                 continue
             has_offsets = group_id in self.apis.offsets.groups()
-            error = self.coordinator.validate_delete(group_id, has_offsets)
+            consumer = self._consumer_for(group_id)
+            if consumer is not None:
+                error = consumer.validate_delete(group_id)
+            else:
+                error = self.coordinator.validate_delete(group_id, has_offsets)
             if error == NONE:
                 try:
                     if has_offsets:
                         await self.apis.blocking(self.apis.offsets.delete_group_offsets, group_id, None)
-                    self.coordinator.delete(group_id)
+                    if consumer is not None:
+                        consumer.delete(group_id)
+                    else:
+                        self.coordinator.delete(group_id)
                 except StrataError as e:
                     error = coordinator_error_code(e)
             results.append(make(ResultR, group_id=group_id, error_code=error))
@@ -364,10 +406,15 @@ class GroupHandlers:
         has_offsets = group_id in offsets.groups()
         if not group_id:
             return make(R, error_code=INVALID_GROUP_ID, throttle_time=0, topics=())
-        if (group is None or group.state == "Dead") and not has_offsets:
+        if group is not None and group.state == "Dead" and not has_offsets:
             return make(R, error_code=GROUP_ID_NOT_FOUND, throttle_time=0, topics=())
         subscribed: set[str] = set()
-        if self.coordinator.is_active(group_id):
+        if (consumer := self._consumer_for(group_id)) is not None:
+            subscribed = consumer.subscribed_topic_names(group_id)
+            group = None
+        elif group is None and not has_offsets:
+            return make(R, error_code=GROUP_ID_NOT_FOUND, throttle_time=0, topics=())
+        if group is not None and self.coordinator.is_active(group_id):
             if group.protocol_type != CONSUMER_PROTOCOL:
                 return make(R, error_code=NON_EMPTY_GROUP, throttle_time=0, topics=())
             for m in group.members.values():
@@ -400,6 +447,21 @@ class GroupHandlers:
                                   for p, code in zip(topic.partitions, row, strict=True)))
             for topic, row in zip(req.topics, codes, strict=True))
         return make(R, error_code=NONE, throttle_time=0, topics=topics_out)
+
+
+def _with_consumer_groups(rows: list[tuple[str, str, str, str]], consumer_rows: list[tuple[str, str]],
+                          states, types) -> list[tuple[str, str, str, str]]:
+    """ListGroups rows of both kinds: (group id, protocol type, state, type); a consumer
+    group's committed offsets do not list it again as a classic group."""
+    wanted_states = {s.lower() for s in states}
+    wanted_types = {t.lower() for t in types}
+    consumer_ids = {gid for gid, _ in consumer_rows}
+    found = {row[0]: row for row in rows if row[0] not in consumer_ids}
+    if not wanted_types or CONSUMER_PROTOCOL in wanted_types:
+        for gid, state in consumer_rows:
+            if not wanted_states or state.lower() in wanted_states:
+                found[gid] = (gid, CONSUMER_PROTOCOL, state, CONSUMER_PROTOCOL)
+    return [row for _, row in sorted(found.items())]
 
 
 __all__ = ["GroupHandlers", "client_host", "millis", "subscribed_topics"]

@@ -1,0 +1,130 @@
+"""Server-side partition assignors of the consumer group protocol (KIP-848):
+`uniform` and `range`, as Kafka's group coordinator names them
+(org.apache.kafka.coordinator.group.assignor).
+
+An assignor is a pure function of the group's members, what each is subscribed
+to, what each is currently targeted with, and the subscribed topics' partition
+counts; it returns the new target assignment of every member. Partitions are
+(topic name, partition index) pairs.
+
+- `uniform` (Kafka's default): balanced and sticky. Every member keeps what its
+  current target holds while the topic still exists, the member is still
+  subscribed to it and no other member kept the partition first. With identical
+  subscriptions (the common case, in O(P log P)) every member gets floor(P/N) or
+  ceil(P/N) partitions, the larger shares going to the members that kept the
+  most: a member gives up only what it holds beyond its share, and the freed and
+  new partitions fill the members below theirs. With different subscriptions the
+  partitions nobody holds go one at a time to the least loaded subscribed member
+  (ties to the smaller member id); then partitions move from the most loaded
+  member to a subscribed member holding at least two fewer, until no such move
+  exists.
+- `range`: per topic, the subscribed members in member-id order get contiguous
+  ranges (the first P mod N members one partition more). Topics with the same
+  partition count and the same subscribers are co-partitioned: a member gets
+  the same partition indexes of each (what joins of co-partitioned topics need).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+
+Partition = tuple[str, int]
+Assignment = dict[str, set[Partition]]  # member id -> partitions
+
+UNIFORM = "uniform"
+RANGE = "range"
+ASSIGNORS = (UNIFORM, RANGE)
+
+
+def assign(name: str, subscriptions: Mapping[str, Set[str]], current: Mapping[str, Set[Partition]],
+           partition_counts: Mapping[str, int]) -> Assignment:
+    """The target assignment by assignor `name` (a name of ASSIGNORS)."""
+    if name == UNIFORM:
+        return uniform(subscriptions, current, partition_counts)
+    if name == RANGE:
+        return range_assign(subscriptions, partition_counts)
+    raise ValueError(f"unknown assignor {name}")
+
+
+def uniform(subscriptions: Mapping[str, Set[str]], current: Mapping[str, Set[Partition]],
+            partition_counts: Mapping[str, int]) -> Assignment:
+    result: Assignment = {m: set() for m in subscriptions}
+    taken: set[Partition] = set()
+    for member in sorted(subscriptions):
+        topics = subscriptions[member]
+        for p in sorted(current.get(member, ())):
+            topic, index = p
+            if topic in topics and index < partition_counts.get(topic, 0) and p not in taken:
+                result[member].add(p)
+                taken.add(p)
+    every = [(t, i) for t in sorted(partition_counts)
+             for i in range(partition_counts[t])
+             if any(t in topics for topics in subscriptions.values())]
+    if len({frozenset(topics) for topics in subscriptions.values()}) == 1:
+        _fill_shares(result, [p for p in every if p not in taken])
+        return result
+    for p in every:
+        if p in taken:
+            continue
+        eligible = [m for m in subscriptions if p[0] in subscriptions[m]]
+        target = min(eligible, key=lambda m: (len(result[m]), m))
+        result[target].add(p)
+        taken.add(p)
+    _balance(result, subscriptions)
+    return result
+
+
+def _fill_shares(result: Assignment, free: list[Partition]) -> None:
+    """Identical subscriptions: trim every member to its share and hand out the rest."""
+    total = sum(len(parts) for parts in result.values()) + len(free)
+    share, extra = divmod(total, len(result))
+    order = sorted(result, key=lambda m: (-len(result[m]), m))
+    quota = {m: share + (1 if i < extra else 0) for i, m in enumerate(order)}
+    pool = list(free)
+    for m in order:
+        if len(result[m]) > quota[m]:
+            surplus = sorted(result[m])[quota[m]:]
+            result[m].difference_update(surplus)
+            pool.extend(surplus)
+    pool.sort(reverse=True)
+    for m in sorted(result):
+        while len(result[m]) < quota[m]:
+            result[m].add(pool.pop())
+
+
+def _balance(result: Assignment, subscriptions: Mapping[str, Set[str]]) -> None:
+    """Move partitions from heavier to lighter subscribed members while a move
+    narrows a gap of two or more (heaviest member first, its partitions in order)."""
+    moved = True
+    while moved:
+        moved = False
+        for heavy in sorted(result, key=lambda m: (-len(result[m]), m)):
+            for p in sorted(result[heavy], reverse=True):
+                lighter = [m for m in subscriptions
+                           if p[0] in subscriptions[m] and len(result[m]) + 1 < len(result[heavy])]
+                if lighter:
+                    target = min(lighter, key=lambda m: (len(result[m]), m))
+                    result[heavy].discard(p)
+                    result[target].add(p)
+                    moved = True
+            if moved:
+                break
+
+
+def range_assign(subscriptions: Mapping[str, Set[str]], partition_counts: Mapping[str, int]) -> Assignment:
+    result: Assignment = {m: set() for m in subscriptions}
+    for topic in sorted(partition_counts):
+        members = sorted(m for m in subscriptions if topic in subscriptions[m])
+        if not members:
+            continue
+        count = partition_counts[topic]
+        share, extra = divmod(count, len(members))
+        start = 0
+        for i, member in enumerate(members):
+            size = share + (1 if i < extra else 0)
+            result[member].update((topic, p) for p in range(start, start + size))
+            start += size
+    return result
+
+
+__all__ = ["ASSIGNORS", "RANGE", "UNIFORM", "Assignment", "Partition", "assign", "range_assign", "uniform"]

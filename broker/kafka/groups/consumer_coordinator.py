@@ -1,0 +1,572 @@
+"""Kafka's consumer group protocol (KIP-848) as a state machine on the broker's loop.
+
+`ConsumerGroupCoordinator.heartbeat` is ConsumerGroupHeartbeat with plain values
+(partitions are (topic name, index) pairs; the handlers translate topic ids):
+
+- member epoch 0 joins (a new member, or a static member taking its instance id
+  back after leaving with -2: it keeps its assignment and epoch); a member id
+  already in the group rejoins from nothing. -1 leaves; -2 (static members)
+  leaves for now, keeping the instance id's assignment until the session times
+  out. Other epochs must be the member's epoch, or its previous one when the
+  owned partitions it sends are all still assigned (else FENCED_MEMBER_EPOCH);
+  an unknown member (or group) is UNKNOWN_MEMBER_ID.
+- A changed subscription (topic names, or a regex matched with Python's `re`
+  against whole names, internal topics excluded), a member joining or going, and
+  a change of the subscribed topics' partition counts (new topics matching a
+  regex, CreatePartitions) bump the group epoch; the next heartbeat computes the
+  target assignment with the assignor the members ask for most (else the first
+  of group.consumer.assignors), sticky to the previous target.
+- The member is then reconciled (consumer_group.reconcile: revoke before
+  assign). The answer carries the assignment on a full request (epoch 0, or all
+  of rebalance timeout, subscription and owned partitions sent) or when the
+  member's partitions changed.
+- A member whose session timeout (group config consumer.session.timeout.ms, else
+  group.consumer.session.timeout.ms) passes without a heartbeat, or who keeps
+  revoked partitions longer than its rebalance timeout, is removed.
+
+Groups share their ids with classic groups (coordinator.py): an empty group of
+one kind is taken over by a member of the other kind when
+group.consumer.migration.policy allows it; a non-empty one is refused
+(GROUP_ID_NOT_FOUND "is not a consumer group", INCONSISTENT_GROUP_PROTOCOL).
+Group state is kept in `__consumer_offsets` as Kafka's ConsumerGroup* records
+(consumer_records.py): every change marks the group dirty, and `pending()` /
+`written()` give the writer (consumer_handlers.py) the records that differ from
+what the log holds; a heartbeat is answered after its records are written. A
+restart loads the groups back (epochs, members, target and current assignments)
+and members carry on with their epochs, or are removed when they do not heartbeat
+within their session timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import structlog
+
+from . import assignors, consumer_records
+from .assignors import Partition
+from .consumer_group import (
+    DEAD,
+    EMPTY,
+    LEAVE_EPOCH,
+    LEAVE_STATIC_EPOCH,
+    MEMBER_STABLE,
+    UNREVOKED_PARTITIONS,
+    ConsumerGroup,
+    ConsumerMember,
+    reconcile,
+)
+
+log = structlog.get_logger("strata.kafka.consumer_groups")
+
+NONE = 0
+UNKNOWN_MEMBER_ID = 25
+INVALID_REQUEST = 42
+GROUP_ID_NOT_FOUND = 69
+GROUP_MAX_SIZE_REACHED = 81
+FENCED_INSTANCE_ID = 82
+FENCED_MEMBER_EPOCH = 110
+UNRELEASED_INSTANCE_ID = 111
+UNSUPPORTED_ASSIGNOR = 112
+STALE_MEMBER_EPOCH = 113
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+NON_EMPTY_GROUP = 68
+INVALID_REGULAR_EXPRESSION = 128
+NOT_COORDINATOR = 16
+
+UPGRADE_POLICIES = ("upgrade", "bidirectional")
+DOWNGRADE_POLICIES = ("downgrade", "bidirectional")
+
+
+class HeartbeatError(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(slots=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_names: tuple[str, ...] | None = None
+    subscribed_regex: str | None = None
+    server_assignor: str | None = None
+    owned: set[Partition] | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(slots=True)
+class HeartbeatResult:
+    error: int
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: set[Partition] | None = None
+
+
+class ConsumerGroupCoordinator:
+    def __init__(self, config, loop: asyncio.AbstractEventLoop, topics: Callable[[], Mapping[str, int]],
+                 group_settings: Callable[[str], Mapping[str, int]], classic_groups=None, *,
+                 records: Callable[[], Mapping[bytes, bytes]] = dict,
+                 topic_id: Callable[[str], str | None] = lambda name: None,
+                 topic_name: Callable[[str], str | None] = lambda topic_id: None):
+        """`topics()`: partition count of every non-internal topic; `group_settings(group)`:
+        its consumer.session.timeout.ms and consumer.heartbeat.interval.ms;
+        `classic_groups`: the classic GroupCoordinator (ids are shared); `records()`:
+        the stored group records, read on first use; `topic_id`/`topic_name` map
+        topic names and ids for them."""
+        self.config = config
+        self.loop = loop
+        self.topics = topics
+        self.group_settings = group_settings
+        self.classic = classic_groups
+        self.closed = False
+        self.on_change: Callable[[], None] = lambda: None  # called when a timer or a deletion changed a group
+        self._records = records
+        self._topic_id = topic_id
+        self._topic_name = topic_name
+        self._groups: dict[str, ConsumerGroup] | None = None
+        self._written: dict[str, dict[bytes, bytes]] = {}  # group -> its records in the log
+        self._dirty: set[str] = set()
+        self._regexes: dict[str, re.Pattern] = {}
+
+    @property
+    def groups(self) -> dict[str, ConsumerGroup]:
+        if self._groups is None:
+            self._groups = self._load()
+        return self._groups
+
+    def _load(self) -> dict[str, ConsumerGroup]:
+        groups = consumer_records.load(self._records(), self._topic_name)
+        counts = self.topics()
+        for group in groups.values():
+            self._written[group.group_id] = consumer_records.snapshot(group, self._topic_id)
+            wanted: set[str] = set()
+            for m in group.members.values():
+                wanted |= self.subscribed_topics(m, counts)
+                self._schedule_session(group, m)
+            group.topic_partitions = {t: counts[t] for t in sorted(wanted)}
+            group.topic_ids = {t: self._topic_id(t) for t in group.topic_partitions}
+        if groups:
+            log.info("consumer_groups_loaded", groups=len(groups),
+                     members=sum(len(g.members) for g in groups.values()))
+        return groups
+
+    # ---- what the log must get -----------------------------------------------------------------
+
+    def pending(self) -> list[tuple[str, list[tuple[bytes, bytes | None]], dict[bytes, bytes]]]:
+        """(group, rows to append (None = tombstone), the group's records once written) of
+        every changed group."""
+        out = []
+        for group_id in sorted(self._dirty):
+            group = self.groups.get(group_id)
+            now = consumer_records.snapshot(group, self._topic_id) if group is not None else {}
+            before = self._written.get(group_id, {})
+            rows: list[tuple[bytes, bytes | None]] = [(k, v) for k, v in now.items() if before.get(k) != v]
+            rows += [(k, None) for k in before if k not in now]
+            out.append((group_id, rows, now))
+        return out
+
+    def written(self, group_id: str, records: dict[bytes, bytes]) -> None:
+        """The log holds `records` of `group_id` (from `pending`)."""
+        if records:
+            self._written[group_id] = records
+        else:
+            self._written.pop(group_id, None)
+        group = self.groups.get(group_id)
+        current = consumer_records.snapshot(group, self._topic_id) if group is not None else {}
+        if current == records:  # nothing changed while the records were written
+            self._dirty.discard(group_id)
+
+    def _changed(self, group_id: str, *, from_timer: bool = False) -> None:
+        """Mark a group's records for writing; `from_timer`: no request will write them,
+        so the writer is told (`on_change`)."""
+        self._dirty.add(group_id)
+        if from_timer:
+            self.on_change()
+
+    # ---- settings ----------------------------------------------------------------------------
+
+    @property
+    def assignor_names(self) -> list[str]:
+        return [n.strip() for n in self.config["group.consumer.assignors"].split(",") if n.strip()]
+
+    @property
+    def migration_policy(self) -> str:
+        return self.config["group.consumer.migration.policy"]
+
+    def _session_ms(self, group_id: str) -> int:
+        return self.group_settings(group_id)["consumer.session.timeout.ms"]
+
+    def _interval_ms(self, group_id: str) -> int:
+        return self.group_settings(group_id)["consumer.heartbeat.interval.ms"]
+
+    # ---- group kinds -------------------------------------------------------------------------
+
+    def is_consumer_group(self, group_id: str) -> bool:
+        return group_id in self.groups
+
+    def take_for_classic(self, group_id: str) -> int:
+        """NONE when a classic JoinGroup may use `group_id` (an empty consumer group is
+        dropped when the migration policy allows a downgrade), else the error."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return NONE
+        if group.members or self.migration_policy not in DOWNGRADE_POLICIES:
+            return INCONSISTENT_GROUP_PROTOCOL  # as Kafka answers a classic join of a consumer group
+        self.delete(group_id)
+        log.info("consumer_group_converted", group=group_id, to="classic")
+        return NONE
+
+    def _classic_blocks(self, group_id: str) -> bool:
+        classic = self.classic
+        if classic is None:
+            return False
+        group = classic.groups.get(group_id)
+        if group is None or group.state == "Dead":
+            return False
+        if group.state == "Empty" and self.migration_policy in UPGRADE_POLICIES:
+            classic.delete(group_id)
+            log.info("classic_group_converted", group=group_id, to="consumer")
+            return False
+        return True
+
+    # ---- ConsumerGroupHeartbeat --------------------------------------------------------------
+
+    def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        try:
+            result = self._heartbeat(req)
+        except HeartbeatError as e:
+            return HeartbeatResult(e.code, e.message)
+        self._changed(req.group_id)
+        return result
+
+    def _validate(self, req: HeartbeatRequest) -> None:
+        if self.closed:
+            raise HeartbeatError(NOT_COORDINATOR, "the broker is shutting down")
+        if not req.group_id:
+            raise HeartbeatError(INVALID_REQUEST, "GroupId can't be empty.")
+        if not req.member_id:
+            raise HeartbeatError(INVALID_REQUEST, "MemberId can't be empty.")
+        if req.member_epoch < LEAVE_STATIC_EPOCH:
+            raise HeartbeatError(INVALID_REQUEST, f"MemberEpoch {req.member_epoch} is invalid.")
+        if req.member_epoch == LEAVE_STATIC_EPOCH and req.instance_id is None:
+            raise HeartbeatError(INVALID_REQUEST, "InstanceId can't be null when MemberEpoch is -2.")
+        if req.member_epoch == 0:
+            if req.rebalance_timeout_ms == -1:
+                raise HeartbeatError(INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
+            if req.owned:
+                raise HeartbeatError(INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
+            if req.subscribed_names is None and req.subscribed_regex is None:
+                raise HeartbeatError(INVALID_REQUEST, "SubscribedTopicNames or SubscribedTopicRegex must be "
+                                                      "set in first request.")
+        if req.server_assignor is not None and req.server_assignor not in self.assignor_names:
+            raise HeartbeatError(UNSUPPORTED_ASSIGNOR, f"ServerAssignor {req.server_assignor} is not supported. "
+                                                       f"Supported assignors: {', '.join(self.assignor_names)}.")
+        if req.subscribed_regex:
+            self._regex(req.subscribed_regex)
+
+    def _regex(self, text: str) -> re.Pattern:
+        pattern = self._regexes.get(text)
+        if pattern is None:
+            problem = _not_re2(text)
+            try:
+                pattern = re.compile(text)
+            except re.error as e:
+                problem = str(e)
+            if problem is not None or pattern is None:
+                raise HeartbeatError(INVALID_REGULAR_EXPRESSION,
+                                     f"SubscribedTopicRegex `{text}` is not a valid regular expression: {problem}.")
+            self._regexes[text] = pattern
+        return pattern
+
+    def _heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        self._validate(req)
+        if req.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
+            return self._leave(req)
+        group = self.groups.get(req.group_id)
+        if group is None:
+            if req.member_epoch != 0:
+                raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Consumer group {req.group_id} not found.")
+            if self._classic_blocks(req.group_id):
+                raise HeartbeatError(GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
+            group = self.groups[req.group_id] = ConsumerGroup(req.group_id)
+        member, joined = self._member(group, req)
+        member.client_id = req.client_id
+        member.client_host = req.client_host
+        if req.rack_id is not None:
+            member.rack_id = req.rack_id
+        if req.rebalance_timeout_ms != -1:
+            member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        if req.server_assignor is not None:
+            member.server_assignor = req.server_assignor or None
+        changed = joined
+        if req.subscribed_names is not None and tuple(sorted(req.subscribed_names)) != member.subscribed_names:
+            member.subscribed_names = tuple(sorted(req.subscribed_names))
+            changed = True
+        if req.subscribed_regex is not None and (req.subscribed_regex or None) != member.subscribed_regex:
+            member.subscribed_regex = req.subscribed_regex or None
+            changed = True
+        if self._refresh_topics(group) or changed:  # one new group epoch for all of this heartbeat's changes
+            self._bump(group, f"member {member.member_id} joined or changed its subscription, or the "
+                              f"subscribed topics changed")
+        self._schedule_session(group, member)
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group)
+        before = set(member.assigned)
+        was_unrevoked = member.state == UNREVOKED_PARTITIONS
+        reconcile(member, group.target.get(member.member_id, set()), group.assignment_epoch, req.owned,
+                  lambda p: group.owner(p, member.member_id) is None)
+        self._schedule_revocation(group, member, was_unrevoked)
+        full = req.member_epoch == 0 or (req.rebalance_timeout_ms != -1 and req.owned is not None and (
+            req.subscribed_names is not None or req.subscribed_regex is not None))
+        send = full or member.resend or member.assigned != before
+        member.resend = False
+        return HeartbeatResult(NONE, None, member.member_id, member.member_epoch, self._interval_ms(group.group_id),
+                               set(member.assigned) if send else None)
+
+    def _member(self, group: ConsumerGroup, req: HeartbeatRequest) -> tuple[ConsumerMember, bool]:
+        """The member this heartbeat is from, and whether it just joined."""
+        member = group.members.get(req.member_id)
+        if req.member_epoch != 0:
+            if member is None:
+                raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group "
+                                                        f"{group.group_id}.")
+            if req.instance_id is not None and group.static_members.get(req.instance_id) != member.member_id:
+                raise HeartbeatError(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
+                                                         f"{req.instance_id} was fenced by another member.")
+            self._check_epoch(member, req)
+            return member, False
+        if req.instance_id is not None:
+            holder_id = group.static_members.get(req.instance_id)
+            holder = group.members.get(holder_id) if holder_id is not None else None
+            if holder is not None and holder.member_id != req.member_id:
+                if holder.member_epoch != LEAVE_STATIC_EPOCH:
+                    raise HeartbeatError(UNRELEASED_INSTANCE_ID, f"Static member {holder.member_id} with instance "
+                                                                 f"id {req.instance_id} is not released yet.")
+                return self._replace_static(group, holder, req.member_id), False
+        if member is None:
+            if len(group.members) >= self.config["group.consumer.max.size"]:
+                raise HeartbeatError(GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum "
+                                                             f"capacity of {self.config['group.consumer.max.size']} "
+                                                             f"members.")
+            member = ConsumerMember(req.member_id, instance_id=req.instance_id)
+            group.add(member)
+            log.info("consumer_group_member_joined", group=group.group_id, member=req.member_id,
+                     instance_id=req.instance_id)
+        else:  # a known member joining again owns nothing now
+            member.assigned.clear()
+            member.revoking.clear()
+            member.member_epoch = member.previous_member_epoch = 0
+            member.state = MEMBER_STABLE
+            return member, False
+        return member, True
+
+    def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, member_id: str) -> ConsumerMember:
+        """A static member's new member id takes over the instance id, its assignment and epoch."""
+        group.remove(old.member_id)
+        target = group.target.get(old.member_id, set(old.assigned))
+        epoch = old.previous_member_epoch if old.member_epoch == LEAVE_STATIC_EPOCH else old.member_epoch
+        member = ConsumerMember(member_id, instance_id=old.instance_id, rack_id=old.rack_id, member_epoch=epoch,
+                                previous_member_epoch=old.previous_member_epoch, state=old.state,
+                                assigned=set(old.assigned), revoking=set(old.revoking),
+                                subscribed_names=old.subscribed_names, subscribed_regex=old.subscribed_regex,
+                                server_assignor=old.server_assignor, rebalance_timeout_ms=old.rebalance_timeout_ms)
+        group.add(member)
+        group.target[member_id] = target
+        log.info("consumer_group_static_member_replaced", group=group.group_id, instance_id=old.instance_id,
+                 old=old.member_id, new=member_id)
+        return member
+
+    @staticmethod
+    def _check_epoch(member: ConsumerMember, req: HeartbeatRequest) -> None:
+        if req.member_epoch == member.member_epoch:
+            return
+        if req.member_epoch < member.member_epoch and req.member_epoch == member.previous_member_epoch and (
+                req.owned is None or req.owned <= member.assigned):
+            return
+        raise HeartbeatError(FENCED_MEMBER_EPOCH, f"The consumer group member has a member epoch "
+                                                  f"({req.member_epoch}) different from the one known by the "
+                                                  f"group coordinator ({member.member_epoch}).")
+
+    def _leave(self, req: HeartbeatRequest) -> HeartbeatResult:
+        group = self.groups.get(req.group_id)
+        if group is None:
+            raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Consumer group {req.group_id} not found.")
+        member_id = req.member_id
+        if req.instance_id is not None:
+            member_id = group.static_members.get(req.instance_id, "")
+            if member_id and member_id != req.member_id:
+                raise HeartbeatError(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
+                                                         f"{req.instance_id} was fenced by another member.")
+        member = group.members.get(member_id)
+        if member is None:
+            raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group "
+                                                    f"{group.group_id}.")
+        if req.member_epoch == LEAVE_STATIC_EPOCH:
+            if member.member_epoch != LEAVE_STATIC_EPOCH:
+                member.previous_member_epoch = member.member_epoch
+            member.member_epoch = LEAVE_STATIC_EPOCH
+            log.info("consumer_group_static_member_left", group=group.group_id, member=member_id,
+                     instance_id=req.instance_id)
+        else:
+            self.remove_member(group, member_id, "left the group")
+        return HeartbeatResult(NONE, None, req.member_id, req.member_epoch, self._interval_ms(group.group_id))
+
+    def remove_member(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
+        if group.remove(member_id) is not None:
+            log.info("consumer_group_member_removed", group=group.group_id, member=member_id, reason=reason)
+            self._bump(group, f"member {member_id} {reason}")
+            self._changed(group.group_id)
+
+    # ---- epochs and target assignment --------------------------------------------------------
+
+    @staticmethod
+    def _bump(group: ConsumerGroup, reason: str) -> None:
+        group.group_epoch += 1
+        log.debug("consumer_group_epoch", group=group.group_id, epoch=group.group_epoch, reason=reason)
+
+    def subscribed_topics(self, member: ConsumerMember, counts: Mapping[str, int]) -> set[str]:
+        topics = {t for t in member.subscribed_names if t in counts}
+        if member.subscribed_regex:
+            pattern = self._regex(member.subscribed_regex)
+            topics.update(t for t in counts if pattern.fullmatch(t))
+        return topics
+
+    def _refresh_topics(self, group: ConsumerGroup) -> bool:
+        """Note the subscribed topics' partition counts and ids; True when they changed.
+        A topic deleted and created again (a new id) is new: its partitions leave every
+        assignment, to be assigned afresh, and every member is sent its assignment."""
+        counts = self.topics()
+        wanted: set[str] = set()
+        for m in group.members.values():
+            wanted |= self.subscribed_topics(m, counts)
+        current = {t: counts[t] for t in sorted(wanted)}
+        ids = {t: self._topic_id(t) for t in current}
+        recreated = {t for t, tid in ids.items() if group.topic_ids.get(t) not in (None, tid)}
+        if recreated:
+            for m in group.members.values():
+                m.assigned = {p for p in m.assigned if p[0] not in recreated}
+                m.revoking = {p for p in m.revoking if p[0] not in recreated}
+                m.resend = True
+            group.target = {mid: {p for p in parts if p[0] not in recreated} for mid, parts in group.target.items()}
+            log.info("consumer_group_topics_recreated", group=group.group_id, topics=sorted(recreated))
+        group.topic_ids = ids
+        if current == group.topic_partitions and not recreated:
+            return False
+        group.topic_partitions = current
+        return True
+
+    def _compute_target(self, group: ConsumerGroup) -> None:
+        counts = group.topic_partitions
+        subscriptions = {m.member_id: self.subscribed_topics(m, counts) for m in group.members.values()}
+        asked = Counter(m.server_assignor for m in group.members.values() if m.server_assignor)
+        name = asked.most_common(1)[0][0] if asked else self.assignor_names[0]
+        group.target = assignors.assign(name, subscriptions, group.target, counts)
+        group.assignor_name = name
+        group.assignment_epoch = group.group_epoch
+        log.info("consumer_group_target_assignment", group=group.group_id, epoch=group.assignment_epoch,
+                 assignor=name, members=len(group.members))
+
+    # ---- timers ------------------------------------------------------------------------------
+
+    def _schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        if member.session_timer is not None:
+            member.session_timer.cancel()
+        member.session_timer = self.loop.call_later(self._session_ms(group.group_id) / 1000,
+                                                    self._expire, group, member, "session timed out")
+
+    def _schedule_revocation(self, group: ConsumerGroup, member: ConsumerMember, was_unrevoked: bool) -> None:
+        unrevoked = member.state == UNREVOKED_PARTITIONS
+        if unrevoked and not was_unrevoked:
+            member.rebalance_timer = self.loop.call_later(member.rebalance_timeout_ms / 1000, self._expire,
+                                                          group, member, "did not revoke its partitions in time")
+        elif not unrevoked and member.rebalance_timer is not None:
+            member.rebalance_timer.cancel()
+            member.rebalance_timer = None
+
+    def _expire(self, group: ConsumerGroup, member: ConsumerMember, reason: str) -> None:
+        if self.closed or group.members.get(member.member_id) is not member:
+            return
+        self.remove_member(group, member.member_id, reason)
+        self._changed(group.group_id, from_timer=True)
+
+    # ---- offsets -----------------------------------------------------------------------------
+
+    def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int, api_version: int) -> int:
+        """NONE when an OffsetCommit to a consumer group may be written (Kafka's
+        ConsumerGroup.validateOffsetCommit), else the error of every partition."""
+        group = self.groups[group_id]
+        if member_epoch < 0 and not group.members:
+            return NONE
+        member = group.members.get(member_id)
+        if member is None:
+            return UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return STALE_MEMBER_EPOCH if api_version >= 9 else ILLEGAL_GENERATION
+        return NONE
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        group = self.groups[group_id]
+        if member_epoch < 0 and not member_id:
+            return NONE
+        member = group.members.get(member_id or "")
+        if member is None:
+            return UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return STALE_MEMBER_EPOCH
+        return NONE
+
+    def subscribed_topic_names(self, group_id: str) -> set[str]:
+        group = self.groups.get(group_id)
+        return set(group.topic_partitions) if group is not None else set()
+
+    # ---- listing -----------------------------------------------------------------------------
+
+    def list_groups(self) -> list[tuple[str, str]]:
+        """(group id, state) of every consumer-protocol group."""
+        return [(g.group_id, g.state) for g in self.groups.values()]
+
+    def delete(self, group_id: str) -> None:
+        group = self.groups.pop(group_id, None)
+        if group is not None:
+            group.cancel_timers()
+            self._changed(group_id, from_timer=True)
+
+    def validate_delete(self, group_id: str) -> int:
+        group = self.groups.get(group_id)
+        if group is None:
+            return GROUP_ID_NOT_FOUND
+        return NON_EMPTY_GROUP if group.members else NONE
+
+    def close(self) -> None:
+        self.closed = True
+        for group in self.groups.values():
+            group.cancel_timers()
+
+
+_NOT_RE2 = re.compile(r"\(\?<?[=!]|\(\?\(|\(\?P=|\\[1-9]")
+
+
+def _not_re2(text: str) -> str | None:
+    """What makes `text` something RE2 (Kafka's regex engine) refuses though Python
+    accepts it: lookaround, backreferences, conditionals; None when nothing does."""
+    found = _NOT_RE2.search(text)
+    if found is None:
+        return None
+    return f"`{found.group()}` at {found.start()} (lookaround, backreferences and conditionals are not RE2)"
+
+
+__all__ = ["DEAD", "EMPTY", "ConsumerGroupCoordinator", "HeartbeatRequest", "HeartbeatResult"]
