@@ -191,6 +191,7 @@ class BrokerApp:
                 await blocking(registry.reconcile, manager)
                 await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
                 await blocking(partitions.offsets.load, manager.logs())
+                await blocking(partitions.authorizer.load, config.data_dir)
                 if self.kafka is not None:
                     self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)
                     self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)

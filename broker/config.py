@@ -115,6 +115,10 @@ def _assignors_complaint(value: str) -> str | None:
     return None
 
 
+AUTHORIZER_CLASSES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                      "kafka.security.authorizer.AclAuthorizer")
+
+
 KEYS: tuple[BrokerKey, ...] = (
     # ---- listening ----
     BrokerKey("host.name", "string", "0.0.0.0", _non_empty,
@@ -165,6 +169,14 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("ssl.reload.interval.ms", "long", 5_000, _at_least(1),
               "Strata: how often keystore and truststore files are checked for changes; a change "
               "reloads them for new connections"),
+    # ---- authorization (broker/security/authorizer.py) ----
+    BrokerKey("authorizer.class.name", "string", "", _one_of("", *AUTHORIZER_CLASSES),
+              "ACLs on both protocols when set to Kafka's StandardAuthorizer or AclAuthorizer class "
+              "name; empty = no authorization"),
+    BrokerKey("super.users", "string", "", None,
+              "principals allowed everything, semicolon-separated (User:admin;User:CN=ops)"),
+    BrokerKey("allow.everyone.if.no.acl.found", "boolean", False, None,
+              "with an authorizer: a resource no ACL matches is open to everyone"),
     BrokerKey("admin.port", "int", DEFAULT_ADMIN_PORT, _between(-1, 65535),
               "Strata: HTTP port on host.name for Prometheus metrics (/metrics) and health checks "
               "(/health/live, /health/ready), 0 = any free port, -1 = off"),

@@ -140,6 +140,13 @@ from .native_session import (
     produce_answer,
 )
 from .partitions import INLINE_APPEND_MAX_BYTES, PartitionService, release_all
+from .security.authorizer import (
+    CLUSTER_NAME,
+    GroupAuthorizationError,
+    Op,
+    Resource,
+    TopicAuthorizationError,
+)
 
 INT32_MAX = 2**31 - 1
 HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend
@@ -161,6 +168,7 @@ class Handlers(PerConnection):
     def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog,
                  sasl_mechanisms: tuple[str, ...] = ()):
         self.partitions = partitions
+        self.authorizer = partitions.authorizer  # ACLs (broker/security/authorizer.py)
         # The SASL mechanisms this listener requires: what a HANDSHAKE answers.
         self.sasl_mechanisms = tuple(sasl_mechanisms)
         self.config = partitions.config
@@ -203,6 +211,10 @@ class Handlers(PerConnection):
             self.bad_requests.record(peer_of(conn), "bad_request", error=str(e), peer=peer_of(conn))
             return session.error(e.code, e.message)
         try:
+            if self.authorizer.enabled:
+                denied = self._authorize(request, conn)
+                if denied or isinstance(request, MetadataRequest):
+                    return await self._dispatch_checked(request, session, conn, denied)
             return await self._dispatch[type(request)](request, session)
         except StrataError as e:
             return session.error(*self.partitions.error_answer(e))
@@ -211,6 +223,47 @@ class Handlers(PerConnection):
         except Exception:
             log.exception("request_failed", request=type(request).__name__)
             return session.error(ErrorCode.UNKNOWN_SERVER_ERROR)
+
+    # ---- authorization --------------------------------------------------------------------------
+
+    def _may(self, conn, operation: Op, resource_type: Resource, name: str) -> bool:
+        return self.authorizer.authorize(conn, operation, resource_type, name)
+
+    def _authorize(self, request, conn) -> frozenset[int]:
+        """The ACL check of a request, as the Kafka listener checks the matching Kafka
+        request: raises the authorization error of a one-resource request; returns
+        the indexes of a MULTIFETCH's or MULTIPRODUCE's items the connection may not
+        READ / WRITE (each is answered TOPIC_AUTHORIZATION_FAILED)."""
+        may = self._may
+        topic = getattr(request, "topic", None)
+        if isinstance(request, MultiFetchRequest | MultiProduceRequest):
+            operation = Op.READ if isinstance(request, MultiFetchRequest) else Op.WRITE
+            return frozenset(i for i, item in enumerate(request.items)
+                             if not may(conn, operation, Resource.TOPIC, item.topic))
+        if isinstance(request, CommitOffsetRequest | FetchOffsetRequest):
+            operation = Op.READ if isinstance(request, CommitOffsetRequest) else Op.DESCRIBE
+            if not may(conn, operation, Resource.GROUP, request.group):
+                raise GroupAuthorizationError(f"not authorized to use group {request.group!r}")
+            if not may(conn, operation, Resource.TOPIC, request.topic):
+                raise TopicAuthorizationError(f"not authorized to access topic {request.topic!r}")
+            return frozenset()
+        if isinstance(request, CreateTopicRequest):
+            if not (may(conn, Op.CREATE, Resource.CLUSTER, CLUSTER_NAME)
+                    or may(conn, Op.CREATE, Resource.TOPIC, request.topic)):
+                raise TopicAuthorizationError(f"not authorized to create topic {request.topic!r}")
+            return frozenset()
+        operation = TOPIC_OPERATIONS.get(type(request))
+        if operation is not None and not may(conn, operation, Resource.TOPIC, topic):
+            raise TopicAuthorizationError(f"not authorized to {operation.name} topic {topic!r}")
+        return frozenset()
+
+    async def _dispatch_checked(self, request, session: NativeSession, conn, denied: frozenset[int]) -> Reply:
+        """The requests whose answer depends on the ACLs item by item."""
+        if isinstance(request, MetadataRequest):
+            return await self.metadata(request, session, conn)
+        if isinstance(request, MultiFetchRequest):
+            return await self.multifetch(request, session, denied)
+        return await self.multiproduce(request, session, denied)
 
     def bad_frame_reply(self, error: ProtocolError) -> Reply:
         """A frame too short for a type, on a connection at version 1 (SessionHandlers
@@ -235,13 +288,15 @@ class Handlers(PerConnection):
         if frame[0]:  # the int16 type, big-endian: every type so far has a zero high byte
             return None
         if frame[1] == RequestType.FETCH:
-            return self._fetch_now(frame, session)
+            return self._fetch_now(frame, conn, session)
         if frame[1] != RequestType.PRODUCE:
             return None
         partitions = self.partitions
         partition_log = None
         try:
             topic, partition, message_set = parse_produce(frame)
+            if self.authorizer.enabled and not self._may(conn, Op.WRITE, Resource.TOPIC, topic):
+                raise TopicAuthorizationError(f"not authorized to WRITE topic {topic!r}")
             partition_log = partitions.open_log(topic, partition, produce=True)
             result = partitions.try_append_inline(partition_log, message_set)  # type: ignore[arg-type]
             if result is None:
@@ -283,6 +338,8 @@ class Handlers(PerConnection):
         answered as `handle` answers them."""
         try:
             topic, partition, message_set = parse_produce(frame)  # run_key saw a PRODUCE type
+            if self.authorizer.enabled and not self._may(conn, Op.WRITE, Resource.TOPIC, topic):
+                raise TopicAuthorizationError(f"not authorized to WRITE topic {topic!r}")
             partition_log = self.partitions.open_log(topic, partition, produce=True)
         except Exception as e:
             future = self.loop.create_future()
@@ -303,10 +360,14 @@ class Handlers(PerConnection):
         partition_log = await self.partitions.partition_log(req.topic, req.partition, produce=True)
         return await self.partitions.append(partition_log, req.message_set, session.produce_answer)
 
-    async def multiproduce(self, req: MultiProduceRequest, session: NativeSession) -> Reply:
+    async def multiproduce(self, req: MultiProduceRequest, session: NativeSession,
+                           denied: frozenset[int] = frozenset()) -> Reply:
         partitions = self.partitions
         started: list[Any] = []
-        for item in req.items:
+        for index, item in enumerate(req.items):
+            if index in denied:
+                started.append(ProduceResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             try:
                 partition_log = await partitions.partition_log(item.topic, item.partition, produce=True)
             except StrataError as e:
@@ -362,7 +423,7 @@ class Handlers(PerConnection):
             header = fetch_response_header(ErrorCode.NONE, length)
         return [header, found] if length else [header]
 
-    def _fetch_now(self, frame, session: NativeSession) -> Reply | None:
+    def _fetch_now(self, frame, conn, session: NativeSession) -> Reply | None:
         """handle_now for a FETCH: the answer when nothing needs waiting for (data
         there, no long poll to start, the partition's log open); else None."""
         try:
@@ -371,6 +432,8 @@ class Handlers(PerConnection):
             return None  # `handle` answers it
         if not isinstance(req, FetchRequest) or req.max_bytes < 0 or req.isolation_level not in ISOLATION_LEVELS:
             return None
+        if self.authorizer.enabled and not self._may(conn, Op.READ, Resource.TOPIC, req.topic):
+            return None  # `handle` answers the refusal
         try:
             partition_log = self.partitions.open_log(req.topic, req.partition)
         except StrataError as e:
@@ -380,10 +443,14 @@ class Handlers(PerConnection):
             return None  # an internal log to create, or a long poll: the task waits
         return self._fetch_answer(partition_log, req, session)
 
-    async def multifetch(self, req: MultiFetchRequest, session: NativeSession) -> Reply:
+    async def multifetch(self, req: MultiFetchRequest, session: NativeSession,
+                         denied: frozenset[int] = frozenset()) -> Reply:
         partitions = self.partitions
         targets: list[Log | int] = []
-        for item in req.items:
+        for index, item in enumerate(req.items):
+            if index in denied:
+                targets.append(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
             if item.max_bytes < 0:
                 targets.append(ErrorCode.INVALID_REQUEST)
                 continue
@@ -447,17 +514,30 @@ class Handlers(PerConnection):
         await self.partitions.remove_topic(req.topic)
         return [encode_response(EmptyResponse(ErrorCode.NONE))]
 
-    async def metadata(self, req: MetadataRequest, session: NativeSession) -> Reply:
-        names = req.topics or self.registry.names()
+    async def metadata(self, req: MetadataRequest, session: NativeSession, conn: Any = None) -> Reply:
+        """With ACLs (`conn` given): listing every topic lists those the connection may
+        DESCRIBE; a named one it may not is TOPIC_AUTHORIZATION_FAILED; auto-creation
+        needs CREATE on the cluster or the topic (as Kafka's Metadata)."""
+        checked = conn is not None and self.authorizer.enabled
+        names = req.topics or [n for n in self.registry.names()
+                               if not checked or self._may(conn, Op.DESCRIBE, Resource.TOPIC, n)]
         auto_create = bool(req.topics) and req.allow_auto_topic_creation and self.config.auto_create_topics
         topics = []
         for name in names:
+            if checked and not self._may(conn, Op.DESCRIBE, Resource.TOPIC, name):
+                topics.append(TopicMetadata(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             try:
                 validate_topic_name(name)
             except StrataError as e:
                 topics.append(TopicMetadata(name, e.code))
                 continue
             known = self.registry.get(name)
+            if known is None and auto_create and checked and not (
+                    self._may(conn, Op.CREATE, Resource.CLUSTER, CLUSTER_NAME)
+                    or self._may(conn, Op.CREATE, Resource.TOPIC, name)):
+                topics.append(TopicMetadata(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             if known is None and auto_create:
                 try:
                     await self.partitions.blocking(self.partitions.auto_create_topic, name)
@@ -521,6 +601,16 @@ class Handlers(PerConnection):
 
 
 ISOLATION_LEVELS = frozenset(int(level) for level in IsolationLevel)
+# The topic operation each one-topic request needs (the Kafka request's).
+TOPIC_OPERATIONS: dict[type, Op] = {
+    ProduceRequest: Op.WRITE,
+    FetchRequest: Op.READ,
+    OffsetsRequest: Op.DESCRIBE,
+    DeleteTopicRequest: Op.DELETE,
+    DescribeConfigRequest: Op.DESCRIBE_CONFIGS,
+    AlterConfigRequest: Op.ALTER_CONFIGS,
+    DeleteRecordsRequest: Op.DELETE,
+}
 FETCH_V2_OFFSETS_BYTES = 28  # a version-2 FETCH answer's highWatermark, lastStableOffset, logStartOffset, abortedCount
 
 

@@ -195,6 +195,7 @@ class ConnectionContext:
     listener: Listener | None
     peer: Any = None  # (host, port) as the socket reports it
     peer_certificate_subject: str | None = None  # RFC 4514, when the client sent a certificate
+    principal: str = "User:ANONYMOUS"  # who the connection authenticated as (ACLs)
 
     @property
     def listener_name(self) -> str | None:

@@ -97,6 +97,7 @@ from storage.log import AppendResult, Log
 from storage.manager import LogManager
 from storage.txn_index import AbortedTxn
 
+from .security.authorizer import Authorizer
 from . import internal_topics
 from .config import BrokerConfig
 from .group_offsets import GroupOffsets
@@ -315,6 +316,8 @@ class PartitionService:
         self.executor = executor
         self.loop = loop
         self.waiters = PartitionWaiters()
+        # ACLs, checked by both protocols' handlers (broker/security/authorizer.py)
+        self.authorizer = Authorizer.from_config(config.values)
         self.append_stats = AppendStats()
         self.shutting_down = False
         self._appenders: dict[Log, Appender] = {}  # logs with executor appends queued or running

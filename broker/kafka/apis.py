@@ -19,6 +19,9 @@ Contract (the interface for API modules is in broker/kafka/__init__.py):
   first (request_check.py: null arrays where the schema forbids null, counts
   larger than the frame). Each is logged through the broker's BadRequestLog
   (rate-limited per connection and reason, broker-wide cap).
+- `guards[api_key]`, optional, runs before the handler (not for `now` handlers,
+  which check their own): a response that refuses the whole request
+  (broker/kafka/acls.py: the authorization of group and cluster APIs) or None.
 - Requests on one connection are handled one at a time, in order (the server's
   connection task), so responses go out in request order even when some (acks=0
   produce) have none.
@@ -76,6 +79,9 @@ class ApiKey(IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
@@ -103,6 +109,7 @@ EXTENSION_MODULES: tuple[str, ...] = (
     "broker.kafka.replicas",
     "broker.kafka.topic_partitions",
     "broker.kafka.telemetry",
+    "broker.kafka.acls",
 )
 
 Handler = Callable[[Any, "RequestContext"], Awaitable[Any]]
@@ -171,6 +178,9 @@ class KafkaApis(FastPath):
         self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
         self.group_configs: GroupConfigs | None = None  # set by the app once the data dir is locked
         self._table: dict[int, ApiEntry] = {}
+        # api_key -> guard(request, ctx): the response that refuses the request (an
+        # authorization failure of the whole request), or None to handle it.
+        self.guards: dict[int, Callable[[Any, RequestContext], Any]] = {}
         self._shutdown_callbacks: list[Callable[[], Any]] = []
         # The last request `handle_now` decoded and declined: (frame, header, request),
         # so `handle` does not decode the same frame again.
@@ -275,7 +285,9 @@ class KafkaApis(FastPath):
         ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer_of(conn),
                              self, response_class, conn if isinstance(conn, ConnectionContext) else None)
         try:
-            response = await entry.handler(request, ctx)
+            guard = self.guards.get(api_key)
+            refused = guard(request, ctx) if guard is not None else None
+            response = refused if refused is not None else await entry.handler(request, ctx)
         except asyncio.CancelledError:
             raise
         except CloseConnection:

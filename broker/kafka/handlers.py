@@ -47,6 +47,14 @@ from ..connection import CloseConnection
 from ..group_configs import GroupConfigs
 from ..partitions import READ_COMMITTED, IsolatedRead, append_outcome, strata_error
 from . import codec
+from ..security.authorizer import (
+    ClusterAuthorizationError,
+    GroupAuthorizationError,
+    Op,
+    Resource,
+    TopicAuthorizationError,
+)
+from .acls import allowed, allowed_cluster
 from .apis import DECLINE, ApiKey
 from .authorized import CLUSTER_NAME, ResourceType
 from .authorized import requested as authorized_field
@@ -68,6 +76,7 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 FINAL_EPOCH = -1
 
 E = ErrorCode
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 def _code(e: StrataError) -> int:
@@ -176,6 +185,14 @@ class CoreHandlers:
             target.to_create = name
         return target
 
+    def _topic_name(self, name: str | None, topic) -> str:
+        """A request topic's name, looked up by its id when it has none ("" when unknown)."""
+        if name is not None:
+            return name
+        topic_id = getattr(topic, "topic_id", None)
+        known = self.registry.by_id(str(topic_id)) if topic_id is not None else None
+        return known.name if known is not None else ""
+
     async def _resolve(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> _Target:
         """`_target`, creating an internal topic's log on first use."""
         target = self._target(name, topic_id, partition, produce=produce)
@@ -192,15 +209,21 @@ class CoreHandlers:
             target.error = _code(e)
         target.to_create = None
 
-    async def _each_partition(self, ctx, topics, answer) -> tuple:
+    async def _each_partition(self, ctx, topics, answer, operation: Op) -> tuple:
         """The per-topic, per-partition answers of a request addressed by topic name
-        (ListOffsets, DeleteRecords): `answer(part, target, PartitionResponse)`."""
+        (ListOffsets, DeleteRecords): `answer(part, target, PartitionResponse)`; a
+        topic the connection may not perform `operation` on is TOPIC_AUTHORIZATION_FAILED."""
         TopicR = nested(ctx.response_class, "topics")
         PartR = nested(TopicR, "partitions")
         out = []
         for topic in topics:
             parts = []
+            permitted = allowed(ctx, operation, Resource.TOPIC, topic.name)
             for part in topic.partitions:
+                if not permitted:
+                    parts.append(await answer(part, _Target(part.partition_index,
+                                                            error=E.topic_authorization_failed), PartR))
+                    continue
                 target = await self._resolve(topic.name, None, part.partition_index)
                 parts.append(await answer(part, target, PartR))
             out.append(make(TopicR, name=topic.name, partitions=tuple(parts)))
@@ -237,8 +260,9 @@ class CoreHandlers:
         allow_auto = getattr(req, "allow_auto_topic_creation", True) and self.config.auto_create_topics
         requested = req.topics
         if requested is None or (ctx.api_version == 0 and not requested):
-            wanted: list[tuple[str | None, Any]] = [(n, None) for n in
-                                                    self.registry.names(include_internal=True)]
+            # Every topic the connection may DESCRIBE; the others are left out.
+            wanted: list[tuple[str | None, Any]] = [(n, None) for n in self.registry.names(include_internal=True)
+                                                    if allowed(ctx, Op.DESCRIBE, Resource.TOPIC, n)]
         else:
             wanted = [(getattr(t, "name", None), getattr(t, "topic_id", None)) for t in requested]
             if ctx.api_version < 12 and any(name is None for name, _ in wanted):
@@ -254,6 +278,10 @@ class CoreHandlers:
                                        topic_id=topic_id, partitions=()))
                     continue
                 name = known.name
+            if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
+                topics.append(make(TopicR, error_code=E.topic_authorization_failed, name=name,
+                                   topic_id=topic_id or codec.ZERO_UUID, partitions=()))
+                continue
             try:
                 validate_topic_name(name)
             except StrataError as e:
@@ -261,6 +289,11 @@ class CoreHandlers:
                                    partitions=()))
                 continue
             known = self.registry.get(name)
+            if known is None and allow_auto and not (allowed_cluster(ctx, Op.CREATE)
+                                                     or allowed(ctx, Op.CREATE, Resource.TOPIC, name)):
+                topics.append(make(TopicR, error_code=E.topic_authorization_failed, name=name,
+                                   topic_id=codec.ZERO_UUID, partitions=()))
+                continue
             if known is None and allow_auto:
                 try:
                     await self.apis.blocking(self.partitions.auto_create_topic, name)
@@ -281,28 +314,36 @@ class CoreHandlers:
                                is_internal=known.internal, partitions=partitions,
                                topic_authorized_operations=authorized_field(
                                    getattr(req, "include_topic_authorized_operations", False),
-                                   ResourceType.TOPIC, name)))
+                                   ResourceType.TOPIC, name, ctx)))
         cluster_id = self.state.cluster_id if self.state is not None else None
         return make(R, throttle_time=0, brokers=brokers, cluster_id=cluster_id, controller_id=node,
                     topics=tuple(topics), error_code=E.none,
                     cluster_authorized_operations=authorized_field(
                         getattr(req, "include_cluster_authorized_operations", False),
-                        ResourceType.CLUSTER, CLUSTER_NAME))
+                        ResourceType.CLUSTER, CLUSTER_NAME, ctx))
 
     # ---- Produce -----------------------------------------------------------------------------
 
-    def _produce_plan(self, req) -> list[tuple[Any, list[_Target]]]:
+    def _produce_plan(self, req, ctx) -> list[tuple[Any, list[_Target]]]:
         """Every partition of a Produce resolved, on the loop (a produce never creates
         a log: internal topics refuse it first), its records in `records`."""
         acks = req.acks
         by_id = not has_field(type(req.topic_data[0]), "name") if req.topic_data else False
         plan: list[tuple[Any, list[_Target]]] = []
+        transactional_id = getattr(req, "transactional_id", None)
+        refused = (TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional_id is not None and not allowed(
+            ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, transactional_id) else 0)
         for topic in req.topic_data:
             name = None if by_id else topic.name
+            denied = refused or (0 if allowed(ctx, Op.WRITE, Resource.TOPIC, self._topic_name(name, topic))
+                                 else E.topic_authorization_failed)
             targets = []
             for part in topic.partition_data:
                 if acks not in (0, 1, -1):
                     targets.append(_Target(part.index, error=E.invalid_required_acks))
+                    continue
+                if denied:
+                    targets.append(_Target(part.index, error=denied))
                     continue
                 target = self._target(name, getattr(topic, "topic_id", None), part.index, produce=True)
                 if part.records is None:
@@ -318,7 +359,7 @@ class CoreHandlers:
         policy, append them all on the loop and answer; else DECLINE, with nothing done."""
         if req.acks == 0:
             return DECLINE
-        plan = self._produce_plan(req)
+        plan = self._produce_plan(req, ctx)
         partitions = self.partitions
         targets = [t for _, ts in plan for t in ts if not t.error]
         if not all(partitions.appends_inline(t.log, len(t.records)) for t in targets):
@@ -333,7 +374,7 @@ class CoreHandlers:
         return self._produce_response(ctx, plan)
 
     async def produce(self, req, ctx):
-        plan = self._produce_plan(req)
+        plan = self._produce_plan(req, ctx)
         # Each partition's append follows the partition service's one policy: inline
         # on the loop when cheap, else queued on the partition's appender; the
         # executor ones run meanwhile and are awaited below, in order.
@@ -405,7 +446,7 @@ class CoreHandlers:
         loop = self.apis.loop
         deadline = loop.time() + fetch.max_wait_ms / 1000
         while True:
-            plan = self._fetch_plan(req, fetch)
+            plan = self._fetch_plan(req, fetch, ctx)
             flat = [t for _, targets in plan for t in targets]
             for t in flat:
                 if t.log is None and not t.error:
@@ -433,7 +474,7 @@ class CoreHandlers:
         if refused is not None:
             return refused
         fetch = _FetchParams(req, ctx, self.config.fetch_max_bytes)
-        plan = self._fetch_plan(req, fetch)
+        plan = self._fetch_plan(req, fetch, ctx)
         flat = [t for _, targets in plan for t in targets]
         if any(t.log is None and not t.error for t in flat):
             return DECLINE  # an internal topic's log to create: in the executor
@@ -457,15 +498,20 @@ class CoreHandlers:
                         session_id=0, responses=())
         return None
 
-    def _fetch_plan(self, req, fetch: _FetchParams) -> list[tuple[Any, list[_Target]]]:
-        """Every partition of a Fetch resolved on the loop (`_target`)."""
+    def _fetch_plan(self, req, fetch: _FetchParams, ctx) -> list[tuple[Any, list[_Target]]]:
+        """Every partition of a Fetch resolved on the loop (`_target`); a topic the
+        connection may not READ is TOPIC_AUTHORIZATION_FAILED."""
         plan: list[tuple[Any, list[_Target]]] = []
         for topic in req.topics:
             name = None if fetch.by_id else topic.topic
+            permitted = allowed(ctx, Op.READ, Resource.TOPIC, self._topic_name(name, topic))
             targets = []
             for part in topic.partitions:
                 if fetch.replica >= 0:  # a follower: there are none
                     targets.append(_Target(part.partition, error=E.not_leader_or_follower))
+                    continue
+                if not permitted:
+                    targets.append(_Target(part.partition, error=E.topic_authorization_failed))
                     continue
                 target = self._target(name, getattr(topic, "topic_id", None), part.partition)
                 target.offset = part.fetch_offset
@@ -559,7 +605,7 @@ class CoreHandlers:
                         timestamp=timestamp, offset=offset, leader_epoch=0 if offset >= 0 else -1)
 
         return make(ctx.response_class, throttle_time=0,
-                    topics=await self._each_partition(ctx, req.topics, answer))
+                    topics=await self._each_partition(ctx, req.topics, answer, Op.DESCRIBE))
 
     async def _offset_for(self, partition_log: Log, timestamp: int, isolation_level: int) -> tuple[int, int]:
         """(timestamp, offset) for a ListOffsets timestamp: -1 latest (the last stable
@@ -594,6 +640,8 @@ class CoreHandlers:
             try:
                 if names.count(topic.name) > 1:
                     raise InvalidRequestError(f"topic {topic.name!r} appears more than once in the request")
+                if not (allowed_cluster(ctx, Op.CREATE) or allowed(ctx, Op.CREATE, Resource.TOPIC, topic.name)):
+                    raise TopicAuthorizationError(f"not authorized to create topic {topic.name!r}")
                 partitions = self._partitions_to_create(topic)
                 configs = tuple((c.name, c.value) for c in topic.configs)
                 created = await self.apis.blocking(self._create, topic.name, partitions, configs,
@@ -665,6 +713,10 @@ class CoreHandlers:
                     continue
                 name = known.name
             known = self.registry.get(name)
+            if not allowed(ctx, Op.DELETE, Resource.TOPIC, name):
+                results.append(make(ResultR, name=name, topic_id=topic_id, error_code=E.topic_authorization_failed,
+                                    error_message=None))
+                continue
             try:
                 await self.partitions.remove_topic(name)
             except StrataError as e:
@@ -696,6 +748,7 @@ class CoreHandlers:
             entries: list[tuple[str, str | None, int, bool, str]] = []  # name, value, source, ro, kind
             code, message = E.none, None
             try:
+                _authorize_config(ctx, Op.DESCRIBE_CONFIGS, resource)
                 if resource.resource_type == TOPIC_RESOURCE:
                     topic = self.registry.require(resource.resource_name)
                     for k, v in topic.log_config.to_props().items():
@@ -832,6 +885,7 @@ class CoreHandlers:
         for resource in req.resources:
             code, message = E.none, None
             try:
+                _authorize_config(ctx, Op.ALTER_CONFIGS, resource)
                 if resource.resource_type == TOPIC_RESOURCE:
                     await apply_topic(resource)
                 elif resource.resource_type == GROUP_RESOURCE:
@@ -861,12 +915,19 @@ class CoreHandlers:
             return make(PartR, partition_index=part.partition_index, low_watermark=low, error_code=code)
 
         return make(ctx.response_class, throttle_time=0,
-                    topics=await self._each_partition(ctx, req.topics, answer))
+                    topics=await self._each_partition(ctx, req.topics, answer, Op.DELETE))
 
     # ---- InitProducerId ----------------------------------------------------------------------
 
     async def init_producer_id(self, req, ctx):
         R = ctx.response_class
+        if req.transactional_id is not None and not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID,
+                                                            req.transactional_id):
+            return make(R, throttle_time=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
+                        producer_epoch=-1)
+        if req.transactional_id is None and not may_write_idempotently(ctx):
+            return make(R, throttle_time=0, error_code=E.cluster_authorization_failed, producer_id=-1,
+                        producer_epoch=-1)
         if req.transactional_id is not None:
             # No transaction coordinator: transactional producers are refused clearly.
             log.info("kafka_transactions_unsupported", transactional_id=req.transactional_id,
@@ -886,6 +947,27 @@ class CoreHandlers:
                 self._claiming = asyncio.Lock()
             async with self._claiming:
                 await self.apis.blocking(self.state.claim_block)
+
+
+def _authorize_config(ctx, operation: Op, resource) -> None:
+    """DescribeConfigs/AlterConfigs: the operation on the resource (a broker's or
+    its loggers' configs: on the cluster), or the authorization error to answer."""
+    kind = resource.resource_type
+    if kind == TOPIC_RESOURCE and not allowed(ctx, operation, Resource.TOPIC, resource.resource_name):
+        raise TopicAuthorizationError("Topic authorization failed.")
+    if kind == GROUP_RESOURCE and not allowed(ctx, operation, Resource.GROUP, resource.resource_name):
+        raise GroupAuthorizationError("Group authorization failed.")
+    if kind in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE) and not allowed_cluster(ctx, operation):
+        raise ClusterAuthorizationError("Cluster authorization failed.")
+
+
+def may_write_idempotently(ctx) -> bool:
+    """InitProducerId without a transactional id, as Kafka: IDEMPOTENT_WRITE on the
+    cluster, or WRITE on some topic."""
+    if allowed_cluster(ctx, Op.IDEMPOTENT_WRITE):
+        return True
+    authorizer = ctx.apis.partitions.authorizer
+    return authorizer.authorize_any(ctx.connection, Op.WRITE, Resource.TOPIC)
 
 
 class _InvalidReplicationFactor(StrataError):

@@ -14,6 +14,8 @@ from __future__ import annotations
 from kafka_format.errors import StrataError, UnknownTopicOrPartitionError
 from kafka_format.topic_names import validate_topic_name
 
+from ..security.authorizer import Op, Resource, TopicAuthorizationError
+from .acls import allowed
 from .apis import ApiKey
 from .codec import make, nested
 
@@ -31,6 +33,8 @@ class ProducerHandlers:
         for topic in req.topics:
             topic_error = 0
             try:
+                if not allowed(ctx, Op.READ, Resource.TOPIC, topic.name):
+                    raise TopicAuthorizationError("Topic authorization failed.")
                 validate_topic_name(topic.name)
                 if self.apis.registry.get(topic.name) is None:
                     raise UnknownTopicOrPartitionError()

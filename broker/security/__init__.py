@@ -1,0 +1,1 @@
+"""The broker's security policy, shared by both protocols (authorization: authorizer.py)."""
