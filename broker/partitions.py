@@ -97,11 +97,11 @@ from storage.log import AppendResult, Log
 from storage.manager import LogManager
 from storage.txn_index import AbortedTxn
 
-from .security.authorizer import Authorizer
 from . import internal_topics
 from .config import BrokerConfig
 from .group_offsets import GroupOffsets
 from .metrics import BrokerMetrics
+from .security.authorizer import Authorizer
 from .topics import Topic, TopicRegistry
 
 TopicPartition = tuple[str, int]

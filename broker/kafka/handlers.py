@@ -46,7 +46,6 @@ from storage.max_timestamp import max_timestamp_offset
 from ..connection import CloseConnection
 from ..group_configs import GroupConfigs
 from ..partitions import READ_COMMITTED, IsolatedRead, append_outcome, strata_error
-from . import codec
 from ..security.authorizer import (
     ClusterAuthorizationError,
     GroupAuthorizationError,
@@ -54,6 +53,7 @@ from ..security.authorizer import (
     Resource,
     TopicAuthorizationError,
 )
+from . import codec
 from .acls import allowed, allowed_cluster
 from .apis import DECLINE, ApiKey
 from .authorized import CLUSTER_NAME, ResourceType

@@ -356,6 +356,6 @@ class Authorizer:
         self._cache = {}
 
 
-__all__ = ["ANONYMOUS", "Acl", "ClusterAuthorizationError", "GroupAuthorizationError", "TopicAuthorizationError",
-           "TransactionalIdAuthorizationError", "AclFilter", "Authorizer", "CLUSTER_NAME", "Op", "Pattern", "Permission",
-           "Resource", "host_of", "principal_of"]
+__all__ = ["ANONYMOUS", "Acl", "AclFilter", "Authorizer", "CLUSTER_NAME", "ClusterAuthorizationError",
+           "GroupAuthorizationError", "Op", "Pattern", "Permission", "Resource", "TopicAuthorizationError",
+           "TransactionalIdAuthorizationError", "host_of", "principal_of"]

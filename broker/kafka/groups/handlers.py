@@ -379,7 +379,8 @@ class GroupHandlers:
                                 error_message=f"Group {group_id} is not a classic group."
                                 if ctx.api_version >= 6 else None,
                                 group_id=group_id, group_state="Dead", protocol_type="", protocol_data="",
-                                members=(), authorized_operations=requested(with_ops, ResourceType.GROUP, group_id, ctx)))
+                                members=(),
+                                authorized_operations=requested(with_ops, ResourceType.GROUP, group_id, ctx)))
                 continue
             d = self.coordinator.describe(group_id, group_id in offsets_groups)
             error, message = d.error, None
