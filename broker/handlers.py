@@ -87,12 +87,19 @@ import structlog
 from kafka_format.errors import InvalidRequestError, StrataError, UnknownTopicOrPartitionError
 from kafka_format.topic_names import validate_topic_name
 from protocol import (
+    AclBinding,
     AlterConfigRequest,
     CommitOffsetRequest,
+    CreateAclsRequest,
     CreateTopicRequest,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DeletedAcls,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicRequest,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeConfigRequest,
     DescribeConfigResponse,
     EmptyResponse,
@@ -142,9 +149,13 @@ from .native_session import (
 from .partitions import INLINE_APPEND_MAX_BYTES, PartitionService, release_all
 from .security.authorizer import (
     CLUSTER_NAME,
+    Acl,
+    AclFilter,
+    ClusterAuthorizationError,
     GroupAuthorizationError,
     Op,
     Resource,
+    SecurityDisabledError,
     TopicAuthorizationError,
 )
 
@@ -192,6 +203,9 @@ class Handlers(PerConnection):
             FetchOffsetRequest: self.fetch_offset,
             HandshakeRequest: self.handshake,
             SaslAuthenticateRequest: self.sasl_authenticate,
+            DescribeAclsRequest: self.describe_acls,
+            CreateAclsRequest: self.create_acls,
+            DeleteAclsRequest: self.delete_acls,
         }
 
     @property
@@ -246,6 +260,11 @@ class Handlers(PerConnection):
                 raise GroupAuthorizationError(f"not authorized to use group {request.group!r}")
             if not may(conn, operation, Resource.TOPIC, request.topic):
                 raise TopicAuthorizationError(f"not authorized to access topic {request.topic!r}")
+            return frozenset()
+        if isinstance(request, DescribeAclsRequest | CreateAclsRequest | DeleteAclsRequest):
+            operation = Op.DESCRIBE if isinstance(request, DescribeAclsRequest) else Op.ALTER
+            if not may(conn, operation, Resource.CLUSTER, CLUSTER_NAME):
+                raise ClusterAuthorizationError(f"not authorized to {operation.name} the cluster's ACLs")
             return frozenset()
         if isinstance(request, CreateTopicRequest):
             if not (may(conn, Op.CREATE, Resource.CLUSTER, CLUSTER_NAME)
@@ -598,6 +617,37 @@ class Handlers(PerConnection):
             raise UnsupportedSaslMechanismError(
                 f"SASL mechanism {req.mechanism!r} is not enabled on this listener (enabled: {enabled})")
         raise IllegalSaslStateError(f"SASL mechanism {req.mechanism!r} is listed but not implemented")
+
+
+    # ---- ACLs (project extensions, NATIVE.md) ----------------------------------------------------
+
+    def _acls_enabled(self) -> None:
+        if not self.authorizer.enabled:
+            raise SecurityDisabledError("no authorizer is configured on the broker (authorizer.class.name)")
+
+    async def describe_acls(self, req: DescribeAclsRequest, session: NativeSession) -> Reply:
+        self._acls_enabled()
+        found = self.authorizer.describe(AclFilter(*req.filter))
+        return [encode_response(DescribeAclsResponse(ErrorCode.NONE, [_binding(a) for a in found]), session.version)]
+
+    async def create_acls(self, req: CreateAclsRequest, session: NativeSession) -> Reply:
+        self._acls_enabled()
+        acls = [Acl(*binding) for binding in req.acls]
+        for acl in acls:
+            acl.check()  # one bad binding: INVALID_REQUEST naming it, nothing created
+        await self.partitions.blocking(self.authorizer.create, acls)
+        return [encode_response(EmptyResponse(ErrorCode.NONE), session.version)]
+
+    async def delete_acls(self, req: DeleteAclsRequest, session: NativeSession) -> Reply:
+        self._acls_enabled()
+        removed = await self.partitions.blocking(self.authorizer.delete, [AclFilter(*f) for f in req.filters])
+        return [encode_response(DeleteAclsResponse(ErrorCode.NONE, [
+            DeletedAcls(tuple(_binding(a) for a in acls)) for acls in removed]), session.version)]
+
+
+def _binding(acl: Acl) -> AclBinding:
+    return AclBinding(acl.resource_type, acl.name, acl.pattern_type, acl.principal, acl.host, acl.operation,
+                      acl.permission)
 
 
 ISOLATION_LEVELS = frozenset(int(level) for level in IsolationLevel)

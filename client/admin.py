@@ -22,11 +22,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from protocol import (
+    AclBinding,
+    AclBindingFilter,
     AlterConfigRequest,
     CommitOffsetRequest,
+    CreateAclsRequest,
     CreateTopicRequest,
+    DeleteAclsRequest,
     DeleteRecordsRequest,
     DeleteTopicRequest,
+    DescribeAclsRequest,
     DescribeConfigRequest,
     ErrorCode,
     FetchOffsetRequest,
@@ -48,6 +53,8 @@ LATEST = OffsetsRequest.LATEST  # -1: the log end offset
 # METADATA again (Kafka's metadata.max.age.ms), so partitions a topic grew are picked up.
 DEFAULT_METADATA_MAX_AGE_MS = 300_000
 
+
+ANY_ACL = AclBindingFilter()  # matches every ACL
 
 class AsyncAdmin:
     def __init__(self, bootstrap: str | None = None, *, session: BrokerSession | None = None,
@@ -117,6 +124,20 @@ class AsyncAdmin:
         await self._session.call(AlterConfigRequest(topic, tuple(configs.items())),
                                  f"alter config of {topic!r}")
 
+    # ---- ACLs (the broker's authorizer; project extensions of version 2) ----------
+
+    async def describe_acls(self, acl_filter: AclBindingFilter = ANY_ACL) -> list[AclBinding]:
+        response = await self._read(DescribeAclsRequest(acl_filter), "describe ACLs")
+        return list(response.acls)
+
+    async def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        await self._session.call(CreateAclsRequest(tuple(acls)), "create ACLs")
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[list[AclBinding]]:
+        """Remove the bindings each filter matches; returns them per filter."""
+        response = await self._session.call(DeleteAclsRequest(tuple(filters)), "delete ACLs")
+        return [list(d.acls) for d in response.deleted]
+
     # ---- offsets ---------------------------------------------------------------
 
     async def delete_records(self, topic: str, partition: int, offset: int = -1) -> int:
@@ -185,6 +206,15 @@ class Admin:
 
     def alter_config(self, topic: str, configs: Mapping[str, str | None]) -> None:
         self._loop.run(self._admin.alter_config(topic, configs))
+
+    def describe_acls(self, acl_filter: AclBindingFilter = ANY_ACL) -> list[AclBinding]:
+        return self._loop.run(self._admin.describe_acls(acl_filter))
+
+    def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        self._loop.run(self._admin.create_acls(acls))
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[list[AclBinding]]:
+        return self._loop.run(self._admin.delete_acls(filters))
 
     def delete_records(self, topic: str, partition: int, offset: int = -1) -> int:
         return self._loop.run(self._admin.delete_records(topic, partition, offset))

@@ -60,6 +60,10 @@ class TransactionalIdAuthorizationError(StrataError):
     code = 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
+class SecurityDisabledError(StrataError):
+    code = 54  # SECURITY_DISABLED: ACL requests without an authorizer
+
+
 class Resource(IntEnum):
     """Kafka's ResourceType."""
 
@@ -357,5 +361,5 @@ class Authorizer:
 
 
 __all__ = ["ANONYMOUS", "Acl", "AclFilter", "Authorizer", "CLUSTER_NAME", "ClusterAuthorizationError",
-           "GroupAuthorizationError", "Op", "Pattern", "Permission", "Resource", "TopicAuthorizationError",
-           "TransactionalIdAuthorizationError", "host_of", "principal_of"]
+           "GroupAuthorizationError", "Op", "Pattern", "Permission", "Resource", "SecurityDisabledError",
+           "TopicAuthorizationError", "TransactionalIdAuthorizationError", "host_of", "principal_of"]

@@ -10,6 +10,8 @@ import pytest
 
 from client import Admin, Consumer, Producer
 from client.errors import StrataClientError
+from protocol import AclBinding as AclBinding_
+from protocol import AclBindingFilter as AclBindingFilter_
 from tests.tls_certs import CertificateAuthority
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -186,6 +188,20 @@ def test_acl_matrix_kafka_and_native(broker, pki, tmp_path):
     with Producer(anonymous, linger_ms=0) as producer, pytest.raises(StrataClientError) as refused:
         producer.send_and_wait("alice-orders", b"x")
     assert refused.value.code == 29
+
+    # The native ACL requests (project extensions): the super user manages, alice may not.
+    admin_bootstrap, admin_options = native(b, "admin")
+    with Admin(admin_bootstrap, **admin_options) as native_admin:
+        binding = AclBinding_(3, "g-native", 3, alice, "*", 3, 3)  # GROUP g-native LITERAL, READ ALLOW
+        native_admin.create_acls([binding])
+        assert binding in native_admin.describe_acls(AclBindingFilter_(resource_type=3))
+        assert native_admin.delete_acls([AclBindingFilter_(resource_type=3, name="g-native")]) == [[binding]]
+        with pytest.raises(StrataClientError) as refused:
+            native_admin.create_acls([AclBinding_(2, "t", 1, alice, "*", 3, 3)])  # pattern ANY
+        assert refused.value.code == 42
+    with Admin(bootstrap, **options) as native_admin, pytest.raises(StrataClientError) as refused:
+        native_admin.describe_acls()
+    assert refused.value.code == 31
 
     # DeleteAcls applies at once: alice can no longer write.
     deleted = admin.delete_acls([AclBindingFilter(T, "alice-", ResourcePatternType.PREFIXED, alice, None,
