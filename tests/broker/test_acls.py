@@ -233,3 +233,39 @@ def test_allow_everyone_if_no_acl_found(broker, pki):
     assert produce_error(kconf(b), "open") is None
     assert produce_error(kconf(b), "guarded").code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert produce_error(kconf(b, "alice"), "guarded") is None
+
+
+def strata(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "broker", *map(str, args)], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_strata_acls_cli(broker):
+    b = broker("--set", f"authorizer.class.name={AUTHORIZER}", "--set", "super.users=User:ANONYMOUS")
+    server = ("--bootstrap-server", f"{b.host}:{b.port}")
+    added = strata("acls", "add", "--allow-principal", "User:alice", "--operation", "Read",
+                   "--operation", "DescribeConfigs", "--topic", "logs-", "--resource-pattern-type", "prefixed",
+                   *server)
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.splitlines()[:3] == [
+        "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=logs-, patternType=PREFIXED)`: ",
+        " \t(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)",
+        " \t(principal=User:alice, host=*, operation=DESCRIBE_CONFIGS, permissionType=ALLOW)"]
+    assert strata("acls", "add", "--deny-principal", "User:bob", "--operation", "All", "--group", "g", "--cluster",
+                  *server).returncode == 0
+    listed = strata("acls", "list", *server).stdout
+    assert listed.count("Current ACLs for resource") == 3 and "permissionType=DENY" in listed
+    only = strata("acls", "list", "--topic", "logs-app", "--resource-pattern-type", "match", *server).stdout
+    assert "name=logs-" in only and "GROUP" not in only
+    removed = strata("acls", "remove", "--deny-principal", "User:bob", "--operation", "All", "--cluster",
+                     "--force", *server)
+    assert removed.returncode == 0 and "CLUSTER" in removed.stdout, removed.stderr
+    assert strata("acls", "list", *server).stdout.count("Current ACLs for resource") == 2
+    bad = strata("acls", "add", "--allow-principal", "User:alice", "--operation", "Fly", "--topic", "t", *server)
+    assert bad.returncode == 2 and "unknown operation 'Fly'" in bad.stderr
+    off = broker()  # no authorizer: the broker says so
+    result = strata("acls", "list", "--bootstrap-server", f"{off.host}:{off.port}")
+    assert result.returncode == 1 and "SECURITY_DISABLED" in result.stderr and "Traceback" not in result.stderr
