@@ -127,7 +127,7 @@ class AsyncAdmin:
     # ---- ACLs (the broker's authorizer; project extensions of version 2) ----------
 
     async def describe_acls(self, acl_filter: AclBindingFilter = ANY_ACL) -> list[AclBinding]:
-        response = await self._read(DescribeAclsRequest(acl_filter), "describe ACLs")
+        response = await self._read(DescribeAclsRequest(*acl_filter), "describe ACLs")
         return list(response.acls)
 
     async def create_acls(self, acls: Iterable[AclBinding]) -> None:

@@ -111,7 +111,7 @@ class RequestType(IntEnum):
     FETCH_OFFSET = 12
     HANDSHAKE = 13
     SASL_AUTHENTICATE = 14
-    # Project extensions (NATIVE.md "ACLs"), version 2 on: 100 + Kafka's API key.
+    # Project extensions (NATIVE.md "ACLs"): 100 + Kafka's API key.
     DESCRIBE_ACLS = 129
     CREATE_ACLS = 130
     DELETE_ACLS = 131
@@ -315,8 +315,20 @@ class AclBindingFilter(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class DescribeAclsRequest:
+    """The ACLs one filter matches (the filter's fields, flat)."""
     TYPE: ClassVar[RequestType] = RequestType.DESCRIBE_ACLS
-    filter: AclBindingFilter
+    resource_type: int = 1
+    name: str | None = None
+    pattern_type: int = 1
+    principal: str | None = None
+    host: str | None = None
+    operation: int = 1
+    permission: int = 1
+
+    @property
+    def filter(self) -> AclBindingFilter:
+        return AclBindingFilter(self.resource_type, self.name, self.pattern_type, self.principal, self.host,
+                                self.operation, self.permission)
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +404,11 @@ LAYOUTS: dict[RequestType, Record] = {
     RequestType.SASL_AUTHENTICATE: Record(
         SaslAuthenticateRequest, "mechanism" / Str, "authSize" / Length(Int32sb, "authBytes"),
         "authBytes" / MessageSet(this.authSize)),
+    RequestType.DESCRIBE_ACLS: Record(DescribeAclsRequest, *ACL_FILTER.subcons),
+    RequestType.CREATE_ACLS: Record(CreateAclsRequest, "count" / Rebuild(Int16sb, len_(this.acls)),
+                                    "acls" / Items("count", ACL_BINDING)),
+    RequestType.DELETE_ACLS: Record(DeleteAclsRequest, "count" / Rebuild(Int16sb, len_(this.filters)),
+                                    "filters" / Items("count", ACL_FILTER)),
 }
 
 LAYOUTS_V2: dict[RequestType, Record] = {
@@ -399,11 +416,6 @@ LAYOUTS_V2: dict[RequestType, Record] = {
     RequestType.FETCH: Record(FetchRequest, *LAYOUTS[RequestType.FETCH].subcons, "isolationLevel" / Int8sb),
     RequestType.METADATA: Record(MetadataRequest, *LAYOUTS[RequestType.METADATA].subcons,
                                  "allowAutoTopicCreation" / Int8sb),
-    RequestType.DESCRIBE_ACLS: Record(DescribeAclsRequest, "filter" / ACL_FILTER),
-    RequestType.CREATE_ACLS: Record(CreateAclsRequest, "count" / Rebuild(Int16sb, len_(this.acls)),
-                                    "acls" / Items("count", ACL_BINDING)),
-    RequestType.DELETE_ACLS: Record(DeleteAclsRequest, "count" / Rebuild(Int16sb, len_(this.filters)),
-                                    "filters" / Items("count", ACL_FILTER)),
 }
 VERSIONS = {1: LAYOUTS, 2: LAYOUTS_V2}
 

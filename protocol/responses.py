@@ -348,6 +348,13 @@ LAYOUTS: dict[RequestType, Record] = {
     RequestType.SASL_AUTHENTICATE: Record(
         SaslAuthenticateResponse, "authSize" / Length(Int32sb, "authBytes"), "authBytes" / MessageSet(this.authSize),
         "sessionLifetimeMs" / Int64sb, leading=NONE),
+    RequestType.DESCRIBE_ACLS: Record(DescribeAclsResponse, "count" / Rebuild(Int32sb, len_(this.acls)),
+                                      "acls" / Items("count", ACL_BINDING), leading=NONE),
+    RequestType.CREATE_ACLS: _EMPTY,
+    RequestType.DELETE_ACLS: Record(
+        DeleteAclsResponse, "count" / Rebuild(Int16sb, len_(this.deleted)),
+        "deleted" / Items("count", Record(DeletedAcls, "matched" / Rebuild(Int32sb, len_(this.acls)),
+                                          "acls" / Items("matched", ACL_BINDING))), leading=NONE),
 }
 
 LAYOUTS_V2: dict[RequestType, Record] = {
@@ -359,15 +366,6 @@ LAYOUTS_V2: dict[RequestType, Record] = {
                                                  "firstOffset" / Int64sb)),
         "messageSet" / MessageSet(), leading=NONE),
 }
-LAYOUTS_V2.update({
-    RequestType.DESCRIBE_ACLS: Record(DescribeAclsResponse, "count" / Rebuild(Int32sb, len_(this.acls)),
-                                      "acls" / Items("count", ACL_BINDING), leading=NONE),
-    RequestType.CREATE_ACLS: _EMPTY,
-    RequestType.DELETE_ACLS: Record(
-        DeleteAclsResponse, "count" / Rebuild(Int16sb, len_(this.deleted)),
-        "deleted" / Items("count", Record(DeletedAcls, "matched" / Rebuild(Int32sb, len_(this.acls)),
-                                          "acls" / Items("matched", ACL_BINDING))), leading=NONE),
-})
 VERSIONS = {1: LAYOUTS, 2: LAYOUTS_V2}
 MESSAGE_VERSION = 2  # from this version on an error's body is its message
 
