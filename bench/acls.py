@@ -129,7 +129,7 @@ def acl_bindings(count: int) -> list:
         AclBinding(ResourceType.TOPIC, "bench-", prefixed, "User:ANONYMOUS", "*", AclOperation.WRITE, allow),
         AclBinding(ResourceType.TOPIC, "bench-", prefixed, "User:ANONYMOUS", "*", AclOperation.READ, allow),
         AclBinding(ResourceType.TOPIC, "bench-secret", literal, "User:ANONYMOUS", "*", AclOperation.ALL, deny),
-        AclBinding(ResourceType.CLUSTER, "kafka-cluster", literal, "User:ANONYMOUS", "*", AclOperation.ALL, allow),
+        AclBinding(ResourceType.BROKER, "kafka-cluster", literal, "User:ANONYMOUS", "*", AclOperation.ALL, allow),
     ]
     operations = (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE)
     for i in range(count - len(bindings)):
