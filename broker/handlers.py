@@ -249,11 +249,12 @@ class Handlers(PerConnection):
         the indexes of a MULTIFETCH's or MULTIPRODUCE's items the connection may not
         READ / WRITE (each is answered TOPIC_AUTHORIZATION_FAILED)."""
         may = self._may
-        topic = getattr(request, "topic", None)
-        if isinstance(request, MultiFetchRequest | MultiProduceRequest):
-            operation = Op.READ if isinstance(request, MultiFetchRequest) else Op.WRITE
-            return frozenset(i for i, item in enumerate(request.items)
-                             if not may(conn, operation, Resource.TOPIC, item.topic))
+        if isinstance(request, MultiFetchRequest):
+            return frozenset(i for i, fetched in enumerate(request.items)
+                             if not may(conn, Op.READ, Resource.TOPIC, fetched.topic))
+        if isinstance(request, MultiProduceRequest):
+            return frozenset(i for i, produced in enumerate(request.items)
+                             if not may(conn, Op.WRITE, Resource.TOPIC, produced.topic))
         if isinstance(request, CommitOffsetRequest | FetchOffsetRequest):
             operation = Op.READ if isinstance(request, CommitOffsetRequest) else Op.DESCRIBE
             if not may(conn, operation, Resource.GROUP, request.group):
@@ -271,9 +272,10 @@ class Handlers(PerConnection):
                     or may(conn, Op.CREATE, Resource.TOPIC, request.topic)):
                 raise TopicAuthorizationError(f"not authorized to create topic {request.topic!r}")
             return frozenset()
-        operation = TOPIC_OPERATIONS.get(type(request))
-        if operation is not None and not may(conn, operation, Resource.TOPIC, topic):
-            raise TopicAuthorizationError(f"not authorized to {operation.name} topic {topic!r}")
+        needed = TOPIC_OPERATIONS.get(type(request))
+        topic = getattr(request, "topic", "")
+        if needed is not None and not may(conn, needed, Resource.TOPIC, topic):
+            raise TopicAuthorizationError(f"not authorized to {needed.name} topic {topic!r}")
         return frozenset()
 
     async def _dispatch_checked(self, request, session: NativeSession, conn, denied: frozenset[int]) -> Reply:
@@ -628,7 +630,8 @@ class Handlers(PerConnection):
     async def describe_acls(self, req: DescribeAclsRequest, session: NativeSession) -> Reply:
         self._acls_enabled()
         found = self.authorizer.describe(AclFilter(*req.filter))
-        return [encode_response(DescribeAclsResponse(ErrorCode.NONE, [_binding(a) for a in found]), session.version)]
+        acls = tuple(_binding(a) for a in found)
+        return [encode_response(DescribeAclsResponse(ErrorCode.NONE, acls), session.version)]
 
     async def create_acls(self, req: CreateAclsRequest, session: NativeSession) -> Reply:
         self._acls_enabled()
@@ -641,8 +644,8 @@ class Handlers(PerConnection):
     async def delete_acls(self, req: DeleteAclsRequest, session: NativeSession) -> Reply:
         self._acls_enabled()
         removed = await self.partitions.blocking(self.authorizer.delete, [AclFilter(*f) for f in req.filters])
-        return [encode_response(DeleteAclsResponse(ErrorCode.NONE, [
-            DeletedAcls(tuple(_binding(a) for a in acls)) for acls in removed]), session.version)]
+        return [encode_response(DeleteAclsResponse(ErrorCode.NONE, tuple(
+            DeletedAcls(tuple(_binding(a) for a in acls)) for acls in removed)), session.version)]
 
 
 def _binding(acl: Acl) -> AclBinding:

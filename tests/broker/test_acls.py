@@ -22,6 +22,7 @@ from confluent_kafka.admin import (  # noqa: E402
     AclOperation,
     AclPermissionType,
     AdminClient,
+    ConfigResource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -162,6 +163,14 @@ def test_acl_matrix_kafka_and_native(broker, pki, tmp_path):
     with pytest.raises(KafkaException) as denied:
         alice_admin.delete_topics(["alice-orders"])["alice-orders"].result(10)
     assert denied.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    # DescribeConfigs needs DESCRIBE_CONFIGS; KIP-430 operations come from the ACLs.
+    with pytest.raises(KafkaException) as denied:
+        list(alice_admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "secret")]).values())[0].result(10)
+    assert denied.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert AclOperation.ALTER in admin.describe_cluster(include_authorized_operations=True).result(10) \
+        .authorized_operations
+    assert not alice_admin.describe_cluster(include_authorized_operations=True).result(10).authorized_operations
 
     # The native protocol makes the same checks.
     bootstrap, options = native(b, "alice")
