@@ -24,6 +24,10 @@ Contract:
   auto.create.topics.enable is on; FETCH answers the high watermark, the last
   stable offset and the aborted list (`PartitionService.fetch_isolation`) before
   the message set.
+- With ACLs on (`PartitionService.authorizer`, broker/security/authorizer.py),
+  every request is checked for its connection before it runs, as its Kafka
+  counterpart (`_authorize`; NATIVE.md "ACLs"), the fast paths included; the
+  ACL types 129-131 manage the ACLs.
 - Every partition-level policy (finding logs, inline versus executor appends and
   the slow-disk back-off, on-loop reads, long polls, error codes) is the
   partition service's (broker/partitions.py), shared with the Kafka listener.

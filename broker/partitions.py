@@ -13,6 +13,8 @@ both listeners because it is written once, here.
   auto-creation (`auto_create_topic`, blocking) is what both protocols' Metadata
   does with auto.create.topics.enable (the native one from version 2, when the
   request allows it); a produce never creates a topic.
+- Authorization: `authorizer` (broker/security/authorizer.py) holds the ACLs;
+  both protocols' handlers ask it before they act (`authorize(context, ...)`).
 - Appending, one policy (`append`, `try_append_inline`, `append_later`): an append
   with no fsync due (flush.messages unset) and no earlier append of its partition
   still queued runs inline on the loop: a copy into the page cache, a few
