@@ -68,6 +68,7 @@ from .config import BrokerConfig
 from .connection import RequestHandlers
 from .connection_limits import ConnectionLimits
 from .group_configs import GroupConfigs
+from .quotas import ClientQuotas
 from .handlers import Handlers
 from .kafka import KafkaApis
 from .kafka.apis import ApiKey
@@ -191,6 +192,9 @@ class BrokerApp:
                 await blocking(registry.reconcile, manager)
                 await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
                 await blocking(partitions.offsets.load, manager.logs())
+                partitions.quotas = await blocking(
+                    lambda: ClientQuotas.open(config.data_dir, window_samples=config.values["quota.window.num"],
+                                              window_seconds=config.values["quota.window.size.seconds"]))
                 if self.kafka is not None:
                     self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)
                     self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
@@ -203,7 +207,8 @@ class BrokerApp:
                 metrics.attach(manager=manager, offsets=partitions.offsets,
                                servers={(listener.spec.protocol, listener.name): server
                                         for server, listener in zip(servers, self.listeners, strict=True)},
-                               memory=memory, cleaner=lambda: self.cleaner, executor=self.executor)
+                               memory=memory, cleaner=lambda: self.cleaner, executor=self.executor,
+                               quotas=partitions.quotas)
             for server in servers:
                 await server.start_serving()
         except BaseException:
