@@ -68,7 +68,6 @@ from .config import BrokerConfig
 from .connection import RequestHandlers
 from .connection_limits import ConnectionLimits
 from .group_configs import GroupConfigs
-from .quotas import ClientQuotas
 from .handlers import Handlers
 from .kafka import KafkaApis
 from .kafka.apis import ApiKey
@@ -78,6 +77,7 @@ from .log_limiter import BadRequestLog
 from .metrics import BrokerMetrics, CountingExecutor, camel_name
 from .native_session import listener_sasl_mechanisms
 from .partitions import PartitionService
+from .quotas import ClientQuotas
 from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
 from .tls import ServerTls
