@@ -20,7 +20,8 @@ Contract:
   /users/<default>/clients/C, /users/<default>/clients/<default>,
   /users/<default>, /clients/C, /clients/<default>), records the bytes on that
   quota's rate (one per matched entity with its user and client-id, so a default
-  quota limits each client on its own, as Kafka's metric tags do), and when the
+  quota limits each client on its own, as Kafka's metric tags do; a changed quota
+  applies to the rate measured so far), and when the
   rate is over the quota returns the throttle time Kafka computes
   ((rate - quota) / quota × the rate's window), else 0. The rate is Kafka's
   windowed Rate: `quota.window.num` samples of `quota.window.size.seconds`, the
@@ -57,6 +58,7 @@ WHOLE_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, "connection_creation_rate"
 KIND_KEYS = {"produce": PRODUCER_BYTE_RATE, "fetch": CONSUMER_BYTE_RATE}
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 ANONYMOUS = "User:ANONYMOUS"
+MAX_RATES = 10_000  # rates kept before idle ones are dropped
 
 Entity = tuple[tuple[str, str | None], ...]
 
@@ -193,7 +195,6 @@ class ClientQuotas:
                                   for entity, values in sorted(quotas.items(), key=lambda kv: repr(kv[0]))]}
                 atomic_write(self.path, encode_document(doc))
             self._quotas = quotas  # one reference swap: readers see the old or the new whole
-            self._rates.clear()  # rates start over under new quotas, as Kafka's sensors are remade
 
     def describe(self, components: Iterable[tuple[str, int, str | None]], strict: bool) -> list[tuple[Entity, dict]]:
         components = list(components)
@@ -244,6 +245,8 @@ class ClientQuotas:
         now = time.monotonic() * 1000.0 if now_ms is None else now_ms
         rate = self._rates.get((kind, user_tag, client_tag))
         if rate is None:
+            if len(self._rates) >= MAX_RATES:
+                self._forget_idle(now)
             rate = self._rates[(kind, user_tag, client_tag)] = WindowedRate(self.window_ms, self.window_samples)
         rate.record(nbytes, now)
         observed = rate.per_second(now)
@@ -254,6 +257,15 @@ class ClientQuotas:
         self.throttled[kind] += 1
         self.throttle_ms_total[kind] += throttle
         return throttle
+
+
+    def _forget_idle(self, now_ms: float) -> None:
+        """Drop the rates of clients with no sample left in the window (Kafka expires
+        idle quota sensors), so client ids that come and go do not pile up."""
+        span = self.window_ms * self.window_samples
+        for key, rate in list(self._rates.items()):
+            if not rate.starts or rate.starts[-1] + span <= now_ms:
+                del self._rates[key]
 
 
 class _Absent:
