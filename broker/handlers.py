@@ -508,6 +508,7 @@ class Handlers(PerConnection):
 
     async def handshake(self, req: HandshakeRequest, session: NativeSession) -> Reply:
         version = session.agree(req.version)
+        session.client_id = req.client_id
         return [encode_response(HandshakeResponse(ErrorCode.NONE, version, self.sasl_mechanisms))]
 
     async def sasl_authenticate(self, req: SaslAuthenticateRequest, session: NativeSession) -> Reply:
