@@ -268,12 +268,7 @@ class AsyncConsumer:
     async def _fetch_request(self, request: FetchRequest, timeout: int):
         """Send a FETCH; under read_committed the connection must speak version 2."""
         if self.read_committed:
-            conn = await self._session.connection()
-            if conn.version < 2:
-                raise StrataClientError("isolation_level read_committed needs a broker that speaks "
-                                        f"native protocol version 2 (this one speaks {conn.version})",
-                                        ErrorCode.INVALID_REQUEST)
-            return await conn.request(request, timeout)
+            return await self._session.request_v2(request, "isolation_level read_committed", timeout)
         return await self._session.request(request, timeout)
 
     def _size(self, tp: TopicPartition) -> int:
@@ -357,18 +352,9 @@ class AsyncConsumer:
             raise StrataClientError(f"{tp[0]}-{tp[1]}: the broker gave no {policy} offset")
         position = offsets[0]
         if self.read_committed and time_ == OffsetsRequest.LATEST:
-            position = await self._last_stable_offset(tp, position)
+            position = await self._admin.last_stable_offset(tp[0], tp[1], position)
         self._drop_buffered(tp)
         self._positions[tp] = position
-
-    async def _last_stable_offset(self, tp: TopicPartition, log_end: int) -> int:
-        """The partition's last stable offset: a read_committed FETCH of no bytes at
-        the log end answers it (OFFSETS has no isolation level)."""
-        request = FetchRequest(tp[0], tp[1], log_end, 0, 0, IsolationLevel.READ_COMMITTED)
-        response = await self._session.retrying(
-            lambda: self._fetch_request(request, self._session.request_timeout_ms))
-        raise_for(response.error, f"last stable offset of {tp[0]}-{tp[1]}", response.message)
-        return min(response.last_stable_offset, log_end)
 
     # ---- committing -------------------------------------------------------------------
 

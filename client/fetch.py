@@ -35,12 +35,14 @@ from typing import NamedTuple
 from kafka_format import LogEntry
 from kafka_format import Record as StoredRecord
 from kafka_format import iter_entries
+from kafka_format.batch import CONTROL_BIT, TRANSACTIONAL_BIT
 from kafka_format.errors import CorruptRecordError
+from kafka_format.framing import MAGIC_V2
 from protocol import ErrorCode
 
 from .errors import StrataClientError
 
-__all__ = ["AbortedFilter", "Fetched", "read_fetched", "grow_fetch_size", "MessageTooLargeForFetch"]
+__all__ = ["AbortedFilter", "Fetched", "is_abort_marker", "read_fetched", "grow_fetch_size", "MessageTooLargeForFetch"]
 
 
 class Fetched(NamedTuple):
@@ -67,16 +69,24 @@ class AbortedFilter:
 
     def drops(self, entry: LogEntry) -> bool:
         """True when `entry` is data of an aborted transaction (skip it whole)."""
-        if entry.magic < 2 or entry.producer_id < 0:
+        if entry.magic != MAGIC_V2:
+            return False
+        return self.drops_batch(entry.last_offset, entry.producer_id, entry.attributes,
+                                entry.is_control and is_abort_marker(entry))
+
+    def drops_batch(self, last_offset: int, producer_id: int, attributes: int, abort_marker: bool) -> bool:
+        """`drops` from a magic-2 batch's header fields; `abort_marker`: the batch is
+        a control batch whose first record is an ABORT marker."""
+        if producer_id < 0:
             return False
         pending = self._pending
-        while pending and pending[0][0] <= entry.last_offset:
+        while pending and pending[0][0] <= last_offset:
             self._aborted_producers.add(heapq.heappop(pending)[1])
-        if entry.is_control:
-            if is_abort_marker(entry):
-                self._aborted_producers.discard(entry.producer_id)
+        if attributes & CONTROL_BIT:
+            if abort_marker:
+                self._aborted_producers.discard(producer_id)
             return False
-        return entry.is_transactional and entry.producer_id in self._aborted_producers
+        return bool(attributes & TRANSACTIONAL_BIT) and producer_id in self._aborted_producers
 
 
 def is_abort_marker(entry: LogEntry) -> bool:
