@@ -335,3 +335,42 @@ def test_an_abort_marker_goes_after_delete_retention_once_its_data_is_gone(open_
     entries, index = clean(now + 1001)  # past it: the marker and its .txnindex entry go
     assert entries == rest and index == ()
     assert log.aborted_transactions(0, log.log_end_offset) == []
+
+
+def test_a_commit_marker_goes_after_delete_retention_once_its_data_is_gone(open_log, clock):
+    from storage.cleaner import Cleaner
+    from storage.offset_map import OffsetMap
+
+    log = open_log(cleanup_policy="compact", segment_bytes=1000, delete_retention_ms=1000)
+    log.append(build_batch([(b"k", b"1")], producer_id=2, producer_epoch=0, base_sequence=0,
+                           is_transactional=True))  # 0: committed, superseded by 2
+    log.append_txn_marker(2, 0, 0, commit=True)  # 1
+    log.append(build_batch([(b"k", b"2")]))  # 2
+    log.append(build_batch([(b"y", b"1")], producer_id=2, producer_epoch=0, base_sequence=1,
+                           is_transactional=True))  # 3: the producer's last batch (kept)
+    log.append_txn_marker(2, 0, 0, commit=True)  # 4: guards 3, stays
+    log.append(build_batch([(b"x", b"1")]))  # 5: the group's last entry
+    log.roll()
+    log.append(build_batch([(b"z", b"z")]))
+
+    def clean(now):
+        Cleaner(OffsetMap(1 << 20), clock=clock).clean(log, 0, log.active_segment.base_offset, now_ms=now)
+        first = log.segments.snapshot().first
+        return [(e.base_offset, e.is_control, e.attributes & 0x40 != 0, e.record_count)
+                for e in iter_entries(first.log.read(0, first.size))]
+
+    rest = [(2, False, False, 1), (3, False, False, 1), (4, True, False, 1), (5, False, False, 1)]
+    now = clock.time_ms()
+    assert clean(now) == [(1, True, False, 1), *rest]  # its data went in this round: the marker stays as it is
+    assert clean(now) == [(1, True, True, 1), *rest]  # no data left: the marker gets its delete horizon
+    first = log.segments.snapshot().first
+    stamped = next(iter_entries(first.log.read(0, first.size)))
+    stamped.ensure_valid()
+    marker = decode_marker(bytes(first.log.read(0, stamped.size)))
+    assert marker is not None and marker.commit  # still the COMMIT marker
+    assert clean(now + 500) == [(1, True, True, 1), *rest]  # before the horizon: stays
+    assert clean(now + 1001) == rest  # past it: gone; the marker guarding data stays as it is
+    assert log.last_stable_offset == log.log_end_offset
+    reopened_view = log.read(0, 1 << 20)
+    assert [e.base_offset for e in iter_entries(reopened_view.read())][:4] == [2, 3, 4, 5]
+    reopened_view.release()
