@@ -10,6 +10,7 @@ import pytest
 
 from kafka_format import build_batch, iter_entries
 from kafka_format.errors import (
+    CorruptIndexError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
     TransactionCoordinatorFencedError,
@@ -374,3 +375,63 @@ def test_a_commit_marker_goes_after_delete_retention_once_its_data_is_gone(open_
     reopened_view = log.read(0, 1 << 20)
     assert [e.base_offset for e in iter_entries(reopened_view.read())][:4] == [2, 3, 4, 5]
     reopened_view.release()
+
+
+# ---- the .txnindex check at load ---------------------------------------------------------------
+
+
+def test_txnindex_sanity_check(tmp_path):
+    index = TransactionIndex(str(tmp_path / f"{100:020d}.txnindex"), 100)
+    index.sanity_check(200)  # no file: nothing to check
+    for txn in (AbortedTxn(1, 90, 110, 111), AbortedTxn(2, 105, 120, 90)):  # an LSO may lie below the marker
+        index.append(txn)
+    index.sanity_check(200)
+    index.sanity_check()
+    with pytest.raises(CorruptIndexError, match="past the segment's last offset 119"):
+        index.sanity_check(120)
+    for bad, problem in [
+        ([AbortedTxn(1, 10, 99, 100)], "below the segment's base offset 100"),
+        ([AbortedTxn(1, 130, 120, 131)], "starts at 130, after its abort marker at 120"),
+        ([AbortedTxn(1, 100, 120, 121), AbortedTxn(2, 100, 110, 121)], "not after the entry before it"),
+    ]:
+        with open(index.path, "wb") as f:
+            f.write(b"".join(t.encode() for t in bad))
+        with pytest.raises(CorruptIndexError, match=problem):
+            TransactionIndex(index.path, 100).sanity_check(200)
+    index.reset()
+    assert not os.path.exists(index.path) and index.entries == ()
+
+
+@pytest.mark.parametrize("damage", ["past the segment", "below the segment", "out of order", "bad version"])
+def test_a_bad_txnindex_is_rebuilt_at_load(open_log, damage):
+    log = open_log(segment_bytes=400)
+    for round_ in range(4):
+        log.append(txn(1, round_ * 2, value=b"x" * 60))
+        log.append(txn(2, round_, value=b"x" * 60))
+        log.append_txn_marker(1, 0, 0, commit=False)
+        log.append_txn_marker(2, 0, 0, commit=False)
+        log.append(txn(1, round_ * 2 + 1, value=b"x" * 60))
+        log.append_txn_marker(1, 0, 0, commit=round_ % 2 == 0)
+    before = {s.base_offset: s.txn_index.entries for s in log.segments}
+    aborted = log.aborted_transactions(0, log.log_end_offset)
+    indexed = [s for s in log.segments if s.txn_index.entries and s is not log.active_segment]
+    assert len(indexed) >= 2
+    victim = indexed[1]
+    path, entries = victim.txn_index.path, list(victim.txn_index.entries)
+    log.close()  # a clean shutdown, snapshots at the segments' bases
+    if damage == "past the segment":
+        entries.append(AbortedTxn(7, entries[-1].last_offset + 1, 10**6, 10**6 + 1))
+    elif damage == "below the segment":
+        entries.insert(0, AbortedTxn(7, 0, victim.base_offset - 1, victim.base_offset))
+    elif damage == "out of order":
+        entries = [entries[0]._replace(last_offset=entries[0].last_offset + 1000), *entries[1:]]
+    raw = b"".join(t.encode() for t in entries)
+    if damage == "bad version":
+        raw = b"\x00\x07" + raw[2:]
+    with open(path, "wb") as f:
+        f.write(raw)
+    reopened = open_log(segment_bytes=400)
+    assert {s.base_offset: s.txn_index.entries for s in reopened.segments} == before
+    assert reopened.aborted_transactions(0, reopened.log_end_offset) == aborted
+    with open(path, "rb") as f:
+        assert decode_entries(f.read()) == list(before[victim.base_offset])
