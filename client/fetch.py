@@ -32,9 +32,8 @@ import heapq
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from kafka_format import LogEntry
+from kafka_format import LogEntry, iter_entries
 from kafka_format import Record as StoredRecord
-from kafka_format import iter_entries
 from kafka_format.batch import CONTROL_BIT, TRANSACTIONAL_BIT
 from kafka_format.errors import CorruptRecordError
 from kafka_format.framing import MAGIC_V2

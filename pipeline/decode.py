@@ -30,7 +30,6 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from client.fetch import AbortedFilter, is_abort_marker
-
 from kafka_format import LogEntry
 from kafka_format.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, CRC_START
 from kafka_format.codecs import decompress

@@ -41,19 +41,18 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from client.fetch import AbortedFilter
 from kafka_format.errors import CorruptRecordError
 from storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from storage.fileutil import parse_segment_file_name
 from storage.names import parse_partition_dir_name
 
-from client.fetch import AbortedFilter
-
 from .decode import decode_into
 from .fetcher import ROWS_PER_BATCH
 from .offsets import OptionError, parse_assign
 from .options import INTERNAL_TOPICS, ISOLATION_LEVELS, normalize, parse_bool
-from .segment_txns import committed_view
 from .schema import Columns, spark_schema
+from .segment_txns import committed_view
 from .source import check_user_schema
 
 __all__ = ["StrataSegmentsDataSource", "SegmentReader", "SegmentFile", "find_segments"]

@@ -252,7 +252,8 @@ def test_control_records_under_print_data_log_are_kafkas_lines(tmp_path, capsys)
     code, out, err = dump(capsys, "--print-data-log", tmp_path / "x-0" / f"{BASE}.log")
     assert code == 0 and err == ""
     records = [line for line in out.splitlines() if line.startswith("| ")]
-    assert records[0] == f"| offset: 0 CreateTime: {now} keySize: 1 valueSize: 1 sequence: 0 headerKeys: [] key: k payload: v"
+    assert records[0] == (f"| offset: 0 CreateTime: {now} keySize: 1 valueSize: 1 sequence: 0 headerKeys: [] "
+                          f"key: k payload: v")
     assert records[1].startswith("| offset: 1 CreateTime: ")
     assert records[1].split(" keySize:")[1] == (" 4 valueSize: 6 sequence: -1 headerKeys: [] "
                                                 "endTxnMarker: COMMIT coordinatorEpoch: 3")
