@@ -41,6 +41,9 @@ from protocol import ErrorCode
 
 from .errors import StrataClientError
 
+CONTROL_KEY_BYTES = 4  # a control record's key: version int16, type int16
+ABORT_TYPE = 0  # Kafka's ControlRecordType.ABORT
+
 __all__ = ["AbortedFilter", "Fetched", "is_abort_marker", "read_fetched", "grow_fetch_size", "MessageTooLargeForFetch"]
 
 
@@ -94,10 +97,8 @@ def is_abort_marker(entry: LogEntry) -> bool:
     if not entry.record_count:
         return False
     key = entry.records()[0].key
-    return key is not None and len(key) >= CONTROL_KEY_BYTES and int.from_bytes(key[2:4], "big", signed=True) == 0
-
-
-CONTROL_KEY_BYTES = 4
+    return (key is not None and len(key) >= CONTROL_KEY_BYTES
+            and int.from_bytes(key[2:4], "big", signed=True) == ABORT_TYPE)
 
 
 def read_fetched(message_set, fetch_offset: int,
