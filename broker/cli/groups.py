@@ -17,7 +17,9 @@ do not go together print the subcommand's usage, exit 2). GROUP may also be give
         --offsets (the default), one row per partition the group has committed or
         is assigned, as kafka-consumer-groups --describe prints it:
         GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID
-        (LAG = log end - committed; "-" where there is no committed offset or no member)
+        (LAG = log end - committed; "-" where there is no committed offset or no member;
+        the log end, not the last stable offset, even for read_committed consumers,
+        as kafka-consumer-groups does: its lag may count an open transaction's records)
         --members: GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS
         A group without members says "Consumer group 'G' has no active members." first;
         an unknown group is an error.
