@@ -208,8 +208,9 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("num.partitions", "int", 1, _at_least(1),
               "partitions of a topic created with partitions = -1 or auto-created"),
     BrokerKey("auto.create.topics.enable", "boolean", True, None,
-              "Kafka listener: a Metadata request that allows it creates unknown topics "
-              "(as Kafka; a produce never creates a topic, on either protocol)"),
+              "a Metadata request that allows it creates unknown topics (Kafka's, and the native "
+              "METADATA from version 2: the clients, the CLI's produce and the Spark sink ask for "
+              "it); as in Kafka, a produce itself never creates a topic"),
     BrokerKey("offsets.topic.num.partitions", "int", 50, _at_least(1),
               "partitions of __consumer_offsets (fixed when the topic is first created)"),
     BrokerKey("offset.metadata.max.bytes", "int", 4096, _at_least(0),
