@@ -509,14 +509,17 @@ class BrokerConfig:
                 raise InvalidConfigError(f"unknown setting {key!r} ({origin}; refused by --strict)")
             else:
                 unknown.append((key, origin))
-        if "advertised.listeners" in raw:
-            # KRaft's stock files advertise the controller listener too; it is not Kafka's data path.
-            value, origin = raw["advertised.listeners"]
+        for listener_key in ("listeners", "advertised.listeners"):
+            # KRaft's stock files bind and advertise the controller listener too; it is not
+            # Kafka's data path, so it is neither bound nor advertised.
+            if listener_key not in raw:
+                continue
+            value, origin = raw[listener_key]
             if isinstance(value, str):
                 kept, dropped = without_controller_listeners(value, controllers)
                 if dropped:
-                    raw["advertised.listeners"] = (kept, origin)
-                    ignored.append((f"advertised.listeners {','.join(dropped)}", origin,
+                    raw[listener_key] = (kept, origin)
+                    ignored.append((f"{listener_key} {','.join(dropped)}", origin,
                                     "one node: Strata has no KRaft controller quorum"))
 
         values: dict[str, Any] = {}
