@@ -193,8 +193,9 @@ def test_group_usage_errors(broker):
     assert "one group at a time" in usage_error(cli(broker, "groups", "describe", "a", "--group", "b"),
                                                 "groups describe")
     assert "the group is missing" in usage_error(cli(broker, "groups", "delete"), "groups delete")
-    assert "cannot reach the Kafka listener at 127.0.0.1:1" in one_error_line(
-        strata("groups", "list", "--kafka-bootstrap-server", "127.0.0.1:1"))
+    err = one_error_line(strata("groups", "list", "--kafka-bootstrap-server", "127.0.0.1:1"))
+    assert "cannot reach the Kafka listener at 127.0.0.1:1" in err
+    assert "--kafka-bootstrap-server or $STRATA_KAFKA_BOOTSTRAP_SERVER" in err  # how to point it elsewhere
 
 
 def test_log_dirs_and_broker_configs(broker):
