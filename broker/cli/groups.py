@@ -1,7 +1,9 @@
 """`strata groups`: list, describe, reset and delete consumer groups (kafka-consumer-groups).
 
 Groups of both protocols are covered: a native client's COMMIT_OFFSET and a Kafka
-consumer's OffsetCommit write the same `__consumer_offsets`. Every request goes to
+consumer's OffsetCommit write the same `__consumer_offsets`; Kafka consumer groups of
+either group protocol (classic, and KIP-848's `group.protocol=consumer`, described
+through ConsumerGroupDescribe; see kafka_admin.py). Every request goes to
 the broker's Kafka listener (its admin APIs ListGroups, DescribeGroups, OffsetFetch,
 ListOffsets, OffsetCommit, DeleteGroups; see kafka_admin.py), at
 --kafka-bootstrap-server (client_support.kafka_address says the default).
