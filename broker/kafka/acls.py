@@ -183,6 +183,19 @@ def _consumer_heartbeat_guard(req, ctx):
                 heartbeat_interval=0, assignment=None)
 
 
+def _alter_client_quotas_guard(req, ctx):
+    """AlterClientQuotas needs ALTER_CONFIGS on the cluster: else every entry
+    CLUSTER_AUTHORIZATION_FAILED, as Kafka."""
+    if allowed_cluster(ctx, Op.ALTER_CONFIGS):
+        return None
+    EntryR = nested(ctx.response_class, "entries")
+    EntityR = nested(EntryR, "entity")
+    return make(ctx.response_class, throttle_time=0, entries=tuple(
+        make(EntryR, error_code=CLUSTER_AUTHORIZATION_FAILED, error_message=None, entity=tuple(
+            make(EntityR, entity_type=e.entity_type, entity_name=e.entity_name) for e in entry.entity))
+        for entry in req.entries))
+
+
 GUARDS = {
     ApiKey.JOIN_GROUP: _group_guard(Op.READ),
     ApiKey.SYNC_GROUP: _group_guard(Op.READ),
@@ -195,6 +208,8 @@ GUARDS = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: _cluster_guard(Op.DESCRIBE),
     ApiKey.ELECT_LEADERS: _cluster_guard(Op.ALTER),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _cluster_guard(Op.ALTER),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: _cluster_guard(Op.DESCRIBE_CONFIGS),
+    ApiKey.ALTER_CLIENT_QUOTAS: _alter_client_quotas_guard,
 }
 
 

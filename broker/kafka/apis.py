@@ -90,6 +90,8 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     GET_TELEMETRY_SUBSCRIPTIONS = 71
@@ -109,6 +111,7 @@ EXTENSION_MODULES: tuple[str, ...] = (
     "broker.kafka.replicas",
     "broker.kafka.topic_partitions",
     "broker.kafka.telemetry",
+    "broker.kafka.client_quotas",
     "broker.kafka.acls",
 )
 
