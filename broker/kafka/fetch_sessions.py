@@ -18,10 +18,16 @@ Kafka's FetchSessionCache semantics, loop thread only:
   and the same kind of topic keys (names before v13, ids from v13; else
   FETCH_SESSION_TOPIC_ID_ERROR). Its partitions add to or update the session,
   `forgotten_topics_data` removes some; a session left empty is closed and the
-  fetch is answered without one. Every partition of the session is read; the
-  answer holds only those with records, an error, or a changed high watermark,
-  last stable offset or log start offset, and those move to the end of the
-  session so that a bounded response serves every partition in turn.
+  fetch is answered without one. The partitions of the session that may have
+  changed are read: those never read, with an error last time, whose fetch
+  offset the request moved, or appended to since their last read (the append
+  event taken before it is set; an append also sets the session's `wake` event,
+  the one event its long poll waits on). So an incremental fetch costs what
+  changed, not the session's size. The answer holds only those with records, an
+  error, or a changed high watermark, last stable offset or log start offset (a
+  log start offset that moves without an append is answered with the
+  partition's next read), and those move to the end of the session so that a
+  bounded response serves every partition in turn.
 - The epoch advances (1, 2, ..., 2^31-1, then 1) when the answer is built
   (`finish`), not when the request is checked: a request the fast path declines
   and the connection task handles again is checked twice and counts once.
@@ -31,6 +37,7 @@ Kafka's FetchSessionCache semantics, loop thread only:
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Callable
@@ -61,7 +68,7 @@ class CachedPartition:
     reads it as one."""
 
     __slots__ = ("partition", "fetch_offset", "partition_max_bytes", "high_watermark", "last_stable_offset",
-                 "log_start_offset")
+                 "log_start_offset", "event", "read_offset")
 
     def __init__(self, partition: int, fetch_offset: int, partition_max_bytes: int):
         self.partition = partition
@@ -70,6 +77,18 @@ class CachedPartition:
         self.high_watermark = -1
         self.last_stable_offset = -1
         self.log_start_offset = -1
+        self.event: Any = None  # the partition's append event taken before its last read, if it read well
+        self.read_offset = -1  # the fetch offset of that read
+
+    def may_have_changed(self) -> bool:
+        """Whether to read the partition again: never read, failed, appended to since, or moved by the client."""
+        event = self.event
+        return event is None or event.is_set() or self.read_offset != self.fetch_offset
+
+    def watching(self, event) -> None:
+        """The append event taken before this read (None: read it next time whatever happens)."""
+        self.event = event
+        self.read_offset = self.fetch_offset
 
     def must_respond(self, has_records: bool, error: int, high_watermark: int, last_stable_offset: int,
                      log_start_offset: int) -> bool:
@@ -79,6 +98,7 @@ class CachedPartition:
         changed = has_records
         if error:
             self.high_watermark = -1
+            self.event = None  # read again next time
             return True
         if high_watermark != self.high_watermark:
             self.high_watermark = high_watermark
@@ -104,7 +124,8 @@ class SessionTopic:
 
 
 class FetchSession:
-    __slots__ = ("id", "privileged", "uses_topic_ids", "partitions", "epoch", "creation_ms", "last_used_ms")
+    __slots__ = ("id", "privileged", "uses_topic_ids", "partitions", "epoch", "creation_ms", "last_used_ms",
+                 "wake")
 
     def __init__(self, session_id: int, privileged: bool, uses_topic_ids: bool,
                  partitions: dict[Key, CachedPartition], now_ms: int):
@@ -115,6 +136,7 @@ class FetchSession:
         self.epoch = next_epoch(INITIAL_EPOCH)
         self.creation_ms = now_ms
         self.last_used_ms = now_ms
+        self.wake = asyncio.Event()  # set by an append to any partition read (PartitionService.watch_into)
 
     def update(self, topics, forgotten) -> None:
         """Add or update the request's partitions, remove the forgotten ones (idempotent)."""
@@ -136,11 +158,16 @@ class FetchSession:
                 partitions.pop((name, index), None)
 
     def topics(self) -> list[SessionTopic]:
-        """The session's partitions as runs of one topic each, in fetch order."""
+        """The session's partitions that may have changed since they were last
+        read, as runs of one topic each, in fetch order; clears `wake` first, so
+        an append after this look sets it."""
+        self.wake.clear()
         runs: list[SessionTopic] = []
         current: SessionTopic | None = None
         current_name: Any = None
         for (name, _), cached in self.partitions.items():
+            if not cached.may_have_changed():
+                continue
             if current is None or name != current_name:
                 current_name = name
                 current = (SessionTopic(None, name, []) if self.uses_topic_ids

@@ -412,8 +412,7 @@ class CoreHandlers:
                 if t.log is None and not t.error:
                     await self._create_log(t)
             may_wait = fetch.max_wait_ms > 0 and not self.apis.shutting_down
-            events = [self.partitions.watch((t.log.topic, t.log.partition))
-                      for t in flat if t.log is not None] if may_wait else []
+            events = self._watch(plan, session, may_wait)
             self._read_all(flat, fetch.budget, fetch.isolation_level)  # on the loop, as native FETCH reads
             remaining = deadline - loop.time()
             if not may_wait or self._fetch_complete(flat, fetch) or remaining <= 0 or not events:
@@ -438,9 +437,10 @@ class CoreHandlers:
         flat = [t for _, targets in plan for t in targets]
         if any(t.log is None and not t.error for t in flat):
             return DECLINE  # an internal topic's log to create: in the executor
+        self._watch(plan, session, False)
         self._read_all(flat, fetch.budget, fetch.isolation_level)
         if (fetch.max_wait_ms > 0 and not self.apis.shutting_down and not self._fetch_complete(flat, fetch)
-                and any(t.log is not None for t in flat)):
+                and (session.incremental or any(t.log is not None for t in flat))):
             _release(flat)
             return DECLINE  # a long poll: the connection's task waits
         try:
@@ -448,6 +448,20 @@ class CoreHandlers:
         except BaseException:
             _release(flat)
             raise
+
+    def _watch(self, plan, session: FetchContext, may_wait: bool) -> list[asyncio.Event]:
+        """The events a long poll waits on, taken before the reads: each partition's
+        (`may_wait`); for an incremental fetch the session's one wake-up event, linked
+        into every partition read, each partition keeping its own (fetch_sessions.py)."""
+        if session.session is None:
+            return [self.partitions.watch((t.log.topic, t.log.partition))
+                    for _, targets in plan for t in targets if t.log is not None] if may_wait else []
+        wake = session.session.wake
+        for topic, targets in plan:
+            for part, t in zip(topic.partitions, targets, strict=True):
+                part.watching(None if t.log is None or t.error else
+                              self.partitions.watch_into((t.log.topic, t.log.partition), wake))
+        return [wake]
 
     @staticmethod
     def _fetch_refused(ctx, error: int):

@@ -1,0 +1,215 @@
+"""Fetch sessions (KIP-227): a consumer of many partitions, with sessions against without.
+
+    .venv/bin/python bench/fetch_sessions.py [--partitions 2000] [--seconds 20] [--warmup 8] [--rounds 1]
+
+The broker is the real `python -m broker serve` process on 127.0.0.1 (fresh data
+directory, one topic of --partitions partitions). A producer (confluent-kafka, in
+this process) writes one 16-byte message per partition per second, round-robin
+over the partitions in ticks of 50 ms. The consumer is kafka-python in its own
+process (librdkafka sends no fetch sessions; kafka-python keeps one per broker),
+assign()ing every partition from the end, with `enable_incremental_fetch_sessions`
+True ("sessions") or False ("full": every fetch names every partition and is
+answered with every partition). Each round measures, in this order and in the
+same run: the producer alone ("base"), the consumer with sessions, the consumer
+without; each phase starts after --warmup seconds and lasts --seconds.
+
+- broker CPU: utime + stime of the broker process (all threads, /proc/<pid>/stat)
+  per second of the phase; "fetch CPU" subtracts the base phase's (the producer's
+  share, the same in every phase).
+- bytes on the wire: what the consumer process's TCP sockets sent and received
+  per second (the kernel's bytes_sent + bytes_received, `ss -tinp`): both
+  directions of its broker connections.
+- records: the records the consumer received per second (should be --partitions).
+
+Target: with sessions <= 0.2x of without, for CPU (fetch CPU) and bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, ROOT)
+
+from tests.broker_process import BrokerProcess  # noqa: E402
+
+TOPIC = "fetch-sessions-bench"
+TICK = 0.05
+VALUE = b"x" * 16
+
+
+def _cpu_seconds():
+    spec = importlib.util.spec_from_file_location("bench_broker", os.path.join(ROOT, "bench", "broker.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.cpu_seconds
+
+
+cpu_seconds = _cpu_seconds()
+
+
+def io_bytes(pid: int) -> int:
+    """Bytes sent and received over the TCP sockets of process `pid` (the kernel's
+    tcp_info counters, from `ss -tinp`)."""
+    out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, check=True).stdout
+    total = 0
+    mine = False
+    for line in out.splitlines():
+        if not line.startswith((" ", "\t")):
+            mine = f"pid={pid}," in line
+            continue
+        if mine:
+            for field in line.split():
+                if field.startswith(("bytes_sent:", "bytes_received:")):
+                    total += int(field.partition(":")[2])
+    return total
+
+
+class Producer(threading.Thread):
+    """One message per partition per second, round-robin, in ticks of TICK seconds."""
+
+    def __init__(self, bootstrap: str, partitions: int):
+        super().__init__(daemon=True)
+        from confluent_kafka import Producer as Client
+
+        self.client = Client({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1})
+        self.partitions = partitions
+        self.stopping = threading.Event()
+        self.sent = 0
+
+    def run(self) -> None:
+        per_tick = max(1, int(self.partitions * TICK))
+        next_partition = 0
+        next_tick = time.monotonic()
+        while not self.stopping.is_set():
+            for _ in range(per_tick):
+                self.client.produce(TOPIC, VALUE, partition=next_partition)
+                next_partition = (next_partition + 1) % self.partitions
+            self.sent += per_tick
+            self.client.poll(0)
+            next_tick += TICK
+            time.sleep(max(0.0, next_tick - time.monotonic()))
+        self.client.flush(30)
+
+
+def consumer_main(bootstrap: str, partitions: int, sessions: bool) -> None:
+    """The consumer process: prints the running record count once a second."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # bench/kafka.py is not kafka-python
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                             enable_incremental_fetch_sessions=sessions)
+    tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_end(*tps)
+    got = 0
+    last = time.monotonic()
+    while True:
+        for records in consumer.poll(timeout_ms=200, max_records=100_000).values():
+            got += len(records)
+        if time.monotonic() - last >= 1:
+            last = time.monotonic()
+            print(got, flush=True)
+
+
+def phase(broker_pid: int, seconds: float, consumer: subprocess.Popen | None) -> dict:
+    cpu0, wall0 = cpu_seconds(broker_pid), time.monotonic()
+    io0 = io_bytes(consumer.pid) if consumer is not None else 0
+    time.sleep(seconds)
+    wall = time.monotonic() - wall0
+    return {"cpu": (cpu_seconds(broker_pid) - cpu0) / wall,
+            "bytes": (io_bytes(consumer.pid) - io0) / wall if consumer is not None else 0.0}
+
+
+def run_consumer(args, bootstrap: str, broker_pid: int, sessions: bool) -> dict:
+    consumer = subprocess.Popen([sys.executable, __file__, "--consumer", bootstrap, str(args.partitions),
+                                 "1" if sessions else "0"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        time.sleep(args.warmup)
+        first = _last_count(consumer)
+        result = phase(broker_pid, args.seconds, consumer)
+        result["records"] = (_last_count(consumer) - first) / args.seconds
+        return result
+    finally:
+        consumer.terminate()
+        consumer.wait(10)
+
+
+def _last_count(consumer: subprocess.Popen) -> int:
+    """The consumer's latest printed count (its stdout is read without blocking)."""
+    import fcntl
+
+    fd = consumer.stdout.fileno()
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+    try:
+        data = os.read(fd, 1 << 20).decode()
+    except BlockingIOError:
+        data = ""
+    lines = [line for line in data.splitlines() if line.strip()]
+    if lines:
+        consumer.last_count = int(lines[-1])  # type: ignore[attr-defined]
+    return getattr(consumer, "last_count", 0)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--consumer":
+        consumer_main(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1")
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--warmup", type=float, default=8)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="strata-fetch-sessions-")
+    broker = BrokerProcess(os.path.join(work, "data"), "--set", "log.initial.task.delay.ms=0")
+    producer = None
+    try:
+        broker.start()
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, args.partitions, 1)], operation_timeout=120)[TOPIC].result(180)
+        producer = Producer(broker.bootstrap, args.partitions)
+        producer.start()
+        time.sleep(2)
+        print(f"{args.partitions} partitions, {args.partitions} msg/s; phases of {args.seconds:g} s "
+              f"after {args.warmup:g} s warm-up")
+        totals: dict[str, list[dict]] = {"base": [], "sessions": [], "full": []}
+        for _ in range(args.rounds):
+            totals["base"].append(phase(broker.pid, args.seconds, None))
+            totals["sessions"].append(run_consumer(args, broker.bootstrap, broker.pid, True))
+            totals["full"].append(run_consumer(args, broker.bootstrap, broker.pid, False))
+        mean = {k: {f: sum(r[f] for r in v) / len(v) for f in v[0]} for k, v in totals.items()}
+        base = mean["base"]["cpu"]
+        for name in ("base", "sessions", "full"):
+            m = mean[name]
+            line = f"{name:9} broker CPU {m['cpu']:.3f} s/s"
+            if name != "base":
+                line += (f", fetch CPU {m['cpu'] - base:.3f} s/s, wire {m['bytes'] / 1e3:.1f} kB/s, "
+                         f"records {m['records']:.0f}/s")
+            print(line)
+        s, f = mean["sessions"], mean["full"]
+        print(f"sessions/full: broker CPU {s['cpu'] / f['cpu']:.3f}x, "
+              f"fetch CPU {(s['cpu'] - base) / max(f['cpu'] - base, 1e-9):.3f}x, "
+              f"wire bytes {s['bytes'] / f['bytes']:.3f}x (target <= 0.2x)")
+    finally:
+        if producer is not None:
+            producer.stopping.set()
+            producer.join(30)
+        broker.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
