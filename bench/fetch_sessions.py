@@ -5,13 +5,17 @@
 The broker is the real `python -m broker serve` process on 127.0.0.1 (fresh data
 directory, one topic of --partitions partitions). A producer (confluent-kafka, in
 this process) writes one 16-byte message per partition per second, round-robin
-over the partitions in ticks of 50 ms. The consumer is kafka-python in its own
-process (librdkafka sends no fetch sessions; kafka-python keeps one per broker),
-assign()ing every partition from the end, with `enable_incremental_fetch_sessions`
-True ("sessions") or False ("full": every fetch names every partition and is
-answered with every partition). Each round measures, in this order and in the
-same run: the producer alone ("base"), the consumer with sessions, the consumer
-without; each phase starts after --warmup seconds and lasts --seconds.
+over the partitions in ticks of 50 ms. The consumer is a plain Fetch v11 loop in
+its own process (hand-encoded over a socket, max_wait 500 ms, min_bytes 1, every
+partition from offset 0), the way Kafka's Java client uses sessions: "sessions"
+opens one with a full fetch and then sends only the partitions whose position
+moved; "full" sends sessionless fetches (epoch -1) naming every partition, each
+answered with every partition. The same client code on both sides, so the fetch
+rate follows the data in both (librdkafka sends no sessions; kafka-python's
+Python is slower than the broker at 2,000 partitions and would set the pace).
+Each round measures, in this order and in the same run: the producer alone
+("base"), the consumer with sessions, the consumer without; each phase starts
+after --warmup seconds and lasts --seconds.
 
 - broker CPU: utime + stime of the broker process (all threads, /proc/<pid>/stat)
   per second of the phase; "fetch CPU" subtracts the base phase's (the producer's
@@ -30,6 +34,8 @@ import argparse
 import importlib.util
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -44,6 +50,8 @@ from tests.broker_process import BrokerProcess  # noqa: E402
 TOPIC = "fetch-sessions-bench"
 TICK = 0.05
 VALUE = b"x" * 16
+FETCH = 1
+PART = struct.Struct(">iiqqi")  # partition, current leader epoch, fetch offset, log start offset, max bytes
 
 
 def _cpu_seconds():
@@ -101,25 +109,95 @@ class Producer(threading.Thread):
         self.client.flush(30)
 
 
-def consumer_main(bootstrap: str, partitions: int, sessions: bool) -> None:
-    """The consumer process: prints the running record count once a second."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # bench/kafka.py is not kafka-python
-    from kafka import KafkaConsumer, TopicPartition
+def fetch_request(correlation_id: int, parts, *, session_id: int, epoch: int) -> bytes:
+    """A Fetch v11 frame (hand-encoded: kio's Python encoding of 2,000 partitions
+    would make the client set the pace) of `parts` [(partition, offset)],
+    max_wait 500 ms, min_bytes 1."""
+    client_id = b"bench"
+    out = [struct.pack(">hhih", FETCH, 11, correlation_id, len(client_id)), client_id,
+           struct.pack(">iiiibii", -1, 500, 1, 50 << 20, 0, session_id, epoch)]
+    if parts:
+        name = TOPIC.encode()
+        out.append(struct.pack(">ih", 1, len(name)) + name + struct.pack(">i", len(parts)))
+        out.extend(PART.pack(p, -1, o, -1, 1 << 20) for p, o in parts)
+    else:
+        out.append(struct.pack(">i", 0))
+    out.append(struct.pack(">ih", 0, 0))  # no forgotten topics, rack ""
+    body = b"".join(out)
+    return struct.pack(">i", len(body)) + body
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             enable_incremental_fetch_sessions=sessions)
-    tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
-    consumer.assign(tps)
-    consumer.seek_to_end(*tps)
-    got = 0
+
+def parse_fetch_response(frame: bytes) -> tuple[int, int, list[tuple[int, bytes]]]:
+    """(error, session id, [(partition, records)]) of a Fetch v11 response frame (size stripped)."""
+    error, session_id, topics = struct.unpack_from(">hii", frame, 8)  # after correlation id, throttle
+    pos = 18
+    parts = []
+    for _ in range(topics):
+        (name_len,) = struct.unpack_from(">h", frame, pos)
+        pos += 2 + name_len
+        (count,) = struct.unpack_from(">i", frame, pos)
+        pos += 4
+        for _ in range(count):
+            (partition,) = struct.unpack_from(">i", frame, pos)
+            pos += 4 + 2 + 8 + 8 + 8
+            (aborted,) = struct.unpack_from(">i", frame, pos)
+            pos += 4 + max(aborted, 0) * 16 + 4  # aborted transactions, preferred read replica
+            (size,) = struct.unpack_from(">i", frame, pos)
+            pos += 4
+            parts.append((partition, frame[pos:pos + max(size, 0)]))
+            pos += max(size, 0)
+    return error, session_id, parts
+
+
+def next_offset(records: bytes) -> tuple[int, int]:
+    """(records, the offset after the last) of a partition's record batches."""
+    count, pos, after = 0, 0, -1
+    while pos + 27 <= len(records):
+        base, length = struct.unpack_from(">qi", records, pos)
+        (last_delta,) = struct.unpack_from(">i", records, pos + 23)
+        if pos + 12 + length > len(records):
+            break
+        count += last_delta + 1
+        after = base + last_delta + 1
+        pos += 12 + length
+    return count, after
+
+
+def consumer_main(bootstrap: str, partitions: int, sessions: bool) -> None:
+    """The consumer process: a Fetch v11 loop over every partition from offset 0,
+    as a session client (only moved partitions in incremental fetches) or
+    sessionless (every partition in every fetch, epoch -1). Prints the running
+    record and fetch counts once a second."""
+    host, _, port = bootstrap.rpartition(":")
+    sock = socket.create_connection((host, int(port)))
+    stream = sock.makefile("rb")
+    offsets = dict.fromkeys(range(partitions), 0)
+    session_id, epoch = 0, 0 if sessions else -1
+    moved = set(offsets)
+    got = fetches = 0
     last = time.monotonic()
     while True:
-        for records in consumer.poll(timeout_ms=200, max_records=100_000).values():
-            got += len(records)
+        parts = [(p, offsets[p]) for p in moved] if session_id else list(offsets.items())
+        fetches += 1
+        sock.sendall(fetch_request(fetches, parts, session_id=session_id, epoch=epoch))
+        (size,) = struct.unpack(">i", stream.read(4))
+        error, answered_session, answered = parse_fetch_response(stream.read(size))
+        if error:  # the session is gone: start over
+            session_id, epoch = 0, 0
+            continue
+        if sessions:
+            session_id = answered_session
+            epoch = epoch + 1 if session_id else 0
+        moved = set()
+        for partition, records in answered:
+            count, after = next_offset(records)
+            if count:
+                got += count
+                offsets[partition] = after
+                moved.add(partition)
         if time.monotonic() - last >= 1:
             last = time.monotonic()
-            print(got, flush=True)
+            print(got, fetches, flush=True)
 
 
 def phase(broker_pid: int, seconds: float, consumer: subprocess.Popen | None) -> dict:
@@ -137,8 +215,10 @@ def run_consumer(args, bootstrap: str, broker_pid: int, sessions: bool) -> dict:
     try:
         time.sleep(args.warmup)
         first = _last_count(consumer)
+        fetches = getattr(consumer, "last_fetches", 0)
         result = phase(broker_pid, args.seconds, consumer)
         result["records"] = (_last_count(consumer) - first) / args.seconds
+        result["fetches"] = (consumer.last_fetches - fetches) / args.seconds  # type: ignore[attr-defined]
         return result
     finally:
         consumer.terminate()
@@ -157,7 +237,8 @@ def _last_count(consumer: subprocess.Popen) -> int:
         data = ""
     lines = [line for line in data.splitlines() if line.strip()]
     if lines:
-        consumer.last_count = int(lines[-1])  # type: ignore[attr-defined]
+        count, fetches = lines[-1].split()
+        consumer.last_count, consumer.last_fetches = int(count), int(fetches)  # type: ignore[attr-defined]
     return getattr(consumer, "last_count", 0)
 
 
@@ -197,7 +278,9 @@ def main() -> None:
             line = f"{name:9} broker CPU {m['cpu']:.3f} s/s"
             if name != "base":
                 line += (f", fetch CPU {m['cpu'] - base:.3f} s/s, wire {m['bytes'] / 1e3:.1f} kB/s, "
-                         f"records {m['records']:.0f}/s")
+                         f"records {m['records']:.0f}/s, fetches {m['fetches']:.1f}/s "
+                         f"({(m['cpu'] - base) / max(m['fetches'], 1e-9) * 1e3:.2f} ms CPU, "
+                         f"{m['bytes'] / max(m['fetches'], 1e-9) / 1e3:.1f} kB each)")
             print(line)
         s, f = mean["sessions"], mean["full"]
         print(f"sessions/full: broker CPU {s['cpu'] / f['cpu']:.3f}x, "

@@ -182,3 +182,19 @@ def test_privileged_sessions_evict_consumer_sessions():
     assert cache.maybe_create(1, False, False, {("b", 0): None}) is None
     follower = cache.maybe_create(2, True, False, {("b", 0): None})
     assert follower is not None and cache.get(consumer.id) is None
+
+
+def test_incremental_fetch_reads_only_partitions_that_may_have_changed():
+    sessions = FetchSessions(10, 120_000)
+    sid = opened(sessions, [("a", 0, 0), ("a", 1, 0), ("a", 2, 0)])
+    events = {}
+    context = sessions.context(request(sid, 1), 12)
+    for topic in context.topics():  # read once: each keeps its append event
+        for part in topic.partitions:
+            events[part.partition] = NS(is_set=lambda: False)
+            part.watching(events[part.partition])
+    answer(context)
+    assert sessions.context(request(sid, 2), 12).topics() == []
+    events[1].is_set = lambda: True  # appended to
+    runs = sessions.context(request(sid, 2, parts=[("a", 2, 5)]), 12).topics()  # 2 moved by the client
+    assert [p.partition for r in runs for p in r.partitions] == [1, 2]
