@@ -1,6 +1,6 @@
 """Fetch sessions (KIP-227): a consumer of many partitions, with sessions against without.
 
-    .venv/bin/python bench/fetch_sessions.py [--partitions 2000] [--seconds 20] [--warmup 8] [--rounds 1]
+    .venv/bin/python bench/fetch_sessions.py [--partitions 2000] [--seconds 20] [--warmup 20] [--rounds 1]
 
 The broker is the real `python -m broker serve` process on 127.0.0.1 (fresh data
 directory, one topic of --partitions partitions). A producer (confluent-kafka, in
@@ -218,7 +218,7 @@ def run_consumer(args, bootstrap: str, broker_pid: int, sessions: bool) -> dict:
         fetches = getattr(consumer, "last_fetches", 0)
         result = phase(broker_pid, args.seconds, consumer)
         result["records"] = (_last_count(consumer) - first) / args.seconds
-        result["fetches"] = (consumer.last_fetches - fetches) / args.seconds  # type: ignore[attr-defined]
+        result["fetches"] = (getattr(consumer, "last_fetches", 0) - fetches) / args.seconds
         return result
     finally:
         consumer.terminate()
@@ -249,7 +249,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=20)
-    parser.add_argument("--warmup", type=float, default=8)
+    parser.add_argument("--warmup", type=float, default=20)
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="strata-fetch-sessions-")

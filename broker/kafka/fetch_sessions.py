@@ -68,7 +68,7 @@ class CachedPartition:
     reads it as one."""
 
     __slots__ = ("partition", "fetch_offset", "partition_max_bytes", "high_watermark", "last_stable_offset",
-                 "log_start_offset", "event", "read_offset")
+                 "log_start_offset", "event", "read_offset", "pending")
 
     def __init__(self, partition: int, fetch_offset: int, partition_max_bytes: int):
         self.partition = partition
@@ -77,8 +77,9 @@ class CachedPartition:
         self.high_watermark = -1
         self.last_stable_offset = -1
         self.log_start_offset = -1
-        self.event: Any = None  # the partition's append event taken before its last read, if it read well
+        self.event: Any = None  # the append event taken before its last answered read, if it read well
         self.read_offset = -1  # the fetch offset of that read
+        self.pending: Any = None  # the append event taken before the read in progress
 
     def may_have_changed(self) -> bool:
         """Whether to read the partition again: never read, failed, appended to since, or moved by the client."""
@@ -86,8 +87,13 @@ class CachedPartition:
         return event is None or event.is_set() or self.read_offset != self.fetch_offset
 
     def watching(self, event) -> None:
-        """The append event taken before this read (None: read it next time whatever happens)."""
-        self.event = event
+        """The append event taken before the read in progress; it counts once the
+        read is answered (`answered`): a read that is not (a fast path that
+        declines, a long poll that reads again) leaves the partition to read again."""
+        self.pending = event
+
+    def answered(self) -> None:
+        self.event, self.pending = self.pending, None
         self.read_offset = self.fetch_offset
 
     def must_respond(self, has_records: bool, error: int, high_watermark: int, last_stable_offset: int,
@@ -287,6 +293,7 @@ class FetchContext:
         incremental fetch's unchanged ones); records what the session caches."""
         name = topic.topic_id if self.uses_topic_ids else topic.topic
         if self.session is not None:
+            part.answered()
             if not part.must_respond(has_records, error, high_watermark, last_stable_offset, log_start_offset):
                 return False
             self._answered.append((name, part.partition))
