@@ -77,6 +77,7 @@ from .log_limiter import BadRequestLog
 from .metrics import BrokerMetrics, CountingExecutor, camel_name
 from .native_session import listener_sasl_mechanisms
 from .partitions import PartitionService
+from .quotas import ClientQuotas
 from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
 from .tls import ServerTls
@@ -191,6 +192,9 @@ class BrokerApp:
                 await blocking(registry.reconcile, manager)
                 await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
                 await blocking(partitions.offsets.load, manager.logs())
+                partitions.quotas = await blocking(
+                    lambda: ClientQuotas.open(config.data_dir, window_samples=config.values["quota.window.num"],
+                                              window_seconds=config.values["quota.window.size.seconds"]))
                 if self.kafka is not None:
                     self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)
                     self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
@@ -203,7 +207,8 @@ class BrokerApp:
                 metrics.attach(manager=manager, offsets=partitions.offsets,
                                servers={(listener.spec.protocol, listener.name): server
                                         for server, listener in zip(servers, self.listeners, strict=True)},
-                               memory=memory, cleaner=lambda: self.cleaner, executor=self.executor)
+                               memory=memory, cleaner=lambda: self.cleaner, executor=self.executor,
+                               quotas=partitions.quotas)
             for server in servers:
                 await server.start_serving()
         except BaseException:

@@ -182,6 +182,10 @@ KEYS: tuple[BrokerKey, ...] = (
               "most connections from one IP address; more are closed at once"),
     BrokerKey("max.connections.per.ip.overrides", "string", "", _overrides_complaint,
               "per-IP (or host name) exceptions to max.connections.per.ip: host:count,host:count"),
+    BrokerKey("quota.window.num", "int", 11, _at_least(1),
+              "samples client quota rates are measured over (client quotas: broker/quotas.py)"),
+    BrokerKey("quota.window.size.seconds", "int", 1, _at_least(1),
+              "length of each client quota rate sample"),
     BrokerKey("num.io.threads", "int", 8, _at_least(1),
               "threads doing blocking storage work (appends, reads, flushes, topic changes)"),
     BrokerKey("num.recovery.threads.per.data.dir", "int", 1, _at_least(1),
@@ -212,8 +216,9 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("num.partitions", "int", 1, _at_least(1),
               "partitions of a topic created with partitions = -1 or auto-created"),
     BrokerKey("auto.create.topics.enable", "boolean", True, None,
-              "Kafka listener: a Metadata request that allows it creates unknown topics "
-              "(as Kafka; a produce never creates a topic, on either protocol)"),
+              "a Metadata request that allows it creates unknown topics (Kafka's, and the native "
+              "METADATA from version 2: the clients, the CLI's produce and the Spark sink ask for "
+              "it); as in Kafka, a produce itself never creates a topic"),
     BrokerKey("offsets.topic.num.partitions", "int", 50, _at_least(1),
               "partitions of __consumer_offsets (fixed when the topic is first created)"),
     BrokerKey("offset.metadata.max.bytes", "int", 4096, _at_least(0),
@@ -512,14 +517,17 @@ class BrokerConfig:
                 raise InvalidConfigError(f"unknown setting {key!r} ({origin}; refused by --strict)")
             else:
                 unknown.append((key, origin))
-        if "advertised.listeners" in raw:
-            # KRaft's stock files advertise the controller listener too; it is not Kafka's data path.
-            value, origin = raw["advertised.listeners"]
+        for listener_key in ("listeners", "advertised.listeners"):
+            # KRaft's stock files bind and advertise the controller listener too; it is not
+            # Kafka's data path, so it is neither bound nor advertised.
+            if listener_key not in raw:
+                continue
+            value, origin = raw[listener_key]
             if isinstance(value, str):
                 kept, dropped = without_controller_listeners(value, controllers)
                 if dropped:
-                    raw["advertised.listeners"] = (kept, origin)
-                    ignored.append((f"advertised.listeners {','.join(dropped)}", origin,
+                    raw[listener_key] = (kept, origin)
+                    ignored.append((f"{listener_key} {','.join(dropped)}", origin,
                                     "one node: Strata has no KRaft controller quorum"))
 
         values: dict[str, Any] = {}

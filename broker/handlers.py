@@ -74,6 +74,9 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
   wire has no field for them); a failed auto-creation answers its code there.
 - FETCH version 2: an isolationLevel other than 0 and 1 is INVALID_REQUEST (Kafka
   knows no other). A FETCH error's body is its message alone, as every error's.
+  A read_committed FETCH at or past the last stable offset (below the log end)
+  has nothing to read: it long-polls as one at the log end does, until a marker
+  moves the LSO, as Kafka's delayed fetch waits for data up to its isolation's bound.
 """
 
 from __future__ import annotations
@@ -328,7 +331,7 @@ class Handlers(PerConnection):
             # Take the event before looking at the log end: an append that moves the
             # end after this point sets this very event.
             event = partitions.watch(tp) if req.max_wait_ms > 0 else None
-            if req.offset == partition_log.log_end_offset:
+            if self._nothing_to_read(partition_log, req, session):
                 if event is None or partitions.shutting_down:
                     return self._fetch_answer(partition_log, req, session)
                 if deadline is None:
@@ -339,6 +342,16 @@ class Handlers(PerConnection):
                     raise UnknownTopicOrPartitionError(f"{req.topic}-{req.partition} was deleted")
                 continue
             return self._fetch_answer(partition_log, req, session)
+
+    @staticmethod
+    def _nothing_to_read(partition_log: Log, req: FetchRequest, session: NativeSession) -> bool:
+        """Whether a FETCH has nothing to read now: its offset is the log end, or under
+        read_committed (version 2) at or past the last stable offset (up to the log end;
+        a marker that moves the LSO wakes the long poll, as an append does)."""
+        if req.offset == partition_log.log_end_offset:
+            return True
+        return (session.version >= 2 and req.isolation_level == IsolationLevel.READ_COMMITTED
+                and partition_log.last_stable_offset <= req.offset < partition_log.log_end_offset)
 
     def _fetch_answer(self, partition_log: Log, req: FetchRequest, session: NativeSession) -> Reply:
         """A FETCH's answer from what the log holds now (no waiting): the message set,
@@ -375,7 +388,7 @@ class Handlers(PerConnection):
             partition_log = self.partitions.open_log(req.topic, req.partition)
         except StrataError as e:
             return session.error(*self.partitions.error_answer(e))
-        if partition_log is None or (req.offset == partition_log.log_end_offset and req.max_wait_ms > 0
+        if partition_log is None or (self._nothing_to_read(partition_log, req, session) and req.max_wait_ms > 0
                                      and not self.partitions.shutting_down):
             return None  # an internal log to create, or a long poll: the task waits
         return self._fetch_answer(partition_log, req, session)
@@ -508,6 +521,7 @@ class Handlers(PerConnection):
 
     async def handshake(self, req: HandshakeRequest, session: NativeSession) -> Reply:
         version = session.agree(req.version)
+        session.client_id = req.client_id
         return [encode_response(HandshakeResponse(ErrorCode.NONE, version, self.sasl_mechanisms))]
 
     async def sasl_authenticate(self, req: SaslAuthenticateRequest, session: NativeSession) -> Reply:

@@ -23,8 +23,10 @@ Contract:
 - `Listener`: a spec at run time, with the bound address, what it advertises,
   and (SSL) its TLS context source (broker/tls.py).
 - `ConnectionContext`: what one connection knows of itself, for the request
-  handlers: its listener (name, security protocol), the peer address, and the
-  subject of the client's TLS certificate when it presented one (mTLS).
+  handlers: its listener (name, security protocol), the peer address, the
+  subject of the client's TLS certificate when it presented one (mTLS), its
+  principal, and the throttle time its current request
+  earned under client quotas (broker/quotas.py).
 """
 
 from __future__ import annotations
@@ -195,6 +197,11 @@ class ConnectionContext:
     listener: Listener | None
     peer: Any = None  # (host, port) as the socket reports it
     peer_certificate_subject: str | None = None  # RFC 4514, when the client sent a certificate
+    principal: str = "User:ANONYMOUS"  # Kafka's principal, "User:<name>" once authenticated
+    # Client quotas: the throttle time (ms) a handler gave the request being answered;
+    # the connection mutes itself that long once the reply is out (KIP-219), then
+    # sets it back to 0 (broker/connection.py, broker/quotas.py).
+    throttle_ms: int = 0
 
     @property
     def listener_name(self) -> str | None:

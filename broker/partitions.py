@@ -100,7 +100,9 @@ from storage.txn_index import AbortedTxn
 from . import internal_topics
 from .config import BrokerConfig
 from .group_offsets import GroupOffsets
+from .listeners import ConnectionContext
 from .metrics import BrokerMetrics
+from .quotas import ANONYMOUS, ClientQuotas
 from .topics import Topic, TopicRegistry
 
 TopicPartition = tuple[str, int]
@@ -338,6 +340,28 @@ class PartitionService:
         self.offsets = GroupOffsets(registry, self.internal_log,
                                     metadata_max_bytes=config.offset_metadata_max_bytes,
                                     on_append=self.notify_threadsafe)
+        # Client quotas (broker/quotas.py), set by the app once the data dir is locked.
+        self.quotas: ClientQuotas | None = None
+
+    # ---- client quotas -------------------------------------------------------------------------
+
+    def throttle(self, connection: ConnectionContext | None, kind: str, client_id: str | None,
+                 nbytes: int) -> int:
+        """The quota policy both protocols call once per produce or fetch request:
+        record `nbytes` against the client's quota (`kind` produce or fetch) and
+        return the throttle time in ms (0: none). A throttled request's connection
+        (its ConnectionContext) is told to mute itself that long once the reply is
+        out (broker/connection.py)."""
+        quotas = self.quotas
+        if quotas is None:
+            return 0
+        if not isinstance(connection, ConnectionContext):  # a bare peer address (tests)
+            connection = None
+        principal = connection.principal if connection is not None else ANONYMOUS
+        throttle = quotas.throttle_ms(kind, principal, client_id, nbytes)
+        if throttle and connection is not None:
+            connection.throttle_ms = max(connection.throttle_ms, throttle)
+        return throttle
 
     # ---- the executor --------------------------------------------------------------------------
 

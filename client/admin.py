@@ -14,6 +14,8 @@ Contract:
   Kafka's clients) METADATA asks the broker to create missing named topics
   (native version 2's allowAutoTopicCreation); a topic still missing then raises
   an error that names it and says the broker does not create topics on use.
+- `last_stable_offset()` answers a partition's last stable offset (what
+  "latest" is under read_committed) through a FETCH version 2.
 - `Admin` has the same methods, blocking, run on the shared client loop thread.
 """
 
@@ -30,11 +32,13 @@ from protocol import (
     DescribeConfigRequest,
     ErrorCode,
     FetchOffsetRequest,
+    FetchRequest,
     MetadataRequest,
     OffsetsRequest,
     PartitionMetadata,
     TopicMetadata,
 )
+from protocol.requests import IsolationLevel
 
 from .errors import StrataClientError, raise_for
 from .loop_thread import LoopThread
@@ -132,6 +136,19 @@ class AsyncAdmin:
                                     f"offsets of {topic}-{partition}")
         return list(response.offsets)
 
+    async def last_stable_offset(self, topic: str, partition: int, log_end: int | None = None) -> int:
+        """The partition's last stable offset (the first offset of its oldest open
+        transaction, else the log end; `log_end` when it is known already): a
+        read_committed FETCH of no bytes at the log end answers it, since OFFSETS
+        has no isolation level. Needs native protocol version 2."""
+        if log_end is None:
+            log_end = (await self.offsets(topic, partition, LATEST))[0]
+        request = FetchRequest(topic, partition, log_end, 0, 0, IsolationLevel.READ_COMMITTED)
+        where = f"last stable offset of {topic}-{partition}"
+        response = await self._session.retrying(lambda: self._session.request_v2(request, where))
+        raise_for(response.error, where, response.message)
+        return min(response.last_stable_offset, log_end)
+
     async def committed(self, group: str, topic: str,
                         partition: int) -> tuple[int, str | None] | None:
         """(offset, metadata) the group committed, or None when it committed nothing."""
@@ -192,6 +209,9 @@ class Admin:
     def offsets(self, topic: str, partition: int, time: int = LATEST,
                 max_number: int = 1) -> list[int]:
         return self._loop.run(self._admin.offsets(topic, partition, time, max_number))
+
+    def last_stable_offset(self, topic: str, partition: int, log_end: int | None = None) -> int:
+        return self._loop.run(self._admin.last_stable_offset(topic, partition, log_end))
 
     def committed(self, group: str, topic: str, partition: int) -> tuple[int, str | None] | None:
         return self._loop.run(self._admin.committed(group, topic, partition))

@@ -14,6 +14,11 @@ Contract:
   is already on its way (its offset is read from the entry headers first).
   An answer holding only a cut-short entry doubles the fetch size (up to
   64 MiB, then MESSAGE_TOO_LARGE).
+- read_committed (`isolation.level`): the link HANDSHAKEs to version 2 (a
+  broker that cannot is refused with a clear error) and every FETCH asks for
+  isolation 1; the broker stops at the last stable offset (planned ranges end
+  at or below it) and names the aborted transactions of each answer, whose
+  records are dropped with the markers (decode.py).
 - Data loss, as Spark's Kafka source: the range start below the log start
   (retention or DELETE_RECORDS removed records), the log end below a wanted
   offset, or the topic gone. With `failOnDataLoss` (the default) the task
@@ -36,10 +41,20 @@ from collections import deque
 from collections.abc import Iterator
 
 from client import parse_bootstrap
+from client.connection import CLIENT_ID
 from client.errors import BrokerUnreachable, StrataClientError, raise_for
 from kafka_format.framing import ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
-from protocol import ErrorCode, FetchRequest, OffsetsRequest, ProtocolError, encode_request, parse_response
-from protocol.requests import RequestType
+from protocol import (
+    PROTOCOL_VERSION,
+    ErrorCode,
+    FetchRequest,
+    HandshakeRequest,
+    OffsetsRequest,
+    ProtocolError,
+    encode_request,
+    parse_response,
+)
+from protocol.requests import IsolationLevel, RequestType
 
 from .decode import decode_into
 from .options import ReadOptions
@@ -53,6 +68,8 @@ ROWS_PER_BATCH = 16384
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 SIZE = struct.Struct(">i")
 ERROR = struct.Struct(">h")
+FETCH_V2_OFFSETS = struct.Struct(">qqqi")  # highWatermark, lastStableOffset, logStartOffset, abortedCount
+ABORTED = struct.Struct(">qq")  # producerId, firstOffset
 LAST_DELTA = struct.Struct(">i")
 LAST_DELTA_AT = 23
 DATA_LOSS_ADVICE = (
@@ -74,9 +91,11 @@ def data_loss(message: str, fail: bool) -> None:
 
 
 class BrokerLink:
-    def __init__(self, bootstrap: str, timeout_ms: int = 120_000):
+    def __init__(self, bootstrap: str, timeout_ms: int = 120_000, version: int = 1):
         self.bootstrap = bootstrap
         self.timeout_ms = timeout_ms
+        self.wanted_version = version  # 2: HANDSHAKE on connecting, and refuse a broker without it
+        self.version = 1
         self._sock: socket.socket | None = None
         self._pending: deque[int] = deque()  # request types of unanswered requests
         self.address = ""
@@ -94,14 +113,39 @@ class BrokerLink:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
             sock.settimeout(self.timeout_ms / 1000)
             self.address = f"{host}:{port}"
+            if self.wanted_version >= 2:
+                self._handshake(sock)
             return sock
         raise BrokerUnreachable("cannot reach broker at " + "; ".join(problems))
+
+    def _handshake(self, sock: socket.socket) -> None:
+        """Settle version 2 on a new connection (before any other request)."""
+        self._sock, self.version = sock, 1
+        try:
+            sock.sendall(encode_request(HandshakeRequest(PROTOCOL_VERSION, CLIENT_ID)))
+        except OSError as e:
+            self.close()
+            raise BrokerUnreachable(f"connection to broker at {self.address} lost: {e}") from None
+        self._pending.append(RequestType.HANDSHAKE)
+        response = self.receive()
+        self._sock = None
+        if response.error == ErrorCode.NONE and response.mechanisms:
+            sock.close()
+            raise StrataClientError(f"broker at {self.address} requires SASL "
+                                    f"({', '.join(response.mechanisms)}), which this source does not support")
+        version = response.version if response.error == ErrorCode.NONE else 1
+        if version < self.wanted_version:
+            sock.close()
+            raise StrataClientError(f"isolation.level read_committed needs a broker that speaks native "
+                                    f"protocol version {self.wanted_version} (the one at {self.address} "
+                                    f"speaks {version})", ErrorCode.INVALID_REQUEST)
+        self.version = version
 
     def send(self, request) -> None:
         if self._sock is None:
             self._sock = self._connect()
         try:
-            self._sock.sendall(encode_request(request))
+            self._sock.sendall(encode_request(request, self.version))
         except OSError as e:
             self.close()
             raise BrokerUnreachable(f"connection to broker at {self.address} lost: {e}") from None
@@ -139,20 +183,34 @@ class BrokerLink:
         """The parsed answer to the oldest unanswered request."""
         request_type, frame = self._receive_frame()
         try:
-            return parse_response(request_type, frame)
+            return parse_response(request_type, frame, self.version)
         except ProtocolError as e:
             self.close()
             raise StrataClientError(f"bad answer from broker at {self.address}: {e.message}",
                                     ErrorCode.CORRUPT_MESSAGE) from None
 
-    def receive_fetch(self) -> tuple[int, bytes]:
-        """(error, message set as bytes) of the oldest unanswered FETCH."""
+    def receive_fetch(self) -> tuple[int, bytes, list[tuple[int, int]] | None]:
+        """(error, message set as bytes, aborted list) of the oldest unanswered FETCH;
+        the aborted list (producer id, first offset) comes with version 2 (else None)."""
         request_type, frame = self._receive_frame()
         if request_type != RequestType.FETCH or len(frame) < ERROR.size:
             self.close()
             raise StrataClientError("bad answer to FETCH", ErrorCode.CORRUPT_MESSAGE)
         (error,) = ERROR.unpack_from(frame)
-        return error, bytes(memoryview(frame)[ERROR.size:])
+        if self.version < 2:
+            return error, bytes(memoryview(frame)[ERROR.size:]), None
+        if error != ErrorCode.NONE:
+            return error, b"", []  # version 2: the body is the error's message
+        pos = ERROR.size + FETCH_V2_OFFSETS.size
+        if len(frame) < pos:
+            self.close()
+            raise StrataClientError("bad answer to FETCH", ErrorCode.CORRUPT_MESSAGE)
+        count = FETCH_V2_OFFSETS.unpack_from(frame, ERROR.size)[3]
+        if count < 0 or len(frame) < pos + count * ABORTED.size:
+            self.close()
+            raise StrataClientError("bad answer to FETCH", ErrorCode.CORRUPT_MESSAGE)
+        aborted = [ABORTED.unpack_from(frame, pos + i * ABORTED.size) for i in range(count)]
+        return error, bytes(memoryview(frame)[pos + count * ABORTED.size:]), aborted
 
     def request(self, request):
         self.send(request)
@@ -204,11 +262,14 @@ class _RangeReader:
         self.where = f"{topic}-{partition}"
         self.start = start
         self.end = end
-        self.link = BrokerLink(options.bootstrap, options.request_timeout_ms)
+        self.link = BrokerLink(options.bootstrap, options.request_timeout_ms,
+                               version=2 if options.read_committed else 1)
+        self.isolation = (IsolationLevel.READ_COMMITTED if options.read_committed
+                          else IsolationLevel.READ_UNCOMMITTED)
         self.failures = 0
 
     def fetch(self, offset: int, size: int) -> None:
-        self.link.send(FetchRequest(self.topic, self.partition, offset, size, 0))
+        self.link.send(FetchRequest(self.topic, self.partition, offset, size, 0, self.isolation))
 
     def out_of_range(self, position: int) -> int:
         """Where to go on after OFFSET_OUT_OF_RANGE at `position` (`end`: stop)."""
@@ -254,7 +315,7 @@ class _RangeReader:
                     if pending is None:
                         self.fetch(position, size)
                     pending = None
-                    error, data = self.link.receive_fetch()
+                    error, data, aborted = self.link.receive_fetch()
                     if error == ErrorCode.OFFSET_OUT_OF_RANGE:
                         position = self.out_of_range(position)
                         continue
@@ -288,7 +349,7 @@ class _RangeReader:
                     pending = None
                     self.transport_failed(e)
                     continue
-                walked = decode_into(data, position, end, columns)
+                walked = decode_into(data, position, end, columns, aborted=aborted)
                 position = max(position, walked.next_offset)
                 self.failures = 0
                 if len(columns) >= ROWS_PER_BATCH:

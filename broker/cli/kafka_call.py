@@ -5,7 +5,8 @@ Contract: `kafka_call(address, request, timeout)` connects to the broker's Kafka
 listener at "HOST:PORT", sends the kio request (header v1, or v2 for flexible
 versions, as kio's `__header_schema__` says), and returns the decoded kio response
 of the same API and version. Every failure (unreachable, closed, undecodable) is a
-CliError with one line naming the address.
+CliError with one line naming the address (when unreachable, also the option and the
+environment variable that set it).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kio.serial import entity_reader, entity_writer
 from client import parse_bootstrap
 
 from . import CliError
+from .client_support import KAFKA_BOOTSTRAP_ENV
 
 SIZE = struct.Struct(">i")
 CLIENT_ID = "strata-cli"
@@ -63,7 +65,8 @@ def kafka_call(address: str, request, timeout: float = 30.0):
         header, offset = entity_reader(response_class.__header_schema__)(frame, 0)
         response, _ = entity_reader(response_class)(frame, offset)
     except OSError as e:
-        raise CliError(f"cannot reach the Kafka listener at {address}: {e.strerror or e}") from None
+        raise CliError(f"cannot reach the Kafka listener at {address}: {e.strerror or e} (where the broker's "
+                       f"Kafka listener is: --kafka-bootstrap-server or ${KAFKA_BOOTSTRAP_ENV})") from None
     except Exception as e:  # kio's decoding errors
         raise CliError(f"the Kafka listener at {address} answered what cannot be read: {e}") from None
     if header.correlation_id != CORRELATION_ID:

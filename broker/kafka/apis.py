@@ -84,6 +84,8 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     GET_TELEMETRY_SUBSCRIPTIONS = 71
@@ -103,6 +105,7 @@ EXTENSION_MODULES: tuple[str, ...] = (
     "broker.kafka.replicas",
     "broker.kafka.topic_partitions",
     "broker.kafka.telemetry",
+    "broker.kafka.client_quotas",
 )
 
 Handler = Callable[[Any, "RequestContext"], Awaitable[Any]]

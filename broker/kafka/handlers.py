@@ -323,6 +323,7 @@ class CoreHandlers:
         targets = [t for _, ts in plan for t in ts if not t.error]
         if not all(partitions.appends_inline(t.log, len(t.records)) for t in targets):
             return DECLINE
+        throttle = self._throttle(ctx, "produce", plan)
         for t in targets:
             try:
                 t.result = partitions.append_inline(t.log, t.records)
@@ -330,10 +331,11 @@ class CoreHandlers:
                 t.error = partitions.error_code(e, t.log)
                 t.failure = strata_error(e)
             t.records = None
-        return self._produce_response(ctx, plan)
+        return self._produce_response(ctx, plan, throttle)
 
     async def produce(self, req, ctx):
         plan = self._produce_plan(req)
+        throttle = self._throttle(ctx, "produce", plan)
         # Each partition's append follows the partition service's one policy: inline
         # on the loop when cheap, else queued on the partition's appender; the
         # executor ones run meanwhile and are awaited below, in order.
@@ -355,9 +357,22 @@ class CoreHandlers:
                 log.info("kafka_acks0_produce_failed", peer=ctx.peer)
                 raise CloseConnection()
             return None
-        return self._produce_response(ctx, plan)
+        return self._produce_response(ctx, plan, throttle)
 
-    def _produce_response(self, ctx, plan: list[tuple[Any, list[_Target]]]):
+    def _throttle(self, ctx, kind: str, plan: list[tuple[Any, list[_Target]]]) -> int:
+        """Client quotas (broker/quotas.py, through the partition service): the
+        throttle time of this Produce (its record bytes) or Fetch (the record bytes
+        it answers); the connection mutes itself that long after the reply."""
+        quotas = self.partitions.quotas
+        if quotas is None or not quotas.active:
+            return 0
+        if kind == "produce":
+            nbytes = sum(len(t.records) for _, targets in plan for t in targets if t.records is not None)
+        else:
+            nbytes = sum(t.result.length for _, targets in plan for t in targets if t.result is not None)
+        return self.partitions.throttle(ctx.connection, kind, ctx.client_id, nbytes)
+
+    def _produce_response(self, ctx, plan: list[tuple[Any, list[_Target]]], throttle: int = 0):
         R = ctx.response_class
         TopicR = nested(R, "responses")
         PartR = nested(TopicR, "partition_responses")
@@ -380,7 +395,7 @@ class CoreHandlers:
             responses.append(make(TopicR, name=getattr(topic, "name", None),
                                   topic_id=getattr(topic, "topic_id", None),
                                   partition_responses=tuple(parts)))
-        return make(R, responses=tuple(responses), throttle_time=0)
+        return make(R, responses=tuple(responses), throttle_time=throttle)
 
     # ---- Fetch -------------------------------------------------------------------------------
 
@@ -520,6 +535,7 @@ class CoreHandlers:
         TopicR = nested(R, "responses")
         PartR = nested(TopicR, "partitions")
         AbortedR = nested(PartR, "aborted_transactions") if has_field(PartR, "aborted_transactions") else None
+        throttle = self._throttle(ctx, "fetch", plan)
         splicer = RecordsSplicer()
         responses = []
         for topic, targets in plan:
@@ -555,7 +571,8 @@ class CoreHandlers:
         if error:
             splicer.release()
             return [codec.encode_response(ctx.correlation_id, self._fetch_refused(ctx, error))]
-        response = make(R, throttle_time=0, error_code=E.none, session_id=session_id, responses=tuple(responses))
+        response = make(R, throttle_time=throttle, error_code=E.none, session_id=session_id,
+                        responses=tuple(responses))
         try:
             if not splicer.slices:
                 return [codec.encode_response(ctx.correlation_id, response)]
