@@ -402,8 +402,9 @@ class CoreHandlers:
     async def fetch(self, req, ctx):
         """Kafka's fetch over the shared logs.
 
-        - Sessions (fetch_sessions.py): an incremental fetch reads every partition
-          of its session and answers those that changed.
+        - Sessions (fetch_sessions.py): an incremental fetch reads the partitions of
+          its session that may have changed, answers those that did, and long-polls
+          the session's one wake-up event.
         - Budget: min(max_bytes, fetch.max.bytes); each partition reads at most
           min(partition_max_bytes, what is left). Until some partition returned
           bytes, reads use min_one_message, so the first batch comes whole even past
