@@ -205,6 +205,10 @@ KEYS: tuple[BrokerKey, ...] = (
               "more help where the disk is slow (the work is otherwise Python, one core at a time)"),
     BrokerKey("fetch.max.bytes", "int", 57_671_680, _at_least(1024),
               "most message-set bytes one FETCH or MULTIFETCH response carries"),
+    BrokerKey("max.incremental.fetch.session.cache.slots", "int", 1000, _at_least(0),
+              "most Kafka fetch sessions (KIP-227) the broker keeps; 0 declines every session"),
+    BrokerKey("min.incremental.fetch.session.eviction.ms", "int", 120_000, _at_least(0),
+              "how long a fetch session lives before a new one may evict it"),
     BrokerKey("connection.max.queued.requests", "int", 16, _at_least(1),
               "Strata: requests read from one connection and not yet answered before "
               "the broker stops reading from it"),
@@ -683,6 +687,14 @@ class BrokerConfig:
     @property
     def fetch_max_bytes(self) -> int:
         return self.values["fetch.max.bytes"]
+
+    @property
+    def max_incremental_fetch_session_cache_slots(self) -> int:
+        return self.values["max.incremental.fetch.session.cache.slots"]
+
+    @property
+    def min_incremental_fetch_session_eviction_ms(self) -> int:
+        return self.values["min.incremental.fetch.session.eviction.ms"]
 
     @property
     def max_open_files(self) -> int:

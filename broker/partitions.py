@@ -170,6 +170,20 @@ class AppendStats:
     backoffs: int = 0
 
 
+class PartitionEvent(asyncio.Event):
+    """A partition's event that also sets the events linked to it (a fetch session's
+    one wake-up event, linked into each of its partitions' events)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linked: set[asyncio.Event] = set()
+
+    def set(self) -> None:
+        super().set()
+        for event in self.linked:
+            event.set()
+
+
 class PartitionWaiters:
     """One asyncio.Event per partition that a long poll is waiting on.
 
@@ -177,12 +191,12 @@ class PartitionWaiters:
     an event is only ever set once; loop thread only."""
 
     def __init__(self) -> None:
-        self._events: dict[TopicPartition, asyncio.Event] = {}
+        self._events: dict[TopicPartition, PartitionEvent] = {}
 
-    def event(self, tp: TopicPartition) -> asyncio.Event:
+    def event(self, tp: TopicPartition) -> PartitionEvent:
         event = self._events.get(tp)
         if event is None:
-            event = self._events[tp] = asyncio.Event()
+            event = self._events[tp] = PartitionEvent()
         return event
 
     def notify(self, tp: TopicPartition) -> None:
@@ -605,6 +619,12 @@ class PartitionService:
         """The event the next append to `tp` sets. Take it before looking at the log
         end: an append that moves the end after that sets this very event."""
         return self.waiters.event(tp)
+
+    def watch_into(self, tp: TopicPartition, wake: asyncio.Event) -> asyncio.Event:
+        """`watch`, with `wake` set too by the next append to `tp` (one event for many partitions)."""
+        event = self.waiters.event(tp)
+        event.linked.add(wake)
+        return event
 
     async def wait_for_append(self, events: list[asyncio.Event], timeout: float) -> bool:
         """Wait until one of `events` is set (an append, a deleted topic, shutdown) or

@@ -22,9 +22,7 @@ supported versions and the decisions; the notable ones:
   Other acks: INVALID_REQUIRED_ACKS. Batches with producerId >= 0 are appended;
   idempotence (sequence checks, duplicates answered with their original offset)
   is checked by Log.append itself, under the log's lock (storage/producer_state.py).
-- Fetch: see `fetch`. Fetch sessions are declined: a full fetch is answered with
-  session id 0; an incremental fetch of a session gets FETCH_SESSION_ID_NOT_FOUND,
-  after which clients send full fetches.
+- Fetch: see `fetch`; fetch sessions (KIP-227) in fetch_sessions.py.
 """
 
 from __future__ import annotations
@@ -59,6 +57,7 @@ from .apis import DECLINE, ApiKey
 from .authorized import CLUSTER_NAME, ResourceType
 from .authorized import requested as authorized_field
 from .codec import RecordsSplicer, has_field, make, nested
+from .fetch_sessions import FetchContext, FetchSessions
 from .state import KafkaState
 
 log = structlog.get_logger("strata.kafka")
@@ -73,7 +72,6 @@ TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, GROUP_RESOURCE = 2, 4, 
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8
 CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-FINAL_EPOCH = -1
 
 E = ErrorCode
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
@@ -147,6 +145,8 @@ class CoreHandlers:
         self.registry = apis.registry
         self.partitions = apis.partitions  # broker/partitions.py: shared with the native listener
         self.state: KafkaState | None = None  # set by the app once the data dir is locked
+        self.fetch_sessions = FetchSessions(self.config.max_incremental_fetch_session_cache_slots,
+                                            self.config.min_incremental_fetch_session_eviction_ms)
         self._claiming: asyncio.Lock | None = None
 
     def register_all(self) -> None:
@@ -443,7 +443,9 @@ class CoreHandlers:
     async def fetch(self, req, ctx):
         """Kafka's fetch over the shared logs.
 
-        - Sessions declined (see the module docstring).
+        - Sessions (fetch_sessions.py): an incremental fetch reads the partitions of
+          its session that may have changed, answers those that did, and long-polls
+          the session's one wake-up event.
         - Budget: min(max_bytes, fetch.max.bytes); each partition reads at most
           min(partition_max_bytes, what is left). Until some partition returned
           bytes, reads use min_one_message, so the first batch comes whole even past
@@ -454,21 +456,20 @@ class CoreHandlers:
           wakes PartitionWaiters), for max_wait, or for shutdown, then reads again.
         - The records are FileSlices spliced into kio's encoding and sent with sendfile.
         """
-        refused = self._fetch_refused(req, ctx)
-        if refused is not None:
-            return refused
         fetch = _FetchParams(req, ctx, self.config.fetch_max_bytes)
+        session = self.fetch_sessions.context(req, ctx.api_version, privileged=fetch.replica >= 0)
+        if session.error:
+            return self._fetch_refused(ctx, session.error)
         loop = self.apis.loop
         deadline = loop.time() + fetch.max_wait_ms / 1000
         while True:
-            plan = self._fetch_plan(req, fetch, ctx)
+            plan = self._fetch_plan(session.topics(), fetch, ctx)
             flat = [t for _, targets in plan for t in targets]
             for t in flat:
                 if t.log is None and not t.error:
                     await self._create_log(t)
             may_wait = fetch.max_wait_ms > 0 and not self.apis.shutting_down
-            events = [self.partitions.watch((t.log.topic, t.log.partition))
-                      for t in flat if t.log is not None] if may_wait else []
+            events = self._watch(plan, session, may_wait)
             self._read_all(flat, fetch.budget, fetch.isolation_level)  # on the loop, as native FETCH reads
             remaining = deadline - loop.time()
             if not may_wait or self._fetch_complete(flat, fetch) or remaining <= 0 or not events:
@@ -476,7 +477,7 @@ class CoreHandlers:
             _release(flat)
             await self.partitions.wait_for_append(events, remaining)
         try:
-            return self._fetch_response(ctx, plan, fetch.read_committed)
+            return self._fetch_response(ctx, plan, fetch.read_committed, session)
         except BaseException:
             _release(flat)
             raise
@@ -485,39 +486,50 @@ class CoreHandlers:
         """Fetch without waiting (the fast path, KafkaApis.handle_now): the answer
         when it needs no log created and no long poll; else DECLINE, with nothing
         held (the reads are released)."""
-        refused = self._fetch_refused(req, ctx)
-        if refused is not None:
-            return refused
         fetch = _FetchParams(req, ctx, self.config.fetch_max_bytes)
-        plan = self._fetch_plan(req, fetch, ctx)
+        session = self.fetch_sessions.context(req, ctx.api_version, privileged=fetch.replica >= 0)
+        if session.error:
+            return self._fetch_refused(ctx, session.error)
+        plan = self._fetch_plan(session.topics(), fetch, ctx)
         flat = [t for _, targets in plan for t in targets]
         if any(t.log is None and not t.error for t in flat):
             return DECLINE  # an internal topic's log to create: in the executor
+        self._watch(plan, session, False)
         self._read_all(flat, fetch.budget, fetch.isolation_level)
         if (fetch.max_wait_ms > 0 and not self.apis.shutting_down and not self._fetch_complete(flat, fetch)
-                and any(t.log is not None for t in flat)):
+                and (session.incremental or any(t.log is not None for t in flat))):
             _release(flat)
             return DECLINE  # a long poll: the connection's task waits
         try:
-            return self._fetch_response(ctx, plan, fetch.read_committed)
+            return self._fetch_response(ctx, plan, fetch.read_committed, session)
         except BaseException:
             _release(flat)
             raise
 
-    def _fetch_refused(self, req, ctx):
-        """The answer to an incremental fetch of a session (sessions are declined), else None."""
-        session_id = getattr(req, "session_id", 0)
-        session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
-        if session_id != 0 and session_epoch != FINAL_EPOCH:
-            return make(ctx.response_class, throttle_time=0, error_code=E.fetch_session_id_not_found,
-                        session_id=0, responses=())
-        return None
+    def _watch(self, plan, session: FetchContext, may_wait: bool) -> list[asyncio.Event]:
+        """The events a long poll waits on, taken before the reads: each partition's
+        (`may_wait`); for an incremental fetch the session's one wake-up event, linked
+        into every partition read, each partition keeping its own (fetch_sessions.py)."""
+        if session.session is None:
+            return [self.partitions.watch((t.log.topic, t.log.partition))
+                    for _, targets in plan for t in targets if t.log is not None] if may_wait else []
+        wake = session.session.wake
+        for topic, targets in plan:
+            for part, t in zip(topic.partitions, targets, strict=True):
+                part.watching(None if t.log is None or t.error else
+                              self.partitions.watch_into((t.log.topic, t.log.partition), wake))
+        return [wake]
 
-    def _fetch_plan(self, req, fetch: _FetchParams, ctx) -> list[tuple[Any, list[_Target]]]:
-        """Every partition of a Fetch resolved on the loop (`_target`); a topic the
-        connection may not READ is TOPIC_AUTHORIZATION_FAILED."""
+    @staticmethod
+    def _fetch_refused(ctx, error: int):
+        """The answer to a fetch its session refuses (Kafka's SessionErrorContext)."""
+        return make(ctx.response_class, throttle_time=0, error_code=error, session_id=0, responses=())
+
+    def _fetch_plan(self, topics, fetch: _FetchParams, ctx) -> list[tuple[Any, list[_Target]]]:
+        """Every partition of a Fetch (the request's or its session's) resolved on the loop (`_target`);
+        a topic the connection may not READ is TOPIC_AUTHORIZATION_FAILED."""
         plan: list[tuple[Any, list[_Target]]] = []
-        for topic in req.topics:
+        for topic in topics:
             name = None if fetch.by_id else topic.topic
             permitted = allowed(ctx, Op.READ, Resource.TOPIC, self._topic_name(name, topic))
             targets = []
@@ -565,7 +577,7 @@ class CoreHandlers:
             else:
                 found.release()
 
-    def _fetch_response(self, ctx, plan, read_committed: bool):
+    def _fetch_response(self, ctx, plan, read_committed: bool, session: FetchContext):
         R = ctx.response_class
         TopicR = nested(R, "responses")
         PartR = nested(TopicR, "partitions")
@@ -575,8 +587,10 @@ class CoreHandlers:
         responses = []
         for topic, targets in plan:
             parts = []
-            for t in targets:
+            for part, t in zip(topic.partitions, targets, strict=True):
                 if t.error or t.log is None:
+                    if not session.include(topic, part, False, t.error, -1, -1, -1):
+                        continue
                     parts.append(make(PartR, partition_index=t.index, error_code=t.error or E.none,
                                       high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
                                       aborted_transactions=None, preferred_read_replica=-1,
@@ -588,15 +602,24 @@ class CoreHandlers:
                 else:  # nothing read: at the log end
                     lso = t.log.last_stable_offset
                     end, aborted = t.log.log_end_offset, None
+                if not session.include(topic, part, t.result is not None, E.none, end, lso, t.log.log_start_offset):
+                    _release([t])
+                    continue
                 records = splicer.marker(t.result) if t.result is not None else b""
                 t.result = None  # the splicer owns it now
                 parts.append(make(PartR, partition_index=t.index, error_code=E.none, high_watermark=end,
                                   last_stable_offset=lso, log_start_offset=t.log.log_start_offset,
                                   aborted_transactions=_aborted(AbortedR, aborted) if read_committed else None,
                                   preferred_read_replica=-1, records=records))
-            responses.append(make(TopicR, topic=getattr(topic, "topic", None),
-                                  topic_id=getattr(topic, "topic_id", None), partitions=tuple(parts)))
-        response = make(R, throttle_time=throttle, error_code=E.none, session_id=0, responses=tuple(responses))
+            if parts or not session.incremental:
+                responses.append(make(TopicR, topic=getattr(topic, "topic", None),
+                                      topic_id=getattr(topic, "topic_id", None), partitions=tuple(parts)))
+        error, session_id = session.finish(self.fetch_sessions.now_ms())
+        if error:
+            splicer.release()
+            return [codec.encode_response(ctx.correlation_id, self._fetch_refused(ctx, error))]
+        response = make(R, throttle_time=throttle, error_code=E.none, session_id=session_id,
+                        responses=tuple(responses))
         try:
             if not splicer.slices:
                 return [codec.encode_response(ctx.correlation_id, response)]

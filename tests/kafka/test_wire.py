@@ -1,6 +1,7 @@
 """The Kafka listener at the byte level, driven with kio-encoded requests
 (tests/kafka/wire.py): versions, unsupported requests, Produce/Fetch framing,
-the zero-copy splice, minOneMessage, long polls, fetch sessions, acks=0."""
+the zero-copy splice, minOneMessage, long polls, acks=0 (fetch sessions:
+test_fetch_sessions_wire.py)."""
 
 from __future__ import annotations
 
@@ -224,15 +225,6 @@ def test_fetch_errors(wire, new_topic):
     assert part.error_code == ErrorCode.unknown_topic_or_partition
     response = conn.call(fetch_request(13, [(topic, 0, 0, 1000)], topic_ids={topic: uuid.uuid4()}))
     assert only_partition(response).error_code == ErrorCode.unknown_topic_id
-
-
-def test_fetch_sessions_are_declined(wire, new_topic):
-    topic = new_topic()
-    conn = wire()
-    response = conn.call(fetch_request(12, [(topic, 0, 0, 1000)], session_id=0, session_epoch=0))
-    assert response.error_code == ErrorCode.none and response.session_id == 0
-    response = conn.call(fetch_request(12, [], session_id=1234, session_epoch=3))
-    assert response.error_code == ErrorCode.fetch_session_id_not_found
 
 
 def test_long_poll_times_out_with_an_empty_answer(wire, new_topic):
