@@ -16,5 +16,5 @@ _AT = os.environ.get(ENV, "")
 
 
 def crash_point(step: str) -> None:
-    if _AT and _AT == f"txn:{step}":
+    if _AT and f"txn:{step}" == _AT:
         os.kill(os.getpid(), signal.SIGKILL)

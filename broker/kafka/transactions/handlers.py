@@ -22,10 +22,12 @@ from kafka_format.errors import StrataError
 
 from ..apis import ApiKey
 from ..codec import make, nested
-from .coordinator import (INVALID_PRODUCER_EPOCH, NONE, PRODUCER_FENCED, TransactionCoordinator)
+from .coordinator import INVALID_PRODUCER_EPOCH, NONE, PRODUCER_FENCED, TransactionCoordinator
 from .state import TxnState
 
 TRANSACTIONAL_ID_NOT_FOUND = 105
+# Kafka's -1 "no start time": kio writes this field as round(timestamp * 1000).
+NO_START_TIME = datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC)
 INVALID_REQUEST = 42
 # First version of each API that knows PRODUCER_FENCED.
 FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
@@ -129,13 +131,13 @@ class TransactionHandlers:
             if meta is None:
                 out.append(make(StateR, error_code=TRANSACTIONAL_ID_NOT_FOUND, transactional_id=transactional_id,
                                 transaction_state="", transaction_timeout=datetime.timedelta(0),
-                                transaction_start_time=None, producer_id=-1, producer_epoch=-1, topics=()))
+                                transaction_start_time=NO_START_TIME, producer_id=-1, producer_epoch=-1, topics=()))
                 continue
             by_topic: dict[str, list[int]] = {}
             for topic, partition in sorted(meta.partitions):
                 by_topic.setdefault(topic, []).append(partition)
             start = (datetime.datetime.fromtimestamp(meta.start_ms / 1000, tz=datetime.UTC)
-                     if meta.start_ms >= 0 else None)
+                     if meta.start_ms >= 0 else NO_START_TIME)
             out.append(make(StateR, error_code=NONE, transactional_id=transactional_id,
                             transaction_state=meta.state.display,
                             transaction_timeout=datetime.timedelta(milliseconds=meta.timeout_ms),
