@@ -269,6 +269,7 @@ class TransactionCoordinator:
                 return INVALID_TXN_STATE if commit else NONE
             if meta.state != TxnState.ONGOING:
                 return INVALID_TXN_STATE
+            crash_point("before-prepare")
             prepared = await self._write(meta.moved(
                 TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, self._clock()))
             crash_point("after-prepare")

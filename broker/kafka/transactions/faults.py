@@ -1,7 +1,8 @@
 """Test-only fault points: `STRATA_TEST_CRASH_AT=txn:<step>` in the broker's
 environment kills the process (SIGKILL, as kill -9) when the transaction
 coordinator reaches that step, so tests can check crash safety at exact points.
-Steps: after-add-partitions (Ongoing written), after-prepare (PrepareCommit or
+Steps: after-add-partitions (Ongoing written), before-prepare (EndTxn
+arrived, its records are in the logs, nothing decided), after-prepare (PrepareCommit or
 PrepareAbort written, no marker), after-first-marker (one marker written),
 before-complete (every marker written, no Complete* record). Unset: nothing.
 """
