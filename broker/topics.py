@@ -418,7 +418,7 @@ class TopicRegistry:
             if topic.internal:
                 raise InvalidRequestError(
                     f"the partition count of the internal topic {name!r} is fixed: a group's "
-                    f"offsets live in the partition its id hashes to")
+                    f"offsets (or a transactional id's state) live in the partition its id hashes to")
             current = topic.partitions
             if count == current:
                 raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
