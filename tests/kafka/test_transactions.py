@@ -311,3 +311,33 @@ def test_exactly_once_loop_survives_kill_and_restart(tmp_path):
         assert sum(committed_offsets(broker.bootstrap, "eos", source, 2)) == len(values)
     finally:
         broker.close()
+
+
+def test_idle_transactional_id_expires(tmp_path):
+    """transactional.id.expiration.ms: an id without a transaction for that long is
+    forgotten (tombstoned), also after a restart; the next InitProducerId starts anew."""
+    from tests.kafka.test_admin_apis import request
+    from tests.kafka.wire import KafkaWire
+
+    broker = BrokerProcess(tmp_path / "data", "--set", "transactional.id.expiration.ms=500",
+                           "--set", "transaction.remove.expired.transaction.cleanup.interval.ms=200").start()
+    try:
+        def listed() -> list[str]:
+            with KafkaWire(*broker.kafka_address) as conn:
+                answer = conn.call(request(66, 0, state_filters=(), producer_id_filters=()))
+                return [t.transactional_id for t in answer.transaction_states]
+
+        with KafkaWire(*broker.kafka_address) as conn:
+            first = conn.call(request(22, 4, transactional_id="short-lived", transaction_timeout=60_000))
+        assert listed() == ["short-lived"]
+        deadline = time.monotonic() + TIMEOUT
+        while listed() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert listed() == []
+        broker.restart()
+        assert listed() == []
+        with KafkaWire(*broker.kafka_address) as conn:
+            again = conn.call(request(22, 4, transactional_id="short-lived", transaction_timeout=60_000))
+        assert again.producer_epoch == 0 and again.producer_id != first.producer_id
+    finally:
+        broker.close()
