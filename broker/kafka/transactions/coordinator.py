@@ -241,14 +241,16 @@ class TransactionCoordinator:
 
     # ---- TxnOffsetCommit -----------------------------------------------------------------------
 
-    def check_offset_commit(self, transactional_id: str, producer_id: int, epoch: int) -> int:
-        """TxnOffsetCommit's producer check: the current producer of the id, in a transaction."""
+    def check_offset_commit(self, transactional_id: str, producer_id: int, epoch: int, group: str) -> int:
+        """TxnOffsetCommit's check: the current producer of the id, in a transaction
+        that holds the group's offsets partition (AddOffsetsToTxn came first), so
+        that the transaction's marker will settle the offsets."""
         meta = self.states.get(transactional_id)
         if meta is None or meta.producer_id != producer_id:
             return INVALID_PRODUCER_ID_MAPPING
         if epoch != meta.producer_epoch:
             return PRODUCER_FENCED
-        if meta.state != TxnState.ONGOING:
+        if meta.state != TxnState.ONGOING or (OFFSETS_TOPIC, self.offsets.partition_for(group)) not in meta.partitions:
             return INVALID_TXN_STATE
         return NONE
 

@@ -105,7 +105,7 @@ class TransactionHandlers:
         entries = [(topic.name, p.partition_index, p.committed_offset, p.committed_metadata,
                     getattr(p, "committed_leader_epoch", -1)) for topic in req.topics for p in topic.partitions]
         error = _code(self.coordinator.check_offset_commit(req.transactional_id, req.producer_id,
-                                                           req.producer_epoch),
+                                                           req.producer_epoch, req.group_id),
                       ApiKey.TXN_OFFSET_COMMIT, ctx.api_version)
         errors: list = [error] * len(entries)
         if error == NONE and entries:
