@@ -135,6 +135,13 @@ class TransactionCoordinator:
             await self.apis.blocking(self.registry.ensure_internal_topic,
                                      self.config["transaction.state.log.num.partitions"], TRANSACTION_STATE_TOPIC)
 
+    def _completing(self, transactional_id: str) -> bool:
+        """Markers of the id's transaction are being written (checked before waiting
+        for the id's lock, so such requests are answered CONCURRENT_TRANSACTIONS at
+        once, as Kafka does, and the client retries)."""
+        meta = self.states.get(transactional_id)
+        return meta is not None and meta.state.completing
+
     def _lock(self, transactional_id: str) -> asyncio.Lock:
         lock = self._locks.get(transactional_id)
         if lock is None:
@@ -159,6 +166,8 @@ class TransactionCoordinator:
         if not self._ready.is_set():
             return COORDINATOR_LOAD_IN_PROGRESS, -1, -1
         await self.ensure_topic()
+        if self._completing(transactional_id):
+            return CONCURRENT_TRANSACTIONS, -1, -1
         async with self._lock(transactional_id):
             meta = self.states.get(transactional_id)
             now = self._clock()
@@ -213,6 +222,8 @@ class TransactionCoordinator:
         unknown = [tp for tp in wanted if not self._partition_exists(tp)]
         if unknown:
             return {tp: UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else OPERATION_NOT_ATTEMPTED for tp in wanted}
+        if self._completing(transactional_id):
+            return dict.fromkeys(wanted, CONCURRENT_TRANSACTIONS)
         async with self._lock(transactional_id):
             error, meta = self._check(transactional_id, producer_id, epoch)
             if meta is not None:
@@ -220,6 +231,8 @@ class TransactionCoordinator:
         return {tp: error for tp in wanted}
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group: str) -> int:
+        if self._completing(transactional_id):
+            return CONCURRENT_TRANSACTIONS
         async with self._lock(transactional_id):
             error, meta = self._check(transactional_id, producer_id, epoch)
             if meta is not None:
@@ -257,6 +270,8 @@ class TransactionCoordinator:
     # ---- EndTxn --------------------------------------------------------------------------------
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+        if self._completing(transactional_id):
+            return CONCURRENT_TRANSACTIONS
         async with self._lock(transactional_id):
             meta = self.states.get(transactional_id)
             if meta is None or meta.producer_id != producer_id:
