@@ -108,8 +108,10 @@ def test_zombie_is_fenced(bootstrap):
 
 def test_aiokafka_transactional_producer(bootstrap):
     from aiokafka import AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as AioTopicPartition
 
     topic = create_topic(bootstrap, unique_name("tk"), 2)
+    group = unique_name("g")
 
     async def run():
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=unique_name("ai"))
@@ -118,6 +120,7 @@ def test_aiokafka_transactional_producer(bootstrap):
             async with producer.transaction():
                 for i in range(10):
                     await producer.send(topic, b"c%d" % i, partition=i % 2)
+                await producer.send_offsets_to_transaction({AioTopicPartition(topic, 1): 4}, group)
             with pytest.raises(RuntimeError):
                 async with producer.transaction():
                     await producer.send(topic, b"aborted", partition=0)
@@ -127,6 +130,7 @@ def test_aiokafka_transactional_producer(bootstrap):
 
     asyncio.run(run())
     assert sorted(read_committed(bootstrap, topic, 2, expected=10)) == sorted(b"c%d" % i for i in range(10))
+    assert committed_offsets(bootstrap, group, topic, 2) == [-1001, 4]
 
 
 def test_transaction_timeout_over_the_maximum_is_refused(bootstrap):
