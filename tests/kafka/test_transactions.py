@@ -6,6 +6,7 @@ crash matrix (STRATA_TEST_CRASH_AT kills the broker at an exact step)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import signal
 import struct
 import time
@@ -345,3 +346,46 @@ def test_idle_transactional_id_expires(tmp_path):
         assert again.producer_epoch == 0 and again.producer_id != first.producer_id
     finally:
         broker.close()
+
+
+def test_transactional_write_outside_the_transaction_is_refused(bootstrap, wire):
+    """KIP-890's verification: a transactional batch that would open its producer's
+    transaction on a partition the coordinator did not add is refused
+    (INVALID_TXN_STATE), so no hanging transaction holds the last stable offset;
+    a stale epoch gets INVALID_PRODUCER_EPOCH."""
+    from kio.schema.errors import ErrorCode
+
+    from kafka_format import build_batch
+    from tests.kafka.test_admin_apis import request
+    from tests.kafka.test_wire import produce_request
+
+    topic = create_topic(bootstrap, unique_name("tv"), 2)
+    conn = wire()
+    init = conn.call(request(22, 4, transactional_id="verify-tx", transaction_timeout=60_000))
+    pid, epoch = init.producer_id, init.producer_epoch
+
+    def produce(partition: int, producer_epoch: int, sequence: int):
+        batch = build_batch([(None, b"v")], producer_id=pid, producer_epoch=producer_epoch,
+                            base_sequence=sequence, is_transactional=True)
+        req = produce_request(9, topic, partition, batch)
+        req = dataclasses.replace(req, transactional_id="verify-tx")
+        (part,) = conn.call(req).responses[0].partition_responses
+        return part.error_code
+
+    assert produce(0, epoch, 0) == ErrorCode.invalid_txn_state  # no AddPartitionsToTxn yet
+    add = request(24, 3, v3_and_below_transactional_id="verify-tx", v3_and_below_producer_id=pid,
+                  v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
+                      _add_topic(topic, (0,)),))
+    assert conn.call(add).results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+    assert produce(0, epoch, 0) == ErrorCode.none
+    assert produce(1, epoch, 0) == ErrorCode.invalid_txn_state  # partition 1 was not added
+    fenced = conn.call(request(22, 4, transactional_id="verify-tx", transaction_timeout=60_000))
+    assert fenced.producer_epoch > epoch
+    assert produce(1, epoch, 0) == ErrorCode.invalid_producer_epoch
+
+
+def _add_topic(name: str, partitions: tuple[int, ...]):
+    from kio.index import load_request_schema
+
+    from broker.kafka.codec import make, nested
+    return make(nested(load_request_schema(24, 3), "v3_and_below_topics"), name=name, partitions=partitions)

@@ -23,6 +23,9 @@ one id are serialized by that lock. The decisions, as Kafka's:
   answer. A retry of a completed EndTxn answers NONE; the other outcome
   INVALID_TXN_STATE; EndTxn without a transaction INVALID_TXN_STATE.
 - Requests of an id whose markers are being written: CONCURRENT_TRANSACTIONS.
+- Produce (`verify_produce`, called by the Kafka Produce handler): a
+  transactional batch that would open its producer's transaction on a partition
+  is accepted only when that partition is in the id's ongoing transaction.
 - Start (`start`): every id is read back from `__transaction_state`; an id in
   PrepareCommit/PrepareAbort gets its markers written again (a marker closes
   nothing twice: writing it again is harmless) and completes. An Ongoing one is
@@ -251,6 +254,25 @@ class TransactionCoordinator:
     def _partition_exists(self, tp: TopicPartition) -> bool:
         count = self.registry.partitions(tp[0])
         return count is not None and 0 <= tp[1] < count
+
+    # ---- Produce verification (KIP-890 part 1, in-process) ------------------------------------
+
+    def verify_produce(self, transactional_id: str, producer_id: int, epoch: int, topic: str,
+                       partition: int) -> int:
+        """A transactional Produce that would open the producer's transaction on a
+        partition: NONE when the coordinator has the partition in the id's ongoing
+        transaction, else INVALID_PRODUCER_EPOCH (another epoch: fenced or timed
+        out) or INVALID_TXN_STATE, so a late write cannot open a transaction the
+        coordinator will never end (a hanging transaction holding the last stable
+        offset), as Kafka's transaction.partition.verification.enable."""
+        meta = self.states.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return INVALID_PRODUCER_ID_MAPPING
+        if epoch != meta.producer_epoch:
+            return INVALID_PRODUCER_EPOCH
+        if meta.state != TxnState.ONGOING or (topic, partition) not in meta.partitions:
+            return INVALID_TXN_STATE
+        return NONE
 
     # ---- TxnOffsetCommit -----------------------------------------------------------------------
 
