@@ -46,7 +46,11 @@ class _Partitions:
         return self.state_log
 
     async def partition_log(self, topic, partition):
-        return (topic, partition)
+        return self.state_log if topic == TRANSACTION_STATE_TOPIC else (topic, partition)
+
+    def try_append_inline(self, partition_log, batch):
+        partition_log.append(batch)
+        return partition_log
 
     async def append_txn_marker(self, partition_log, producer_id, epoch, coordinator_epoch, commit):
         await self.gate.wait()

@@ -152,7 +152,12 @@ class TransactionCoordinator:
         return lock
 
     async def _write(self, meta: TxnMetadata) -> TxnMetadata:
-        await self.apis.blocking(self.state_log.write, meta)
+        """Append the id's new state to `__transaction_state` (by the partition
+        service's append policy: on the loop when cheap, as produce), then apply it."""
+        partition, batch = self.state_log.record(meta)
+        partition_log = await self.partitions.partition_log(TRANSACTION_STATE_TOPIC, partition)
+        if self.partitions.try_append_inline(partition_log, batch) is None:
+            await self.apis.blocking(self.state_log.write, meta)
         if meta.state == TxnState.DEAD:
             self.states.pop(meta.transactional_id, None)
         else:

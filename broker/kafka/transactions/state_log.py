@@ -17,7 +17,7 @@ transaction-coordinator TransactionLogKey / TransactionLogValue schemas):
 
 The id's partition: `abs(javaHashCode(id)) % transaction.state.log.num.partitions`,
 as Kafka's TransactionStateManager.partitionFor. Records are written one batch
-per change, by `TransactionStateLog.write` (blocking), and read back whole at
+per change (`record`; `write` appends it, blocking), and read back whole at
 start by `load` (blocking).
 """
 
@@ -182,14 +182,15 @@ class TransactionStateLog:
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self._partition_count())
 
-    def write(self, meta: TxnMetadata) -> None:
-        """Append the id's new state; it is the coordinator's commit point for a change."""
+    def record(self, meta: TxnMetadata) -> tuple[int, bytes]:
+        """(partition, batch) holding the id's new state (a tombstone for Dead)."""
         value = None if meta.state == TxnState.DEAD else encode_value(meta)
-        self._append(meta.transactional_id, value, meta.last_update_ms)
+        batch = build_batch([(encode_key(meta.transactional_id), value, meta.last_update_ms, [])])
+        return self.partition_for(meta.transactional_id), batch
 
-    def _append(self, transactional_id: str, value: bytes | None, now_ms: int) -> None:
-        partition = self.partition_for(transactional_id)
-        batch = build_batch([(encode_key(transactional_id), value, now_ms, [])])
+    def write(self, meta: TxnMetadata) -> None:
+        """Append the id's new state (blocking); it is the coordinator's commit point for a change."""
+        partition, batch = self.record(meta)
         self._get_log(TRANSACTION_STATE_TOPIC, partition).append(batch)
         self._on_append(TRANSACTION_STATE_TOPIC, partition)
 
