@@ -365,4 +365,3 @@ class TransactionCoordinator:
                     if current is not None and current.state.idle and now - current.last_update_ms > expiration:
                         with contextlib.suppress(ValueError):
                             await self._write(current.moved(TxnState.DEAD, now))
-                        self._locks.pop(meta.transactional_id, None)
