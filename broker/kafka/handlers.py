@@ -889,7 +889,8 @@ class CoreHandlers:
     async def init_producer_id(self, req, ctx):
         R = ctx.response_class
         if req.transactional_id is not None:
-            # No transaction coordinator: transactional producers are refused clearly.
+            # Served by broker/kafka/transactions, which replaces this handler; without
+            # that module there is no coordinator and transactional producers are refused.
             log.info("kafka_transactions_unsupported", transactional_id=req.transactional_id,
                      peer=ctx.peer)
             return make(R, throttle_time=0, error_code=E.invalid_request, producer_id=-1,
