@@ -199,6 +199,9 @@ class BrokerApp:
                 if self.kafka is not None:
                     self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)
                     self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
+                    transactions = getattr(self.kafka, "transactions", None)
+                    if transactions is not None:
+                        await transactions.start()
             except StrataError as e:
                 raise StartupError(str(e)) from None
             except OSError as e:

@@ -235,6 +235,17 @@ KEYS: tuple[BrokerKey, ...] = (
               "partitions of __consumer_offsets (fixed when the topic is first created)"),
     BrokerKey("offset.metadata.max.bytes", "int", 4096, _at_least(0),
               "largest metadata string of a committed offset"),
+    # ---- transactions (Kafka listener: broker/kafka/transactions/) ----
+    BrokerKey("transaction.state.log.num.partitions", "int", 50, _at_least(1),
+              "partitions of __transaction_state (fixed when the topic is first created)"),
+    BrokerKey("transaction.max.timeout.ms", "int", 900_000, _at_least(1),
+              "largest transaction.timeout.ms a producer may ask for (else INVALID_TRANSACTION_TIMEOUT)"),
+    BrokerKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000, _at_least(1),
+              "how often the coordinator aborts transactions open longer than their timeout"),
+    BrokerKey("transactional.id.expiration.ms", "int", 604_800_000, _at_least(1),
+              "a transactional id without a transaction for this long is forgotten"),
+    BrokerKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3_600_000, _at_least(1),
+              "how often the coordinator forgets expired transactional ids"),
     # ---- consumer groups (Kafka listener) ----
     BrokerKey("group.min.session.timeout.ms", "int", 6000, _at_least(0),
               "smallest session timeout a JoinGroup may ask for (else INVALID_SESSION_TIMEOUT)"),

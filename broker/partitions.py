@@ -119,6 +119,7 @@ Answer = Callable[[AppendResult | None, int, StrataError | None], T]
 LONG_MAX = 2**63 - 1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1  # Kafka's IsolationLevel ids (Fetch, ListOffsets, native FETCH v2)
 INLINE_APPEND_MAX_BYTES = 64 * 1024  # appends up to this size always run on the loop (no fsync due)
+TXN_MARKER_BYTES = 78  # a COMMIT/ABORT control batch: 61-byte header + one 17-byte control record
 # ... and up to this size too, unless one was slow lately: a message set this large costs the
 # loop less than the hand-off to a thread and back (cross-core cache misses, GIL and futex
 # hand-offs; figures in broker/SERVER.md), and the socket's bytes are still in this core's cache.
@@ -605,11 +606,16 @@ class PartitionService:
     async def append_txn_marker(self, partition_log: Log, producer_id: int, producer_epoch: int,
                                 coordinator_epoch: int, commit: bool) -> AppendResult:
         """Write a COMMIT (`commit`) or ABORT marker closing the producer's transaction
-        on the partition (storage: Log.append_txn_marker), in the executor; wakes the
-        partition's long polls. Raises StrataError (a stale producer or coordinator
-        epoch: InvalidProducerEpochError, TransactionCoordinatorFencedError)."""
-        result = await self.blocking(partition_log.append_txn_marker, producer_id, producer_epoch,
-                                     coordinator_epoch, commit)
+        on the partition (storage: Log.append_txn_marker), on the loop when the append
+        policy allows it (`appends_inline`: a marker is one small batch), else in the
+        executor; wakes the partition's long polls. Raises StrataError (a stale
+        producer or coordinator epoch: InvalidProducerEpochError,
+        TransactionCoordinatorFencedError)."""
+        if self.appends_inline(partition_log, TXN_MARKER_BYTES):
+            result = partition_log.append_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        else:
+            result = await self.blocking(partition_log.append_txn_marker, producer_id, producer_epoch,
+                                         coordinator_epoch, commit)
         self.waiters.notify((partition_log.topic, partition_log.partition))
         return result
 

@@ -77,6 +77,10 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_ACLS = 29
@@ -94,6 +98,8 @@ class ApiKey(IntEnum):
     ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     GET_TELEMETRY_SUBSCRIPTIONS = 71
     DESCRIBE_TOPIC_PARTITIONS = 75
 
@@ -103,6 +109,7 @@ NODE_ID = 0
 # Modules whose `register(apis)` adds handlers (consumer groups, DescribeCluster, admin APIs).
 EXTENSION_MODULES: tuple[str, ...] = (
     "broker.kafka.groups",
+    "broker.kafka.transactions",
     "broker.kafka.cluster",
     "broker.kafka.partitions",
     "broker.kafka.log_dirs",

@@ -28,12 +28,14 @@ supported versions and the decisions; the notable ones:
 from __future__ import annotations
 
 import asyncio
+import struct
 from typing import Any
 
 import structlog
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from kafka_format.batch import ATTRIBUTES_OFFSET, FIELD_OFFSET, PRODUCER_ID_OFFSET, TRANSACTIONAL_BIT
 from kafka_format.errors import InvalidConfigError, InvalidRequestError, RecordValidationError, StrataError
 from kafka_format.topic_names import validate_topic_name
 from storage.config import BROKER_NAMES, LogConfig
@@ -72,6 +74,10 @@ TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, GROUP_RESOURCE = 2, 4, 
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8
 CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+FINAL_EPOCH = -1
+# A v2 batch header read from its attributes on: attributes, producerId, producerEpoch
+TXN_FIELDS = struct.Struct(f">h{PRODUCER_ID_OFFSET - ATTRIBUTES_OFFSET - 2}xqh")
+MAGIC_OFFSET = FIELD_OFFSET["magic"]
 
 E = ErrorCode
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
@@ -328,6 +334,7 @@ class CoreHandlers:
         """Every partition of a Produce resolved, on the loop (a produce never creates
         a log: internal topics refuse it first), its records in `records`."""
         acks = req.acks
+        transactional_id = req.transactional_id
         by_id = not has_field(type(req.topic_data[0]), "name") if req.topic_data else False
         plan: list[tuple[Any, list[_Target]]] = []
         transactional_id = getattr(req, "transactional_id", None)
@@ -348,10 +355,25 @@ class CoreHandlers:
                 target = self._target(name, getattr(topic, "topic_id", None), part.index, produce=True)
                 if part.records is None:
                     target.error = target.error or E.corrupt_message
+                elif transactional_id is not None and not target.error:
+                    target.error = self._verify_transactional(transactional_id, target.log, part.records)
                 target.records = part.records
                 targets.append(target)
             plan.append((topic, targets))
         return plan
+
+    def _verify_transactional(self, transactional_id: str, partition_log: Log | None, records) -> int:
+        """The transaction coordinator's check of a transactional first write to a
+        partition (broker/kafka/transactions: verify_produce); 0 for anything else."""
+        transactions = getattr(self.apis, "transactions", None)
+        if transactions is None or partition_log is None \
+                or len(records) < ATTRIBUTES_OFFSET + TXN_FIELDS.size or records[MAGIC_OFFSET] != 2:
+            return 0
+        attributes, producer_id, epoch = TXN_FIELDS.unpack_from(records, ATTRIBUTES_OFFSET)
+        if not attributes & TRANSACTIONAL_BIT or producer_id in partition_log.producer_state.ongoing:
+            return 0
+        return transactions.verify_produce(transactional_id, producer_id, epoch, partition_log.topic,
+                                           partition_log.partition)
 
     def produce_now(self, req, ctx):
         """Produce without waiting (the fast path, KafkaApis.handle_now): when acks is
@@ -968,7 +990,8 @@ class CoreHandlers:
             return make(R, throttle_time=0, error_code=E.cluster_authorization_failed, producer_id=-1,
                         producer_epoch=-1)
         if req.transactional_id is not None:
-            # No transaction coordinator: transactional producers are refused clearly.
+            # Served by broker/kafka/transactions, which replaces this handler; without
+            # that module there is no coordinator and transactional producers are refused.
             log.info("kafka_transactions_unsupported", transactional_id=req.transactional_id,
                      peer=ctx.peer)
             return make(R, throttle_time=0, error_code=E.invalid_request, producer_id=-1,

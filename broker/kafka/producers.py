@@ -1,8 +1,8 @@
-"""DescribeProducers (API 61, version 0): each partition's active idempotent producers,
+"""DescribeProducers (API 61, version 0): each partition's active producers,
 from the partition's producer state (storage/producer_state.py), as Kafka's
 UnifiedLog.activeProducers answers: producer id, epoch, last sequence, last
-timestamp, coordinator epoch (-1) and current transaction start offset (-1, no
-transactions).
+timestamp, coordinator epoch (-1 until a marker) and the first offset of the
+producer's open transaction (-1: none).
 
 Errors, as KafkaApis.handleDescribeProducersRequest: a bad topic name
 INVALID_TOPIC_EXCEPTION, an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION

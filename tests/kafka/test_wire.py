@@ -334,9 +334,16 @@ def test_init_producer_id_hands_out_new_ids(wire):
     assert len(ids) == 4 and min(ids) >= 0
 
 
-def test_transactional_init_producer_id_is_refused(wire):
-    response = wire().call(request(22, 4, transactional_id="tx", transaction_timeout=60_000))
-    assert response.error_code == ErrorCode.invalid_request
+def test_transactional_init_producer_id_bumps_the_epoch(wire):
+    conn = wire()
+    first = conn.call(request(22, 4, transactional_id="wire-tx", transaction_timeout=60_000))
+    second = conn.call(request(22, 4, transactional_id="wire-tx", transaction_timeout=60_000))
+    assert (first.error_code, second.error_code) == (ErrorCode.none, ErrorCode.none)
+    assert (second.producer_id, second.producer_epoch) == (first.producer_id, first.producer_epoch + 1)
+    too_long = conn.call(request(22, 4, transactional_id="wire-tx", transaction_timeout=900_001))
+    assert too_long.error_code == ErrorCode.invalid_transaction_timeout
+    empty = conn.call(request(22, 4, transactional_id="", transaction_timeout=60_000))
+    assert empty.error_code == ErrorCode.invalid_request
 
 
 def test_idempotent_batches_are_appended(wire, new_topic):

@@ -126,12 +126,11 @@ class GroupHandlers:
             return GROUP_AUTHORIZATION_FAILED, None, -1, "", -1
         if key_type == TRANSACTION_KEY and not allowed(ctx, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, key):
             return TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None, -1, "", -1
-        if key_type == GROUP_KEY:
+        if key_type in (GROUP_KEY, TRANSACTION_KEY):  # the transaction coordinator: broker/kafka/transactions
             host, port = ctx.advertised
             return NONE, None, self.apis.node_id, host, port
-        if key_type in (TRANSACTION_KEY, SHARE_KEY):
-            kind = "transaction" if key_type == TRANSACTION_KEY else "share group"
-            return COORDINATOR_NOT_AVAILABLE, f"Strata has no {kind} coordinator", -1, "", -1
+        if key_type == SHARE_KEY:
+            return COORDINATOR_NOT_AVAILABLE, "Strata has no share group coordinator", -1, "", -1
         return INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1
 
     async def find_coordinator(self, req, ctx):
