@@ -2,9 +2,9 @@
 (versions 1-3), what `kafka-acls` and the AdminClients send, over the broker's one
 authorizer (broker/security/authorizer.py), and `allowed(ctx, ...)`, the check
 every Kafka handler makes for its request's connection. The checks of whole
-requests (classic group APIs, cluster APIs, KIP-848's heartbeat) are
-`KafkaApis.guards` registered here; the per-topic and per-group ones are in
-the handlers.
+requests (classic group APIs, cluster APIs, KIP-848's heartbeat, the
+transaction APIs' WRITE on their transactional id) are `KafkaApis.guards`
+registered here; the per-topic, per-group and per-id ones are in the handlers.
 
 As Kafka: DescribeAcls needs DESCRIBE on the cluster (else the response's
 CLUSTER_AUTHORIZATION_FAILED), CreateAcls and DeleteAcls ALTER on the cluster
@@ -30,6 +30,7 @@ CLUSTER_AUTHORIZATION_FAILED = 31
 CONSUMER_GROUP_HEARTBEAT = 68
 SECURITY_DISABLED = 54
 INVALID_REQUEST = 42
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 def allowed(ctx: Any, operation: int, resource_type: int, name: str) -> bool:
@@ -196,6 +197,63 @@ def _alter_client_quotas_guard(req, ctx):
         for entry in req.entries))
 
 
+# ---- the transaction APIs (KafkaApis: WRITE on the transactional id first) ---------------------
+
+
+def _may_write_txn(ctx, transactional_id: str) -> bool:
+    return allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, transactional_id)
+
+
+def _init_producer_id_guard(req, ctx):
+    """InitProducerId with a transactional id: WRITE on it. Without one the core
+    handler checks IDEMPOTENT_WRITE on the cluster or WRITE on some topic."""
+    if req.transactional_id is None or _may_write_txn(ctx, req.transactional_id):
+        return None
+    return make(ctx.response_class, throttle_time=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                producer_id=-1, producer_epoch=-1)
+
+
+def _txn_id_guard(req, ctx):
+    """AddOffsetsToTxn, EndTxn: WRITE on the transactional id (AddOffsetsToTxn's READ
+    on the group is its handler's, after this one, as Kafka orders them)."""
+    if _may_write_txn(ctx, req.transactional_id):
+        return None
+    return make(ctx.response_class, throttle_time=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                producer_id=-1, producer_epoch=-1)
+
+
+def _add_partitions_to_txn_guard(req, ctx):
+    """AddPartitionsToTxn (v0-3): without WRITE on the transactional id every partition
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED. WRITE on each topic is the handler's."""
+    if _may_write_txn(ctx, req.v3_and_below_transactional_id):
+        return None
+    TopicR = nested(ctx.response_class, "results_by_topic_v3_and_below")
+    PartR = nested(TopicR, "results_by_partition")
+    by_topic: dict[str, dict[int, None]] = {}
+    for topic in req.v3_and_below_topics:
+        by_topic.setdefault(topic.name, {}).update(dict.fromkeys(topic.partitions))
+    return make(ctx.response_class, throttle_time=0, results_by_topic_v3_and_below=tuple(
+        make(TopicR, name=name, results_by_partition=tuple(
+            make(PartR, partition_index=p, partition_error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            for p in partitions)) for name, partitions in by_topic.items()))
+
+
+def _txn_offset_commit_guard(req, ctx):
+    """TxnOffsetCommit: WRITE on the transactional id, then READ on the group; the
+    first that fails is every partition's error. READ on each topic is the handler's."""
+    if not _may_write_txn(ctx, req.transactional_id):
+        code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not allowed(ctx, Op.READ, Resource.GROUP, req.group_id):
+        code = GROUP_AUTHORIZATION_FAILED
+    else:
+        return None
+    TopicR = nested(ctx.response_class, "topics")
+    PartR = nested(TopicR, "partitions")
+    return make(ctx.response_class, throttle_time=0, topics=tuple(
+        make(TopicR, name=t.name, partitions=tuple(make(PartR, partition_index=p.partition_index, error_code=code)
+                                                   for p in t.partitions)) for t in req.topics))
+
+
 GUARDS = {
     ApiKey.JOIN_GROUP: _group_guard(Op.READ),
     ApiKey.SYNC_GROUP: _group_guard(Op.READ),
@@ -210,6 +268,11 @@ GUARDS = {
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _cluster_guard(Op.ALTER),
     ApiKey.DESCRIBE_CLIENT_QUOTAS: _cluster_guard(Op.DESCRIBE_CONFIGS),
     ApiKey.ALTER_CLIENT_QUOTAS: _alter_client_quotas_guard,
+    ApiKey.INIT_PRODUCER_ID: _init_producer_id_guard,
+    ApiKey.ADD_PARTITIONS_TO_TXN: _add_partitions_to_txn_guard,
+    ApiKey.ADD_OFFSETS_TO_TXN: _txn_id_guard,
+    ApiKey.END_TXN: _txn_id_guard,
+    ApiKey.TXN_OFFSET_COMMIT: _txn_offset_commit_guard,
 }
 
 

@@ -14,9 +14,9 @@ one id are serialized by that lock. The decisions, as Kafka's:
   that is not the current one is PRODUCER_FENCED.
 - AddPartitionsToTxn / AddOffsetsToTxn (the group's `__consumer_offsets`
   partition): the id's state becomes Ongoing (the transaction starts), written
-  only when a partition is new. Unknown topics or partitions:
-  UNKNOWN_TOPIC_OR_PARTITION, and the request's other partitions
-  OPERATION_NOT_ATTEMPTED; nothing is added.
+  only when a partition is new. Partitions the handler refused (authorization)
+  keep their code, unknown topics or partitions get UNKNOWN_TOPIC_OR_PARTITION,
+  and the request's other partitions OPERATION_NOT_ATTEMPTED; nothing is added.
 - EndTxn: PrepareCommit / PrepareAbort is written (the decision), then a COMMIT
   or ABORT marker to every partition of the transaction (Kafka's WriteTxnMarkers,
   in-process), then CompleteCommit / CompleteAbort; only then does EndTxn
@@ -225,11 +225,16 @@ class TransactionCoordinator:
     # ---- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------------
 
     async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
-                             wanted: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """The error of each partition (all NONE: added)."""
-        unknown = [tp for tp in wanted if not self._partition_exists(tp)]
-        if unknown:
-            return {tp: UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else OPERATION_NOT_ATTEMPTED for tp in wanted}
+                             wanted: list[TopicPartition],
+                             refused: dict[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+        """The error of each partition (all NONE: added). `refused`: partitions the
+        request may not add, with their error (TOPIC_AUTHORIZATION_FAILED); any of
+        them, or an unknown partition, fails the whole request."""
+        failed = dict(refused or {})
+        failed.update({tp: UNKNOWN_TOPIC_OR_PARTITION for tp in wanted
+                       if tp not in failed and not self._partition_exists(tp)})
+        if failed:
+            return {tp: failed.get(tp, OPERATION_NOT_ATTEMPTED) for tp in wanted}
         if self._completing(transactional_id):
             return dict.fromkeys(wanted, CONCURRENT_TRANSACTIONS)
         async with self._lock(transactional_id):

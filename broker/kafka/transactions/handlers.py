@@ -11,6 +11,20 @@
 PRODUCER_FENCED (90) is answered as INVALID_PRODUCER_EPOCH (47) to the versions
 that predate it (InitProducerId < 4, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
 < 2, TxnOffsetCommit < 3), as Kafka's handlers do.
+
+Authorization, as KafkaApis: WRITE on the transactional id, whose refusal refuses
+the whole request, is checked by the guards of broker/kafka/acls.py (InitProducerId,
+AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit; TxnOffsetCommit's
+READ on the group too). The checks of each item are here:
+- AddPartitionsToTxn: WRITE on each topic (internal topics are never writable);
+  any refused topic fails the request: its partitions TOPIC_AUTHORIZATION_FAILED,
+  unknown ones UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED.
+- AddOffsetsToTxn: READ on the group, else GROUP_AUTHORIZATION_FAILED.
+- TxnOffsetCommit: READ on each topic; a refused topic's partitions get
+  TOPIC_AUTHORIZATION_FAILED and the others are committed.
+- DescribeTransactions: DESCRIBE on each id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+  for it; the partitions of topics the principal may not DESCRIBE are left out.
+- ListTransactions: only the ids the principal may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -20,12 +34,18 @@ import re
 
 from kafka_format.errors import StrataError
 
+from ...internal_topics import is_internal
+from ...security.authorizer import Op, Resource
+from ..acls import allowed
 from ..apis import ApiKey
 from ..codec import make, nested
 from .coordinator import INVALID_PRODUCER_EPOCH, NONE, PRODUCER_FENCED, TransactionCoordinator
 from .state import TxnState
 
 TRANSACTIONAL_ID_NOT_FOUND = 105
+TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 # Kafka's -1 "no start time": kio writes this field as round(timestamp * 1000).
 NO_START_TIME = datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC)
 INVALID_REQUEST = 42
@@ -76,9 +96,11 @@ class TransactionHandlers:
         TopicR = nested(R, "results_by_topic_v3_and_below")
         PartR = nested(TopicR, "results_by_partition")
         wanted = [(topic.name, partition) for topic in req.v3_and_below_topics for partition in topic.partitions]
+        writable = {name: not is_internal(name) and allowed(ctx, Op.WRITE, Resource.TOPIC, name)
+                    for name, _ in wanted}
         errors = await self.coordinator.add_partitions(
             req.v3_and_below_transactional_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
-            wanted)
+            wanted, {tp: TOPIC_AUTHORIZATION_FAILED for tp in wanted if not writable[tp[0]]})
         by_topic: dict[str, list] = {}
         for (topic, partition), error in errors.items():
             by_topic.setdefault(topic, []).append(make(
@@ -88,6 +110,8 @@ class TransactionHandlers:
             make(TopicR, name=topic, results_by_partition=tuple(parts)) for topic, parts in by_topic.items()))
 
     async def add_offsets_to_txn(self, req, ctx):
+        if not allowed(ctx, Op.READ, Resource.GROUP, req.group_id):
+            return make(ctx.response_class, throttle_time=0, error_code=GROUP_AUTHORIZATION_FAILED)
         error = await self.coordinator.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
                                                    req.group_id)
         return make(ctx.response_class, throttle_time=0,
@@ -102,21 +126,27 @@ class TransactionHandlers:
         R = ctx.response_class
         TopicR = nested(R, "topics")
         PartR = nested(TopicR, "partitions")
+        readable = {topic.name: allowed(ctx, Op.READ, Resource.TOPIC, topic.name) for topic in req.topics}
         entries = [(topic.name, p.partition_index, p.committed_offset, p.committed_metadata,
                     getattr(p, "committed_leader_epoch", -1)) for topic in req.topics for p in topic.partitions]
-        error = _code(self.coordinator.check_offset_commit(req.transactional_id, req.producer_id,
-                                                           req.producer_epoch, req.group_id),
-                      ApiKey.TXN_OFFSET_COMMIT, ctx.api_version)
-        errors: list = [error] * len(entries)
-        if error == NONE and entries:
-            try:
-                results = await self.apis.blocking(self.apis.offsets.commit_transactional, req.group_id,
-                                                   req.producer_id, req.producer_epoch, entries)
-                errors = [NONE if e is None else e.code for e in results]
-            except StrataError as e:
-                errors = [e.code] * len(entries)
+        permitted = [entry for entry in entries if readable[entry[0]]]
+        codes: list = []
+        if permitted:
+            error = _code(self.coordinator.check_offset_commit(req.transactional_id, req.producer_id,
+                                                               req.producer_epoch, req.group_id),
+                          ApiKey.TXN_OFFSET_COMMIT, ctx.api_version)
+            codes = [error] * len(permitted)
+            if error == NONE:
+                try:
+                    results = await self.apis.blocking(self.apis.offsets.commit_transactional, req.group_id,
+                                                       req.producer_id, req.producer_epoch, permitted)
+                    codes = [NONE if e is None else e.code for e in results]
+                except StrataError as e:
+                    codes = [e.code] * len(permitted)
+        answers = iter(codes)
         by_topic: dict[str, list] = {}
-        for (topic, partition, *_), code in zip(entries, errors, strict=True):
+        for topic, partition, *_ in entries:
+            code = next(answers) if readable[topic] else TOPIC_AUTHORIZATION_FAILED
             by_topic.setdefault(topic, []).append(make(PartR, partition_index=partition, error_code=code))
         return make(R, throttle_time=0, topics=tuple(make(TopicR, name=topic, partitions=tuple(parts))
                                                      for topic, parts in by_topic.items()))
@@ -127,6 +157,12 @@ class TransactionHandlers:
         TopicR = nested(StateR, "topics")
         out = []
         for transactional_id in req.transactional_ids:
+            if not allowed(ctx, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, transactional_id):
+                out.append(make(StateR, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                transactional_id=transactional_id, transaction_state="",
+                                transaction_timeout=datetime.timedelta(0), transaction_start_time=0,
+                                producer_id=0, producer_epoch=0, topics=()))
+                continue
             meta = self.coordinator.states.get(transactional_id)
             if meta is None:
                 out.append(make(StateR, error_code=TRANSACTIONAL_ID_NOT_FOUND, transactional_id=transactional_id,
@@ -135,7 +171,8 @@ class TransactionHandlers:
                 continue
             by_topic: dict[str, list[int]] = {}
             for topic, partition in sorted(meta.partitions):
-                by_topic.setdefault(topic, []).append(partition)
+                if allowed(ctx, Op.DESCRIBE, Resource.TOPIC, topic):
+                    by_topic.setdefault(topic, []).append(partition)
             start = (datetime.datetime.fromtimestamp(meta.start_ms / 1000, tz=datetime.UTC)
                      if meta.start_ms >= 0 else NO_START_TIME)
             out.append(make(StateR, error_code=NONE, transactional_id=transactional_id,
@@ -170,6 +207,8 @@ class TransactionHandlers:
             if duration >= 0 and (meta.state != TxnState.ONGOING or now - meta.start_ms < duration):
                 continue
             if matcher is not None and not matcher.fullmatch(meta.transactional_id):
+                continue
+            if not allowed(ctx, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, meta.transactional_id):
                 continue
             out.append(make(StateR, transactional_id=meta.transactional_id, producer_id=meta.producer_id,
                             transaction_state=meta.state.display))
