@@ -278,3 +278,150 @@ def test_strata_acls_cli(broker):
     off = broker()  # no authorizer: the broker says so
     result = strata("acls", "list", "--bootstrap-server", f"{off.host}:{off.port}")
     assert result.returncode == 1 and "SECURITY_DISABLED" in result.stderr and "Traceback" not in result.stderr
+
+
+def tls_wire(b, who):
+    """A raw Kafka connection (tests/kafka/wire.py) on the MTLS listener as `who`."""
+    import ssl
+
+    from tests.kafka.wire import KafkaWire
+
+    host, port = b.addresses["kafka", "MTLS"]
+    context = ssl.create_default_context(cafile=str(b.pki["ca_pem"]))
+    context.load_cert_chain(*map(str, b.pki[who]))
+    conn = KafkaWire(host, port)
+    conn.sock = context.wrap_socket(conn.sock, server_hostname="localhost")
+    return conn
+
+
+def test_transaction_acls(broker, pki):
+    """The transaction APIs check what KafkaApis checks: WRITE on the transactional id
+    (InitProducerId, AddPartitions/AddOffsets, EndTxn, TxnOffsetCommit), WRITE on each
+    topic added, READ on the offsets' group; DescribeTransactions and ListTransactions
+    show only ids (and topics) the principal may DESCRIBE."""
+    from kio.index import load_request_schema
+
+    from broker.kafka.codec import make, nested
+    from tests.kafka.test_admin_apis import _nested_request as nested_request
+    from tests.kafka.test_admin_apis import request
+
+    b = acl_broker(broker, pki)
+    b.pki = pki
+    admin = AdminClient(kconf(b, "admin"))
+    for name in ("tx-orders", "tx-secret"):
+        admin.create_topics([NewTopic(name, 1)])[name].result(10)
+    alice, bob = "User:CN=alice,OU=tests", "User:CN=bob,OU=tests"
+    T, G, X = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
+    create_acls(admin, [
+        allow(alice, X, "tx-alice", AclOperation.WRITE),
+        allow(alice, T, "tx-orders", AclOperation.WRITE),
+        allow(alice, T, "tx-orders", AclOperation.READ),
+        allow(alice, G, "g-tx", AclOperation.READ),
+        allow(bob, X, "tx-bob", AclOperation.WRITE),
+        allow(bob, T, "tx-orders", AclOperation.DESCRIBE),
+        allow(bob, T, "tx-secret", AclOperation.WRITE),
+        allow(bob, G, "g-tx", AclOperation.DESCRIBE),
+        allow(bob, G, "g-bob", AclOperation.READ),
+    ])
+
+    def txn_producer(who, transactional_id):
+        return confluent_kafka.Producer(kconf(b, who, **{"transactional.id": transactional_id,
+                                                         "transaction.timeout.ms": 10000}))
+
+    # Allowed: init, begin, produce, send_offsets_to_transaction (AddOffsetsToTxn + TxnOffsetCommit), commit.
+    producer = txn_producer("alice", "tx-alice")
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce("tx-orders", b"committed")
+    group = confluent_kafka.Consumer(kconf(b, "alice", **{"group.id": "g-tx"}))
+    producer.send_offsets_to_transaction([confluent_kafka.TopicPartition("tx-orders", 0, 1)],
+                                         group.consumer_group_metadata(), 10)
+    producer.commit_transaction(10)
+    consumer = confluent_kafka.Consumer(kconf(b, "admin", **{"group.id": "g-admin"}))
+    assert consumer.committed([confluent_kafka.TopicPartition("tx-orders", 0)], 10)[0].offset == -1001
+    assert [tp.offset for tp in confluent_kafka.Consumer(kconf(b, "admin", **{"group.id": "g-tx"})).committed(
+        [confluent_kafka.TopicPartition("tx-orders", 0)], 10)] == [1]
+
+    # The offsets of a group alice may not READ: AddOffsetsToTxn GROUP_AUTHORIZATION_FAILED.
+    producer.begin_transaction()
+    other = confluent_kafka.Consumer(kconf(b, "alice", **{"group.id": "g-other"}))
+    with pytest.raises(KafkaException) as denied:
+        producer.send_offsets_to_transaction([confluent_kafka.TopicPartition("tx-orders", 0, 1)],
+                                             other.consumer_group_metadata(), 10)
+    assert denied.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    producer.abort_transaction(10)
+
+    # Without WRITE on the transactional id: InitProducerId TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    with pytest.raises(KafkaException) as denied:
+        txn_producer("bob", "tx-alice").init_transactions(10)
+    assert denied.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+    # Without WRITE on the topic: AddPartitionsToTxn TOPIC_AUTHORIZATION_FAILED.
+    bobs = txn_producer("bob", "tx-bob")
+    bobs.init_transactions(10)
+    bobs.begin_transaction()
+    bobs.produce("tx-orders", b"refused")
+    with pytest.raises(KafkaException) as denied:
+        bobs.commit_transaction(10)
+    assert denied.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert denied.value.args[0].txn_requires_abort()
+    # (Its abort would send EndTxn for a transaction with nothing added, which Kafka
+    # answers INVALID_TXN_STATE: the state is still Empty.)
+
+    # Each API's answer on the wire (librdkafka reports the first failure only).
+    with tls_wire(b, "bob") as conn:
+        assert conn.call(request(22, 4, transactional_id="tx-alice", transaction_timeout=10000)).error_code == 53
+        init = conn.call(request(22, 4, transactional_id="tx-bob", transaction_timeout=10000))
+        ids = {"producer_id": init.producer_id, "producer_epoch": init.producer_epoch}
+
+        def add_partitions(transactional_id):
+            topics = tuple(nested_request(24, 3, "v3_and_below_topics", name=name, partitions=(0,))
+                           for name in ("tx-orders", "tx-secret"))
+            answer = conn.call(request(24, 3, v3_and_below_transactional_id=transactional_id,
+                                       v3_and_below_producer_id=ids["producer_id"],
+                                       v3_and_below_producer_epoch=ids["producer_epoch"],
+                                       v3_and_below_topics=topics))
+            return {t.name: [p.partition_error_code for p in t.results_by_partition]
+                    for t in answer.results_by_topic_v3_and_below}
+
+        assert add_partitions("tx-alice") == {"tx-orders": [53], "tx-secret": [53]}
+        assert add_partitions("tx-bob") == {"tx-orders": [29], "tx-secret": [55]}  # OPERATION_NOT_ATTEMPTED
+        for api in (25, 26):  # AddOffsetsToTxn, EndTxn
+            assert conn.call(request(api, 3, transactional_id="tx-alice", group_id="g-tx", committed=False,
+                                     **ids)).error_code == 53
+        assert conn.call(request(25, 3, transactional_id="tx-bob", group_id="g-tx", **ids)).error_code == 30
+
+        def txn_offset_commit(transactional_id, group="g-tx"):
+            partition = make(nested(nested(load_request_schema(28, 3), "topics"), "partitions"),
+                             partition_index=0, committed_offset=1, committed_leader_epoch=-1)
+            topic = nested_request(28, 3, "topics", name="tx-orders", partitions=(partition,))
+            answer = conn.call(request(28, 3, transactional_id=transactional_id, group_id=group,
+                                       generation_id=-1, member_id="", topics=(topic,), **ids))
+            return [p.error_code for t in answer.topics for p in t.partitions]
+
+        assert txn_offset_commit("tx-alice") == [53]
+        assert txn_offset_commit("tx-bob") == [30]  # DESCRIBE on the group is not READ
+        assert txn_offset_commit("tx-bob", "g-bob") == [29]  # nor DESCRIBE on the topic
+
+    # An open transaction of alice's, with the group's offsets partition in it.
+    producer.begin_transaction()
+    producer.produce("tx-orders", b"open")
+    producer.send_offsets_to_transaction([confluent_kafka.TopicPartition("tx-orders", 0, 2)],
+                                         group.consumer_group_metadata(), 10)
+    producer.flush(10)
+    describe = request(65, 0, transactional_ids=("tx-alice", "tx-bob"))
+    with tls_wire(b, "alice") as conn:
+        mine, bobs_state = conn.call(describe).transaction_states
+        listed = conn.call(request(66, 0, state_filters=(), producer_id_filters=()))
+    assert (mine.error_code, mine.transaction_state) == (0, "Ongoing")
+    assert [t.topic for t in mine.topics] == ["tx-orders"]  # __consumer_offsets: no DESCRIBE
+    assert (bobs_state.transactional_id, bobs_state.error_code) == ("tx-bob", 53)
+    assert [t.transactional_id for t in listed.transaction_states] == ["tx-alice"]
+    with tls_wire(b, "admin") as conn:  # (tx-bob, Empty, has start time -1, which kio cannot read)
+        (mine,) = conn.call(request(65, 0, transactional_ids=("tx-alice",))).transaction_states
+        listed = conn.call(request(66, 0, state_filters=(), producer_id_filters=()))
+    assert sorted(t.topic for t in mine.topics) == ["__consumer_offsets", "tx-orders"]
+    assert sorted(t.transactional_id for t in listed.transaction_states) == ["tx-alice", "tx-bob"]
+    producer.commit_transaction(10)
+    for c in (group, other, consumer):
+        c.close()
