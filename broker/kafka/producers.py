@@ -4,9 +4,10 @@ UnifiedLog.activeProducers answers: producer id, epoch, last sequence, last
 timestamp, coordinator epoch (-1 until a marker) and the first offset of the
 producer's open transaction (-1: none).
 
-Errors, as KafkaApis.handleDescribeProducersRequest: a bad topic name
-INVALID_TOPIC_EXCEPTION, an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION
-(error_message null: Kafka leaves generic messages out).
+Errors, as KafkaApis.handleDescribeProducersRequest, in its order: a bad topic
+name INVALID_TOPIC_EXCEPTION, no READ on the topic TOPIC_AUTHORIZATION_FAILED, an
+unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION (error_message null: Kafka
+leaves generic messages out).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ class ProducerHandlers:
         for topic in req.topics:
             topic_error = 0
             try:
+                validate_topic_name(topic.name)
                 if not allowed(ctx, Op.READ, Resource.TOPIC, topic.name):
                     raise TopicAuthorizationError("Topic authorization failed.")
-                validate_topic_name(topic.name)
                 if self.apis.registry.get(topic.name) is None:
                     raise UnknownTopicOrPartitionError()
             except StrataError as e:
