@@ -1,0 +1,158 @@
+"""SASL on the Kafka listener against the real broker process and real clients:
+PLAIN (JAAS users) and SCRAM-SHA-256/512 (credentials created with confluent-kafka's
+AdminClient.alter_user_scram_credentials), SASL_PLAINTEXT and SASL_SSL, wrong
+passwords, re-authentication, a flood of bad logins."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from tests.tls_certs import CertificateAuthority
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient,
+    NewTopic,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'user_admin="admin-secret" user_alice="alice-secret";')
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki")
+    ca = CertificateAuthority()
+    return {"ca_pem": ca.write_pem(d / "ca.pem"), "server_pem": ca.issue("localhost").write_pem(d / "server.pem")}
+
+
+def sasl_broker(broker, pki, *extra):
+    """Kafka: PLAINTEXT, SASL_PLAINTEXT, SASL_SSL; native: PLAINTEXT, SASL_PLAINTEXT."""
+    b = broker("--set", "listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+               "--set", "native.listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+               "--set", "ssl.keystore.type=PEM", "--set", f"ssl.keystore.location={pki['server_pem']}",
+               "--set", f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
+               "--set", f"listener.name.sasl_ssl.plain.sasl.jaas.config={JAAS}",
+               *extra, kafka_port=None)
+    b.addresses = b.read_listeners(5)
+    return b
+
+
+def conf(b, name, **extra):
+    host, port = b.addresses["kafka", name]
+    return {"bootstrap.servers": f"{host}:{port}", "socket.timeout.ms": 5000, "message.timeout.ms": 5000,
+            **extra}
+
+
+def sasl(mechanism, user, password, protocol="SASL_PLAINTEXT", **extra):
+    return {"security.protocol": protocol, "sasl.mechanism": mechanism, "sasl.username": user,
+            "sasl.password": password, **extra}
+
+
+def authentication_error(config) -> str:
+    """The error a client with `config` reports (error_cb), waiting for one."""
+    errors = []
+    producer = ck.Producer({**config, "error_cb": lambda e: errors.append(e)})
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    assert errors, "no error reported"
+    assert errors[0].code() == ck.KafkaError._AUTHENTICATION, errors[0]
+    return errors[0].str()
+
+
+def produce_and_consume(config, topic, n=5):
+    producer = ck.Producer(config)
+    for i in range(n):
+        producer.produce(topic, b"v%d" % i)
+    assert producer.flush(10) == 0
+    consumer = ck.Consumer({**config, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < n and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    consumer.close()
+    assert got == [b"v%d" % i for i in range(n)]
+
+
+def test_confluent_plain_scram_and_credentials(broker, pki):
+    b = sasl_broker(broker, pki)
+    plain = conf(b, "SASL_PLAINTEXT", **sasl("PLAIN", "admin", "admin-secret"))
+    admin = AdminClient(plain)
+    admin.create_topics([NewTopic("t1", 1)])["t1"].result(10)
+    produce_and_consume(plain, "t1")
+
+    # SCRAM credentials through AlterUserScramCredentials, then log in with them.
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"bob-pw"),
+        UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"bob-pw"),
+        UserScramCredentialUpsertion("carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4000), b"x"),
+    ])
+    futures["bob"].result(10)
+    with pytest.raises(ck.KafkaException, match="(?i)iterations"):
+        futures["carol"].result(10)
+    described = admin.describe_user_scram_credentials(["bob"])["bob"].result(10)
+    assert sorted((i.mechanism, i.iterations) for i in described.scram_credential_infos) == [
+        (ScramMechanism.SCRAM_SHA_256, 4096), (ScramMechanism.SCRAM_SHA_512, 8192)]
+    with pytest.raises(ck.KafkaException, match="RESOURCE_NOT_FOUND|does not exist"):
+        admin.describe_user_scram_credentials(["nobody"])["nobody"].result(10)
+    with open(f"{b.data_dir}/scram-credentials.json") as f:
+        stored = f.read()
+    assert "bob-pw" not in stored and "stored_key" in stored
+
+    produce_and_consume(conf(b, "SASL_PLAINTEXT", **sasl("SCRAM-SHA-512", "bob", "bob-pw")), "t2")
+    produce_and_consume(conf(b, "SASL_SSL", **sasl("SCRAM-SHA-256", "bob", "bob-pw", "SASL_SSL",
+                                                   **{"ssl.ca.location": str(pki["ca_pem"])})), "t3")
+    produce_and_consume(conf(b, "SASL_SSL", **sasl("PLAIN", "alice", "alice-secret", "SASL_SSL",
+                                                   **{"ssl.ca.location": str(pki["ca_pem"])})), "t4")
+
+    # Wrong password: a clear authentication error; the broker keeps serving others.
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in authentication_error(
+        conf(b, "SASL_PLAINTEXT", **sasl("SCRAM-SHA-512", "bob", "nope")))
+    assert "Invalid username or password" in authentication_error(
+        conf(b, "SASL_PLAINTEXT", **sasl("PLAIN", "alice", "nope")))
+    assert "t1" in admin.list_topics(timeout=10).topics
+
+    # Deleting the credential: the login fails afterwards.
+    admin.alter_user_scram_credentials([UserScramCredentialDeletion("bob", ScramMechanism.SCRAM_SHA_512)])[
+        "bob"].result(10)
+    with pytest.raises(ck.KafkaException, match="RESOURCE_NOT_FOUND|does not exist"):
+        admin.alter_user_scram_credentials([UserScramCredentialDeletion("bob", ScramMechanism.SCRAM_SHA_512)])[
+            "bob"].result(10)
+    authentication_error(conf(b, "SASL_PLAINTEXT", **sasl("SCRAM-SHA-512", "bob", "bob-pw")))
+
+    # The credentials survive a restart.
+    b.restart()
+    b.addresses = b.read_listeners(5)
+    again = AdminClient(conf(b, "SASL_PLAINTEXT", **sasl("SCRAM-SHA-256", "bob", "bob-pw")))
+    assert "t1" in again.list_topics(timeout=10).topics
+
+
+def test_unauthenticated_requests_close_and_flood(broker, pki):
+    b = sasl_broker(broker, pki, "--set", "connection.failed.authentication.delay.ms=20")
+    host, port = b.addresses["kafka", "SASL_PLAINTEXT"]
+    # A Metadata request (api 3, v1) before authenticating: the connection is closed.
+    with socket.create_connection((host, port), timeout=5) as s:
+        body = b"\x00\x03\x00\x01\x00\x00\x00\x07\x00\x01c\xff\xff\xff\xff"
+        s.sendall(len(body).to_bytes(4, "big") + body)
+        assert s.recv(100) == b""
+    # A flood of bad logins: the broker keeps serving.
+    for _ in range(200):
+        with socket.create_connection((host, port), timeout=5) as s:
+            s.sendall(b"\x00\x00\x00\x10" + b"\x00\x03\x00\x01" + b"\x00" * 12)
+            s.recv(100)
+    authentication_error(conf(b, "SASL_PLAINTEXT", **sasl("PLAIN", "alice", "bad")))
+    good = AdminClient(conf(b, "SASL_PLAINTEXT", **sasl("PLAIN", "alice", "alice-secret")))
+    assert good.list_topics(timeout=10).brokers
+    assert b.running()
