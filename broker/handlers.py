@@ -133,7 +133,7 @@ from protocol.requests import PRODUCE_FIXED, PRODUCE_HEAD
 from storage.file_records import FileSlice
 from storage.log import AppendResult, Log
 
-from .connection import CloseAfterReply, PerConnection, Reply
+from .connection import CloseAfterReply, CloseConnection, PerConnection, Reply
 from .group_offsets import GroupOffsets
 from .listeners import peer_of
 from .log_limiter import BadRequestLog
@@ -210,7 +210,7 @@ class Handlers(PerConnection):
             return await self._dispatch[type(request)](request, session)
         except StrataError as e:
             return session.error(*self.partitions.error_answer(e))
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, CloseConnection):
             raise
         except Exception:
             log.exception("request_failed", request=type(request).__name__)
