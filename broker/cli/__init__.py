@@ -16,7 +16,7 @@ import importlib
 import sys
 
 # Subcommand modules, in the order `strata --help` lists them.
-SUBCOMMANDS = ("serve", "topics", "produce", "consume", "groups", "log_dirs", "configs", "dump_log")
+SUBCOMMANDS = ("serve", "topics", "produce", "consume", "groups", "log_dirs", "configs", "dump_log", "users")
 
 
 class CliError(Exception):
