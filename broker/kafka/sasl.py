@@ -1,12 +1,13 @@
-"""SASL on the Kafka listener: SaslHandshake (17, v1), SaslAuthenticate (36, v0-2),
+"""SASL on the Kafka listener: SaslHandshake (17, v0-1), SaslAuthenticate (36, v0-2),
 and the SCRAM credential APIs DescribeUserScramCredentials (50, v0) and
 AlterUserScramCredentials (51, v0).
 
 - SaslHandshake chooses the mechanism for the connection's SaslSession
   (broker/security/sasl.py); a mechanism the listener does not enable answers
-  UNSUPPORTED_SASL_MECHANISM with the enabled list and closes, as Kafka. Only
-  version 1 is served (its tokens travel in SaslAuthenticate; Kafka's v0 raw
-  token frames are not).
+  UNSUPPORTED_SASL_MECHANISM with the enabled list and closes, as Kafka. Versions
+  0 and 1 are advertised (librdkafka's feature check asks for 0), but the tokens
+  must travel in SaslAuthenticate: Kafka's pre-1.0 raw token frames are not
+  served (every current client sends SaslAuthenticate when the broker offers it).
 - SaslAuthenticate runs one round; success answers the reply bytes and (v1+)
   the session lifetime (connections.max.reauth.ms, 0 = none); a failure answers
   SASL_AUTHENTICATION_FAILED with its message after
@@ -192,7 +193,7 @@ BY_NAME_TYPE = {m.name: m.type for m in BY_TYPE.values()}
 
 def register(apis) -> None:
     handlers = SaslHandlers(apis)
-    apis.register(ApiKey.SASL_HANDSHAKE, handlers.sasl_handshake, 1, 1)
+    apis.register(ApiKey.SASL_HANDSHAKE, handlers.sasl_handshake, 0, 1)
     apis.register(ApiKey.SASL_AUTHENTICATE, handlers.sasl_authenticate, 0, 2)
     apis.register(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, handlers.describe_user_scram_credentials, 0, 0)
     apis.register(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, handlers.alter_user_scram_credentials, 0, 0)

@@ -145,7 +145,8 @@ class ScramServer:
         self.user, self.credential = user, credential
         self.gs2_header = f"{flag},{authzid_part},"
         self.client_first_bare = bare
-        self.nonce = attributes[1][1] + base64.b64encode(os.urandom(18)).decode()
+        # Letters and digits only, as Kafka's ScramFormatter makes it (some clients mis-parse others).
+        self.nonce = attributes[1][1] + os.urandom(16).hex()
         self.server_first = (f"r={self.nonce},s={base64.b64encode(credential.salt).decode()},"
                              f"i={credential.iterations}")
         return self.server_first.encode()

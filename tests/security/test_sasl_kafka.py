@@ -6,7 +6,9 @@ passwords, re-authentication, a flood of bad logins."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
+import subprocess
 import time
 
 import pytest
@@ -184,3 +186,102 @@ async def bad_login(host: str, port: int) -> int:
 
 async def flood(host: str, port: int, n: int) -> list[int]:
     return list(await asyncio.gather(*(bad_login(host, port) for _ in range(n))))
+
+
+def test_kafka_python_aiokafka_and_kcat(broker, pki):
+    b = sasl_broker(broker, pki)
+    admin = AdminClient(conf(b, "SASL_PLAINTEXT", **sasl("PLAIN", "admin", "admin-secret")))
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"bob-pw")])["bob"].result(10)
+    admin.create_topics([NewTopic("k1", 1)])["k1"].result(10)
+    host, port = b.addresses["kafka", "SASL_SSL"]
+    ssl_address = f"{host}:{port}"
+
+    import kafka
+    for mechanism, user, password in [("PLAIN", "alice", "alice-secret"), ("SCRAM-SHA-512", "bob", "bob-pw")]:
+        producer = kafka.KafkaProducer(bootstrap_servers=ssl_address, security_protocol="SASL_SSL",
+                                       sasl_mechanism=mechanism, sasl_plain_username=user,
+                                       sasl_plain_password=password, ssl_cafile=str(pki["ca_pem"]))
+        producer.send("k1", b"kp-" + mechanism.encode()).get(timeout=10)
+        producer.close()
+    with pytest.raises(kafka.errors.KafkaError):
+        refused = kafka.KafkaProducer(bootstrap_servers=ssl_address, security_protocol="SASL_SSL",
+                                      sasl_mechanism="PLAIN", sasl_plain_username="alice", sasl_plain_password="bad",
+                                      ssl_cafile=str(pki["ca_pem"]), max_block_ms=3000)
+        try:
+            refused.send("k1", b"x").get(timeout=5)
+        finally:
+            refused.close(timeout=1)
+
+    import aiokafka
+    from aiokafka.helpers import create_ssl_context
+
+    async def aio(mechanism, user, password):
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=ssl_address, security_protocol="SASL_SSL",
+                                             sasl_mechanism=mechanism, sasl_plain_username=user,
+                                             sasl_plain_password=password,
+                                             ssl_context=create_ssl_context(cafile=str(pki["ca_pem"])))
+        await producer.start()
+        try:
+            await producer.send_and_wait("k1", b"aio-" + mechanism.encode())
+        finally:
+            await producer.stop()
+
+    asyncio.run(aio("PLAIN", "alice", "alice-secret"))
+    asyncio.run(aio("SCRAM-SHA-512", "bob", "bob-pw"))
+    with pytest.raises(Exception, match="(?i)authentication|unable to bootstrap"):
+        asyncio.run(aio("SCRAM-SHA-512", "bob", "bad"))
+
+    consumer = ck.Consumer(conf(b, "SASL_PLAINTEXT", **sasl("SCRAM-SHA-512", "bob", "bob-pw"),
+                                **{"group.id": "k", "auto.offset.reset": "earliest"}))
+    consumer.subscribe(["k1"])
+    got = set()
+    deadline = time.monotonic() + 20
+    while len(got) < 4 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            got.add(m.value())
+    consumer.close()
+    assert got == {b"kp-PLAIN", b"kp-SCRAM-SHA-512", b"aio-PLAIN", b"aio-SCRAM-SHA-512"}
+
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        return
+    host, port = b.addresses["kafka", "SASL_PLAINTEXT"]
+    # PLAIN only: librdkafka before 2.6.1 (Debian's kcat bundles 2.0.2) repeats the client
+    # nonce in its SCRAM client-final message, which the broker refuses as Kafka 4 does
+    # (RFC 5802's nonce check; librdkafka#4895).
+    for mechanism, user, password in [("PLAIN", "alice", "alice-secret")]:
+        args = [kcat, "-b", f"{host}:{port}", "-X", "security.protocol=SASL_PLAINTEXT",
+                "-X", f"sasl.mechanisms={mechanism}", "-X", f"sasl.username={user}", "-X", f"sasl.password={password}"]
+        produced = subprocess.run([*args, "-P", "-t", "k2"], input=b"kcat-" + mechanism.encode() + b"\n",
+                                  capture_output=True, timeout=30)
+        assert produced.returncode == 0, produced.stderr
+        listed = subprocess.run([*args, "-L"], capture_output=True, timeout=30)
+        assert b"k2" in listed.stdout, listed.stderr
+    denied = subprocess.run([kcat, "-b", f"{host}:{port}", "-X", "security.protocol=SASL_PLAINTEXT",
+                             "-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=alice", "-X", "sasl.password=bad",
+                             "-L", "-m", "3"], capture_output=True, timeout=30)
+    assert denied.returncode != 0 and b"Authentication failed" in denied.stderr
+
+
+def test_reauthentication_with_librdkafka(broker, pki):
+    b = sasl_broker(broker, pki, "--set", "connections.max.reauth.ms=1500")
+    config = conf(b, "SASL_PLAINTEXT", **sasl("SCRAM-SHA-512", "bob", "x"))
+    admin = AdminClient(conf(b, "SASL_PLAINTEXT", **sasl("PLAIN", "admin", "admin-secret")))
+    admin.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"x")])[
+        "bob"].result(10)
+    producer = ck.Producer(config)
+    delivered = []
+    deadline = time.monotonic() + 4.5  # three session lifetimes
+    i = 0
+    while time.monotonic() < deadline:
+        producer.produce("r1", b"%d" % i, on_delivery=lambda err, msg: delivered.append(err))
+        producer.poll(0.1)
+        i += 1
+    assert producer.flush(10) == 0
+    assert len(delivered) == i and not any(delivered)
+    # librdkafka re-authenticated on its connections before each lifetime ended (KIP-368):
+    # the broker never had to refuse an expired session.
+    assert not [e for e in b.log_events() if "expired" in str(e.get("error", ""))]
