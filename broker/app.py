@@ -75,11 +75,11 @@ from .kafka.state import KafkaState
 from .listeners import KAFKA, NATIVE, Listener
 from .log_limiter import BadRequestLog
 from .metrics import BrokerMetrics, CountingExecutor, camel_name
+from .partitions import PartitionService
+from .request_memory import RequestMemory
 from .security.credentials import ScramCredentialStore
 from .security.principal import SslPrincipalMapper
 from .security.sasl import SaslAuthenticator, listener_sasl
-from .partitions import PartitionService
-from .request_memory import RequestMemory
 from .server import BrokerServer, format_address, sendfile_stats
 from .tls import ServerTls
 from .topics import TopicRegistry

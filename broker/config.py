@@ -52,9 +52,9 @@ from kafka_format.errors import InvalidConfigError
 from storage.config import BROKER_NAMES, LONG_MAX, LogConfig, broker_log_defaults
 
 from .config_ignored import ignored_reason, without_controller_listeners
+from .listeners import DEFAULT_PROTOCOL_MAP, ListenerSpec, list_complaint, listener_specs, map_complaint
 from .security.principal import rules_complaint
 from .security.sasl import DEFAULT_MECHANISMS, mechanisms_complaint
-from .listeners import DEFAULT_PROTOCOL_MAP, ListenerSpec, list_complaint, listener_specs, map_complaint
 
 INT_MAX = 2**31 - 1
 ENV_PREFIX = "STRATA_"

@@ -143,9 +143,9 @@ from .native_session import (
     listener_sasl_mechanisms,
     produce_answer,
 )
+from .partitions import INLINE_APPEND_MAX_BYTES, PartitionService, release_all
 from .security.errors import IllegalSaslStateError, SaslAuthenticationFailedError, UnsupportedSaslMechanismError
 from .security.sasl import sasl_failure_delay
-from .partitions import INLINE_APPEND_MAX_BYTES, PartitionService, release_all
 
 INT32_MAX = 2**31 - 1
 HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend

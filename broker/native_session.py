@@ -41,7 +41,6 @@ from .partitions import error_reason
 from .security.sasl import sasl_failure_delay
 
 if TYPE_CHECKING:
-    from .config import BrokerConfig
     from .handlers import Handlers
 
 MESSAGE_VERSION = 2  # error answers carry their message from this version on

@@ -55,9 +55,8 @@ from protocol import (
     encode_request,
     parse_response,
 )
-from protocol.requests import SaslAuthenticateRequest
 from protocol.errors import ErrorCode
-from protocol.requests import Request
+from protocol.requests import Request, SaslAuthenticateRequest
 
 from .errors import AuthenticationFailed, BrokerUnreachable, RequestTimedOut, StrataClientError
 from .sasl import SaslCredentials, SaslFailed

@@ -142,7 +142,7 @@ class SaslHandlers:
         def refuse(user: str, code: int, message: str) -> None:
             errors.setdefault(user, (code, message))
 
-        for (user, mechanism), count in seen.items():
+        for (user, _mechanism), count in seen.items():
             if count > 1:
                 refuse(user, DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
         upsertions, deletions = [], []
@@ -179,8 +179,8 @@ class SaslHandlers:
                 try:
                     await self.apis.blocking(store.apply, upsertions, deletions)
                 except OSError as e:
-                    for user, *_ in (*upsertions, *deletions):
-                        refuse(user, KAFKA_STORAGE_ERROR, f"cannot write the SCRAM credentials: {e.strerror or e}")
+                    for failed in {u[0] for u in upsertions} | {d[0] for d in deletions}:
+                        refuse(failed, KAFKA_STORAGE_ERROR, f"cannot write the SCRAM credentials: {e.strerror or e}")
         results = []
         for user in dict.fromkeys(users):
             code, message = errors.get(user, (0, None))

@@ -135,10 +135,9 @@ class ScramServer:
         if len(attributes) < 2 or attributes[0][0] != "n" or attributes[1][0] != "r" or not attributes[1][1]:
             raise SaslAuthenticationFailedError("Invalid SCRAM client first message: expected n=<user>,r=<nonce>")
         user = _saslname(attributes[0][1])
-        if authzid_part:
-            if not authzid_part.startswith("a=") or _saslname(authzid_part[2:]) != user:
-                raise SaslAuthenticationFailedError(
-                    "Authentication failed: Client requested an authorization id that is different from username")
+        if authzid_part and (not authzid_part.startswith("a=") or _saslname(authzid_part[2:]) != user):
+            raise SaslAuthenticationFailedError(
+                "Authentication failed: Client requested an authorization id that is different from username")
         credential = self.lookup(user)
         if credential is None:
             raise self.failed()

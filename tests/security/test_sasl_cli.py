@@ -4,10 +4,10 @@ real broker process."""
 
 from __future__ import annotations
 
-import pytest
-
 import subprocess
 import sys
+
+import pytest
 
 from tests.client.live_broker import REPO
 from tests.tls_certs import CertificateAuthority
