@@ -6,7 +6,11 @@ Contract:
   thread: Spark's Python workers fork and are reused, and a plain socket is
   the cheapest thing to carry across that). It connects on first use to the
   first reachable address of `bootstrap` (`client.parse_bootstrap`); requests
-  are pipelined and answers come back in order.
+  are pipelined and answers come back in order. With `security` (the source's
+  kafka.security.protocol, kafka.ssl.*, kafka.sasl.*) it connects with TLS and,
+  on a SASL listener, sends a version-2 HANDSHAKE and authenticates
+  (SASL_AUTHENTICATE, client/sasl.py) first; the connection then speaks version 2
+  (FETCH answers carry the offsets and the aborted list before the message set).
 - `read_range(options, topic, partition, start, end)` yields pyarrow
   RecordBatches (schema.arrow_schema) holding exactly the records with
   offsets in [start, end), in order, skipping records below `start` inside
@@ -30,16 +34,28 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import ssl
 import struct
 import time
 from collections import deque
 from collections.abc import Iterator
 
 from client import parse_bootstrap
-from client.errors import BrokerUnreachable, StrataClientError, raise_for
+from client.errors import AuthenticationFailed, BrokerUnreachable, StrataClientError, raise_for
+from client.sasl import SaslFailed, sasl_credentials
+from client.sasl import exchange as sasl_exchange
+from client.security import ssl_context
 from kafka_format.framing import ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
-from protocol import ErrorCode, FetchRequest, OffsetsRequest, ProtocolError, encode_request, parse_response
-from protocol.requests import RequestType
+from protocol import (
+    ErrorCode,
+    FetchRequest,
+    HandshakeRequest,
+    OffsetsRequest,
+    ProtocolError,
+    encode_request,
+    parse_response,
+)
+from protocol.requests import RequestType, SaslAuthenticateRequest
 
 from .decode import decode_into
 from .options import ReadOptions
@@ -53,6 +69,8 @@ ROWS_PER_BATCH = 16384
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 SIZE = struct.Struct(">i")
 ERROR = struct.Struct(">h")
+ABORTED_COUNT = struct.Struct(">i")
+FETCH_V2_OFFSETS_BYTES = 28  # highWatermark, lastStableOffset, logStartOffset, abortedCount
 LAST_DELTA = struct.Struct(">i")
 LAST_DELTA_AT = 23
 DATA_LOSS_ADVICE = (
@@ -74,9 +92,13 @@ def data_loss(message: str, fail: bool) -> None:
 
 
 class BrokerLink:
-    def __init__(self, bootstrap: str, timeout_ms: int = 120_000):
+    def __init__(self, bootstrap: str, timeout_ms: int = 120_000, security: tuple[tuple[str, str], ...] = ()):
         self.bootstrap = bootstrap
         self.timeout_ms = timeout_ms
+        settings = dict(security)
+        self._ssl = ssl_context(settings)
+        self._sasl = sasl_credentials(settings)
+        self.version = 1
         self._sock: socket.socket | None = None
         self._pending: deque[int] = deque()  # request types of unanswered requests
         self.address = ""
@@ -94,14 +116,62 @@ class BrokerLink:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
             sock.settimeout(self.timeout_ms / 1000)
             self.address = f"{host}:{port}"
+            if self._ssl is not None:
+                try:
+                    sock = self._ssl.wrap_socket(sock, server_hostname=host)
+                except (OSError, ssl.SSLError) as e:
+                    sock.close()
+                    problems.append(f"{host}:{port}: TLS handshake failed ({e})")
+                    continue
+            if self._sasl is not None:
+                self._sock = sock
+                self._authenticate()
             return sock
         raise BrokerUnreachable("cannot reach broker at " + "; ".join(problems))
+
+    def _authenticate(self) -> None:
+        """Version-2 HANDSHAKE, then the SASL exchange (the socket is `_sock`)."""
+        credentials = self._sasl
+        assert credentials is not None
+        self.version = 1
+        self._pending.append(RequestType.HANDSHAKE)
+        self._write(encode_request(HandshakeRequest(2, "strata-spark")))
+        handshake = self.receive()
+        self.version = handshake.version
+        if handshake.error != ErrorCode.NONE or credentials.mechanism not in handshake.mechanisms:
+            self.close()
+            raise AuthenticationFailed(f"broker at {self.address} does not offer SASL {credentials.mechanism} "
+                                       f"(it offers {', '.join(handshake.mechanisms) or 'none'})")
+        steps = sasl_exchange(credentials)
+        message = next(steps)
+        try:
+            while True:
+                answer = self.request(SaslAuthenticateRequest(credentials.mechanism, message))
+                if answer.error != ErrorCode.NONE:
+                    self.close()
+                    raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: "
+                                               f"{answer.message or ErrorCode(answer.error).name}")
+                try:
+                    message = steps.send(bytes(answer.auth_bytes))
+                except StopIteration:
+                    return
+        except SaslFailed as e:
+            self.close()
+            raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: {e}") from None
+
+    def _write(self, data: bytes) -> None:
+        assert self._sock is not None
+        try:
+            self._sock.sendall(data)
+        except OSError as e:
+            self.close()
+            raise BrokerUnreachable(f"connection to broker at {self.address} lost: {e}") from None
 
     def send(self, request) -> None:
         if self._sock is None:
             self._sock = self._connect()
         try:
-            self._sock.sendall(encode_request(request))
+            self._sock.sendall(encode_request(request, self.version))
         except OSError as e:
             self.close()
             raise BrokerUnreachable(f"connection to broker at {self.address} lost: {e}") from None
@@ -139,7 +209,7 @@ class BrokerLink:
         """The parsed answer to the oldest unanswered request."""
         request_type, frame = self._receive_frame()
         try:
-            return parse_response(request_type, frame)
+            return parse_response(request_type, frame, self.version)
         except ProtocolError as e:
             self.close()
             raise StrataClientError(f"bad answer from broker at {self.address}: {e.message}",
@@ -152,7 +222,17 @@ class BrokerLink:
             self.close()
             raise StrataClientError("bad answer to FETCH", ErrorCode.CORRUPT_MESSAGE)
         (error,) = ERROR.unpack_from(frame)
-        return error, bytes(memoryview(frame)[ERROR.size:])
+        if self.version < 2:
+            return error, bytes(memoryview(frame)[ERROR.size:])
+        if error != ErrorCode.NONE:
+            return error, b""  # version 2: an error carries its message, no message set
+        # version 2: highWatermark, lastStableOffset, logStartOffset, abortedCount, the aborted list
+        if len(frame) < ERROR.size + FETCH_V2_OFFSETS_BYTES:
+            self.close()
+            raise StrataClientError("bad answer to FETCH", ErrorCode.CORRUPT_MESSAGE)
+        (aborted,) = ABORTED_COUNT.unpack_from(frame, ERROR.size + FETCH_V2_OFFSETS_BYTES - ABORTED_COUNT.size)
+        start = ERROR.size + FETCH_V2_OFFSETS_BYTES + 16 * max(0, aborted)
+        return error, bytes(memoryview(frame)[start:])
 
     def request(self, request):
         self.send(request)
@@ -204,7 +284,7 @@ class _RangeReader:
         self.where = f"{topic}-{partition}"
         self.start = start
         self.end = end
-        self.link = BrokerLink(options.bootstrap, options.request_timeout_ms)
+        self.link = BrokerLink(options.bootstrap, options.request_timeout_ms, options.security)
         self.failures = 0
 
     def fetch(self, offset: int, size: int) -> None:

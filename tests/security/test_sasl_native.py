@@ -130,3 +130,26 @@ def test_session_expiry_and_reauthentication(broker):
         for _ in range(5):
             admin.list_topics()
             time.sleep(0.5)
+
+
+def test_spark_source_options_and_fetcher_over_sasl(broker):
+    from pipeline.fetcher import read_range
+    from pipeline.options import OptionError, read_options, write_options
+
+    b = native_sasl_broker(broker)
+    with Producer(bootstrap(b), linger_ms=0, security=plain("alice", "alice-secret")) as producer:
+        for i in range(7):
+            producer.send_and_wait("spark", b"s%d" % i)
+    options = {"kafka.bootstrap.servers": bootstrap(b), "subscribe": "spark",
+               "kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "PLAIN",
+               "kafka.sasl.username": "alice", "kafka.sasl.password": "alice-secret"}
+    read = read_options(options, streaming=False)
+    rows = sum(batch.num_rows for batch in read_range(read, "spark", 0, 2, 7))
+    assert rows == 5
+    sink = {k: v for k, v in options.items() if k != "subscribe"}
+    assert dict(write_options({**sink, "topic": "spark"}).security)["sasl.username"] == "alice"
+    wrong = read_options({**options, "kafka.sasl.password": "nope"}, streaming=False)
+    with pytest.raises(AuthenticationFailed, match="Invalid username or password"):
+        list(read_range(wrong, "spark", 0, 0, 7))
+    with pytest.raises(OptionError, match="sasl.mechanism"):
+        read_options({**options, "kafka.sasl.mechanism": "GSSAPI"}, streaming=False)
