@@ -76,6 +76,7 @@ from .listeners import KAFKA, NATIVE, Listener
 from .log_limiter import BadRequestLog
 from .metrics import BrokerMetrics, CountingExecutor, camel_name
 from .partitions import PartitionService
+from .quotas import ClientQuotas
 from .request_memory import RequestMemory
 from .security.credentials import ScramCredentialStore
 from .security.principal import SslPrincipalMapper
@@ -202,9 +203,16 @@ class BrokerApp:
                 await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
                 await blocking(partitions.offsets.load, manager.logs())
                 authenticator.store = await blocking(ScramCredentialStore.open, config.data_dir)
+                partitions.quotas = await blocking(
+                    lambda: ClientQuotas.open(config.data_dir, window_samples=config.values["quota.window.num"],
+                                              window_seconds=config.values["quota.window.size.seconds"]))
+                await blocking(partitions.authorizer.load, config.data_dir)
                 if self.kafka is not None:
                     self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)
                     self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
+                    transactions = getattr(self.kafka, "transactions", None)
+                    if transactions is not None:
+                        await transactions.start()
             except StrataError as e:
                 raise StartupError(str(e)) from None
             except OSError as e:
@@ -214,7 +222,8 @@ class BrokerApp:
                 metrics.attach(manager=manager, offsets=partitions.offsets,
                                servers={(listener.spec.protocol, listener.name): server
                                         for server, listener in zip(servers, self.listeners, strict=True)},
-                               memory=memory, cleaner=lambda: self.cleaner, executor=self.executor)
+                               memory=memory, cleaner=lambda: self.cleaner, executor=self.executor,
+                               quotas=partitions.quotas)
             for server in servers:
                 await server.start_serving()
         except BaseException:

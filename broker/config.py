@@ -118,6 +118,10 @@ def _assignors_complaint(value: str) -> str | None:
     return None
 
 
+AUTHORIZER_CLASSES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                      "kafka.security.authorizer.AclAuthorizer")
+
+
 KEYS: tuple[BrokerKey, ...] = (
     # ---- listening ----
     BrokerKey("host.name", "string", "0.0.0.0", _non_empty,
@@ -183,6 +187,14 @@ KEYS: tuple[BrokerKey, ...] = (
               "connection is closed (0 = no re-authentication)"),
     BrokerKey("connection.failed.authentication.delay.ms", "int", 100, _at_least(0),
               "delay before a failed authentication is answered and the connection closed"),
+    # ---- authorization (broker/security/authorizer.py) ----
+    BrokerKey("authorizer.class.name", "string", "", _one_of("", *AUTHORIZER_CLASSES),
+              "ACLs on both protocols when set to Kafka's StandardAuthorizer or AclAuthorizer class "
+              "name; empty = no authorization"),
+    BrokerKey("super.users", "string", "", None,
+              "principals allowed everything, semicolon-separated (User:admin;User:CN=ops)"),
+    BrokerKey("allow.everyone.if.no.acl.found", "boolean", False, None,
+              "with an authorizer: a resource no ACL matches is open to everyone"),
     BrokerKey("admin.port", "int", DEFAULT_ADMIN_PORT, _between(-1, 65535),
               "Strata: HTTP port on host.name for Prometheus metrics (/metrics) and health checks "
               "(/health/live, /health/ready), 0 = any free port, -1 = off"),
@@ -200,6 +212,10 @@ KEYS: tuple[BrokerKey, ...] = (
               "most connections from one IP address; more are closed at once"),
     BrokerKey("max.connections.per.ip.overrides", "string", "", _overrides_complaint,
               "per-IP (or host name) exceptions to max.connections.per.ip: host:count,host:count"),
+    BrokerKey("quota.window.num", "int", 11, _at_least(1),
+              "samples client quota rates are measured over (client quotas: broker/quotas.py)"),
+    BrokerKey("quota.window.size.seconds", "int", 1, _at_least(1),
+              "length of each client quota rate sample"),
     BrokerKey("num.io.threads", "int", 8, _at_least(1),
               "threads doing blocking storage work (appends, reads, flushes, topic changes)"),
     BrokerKey("num.recovery.threads.per.data.dir", "int", 1, _at_least(1),
@@ -207,6 +223,10 @@ KEYS: tuple[BrokerKey, ...] = (
               "more help where the disk is slow (the work is otherwise Python, one core at a time)"),
     BrokerKey("fetch.max.bytes", "int", 57_671_680, _at_least(1024),
               "most message-set bytes one FETCH or MULTIFETCH response carries"),
+    BrokerKey("max.incremental.fetch.session.cache.slots", "int", 1000, _at_least(0),
+              "most Kafka fetch sessions (KIP-227) the broker keeps; 0 declines every session"),
+    BrokerKey("min.incremental.fetch.session.eviction.ms", "int", 120_000, _at_least(0),
+              "how long a fetch session lives before a new one may evict it"),
     BrokerKey("connection.max.queued.requests", "int", 16, _at_least(1),
               "Strata: requests read from one connection and not yet answered before "
               "the broker stops reading from it"),
@@ -226,12 +246,24 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("num.partitions", "int", 1, _at_least(1),
               "partitions of a topic created with partitions = -1 or auto-created"),
     BrokerKey("auto.create.topics.enable", "boolean", True, None,
-              "Kafka listener: a Metadata request that allows it creates unknown topics "
-              "(as Kafka; a produce never creates a topic, on either protocol)"),
+              "a Metadata request that allows it creates unknown topics (Kafka's, and the native "
+              "METADATA from version 2: the clients, the CLI's produce and the Spark sink ask for "
+              "it); as in Kafka, a produce itself never creates a topic"),
     BrokerKey("offsets.topic.num.partitions", "int", 50, _at_least(1),
               "partitions of __consumer_offsets (fixed when the topic is first created)"),
     BrokerKey("offset.metadata.max.bytes", "int", 4096, _at_least(0),
               "largest metadata string of a committed offset"),
+    # ---- transactions (Kafka listener: broker/kafka/transactions/) ----
+    BrokerKey("transaction.state.log.num.partitions", "int", 50, _at_least(1),
+              "partitions of __transaction_state (fixed when the topic is first created)"),
+    BrokerKey("transaction.max.timeout.ms", "int", 900_000, _at_least(1),
+              "largest transaction.timeout.ms a producer may ask for (else INVALID_TRANSACTION_TIMEOUT)"),
+    BrokerKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000, _at_least(1),
+              "how often the coordinator aborts transactions open longer than their timeout"),
+    BrokerKey("transactional.id.expiration.ms", "int", 604_800_000, _at_least(1),
+              "a transactional id without a transaction for this long is forgotten"),
+    BrokerKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3_600_000, _at_least(1),
+              "how often the coordinator forgets expired transactional ids"),
     # ---- consumer groups (Kafka listener) ----
     BrokerKey("group.min.session.timeout.ms", "int", 6000, _at_least(0),
               "smallest session timeout a JoinGroup may ask for (else INVALID_SESSION_TIMEOUT)"),
@@ -540,14 +572,17 @@ class BrokerConfig:
                 raise InvalidConfigError(f"unknown setting {key!r} ({origin}; refused by --strict)")
             else:
                 unknown.append((key, origin))
-        if "advertised.listeners" in raw:
-            # KRaft's stock files advertise the controller listener too; it is not Kafka's data path.
-            value, origin = raw["advertised.listeners"]
+        for listener_key in ("listeners", "advertised.listeners"):
+            # KRaft's stock files bind and advertise the controller listener too; it is not
+            # Kafka's data path, so it is neither bound nor advertised.
+            if listener_key not in raw:
+                continue
+            value, origin = raw[listener_key]
             if isinstance(value, str):
                 kept, dropped = without_controller_listeners(value, controllers)
                 if dropped:
-                    raw["advertised.listeners"] = (kept, origin)
-                    ignored.append((f"advertised.listeners {','.join(dropped)}", origin,
+                    raw[listener_key] = (kept, origin)
+                    ignored.append((f"{listener_key} {','.join(dropped)}", origin,
                                     "one node: Strata has no KRaft controller quorum"))
 
         values: dict[str, Any] = {}
@@ -695,6 +730,14 @@ class BrokerConfig:
     @property
     def fetch_max_bytes(self) -> int:
         return self.values["fetch.max.bytes"]
+
+    @property
+    def max_incremental_fetch_session_cache_slots(self) -> int:
+        return self.values["max.incremental.fetch.session.cache.slots"]
+
+    @property
+    def min_incremental_fetch_session_eviction_ms(self) -> int:
+        return self.values["min.incremental.fetch.session.eviction.ms"]
 
     @property
     def max_open_files(self) -> int:

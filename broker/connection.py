@@ -50,6 +50,13 @@ Contract:
   open. A handler may answer nothing (None: Kafka's acks=0, order kept) or raise
   CloseConnection (earlier replies are flushed, then the connection closes), or
   CloseAfterReply(reply) (its reply is written, then the connection closes).
+- Client quotas: a handler that throttles a request (broker/quotas.py, through
+  the partition service) sets `ConnectionContext.throttle_ms`; once that
+  request's reply is handed to the socket the connection is muted for that time
+  (Kafka's channel mute, KIP-219: answer first, then throttle): it reads nothing
+  and handles no queued request until the time has passed, for both protocols
+  (the native one has no throttle field: the delayed reads are its throttle).
+  `stats.throttle_mutes` / `throttle_mute_ms` count them.
 - Half-close: after the client's EOF, queued requests are still answered, then
   the connection closes. `drain()` (shutdown) reads nothing more, answers what is
   queued, then closes.
@@ -213,6 +220,8 @@ class ConnectionStats(PauseCounters, Protocol):
     max_queued_requests: int
     begun_early: int
     answered_at_once: int
+    throttle_mutes: int
+    throttle_mute_ms: int
 
 
 class ConnectionHost(Protocol):
@@ -287,6 +296,11 @@ class Connection(asyncio.BufferedProtocol):
         self.last_active = server.loop.time()  # the last read or reply (connections.max.idle.ms)
         self.held_memory = 0  # RequestMemory bytes of frames read and not yet answered
         self._waiting_for_memory = False
+        # Client quotas (KIP-219): after a throttled request's reply, nothing more is
+        # read or handled until the throttle time has passed.
+        self.muted = False
+        self._unmute_timer: asyncio.TimerHandle | None = None
+        self._unmuted: asyncio.Future | None = None
 
     # ---- asyncio.Protocol -------------------------------------------------------------------
 
@@ -331,6 +345,8 @@ class Connection(asyncio.BufferedProtocol):
         self.lost = True
         if self.context.sasl is not None:
             self.context.sasl.close()
+        if self._unmute_timer is not None:
+            self._unmute_timer.cancel()
         self.flow.close()
         self._wake()
         if self._task is not None and not self._task.done():
@@ -381,7 +397,7 @@ class Connection(asyncio.BufferedProtocol):
         then, so order and "each request sees the effects of the earlier ones" hold
         as on the task."""
         stats = self.server.stats
-        while not self.fatal and self.in_flight < self.max_queued:
+        while not self.fatal and not self.muted and self.in_flight < self.max_queued:
             try:
                 frame = self.decoder.next_frame()
             except FrameTooLarge as e:
@@ -431,6 +447,7 @@ class Connection(asyncio.BufferedProtocol):
                     del frame  # a pooled buffer is free again once nothing refers to it
                     stats.answered_at_once += 1
                     rest = self.writer.write_now(reply)  # type: ignore[union-attr]
+                    self._mute_if_throttled()
                     if timed is not None:
                         timed[api].observe(perf_counter() - started)
                     if rest is None:
@@ -475,8 +492,35 @@ class Connection(asyncio.BufferedProtocol):
     def _update_reading(self) -> None:
         if self.lost or self.transport is None:
             return
-        self.flow.set_reading(not (self.fatal or self.eof or self.draining or self.flow.write_paused
+        self.flow.set_reading(not (self.fatal or self.eof or self.draining or self.flow.write_paused or self.muted
                                    or self.in_flight >= self.max_queued or self.decoder.waiting_for_memory))
+
+    def _mute_if_throttled(self) -> None:
+        """A handler gave the request just answered a throttle time (client quotas,
+        broker/quotas.py): read and handle nothing more on this connection for that
+        long (Kafka's channel mute, KIP-219: the reply goes out first)."""
+        throttle_ms = self.context.throttle_ms
+        if not throttle_ms or self.lost:
+            return
+        self.context.throttle_ms = 0
+        stats = self.server.stats
+        stats.throttle_mutes += 1
+        stats.throttle_mute_ms += throttle_ms
+        self.muted = True
+        if self._unmute_timer is not None:
+            self._unmute_timer.cancel()
+        self._unmute_timer = self.server.loop.call_later(throttle_ms / 1000, self._unmute)
+        self._update_reading()
+
+    def _unmute(self) -> None:
+        self._unmute_timer = None
+        self.muted = False
+        waiting = self._unmuted
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
+        if self.lost:
+            return
+        self._take_frames()
 
     def drain(self) -> None:
         """Shutdown: read nothing more; answer what is queued, then close."""
@@ -509,6 +553,11 @@ class Connection(asyncio.BufferedProtocol):
                     continue
                 if self.flow.write_paused and not self.lost:  # `_take_frames` filled the write buffer
                     await self.flow.writable()
+                    continue
+                if self.muted and not (self.lost or self.draining):  # throttled: wait out the mute
+                    self._unmuted = unmuted = self.server.loop.create_future()
+                    await unmuted
+                    self._unmuted = None
                     continue
                 item = self.queue.popleft()
                 self.busy = 1
@@ -548,6 +597,7 @@ class Connection(asyncio.BufferedProtocol):
                     timed[api].observe(perf_counter() - started)
                 self.busy = 0
                 self.last_active = self.server.loop.time()
+                self._mute_if_throttled()
                 self._take_frames()  # room again: frames waiting in the decoder
         except asyncio.CancelledError:
             if not self.lost:

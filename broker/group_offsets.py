@@ -35,6 +35,14 @@ Contract:
   broker/kafka/groups/consumer_records.py): `load()` keeps the latest value of each
   such key (`group_records()`); `write_records(group, rows)` (blocking) appends
   raw (key, value or None) rows as one batch to the group's partition.
+- Transactional offsets (Kafka's TxnOffsetCommit): `commit_transactional` appends
+  them as a transactional batch of the producer (its id and epoch, the next
+  sequence of that producer on the offsets partition) and keeps them pending;
+  `complete_transaction(producer_id, commit)`, called by the transaction
+  coordinator once its COMMIT or ABORT marker is in the partition, applies them
+  (commit) or drops them. `load()` does the same from the log: transactional
+  records wait for their producer's control batch (COMMIT applies, ABORT drops);
+  a transaction still open at the end stays pending for the coordinator.
 - Leader epoch: Kafka's OffsetCommit (v6+) sends the committed leader epoch, which
   is stored in the value's leaderEpoch and answered by OffsetFetch. The native
   COMMIT_OFFSET sends none and stores -1, as do values of versions 0..2.
@@ -51,6 +59,7 @@ from typing import NamedTuple
 import structlog
 
 from kafka_format import build_batch, iter_entries
+from kafka_format.batch import PRODUCER_ID_OFFSET
 from kafka_format.errors import StrataError, UnknownTopicOrPartitionError
 from storage.log import Log
 
@@ -185,6 +194,8 @@ class GroupOffsets:
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._committed: dict[GroupKey, Committed] = {}
         self._group_records: dict[bytes, bytes] = {}  # consumer-protocol group records
+        # producer id -> its open transaction's offsets, applied by its COMMIT marker
+        self._pending: dict[int, dict[GroupKey, Committed]] = {}
         self._partition_locks: dict[int, threading.Lock] = {}
         self._locks_lock = threading.Lock()
 
@@ -221,10 +232,22 @@ class GroupOffsets:
             for entry in iter_entries(data):
                 if entry.last_offset < offset:
                     continue
-                for record in entry.records():
-                    if record.offset >= offset:
-                        records += 1
-                        self._apply(record, partition_log)
+                if entry.is_control or entry.is_transactional:
+                    producer_id = INT64.unpack_from(data, entry.position + PRODUCER_ID_OFFSET)[0]
+                    if entry.is_control:
+                        for record in entry.records():
+                            if record.key is not None and len(record.key) >= 4:
+                                self.complete_transaction(producer_id, INT16.unpack_from(record.key, 2)[0] == 1)
+                    else:
+                        for record in entry.records():
+                            if record.offset >= offset:
+                                records += 1
+                                self._apply(record, partition_log, self._pending.setdefault(producer_id, {}))
+                else:
+                    for record in entry.records():
+                        if record.offset >= offset:
+                            records += 1
+                            self._apply(record, partition_log)
                 offset = entry.last_offset + 1
                 advanced = True
             if not advanced:
@@ -232,7 +255,9 @@ class GroupOffsets:
                 break
         return records
 
-    def _apply(self, record, partition_log: Log) -> None:
+    def _apply(self, record, partition_log: Log, into: dict[GroupKey, Committed] | None = None) -> None:
+        """One record into the map (or into `into`, a transaction's pending offsets)."""
+        committed = self._committed if into is None else into
         if record.key is None:
             return
         if len(record.key) >= 2 and INT16.unpack_from(record.key)[0] in GROUP_RECORD_TYPES:
@@ -247,7 +272,7 @@ class GroupOffsets:
             if key is None:
                 return
             if record.value is None:
-                self._committed.pop(key, None)
+                committed.pop(key, None)
                 return
             value = decode_value(record.value)
         except (ValueError, struct.error, UnicodeDecodeError):
@@ -258,8 +283,62 @@ class GroupOffsets:
                         offset=record.offset)
             return
         is_null = any(name == NULL_METADATA_HEADER for name, _ in record.headers)
-        self._committed[key] = Committed(value.offset, None if is_null else value.metadata,
-                                         value.commit_timestamp, value.leader_epoch)
+        committed[key] = Committed(value.offset, None if is_null else value.metadata,
+                                   value.commit_timestamp, value.leader_epoch)
+
+    # ---- transactional offsets ----------------------------------------------------------------
+
+    def commit_transactional(self, group: str, producer_id: int, producer_epoch: int,
+                             entries: list[tuple[str, int, int, str | None, int]]) -> list[StrataError | None]:
+        """Kafka's TxnOffsetCommit: validate each (topic, partition, offset, metadata,
+        leader epoch) and append the valid ones as one transactional batch of the
+        producer; they stay pending until `complete_transaction` (blocking).
+        Returns, in order, the error of each entry (None: written)."""
+        if not group:
+            raise InvalidGroupIdError("group id must not be empty")
+        now = self._clock()
+        errors: list[StrataError | None] = []
+        rows: list[tuple[GroupKey, bytes, list, Committed]] = []
+        for topic, partition, offset, metadata, epoch in entries:
+            try:
+                self._check_entry(topic, partition, metadata)
+            except StrataError as e:
+                errors.append(e)
+                continue
+            errors.append(None)
+            headers = [(NULL_METADATA_HEADER, None)] if metadata is None else []
+            rows.append(((group, topic, partition), encode_value(offset, metadata or "", now, epoch), headers,
+                         Committed(offset, metadata, now, epoch)))
+        if not rows:
+            return errors
+        partition = self.partition_for(group)
+        with self._lock_for(partition):
+            offsets_log = self._get_log(OFFSETS_TOPIC, partition)
+            entry = offsets_log.producer_state.producers.get(producer_id)
+            sequence = entry.last_seq + 1 if entry is not None and entry.epoch == producer_epoch else 0
+            batch = build_batch([(encode_key(*key), value, now, headers) for key, value, headers, _ in rows],
+                                producer_id=producer_id, producer_epoch=producer_epoch,
+                                base_sequence=sequence, is_transactional=True)
+            offsets_log.append(batch)
+            self._on_append(OFFSETS_TOPIC, partition)
+            pending = self._pending.setdefault(producer_id, {})
+            for key, _, _, committed in rows:
+                pending[key] = committed
+        return errors
+
+    def complete_transaction(self, producer_id: int, commit: bool) -> None:
+        """The producer's transaction ended: its pending offsets become committed
+        (`commit`) or are dropped. Called once the marker is in the log."""
+        pending = self._pending.pop(producer_id, None)
+        if commit and pending:
+            self._committed.update(pending)
+
+    def _check_entry(self, topic: str, partition: int, metadata: str | None) -> None:
+        if not 0 <= partition < self.registry.require(topic).partitions:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
+        if metadata is not None and len(metadata.encode("utf-8")) > self.metadata_max_bytes:
+            raise OffsetMetadataTooLargeError(
+                f"metadata is longer than offset.metadata.max.bytes {self.metadata_max_bytes}")
 
     # ---- requests ---------------------------------------------------------------------------
 

@@ -28,6 +28,10 @@ Contract:
   auto.create.topics.enable is on; FETCH answers the high watermark, the last
   stable offset and the aborted list (`PartitionService.fetch_isolation`) before
   the message set.
+- With ACLs on (`PartitionService.authorizer`, broker/security/authorizer.py),
+  every request is checked for its connection before it runs, as its Kafka
+  counterpart (`_authorize`; NATIVE.md "ACLs"), the fast paths included; the
+  ACL types 129-131 manage the ACLs.
 - Every partition-level policy (finding logs, inline versus executor appends and
   the slow-disk back-off, on-loop reads, long polls, error codes) is the
   partition service's (broker/partitions.py), shared with the Kafka listener.
@@ -78,6 +82,9 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
   wire has no field for them); a failed auto-creation answers its code there.
 - FETCH version 2: an isolationLevel other than 0 and 1 is INVALID_REQUEST (Kafka
   knows no other). A FETCH error's body is its message alone, as every error's.
+  A read_committed FETCH at or past the last stable offset (below the log end)
+  has nothing to read: it long-polls as one at the log end does, until a marker
+  moves the LSO, as Kafka's delayed fetch waits for data up to its isolation's bound.
 """
 
 from __future__ import annotations
@@ -91,12 +98,19 @@ import structlog
 from kafka_format.errors import InvalidRequestError, StrataError, UnknownTopicOrPartitionError
 from kafka_format.topic_names import validate_topic_name
 from protocol import (
+    AclBinding,
     AlterConfigRequest,
     CommitOffsetRequest,
+    CreateAclsRequest,
     CreateTopicRequest,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DeletedAcls,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicRequest,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeConfigRequest,
     DescribeConfigResponse,
     EmptyResponse,
@@ -144,6 +158,17 @@ from .native_session import (
     produce_answer,
 )
 from .partitions import INLINE_APPEND_MAX_BYTES, PartitionService, release_all
+from .security.authorizer import (
+    CLUSTER_NAME,
+    Acl,
+    AclFilter,
+    ClusterAuthorizationError,
+    GroupAuthorizationError,
+    Op,
+    Resource,
+    SecurityDisabledError,
+    TopicAuthorizationError,
+)
 from .security.errors import IllegalSaslStateError, SaslAuthenticationFailedError, UnsupportedSaslMechanismError
 from .security.sasl import sasl_failure_delay
 
@@ -166,6 +191,7 @@ class Handlers(PerConnection):
 
     def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog):
         self.partitions = partitions
+        self.authorizer = partitions.authorizer  # ACLs (broker/security/authorizer.py)
         self.config = partitions.config
         self.registry = partitions.registry
         self.loop = partitions.loop
@@ -187,6 +213,9 @@ class Handlers(PerConnection):
             FetchOffsetRequest: self.fetch_offset,
             HandshakeRequest: self.handshake,
             SaslAuthenticateRequest: self.sasl_authenticate,
+            DescribeAclsRequest: self.describe_acls,
+            CreateAclsRequest: self.create_acls,
+            DeleteAclsRequest: self.delete_acls,
         }
 
     @property
@@ -207,6 +236,10 @@ class Handlers(PerConnection):
             self.bad_requests.record(peer_of(conn), "bad_request", error=str(e), peer=peer_of(conn))
             return session.error(e.code, e.message)
         try:
+            if self.authorizer.enabled:
+                denied = self._authorize(request, conn)
+                if denied or isinstance(request, MetadataRequest):
+                    return await self._dispatch_checked(request, session, conn, denied)
             return await self._dispatch[type(request)](request, session)
         except StrataError as e:
             return session.error(*self.partitions.error_answer(e))
@@ -215,6 +248,54 @@ class Handlers(PerConnection):
         except Exception:
             log.exception("request_failed", request=type(request).__name__)
             return session.error(ErrorCode.UNKNOWN_SERVER_ERROR)
+
+    # ---- authorization --------------------------------------------------------------------------
+
+    def _may(self, conn, operation: Op, resource_type: Resource, name: str) -> bool:
+        return self.authorizer.authorize(conn, operation, resource_type, name)
+
+    def _authorize(self, request, conn) -> frozenset[int]:
+        """The ACL check of a request, as the Kafka listener checks the matching Kafka
+        request: raises the authorization error of a one-resource request; returns
+        the indexes of a MULTIFETCH's or MULTIPRODUCE's items the connection may not
+        READ / WRITE (each is answered TOPIC_AUTHORIZATION_FAILED)."""
+        may = self._may
+        if isinstance(request, MultiFetchRequest):
+            return frozenset(i for i, fetched in enumerate(request.items)
+                             if not may(conn, Op.READ, Resource.TOPIC, fetched.topic))
+        if isinstance(request, MultiProduceRequest):
+            return frozenset(i for i, produced in enumerate(request.items)
+                             if not may(conn, Op.WRITE, Resource.TOPIC, produced.topic))
+        if isinstance(request, CommitOffsetRequest | FetchOffsetRequest):
+            operation = Op.READ if isinstance(request, CommitOffsetRequest) else Op.DESCRIBE
+            if not may(conn, operation, Resource.GROUP, request.group):
+                raise GroupAuthorizationError(f"not authorized to use group {request.group!r}")
+            if not may(conn, operation, Resource.TOPIC, request.topic):
+                raise TopicAuthorizationError(f"not authorized to access topic {request.topic!r}")
+            return frozenset()
+        if isinstance(request, DescribeAclsRequest | CreateAclsRequest | DeleteAclsRequest):
+            operation = Op.DESCRIBE if isinstance(request, DescribeAclsRequest) else Op.ALTER
+            if not may(conn, operation, Resource.CLUSTER, CLUSTER_NAME):
+                raise ClusterAuthorizationError(f"not authorized to {operation.name} the cluster's ACLs")
+            return frozenset()
+        if isinstance(request, CreateTopicRequest):
+            if not (may(conn, Op.CREATE, Resource.CLUSTER, CLUSTER_NAME)
+                    or may(conn, Op.CREATE, Resource.TOPIC, request.topic)):
+                raise TopicAuthorizationError(f"not authorized to create topic {request.topic!r}")
+            return frozenset()
+        needed = TOPIC_OPERATIONS.get(type(request))
+        topic = getattr(request, "topic", "")
+        if needed is not None and not may(conn, needed, Resource.TOPIC, topic):
+            raise TopicAuthorizationError(f"not authorized to {needed.name} topic {topic!r}")
+        return frozenset()
+
+    async def _dispatch_checked(self, request, session: NativeSession, conn, denied: frozenset[int]) -> Reply:
+        """The requests whose answer depends on the ACLs item by item."""
+        if isinstance(request, MetadataRequest):
+            return await self.metadata(request, session, conn)
+        if isinstance(request, MultiFetchRequest):
+            return await self.multifetch(request, session, denied)
+        return await self.multiproduce(request, session, denied)
 
     def bad_frame_reply(self, error: ProtocolError) -> Reply:
         """A frame too short for a type, on a connection at version 1 (SessionHandlers
@@ -239,13 +320,15 @@ class Handlers(PerConnection):
         if frame[0]:  # the int16 type, big-endian: every type so far has a zero high byte
             return None
         if frame[1] == RequestType.FETCH:
-            return self._fetch_now(frame, session)
+            return self._fetch_now(frame, conn, session)
         if frame[1] != RequestType.PRODUCE:
             return None
         partitions = self.partitions
         partition_log = None
         try:
             topic, partition, message_set = parse_produce(frame)
+            if self.authorizer.enabled and not self._may(conn, Op.WRITE, Resource.TOPIC, topic):
+                raise TopicAuthorizationError(f"not authorized to WRITE topic {topic!r}")
             partition_log = partitions.open_log(topic, partition, produce=True)
             result = partitions.try_append_inline(partition_log, message_set)  # type: ignore[arg-type]
             if result is None:
@@ -287,6 +370,8 @@ class Handlers(PerConnection):
         answered as `handle` answers them."""
         try:
             topic, partition, message_set = parse_produce(frame)  # run_key saw a PRODUCE type
+            if self.authorizer.enabled and not self._may(conn, Op.WRITE, Resource.TOPIC, topic):
+                raise TopicAuthorizationError(f"not authorized to WRITE topic {topic!r}")
             partition_log = self.partitions.open_log(topic, partition, produce=True)
         except Exception as e:
             future = self.loop.create_future()
@@ -307,10 +392,14 @@ class Handlers(PerConnection):
         partition_log = await self.partitions.partition_log(req.topic, req.partition, produce=True)
         return await self.partitions.append(partition_log, req.message_set, session.produce_answer)
 
-    async def multiproduce(self, req: MultiProduceRequest, session: NativeSession) -> Reply:
+    async def multiproduce(self, req: MultiProduceRequest, session: NativeSession,
+                           denied: frozenset[int] = frozenset()) -> Reply:
         partitions = self.partitions
         started: list[Any] = []
-        for item in req.items:
+        for index, item in enumerate(req.items):
+            if index in denied:
+                started.append(ProduceResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             try:
                 partition_log = await partitions.partition_log(item.topic, item.partition, produce=True)
             except StrataError as e:
@@ -332,7 +421,7 @@ class Handlers(PerConnection):
             # Take the event before looking at the log end: an append that moves the
             # end after this point sets this very event.
             event = partitions.watch(tp) if req.max_wait_ms > 0 else None
-            if req.offset == partition_log.log_end_offset:
+            if self._nothing_to_read(partition_log, req, session):
                 if event is None or partitions.shutting_down:
                     return self._fetch_answer(partition_log, req, session)
                 if deadline is None:
@@ -343,6 +432,16 @@ class Handlers(PerConnection):
                     raise UnknownTopicOrPartitionError(f"{req.topic}-{req.partition} was deleted")
                 continue
             return self._fetch_answer(partition_log, req, session)
+
+    @staticmethod
+    def _nothing_to_read(partition_log: Log, req: FetchRequest, session: NativeSession) -> bool:
+        """Whether a FETCH has nothing to read now: its offset is the log end, or under
+        read_committed (version 2) at or past the last stable offset (up to the log end;
+        a marker that moves the LSO wakes the long poll, as an append does)."""
+        if req.offset == partition_log.log_end_offset:
+            return True
+        return (session.version >= 2 and req.isolation_level == IsolationLevel.READ_COMMITTED
+                and partition_log.last_stable_offset <= req.offset < partition_log.log_end_offset)
 
     def _fetch_answer(self, partition_log: Log, req: FetchRequest, session: NativeSession) -> Reply:
         """A FETCH's answer from what the log holds now (no waiting): the message set,
@@ -366,7 +465,7 @@ class Handlers(PerConnection):
             header = fetch_response_header(ErrorCode.NONE, length)
         return [header, found] if length else [header]
 
-    def _fetch_now(self, frame, session: NativeSession) -> Reply | None:
+    def _fetch_now(self, frame, conn, session: NativeSession) -> Reply | None:
         """handle_now for a FETCH: the answer when nothing needs waiting for (data
         there, no long poll to start, the partition's log open); else None."""
         try:
@@ -375,19 +474,25 @@ class Handlers(PerConnection):
             return None  # `handle` answers it
         if not isinstance(req, FetchRequest) or req.max_bytes < 0 or req.isolation_level not in ISOLATION_LEVELS:
             return None
+        if self.authorizer.enabled and not self._may(conn, Op.READ, Resource.TOPIC, req.topic):
+            return None  # `handle` answers the refusal
         try:
             partition_log = self.partitions.open_log(req.topic, req.partition)
         except StrataError as e:
             return session.error(*self.partitions.error_answer(e))
-        if partition_log is None or (req.offset == partition_log.log_end_offset and req.max_wait_ms > 0
+        if partition_log is None or (self._nothing_to_read(partition_log, req, session) and req.max_wait_ms > 0
                                      and not self.partitions.shutting_down):
             return None  # an internal log to create, or a long poll: the task waits
         return self._fetch_answer(partition_log, req, session)
 
-    async def multifetch(self, req: MultiFetchRequest, session: NativeSession) -> Reply:
+    async def multifetch(self, req: MultiFetchRequest, session: NativeSession,
+                         denied: frozenset[int] = frozenset()) -> Reply:
         partitions = self.partitions
         targets: list[Log | int] = []
-        for item in req.items:
+        for index, item in enumerate(req.items):
+            if index in denied:
+                targets.append(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
             if item.max_bytes < 0:
                 targets.append(ErrorCode.INVALID_REQUEST)
                 continue
@@ -451,17 +556,30 @@ class Handlers(PerConnection):
         await self.partitions.remove_topic(req.topic)
         return [encode_response(EmptyResponse(ErrorCode.NONE))]
 
-    async def metadata(self, req: MetadataRequest, session: NativeSession) -> Reply:
-        names = req.topics or self.registry.names()
+    async def metadata(self, req: MetadataRequest, session: NativeSession, conn: Any = None) -> Reply:
+        """With ACLs (`conn` given): listing every topic lists those the connection may
+        DESCRIBE; a named one it may not is TOPIC_AUTHORIZATION_FAILED; auto-creation
+        needs CREATE on the cluster or the topic (as Kafka's Metadata)."""
+        checked = conn is not None and self.authorizer.enabled
+        names = req.topics or [n for n in self.registry.names()
+                               if not checked or self._may(conn, Op.DESCRIBE, Resource.TOPIC, n)]
         auto_create = bool(req.topics) and req.allow_auto_topic_creation and self.config.auto_create_topics
         topics = []
         for name in names:
+            if checked and not self._may(conn, Op.DESCRIBE, Resource.TOPIC, name):
+                topics.append(TopicMetadata(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             try:
                 validate_topic_name(name)
             except StrataError as e:
                 topics.append(TopicMetadata(name, e.code))
                 continue
             known = self.registry.get(name)
+            if known is None and auto_create and checked and not (
+                    self._may(conn, Op.CREATE, Resource.CLUSTER, CLUSTER_NAME)
+                    or self._may(conn, Op.CREATE, Resource.TOPIC, name)):
+                topics.append(TopicMetadata(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                continue
             if known is None and auto_create:
                 try:
                     await self.partitions.blocking(self.partitions.auto_create_topic, name)
@@ -512,6 +630,7 @@ class Handlers(PerConnection):
 
     async def handshake(self, req: HandshakeRequest, session: NativeSession) -> Reply:
         version = session.agree(req.version)
+        session.client_id = req.client_id
         mechanisms = listener_sasl_mechanisms(session.context)
         return [encode_response(HandshakeResponse(ErrorCode.NONE, version, mechanisms))]
 
@@ -533,7 +652,49 @@ class Handlers(PerConnection):
         return [encode_response(SaslAuthenticateResponse(ErrorCode.NONE, reply, lifetime))]
 
 
+    # ---- ACLs (project extensions, NATIVE.md) ----------------------------------------------------
+
+    def _acls_enabled(self) -> None:
+        if not self.authorizer.enabled:
+            raise SecurityDisabledError("no authorizer is configured on the broker (authorizer.class.name)")
+
+    async def describe_acls(self, req: DescribeAclsRequest, session: NativeSession) -> Reply:
+        self._acls_enabled()
+        found = self.authorizer.describe(AclFilter(*req.filter))
+        acls = tuple(_binding(a) for a in found)
+        return [encode_response(DescribeAclsResponse(ErrorCode.NONE, acls), session.version)]
+
+    async def create_acls(self, req: CreateAclsRequest, session: NativeSession) -> Reply:
+        self._acls_enabled()
+        acls = [Acl(*binding) for binding in req.acls]
+        for acl in acls:
+            acl.check()  # one bad binding: INVALID_REQUEST naming it, nothing created
+        await self.partitions.blocking(self.authorizer.create, acls)
+        return [encode_response(EmptyResponse(ErrorCode.NONE), session.version)]
+
+    async def delete_acls(self, req: DeleteAclsRequest, session: NativeSession) -> Reply:
+        self._acls_enabled()
+        removed = await self.partitions.blocking(self.authorizer.delete, [AclFilter(*f) for f in req.filters])
+        return [encode_response(DeleteAclsResponse(ErrorCode.NONE, tuple(
+            DeletedAcls(tuple(_binding(a) for a in acls)) for acls in removed)), session.version)]
+
+
+def _binding(acl: Acl) -> AclBinding:
+    return AclBinding(acl.resource_type, acl.name, acl.pattern_type, acl.principal, acl.host, acl.operation,
+                      acl.permission)
+
+
 ISOLATION_LEVELS = frozenset(int(level) for level in IsolationLevel)
+# The topic operation each one-topic request needs (the Kafka request's).
+TOPIC_OPERATIONS: dict[type, Op] = {
+    ProduceRequest: Op.WRITE,
+    FetchRequest: Op.READ,
+    OffsetsRequest: Op.DESCRIBE,
+    DeleteTopicRequest: Op.DELETE,
+    DescribeConfigRequest: Op.DESCRIBE_CONFIGS,
+    AlterConfigRequest: Op.ALTER_CONFIGS,
+    DeleteRecordsRequest: Op.DELETE,
+}
 FETCH_V2_OFFSETS_BYTES = 28  # a version-2 FETCH answer's highWatermark, lastStableOffset, logStartOffset, abortedCount
 
 

@@ -1,7 +1,8 @@
 """Internal topics: what no request, on either protocol, may do to them.
 
-Strata has one internal topic, `__consumer_offsets`, the log of committed
-offsets (broker/group_offsets.py). Its records are the committed offsets, and
+Strata has two internal topics, `__consumer_offsets`, the log of committed
+offsets (broker/group_offsets.py), and `__transaction_state`, the transaction
+coordinator's log (broker/kafka/transactions/). Their records are state, and
 only compaction may remove them: a record is gone only once a newer one for the
 same key (or a tombstone) replaces it. Kafka's rules, applied by the handlers of
 both protocols and by the topic registry:
@@ -25,9 +26,14 @@ from kafka_format.errors import InvalidConfigError, InvalidTopicError
 from storage.config import LogConfig
 
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 # Kafka's offsets.topic.segment.bytes default; offsets.topic.compression.codec is none.
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+# Kafka's transaction.state.log.segment.bytes default.
+TRANSACTION_STATE_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+INTERNAL_TOPIC_CONFIGS = {OFFSETS_TOPIC: OFFSETS_TOPIC_CONFIGS,
+                          TRANSACTION_STATE_TOPIC: TRANSACTION_STATE_TOPIC_CONFIGS}
 REQUIRED_CLEANUP_POLICY = ("compact",)
 
 
@@ -50,5 +56,5 @@ def check_config(topic: str, config: LogConfig) -> None:
     if tuple(config.cleanup_policy) != REQUIRED_CLEANUP_POLICY:
         raise InvalidConfigError(
             f"cleanup.policy of internal topic {topic} must be compact, not "
-            f"{','.join(config.cleanup_policy)}: its records are committed offsets, which only "
+            f"{','.join(config.cleanup_policy)}: its records are state, which only "
             f"compaction may remove")

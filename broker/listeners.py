@@ -32,7 +32,8 @@ Contract:
   ssl.principal.mapping.rules). On a SASL listener `authenticated` is False
   until the SASL exchange succeeds (and again once its session expires) and
   `sasl` is the connection's SaslSession; elsewhere `authenticated` is True and
-  `sasl` None.
+  `sasl` None. `throttle_ms`: the throttle time its current request earned under
+  client quotas (broker/quotas.py).
 """
 
 from __future__ import annotations
@@ -203,6 +204,10 @@ class ConnectionContext:
     listener: Listener | None
     peer: Any = None  # (host, port) as the socket reports it
     peer_certificate_subject: str | None = None  # RFC 4514, when the client sent a certificate
+    # Client quotas: the throttle time (ms) a handler gave the request being answered;
+    # the connection mutes itself that long once the reply is out (KIP-219), then
+    # sets it back to 0 (broker/connection.py, broker/quotas.py).
+    throttle_ms: int = 0
     principal: str = ANONYMOUS  # "User:<name>" once known
     authenticated: bool = True  # False on a SASL listener until the exchange succeeds
     sasl: Any = None  # the connection's SaslSession on a SASL listener

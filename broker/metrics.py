@@ -209,7 +209,7 @@ class BrokerCollector(Collector):
     BrokerMetrics.attach): manager (storage LogManager), offsets (GroupOffsets),
     servers ((protocol, listener name) -> BrokerServer), memory (RequestMemory), cleaner
     (a function returning the LogCleaner or None: it starts after the listeners),
-    executor (the CountingExecutor of the I/O threads)."""
+    executor (the CountingExecutor of the I/O threads), quotas (broker/quotas.py ClientQuotas)."""
 
     def __init__(self, metrics: BrokerMetrics):
         self.metrics = metrics
@@ -344,6 +344,30 @@ class BrokerCollector(Collector):
             queued += sum(conn.in_flight for conn in list(server.connections))
         yield connections
         yield created
+        mutes = CounterMetricFamily("kafka_network_socketserver_throttle_mutes",
+                                    "Connections muted after a reply a client quota throttled (KIP-219), "
+                                    "per listener", labels=["listener", "protocol"])
+        mute_ms = CounterMetricFamily("kafka_network_socketserver_throttle_mute_ms",
+                                      "Throttle time of those mutes in ms, per listener",
+                                      labels=["listener", "protocol"])
+        for (protocol, listener), server in servers.items():
+            mutes.add_metric([listener, protocol], server.stats.throttle_mutes)
+            mute_ms.add_metric([listener, protocol], server.stats.throttle_mute_ms)
+        yield mutes
+        yield mute_ms
+        quotas = self.sources.get("quotas")
+        if quotas is not None:
+            throttled = CounterMetricFamily("kafka_server_quota_throttled_requests",
+                                            "Requests a client byte-rate quota throttled, per quota type",
+                                            labels=["quota_type"])
+            throttle_ms = CounterMetricFamily("kafka_server_quota_throttle_time_ms",
+                                              "Throttle time given to those requests in ms, per quota type",
+                                              labels=["quota_type"])
+            for kind in sorted(quotas.throttled):
+                throttled.add_metric([kind], quotas.throttled[kind])
+                throttle_ms.add_metric([kind], quotas.throttle_ms_total[kind])
+            yield throttled
+            yield throttle_ms
         yield GaugeMetricFamily("kafka_network_requestchannel_requestqueuesize",
                                 "Requests read and not yet answered, over every connection", value=queued)
         memory = self.sources.get("memory")

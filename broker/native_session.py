@@ -34,9 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 from kafka_format.errors import InvalidRequestError, StrataError
 from protocol import PROTOCOL_VERSION, ErrorCode, RequestType, error_response, produce_response
+from storage.file_records import FileSlice
 from storage.log import AppendResult
 
 from .connection import CloseAfterReply, FastPath, Frame, Reply
+from .listeners import ConnectionContext
 from .partitions import error_reason
 from .security.sasl import sasl_failure_delay
 
@@ -76,7 +78,7 @@ def produce_answer_v2(result: AppendResult | None, code: int, error: StrataError
 class NativeSession:
     """The per-connection state of the native protocol (see the module contract)."""
 
-    __slots__ = ("version", "handshaken", "seen", "produce_answer", "context")
+    __slots__ = ("version", "handshaken", "seen", "produce_answer", "context", "client_id")
 
     def __init__(self) -> None:
         self.version = 1
@@ -84,6 +86,7 @@ class NativeSession:
         self.seen = 0  # requests begun on the connection, the one being handled included
         self.produce_answer = produce_answer
         self.context: Any = None  # the connection's ConnectionContext, once a request came
+        self.client_id: str | None = None  # the HANDSHAKE's clientId (client quotas)
 
     def error(self, code: int, message: str | None = None) -> Reply:
         return [error_response(code, message, self.version)]
@@ -114,7 +117,9 @@ class SessionHandlers(FastPath):
         self.session.seen += 1
         if not getattr(conn, "authenticated", True):
             await self.refuse_unauthenticated(frame, conn)
-        return await self.shared.handle(frame, conn, self.session)
+        reply = await self.shared.handle(frame, conn, self.session)
+        self._count_quota(frame, reply, conn)
+        return reply
 
     async def refuse_unauthenticated(self, frame: Frame, conn: Any) -> None:
         """The SASL gate: returns for a HANDSHAKE or SASL_AUTHENTICATE, else raises
@@ -136,6 +141,7 @@ class SessionHandlers(FastPath):
         reply = self.shared.handle_now(frame, conn, self.session)
         if reply is not None:
             self.session.seen += 1
+            self._count_quota(frame, reply, conn)
         return reply
 
     def run_key(self, frame: Frame) -> Any:
@@ -146,7 +152,26 @@ class SessionHandlers(FastPath):
 
     def begin(self, frame: Frame, conn: Any = None) -> asyncio.Future:
         self.session.seen += 1
+        self._count_quota(frame, None, conn)  # keyed frames are PRODUCEs
         return self.shared.begin(frame, conn, self.session)
+
+    def _count_quota(self, frame: Frame, reply: Reply | None, conn: Any) -> None:
+        """Client quotas (broker/quotas.py): a PRODUCE or MULTIPRODUCE counts its
+        request bytes, a FETCH or MULTIFETCH its reply's bytes. The native layouts
+        have no throttle field: a throttled connection is muted instead (the
+        connection shell stops reading it for the throttle time, NATIVE.md)."""
+        quotas = self.shared.partitions.quotas
+        if quotas is None or not quotas.active or len(frame) < 2 or frame[0]:
+            return
+        request_type = frame[1]
+        if request_type in (RequestType.PRODUCE, RequestType.MULTIPRODUCE):
+            kind, nbytes = "produce", len(frame)
+        elif request_type in (RequestType.FETCH, RequestType.MULTIFETCH) and reply is not None:
+            kind, nbytes = "fetch", sum(part.length if isinstance(part, FileSlice) else len(part) for part in reply)
+        else:
+            return
+        self.shared.partitions.throttle(conn if isinstance(conn, ConnectionContext) else None, kind,
+                                        self.session.client_id, nbytes)
 
     def bad_frame_reply(self, error: Any) -> Reply:
         self.session.seen += 1

@@ -13,6 +13,8 @@ both listeners because it is written once, here.
   auto-creation (`auto_create_topic`, blocking) is what both protocols' Metadata
   does with auto.create.topics.enable (the native one from version 2, when the
   request allows it); a produce never creates a topic.
+- Authorization: `authorizer` (broker/security/authorizer.py) holds the ACLs;
+  both protocols' handlers ask it before they act (`authorize(context, ...)`).
 - Appending, one policy (`append`, `try_append_inline`, `append_later`): an append
   with no fsync due (flush.messages unset) and no earlier append of its partition
   still queued runs inline on the loop: a copy into the page cache, a few
@@ -100,7 +102,10 @@ from storage.txn_index import AbortedTxn
 from . import internal_topics
 from .config import BrokerConfig
 from .group_offsets import GroupOffsets
+from .listeners import ConnectionContext
 from .metrics import BrokerMetrics
+from .quotas import ANONYMOUS, ClientQuotas
+from .security.authorizer import Authorizer
 from .topics import Topic, TopicRegistry
 
 TopicPartition = tuple[str, int]
@@ -114,6 +119,7 @@ Answer = Callable[[AppendResult | None, int, StrataError | None], T]
 LONG_MAX = 2**63 - 1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1  # Kafka's IsolationLevel ids (Fetch, ListOffsets, native FETCH v2)
 INLINE_APPEND_MAX_BYTES = 64 * 1024  # appends up to this size always run on the loop (no fsync due)
+TXN_MARKER_BYTES = 78  # a COMMIT/ABORT control batch: 61-byte header + one 17-byte control record
 # ... and up to this size too, unless one was slow lately: a message set this large costs the
 # loop less than the hand-off to a thread and back (cross-core cache misses, GIL and futex
 # hand-offs; figures in broker/SERVER.md), and the socket's bytes are still in this core's cache.
@@ -165,6 +171,20 @@ class AppendStats:
     backoffs: int = 0
 
 
+class PartitionEvent(asyncio.Event):
+    """A partition's event that also sets the events linked to it (a fetch session's
+    one wake-up event, linked into each of its partitions' events)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linked: set[asyncio.Event] = set()
+
+    def set(self) -> None:
+        super().set()
+        for event in self.linked:
+            event.set()
+
+
 class PartitionWaiters:
     """One asyncio.Event per partition that a long poll is waiting on.
 
@@ -172,12 +192,12 @@ class PartitionWaiters:
     an event is only ever set once; loop thread only."""
 
     def __init__(self) -> None:
-        self._events: dict[TopicPartition, asyncio.Event] = {}
+        self._events: dict[TopicPartition, PartitionEvent] = {}
 
-    def event(self, tp: TopicPartition) -> asyncio.Event:
+    def event(self, tp: TopicPartition) -> PartitionEvent:
         event = self._events.get(tp)
         if event is None:
-            event = self._events[tp] = asyncio.Event()
+            event = self._events[tp] = PartitionEvent()
         return event
 
     def notify(self, tp: TopicPartition) -> None:
@@ -315,6 +335,8 @@ class PartitionService:
         self.executor = executor
         self.loop = loop
         self.waiters = PartitionWaiters()
+        # ACLs, checked by both protocols' handlers (broker/security/authorizer.py)
+        self.authorizer = Authorizer.from_config(config.values)
         self.append_stats = AppendStats()
         self.shutting_down = False
         self._appenders: dict[Log, Appender] = {}  # logs with executor appends queued or running
@@ -324,6 +346,28 @@ class PartitionService:
         self.offsets = GroupOffsets(registry, self.internal_log,
                                     metadata_max_bytes=config.offset_metadata_max_bytes,
                                     on_append=self.notify_threadsafe)
+        # Client quotas (broker/quotas.py), set by the app once the data dir is locked.
+        self.quotas: ClientQuotas | None = None
+
+    # ---- client quotas -------------------------------------------------------------------------
+
+    def throttle(self, connection: ConnectionContext | None, kind: str, client_id: str | None,
+                 nbytes: int) -> int:
+        """The quota policy both protocols call once per produce or fetch request:
+        record `nbytes` against the client's quota (`kind` produce or fetch) and
+        return the throttle time in ms (0: none). A throttled request's connection
+        (its ConnectionContext) is told to mute itself that long once the reply is
+        out (broker/connection.py)."""
+        quotas = self.quotas
+        if quotas is None:
+            return 0
+        if not isinstance(connection, ConnectionContext):  # a bare peer address (tests)
+            connection = None
+        principal = connection.principal if connection is not None else ANONYMOUS
+        throttle = quotas.throttle_ms(kind, principal, client_id, nbytes)
+        if throttle and connection is not None:
+            connection.throttle_ms = max(connection.throttle_ms, throttle)
+        return throttle
 
     # ---- the executor --------------------------------------------------------------------------
 
@@ -562,11 +606,16 @@ class PartitionService:
     async def append_txn_marker(self, partition_log: Log, producer_id: int, producer_epoch: int,
                                 coordinator_epoch: int, commit: bool) -> AppendResult:
         """Write a COMMIT (`commit`) or ABORT marker closing the producer's transaction
-        on the partition (storage: Log.append_txn_marker), in the executor; wakes the
-        partition's long polls. Raises StrataError (a stale producer or coordinator
-        epoch: InvalidProducerEpochError, TransactionCoordinatorFencedError)."""
-        result = await self.blocking(partition_log.append_txn_marker, producer_id, producer_epoch,
-                                     coordinator_epoch, commit)
+        on the partition (storage: Log.append_txn_marker), on the loop when the append
+        policy allows it (`appends_inline`: a marker is one small batch), else in the
+        executor; wakes the partition's long polls. Raises StrataError (a stale
+        producer or coordinator epoch: InvalidProducerEpochError,
+        TransactionCoordinatorFencedError)."""
+        if self.appends_inline(partition_log, TXN_MARKER_BYTES):
+            result = partition_log.append_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        else:
+            result = await self.blocking(partition_log.append_txn_marker, producer_id, producer_epoch,
+                                         coordinator_epoch, commit)
         self.waiters.notify((partition_log.topic, partition_log.partition))
         return result
 
@@ -576,6 +625,12 @@ class PartitionService:
         """The event the next append to `tp` sets. Take it before looking at the log
         end: an append that moves the end after that sets this very event."""
         return self.waiters.event(tp)
+
+    def watch_into(self, tp: TopicPartition, wake: asyncio.Event) -> asyncio.Event:
+        """`watch`, with `wake` set too by the next append to `tp` (one event for many partitions)."""
+        event = self.waiters.event(tp)
+        event.linked.add(wake)
+        return event
 
     async def wait_for_append(self, events: list[asyncio.Event], timeout: float) -> bool:
         """Wait until one of `events` is set (an append, a deleted topic, shutdown) or

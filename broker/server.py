@@ -66,6 +66,8 @@ class ServerStats:
     idle_closed: int = 0  # closed after connections.max.idle.ms without activity
     answered_at_once: int = 0  # requests answered by the fast path (`handle_now`), sent whole or not
     tls_handshake_failures: int = 0  # TLS listeners: handshakes that failed (socket closed)
+    throttle_mutes: int = 0  # connections muted after a reply a client quota throttled (KIP-219)
+    throttle_mute_ms: int = 0  # the throttle times of those mutes, summed
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -84,7 +84,7 @@ from storage.fileutil import atomic_write
 from storage.manager import LogManager
 
 from . import internal_topics
-from .internal_topics import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIGS
+from .internal_topics import INTERNAL_TOPIC_CONFIGS, OFFSETS_TOPIC
 from .json_files import encode_document, read_document
 
 REGISTRY_FILE = "strata-topics.json"
@@ -184,7 +184,7 @@ class TopicRegistry:
                 if known is None:
                     log.warning("topic_adopted", topic=name, partitions=count,
                                 reason="partition directories not in the registry")
-                    topics[name] = Topic(name, count, MappingProxyType({}), name == OFFSETS_TOPIC,
+                    topics[name] = Topic(name, count, MappingProxyType({}), internal_topics.is_internal(name),
                                          self.defaults)
                 elif count > known.partitions:
                     log.warning("topic_partitions_adopted", topic=name, partitions=count,
@@ -232,22 +232,23 @@ class TopicRegistry:
                 log.error("partition_delete_failed", topic=name, partition=partition, error=str(e))
         return done
 
-    def ensure_internal_topic(self, partitions: int) -> Topic:
-        """Register `__consumer_offsets` unless it exists. Like Kafka, a later change
-        of offsets.topic.num.partitions does not change an existing topic."""
+    def ensure_internal_topic(self, partitions: int, name: str = OFFSETS_TOPIC) -> Topic:
+        """Register the internal topic `name` (`__consumer_offsets` or
+        `__transaction_state`) unless it exists. Like Kafka, a later change of its
+        partition count setting does not change an existing topic."""
         with self._lock:
-            existing = self._topics.get(OFFSETS_TOPIC)
+            existing = self._topics.get(name)
             if existing is not None:
                 if existing.partitions != partitions:
-                    log.warning("offsets_topic_partitions_fixed", partitions=existing.partitions,
+                    log.warning("internal_topic_partitions_fixed", topic=name, partitions=existing.partitions,
                                 configured=partitions)
                 if not existing.internal or not existing.topic_id:
                     existing = replace(existing, internal=True,
                                        topic_id=existing.topic_id or new_topic_id())
                     self._replace(existing)
                 return existing
-            configs = MappingProxyType(dict(OFFSETS_TOPIC_CONFIGS))
-            topic = Topic(OFFSETS_TOPIC, partitions, configs, True,
+            configs = MappingProxyType(dict(INTERNAL_TOPIC_CONFIGS[name]))
+            topic = Topic(name, partitions, configs, True,
                           LogConfig.from_props(configs, self.defaults), new_topic_id())
             self._replace(topic)
             return topic
@@ -417,7 +418,7 @@ class TopicRegistry:
             if topic.internal:
                 raise InvalidRequestError(
                     f"the partition count of the internal topic {name!r} is fixed: a group's "
-                    f"offsets live in the partition its id hashes to")
+                    f"offsets (or a transactional id's state) live in the partition its id hashes to")
             current = topic.partitions
             if count == current:
                 raise InvalidPartitionsError(f"Topic already has {current} partition(s).")

@@ -14,6 +14,8 @@ Contract:
   Kafka's clients) METADATA asks the broker to create missing named topics
   (native version 2's allowAutoTopicCreation); a topic still missing then raises
   an error that names it and says the broker does not create topics on use.
+- `last_stable_offset()` answers a partition's last stable offset (what
+  "latest" is under read_committed) through a FETCH version 2.
 - `Admin` has the same methods, blocking, run on the shared client loop thread.
 """
 
@@ -22,19 +24,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from protocol import (
+    AclBinding,
+    AclBindingFilter,
     AlterConfigRequest,
     CommitOffsetRequest,
+    CreateAclsRequest,
     CreateTopicRequest,
+    DeleteAclsRequest,
     DeleteRecordsRequest,
     DeleteTopicRequest,
+    DescribeAclsRequest,
     DescribeConfigRequest,
     ErrorCode,
     FetchOffsetRequest,
+    FetchRequest,
     MetadataRequest,
     OffsetsRequest,
     PartitionMetadata,
     TopicMetadata,
 )
+from protocol.requests import IsolationLevel
 
 from .errors import StrataClientError, raise_for
 from .loop_thread import LoopThread
@@ -48,6 +57,8 @@ LATEST = OffsetsRequest.LATEST  # -1: the log end offset
 # METADATA again (Kafka's metadata.max.age.ms), so partitions a topic grew are picked up.
 DEFAULT_METADATA_MAX_AGE_MS = 300_000
 
+
+ANY_ACL = AclBindingFilter()  # matches every ACL
 
 class AsyncAdmin:
     def __init__(self, bootstrap: str | None = None, *, session: BrokerSession | None = None,
@@ -117,6 +128,20 @@ class AsyncAdmin:
         await self._session.call(AlterConfigRequest(topic, tuple(configs.items())),
                                  f"alter config of {topic!r}")
 
+    # ---- ACLs (the broker's authorizer; project extensions of version 2) ----------
+
+    async def describe_acls(self, acl_filter: AclBindingFilter = ANY_ACL) -> list[AclBinding]:
+        response = await self._read(DescribeAclsRequest(*acl_filter), "describe ACLs")
+        return list(response.acls)
+
+    async def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        await self._session.call(CreateAclsRequest(tuple(acls)), "create ACLs")
+
+    async def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[list[AclBinding]]:
+        """Remove the bindings each filter matches; returns them per filter."""
+        response = await self._session.call(DeleteAclsRequest(tuple(filters)), "delete ACLs")
+        return [list(d.acls) for d in response.deleted]
+
     # ---- offsets ---------------------------------------------------------------
 
     async def delete_records(self, topic: str, partition: int, offset: int = -1) -> int:
@@ -131,6 +156,19 @@ class AsyncAdmin:
         response = await self._read(OffsetsRequest(topic, partition, time, max_number),
                                     f"offsets of {topic}-{partition}")
         return list(response.offsets)
+
+    async def last_stable_offset(self, topic: str, partition: int, log_end: int | None = None) -> int:
+        """The partition's last stable offset (the first offset of its oldest open
+        transaction, else the log end; `log_end` when it is known already): a
+        read_committed FETCH of no bytes at the log end answers it, since OFFSETS
+        has no isolation level. Needs native protocol version 2."""
+        if log_end is None:
+            log_end = (await self.offsets(topic, partition, LATEST))[0]
+        request = FetchRequest(topic, partition, log_end, 0, 0, IsolationLevel.READ_COMMITTED)
+        where = f"last stable offset of {topic}-{partition}"
+        response = await self._session.retrying(lambda: self._session.request_v2(request, where))
+        raise_for(response.error, where, response.message)
+        return min(response.last_stable_offset, log_end)
 
     async def committed(self, group: str, topic: str,
                         partition: int) -> tuple[int, str | None] | None:
@@ -186,12 +224,24 @@ class Admin:
     def alter_config(self, topic: str, configs: Mapping[str, str | None]) -> None:
         self._loop.run(self._admin.alter_config(topic, configs))
 
+    def describe_acls(self, acl_filter: AclBindingFilter = ANY_ACL) -> list[AclBinding]:
+        return self._loop.run(self._admin.describe_acls(acl_filter))
+
+    def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        self._loop.run(self._admin.create_acls(acls))
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[list[AclBinding]]:
+        return self._loop.run(self._admin.delete_acls(filters))
+
     def delete_records(self, topic: str, partition: int, offset: int = -1) -> int:
         return self._loop.run(self._admin.delete_records(topic, partition, offset))
 
     def offsets(self, topic: str, partition: int, time: int = LATEST,
                 max_number: int = 1) -> list[int]:
         return self._loop.run(self._admin.offsets(topic, partition, time, max_number))
+
+    def last_stable_offset(self, topic: str, partition: int, log_end: int | None = None) -> int:
+        return self._loop.run(self._admin.last_stable_offset(topic, partition, log_end))
 
     def committed(self, group: str, topic: str, partition: int) -> tuple[int, str | None] | None:
         return self._loop.run(self._admin.committed(group, topic, partition))

@@ -34,6 +34,15 @@ Contract:
   positions are committed every `auto_commit_interval_ms` during polls and on
   `close()`.
 - Iterating (`async for` / `for`) yields records forever.
+- `isolation_level` (Kafka's isolation.level): "read_uncommitted" (the
+  default, as Kafka's) hands out every data record; "read_committed" fetches
+  with FETCH version 2 at isolation 1, so the broker stops at the last stable
+  offset and names the aborted transactions of the range, whose records are
+  dropped (fetch.py, Kafka's rule); control batches are never handed out.
+  Under read_committed each partition is fetched with its own FETCH (MULTIFETCH
+  has no isolation), pipelined on the one connection, and "latest" means the
+  last stable offset, as Kafka's ListOffsets READ_COMMITTED. A broker that
+  speaks only version 1 is refused with a clear error.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 
 from protocol import CommitOffsetRequest, ErrorCode, FetchItem, FetchRequest, MultiFetchRequest, OffsetsRequest
+from protocol.requests import IsolationLevel
 
 from .admin import DEFAULT_METADATA_MAX_AGE_MS, AsyncAdmin
 from .errors import NoOffsetForPartition, OffsetOutOfRange, StrataClientError, raise_for
@@ -56,6 +66,8 @@ __all__ = ["AsyncConsumer", "Consumer", "TopicPartition"]
 
 TopicPartition = tuple[str, int]
 RESET_POLICIES = ("earliest", "latest", "none")
+ISOLATION_LEVELS = {"read_uncommitted": IsolationLevel.READ_UNCOMMITTED,
+                    "read_committed": IsolationLevel.READ_COMMITTED}
 DEFAULT_MAX_BYTES = 1024 * 1024  # Kafka's max.partition.fetch.bytes
 DEFAULT_MAX_BYTES_CAP = 64 * 1024 * 1024
 DEFAULT_MAX_WAIT_MS = 500  # Kafka's fetch.max.wait.ms
@@ -78,9 +90,12 @@ class AsyncConsumer:
                  auto_commit_interval_ms: int = 5000, max_bytes: int = DEFAULT_MAX_BYTES,
                  max_bytes_cap: int = DEFAULT_MAX_BYTES_CAP,
                  max_wait_ms: int = DEFAULT_MAX_WAIT_MS,
-                 metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS, **session_options):
+                 metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS,
+                 isolation_level: str = "read_uncommitted", **session_options):
         if auto_offset_reset not in RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {', '.join(RESET_POLICIES)}")
+        if isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}")
         if not 0 < max_bytes <= max_bytes_cap:
             raise ValueError("need 0 < max_bytes <= max_bytes_cap")
         if enable_auto_commit and group is None:
@@ -94,6 +109,8 @@ class AsyncConsumer:
         self.max_bytes_cap = max_bytes_cap
         self.max_wait_ms = max_wait_ms
         self.metadata_max_age = metadata_max_age_ms / 1000
+        self.isolation_level = isolation_level
+        self.read_committed = isolation_level == "read_committed"
         self._session = BrokerSession(bootstrap, **session_options)
         self._admin = AsyncAdmin(session=self._session)
         self._subscriptions: list[str] = []  # topics whose partitions are still to look up
@@ -214,6 +231,17 @@ class AsyncConsumer:
         if len(wanted) == 1:
             await self._fetch_one(wanted[0], wait_ms)
             return
+        if self.read_committed:
+            progressed = any(await asyncio.gather(*(self._fetch_one(tp, 0) for tp in wanted)))
+        else:
+            progressed = await self._multifetch(wanted)
+        if not progressed and wait_ms > 0:
+            tp = wanted[self._long_poll_turn % len(wanted)]
+            self._long_poll_turn += 1
+            await self._fetch_one(tp, wait_ms)
+
+    async def _multifetch(self, wanted: list[TopicPartition]) -> bool:
+        """One MULTIFETCH over `wanted` (read_uncommitted); True when any progressed."""
         items = tuple(FetchItem(tp[0], tp[1], self._positions[tp], self._size(tp)) for tp in wanted)
         response = await self._session.retrying(
             lambda: self._session.call(MultiFetchRequest(items), "multifetch"))
@@ -224,24 +252,31 @@ class AsyncConsumer:
         for item, (error, message_set) in zip(items, response.items, strict=True):
             progressed |= await self._take_fetched((item.topic, item.partition), item.offset,
                                                    error, message_set)
-        if not progressed and wait_ms > 0:
-            tp = wanted[self._long_poll_turn % len(wanted)]
-            self._long_poll_turn += 1
-            await self._fetch_one(tp, wait_ms)
+        return progressed
 
-    async def _fetch_one(self, tp: TopicPartition, wait_ms: int) -> None:
+    async def _fetch_one(self, tp: TopicPartition, wait_ms: int) -> bool:
         offset = self._positions[tp]
-        request = FetchRequest(tp[0], tp[1], offset, self._size(tp), wait_ms)
+        request = FetchRequest(tp[0], tp[1], offset, self._size(tp), wait_ms,
+                               ISOLATION_LEVELS[self.isolation_level])
         # The broker may hold a long poll for wait_ms: allow for it on top of the timeout.
         timeout = self._session.request_timeout_ms + wait_ms
-        response = await self._session.retrying(lambda: self._session.request(request, timeout))
-        await self._take_fetched(tp, offset, response.error, response.message_set, response.message)
+        response = await self._session.retrying(lambda: self._fetch_request(request, timeout))
+        aborted = response.aborted if self.read_committed and not response.error else None
+        return await self._take_fetched(tp, offset, response.error, response.message_set,
+                                        response.message, aborted)
+
+    async def _fetch_request(self, request: FetchRequest, timeout: int):
+        """Send a FETCH; under read_committed the connection must speak version 2."""
+        if self.read_committed:
+            return await self._session.request_v2(request, "isolation_level read_committed", timeout)
+        return await self._session.request(request, timeout)
 
     def _size(self, tp: TopicPartition) -> int:
         return self._fetch_size.get(tp, self.max_bytes)
 
     async def _take_fetched(self, tp: TopicPartition, offset: int, error: int,
-                            message_set, reason: str | None = None) -> bool:
+                            message_set, reason: str | None = None,
+                            aborted: tuple[tuple[int, int], ...] | None = None) -> bool:
         """Buffer what a fetch brought; True when the partition made progress."""
         if self._positions.get(tp) != offset:
             return False  # a seek happened meanwhile: this answer is stale
@@ -251,7 +286,7 @@ class AsyncConsumer:
                 f"{where}: offset {offset} is out of range and auto_offset_reset is 'none'"))
             return True
         raise_for(error, f"fetch {where} at offset {offset}", reason)
-        fetched = read_fetched(message_set, offset)
+        fetched = read_fetched(message_set, offset, aborted)
         if fetched.too_small:
             self._fetch_size[tp] = grow_fetch_size(self._size(tp), self.max_bytes_cap,
                                                    f"offset {offset} of {where}")
@@ -315,8 +350,11 @@ class AsyncConsumer:
         offsets = await self._admin.offsets(tp[0], tp[1], time_, 1)
         if not offsets:
             raise StrataClientError(f"{tp[0]}-{tp[1]}: the broker gave no {policy} offset")
+        position = offsets[0]
+        if self.read_committed and time_ == OffsetsRequest.LATEST:
+            position = await self._admin.last_stable_offset(tp[0], tp[1], position)
         self._drop_buffered(tp)
-        self._positions[tp] = offsets[0]
+        self._positions[tp] = position
 
     # ---- committing -------------------------------------------------------------------
 

@@ -31,7 +31,10 @@ Contract:
   pipelined on the one connection.
 - Retries: transport failures (broker unreachable, connection reset, request
   timeout) are retried `retries` times with exponential backoff (see
-  session.py); broker error codes fail the batch's futures at once. Like
+  session.py); broker error codes fail the batch's futures at once, except
+  MESSAGE_TOO_LARGE and RECORD_LIST_TOO_LARGE for a batch of several records:
+  as Kafka's producer, it is split (in halves, sent in order, down to single
+  records), so only the records too large by themselves fail. Like
   Kafka's producer without idempotence, a retry after a lost answer may
   append a batch twice (at-least-once).
 - `flush()` closes every open batch and waits until every record sent so far
@@ -73,6 +76,8 @@ DEFAULT_LINGER_MS = 5
 # length, attributes, timestamp and offset deltas, key and value lengths, header count.
 RECORD_OVERHEAD_ESTIMATE = 5 + 1 + 10 + 5 + 5 + 5 + 5
 BATCH_HEADER_BYTES = 61
+# The broker's answers to a batch too large as a whole: split it and send the parts.
+SPLIT_ON = (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE)
 
 
 def _as_bytes(data, what: str) -> bytes | None:
@@ -298,33 +303,44 @@ class AsyncProducer:
                 self.on_batch_done(batch.size - BATCH_HEADER_BYTES)
 
     async def _deliver(self, queue: _PartitionQueue, batch: _Batch) -> None:
+        await self._deliver_part(queue, batch.records, batch.sinks)
+
+    async def _deliver_part(self, queue: _PartitionQueue, records: list[tuple], sinks: list[Sink]) -> None:
+        """Send `records` as one batch; a batch the broker finds too large is split in
+        two halves sent in order, down to single records (Kafka's producer splits too),
+        so only a record too large by itself fails."""
         where = f"produce to {queue.topic}-{queue.partition}"
         try:
-            message_set = build_batch(batch.records, codec=self.codec)
+            message_set = build_batch(records, codec=self.codec)
             request = ProduceRequest(queue.topic, queue.partition, message_set)
             response = await self._session.retrying(lambda: self._session.request(request))
             raise_for(response.error, where, response.message)
         except asyncio.CancelledError:
-            self._fail(batch, StrataClientError(f"{where}: producer closed before the answer"))
+            self._fail(sinks, StrataClientError(f"{where}: producer closed before the answer"))
             raise
         except StrataClientError as e:
+            if e.code in SPLIT_ON and len(records) > 1:
+                half = len(records) // 2
+                await self._deliver_part(queue, records[:half], sinks[:half])
+                await self._deliver_part(queue, records[half:], sinks[half:])
+                return
             if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 self._partition_counts.pop(queue.topic, None)  # deleted or recreated: ask again
-            self._fail(batch, e)
+            self._fail(sinks, e)
             return
         except Exception as e:  # a record build_batch refused: report, never lose the task
-            self._fail(batch, StrataClientError(f"{where}: {type(e).__name__}: {e}"))
+            self._fail(sinks, StrataClientError(f"{where}: {type(e).__name__}: {e}"))
             return
         topic, partition, base = queue.topic, queue.partition, response.base_offset
         append_time = response.log_append_time
-        for i, (sink, record) in enumerate(zip(batch.sinks, batch.records, strict=True)):
+        for i, (sink, record) in enumerate(zip(sinks, records, strict=True)):
             if not sink.done():
                 sink.set_result(RecordMetadata(topic, partition, base + i,
                                                record[2] if append_time == -1 else append_time))
 
     @staticmethod
-    def _fail(batch: _Batch, error: StrataClientError) -> None:
-        for sink in batch.sinks:
+    def _fail(sinks: list[Sink], error: StrataClientError) -> None:
+        for sink in sinks:
             if not sink.done():
                 sink.set_exception(error)
                 if isinstance(sink, asyncio.Future):

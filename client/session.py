@@ -11,6 +11,9 @@ Contract:
 - `await session.request(req, timeout_ms)` returns the raw response;
   `await session.call(req, context)` also raises for a top-level error code,
   with the broker's reason when the connection speaks version 2.
+- `await session.request_v2(req, what, timeout_ms)` is `request` for what only
+  version 2 of the protocol has (a read_committed FETCH): on a connection that
+  speaks version 1 it raises StrataClientError(INVALID_REQUEST) naming `what`.
 - `await session.retrying(op, what)` runs `op()` (a coroutine function) and
   retries it on retriable errors only (transport failures: BrokerUnreachable,
   RequestTimedOut), at most `retries` times, sleeping `retry_backoff_ms`,
@@ -25,6 +28,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
+from protocol import ErrorCode
 from protocol.requests import Request
 
 from .connection import DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS, AsyncConnection
@@ -74,6 +78,13 @@ class BrokerSession:
 
     async def request(self, request: Request, timeout_ms: int | None = None):
         conn = await self.connection()
+        return await conn.request(request, timeout_ms)
+
+    async def request_v2(self, request: Request, what: str, timeout_ms: int | None = None):
+        conn = await self.connection()
+        if conn.version < 2:
+            raise StrataClientError(f"{what} needs a broker that speaks native protocol version 2 "
+                                    f"(this one speaks {conn.version})", ErrorCode.INVALID_REQUEST)
         return await conn.request(request, timeout_ms)
 
     async def call(self, request: Request, context: str, timeout_ms: int | None = None):

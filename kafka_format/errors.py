@@ -85,10 +85,25 @@ class RecordValidationError(InvalidRecordError):
                          f"errors in total, and only showing the first three errors at most: [{shown}]")
 
     def in_partition(self, topic: str, partition: int) -> RecordValidationError:
-        """This error with each message naming the partition, as Kafka's do
-        ("... in topic partition orders-0"); the validator does not know it."""
-        return RecordValidationError([(index, f"{message} in topic partition {topic}-{partition}")
-                                      for index, message in self.record_errors])
+        """This error with each keyless record's message naming the partition, as
+        Kafka's does ("... in topic partition orders-0"); the validator does not
+        know it. Other messages (timestamps) name none, as Kafka's."""
+        return type(self)([(index, f"{message} in topic partition {topic}-{partition}"
+                            if message == KEYLESS_ON_COMPACTED else message)
+                           for index, message in self.record_errors])
+
+
+class InvalidTimestampError(RecordValidationError):
+    """Records of one batch whose CreateTime timestamps lie outside the topic's
+    window (message.timestamp.before.max.ms / after.max.ms): Kafka's
+    INVALID_TIMESTAMP with its record errors, which may also name keyless records
+    of the same batch. The message is Kafka's, the same for every such batch."""
+
+    code = 32
+
+    def __init__(self, record_errors: list[tuple[int, str]]):
+        super().__init__(record_errors)
+        self.args = ("One or more records have been rejected due to invalid timestamp",)
 
 
 class InvalidOffsetError(StrataError):

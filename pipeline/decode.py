@@ -9,7 +9,10 @@ batches (transaction markers), as a Kafka consumer does. It returns a
 (never below `start`), where the next read begins; `whole_entries`;
 `stop`, the position after the last whole entry (a trailing entry cut short
 is left alone, since more bytes will make it whole); and `done`, True once an
-entry reached `end`.
+entry reached `end`. With `aborted` (read_committed: the (producer id, first
+offset) pairs of the aborted transactions the bytes hold, or an AbortedFilter
+carried across calls) the batches of those transactions are skipped too, by
+Kafka's consumer rule (client.fetch.AbortedFilter).
 
 Every entry's CRC is checked (Kafka's `check.crcs=true`) and a batch's
 records must fill it exactly; anything else raises CorruptRecordError naming
@@ -21,10 +24,12 @@ through `kafka_format.LogEntry`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from crc32c import crc32c
 
+from client.fetch import AbortedFilter, is_abort_marker
 from kafka_format import LogEntry
 from kafka_format.batch import BATCH_HEADER, BATCH_OVERHEAD, CONTROL_BIT, CRC_START
 from kafka_format.codecs import decompress
@@ -53,7 +58,8 @@ class Walked(NamedTuple):
 
 
 def decode_into(buf, start: int, end: int, columns: Columns, pos: int = 0,
-                limit: int | None = None, origin: int = 0) -> Walked:
+                limit: int | None = None, origin: int = 0,
+                aborted: Iterable[tuple[int, int]] | AbortedFilter | None = None) -> Walked:
     if type(buf) is not bytes:
         buf = bytes(buf)  # slices must be bytes: they become the key and value cells
     limit = len(buf) if limit is None else limit
@@ -62,6 +68,7 @@ def decode_into(buf, start: int, end: int, columns: Columns, pos: int = 0,
     unpack_batch = BATCH_HEADER.unpack_from
     next_offset = start
     whole = 0
+    txn_filter = aborted if aborted is None or isinstance(aborted, AbortedFilter) else AbortedFilter(aborted)
     while limit - pos > MAGIC_OFFSET:
         base, size = unpack_prefix(buf, pos)
         if size < MIN_ENTRY_SIZE_FIELD:
@@ -75,12 +82,15 @@ def decode_into(buf, start: int, end: int, columns: Columns, pos: int = 0,
             if size + LOG_OVERHEAD < BATCH_OVERHEAD:
                 raise CorruptRecordError(f"entry at {origin + pos}: batch length {size} is "
                                          f"too short")
-            (_, _, _, _, crc, attributes, last_delta, base_ts, max_ts, _, _, _,
+            (_, _, _, _, crc, attributes, last_delta, base_ts, max_ts, producer_id, _, _,
              count) = unpack_batch(buf, pos)
             if crc32c(view[pos + CRC_START:entry_end]) != crc:
                 raise CorruptRecordError(f"entry at {origin + pos}: batch fails its CRC32C")
             last = base + last_delta
-            if last >= start and base < end and count and not attributes & CONTROL_BIT:
+            dropped = txn_filter is not None and txn_filter.drops_batch(
+                last, producer_id, attributes,
+                bool(attributes & CONTROL_BIT) and is_abort_marker(LogEntry(buf, pos)))
+            if last >= start and base < end and count and not attributes & CONTROL_BIT and not dropped:
                 codec = attributes & CODEC_MASK
                 if codec:
                     payload = decompress(codec, view[pos + BATCH_OVERHEAD:entry_end], magic=2)

@@ -8,9 +8,8 @@ Contract:
   first reachable address of `bootstrap` (`client.parse_bootstrap`); requests
   are pipelined and answers come back in order. With `security` (the source's
   kafka.security.protocol, kafka.ssl.*, kafka.sasl.*) it connects with TLS and,
-  on a SASL listener, sends a version-2 HANDSHAKE and authenticates
-  (SASL_AUTHENTICATE, client/sasl.py) first; the connection then speaks version 2
-  (FETCH answers carry the offsets and the aborted list before the message set).
+  on a SASL listener, authenticates (SASL_AUTHENTICATE, client/sasl.py) right
+  after its version-2 HANDSHAKE.
 - `read_range(options, topic, partition, start, end)` yields pyarrow
   RecordBatches (schema.arrow_schema) holding exactly the records with
   offsets in [start, end), in order, skipping records below `start` inside
@@ -18,6 +17,11 @@ Contract:
   is already on its way (its offset is read from the entry headers first).
   An answer holding only a cut-short entry doubles the fetch size (up to
   64 MiB, then MESSAGE_TOO_LARGE).
+- read_committed (`isolation.level`): the link HANDSHAKEs to version 2 (a
+  broker that cannot is refused with a clear error) and every FETCH asks for
+  isolation 1; the broker stops at the last stable offset (planned ranges end
+  at or below it) and names the aborted transactions of each answer, whose
+  records are dropped with the markers (decode.py).
 - Data loss, as Spark's Kafka source: the range start below the log start
   (retention or DELETE_RECORDS removed records), the log end below a wanted
   offset, or the topic gone. With `failOnDataLoss` (the default) the task
@@ -41,12 +45,14 @@ from collections import deque
 from collections.abc import Iterator
 
 from client import parse_bootstrap
+from client.connection import CLIENT_ID
 from client.errors import AuthenticationFailed, BrokerUnreachable, StrataClientError, raise_for
 from client.sasl import SaslFailed, sasl_credentials
 from client.sasl import exchange as sasl_exchange
 from client.security import ssl_context
 from kafka_format.framing import ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from protocol import (
+    PROTOCOL_VERSION,
     ErrorCode,
     FetchRequest,
     HandshakeRequest,
@@ -55,7 +61,7 @@ from protocol import (
     encode_request,
     parse_response,
 )
-from protocol.requests import RequestType, SaslAuthenticateRequest
+from protocol.requests import IsolationLevel, RequestType, SaslAuthenticateRequest
 
 from .decode import decode_into
 from .options import ReadOptions
@@ -69,8 +75,8 @@ ROWS_PER_BATCH = 16384
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 SIZE = struct.Struct(">i")
 ERROR = struct.Struct(">h")
-ABORTED_COUNT = struct.Struct(">i")
-FETCH_V2_OFFSETS_BYTES = 28  # highWatermark, lastStableOffset, logStartOffset, abortedCount
+FETCH_V2_OFFSETS = struct.Struct(">qqqi")  # highWatermark, lastStableOffset, logStartOffset, abortedCount
+ABORTED = struct.Struct(">qq")  # producerId, firstOffset
 LAST_DELTA = struct.Struct(">i")
 LAST_DELTA_AT = 23
 DATA_LOSS_ADVICE = (
@@ -92,12 +98,14 @@ def data_loss(message: str, fail: bool) -> None:
 
 
 class BrokerLink:
-    def __init__(self, bootstrap: str, timeout_ms: int = 120_000, security: tuple[tuple[str, str], ...] = ()):
+    def __init__(self, bootstrap: str, timeout_ms: int = 120_000, version: int = 1,
+                 security: tuple[tuple[str, str], ...] = ()):
         self.bootstrap = bootstrap
         self.timeout_ms = timeout_ms
         settings = dict(security)
         self._ssl = ssl_context(settings)
         self._sasl = sasl_credentials(settings)
+        self.wanted_version = version  # 2: HANDSHAKE on connecting, and refuse a broker without it
         self.version = 1
         self._sock: socket.socket | None = None
         self._pending: deque[int] = deque()  # request types of unanswered requests
@@ -123,25 +131,42 @@ class BrokerLink:
                     sock.close()
                     problems.append(f"{host}:{port}: TLS handshake failed ({e})")
                     continue
-            if self._sasl is not None:
-                self._sock = sock
-                self._authenticate()
+            if self.wanted_version >= 2 or self._sasl is not None:
+                self._handshake(sock)
             return sock
         raise BrokerUnreachable("cannot reach broker at " + "; ".join(problems))
 
+    def _handshake(self, sock: socket.socket) -> None:
+        """Settle version 2 on a new connection (before any other request)."""
+        self._sock, self.version = sock, 1
+        try:
+            sock.sendall(encode_request(HandshakeRequest(PROTOCOL_VERSION, CLIENT_ID)))
+        except OSError as e:
+            self.close()
+            raise BrokerUnreachable(f"connection to broker at {self.address} lost: {e}") from None
+        self._pending.append(RequestType.HANDSHAKE)
+        response = self.receive()
+        if response.error == ErrorCode.NONE and response.mechanisms:
+            if self._sasl is None or self._sasl.mechanism not in response.mechanisms:
+                self.close()
+                raise AuthenticationFailed(f"broker at {self.address} requires SASL "
+                                           f"({', '.join(response.mechanisms)}): set kafka.security.protocol, "
+                                           "kafka.sasl.mechanism, kafka.sasl.username and kafka.sasl.password")
+            self.version = response.version
+            self._authenticate()
+        self._sock = None
+        version = response.version if response.error == ErrorCode.NONE else 1
+        if version < self.wanted_version:
+            sock.close()
+            raise StrataClientError(f"isolation.level read_committed needs a broker that speaks native "
+                                    f"protocol version {self.wanted_version} (the one at {self.address} "
+                                    f"speaks {version})", ErrorCode.INVALID_REQUEST)
+        self.version = version
+
     def _authenticate(self) -> None:
-        """Version-2 HANDSHAKE, then the SASL exchange (the socket is `_sock`)."""
+        """The SASL exchange, right after the HANDSHAKE (the socket is `_sock`)."""
         credentials = self._sasl
         assert credentials is not None
-        self.version = 1
-        self._pending.append(RequestType.HANDSHAKE)
-        self._write(encode_request(HandshakeRequest(2, "strata-spark")))
-        handshake = self.receive()
-        self.version = handshake.version
-        if handshake.error != ErrorCode.NONE or credentials.mechanism not in handshake.mechanisms:
-            self.close()
-            raise AuthenticationFailed(f"broker at {self.address} does not offer SASL {credentials.mechanism} "
-                                       f"(it offers {', '.join(handshake.mechanisms) or 'none'})")
         steps = sasl_exchange(credentials)
         message = next(steps)
         try:
@@ -158,14 +183,6 @@ class BrokerLink:
         except SaslFailed as e:
             self.close()
             raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: {e}") from None
-
-    def _write(self, data: bytes) -> None:
-        assert self._sock is not None
-        try:
-            self._sock.sendall(data)
-        except OSError as e:
-            self.close()
-            raise BrokerUnreachable(f"connection to broker at {self.address} lost: {e}") from None
 
     def send(self, request) -> None:
         if self._sock is None:
@@ -215,24 +232,28 @@ class BrokerLink:
             raise StrataClientError(f"bad answer from broker at {self.address}: {e.message}",
                                     ErrorCode.CORRUPT_MESSAGE) from None
 
-    def receive_fetch(self) -> tuple[int, bytes]:
-        """(error, message set as bytes) of the oldest unanswered FETCH."""
+    def receive_fetch(self) -> tuple[int, bytes, list[tuple[int, int]] | None]:
+        """(error, message set as bytes, aborted list) of the oldest unanswered FETCH;
+        the aborted list (producer id, first offset) comes with version 2 (else None)."""
         request_type, frame = self._receive_frame()
         if request_type != RequestType.FETCH or len(frame) < ERROR.size:
             self.close()
             raise StrataClientError("bad answer to FETCH", ErrorCode.CORRUPT_MESSAGE)
         (error,) = ERROR.unpack_from(frame)
         if self.version < 2:
-            return error, bytes(memoryview(frame)[ERROR.size:])
+            return error, bytes(memoryview(frame)[ERROR.size:]), None
         if error != ErrorCode.NONE:
-            return error, b""  # version 2: an error carries its message, no message set
-        # version 2: highWatermark, lastStableOffset, logStartOffset, abortedCount, the aborted list
-        if len(frame) < ERROR.size + FETCH_V2_OFFSETS_BYTES:
+            return error, b"", []  # version 2: the body is the error's message
+        pos = ERROR.size + FETCH_V2_OFFSETS.size
+        if len(frame) < pos:
             self.close()
             raise StrataClientError("bad answer to FETCH", ErrorCode.CORRUPT_MESSAGE)
-        (aborted,) = ABORTED_COUNT.unpack_from(frame, ERROR.size + FETCH_V2_OFFSETS_BYTES - ABORTED_COUNT.size)
-        start = ERROR.size + FETCH_V2_OFFSETS_BYTES + 16 * max(0, aborted)
-        return error, bytes(memoryview(frame)[start:])
+        count = FETCH_V2_OFFSETS.unpack_from(frame, ERROR.size)[3]
+        if count < 0 or len(frame) < pos + count * ABORTED.size:
+            self.close()
+            raise StrataClientError("bad answer to FETCH", ErrorCode.CORRUPT_MESSAGE)
+        aborted = [ABORTED.unpack_from(frame, pos + i * ABORTED.size) for i in range(count)]
+        return error, bytes(memoryview(frame)[pos + count * ABORTED.size:]), aborted
 
     def request(self, request):
         self.send(request)
@@ -284,11 +305,14 @@ class _RangeReader:
         self.where = f"{topic}-{partition}"
         self.start = start
         self.end = end
-        self.link = BrokerLink(options.bootstrap, options.request_timeout_ms, options.security)
+        self.link = BrokerLink(options.bootstrap, options.request_timeout_ms,
+                               version=2 if options.read_committed else 1, security=options.security)
+        self.isolation = (IsolationLevel.READ_COMMITTED if options.read_committed
+                          else IsolationLevel.READ_UNCOMMITTED)
         self.failures = 0
 
     def fetch(self, offset: int, size: int) -> None:
-        self.link.send(FetchRequest(self.topic, self.partition, offset, size, 0))
+        self.link.send(FetchRequest(self.topic, self.partition, offset, size, 0, self.isolation))
 
     def out_of_range(self, position: int) -> int:
         """Where to go on after OFFSET_OUT_OF_RANGE at `position` (`end`: stop)."""
@@ -334,7 +358,7 @@ class _RangeReader:
                     if pending is None:
                         self.fetch(position, size)
                     pending = None
-                    error, data = self.link.receive_fetch()
+                    error, data, aborted = self.link.receive_fetch()
                     if error == ErrorCode.OFFSET_OUT_OF_RANGE:
                         position = self.out_of_range(position)
                         continue
@@ -368,7 +392,7 @@ class _RangeReader:
                     pending = None
                     self.transport_failed(e)
                     continue
-                walked = decode_into(data, position, end, columns)
+                walked = decode_into(data, position, end, columns, aborted=aborted)
                 position = max(position, walked.next_offset)
                 self.failures = 0
                 if len(columns) >= ROWS_PER_BATCH:

@@ -26,6 +26,10 @@ Contract:
 - `minOffsetsPerTrigger` and `maxTriggerDelay` (Spark's duration syntax, default
   15m) hold a micro-batch back until that many new offsets are there or the
   delay has passed since the last batch (source.py); at most `maxOffsetsPerTrigger`.
+- `isolation.level` (Kafka's consumer setting, spark-sql-kafka's
+  `kafka.isolation.level`): read_uncommitted (the default) or read_committed,
+  under which "latest" is each partition's last stable offset (planning.py)
+  and executors drop the records of aborted transactions (fetcher.py).
 - An `OffsetSpec` says where a range starts or ends before the broker is asked:
   `earliest`, `latest`, `specific` (per partition, -2/-1 allowed), `timestamp`
   (one for every partition) or `timestamps` (per partition). Precedence as in
@@ -58,6 +62,7 @@ STRATEGY_NAMES = "subscribe, subscribePattern, assign"
 DEFAULT_FETCH_BYTES = 4 * 1024 * 1024
 DEFAULT_REQUEST_TIMEOUT_MS = 120_000  # Spark's kafkaConsumer.pollTimeoutMs default
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")  # Kafka's isolation.level values
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's maxTriggerDelay default, 15m
 # Options of Spark's Kafka source that this source does not offer; refused, never ignored.
 NO_GROUP = "the source reads offset ranges and commits nothing to the broker (no consumer group)"
@@ -258,6 +263,7 @@ class ReadOptions:
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     fetch_retries: int = 3
     retry_interval_ms: int = 1000
+    read_committed: bool = False  # isolation.level=read_committed
 
     def matches(self, topic: str) -> bool:
         """Does the subscription take `topic` (for subscribe / subscribePattern)?"""
@@ -313,9 +319,10 @@ def _subscription(options: Mapping[str, str]) -> dict:
 def read_options(raw: Mapping[str, str], streaming: bool) -> ReadOptions:
     check_known(raw, READ_OPTIONS, "source")
     options = normalize(raw)
-    if options.get("isolation.level", "read_uncommitted").strip().lower() != "read_uncommitted":
-        raise OptionError("option 'isolation.level': only read_uncommitted (Kafka's default) is "
-                          "supported; transaction markers are skipped, aborted records are not")
+    isolation = options.get("isolation.level", "read_uncommitted").strip().lower()
+    if isolation not in ISOLATION_LEVELS:
+        raise OptionError(f"Invalid value {options['isolation.level']} for configuration "
+                          f"isolation.level: String must be one of: {', '.join(ISOLATION_LEVELS)}")
     subscription = _subscription(options)
     bootstrap = bootstrap_of(options)
     starting = _offset_spec(options, "starting", "latest" if streaming else "earliest")
@@ -374,6 +381,7 @@ def read_options(raw: Mapping[str, str], streaming: bool) -> ReadOptions:
                                 minimum=0, default=3),
         retry_interval_ms=parse_int(options, "fetchoffset.retryintervalms",
                                     "fetchOffset.retryIntervalMs", minimum=0, default=1000),
+        read_committed=isolation == "read_committed",
     )
 
 

@@ -8,7 +8,10 @@ Contract:
   timestamps). `partitions()` resolves the subscription: `subscribe` topics
   must exist, `subscribePattern` matches whole topic names (re.fullmatch,
   internal topics left out), `assign` partitions must exist.
-  `resolve(spec, tps, starting)` turns an OffsetSpec into offsets; per
+  Under read_committed a partition's `log_end` is its last stable offset (what
+  Kafka's ListOffsets READ_COMMITTED answers for "latest", as Spark's offset
+  reader asks with the query's isolation.level), so no range reaches into an
+  open transaction. `resolve(spec, tps, starting)` turns an OffsetSpec into offsets; per
   partition specs must name exactly the subscribed partitions (Spark's
   assertion), timestamps give the first offset at or after them (no match:
   for a start, `startingOffsetsByTimestampStrategy` error | latest; for an
@@ -56,7 +59,7 @@ class OffsetRange(InputPartition):
 @dataclass(frozen=True)
 class PartitionInfo:
     log_start: int
-    log_end: int
+    log_end: int  # the last stable offset under read_committed
 
 
 class Planner:
@@ -108,8 +111,10 @@ class Planner:
                 raise StrataClientError(f"topic {topic.topic!r} {what}", topic.error)
             known[topic.topic] = {p.partition for p in topic.partitions}
             for p in topic.partitions:
-                found[(topic.topic, p.partition)] = PartitionInfo(p.log_start_offset,
-                                                                  p.log_end_offset)
+                end = p.log_end_offset
+                if o.read_committed:
+                    end = self.admin.last_stable_offset(topic.topic, p.partition, end)
+                found[(topic.topic, p.partition)] = PartitionInfo(p.log_start_offset, end)
         if o.strategy == "subscribe":
             missing_topics = [t for t in o.topics if t not in known]
             if missing_topics:

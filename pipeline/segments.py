@@ -15,7 +15,12 @@ Contract:
 - Rows have the broker source's schema (`includeHeaders` too) and hold what a
   consumer reading from the log start would get: records below the log start
   offset that `log-start-offset-checkpoint` (next to the partition
-  directories) records are left out, as are transaction markers.
+  directories) records are left out, as are transaction markers (always).
+- `isolation.level` (Kafka's consumer setting): read_uncommitted (the default)
+  returns every data record; read_committed returns what a read_committed
+  consumer of the partition would get: no records of aborted transactions (the
+  `.txnindex` files name them) and nothing from the first offset of a
+  transaction still open in the copy on (segment_txns.py; planned on the driver).
 - `subscribe` / `subscribePattern` / `assign` optionally narrow the topics
   (same syntax as the broker source); without them every topic but the
   internal `__consumer_offsets` is read.
@@ -36,6 +41,7 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from client.fetch import AbortedFilter
 from kafka_format.errors import CorruptRecordError
 from storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from storage.fileutil import parse_segment_file_name
@@ -44,8 +50,9 @@ from storage.names import parse_partition_dir_name
 from .decode import decode_into
 from .fetcher import ROWS_PER_BATCH
 from .offsets import OptionError, parse_assign
-from .options import INTERNAL_TOPICS, normalize, parse_bool
+from .options import INTERNAL_TOPICS, ISOLATION_LEVELS, normalize, parse_bool
 from .schema import Columns, spark_schema
+from .segment_txns import committed_view
 from .source import check_user_schema
 
 __all__ = ["StrataSegmentsDataSource", "SegmentReader", "SegmentFile", "find_segments"]
@@ -62,6 +69,8 @@ class SegmentFile(InputPartition):
     partition: int
     base_offset: int
     log_start: int  # records below it are not visible
+    stable_end: int = NO_END  # read_committed: the copy's last stable offset
+    aborted: tuple[tuple[int, int], ...] | None = None  # read_committed: (producer id, first offset)
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,7 @@ class SegmentOptions:
     topics: tuple[str, ...] | None
     pattern: str | None
     assigned: tuple[tuple[str, int], ...] | None
+    read_committed: bool = False
 
     def wants(self, topic: str, partition: int) -> bool:
         if self.topics is not None:
@@ -112,11 +122,16 @@ def segment_options(raw) -> SegmentOptions:
                               f"{pattern!r}: {e}") from None
     elif "assign" in options:
         assigned = tuple(parse_assign(options["assign"]))
+    isolation = options.get("isolation.level", "read_uncommitted").strip().lower()
+    if isolation not in ISOLATION_LEVELS:
+        raise OptionError(f"Invalid value {options['isolation.level']} for configuration "
+                          f"isolation.level: String must be one of: {', '.join(ISOLATION_LEVELS)}")
     return SegmentOptions(
         paths=tuple(dict.fromkeys(paths)),
         include_headers=parse_bool(options, "includeheaders", False, "includeHeaders"),
         fail_on_data_loss=parse_bool(options, "failondataloss", True, "failOnDataLoss"),
-        topics=topics, pattern=pattern, assigned=assigned)
+        topics=topics, pattern=pattern, assigned=assigned,
+        read_committed=isolation == "read_committed")
 
 
 def _log_starts(data_dir: str) -> dict[tuple[str, int], int]:
@@ -128,16 +143,24 @@ def _log_starts(data_dir: str) -> dict[tuple[str, int], int]:
 
 
 def _partition_segments(directory: str, topic: str, partition: int,
-                        log_start: int) -> list[SegmentFile]:
+                        log_start: int, read_committed: bool) -> list[SegmentFile]:
     bases = sorted(parsed[0] for name in os.listdir(directory)
                    if (parsed := parse_segment_file_name(name)) and parsed[1] == ".log")
+    view = committed_view(directory, bases) if read_committed else None
     out = []
     for i, base in enumerate(bases):
         following = bases[i + 1] if i + 1 < len(bases) else None
         if following is not None and following <= log_start:
             continue  # wholly below the log start
         name = f"{base:020d}.log"
-        out.append(SegmentFile(os.path.join(directory, name), topic, partition, base, log_start))
+        segment = SegmentFile(os.path.join(directory, name), topic, partition, base, log_start)
+        if view is not None:
+            if base >= view.stable_end:
+                continue  # wholly past the last stable offset
+            segment.stable_end = view.stable_end
+            segment.aborted = view.aborted_in(max(base, log_start),
+                                              min(NO_END if following is None else following, view.stable_end))
+        out.append(segment)
     return out
 
 
@@ -166,7 +189,8 @@ def find_segments(options: SegmentOptions) -> list[SegmentFile]:
             if not options.wants(topic, partition):
                 continue
             for segment in _partition_segments(directory, topic, partition,
-                                               starts.get((topic, partition), 0)):
+                                               starts.get((topic, partition), 0),
+                                               options.read_committed):
                 found.setdefault(segment.path, segment)
     return sorted(found.values(), key=lambda s: (s.topic, s.partition, s.base_offset))
 
@@ -175,6 +199,7 @@ def read_segment(segment: SegmentFile, include_headers: bool, fail_on_data_loss:
     """RecordBatches of the segment's visible records, in offset order."""
     columns = Columns(include_headers)
     start = max(segment.log_start, segment.base_offset)
+    aborted = None if segment.aborted is None else AbortedFilter(segment.aborted)
     buf = b""
     position = 0  # file position of buf[0]
     with open(segment.path, "rb") as f:
@@ -184,7 +209,8 @@ def read_segment(segment: SegmentFile, include_headers: bool, fail_on_data_loss:
                 break
             buf = buf + chunk if buf else chunk
             try:
-                walked = decode_into(buf, start, NO_END, columns, origin=position)
+                walked = decode_into(buf, start, segment.stable_end, columns, origin=position,
+                                     aborted=aborted)
             except CorruptRecordError as e:
                 message = f"{segment.path}: corrupt {e}"
                 if fail_on_data_loss:
@@ -198,6 +224,9 @@ def read_segment(segment: SegmentFile, include_headers: bool, fail_on_data_loss:
             buf = buf[walked.stop:]
             if len(columns) >= ROWS_PER_BATCH:
                 yield columns.to_batch(segment.topic, segment.partition)
+            if walked.done:
+                buf = b""  # the last stable offset: nothing further is read
+                break
     if buf:
         log.warning("%s: %d bytes at position %d are an entry cut short; left out",
                     segment.path, len(buf), position)

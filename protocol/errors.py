@@ -3,7 +3,7 @@
 Contract:
 - `ErrorCode` holds Kafka's numbers for every code the native protocol uses
   (the table in NATIVE-PROTOCOL.md plus the codes storage raises beyond it:
-  KAFKA_STORAGE_ERROR and the idempotent-producer codes 45-47, and Kafka's SASL
+  KAFKA_STORAGE_ERROR, INVALID_TIMESTAMP, the idempotent-producer codes 45-47, and Kafka's SASL
   state codes 33-34 that SASL_AUTHENTICATE answers).
 - `ProtocolError(code, message)` is the only exception the codec raises for bytes
   it cannot accept. `code` is INVALID_REQUEST (a malformed request or frame) or
@@ -30,6 +30,7 @@ class ErrorCode(IntEnum):
     TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
+    INVALID_TIMESTAMP = 32
     UNSUPPORTED_SASL_MECHANISM = 33
     ILLEGAL_SASL_STATE = 34
     TOPIC_ALREADY_EXISTS = 36
@@ -39,6 +40,10 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
     INVALID_RECORD = 87

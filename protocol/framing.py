@@ -263,6 +263,9 @@ class RequestMemoryPool(Protocol):
 
 
 INITIAL_FRAME_BYTES = 256 * 1024  # a large frame's first buffer; it doubles as bytes arrive
+# A frame up to this size gets its whole buffer at once: the size of the clients' default
+# produce requests (Kafka's max.request.size, librdkafka's batch.size and message.max.bytes).
+WHOLE_FRAME_BYTES = 1024 * 1024
 
 
 class FrameReader:
@@ -282,12 +285,13 @@ class FrameReader:
       the frame gets a buffer of its own (from `pool` when given: see FramePool),
       the bytes already received are copied in and `get_buffer` hands out the rest
       of it, so the socket's bytes are written by the kernel where the frame will
-      stay. That buffer grows as the bytes arrive, never ahead of them: it starts
-      at INITIAL_FRAME_BYTES (or what is already here, or the whole frame if
-      smaller) and doubles each time it is full, up to the announced size, so a
-      connection that announces 100 MB and sends nothing costs 256 KiB, not
-      100 MB (a frame of up to INITIAL_FRAME_BYTES is received without a copy;
-      beyond, each growth copies what arrived: under one extra copy in all).
+      stay. A frame of up to WHOLE_FRAME_BYTES (1 MiB: the clients' default
+      produce requests) gets its whole buffer at once and is received without a
+      copy. A larger one's buffer grows as the bytes arrive, never ahead of them:
+      it starts at INITIAL_FRAME_BYTES (or what is already here) and doubles each
+      time it is full, up to the announced size, so a connection that announces
+      100 MB and sends nothing costs 256 KiB, not 100 MB (each growth copies
+      what arrived: under one extra copy in all).
     - `memory` (optional, broker/request_memory.py): a large frame's announced size
       is reserved there before its buffer is made (`reserve(size)`, as Kafka's
       NetworkReceive allocates from the request memory pool); when it refuses,
@@ -455,7 +459,8 @@ class FrameReader:
                 self.waiting_for_memory = True
                 return
             self.reserved_in_progress = size
-        frame = self._frame = self._new_buffer(min(size, max(available, INITIAL_FRAME_BYTES)))
+        first = size if size <= WHOLE_FRAME_BYTES else max(available, INITIAL_FRAME_BYTES)
+        frame = self._frame = self._new_buffer(first)
         self._size = size
         frame[:available] = self._scratch_view[body:end]
         self._filled = available

@@ -60,7 +60,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from construct import Construct, Int8sb, Int16sb, Int32sb, Int64sb, Rebuild, len_, this
 
@@ -85,8 +85,9 @@ __all__ = [
     "ProduceItem", "MultiProduceRequest", "OffsetsRequest", "CreateTopicRequest",
     "DeleteTopicRequest", "MetadataRequest", "DescribeConfigRequest", "AlterConfigRequest",
     "DeleteRecordsRequest", "CommitOffsetRequest", "FetchOffsetRequest", "HandshakeRequest",
-    "SaslAuthenticateRequest", "IsolationLevel", "PROTOCOL_VERSION", "parse_request", "parse_produce",
-    "encode_request",
+    "SaslAuthenticateRequest", "AclBinding", "AclBindingFilter", "DescribeAclsRequest", "CreateAclsRequest",
+    "DeleteAclsRequest", "ACL_BINDING", "ACL_FILTER", "IsolationLevel", "PROTOCOL_VERSION", "parse_request",
+    "parse_produce", "encode_request",
 ]
 
 PROTOCOL_VERSION = 2  # the highest version of the native protocol this codec speaks
@@ -110,6 +111,10 @@ class RequestType(IntEnum):
     FETCH_OFFSET = 12
     HANDSHAKE = 13
     SASL_AUTHENTICATE = 14
+    # Project extensions (NATIVE.md "ACLs"): 100 + Kafka's API key.
+    DESCRIBE_ACLS = 129
+    CREATE_ACLS = 130
+    DELETE_ACLS = 131
 
 
 class IsolationLevel(IntEnum):
@@ -283,10 +288,72 @@ class SaslAuthenticateRequest:
     auth_bytes: Buffer = b""
 
 
+class AclBinding(NamedTuple):
+    """An ACL as the native ACL requests carry it; Kafka's numbers for the enums
+    (resource type TOPIC=2 GROUP=3 CLUSTER=4 TRANSACTIONAL_ID=5; pattern LITERAL=3
+    PREFIXED=4; operation ALL=2 READ=3 ... IDEMPOTENT_WRITE=12; permission DENY=2 ALLOW=3)."""
+    resource_type: int
+    name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+
+class AclBindingFilter(NamedTuple):
+    """Kafka's AclBindingFilter: null strings and ANY (1) match everything; pattern
+    MATCH (2) matches the bindings that apply to the named resource."""
+    resource_type: int = 1
+    name: str | None = None
+    pattern_type: int = 1
+    principal: str | None = None
+    host: str | None = None
+    operation: int = 1
+    permission: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeAclsRequest:
+    """The ACLs one filter matches (the filter's fields, flat)."""
+    TYPE: ClassVar[RequestType] = RequestType.DESCRIBE_ACLS
+    resource_type: int = 1
+    name: str | None = None
+    pattern_type: int = 1
+    principal: str | None = None
+    host: str | None = None
+    operation: int = 1
+    permission: int = 1
+
+    @property
+    def filter(self) -> AclBindingFilter:
+        return AclBindingFilter(self.resource_type, self.name, self.pattern_type, self.principal, self.host,
+                                self.operation, self.permission)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateAclsRequest:
+    TYPE: ClassVar[RequestType] = RequestType.CREATE_ACLS
+    acls: tuple[AclBinding, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "acls", tuple(self.acls))
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAclsRequest:
+    TYPE: ClassVar[RequestType] = RequestType.DELETE_ACLS
+    filters: tuple[AclBindingFilter, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "filters", tuple(self.filters))
+
+
 Request = (ProduceRequest | FetchRequest | MultiFetchRequest | MultiProduceRequest | OffsetsRequest |
           CreateTopicRequest | DeleteTopicRequest | MetadataRequest | DescribeConfigRequest |
           AlterConfigRequest | DeleteRecordsRequest | CommitOffsetRequest | FetchOffsetRequest |
-          HandshakeRequest | SaslAuthenticateRequest)
+          HandshakeRequest | SaslAuthenticateRequest | DescribeAclsRequest | CreateAclsRequest |
+          DeleteAclsRequest)
 
 
 # ---- the layouts: each body declared once, parsed and built by its compiled code ----
@@ -299,6 +366,12 @@ def _produce_fields() -> list[Construct]:
     return ["topic" / Str, "partition" / Int32sb, "setSize" / Length(Int32sb, "messageSet"),
             "messageSet" / MessageSet(this.setSize)]
 
+
+ACL_BINDING = Record(AclBinding, "resourceType" / Int8sb, "name" / Str, "patternType" / Int8sb,
+                     "principal" / Str, "host" / Str, "operation" / Int8sb, "permission" / Int8sb)
+ACL_FILTER = Record(AclBindingFilter, "resourceType" / Int8sb, "name" / NullableStr, "patternType" / Int8sb,
+                    "principal" / NullableStr, "host" / NullableStr, "operation" / Int8sb,
+                    "permission" / Int8sb)
 
 LAYOUTS: dict[RequestType, Record] = {
     RequestType.PRODUCE: Record(ProduceRequest, *_produce_fields()),
@@ -331,6 +404,11 @@ LAYOUTS: dict[RequestType, Record] = {
     RequestType.SASL_AUTHENTICATE: Record(
         SaslAuthenticateRequest, "mechanism" / Str, "authSize" / Length(Int32sb, "authBytes"),
         "authBytes" / MessageSet(this.authSize)),
+    RequestType.DESCRIBE_ACLS: Record(DescribeAclsRequest, *ACL_FILTER.subcons),
+    RequestType.CREATE_ACLS: Record(CreateAclsRequest, "count" / Rebuild(Int16sb, len_(this.acls)),
+                                    "acls" / Items("count", ACL_BINDING)),
+    RequestType.DELETE_ACLS: Record(DeleteAclsRequest, "count" / Rebuild(Int16sb, len_(this.filters)),
+                                    "filters" / Items("count", ACL_FILTER)),
 }
 
 LAYOUTS_V2: dict[RequestType, Record] = {

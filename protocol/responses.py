@@ -69,7 +69,7 @@ from typing import NamedTuple
 from construct import Construct, Int16sb, Int32sb, Int64sb, Rebuild, len_, this
 
 from .errors import ErrorCode, ProtocolError
-from .requests import RequestType
+from .requests import ACL_BINDING, AclBinding, RequestType
 from .wire import (
     INT16_MAX,
     PARSE_ERRORS,
@@ -92,7 +92,8 @@ __all__ = [
     "Response", "ProduceResponse", "FetchResponse", "FetchResult", "MultiFetchResponse",
     "ProduceResult", "MultiProduceResponse", "OffsetsResponse", "EmptyResponse",
     "PartitionMetadata", "TopicMetadata", "MetadataResponse", "DescribeConfigResponse",
-    "DeleteRecordsResponse", "FetchOffsetResponse", "HandshakeResponse", "SaslAuthenticateResponse",
+    "DeleteRecordsResponse", "FetchOffsetResponse",
+    "DescribeAclsResponse", "DeleteAclsResponse", "DeletedAcls", "HandshakeResponse", "SaslAuthenticateResponse",
     "AbortedTransaction", "FetchResponseV2",
     "encode_response", "error_response", "fetch_response_header", "fetch_v2_response_header",
     "multifetch_response_parts", "produce_response", "parse_response",
@@ -250,6 +251,31 @@ class SaslAuthenticateResponse:
     message: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class DescribeAclsResponse:
+    error: int
+    acls: tuple[AclBinding, ...] = ()
+    message: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "acls", tuple(AclBinding(*a) for a in self.acls))
+
+
+class DeletedAcls(NamedTuple):
+    """The bindings one DELETE_ACLS filter matched and removed."""
+    acls: tuple[AclBinding, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAclsResponse:
+    error: int
+    deleted: tuple[DeletedAcls, ...] = ()  # one per filter, in order
+    message: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "deleted", tuple(DeletedAcls(tuple(d[0])) for d in self.deleted))
+
+
 class AbortedTransaction(NamedTuple):
     """An aborted transaction whose data a version-2 FETCH answer holds."""
     producer_id: int
@@ -273,7 +299,8 @@ class FetchResponseV2:
 
 
 Response = (ProduceResponse | FetchResponse | MultiFetchResponse | MultiProduceResponse | OffsetsResponse |
-           EmptyResponse | MetadataResponse | DescribeConfigResponse | DeleteRecordsResponse |
+           EmptyResponse | MetadataResponse | DescribeConfigResponse | DeleteRecordsResponse | DescribeAclsResponse |
+           DeleteAclsResponse |
            FetchOffsetResponse | HandshakeResponse | SaslAuthenticateResponse | FetchResponseV2)
 
 
@@ -321,6 +348,13 @@ LAYOUTS: dict[RequestType, Record] = {
     RequestType.SASL_AUTHENTICATE: Record(
         SaslAuthenticateResponse, "authSize" / Length(Int32sb, "authBytes"), "authBytes" / MessageSet(this.authSize),
         "sessionLifetimeMs" / Int64sb, leading=NONE),
+    RequestType.DESCRIBE_ACLS: Record(DescribeAclsResponse, "count" / Rebuild(Int32sb, len_(this.acls)),
+                                      "acls" / Items("count", ACL_BINDING), leading=NONE),
+    RequestType.CREATE_ACLS: _EMPTY,
+    RequestType.DELETE_ACLS: Record(
+        DeleteAclsResponse, "count" / Rebuild(Int16sb, len_(this.deleted)),
+        "deleted" / Items("count", Record(DeletedAcls, "matched" / Rebuild(Int32sb, len_(this.acls)),
+                                          "acls" / Items("matched", ACL_BINDING))), leading=NONE),
 }
 
 LAYOUTS_V2: dict[RequestType, Record] = {

@@ -55,8 +55,15 @@ both passes in Python. An abort marker stays while the round meets data of its
 transaction; the first round that meets none stamps it with a delete horizon
 (now + delete.retention.ms, as a tombstone's); the first round after the horizon
 removes it and its `.txnindex` entry (Kafka's rules). The other `.txnindex`
-entries are carried into the cleaned segment. COMMIT markers always stay (Kafka
-removes one whose transaction has no batch left: not done).
+entries are carried into the cleaned segment. A COMMIT marker goes the same way
+once its transaction has no batch left: pass 2 notes the producers whose
+committed (not aborted) transactional batches it met since the log start; a
+COMMIT marker of a producer noted stays as it is (and clears the note), one of a
+producer not noted is stamped with a delete horizon and removed past it (Kafka's
+CleanedTransactionMetadata.onControlBatchRead, over the whole round rather than
+one group, so no marker goes while data of its transaction is left anywhere).
+Every batch with a producer id goes through Python in pass 2 (the C pass leaves
+them), so each transactional batch is seen.
 """
 
 from __future__ import annotations
@@ -93,7 +100,7 @@ from .fileutil import segment_file_name
 from .offset_map import OffsetMap
 from .segment import INT_MAX, LogSegment
 from .segment_swap import CLEANED_SUFFIX
-from .txn_markers import CONTROL_KEY, MARKER_VALUE, decode_marker
+from .txn_markers import ABORT, COMMIT, CONTROL_KEY, MARKER_VALUE, decode_marker
 
 if TYPE_CHECKING:
     from ._ccleaner import KeyMap
@@ -372,6 +379,7 @@ class Cleaner:
         self.offset_map = offset_map
         self.io_buffer_size = io_buffer_size
         self._aborted = AbortedBatches([])  # the round's aborted transactions
+        self._committed_data: set[int] = set()  # producers with committed transactional data met, marker not yet
         self.clock = clock
         self.step = step or (lambda name: None)
         self.current: CleanerStats | None = None  # the clean in progress (or the last one), for progress lines
@@ -393,6 +401,7 @@ class Cleaner:
             holder = snapshot.floor(unstable)
             first_uncleanable = holder.base_offset if holder is not None else first_uncleanable
         self._aborted = AbortedBatches(log.aborted_transactions(log.log_start_offset, first_uncleanable))
+        self._committed_data = set()
         config = log.config
 
         before_dirty = [s for s in snapshot if s.base_offset < first_dirty and s is not active]
@@ -520,19 +529,42 @@ class Cleaner:
         has passed, unless `keep` (a group's last entry stays)."""
         (base_offset, _, leader_epoch, _, _, attributes, last_delta, base_ts, max_ts, producer_id, epoch,
          sequence, count) = BATCH_HEADER.unpack_from(buf, pos)
+        if self._aborted.observed_data(producer_id, base_offset):
+            return Kept(memoryview(buf)[pos:stop], MAGIC_V2, base_offset + last_delta, max_ts, 0, count)
+        kept = self._marker_without_data(buf, pos, stop, now_ms, retention_ms, keep)
+        if kept is None:
+            self._aborted.removed.add((producer_id, base_offset))
+        return kept
+
+    def _commit_marker(self, buf, pos: int, stop: int, now_ms: int, retention_ms: int,
+                       keep: bool) -> Kept | None:
+        """A COMMIT marker stays as it is while the round met data of its transaction
+        since its last COMMIT, else goes the abort markers' way (`_marker_without_data`)."""
+        producer_id = BATCH_HEADER.unpack_from(buf, pos)[9]
+        if producer_id in self._committed_data:
+            self._committed_data.discard(producer_id)
+            (base_offset, _, _, _, _, _, last_delta, _, max_ts, *_rest, count) = BATCH_HEADER.unpack_from(buf, pos)
+            return Kept(memoryview(buf)[pos:stop], MAGIC_V2, base_offset + last_delta, max_ts, 0, count)
+        return self._marker_without_data(buf, pos, stop, now_ms, retention_ms, keep)
+
+    def _marker_without_data(self, buf, pos: int, stop: int, now_ms: int, retention_ms: int,
+                             keep: bool) -> Kept | None:
+        """A marker whose transaction has no batch left: stamped with a delete horizon
+        (now + delete.retention.ms) the first time, as it is while the horizon is
+        ahead (or `keep`: a group's last entry stays), None (gone) past it."""
+        (base_offset, _, leader_epoch, _, _, attributes, last_delta, base_ts, max_ts, producer_id, epoch,
+         sequence, count) = BATCH_HEADER.unpack_from(buf, pos)
         last_offset = base_offset + last_delta
         as_is = Kept(memoryview(buf)[pos:stop], MAGIC_V2, last_offset, max_ts, 0, count)
-        if self._aborted.observed_data(producer_id, base_offset):
-            return as_is
         if attributes & DELETE_HORIZON_BIT:
             if base_ts > now_ms or keep:
                 return as_is
-            self._aborted.removed.add((producer_id, base_offset))
             return None
         marker = decode_marker(bytes(buf[pos:stop]))
         if marker is None:
             return as_is
-        out = bytearray(build_batch([(CONTROL_KEY.pack(0, 0), MARKER_VALUE.pack(0, marker.coordinator_epoch),
+        kind = COMMIT if marker.commit else ABORT
+        out = bytearray(build_batch([(CONTROL_KEY.pack(0, kind), MARKER_VALUE.pack(0, marker.coordinator_epoch),
                                       marker.timestamp)],
                                     base_offset=base_offset, base_timestamp=now_ms + retention_ms,
                                     max_timestamp=max_ts, producer_id=producer_id, producer_epoch=epoch,
@@ -622,14 +654,25 @@ class Cleaner:
                         if buf[pos + MAGIC_OFFSET] == MAGIC_V2:
                             base_offset = unpack_head(buf, pos)[0]
                             last = base_offset + unpack_delta(buf, pos + LAST_DELTA_AT)[0]
+                            attributes = INT16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)[0]
+                            aborted = self._aborted.holds(buf, pos)
+                            if attributes & TRANSACTIONAL_BIT and not attributes & CONTROL_BIT and not aborted:
+                                self._committed_data.add(BATCH_HEADER.unpack_from(buf, pos)[9])
                             if last <= latest:
                                 dead = table.dead_mask(base_offset, last)
-                                if self._aborted.holds(buf, pos):
+                                is_marker, marker = False, None
+                                if aborted:
                                     dead = (1 << (last - base_offset + 1)) - 1  # every record goes
                                     self._aborted.observe(buf, pos)
                                 elif self._aborted.marker_at(buf, pos) is not None:
-                                    marker = self._abort_marker(buf, pos, stop, record_filter.now_ms,
-                                                                record_filter.delete_retention_ms, keep_empty)
+                                    is_marker, marker = True, self._abort_marker(
+                                        buf, pos, stop, record_filter.now_ms, record_filter.delete_retention_ms,
+                                        keep_empty)
+                                elif attributes & CONTROL_BIT and is_commit_marker(buf, pos, stop):
+                                    is_marker, marker = True, self._commit_marker(
+                                        buf, pos, stop, record_filter.now_ms, record_filter.delete_retention_ms,
+                                        keep_empty)
+                                if is_marker:
                                     pos = stop
                                     if marker is None:
                                         continue
@@ -674,6 +717,12 @@ class Cleaner:
                 cleaned.delete()
             raise
         stats.groups += 1
+
+
+def is_commit_marker(buf, pos: int, stop: int) -> bool:
+    """Whether the control batch at buf[pos:stop] holds a COMMIT marker."""
+    marker = decode_marker(bytes(buf[pos:stop]))
+    return marker is not None and marker.commit
 
 
 class AbortedBatches:

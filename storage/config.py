@@ -86,6 +86,14 @@ KEYS: tuple[ConfigKey, ...] = (
               "a record stays uncompacted at most this long"),
     ConfigKey("max.message.bytes", "max_message_bytes", "int", 1_048_588, _at_least(0),
               "largest entry (record batch or classic message) accepted"),
+    ConfigKey("message.timestamp.after.max.ms", "message_timestamp_after_max_ms", "long", LONG_MAX,
+              _at_least(0), "largest amount a CreateTime record's timestamp may lie ahead of the broker's "
+              "clock (Long.MAX: message.timestamp.difference.max.ms)"),
+    ConfigKey("message.timestamp.before.max.ms", "message_timestamp_before_max_ms", "long", LONG_MAX,
+              _at_least(0), "largest amount a CreateTime record's timestamp may lie behind the broker's "
+              "clock (Long.MAX: message.timestamp.difference.max.ms)"),
+    ConfigKey("message.timestamp.difference.max.ms", "message_timestamp_difference_max_ms", "long", LONG_MAX,
+              _at_least(0), "deprecated: the window's both sides where before/after.max.ms are Long.MAX"),
     ConfigKey("message.timestamp.type", "message_timestamp_type", "string", "CreateTime",
               _one_of(*TIMESTAMP_TYPES), "CreateTime or LogAppendTime"),
     ConfigKey("min.cleanable.dirty.ratio", "min_cleanable_dirty_ratio", "double", 0.5,
@@ -162,6 +170,9 @@ class LogConfig:
     index_interval_bytes: int = 4096
     max_compaction_lag_ms: int = LONG_MAX
     max_message_bytes: int = 1_048_588
+    message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_difference_max_ms: int = LONG_MAX
     message_timestamp_type: str = "CreateTime"
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
@@ -213,6 +224,20 @@ class LogConfig:
         return self.message_timestamp_type == "LogAppendTime"
 
     @property
+    def timestamp_before_max_ms(self) -> int:
+        """How far behind the clock a CreateTime timestamp may be: before.max.ms,
+        or the deprecated difference.max.ms while before.max.ms is Long.MAX (Kafka's
+        LogConfig)."""
+        before = self.message_timestamp_before_max_ms
+        return before if before != LONG_MAX else self.message_timestamp_difference_max_ms
+
+    @property
+    def timestamp_after_max_ms(self) -> int:
+        """How far ahead of the clock a CreateTime timestamp may be (as before)."""
+        after = self.message_timestamp_after_max_ms
+        return after if after != LONG_MAX else self.message_timestamp_difference_max_ms
+
+    @property
     def max_index_entries_bytes(self) -> int:
         return self.segment_index_bytes
 
@@ -238,6 +263,9 @@ BROKER_NAMES: dict[str, tuple[tuple[str, int], ...]] = {
     "index.interval.bytes": (("log.index.interval.bytes", 1),),
     "max.compaction.lag.ms": (("log.cleaner.max.compaction.lag.ms", 1),),
     "max.message.bytes": (("message.max.bytes", 1),),
+    "message.timestamp.after.max.ms": (("log.message.timestamp.after.max.ms", 1),),
+    "message.timestamp.before.max.ms": (("log.message.timestamp.before.max.ms", 1),),
+    "message.timestamp.difference.max.ms": (("log.message.timestamp.difference.max.ms", 1),),
     "message.timestamp.type": (("log.message.timestamp.type", 1),),
     "min.cleanable.dirty.ratio": (("log.cleaner.min.cleanable.ratio", 1),),
     "min.compaction.lag.ms": (("log.cleaner.min.compaction.lag.ms", 1),),

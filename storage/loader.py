@@ -27,6 +27,11 @@ Order, as Kafka does it:
    with good CRCs); if it is not whole and valid, the active segment is recovered
    the same way, so appends never go after a torn or garbage tail.
 5. An empty directory gets one empty segment at the log start offset.
+6. Every segment's `.txnindex` is checked (TransactionIndex.sanity_check: entries
+   within the segment's offsets, in order). A bad one is emptied and
+   `txn_rebuild_from` names the lowest such segment's base: the producer state's
+   load (storage/producer_state.py) then replays from a snapshot no later than it,
+   which writes the aborted transactions of every marker it reads again.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class LoadedLog(NamedTuple):
     log_start_offset: int
     recovery_point: int
     next_offset: int
+    txn_rebuild_from: int | None = None  # the base of the first segment whose .txnindex is to rebuild
 
 
 class LogLoader:
@@ -112,7 +118,25 @@ class LogLoader:
                 segment.on_became_inactive()  # rebuilt indexes: trim them as a roll would
         segments.active.resize_indexes(self.config.segment_index_bytes)
         recovery_point = next_offset if self.had_clean_shutdown else min(self.recovery_point, next_offset)
-        return LoadedLog(segments, log_start, recovery_point, next_offset)
+        return LoadedLog(segments, log_start, recovery_point, next_offset,
+                         self._check_txn_indexes(segments, next_offset))
+
+    def _check_txn_indexes(self, segments: LogSegments, next_offset: int) -> int | None:
+        """Step 6: the base of the first segment whose `.txnindex` failed its check
+        (emptied, to be rebuilt), or None."""
+        ordered = list(segments)
+        rebuild_from = None
+        for i, segment in enumerate(ordered):
+            end = ordered[i + 1].base_offset if i + 1 < len(ordered) else next_offset
+            try:
+                segment.txn_index.sanity_check(end)
+            except CorruptIndexError as e:
+                logger.warning("txn_index_corrupt", log=os.path.basename(self.directory), error=str(e),
+                               action="rebuilt from the log")
+                segment.txn_index.reset()
+                if rebuild_from is None:
+                    rebuild_from = segment.base_offset
+        return rebuild_from
 
     # ---- step 1 and 2 ---------------------------------------------------------------
 

@@ -164,7 +164,8 @@ class Log:
         producer_state = ProducerStateManager(directory, f"{topic}-{partition}")
         producer_state.load(loaded.segments, log_end=loaded.next_offset,
                             had_clean_shutdown=had_clean_shutdown, now_ms=clock.time_ms(),
-                            recovery_point=loaded.recovery_point, log_start=loaded.log_start_offset)
+                            recovery_point=loaded.recovery_point, log_start=loaded.log_start_offset,
+                            rebuild_txn_index_from=loaded.txn_rebuild_from)
         return cls(directory, topic, partition, config, loaded.segments,
                    log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
                    next_offset=loaded.next_offset, clock=clock, rng=rng, producer_state=producer_state,

@@ -435,9 +435,12 @@ class ProducerStateManager:
         return completed, last_stable
 
     def load(self, segments, *, log_end: int, had_clean_shutdown: bool, now_ms: int,
-             recovery_point: int | None = None, log_start: int = 0) -> None:
+             recovery_point: int | None = None, log_start: int = 0,
+             rebuild_txn_index_from: int | None = None) -> None:
         """Rebuild the state of an opened log (see the module contract). After an
-        unclean shutdown `recovery_point` bounds the snapshots that are trusted.
+        unclean shutdown `recovery_point` bounds the snapshots that are trusted;
+        `rebuild_txn_index_from` (a segment whose `.txnindex` the loader emptied)
+        bounds them too, so the replay passes that segment's markers again.
         The replay also rebuilds the `.txnindex` entries of the markers it reads:
         those at or past its start are cut first (Kafka's recoverSegment rebuilds
         a recovered segment's; entries below a trusted snapshot were flushed with it)."""
@@ -449,9 +452,11 @@ class ProducerStateManager:
         trusted_up_to = log_end
         if not had_clean_shutdown and recovery_point is not None:
             trusted_up_to = min(log_end, recovery_point)
+        if rebuild_txn_index_from is not None:
+            trusted_up_to = min(trusted_up_to, rebuild_txn_index_from)
         for offset in [o for o in self._snapshot_offsets if o > trusted_up_to or o < log_start]:
             self._delete_snapshot(offset)
-        if not self._snapshot_offsets and had_clean_shutdown:
+        if not self._snapshot_offsets and had_clean_shutdown and rebuild_txn_index_from is None:
             self.loaded_from = self.map_end_offset = log_end
             if log_end > 0:
                 self._snapshot_upgraded_log(log_end)

@@ -18,6 +18,13 @@ Contract:
 - Appends write without fsync; `flush()` fsyncs (the segment's flush), so a crash
   loses at most what recovery rebuilds from the log (storage/producer_state.py).
 - Changes come from one writer at a time (the owning Log's lock).
+- `sanity_check(next_offset)` (the loader, at start) raises CorruptIndexError
+  unless every entry's abort marker lies within the segment (base offset <=
+  lastOffset < `next_offset`, the segment's end), 0 <= firstOffset <=
+  lastOffset, and the lastOffsets ascend. Kafka's
+  TransactionIndex.sanityCheck checks only lastOffset >= the base offset; an
+  index failing any of these is rebuilt from the log, never served (loader.py).
+  `reset()` empties the index (its file goes) for that rebuild.
 """
 
 from __future__ import annotations
@@ -90,6 +97,32 @@ class TransactionIndex:
                 data = b""
             entries = self._entries = tuple(decode_entries(data, self.path))
         return entries
+
+    def sanity_check(self, next_offset: int | None = None) -> None:
+        """Raise CorruptIndexError for an entry outside the segment's offsets
+        [base offset, `next_offset`), or out of order (see the module contract)."""
+        previous = None
+        for i, txn in enumerate(self.entries):
+            problem = None
+            if txn.last_offset < self.base_offset:
+                problem = f"ends at {txn.last_offset}, below the segment's base offset {self.base_offset}"
+            elif next_offset is not None and txn.last_offset >= next_offset:
+                problem = f"ends at {txn.last_offset}, past the segment's last offset {next_offset - 1}"
+            elif not 0 <= txn.first_offset <= txn.last_offset:
+                problem = f"starts at {txn.first_offset}, after its abort marker at {txn.last_offset}"
+            elif previous is not None and txn.last_offset <= previous:
+                problem = f"ends at {txn.last_offset}, not after the entry before it ({previous})"
+            if problem is not None:
+                raise CorruptIndexError(f"{self.path}: aborted transaction {i} (producer {txn.producer_id}) {problem}")
+            previous = txn.last_offset
+
+    def reset(self) -> None:
+        """Forget every entry and delete the file (before a rebuild)."""
+        with self._lock:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            self._entries = ()
+            self._dirty = False
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -17,12 +17,16 @@ batch, a producer id without a sequence, zstd before magic 2, nested
 compression, an empty wrapper); RecordValidationError (an InvalidRecordError)
 for records that break a rule one by one, each named by its index in its batch
 or compressed wrapper (KIP-467's record errors): keyless records on a compacted
-topic, all of the first batch that has any;
+topic and CreateTime timestamps outside the topic's window
+(message.timestamp.before.max.ms / after.max.ms, or the deprecated
+difference.max.ms where those are Long.MAX; Kafka 3.6+'s LogValidator), all of
+the first batch that has any, raised as InvalidTimestampError (INVALID_TIMESTAMP)
+when one is a timestamp's;
 RecordListTooLargeError for a set larger than segment.bytes.
 
 Work per entry, not per record, where the format allows: an uncompressed batch
 is checked by header and CRC alone (its records are walked only on a compacted
-topic, to find keyless ones); an uncompressed classic message is one header.
+topic, to find keyless ones, or under a timestamp window); an uncompressed classic message is one header.
 Compressed entries are decompressed and walked, as Kafka does. Entries are
 patched in place, except a compressed classic wrapper whose inner offsets must
 change (always for v0, whose inner offsets are absolute; for v1 when they are
@@ -96,6 +100,7 @@ from kafka_format.errors import (
     KEYLESS_ON_COMPACTED,
     CorruptRecordError,
     InvalidRecordError,
+    InvalidTimestampError,
     MessageTooLargeError,
     RecordListTooLargeError,
     RecordValidationError,
@@ -114,7 +119,7 @@ from kafka_format.framing import (
 )
 from kafka_format.framing import crc32 as framing_crc32
 
-from .config import LogConfig
+from .config import LONG_MAX, LogConfig
 from .recompress import Target, recompress_batch, target_of
 
 # The set being assigned: a private copy, or the caller's own writable buffer (`in_place`).
@@ -154,6 +159,52 @@ class _Rules(NamedTuple):
     log_append: bool
     compact: bool
     target: Target | None  # compression.type's codec; None: the producer's (recompress.py)
+    window: tuple[int, int] | None  # CreateTime: (before, after) max ms around now_ms; None: any
+
+    @property
+    def checks_records(self) -> bool:
+        """Each record must be looked at (keys on a compacted topic, timestamps)."""
+        return self.compact or self.window is not None
+
+
+def _window(config: LogConfig) -> tuple[int, int] | None:
+    """The CreateTime timestamp window a topic sets, or None (LogAppendTime, or both
+    sides Long.MAX: every timestamp is accepted)."""
+    before, after = config.timestamp_before_max_ms, config.timestamp_after_max_ms
+    if config.log_append_time or before == after == LONG_MAX:
+        return None
+    return before, after
+
+
+def _java_long(value: int) -> int:
+    """`value` wrapped to a signed 64-bit long, as Kafka's arithmetic prints it."""
+    return (value + 2**63) % 2**64 - 2**63
+
+
+def _record_error(index: int, offset: int, key_len: int, timestamp: int,
+                  rules: _Rules) -> tuple[int, str, bool] | None:
+    """(index, message, is a timestamp error) for a record that breaks a rule, else
+    None, as Kafka's LogValidator.validateRecord: the key first, then the timestamp."""
+    if rules.compact and key_len < 0:
+        return index, KEYLESS_ON_COMPACTED, False
+    if rules.window is not None and timestamp != NO_TIMESTAMP:
+        before, after = rules.window
+        if timestamp < rules.now_ms - before or timestamp > rules.now_ms + after:
+            return index, (f"Timestamp {timestamp} of message with offset {offset} is out of range. "
+                           f"The timestamp should be within [{_java_long(rules.now_ms - before)}, "
+                           f"{_java_long(rules.now_ms + after)}]"), True
+    return None
+
+
+def _refuse(errors: list[tuple[int, str, bool]]) -> None:
+    """Raise the record errors of one batch, if any: INVALID_TIMESTAMP when one is a
+    timestamp's (Kafka's processRecordErrors), else INVALID_RECORD."""
+    if not errors:
+        return
+    pairs = [(index, message) for index, message, _ in errors]
+    if any(is_timestamp for _, _, is_timestamp in errors):
+        raise InvalidTimestampError(pairs)
+    raise RecordValidationError(pairs)
 
 
 def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfig,
@@ -168,9 +219,10 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
     end = len(buf)
     if end == 0:
         raise CorruptRecordError("empty message set")
-    rules = _Rules(now_ms, config.log_append_time, config.compact, target_of(config))
-    # The run takes uncompressed batches as they are: not when they must be compressed.
-    takes_plain_runs = rules.target is None or rules.target.codec == Codec.NONE
+    rules = _Rules(now_ms, config.log_append_time, config.compact, target_of(config), _window(config))
+    # The run takes uncompressed batches as they are: not when they must be compressed,
+    # nor when each record's timestamp must be checked.
+    takes_plain_runs = (rules.target is None or rules.target.codec == Codec.NONE) and rules.window is None
     log_append, compact, max_bytes = rules.log_append, rules.compact, config.max_message_bytes
     first_offset = next_offset
     entries = EntryTable()
@@ -226,8 +278,9 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
                 done = _assign_wrapper(buf, pos, entry_end, magic, attributes, timestamp,
                                        value_at, value_len, next_offset, rules)
             else:
-                if compact and key_len < 0:  # a batch of one record, as Kafka sees it
-                    raise RecordValidationError([(0, KEYLESS_ON_COMPACTED)])
+                if rules.checks_records:  # a batch of one record, as Kafka sees it
+                    problem = _record_error(0, INT64.unpack_from(buf, pos)[0], key_len, timestamp, rules)
+                    _refuse([problem] if problem else [])
                 INT64.pack_into(buf, pos, next_offset)
                 if magic and (log_append or attributes & TIMESTAMP_TYPE_BIT):
                     old_timestamp = timestamp
@@ -314,16 +367,18 @@ def _assign_batch(buf: WritableBuffer, pos: int, entry_end: int, next_offset: in
     target = rules.target
     new_codec = codec if target is None else target.codec
     payload: bytes | memoryview
+    producer_base_offset = INT64.unpack_from(buf, pos + BASE_OFFSET_OFFSET)[0]
     if codec == Codec.NONE:
-        # Trusted as they are (header + CRC), unless keys matter.
-        if rules.compact and summarize_records(buf, records_at, entry_end, count).has_null_key:
-            _refuse_keyless(buf, records_at, entry_end, count)
+        # Trusted as they are (header + CRC), unless keys or timestamps matter.
+        if rules.window is not None or (
+                rules.compact and summarize_records(buf, records_at, entry_end, count).has_null_key):
+            _check_records(buf, records_at, entry_end, count, producer_base_offset, base_timestamp, rules)
         payload = memoryview(buf)[records_at:entry_end]
     else:
         payload = decompress(codec, memoryview(buf)[records_at:entry_end], magic=MAGIC_V2)
         summary = summarize_records(payload, 0, len(payload), count)
-        if rules.compact and summary.has_null_key:
-            _refuse_keyless(payload, 0, len(payload), count)
+        if rules.window is not None or (rules.compact and summary.has_null_key):
+            _check_records(payload, 0, len(payload), count, producer_base_offset, base_timestamp, rules)
         if not rules.log_append:  # as Kafka, a compressed batch's maxTimestamp is recomputed
             max_timestamp = base_timestamp + summary.max_timestamp_delta
         if not summary.offset_deltas_in_order:
@@ -359,12 +414,15 @@ def _assign_batch(buf: WritableBuffer, pos: int, entry_end: int, next_offset: in
     return _Assigned(next_offset + last_delta, max_timestamp, count, codec, None)
 
 
-def _refuse_keyless(records, pos: int, end: int, count: int) -> None:
-    """Raise the RecordValidationError naming each keyless record of a batch's
-    records (records[pos:end], `count` of them) by its index in the batch."""
-    keyless = [i for i, r in enumerate(decode_records(records, pos, end, count, 0, 0, 0, NO_TIMESTAMP))
-               if r.key is None]
-    raise RecordValidationError([(i, KEYLESS_ON_COMPACTED) for i in keyless])
+def _check_records(records, pos: int, end: int, count: int, base_offset: int, base_timestamp: int,
+                   rules: _Rules) -> None:
+    """Raise the record errors (keyless on a compacted topic, a CreateTime timestamp
+    outside the window) of a batch's records (records[pos:end], `count` of them),
+    each named by its index in the batch and its offset as the producer sent it."""
+    decoded = decode_records(records, pos, end, count, base_offset, base_timestamp, 0, NO_TIMESTAMP)
+    problems = (_record_error(i, r.offset, -1 if r.key is None else len(r.key), r.timestamp, rules)
+                for i, r in enumerate(decoded))
+    _refuse([p for p in problems if p is not None])
 
 
 # ---- magic 0 and 1 -----------------------------------------------------------------
@@ -388,8 +446,9 @@ def _assign_wrapper(buf: WritableBuffer, pos: int, entry_end: int, magic: int, a
     for m in messages:
         if m.attributes & CODEC_MASK:
             raise InvalidRecordError(f"compressed message at {pos} holds a compressed message")
-    if rules.compact and any(m.key_len < 0 for m in messages):
-        raise RecordValidationError([(i, KEYLESS_ON_COMPACTED) for i, m in enumerate(messages) if m.key_len < 0])
+    if rules.checks_records:
+        problems = (_record_error(i, m.offset, m.key_len, m.timestamp, rules) for i, m in enumerate(messages))
+        _refuse([p for p in problems if p is not None])
     last_offset = next_offset + len(messages) - 1
     if magic == 0:
         new_timestamp = NO_TIMESTAMP

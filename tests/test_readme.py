@@ -5,7 +5,7 @@ scratch directory that stands for the repository root (`.venv` and `pipeline`
 link to this checkout's), with the venv's `bin` first on the PATH (what
 `source .venv/bin/activate` does). The first `strata serve` line starts the
 broker with its own arguments, on 127.0.0.1 and free ports; the blocks' fixed
-addresses and ports are mapped to the ones this run uses (`PORTS` below) and
+addresses and ports (native, Kafka and admin) are mapped to the ones this run uses and
 `/tmp/` to the scratch directory. Lines left out, each with its reason:
 `make ...` (this test runs inside the venv `make test` made), the benchmarks
 (`bench/`: minutes each, they run on their own), `docker ...` (unless docker is
@@ -104,6 +104,7 @@ class Readme:
         master, ui_master, ui_worker = free_port(), free_port(), free_port()
         self.subs.update({"localhost:9000": f"127.0.0.1:{self.broker.port}",
                           "localhost:9092": f"127.0.0.1:{self.broker.kafka_port}",
+                          "localhost:9644": f"127.0.0.1:{self.broker.admin_port}",
                           ":7077": f":{master}", "--port 7077": f"--port {master}",
                           "--webui-port 8080": f"--webui-port {ui_master}",
                           "--webui-port 8081": f"--webui-port {ui_worker}"})

@@ -21,7 +21,10 @@ NoTimestampType for magic 0; compresscodec is NONE, GZIP, SNAPPY, LZ4, ZSTD):
   with --print-data-log and only when not null, as Kafka prints them; bytes
   are shown as UTF-8, undecodable bytes replaced). A transaction marker's
   record ends with `endTxnMarker: COMMIT coordinatorEpoch: N` (or ABORT), another
-  control record with `controlType: UNKNOWN(T)`. Bytes after the last whole
+  control record with `controlType: NAME(T)` (Kafka's ControlRecordType names:
+  LEADER_CHANGE, SNAPSHOT_HEADER, SNAPSHOT_FOOTER, KRAFT_VERSION, KRAFT_VOTERS, else
+  UNKNOWN; Kafka prints the KRaft ones' JSON, records a data partition never
+  holds), and never `key:` or `payload:`, as Kafka. Bytes after the last whole
   entry give Kafka's line `Found N invalid bytes at the end of NAME`.
 
 .index, one line per entry: `offset: N position: P` (stopping, as Kafka does,
@@ -67,6 +70,9 @@ from storage.txn_markers import parse_marker_record
 from . import CliError
 
 SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
+# Kafka's ControlRecordType ids past ABORT (0) and COMMIT (1).
+CONTROL_TYPES = {2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER", 5: "KRAFT_VERSION",
+                 6: "KRAFT_VOTERS"}
 RECORD_INDENT = "|"
 
 
@@ -294,7 +300,7 @@ def _control_text(key: bytes | None, value: bytes | None, position: int, problem
         return ""
     if marker is None:
         kind = struct.unpack_from(">h", key or b"\0\0\0\0", 2)[0]
-        return f" controlType: UNKNOWN({kind})"
+        return f" controlType: {CONTROL_TYPES.get(kind, 'UNKNOWN')}({kind})"
     commit, coordinator_epoch = marker
     return f" endTxnMarker: {'COMMIT' if commit else 'ABORT'} coordinatorEpoch: {coordinator_epoch}"
 

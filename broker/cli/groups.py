@@ -1,7 +1,9 @@
 """`strata groups`: list, describe, reset and delete consumer groups (kafka-consumer-groups).
 
 Groups of both protocols are covered: a native client's COMMIT_OFFSET and a Kafka
-consumer's OffsetCommit write the same `__consumer_offsets`. Every request goes to
+consumer's OffsetCommit write the same `__consumer_offsets`; Kafka consumer groups of
+either group protocol (classic, and KIP-848's `group.protocol=consumer`, described
+through ConsumerGroupDescribe; see kafka_admin.py). Every request goes to
 the broker's Kafka listener (its admin APIs ListGroups, DescribeGroups, OffsetFetch,
 ListOffsets, OffsetCommit, DeleteGroups; see kafka_admin.py), at
 --kafka-bootstrap-server (client_support.kafka_address says the default).
@@ -17,7 +19,9 @@ do not go together print the subcommand's usage, exit 2). GROUP may also be give
         --offsets (the default), one row per partition the group has committed or
         is assigned, as kafka-consumer-groups --describe prints it:
         GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID
-        (LAG = log end - committed; "-" where there is no committed offset or no member)
+        (LAG = log end - committed; "-" where there is no committed offset or no member;
+        the log end, not the last stable offset, even for read_committed consumers,
+        as kafka-consumer-groups does: its lag may count an open transaction's records)
         --members: GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS
         A group without members says "Consumer group 'G' has no active members." first;
         an unknown group is an error.

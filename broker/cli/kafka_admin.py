@@ -4,7 +4,10 @@ Contract: `KafkaAdmin(address, security)` sends each request as one kio-encoded 
 to the broker's Kafka listener at "HOST:PORT" (kafka_call.py) and returns plain
 Python values. Committed offsets are one map, `__consumer_offsets`, for groups of
 both protocols (native COMMIT_OFFSET and Kafka's OffsetCommit), so ListGroups,
-OffsetFetch, OffsetCommit and DeleteGroups cover native groups as well. A request
+OffsetFetch, OffsetCommit and DeleteGroups cover native groups as well.
+DescribeGroups describes classic groups only (a KIP-848 consumer-protocol group is
+"Dead" to it), so `describe_group` asks ConsumerGroupDescribe about a group
+DescribeGroups calls Dead, as Kafka's admin client asks both. A request
 or partition error is a CliError naming the error code (and the broker's message
 when it sends one); `delete_groups` returns its per-group errors instead.
 """
@@ -26,6 +29,7 @@ LATEST, EARLIEST = -1, -2  # ListOffsets timestamps
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # DescribeConfigs resource types
 NO_EPOCH = -1
 CONSUMER_PROTOCOL = "consumer"
+DEAD = "Dead"
 CONFIG_SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
                   4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
                   8: "GROUP_CONFIG"}
@@ -98,16 +102,37 @@ class KafkaAdmin:
         return sorted((g.group_id, g.protocol_type, g.group_state) for g in response.groups)
 
     def describe_group(self, group_id: str) -> Group:
+        """The group, classic or consumer-protocol; state "Dead" when it is neither."""
         from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
 
         response = self.call(DescribeGroupsRequest(groups=(GroupId(group_id),), include_authorized_operations=False))
         (described,) = response.groups
         _check(described.error_code, f"describe group {group_id!r}")
+        if described.group_state == DEAD and not described.members:
+            found = self.describe_consumer_group(group_id)
+            if found is not None:
+                return found
         consumer = described.protocol_type == CONSUMER_PROTOCOL
         members = tuple(Member(m.member_id, m.client_id, m.client_host,
                                consumer_assignment(m.member_assignment) if consumer else ())
                         for m in described.members)
         return Group(group_id, described.group_state, described.protocol_type, members)
+
+    def describe_consumer_group(self, group_id: str) -> Group | None:
+        """A consumer-protocol group (KIP-848) through ConsumerGroupDescribe; None when
+        the group is not one (GROUP_ID_NOT_FOUND)."""
+        from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
+
+        response = self.call(ConsumerGroupDescribeRequest(group_ids=(GroupId(group_id),),
+                                                          include_authorized_operations=False))
+        (described,) = response.groups
+        if described.error_code == ErrorCode.group_id_not_found:
+            return None
+        _check(described.error_code, f"describe group {group_id!r}", described.error_message)
+        members = tuple(Member(m.member_id, m.client_id, m.client_host,
+                               tuple((t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions))
+                        for m in described.members)
+        return Group(group_id, described.group_state, CONSUMER_PROTOCOL, members)
 
     def committed(self, group_id: str) -> dict[TopicPartition, int]:
         """Every offset the group has committed, whichever protocol committed it."""

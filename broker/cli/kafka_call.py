@@ -5,7 +5,8 @@ Contract: `kafka_call(address, request, timeout)` connects to the broker's Kafka
 listener at "HOST:PORT", sends the kio request (header v1, or v2 for flexible
 versions, as kio's `__header_schema__` says), and returns the decoded kio response
 of the same API and version. Every failure (unreachable, closed, undecodable) is a
-CliError with one line naming the address. `security` (--command-config's
+CliError with one line naming the address (when unreachable, also the option and the
+environment variable that set it). `security` (--command-config's
 settings) adds TLS (SSL, SASL_SSL) and SASL (SASL_*: SaslHandshake v1 then
 SaslAuthenticate v1 rounds, client/sasl.py) before the request; a failed
 authentication is a CliError with the broker's reason.
@@ -27,6 +28,7 @@ from client.sasl import exchange as sasl_exchange
 from client.security import ssl_context
 
 from . import CliError
+from .client_support import KAFKA_BOOTSTRAP_ENV
 
 SIZE = struct.Struct(">i")
 CLIENT_ID = "strata-cli"
@@ -111,4 +113,5 @@ def kafka_call(address: str, request, timeout: float = 30.0, security: dict[str,
     except ssl.SSLError as e:
         raise CliError(f"TLS with the Kafka listener at {address} failed: {e.reason or e}") from None
     except OSError as e:
-        raise CliError(f"cannot reach the Kafka listener at {address}: {e.strerror or e}") from None
+        raise CliError(f"cannot reach the Kafka listener at {address}: {e.strerror or e} (where the broker's "
+                       f"Kafka listener is: --kafka-bootstrap-server or ${KAFKA_BOOTSTRAP_ENV})") from None

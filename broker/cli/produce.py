@@ -19,8 +19,10 @@ Contract:
 - A failed line (no key separator, or a message the broker refused) is named by
   its number, `strata: line N: ...` on stderr; a refused message also by its
   size, `strata: line N (SIZE bytes): REASON`, with the broker's reason (for a
-  line over max.message.bytes: the entry's size and the limit). The lines of
-  one batch fail together: the largest of them is named. `--on-error stop` (the
+  line over max.message.bytes: the entry's size and the limit). A batch too
+  large as a whole is split by the producer, so only a line too large by
+  itself fails; when the lines of one batch fail together with one error (an
+  unknown partition, say), the largest of them is named. `--on-error stop` (the
   default) stops reading at the first one found (sends already made are still
   delivered) and exits 1; `--on-error continue` reports each failed line, sends
   every other one, and exits 1 after a last line counting the failures.

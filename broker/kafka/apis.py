@@ -19,6 +19,9 @@ Contract (the interface for API modules is in broker/kafka/__init__.py):
   first (request_check.py: null arrays where the schema forbids null, counts
   larger than the frame). Each is logged through the broker's BadRequestLog
   (rate-limited per connection and reason, broker-wide cap).
+- `guards[api_key]`, optional, runs before the handler (not for `now` handlers,
+  which check their own): a response that refuses the whole request
+  (broker/kafka/acls.py: the authorization of group and cluster APIs) or None.
 - Requests on one connection are handled one at a time, in order (the server's
   connection task), so responses go out in request order even when some (acks=0
   produce) have none.
@@ -75,8 +78,15 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
@@ -86,10 +96,14 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
     GET_TELEMETRY_SUBSCRIPTIONS = 71
     DESCRIBE_TOPIC_PARTITIONS = 75
 
@@ -102,6 +116,7 @@ NODE_ID = 0
 # Modules whose `register(apis)` adds handlers (consumer groups, DescribeCluster, admin APIs).
 EXTENSION_MODULES: tuple[str, ...] = (
     "broker.kafka.groups",
+    "broker.kafka.transactions",
     "broker.kafka.cluster",
     "broker.kafka.partitions",
     "broker.kafka.log_dirs",
@@ -111,6 +126,8 @@ EXTENSION_MODULES: tuple[str, ...] = (
     "broker.kafka.topic_partitions",
     "broker.kafka.telemetry",
     "broker.kafka.sasl",
+    "broker.kafka.client_quotas",
+    "broker.kafka.acls",
 )
 
 Handler = Callable[[Any, "RequestContext"], Awaitable[Any]]
@@ -180,6 +197,9 @@ class KafkaApis(FastPath):
         self.group_configs: GroupConfigs | None = None  # set by the app once the data dir is locked
         self.authenticator: Any = None  # broker.security.sasl.SaslAuthenticator, set by the app
         self._table: dict[int, ApiEntry] = {}
+        # api_key -> guard(request, ctx): the response that refuses the request (an
+        # authorization failure of the whole request), or None to handle it.
+        self.guards: dict[int, Callable[[Any, RequestContext], Any]] = {}
         self._shutdown_callbacks: list[Callable[[], Any]] = []
         # The last request `handle_now` decoded and declined: (frame, header, request),
         # so `handle` does not decode the same frame again.
@@ -286,7 +306,9 @@ class KafkaApis(FastPath):
         ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer_of(conn),
                              self, response_class, conn if isinstance(conn, ConnectionContext) else None)
         try:
-            response = await entry.handler(request, ctx)
+            guard = self.guards.get(api_key)
+            refused = guard(request, ctx) if guard is not None else None
+            response = refused if refused is not None else await entry.handler(request, ctx)
         except asyncio.CancelledError:
             raise
         except CloseConnection:

@@ -4,13 +4,14 @@ DescribeGroups answer when a client asks for them.
 A bit set has bit `code` set for each allowed AclOperation (READ=3 ... bit 3).
 Kafka computes it as the resource type's supported operations (AclEntry's
 supportedOperations) filtered by the authorizer; without one, every supported
-operation is allowed. Strata has no ACLs yet, so `authorized_operations` answers
-the supported set; an authorizer plugs in by replacing `Authorizer.allowed`.
+operation is allowed. With ACLs on, each is asked of the broker's authorizer
+(broker/security/authorizer.py) for the request's connection.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 
 class AclOperation(IntEnum):
@@ -55,14 +56,6 @@ OMITTED = -2**31
 CLUSTER_NAME = "kafka-cluster"
 
 
-class Authorizer:
-    """Allows every operation: the broker has no ACLs."""
-
-    def allowed(self, principal: str | None, operation: AclOperation, resource_type: ResourceType,
-                name: str) -> bool:
-        return True
-
-
 def to_bits(operations) -> int:
     """Kafka's Utils.to32BitField."""
     bits = 0
@@ -71,14 +64,17 @@ def to_bits(operations) -> int:
     return bits
 
 
-def authorized_operations(resource_type: ResourceType, name: str, *, principal: str | None = None,
-                          authorizer: Authorizer | None = None) -> int:
-    """The bit set of the operations `principal` may perform on the resource."""
-    check = authorizer or Authorizer()
+def authorized_operations(resource_type: ResourceType, name: str, ctx: Any = None) -> int:
+    """The bit set of the operations the request's connection may perform on the
+    resource (every supported one when authorization is off)."""
+    authorizer = ctx.apis.partitions.authorizer if ctx is not None else None
+    if authorizer is None or not authorizer.enabled:
+        return to_bits(SUPPORTED_OPERATIONS[resource_type])
+    connection = ctx.connection
     return to_bits(op for op in SUPPORTED_OPERATIONS[resource_type]
-                   if check.allowed(principal, op, resource_type, name))
+                   if authorizer.authorize(connection, op, resource_type, name))
 
 
-def requested(asked: bool, resource_type: ResourceType, name: str) -> int:
+def requested(asked: bool, resource_type: ResourceType, name: str, ctx: Any = None) -> int:
     """The response field: the bit set when the request asked for it, else OMITTED."""
-    return authorized_operations(resource_type, name) if asked else OMITTED
+    return authorized_operations(resource_type, name, ctx) if asked else OMITTED

@@ -39,7 +39,7 @@ class ClusterHandlers:
         return make(R, throttle_time=0, error_code=0, error_message=None, endpoint_type=endpoint,
                     cluster_id=cluster_id, controller_id=node, brokers=(broker,),
                     cluster_authorized_operations=requested(req.include_cluster_authorized_operations,
-                                                            ResourceType.CLUSTER, CLUSTER_NAME))
+                                                            ResourceType.CLUSTER, CLUSTER_NAME, ctx))
 
 
 def register(apis) -> None:

@@ -22,20 +22,20 @@ supported versions and the decisions; the notable ones:
   Other acks: INVALID_REQUIRED_ACKS. Batches with producerId >= 0 are appended;
   idempotence (sequence checks, duplicates answered with their original offset)
   is checked by Log.append itself, under the log's lock (storage/producer_state.py).
-- Fetch: see `fetch`. Fetch sessions are declined: a full fetch is answered with
-  session id 0; an incremental fetch of a session gets FETCH_SESSION_ID_NOT_FOUND,
-  after which clients send full fetches.
+- Fetch: see `fetch`; fetch sessions (KIP-227) in fetch_sessions.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import struct
 from typing import Any
 
 import structlog
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from kafka_format.batch import ATTRIBUTES_OFFSET, FIELD_OFFSET, PRODUCER_ID_OFFSET, TRANSACTIONAL_BIT
 from kafka_format.errors import InvalidConfigError, InvalidRequestError, RecordValidationError, StrataError
 from kafka_format.topic_names import validate_topic_name
 from storage.config import BROKER_NAMES, LogConfig
@@ -46,11 +46,20 @@ from storage.max_timestamp import max_timestamp_offset
 from ..connection import CloseConnection
 from ..group_configs import GroupConfigs
 from ..partitions import READ_COMMITTED, IsolatedRead, append_outcome, strata_error
+from ..security.authorizer import (
+    ClusterAuthorizationError,
+    GroupAuthorizationError,
+    Op,
+    Resource,
+    TopicAuthorizationError,
+)
 from . import codec
+from .acls import allowed, allowed_cluster
 from .apis import DECLINE, ApiKey
 from .authorized import CLUSTER_NAME, ResourceType
 from .authorized import requested as authorized_field
 from .codec import RecordsSplicer, has_field, make, nested
+from .fetch_sessions import FetchContext, FetchSessions
 from .state import KafkaState
 
 log = structlog.get_logger("strata.kafka")
@@ -66,8 +75,12 @@ DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4,
 CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 FINAL_EPOCH = -1
+# A v2 batch header read from its attributes on: attributes, producerId, producerEpoch
+TXN_FIELDS = struct.Struct(f">h{PRODUCER_ID_OFFSET - ATTRIBUTES_OFFSET - 2}xqh")
+MAGIC_OFFSET = FIELD_OFFSET["magic"]
 
 E = ErrorCode
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 def _code(e: StrataError) -> int:
@@ -138,6 +151,8 @@ class CoreHandlers:
         self.registry = apis.registry
         self.partitions = apis.partitions  # broker/partitions.py: shared with the native listener
         self.state: KafkaState | None = None  # set by the app once the data dir is locked
+        self.fetch_sessions = FetchSessions(self.config.max_incremental_fetch_session_cache_slots,
+                                            self.config.min_incremental_fetch_session_eviction_ms)
         self._claiming: asyncio.Lock | None = None
 
     def register_all(self) -> None:
@@ -176,6 +191,14 @@ class CoreHandlers:
             target.to_create = name
         return target
 
+    def _topic_name(self, name: str | None, topic) -> str:
+        """A request topic's name, looked up by its id when it has none ("" when unknown)."""
+        if name is not None:
+            return name
+        topic_id = getattr(topic, "topic_id", None)
+        known = self.registry.by_id(str(topic_id)) if topic_id is not None else None
+        return known.name if known is not None else ""
+
     async def _resolve(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> _Target:
         """`_target`, creating an internal topic's log on first use."""
         target = self._target(name, topic_id, partition, produce=produce)
@@ -192,15 +215,21 @@ class CoreHandlers:
             target.error = _code(e)
         target.to_create = None
 
-    async def _each_partition(self, ctx, topics, answer) -> tuple:
+    async def _each_partition(self, ctx, topics, answer, operation: Op) -> tuple:
         """The per-topic, per-partition answers of a request addressed by topic name
-        (ListOffsets, DeleteRecords): `answer(part, target, PartitionResponse)`."""
+        (ListOffsets, DeleteRecords): `answer(part, target, PartitionResponse)`; a
+        topic the connection may not perform `operation` on is TOPIC_AUTHORIZATION_FAILED."""
         TopicR = nested(ctx.response_class, "topics")
         PartR = nested(TopicR, "partitions")
         out = []
         for topic in topics:
             parts = []
+            permitted = allowed(ctx, operation, Resource.TOPIC, topic.name)
             for part in topic.partitions:
+                if not permitted:
+                    parts.append(await answer(part, _Target(part.partition_index,
+                                                            error=E.topic_authorization_failed), PartR))
+                    continue
                 target = await self._resolve(topic.name, None, part.partition_index)
                 parts.append(await answer(part, target, PartR))
             out.append(make(TopicR, name=topic.name, partitions=tuple(parts)))
@@ -237,8 +266,9 @@ class CoreHandlers:
         allow_auto = getattr(req, "allow_auto_topic_creation", True) and self.config.auto_create_topics
         requested = req.topics
         if requested is None or (ctx.api_version == 0 and not requested):
-            wanted: list[tuple[str | None, Any]] = [(n, None) for n in
-                                                    self.registry.names(include_internal=True)]
+            # Every topic the connection may DESCRIBE; the others are left out.
+            wanted: list[tuple[str | None, Any]] = [(n, None) for n in self.registry.names(include_internal=True)
+                                                    if allowed(ctx, Op.DESCRIBE, Resource.TOPIC, n)]
         else:
             wanted = [(getattr(t, "name", None), getattr(t, "topic_id", None)) for t in requested]
             if ctx.api_version < 12 and any(name is None for name, _ in wanted):
@@ -254,6 +284,10 @@ class CoreHandlers:
                                        topic_id=topic_id, partitions=()))
                     continue
                 name = known.name
+            if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
+                topics.append(make(TopicR, error_code=E.topic_authorization_failed, name=name,
+                                   topic_id=topic_id or codec.ZERO_UUID, partitions=()))
+                continue
             try:
                 validate_topic_name(name)
             except StrataError as e:
@@ -261,6 +295,11 @@ class CoreHandlers:
                                    partitions=()))
                 continue
             known = self.registry.get(name)
+            if known is None and allow_auto and not (allowed_cluster(ctx, Op.CREATE)
+                                                     or allowed(ctx, Op.CREATE, Resource.TOPIC, name)):
+                topics.append(make(TopicR, error_code=E.topic_authorization_failed, name=name,
+                                   topic_id=codec.ZERO_UUID, partitions=()))
+                continue
             if known is None and allow_auto:
                 try:
                     await self.apis.blocking(self.partitions.auto_create_topic, name)
@@ -281,36 +320,60 @@ class CoreHandlers:
                                is_internal=known.internal, partitions=partitions,
                                topic_authorized_operations=authorized_field(
                                    getattr(req, "include_topic_authorized_operations", False),
-                                   ResourceType.TOPIC, name)))
+                                   ResourceType.TOPIC, name, ctx)))
         cluster_id = self.state.cluster_id if self.state is not None else None
         return make(R, throttle_time=0, brokers=brokers, cluster_id=cluster_id, controller_id=node,
                     topics=tuple(topics), error_code=E.none,
                     cluster_authorized_operations=authorized_field(
                         getattr(req, "include_cluster_authorized_operations", False),
-                        ResourceType.CLUSTER, CLUSTER_NAME))
+                        ResourceType.CLUSTER, CLUSTER_NAME, ctx))
 
     # ---- Produce -----------------------------------------------------------------------------
 
-    def _produce_plan(self, req) -> list[tuple[Any, list[_Target]]]:
+    def _produce_plan(self, req, ctx) -> list[tuple[Any, list[_Target]]]:
         """Every partition of a Produce resolved, on the loop (a produce never creates
         a log: internal topics refuse it first), its records in `records`."""
         acks = req.acks
+        transactional_id = req.transactional_id
         by_id = not has_field(type(req.topic_data[0]), "name") if req.topic_data else False
         plan: list[tuple[Any, list[_Target]]] = []
+        transactional_id = getattr(req, "transactional_id", None)
+        refused = (TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional_id is not None and not allowed(
+            ctx, Op.WRITE, Resource.TRANSACTIONAL_ID, transactional_id) else 0)
         for topic in req.topic_data:
             name = None if by_id else topic.name
+            denied = refused or (0 if allowed(ctx, Op.WRITE, Resource.TOPIC, self._topic_name(name, topic))
+                                 else E.topic_authorization_failed)
             targets = []
             for part in topic.partition_data:
                 if acks not in (0, 1, -1):
                     targets.append(_Target(part.index, error=E.invalid_required_acks))
                     continue
+                if denied:
+                    targets.append(_Target(part.index, error=denied))
+                    continue
                 target = self._target(name, getattr(topic, "topic_id", None), part.index, produce=True)
                 if part.records is None:
                     target.error = target.error or E.corrupt_message
+                elif transactional_id is not None and not target.error:
+                    target.error = self._verify_transactional(transactional_id, target.log, part.records)
                 target.records = part.records
                 targets.append(target)
             plan.append((topic, targets))
         return plan
+
+    def _verify_transactional(self, transactional_id: str, partition_log: Log | None, records) -> int:
+        """The transaction coordinator's check of a transactional first write to a
+        partition (broker/kafka/transactions: verify_produce); 0 for anything else."""
+        transactions = getattr(self.apis, "transactions", None)
+        if transactions is None or partition_log is None \
+                or len(records) < ATTRIBUTES_OFFSET + TXN_FIELDS.size or records[MAGIC_OFFSET] != 2:
+            return 0
+        attributes, producer_id, epoch = TXN_FIELDS.unpack_from(records, ATTRIBUTES_OFFSET)
+        if not attributes & TRANSACTIONAL_BIT or producer_id in partition_log.producer_state.ongoing:
+            return 0
+        return transactions.verify_produce(transactional_id, producer_id, epoch, partition_log.topic,
+                                           partition_log.partition)
 
     def produce_now(self, req, ctx):
         """Produce without waiting (the fast path, KafkaApis.handle_now): when acks is
@@ -318,11 +381,12 @@ class CoreHandlers:
         policy, append them all on the loop and answer; else DECLINE, with nothing done."""
         if req.acks == 0:
             return DECLINE
-        plan = self._produce_plan(req)
+        plan = self._produce_plan(req, ctx)
         partitions = self.partitions
         targets = [t for _, ts in plan for t in ts if not t.error]
         if not all(partitions.appends_inline(t.log, len(t.records)) for t in targets):
             return DECLINE
+        throttle = self._throttle(ctx, "produce", plan)
         for t in targets:
             try:
                 t.result = partitions.append_inline(t.log, t.records)
@@ -330,10 +394,11 @@ class CoreHandlers:
                 t.error = partitions.error_code(e, t.log)
                 t.failure = strata_error(e)
             t.records = None
-        return self._produce_response(ctx, plan)
+        return self._produce_response(ctx, plan, throttle)
 
     async def produce(self, req, ctx):
-        plan = self._produce_plan(req)
+        plan = self._produce_plan(req, ctx)
+        throttle = self._throttle(ctx, "produce", plan)
         # Each partition's append follows the partition service's one policy: inline
         # on the loop when cheap, else queued on the partition's appender; the
         # executor ones run meanwhile and are awaited below, in order.
@@ -355,9 +420,22 @@ class CoreHandlers:
                 log.info("kafka_acks0_produce_failed", peer=ctx.peer)
                 raise CloseConnection()
             return None
-        return self._produce_response(ctx, plan)
+        return self._produce_response(ctx, plan, throttle)
 
-    def _produce_response(self, ctx, plan: list[tuple[Any, list[_Target]]]):
+    def _throttle(self, ctx, kind: str, plan: list[tuple[Any, list[_Target]]]) -> int:
+        """Client quotas (broker/quotas.py, through the partition service): the
+        throttle time of this Produce (its record bytes) or Fetch (the record bytes
+        it answers); the connection mutes itself that long after the reply."""
+        quotas = self.partitions.quotas
+        if quotas is None or not quotas.active:
+            return 0
+        if kind == "produce":
+            nbytes = sum(len(t.records) for _, targets in plan for t in targets if t.records is not None)
+        else:
+            nbytes = sum(t.result.length for _, targets in plan for t in targets if t.result is not None)
+        return self.partitions.throttle(ctx.connection, kind, ctx.client_id, nbytes)
+
+    def _produce_response(self, ctx, plan: list[tuple[Any, list[_Target]]], throttle: int = 0):
         R = ctx.response_class
         TopicR = nested(R, "responses")
         PartR = nested(TopicR, "partition_responses")
@@ -380,14 +458,16 @@ class CoreHandlers:
             responses.append(make(TopicR, name=getattr(topic, "name", None),
                                   topic_id=getattr(topic, "topic_id", None),
                                   partition_responses=tuple(parts)))
-        return make(R, responses=tuple(responses), throttle_time=0)
+        return make(R, responses=tuple(responses), throttle_time=throttle)
 
     # ---- Fetch -------------------------------------------------------------------------------
 
     async def fetch(self, req, ctx):
         """Kafka's fetch over the shared logs.
 
-        - Sessions declined (see the module docstring).
+        - Sessions (fetch_sessions.py): an incremental fetch reads the partitions of
+          its session that may have changed, answers those that did, and long-polls
+          the session's one wake-up event.
         - Budget: min(max_bytes, fetch.max.bytes); each partition reads at most
           min(partition_max_bytes, what is left). Until some partition returned
           bytes, reads use min_one_message, so the first batch comes whole even past
@@ -398,21 +478,20 @@ class CoreHandlers:
           wakes PartitionWaiters), for max_wait, or for shutdown, then reads again.
         - The records are FileSlices spliced into kio's encoding and sent with sendfile.
         """
-        refused = self._fetch_refused(req, ctx)
-        if refused is not None:
-            return refused
         fetch = _FetchParams(req, ctx, self.config.fetch_max_bytes)
+        session = self.fetch_sessions.context(req, ctx.api_version, privileged=fetch.replica >= 0)
+        if session.error:
+            return self._fetch_refused(ctx, session.error)
         loop = self.apis.loop
         deadline = loop.time() + fetch.max_wait_ms / 1000
         while True:
-            plan = self._fetch_plan(req, fetch)
+            plan = self._fetch_plan(session.topics(), fetch, ctx)
             flat = [t for _, targets in plan for t in targets]
             for t in flat:
                 if t.log is None and not t.error:
                     await self._create_log(t)
             may_wait = fetch.max_wait_ms > 0 and not self.apis.shutting_down
-            events = [self.partitions.watch((t.log.topic, t.log.partition))
-                      for t in flat if t.log is not None] if may_wait else []
+            events = self._watch(plan, session, may_wait)
             self._read_all(flat, fetch.budget, fetch.isolation_level)  # on the loop, as native FETCH reads
             remaining = deadline - loop.time()
             if not may_wait or self._fetch_complete(flat, fetch) or remaining <= 0 or not events:
@@ -420,7 +499,7 @@ class CoreHandlers:
             _release(flat)
             await self.partitions.wait_for_append(events, remaining)
         try:
-            return self._fetch_response(ctx, plan, fetch.read_committed)
+            return self._fetch_response(ctx, plan, fetch.read_committed, session)
         except BaseException:
             _release(flat)
             raise
@@ -429,43 +508,59 @@ class CoreHandlers:
         """Fetch without waiting (the fast path, KafkaApis.handle_now): the answer
         when it needs no log created and no long poll; else DECLINE, with nothing
         held (the reads are released)."""
-        refused = self._fetch_refused(req, ctx)
-        if refused is not None:
-            return refused
         fetch = _FetchParams(req, ctx, self.config.fetch_max_bytes)
-        plan = self._fetch_plan(req, fetch)
+        session = self.fetch_sessions.context(req, ctx.api_version, privileged=fetch.replica >= 0)
+        if session.error:
+            return self._fetch_refused(ctx, session.error)
+        plan = self._fetch_plan(session.topics(), fetch, ctx)
         flat = [t for _, targets in plan for t in targets]
         if any(t.log is None and not t.error for t in flat):
             return DECLINE  # an internal topic's log to create: in the executor
+        self._watch(plan, session, False)
         self._read_all(flat, fetch.budget, fetch.isolation_level)
         if (fetch.max_wait_ms > 0 and not self.apis.shutting_down and not self._fetch_complete(flat, fetch)
-                and any(t.log is not None for t in flat)):
+                and (session.incremental or any(t.log is not None for t in flat))):
             _release(flat)
             return DECLINE  # a long poll: the connection's task waits
         try:
-            return self._fetch_response(ctx, plan, fetch.read_committed)
+            return self._fetch_response(ctx, plan, fetch.read_committed, session)
         except BaseException:
             _release(flat)
             raise
 
-    def _fetch_refused(self, req, ctx):
-        """The answer to an incremental fetch of a session (sessions are declined), else None."""
-        session_id = getattr(req, "session_id", 0)
-        session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
-        if session_id != 0 and session_epoch != FINAL_EPOCH:
-            return make(ctx.response_class, throttle_time=0, error_code=E.fetch_session_id_not_found,
-                        session_id=0, responses=())
-        return None
+    def _watch(self, plan, session: FetchContext, may_wait: bool) -> list[asyncio.Event]:
+        """The events a long poll waits on, taken before the reads: each partition's
+        (`may_wait`); for an incremental fetch the session's one wake-up event, linked
+        into every partition read, each partition keeping its own (fetch_sessions.py)."""
+        if session.session is None:
+            return [self.partitions.watch((t.log.topic, t.log.partition))
+                    for _, targets in plan for t in targets if t.log is not None] if may_wait else []
+        wake = session.session.wake
+        for topic, targets in plan:
+            for part, t in zip(topic.partitions, targets, strict=True):
+                part.watching(None if t.log is None or t.error else
+                              self.partitions.watch_into((t.log.topic, t.log.partition), wake))
+        return [wake]
 
-    def _fetch_plan(self, req, fetch: _FetchParams) -> list[tuple[Any, list[_Target]]]:
-        """Every partition of a Fetch resolved on the loop (`_target`)."""
+    @staticmethod
+    def _fetch_refused(ctx, error: int):
+        """The answer to a fetch its session refuses (Kafka's SessionErrorContext)."""
+        return make(ctx.response_class, throttle_time=0, error_code=error, session_id=0, responses=())
+
+    def _fetch_plan(self, topics, fetch: _FetchParams, ctx) -> list[tuple[Any, list[_Target]]]:
+        """Every partition of a Fetch (the request's or its session's) resolved on the loop (`_target`);
+        a topic the connection may not READ is TOPIC_AUTHORIZATION_FAILED."""
         plan: list[tuple[Any, list[_Target]]] = []
-        for topic in req.topics:
+        for topic in topics:
             name = None if fetch.by_id else topic.topic
+            permitted = allowed(ctx, Op.READ, Resource.TOPIC, self._topic_name(name, topic))
             targets = []
             for part in topic.partitions:
                 if fetch.replica >= 0:  # a follower: there are none
                     targets.append(_Target(part.partition, error=E.not_leader_or_follower))
+                    continue
+                if not permitted:
+                    targets.append(_Target(part.partition, error=E.topic_authorization_failed))
                     continue
                 target = self._target(name, getattr(topic, "topic_id", None), part.partition)
                 target.offset = part.fetch_offset
@@ -504,17 +599,20 @@ class CoreHandlers:
             else:
                 found.release()
 
-    def _fetch_response(self, ctx, plan, read_committed: bool):
+    def _fetch_response(self, ctx, plan, read_committed: bool, session: FetchContext):
         R = ctx.response_class
         TopicR = nested(R, "responses")
         PartR = nested(TopicR, "partitions")
         AbortedR = nested(PartR, "aborted_transactions") if has_field(PartR, "aborted_transactions") else None
+        throttle = self._throttle(ctx, "fetch", plan)
         splicer = RecordsSplicer()
         responses = []
         for topic, targets in plan:
             parts = []
-            for t in targets:
+            for part, t in zip(topic.partitions, targets, strict=True):
                 if t.error or t.log is None:
+                    if not session.include(topic, part, False, t.error, -1, -1, -1):
+                        continue
                     parts.append(make(PartR, partition_index=t.index, error_code=t.error or E.none,
                                       high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
                                       aborted_transactions=None, preferred_read_replica=-1,
@@ -526,15 +624,24 @@ class CoreHandlers:
                 else:  # nothing read: at the log end
                     lso = t.log.last_stable_offset
                     end, aborted = t.log.log_end_offset, None
+                if not session.include(topic, part, t.result is not None, E.none, end, lso, t.log.log_start_offset):
+                    _release([t])
+                    continue
                 records = splicer.marker(t.result) if t.result is not None else b""
                 t.result = None  # the splicer owns it now
                 parts.append(make(PartR, partition_index=t.index, error_code=E.none, high_watermark=end,
                                   last_stable_offset=lso, log_start_offset=t.log.log_start_offset,
                                   aborted_transactions=_aborted(AbortedR, aborted) if read_committed else None,
                                   preferred_read_replica=-1, records=records))
-            responses.append(make(TopicR, topic=getattr(topic, "topic", None),
-                                  topic_id=getattr(topic, "topic_id", None), partitions=tuple(parts)))
-        response = make(R, throttle_time=0, error_code=E.none, session_id=0, responses=tuple(responses))
+            if parts or not session.incremental:
+                responses.append(make(TopicR, topic=getattr(topic, "topic", None),
+                                      topic_id=getattr(topic, "topic_id", None), partitions=tuple(parts)))
+        error, session_id = session.finish(self.fetch_sessions.now_ms())
+        if error:
+            splicer.release()
+            return [codec.encode_response(ctx.correlation_id, self._fetch_refused(ctx, error))]
+        response = make(R, throttle_time=throttle, error_code=E.none, session_id=session_id,
+                        responses=tuple(responses))
         try:
             if not splicer.slices:
                 return [codec.encode_response(ctx.correlation_id, response)]
@@ -559,7 +666,7 @@ class CoreHandlers:
                         timestamp=timestamp, offset=offset, leader_epoch=0 if offset >= 0 else -1)
 
         return make(ctx.response_class, throttle_time=0,
-                    topics=await self._each_partition(ctx, req.topics, answer))
+                    topics=await self._each_partition(ctx, req.topics, answer, Op.DESCRIBE))
 
     async def _offset_for(self, partition_log: Log, timestamp: int, isolation_level: int) -> tuple[int, int]:
         """(timestamp, offset) for a ListOffsets timestamp: -1 latest (the last stable
@@ -594,6 +701,8 @@ class CoreHandlers:
             try:
                 if names.count(topic.name) > 1:
                     raise InvalidRequestError(f"topic {topic.name!r} appears more than once in the request")
+                if not (allowed_cluster(ctx, Op.CREATE) or allowed(ctx, Op.CREATE, Resource.TOPIC, topic.name)):
+                    raise TopicAuthorizationError(f"not authorized to create topic {topic.name!r}")
                 partitions = self._partitions_to_create(topic)
                 configs = tuple((c.name, c.value) for c in topic.configs)
                 created = await self.apis.blocking(self._create, topic.name, partitions, configs,
@@ -665,6 +774,10 @@ class CoreHandlers:
                     continue
                 name = known.name
             known = self.registry.get(name)
+            if not allowed(ctx, Op.DELETE, Resource.TOPIC, name):
+                results.append(make(ResultR, name=name, topic_id=topic_id, error_code=E.topic_authorization_failed,
+                                    error_message=None))
+                continue
             try:
                 await self.partitions.remove_topic(name)
             except StrataError as e:
@@ -696,6 +809,7 @@ class CoreHandlers:
             entries: list[tuple[str, str | None, int, bool, str]] = []  # name, value, source, ro, kind
             code, message = E.none, None
             try:
+                _authorize_config(ctx, Op.DESCRIBE_CONFIGS, resource)
                 if resource.resource_type == TOPIC_RESOURCE:
                     topic = self.registry.require(resource.resource_name)
                     for k, v in topic.log_config.to_props().items():
@@ -832,6 +946,7 @@ class CoreHandlers:
         for resource in req.resources:
             code, message = E.none, None
             try:
+                _authorize_config(ctx, Op.ALTER_CONFIGS, resource)
                 if resource.resource_type == TOPIC_RESOURCE:
                     await apply_topic(resource)
                 elif resource.resource_type == GROUP_RESOURCE:
@@ -861,14 +976,22 @@ class CoreHandlers:
             return make(PartR, partition_index=part.partition_index, low_watermark=low, error_code=code)
 
         return make(ctx.response_class, throttle_time=0,
-                    topics=await self._each_partition(ctx, req.topics, answer))
+                    topics=await self._each_partition(ctx, req.topics, answer, Op.DELETE))
 
     # ---- InitProducerId ----------------------------------------------------------------------
 
     async def init_producer_id(self, req, ctx):
         R = ctx.response_class
+        if req.transactional_id is not None and not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID,
+                                                            req.transactional_id):
+            return make(R, throttle_time=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
+                        producer_epoch=-1)
+        if req.transactional_id is None and not may_write_idempotently(ctx):
+            return make(R, throttle_time=0, error_code=E.cluster_authorization_failed, producer_id=-1,
+                        producer_epoch=-1)
         if req.transactional_id is not None:
-            # No transaction coordinator: transactional producers are refused clearly.
+            # Served by broker/kafka/transactions, which replaces this handler; without
+            # that module there is no coordinator and transactional producers are refused.
             log.info("kafka_transactions_unsupported", transactional_id=req.transactional_id,
                      peer=ctx.peer)
             return make(R, throttle_time=0, error_code=E.invalid_request, producer_id=-1,
@@ -886,6 +1009,27 @@ class CoreHandlers:
                 self._claiming = asyncio.Lock()
             async with self._claiming:
                 await self.apis.blocking(self.state.claim_block)
+
+
+def _authorize_config(ctx, operation: Op, resource) -> None:
+    """DescribeConfigs/AlterConfigs: the operation on the resource (a broker's or
+    its loggers' configs: on the cluster), or the authorization error to answer."""
+    kind = resource.resource_type
+    if kind == TOPIC_RESOURCE and not allowed(ctx, operation, Resource.TOPIC, resource.resource_name):
+        raise TopicAuthorizationError("Topic authorization failed.")
+    if kind == GROUP_RESOURCE and not allowed(ctx, operation, Resource.GROUP, resource.resource_name):
+        raise GroupAuthorizationError("Group authorization failed.")
+    if kind in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE) and not allowed_cluster(ctx, operation):
+        raise ClusterAuthorizationError("Cluster authorization failed.")
+
+
+def may_write_idempotently(ctx) -> bool:
+    """InitProducerId without a transactional id, as Kafka: IDEMPOTENT_WRITE on the
+    cluster, or WRITE on some topic."""
+    if allowed_cluster(ctx, Op.IDEMPOTENT_WRITE):
+        return True
+    authorizer = ctx.apis.partitions.authorizer
+    return authorizer.authorize_any(ctx.connection, Op.WRITE, Resource.TOPIC)
 
 
 class _InvalidReplicationFactor(StrataError):

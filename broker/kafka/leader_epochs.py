@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from kafka_format.errors import StrataError
 
+from ..security.authorizer import Op, Resource, TopicAuthorizationError
+from .acls import allowed
 from .apis import ApiKey
 from .codec import make, nested
 
@@ -46,10 +48,13 @@ class LeaderEpochHandlers:
         topics = []
         for topic in req.topics:
             parts = []
+            permitted = allowed(ctx, Op.DESCRIBE, Resource.TOPIC, topic.topic)
             for part in topic.partitions:
                 code, epoch, end = 0, UNDEFINED, UNDEFINED
                 current = part.current_leader_epoch
                 try:
+                    if not permitted:
+                        raise TopicAuthorizationError("Topic authorization failed.")
                     partition_log = await self.apis.log_for(topic.topic, part.partition)
                 except StrataError as e:
                     code = e.code

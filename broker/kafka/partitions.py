@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from kafka_format.errors import InvalidRequestError, StrataError
 
+from ..security.authorizer import Op, Resource, TopicAuthorizationError
+from .acls import allowed
 from .apis import ApiKey
 from .codec import make, nested
 
@@ -50,6 +52,8 @@ class PartitionHandlers:
             try:
                 if names.count(topic.name) > 1:
                     raise InvalidRequestError("Duplicate topic name.")
+                if not allowed(ctx, Op.ALTER, Resource.TOPIC, topic.name):
+                    raise TopicAuthorizationError("Topic authorization failed.")
                 await self.apis.blocking(self._grow, topic, req.validate_only)
             except StrataError as e:
                 code, message = e.code, str(e)

@@ -1,8 +1,8 @@
-"""DescribeProducers (API 61, version 0): each partition's active idempotent producers,
+"""DescribeProducers (API 61, version 0): each partition's active producers,
 from the partition's producer state (storage/producer_state.py), as Kafka's
 UnifiedLog.activeProducers answers: producer id, epoch, last sequence, last
-timestamp, coordinator epoch (-1) and current transaction start offset (-1, no
-transactions).
+timestamp, coordinator epoch (-1 until a marker) and the first offset of the
+producer's open transaction (-1: none).
 
 Errors, as KafkaApis.handleDescribeProducersRequest: a bad topic name
 INVALID_TOPIC_EXCEPTION, an unknown topic or partition UNKNOWN_TOPIC_OR_PARTITION
@@ -14,6 +14,8 @@ from __future__ import annotations
 from kafka_format.errors import StrataError, UnknownTopicOrPartitionError
 from kafka_format.topic_names import validate_topic_name
 
+from ..security.authorizer import Op, Resource, TopicAuthorizationError
+from .acls import allowed
 from .apis import ApiKey
 from .codec import make, nested
 
@@ -31,6 +33,8 @@ class ProducerHandlers:
         for topic in req.topics:
             topic_error = 0
             try:
+                if not allowed(ctx, Op.READ, Resource.TOPIC, topic.name):
+                    raise TopicAuthorizationError("Topic authorization failed.")
                 validate_topic_name(topic.name)
                 if self.apis.registry.get(topic.name) is None:
                     raise UnknownTopicOrPartitionError()

@@ -24,9 +24,13 @@ from typing import Any
 from kafka_format.errors import InvalidRequestError, StrataError
 from kafka_format.topic_names import validate_topic_name
 
+from ..security.authorizer import Op, Resource
+from .acls import allowed
 from .apis import ApiKey
-from .authorized import ResourceType, authorized_operations
+from .authorized import OMITTED, ResourceType, authorized_operations
 from .codec import make, nested
+
+TOPIC_AUTHORIZATION_FAILED = 29
 
 MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -40,15 +44,16 @@ class TopicPartitionHandlers:
 
     async def describe_topic_partitions(self, req, ctx):
         try:
-            return self._describe(req, ctx.response_class)
+            return self._describe(req, ctx)
         except InvalidRequestError as e:
             # Kafka's getErrorResponse: each requested topic with the error, no partitions.
             TopicR = nested(ctx.response_class, "topics")
             return make(ctx.response_class, throttle_time=0, next_cursor=None, topics=tuple(
                 make(TopicR, error_code=e.code, name=t.name, topic_id=None, is_internal=False, partitions=(),
-                     topic_authorized_operations=_operations(t.name)) for t in req.topics))
+                     topic_authorized_operations=_operations(t.name, ctx)) for t in req.topics))
 
-    def _describe(self, req, R):
+    def _describe(self, req, ctx):
+        R = ctx.response_class
         TopicR = nested(R, "topics")
         PartR = nested(TopicR, "partitions")
         CursorR = nested(R, "next_cursor")
@@ -56,7 +61,8 @@ class TopicPartitionHandlers:
         start_topic = cursor.topic_name if cursor is not None else ""
         every_topic = not req.topics
         if every_topic:
-            names = [n for n in self.registry.names(include_internal=True) if n >= start_topic]
+            names = [n for n in self.registry.names(include_internal=True)
+                     if n >= start_topic and allowed(ctx, Op.DESCRIBE, Resource.TOPIC, n)]
         else:
             names = sorted({t.name for t in req.topics if t.name >= start_topic})
             if cursor is not None and cursor.topic_name not in names:
@@ -74,11 +80,15 @@ class TopicPartitionHandlers:
                 next_cursor = make(CursorR, topic_name=name, partition_index=0)
                 break
             known = self.registry.get(name)
+            if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
+                topics.append(make(TopicR, error_code=TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=None,
+                                   is_internal=False, partitions=(), topic_authorized_operations=OMITTED))
+                continue
             if known is None:
                 if not every_topic:
                     topics.append(make(TopicR, error_code=_missing_code(name), name=name, topic_id=None,
                                        is_internal=name in INTERNAL_TOPICS, partitions=(),
-                                       topic_authorized_operations=_operations(name)))
+                                       topic_authorized_operations=_operations(name, ctx)))
                 continue
             first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
             upper = min(known.partitions, first + remaining)
@@ -89,7 +99,7 @@ class TopicPartitionHandlers:
                 for p in range(first, upper))
             topics.append(make(TopicR, error_code=0, name=name, topic_id=known.topic_id or None,
                                is_internal=known.internal, partitions=partitions,
-                               topic_authorized_operations=_operations(name)))
+                               topic_authorized_operations=_operations(name, ctx)))
             if upper < known.partitions:
                 next_cursor = make(CursorR, topic_name=name, partition_index=upper)
                 break
@@ -105,8 +115,8 @@ def _missing_code(name: str) -> int:
     return UNKNOWN_TOPIC_OR_PARTITION
 
 
-def _operations(name: str) -> int:
-    return authorized_operations(ResourceType.TOPIC, name)
+def _operations(name: str, ctx) -> int:
+    return authorized_operations(ResourceType.TOPIC, name, ctx)
 
 
 def register(apis) -> None:

@@ -1,4 +1,6 @@
-"""Authentication in the broker core, shared by both protocols.
+"""The broker's security policy, shared by both protocols.
+
+- authorizer.py: ACLs (authorization).
 
 - scram.py: SCRAM-SHA-256/512 (RFC 5802/7677): credentials and the server side of
   the exchange.

@@ -49,7 +49,9 @@ def test_stock_kraft_server_properties_loads(tmp_path):
             "inter.broker.listener.name", "share.coordinator.state.topic.replication.factor"} <= ignored
     # listeners / listener.security.protocol.map: accepted (read where the broker implements them)
     assert {"listeners", "listener.security.protocol.map"} <= ignored | set(config.values)
-    # the controller's advertised listener is left out; the PLAINTEXT one is what clients get
+    # the controller's listener is neither bound nor advertised; the PLAINTEXT one is what clients get
+    assert config["listeners"] == "PLAINTEXT://:9092"
+    assert {"listeners CONTROLLER://:9093", "advertised.listeners CONTROLLER://localhost:9093"} <= ignored
     assert config.kafka_advertised("0.0.0.0", 9092) == ("localhost", 9092)
     assert config.unknown == ()
 

@@ -157,7 +157,7 @@ def test_unreported_counts_of_a_closed_connection_reach_the_summary():
 
 from broker.connection_limits import ConnectionLimits, parse_overrides  # noqa: E402
 from broker.request_memory import RequestMemory, give_back_memory  # noqa: E402
-from protocol.framing import INITIAL_FRAME_BYTES, FramePool, FrameReader  # noqa: E402
+from protocol.framing import INITIAL_FRAME_BYTES, WHOLE_FRAME_BYTES, FramePool, FrameReader  # noqa: E402
 
 
 def test_announced_frame_buffer_grows_with_what_arrives():
@@ -169,8 +169,16 @@ def test_announced_frame_buffer_grows_with_what_arrives():
     assert len(reader.get_buffer()) == 2 * INITIAL_FRAME_BYTES - 1002 - INITIAL_FRAME_BYTES
 
 
+def test_a_frame_of_up_to_one_mib_gets_its_whole_buffer_at_once():
+    """The clients' default produce requests are received without a growth copy."""
+    reader = FrameReader()
+    reader.feed(struct.pack(">ih", WHOLE_FRAME_BYTES, 0) + b"x" * 1000)
+    assert reader.next_frame() is None
+    assert len(reader.get_buffer()) == WHOLE_FRAME_BYTES - 1002
+
+
 def test_grown_frame_is_whole_and_exact():
-    payload = bytes(range(256)) * 4000  # ~1 MiB: grows 256 KiB -> 512 KiB -> 1 MiB
+    payload = bytes(range(256)) * 8200  # ~2 MiB: grows 256 KiB -> 512 KiB -> 1 MiB -> 2 MiB
     for pool in (None, FramePool()):
         reader = FrameReader(pool=pool)
         wire = struct.pack(">i", len(payload) + 2) + b"\x00\x01" + payload

@@ -166,6 +166,23 @@ def test_produce_names_the_line_the_broker_refused(broker):
     assert err.startswith("strata: line 2 (") and "MESSAGE_TOO_LARGE" in err
 
 
+def test_produce_names_only_the_oversized_line_of_a_batch(broker):
+    """Lines batched together past the topic's max.message.bytes: the producer splits
+    the refused batch, so only the line too large by itself fails."""
+    server = ("--bootstrap-server", f"{broker.host}:{broker.port}")
+    name = unique("split")
+    ok(strata("topics", "create", name, "--partitions", 1, "--config", "max.message.bytes=1000", *server))
+    lines = [b"a" * 400, b"b" * 400, b"x" * 3000, b"c" * 400, b"d" * 400]
+    result = strata("produce", name, "--on-error", "continue", "--linger-ms", 60000, *server,
+                    input=b"\n".join(lines) + b"\n")
+    assert result.returncode == 1
+    err = result.stderr.decode().splitlines()
+    assert len(err) == 2 and err[0].startswith("strata: line 3 (3000 bytes)") and "MESSAGE_TOO_LARGE" in err[0]
+    assert err[1] == "strata: 1 of 5 lines were not sent"
+    result = strata("consume", name, "--from-beginning", "--timeout-ms", 500, *server)
+    assert result.stdout == b"".join(line + b"\n" for line in lines if not line.startswith(b"x"))
+
+
 def test_kafka_listener_address_defaults(monkeypatch):
     from broker.cli import build_parser
     from broker.cli.client_support import kafka_address

@@ -2,8 +2,10 @@
 
 import os
 import re
+import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -233,3 +235,27 @@ def test_markers_and_txnindex_print_as_kafka_dump_log(tmp_path, capsys):
     code, out, err = dump(capsys, tmp_path / "x-0" / f"{BASE}.txnindex")
     assert code == 0 and err == ""
     assert out.splitlines()[1:] == ["version: 0 producerId: 8 firstOffset: 1 lastOffset: 3 lastStableOffset: 4"]
+
+
+def test_control_records_under_print_data_log_are_kafkas_lines(tmp_path, capsys):
+    """kafka-dump-log --print-data-log: a control record gets its metadata and the
+    marker, never `key:` or `payload:`; other control types by Kafka's names."""
+    now = int(time.time() * 1000)  # (an old timestamp would roll the segment for the marker: segment.ms)
+    log = Log.open(str(tmp_path / "x-0"), "x", 0, LogConfig.from_props({}))
+    log.append(build_batch([(b"k", b"v", now)], producer_id=7, producer_epoch=0, base_sequence=0,
+                           is_transactional=True))
+    log.append_txn_marker(7, 0, 3, commit=True)  # 1
+    log.close()
+    leader_change = build_batch([(struct.pack(">hh", 0, 2), b"\0\0", now)], base_offset=2, is_control=True)
+    with open(tmp_path / "x-0" / f"{BASE}.log", "ab") as f:
+        f.write(leader_change)
+    code, out, err = dump(capsys, "--print-data-log", tmp_path / "x-0" / f"{BASE}.log")
+    assert code == 0 and err == ""
+    records = [line for line in out.splitlines() if line.startswith("| ")]
+    assert records[0] == (f"| offset: 0 CreateTime: {now} keySize: 1 valueSize: 1 sequence: 0 headerKeys: [] "
+                          f"key: k payload: v")
+    assert records[1].startswith("| offset: 1 CreateTime: ")
+    assert records[1].split(" keySize:")[1] == (" 4 valueSize: 6 sequence: -1 headerKeys: [] "
+                                                "endTxnMarker: COMMIT coordinatorEpoch: 3")
+    assert records[2] == (f"| offset: 2 CreateTime: {now} keySize: 4 valueSize: 2 sequence: -1 headerKeys: [] "
+                          f"controlType: LEADER_CHANGE(2)")

@@ -25,7 +25,9 @@ HEADER = ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LA
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     process = BrokerProcess(tmp_path_factory.mktemp("groups-cli"), "--set", "group.initial.rebalance.delay.ms=0",
-                            "--set", "group.min.session.timeout.ms=1000")
+                            "--set", "group.min.session.timeout.ms=1000",
+                            "--set", "group.consumer.min.heartbeat.interval.ms=100",
+                            "--set", "group.consumer.heartbeat.interval.ms=500")
     try:
         yield process.start()
     finally:
@@ -118,18 +120,34 @@ def wait_for_assignment(consumer, count: int) -> None:
         consumer.poll(0.2)
 
 
-def test_kafka_group_with_members_lag_and_refusals(broker):
+# group.protocol=consumer (KIP-848): the broker sets the session timeout and heartbeat interval
+PROTOCOL_SETTINGS = {"classic": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 250},
+                     "consumer": {"group.protocol": "consumer"}}
+
+
+def wait_for_state(broker, group: str, state: str) -> None:
+    deadline = time.monotonic() + GUARD
+    while [group, state] not in [line.split() for line in ok(cli(broker, "groups", "list", "--state")).splitlines()]:
+        assert time.monotonic() < deadline, f"group {group} did not reach {state}"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOL_SETTINGS))
+def test_kafka_group_with_members_lag_and_refusals(broker, protocol):
+    """Classic groups through DescribeGroups, consumer-protocol ones through
+    ConsumerGroupDescribe: the same rows either way."""
     from confluent_kafka import Consumer, TopicPartition
 
     topic = topic_with_records(broker, 2, 4)
-    group = unique("kafka-g")
+    group = unique(f"kafka-{protocol}-g")
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "client.id": "lag-reader",
-                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 250,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+                         **PROTOCOL_SETTINGS[protocol], "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
     try:
         consumer.subscribe([topic])
         wait_for_assignment(consumer, 2)
         consumer.commit(offsets=[TopicPartition(topic, 0, 1), TopicPartition(topic, 1, 3)], asynchronous=False)
+        wait_for_state(broker, group, "Stable")
         out = ok(cli(broker, "groups", "describe", group, "--offsets"))
         assert "no active members" not in out
         assert [group, "Stable"] in [line.split() for line in ok(cli(broker, "groups", "list", "--state")).splitlines()]
@@ -149,6 +167,8 @@ def test_kafka_group_with_members_lag_and_refusals(broker):
     finally:
         consumer.close()
 
+    wait_for_state(broker, group, "Empty")
+    assert f"Consumer group '{group}' has no active members." in ok(cli(broker, "groups", "describe", group))
     ok(cli(broker, "groups", "reset-offsets", group, "--to-latest", "--execute"))
     committed = rows(ok(cli(broker, "groups", "describe", group)))
     assert [r[3:6] for r in committed] == [["4", "4", "0"], ["4", "4", "0"]]
@@ -173,8 +193,9 @@ def test_group_usage_errors(broker):
     assert "one group at a time" in usage_error(cli(broker, "groups", "describe", "a", "--group", "b"),
                                                 "groups describe")
     assert "the group is missing" in usage_error(cli(broker, "groups", "delete"), "groups delete")
-    assert "cannot reach the Kafka listener at 127.0.0.1:1" in one_error_line(
-        strata("groups", "list", "--kafka-bootstrap-server", "127.0.0.1:1"))
+    err = one_error_line(strata("groups", "list", "--kafka-bootstrap-server", "127.0.0.1:1"))
+    assert "cannot reach the Kafka listener at 127.0.0.1:1" in err
+    assert "--kafka-bootstrap-server or $STRATA_KAFKA_BOOTSTRAP_SERVER" in err  # how to point it elsewhere
 
 
 def test_log_dirs_and_broker_configs(broker):

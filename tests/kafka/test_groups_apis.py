@@ -95,7 +95,9 @@ async def test_find_coordinator_every_version(app):
             assert [(x.key, x.node_id, x.host, x.port, x.error_code) for x in response.coordinators] == \
                 [("g1", 0, host, port, 0), ("g2", 0, host, port, 0)]
             txn = await call(broker, request(FIND_COORDINATOR, version, key_type=1, coordinator_keys=("t",)))
-            assert txn.coordinators[0].error_code == 15  # COORDINATOR_NOT_AVAILABLE
+            assert [(x.node_id, x.host, x.port, x.error_code) for x in txn.coordinators] == [(0, host, port, 0)]
+            share = await call(broker, request(FIND_COORDINATOR, version, key_type=2, coordinator_keys=("s",)))
+            assert share.coordinators[0].error_code == 15  # COORDINATOR_NOT_AVAILABLE
         else:
             response = await call(broker, request(FIND_COORDINATOR, version, key="g1", key_type=0))
             assert (response.error_code, response.node_id, response.host, response.port) == (0, 0, host, port)

@@ -1,6 +1,7 @@
 """The Kafka listener at the byte level, driven with kio-encoded requests
 (tests/kafka/wire.py): versions, unsupported requests, Produce/Fetch framing,
-the zero-copy splice, minOneMessage, long polls, fetch sessions, acks=0."""
+the zero-copy splice, minOneMessage, long polls, acks=0 (fetch sessions:
+test_fetch_sessions_wire.py)."""
 
 from __future__ import annotations
 
@@ -226,15 +227,6 @@ def test_fetch_errors(wire, new_topic):
     assert only_partition(response).error_code == ErrorCode.unknown_topic_id
 
 
-def test_fetch_sessions_are_declined(wire, new_topic):
-    topic = new_topic()
-    conn = wire()
-    response = conn.call(fetch_request(12, [(topic, 0, 0, 1000)], session_id=0, session_epoch=0))
-    assert response.error_code == ErrorCode.none and response.session_id == 0
-    response = conn.call(fetch_request(12, [], session_id=1234, session_epoch=3))
-    assert response.error_code == ErrorCode.fetch_session_id_not_found
-
-
 def test_long_poll_times_out_with_an_empty_answer(wire, new_topic):
     topic = new_topic()
     started = time.monotonic()
@@ -342,9 +334,16 @@ def test_init_producer_id_hands_out_new_ids(wire):
     assert len(ids) == 4 and min(ids) >= 0
 
 
-def test_transactional_init_producer_id_is_refused(wire):
-    response = wire().call(request(22, 4, transactional_id="tx", transaction_timeout=60_000))
-    assert response.error_code == ErrorCode.invalid_request
+def test_transactional_init_producer_id_bumps_the_epoch(wire):
+    conn = wire()
+    first = conn.call(request(22, 4, transactional_id="wire-tx", transaction_timeout=60_000))
+    second = conn.call(request(22, 4, transactional_id="wire-tx", transaction_timeout=60_000))
+    assert (first.error_code, second.error_code) == (ErrorCode.none, ErrorCode.none)
+    assert (second.producer_id, second.producer_epoch) == (first.producer_id, first.producer_epoch + 1)
+    too_long = conn.call(request(22, 4, transactional_id="wire-tx", transaction_timeout=900_001))
+    assert too_long.error_code == ErrorCode.invalid_transaction_timeout
+    empty = conn.call(request(22, 4, transactional_id="", transaction_timeout=60_000))
+    assert empty.error_code == ErrorCode.invalid_request
 
 
 def test_idempotent_batches_are_appended(wire, new_topic):

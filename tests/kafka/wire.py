@@ -47,8 +47,9 @@ def decode(response_class, frame: bytes):
 
 
 class KafkaWire:
-    def __init__(self, host: str, port: int, timeout: float = TIMEOUT):
+    def __init__(self, host: str, port: int, timeout: float = TIMEOUT, client_id: str | None = "strata-tests"):
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.client_id = client_id
         self.pending: deque[tuple[int, type]] = deque()
         self.next_id = 1
         self.buffer = b""
@@ -56,7 +57,7 @@ class KafkaWire:
     def send(self, request) -> int:
         correlation_id = self.next_id
         self.next_id += 1
-        self.sock.sendall(encode(request, correlation_id))
+        self.sock.sendall(encode(request, correlation_id, self.client_id))
         self.pending.append((correlation_id, load_response_schema(type(request).__api_key__,
                                                                   type(request).__version__)))
         return correlation_id

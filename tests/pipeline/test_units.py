@@ -77,9 +77,12 @@ def test_bad_values_are_refused_never_ignored():
     for key, value in (("minOffsetsPerTrigger", "0"), ("maxTriggerDelay", "soon")):
         with pytest.raises(OptionError, match=key):
             read_options({**B, "subscribe": "a", key: value}, streaming=True)
-    with pytest.raises(OptionError, match="read_uncommitted"):
-        read_options({**B, "subscribe": "a", "kafka.isolation.level": "read_committed"},
+    with pytest.raises(OptionError, match="isolation.level: String must be one of: read_committed, read_uncommitted"):
+        read_options({**B, "subscribe": "a", "kafka.isolation.level": "serializable"},
                      streaming=False)
+    assert read_options({**B, "subscribe": "a", "kafka.isolation.level": "read_committed"},
+                        streaming=False).read_committed
+    assert not read_options({**B, "subscribe": "a"}, streaming=False).read_committed
     with pytest.raises(OptionError, match="bad regular expression"):
         read_options({**B, "subscribePattern": "("}, streaming=True)
 

@@ -5,11 +5,16 @@ import zlib
 import pytest
 
 from protocol import (
+    AclBinding,
+    AclBindingFilter,
     AlterConfigRequest,
     CommitOffsetRequest,
+    CreateAclsRequest,
     CreateTopicRequest,
+    DeleteAclsRequest,
     DeleteRecordsRequest,
     DeleteTopicRequest,
+    DescribeAclsRequest,
     DescribeConfigRequest,
     ErrorCode,
     FetchItem,
@@ -71,6 +76,10 @@ GOLDEN = [
     (HandshakeRequest(2, None), h("00000006 000d 0002 ffff")),
     (SaslAuthenticateRequest("PLAIN", b"\0u\0p"),
      h("00000011 000e 0005 504c41494e 00000004 00750070")),
+    (DescribeAclsRequest(2, "t", 3, None, None, 1, 1), h("0000000d 0081 02 000174 03 ffff ffff 01 01")),
+    (CreateAclsRequest([AclBinding(2, "t", 3, "User:a", "*", 3, 3)]),
+     h("00000016 0082 0001 02 000174 03 0006 557365723a61 00012a 03 03")),
+    (DeleteAclsRequest([AclBindingFilter(2, "t")]), h("0000000f 0083 0001 02 000174 01 ffff ffff 01 01")),
 ]
 IDS = [f"{req.TYPE.name}-{i}" for i, (req, _) in enumerate(GOLDEN)]
 

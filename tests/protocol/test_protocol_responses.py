@@ -3,7 +3,11 @@
 import pytest
 
 from protocol import (
+    AclBinding,
+    DeleteAclsResponse,
+    DeletedAcls,
     DeleteRecordsResponse,
+    DescribeAclsResponse,
     DescribeConfigResponse,
     EmptyResponse,
     ErrorCode,
@@ -39,6 +43,7 @@ def h(text: str) -> bytes:
 
 
 # (request type, response, frame on the wire), written out by hand from the spec.
+ACL = AclBinding(2, "t", 3, "User:a", "*", 3, 3)  # TOPIC t LITERAL, User:a from *, READ ALLOW
 GOLDEN = [
     (T.PRODUCE, ProduceResponse(ErrorCode.NONE, 5, -1),
      h("00000012 0000 0000000000000005 ffffffffffffffff")),
@@ -87,6 +92,11 @@ GOLDEN = [
      h("0000000d 0000 0002 0001 0005 504c41494e")),
     (T.SASL_AUTHENTICATE, SaslAuthenticateResponse(ErrorCode.NONE, b"ok", 0),
      h("00000010 0000 00000002 6f6b 0000000000000000")),
+    (T.DESCRIBE_ACLS, DescribeAclsResponse(ErrorCode.NONE, [ACL]),
+     h("00000018 0000 00000001 02 000174 03 0006 557365723a61 00012a 03 03")),
+    (T.CREATE_ACLS, EmptyResponse(ErrorCode.NONE), h("00000002 0000")),
+    (T.DELETE_ACLS, DeleteAclsResponse(ErrorCode.NONE, [DeletedAcls((ACL,))]),
+     h("0000001a 0000 0001 00000001 02 000174 03 0006 557365723a61 00012a 03 03")),
 ]
 IDS = [f"{t.name}-{i}" for i, (t, _, _) in enumerate(GOLDEN)]
 

@@ -18,8 +18,10 @@ from kafka_format.batch import BATCH_HEADER, batch_crc, encode_record
 from kafka_format.classic import append_message, message_crc
 from kafka_format.codecs import Codec, compress
 from kafka_format.errors import (
+    KEYLESS_ON_COMPACTED,
     CorruptRecordError,
     InvalidRecordError,
+    InvalidTimestampError,
     MessageTooLargeError,
     RecordListTooLargeError,
     RecordValidationError,
@@ -538,3 +540,54 @@ def test_keyless_record_after_a_valid_batch_names_its_own_batch():
 def test_keyed_records_on_compacted_topic_pass():
     data = b"".join(ALL_KINDS)
     assert validate(data, COMPACT).record_count == 11
+
+
+# ---- the CreateTime timestamp window (message.timestamp.before/after.max.ms) ----------
+
+WINDOW = LogConfig(message_timestamp_before_max_ms=1000, message_timestamp_after_max_ms=500)
+
+
+@pytest.mark.parametrize("form", ["batch", "gzip batch", "v1 gzip wrapper"])
+def test_records_outside_the_window_are_named_by_index(form):
+    stamps = [NOW - 1000, NOW - 1001, NOW + 500, NOW + 501]
+    if form == "v1 gzip wrapper":
+        data = build_classic([(b"k", b"v", ts) for ts in stamps], magic=1, codec=Codec.GZIP)
+    else:
+        data = build_batch([(b"k", b"v", ts, ()) for ts in stamps],
+                           codec=Codec.GZIP if form == "gzip batch" else Codec.NONE)
+    with pytest.raises(InvalidTimestampError) as refused:
+        validate(data, WINDOW)
+    assert refused.value.code == 32
+    assert [i for i, _ in refused.value.record_errors] == [1, 3]
+    assert refused.value.record_errors[0][1] == (
+        f"Timestamp {NOW - 1001} of message with offset 1 is out of range. "
+        f"The timestamp should be within [{NOW - 1000}, {NOW + 500}]")
+
+
+def test_a_classic_message_outside_the_window_is_index_0():
+    data = build_classic([(b"k", b"ok", NOW), (b"k", b"old", NOW - 5000)], magic=1)
+    with pytest.raises(InvalidTimestampError) as refused:
+        validate(data, WINDOW)
+    assert [i for i, _ in refused.value.record_errors] == [0]
+
+
+def test_keyless_and_late_records_of_one_batch_answer_invalid_timestamp():
+    config = LogConfig(cleanup_policy=("compact",), message_timestamp_before_max_ms=1000)
+    data = build_batch([(None, b"a", NOW, ()), (b"k", b"b", NOW - 5000, ())])
+    with pytest.raises(InvalidTimestampError) as refused:
+        validate(data, config)
+    assert [(i, m == KEYLESS_ON_COMPACTED) for i, m in refused.value.record_errors] == [(0, True), (1, False)]
+
+
+def test_difference_max_ms_stands_in_for_an_unset_side():
+    config = LogConfig(message_timestamp_difference_max_ms=1000, message_timestamp_after_max_ms=10_000)
+    assert (config.timestamp_before_max_ms, config.timestamp_after_max_ms) == (1000, 10_000)
+    validate(build_batch([(b"k", b"v", NOW + 5000, ())]), config)
+    with pytest.raises(InvalidTimestampError):
+        validate(build_batch([(b"k", b"v", NOW - 5000, ())]), config)
+
+
+def test_log_append_time_and_no_window_take_any_timestamp():
+    data = build_batch([(b"k", b"v", 0, ())])
+    validate(data, CREATE)
+    validate(data, LogConfig(message_timestamp_type="LogAppendTime", message_timestamp_before_max_ms=1))

@@ -10,6 +10,7 @@ import pytest
 
 from kafka_format import build_batch, iter_entries
 from kafka_format.errors import (
+    CorruptIndexError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
     TransactionCoordinatorFencedError,
@@ -335,3 +336,102 @@ def test_an_abort_marker_goes_after_delete_retention_once_its_data_is_gone(open_
     entries, index = clean(now + 1001)  # past it: the marker and its .txnindex entry go
     assert entries == rest and index == ()
     assert log.aborted_transactions(0, log.log_end_offset) == []
+
+
+def test_a_commit_marker_goes_after_delete_retention_once_its_data_is_gone(open_log, clock):
+    from storage.cleaner import Cleaner
+    from storage.offset_map import OffsetMap
+
+    log = open_log(cleanup_policy="compact", segment_bytes=1000, delete_retention_ms=1000)
+    log.append(build_batch([(b"k", b"1")], producer_id=2, producer_epoch=0, base_sequence=0,
+                           is_transactional=True))  # 0: committed, superseded by 2
+    log.append_txn_marker(2, 0, 0, commit=True)  # 1
+    log.append(build_batch([(b"k", b"2")]))  # 2
+    log.append(build_batch([(b"y", b"1")], producer_id=2, producer_epoch=0, base_sequence=1,
+                           is_transactional=True))  # 3: the producer's last batch (kept)
+    log.append_txn_marker(2, 0, 0, commit=True)  # 4: guards 3, stays
+    log.append(build_batch([(b"x", b"1")]))  # 5: the group's last entry
+    log.roll()
+    log.append(build_batch([(b"z", b"z")]))
+
+    def clean(now):
+        Cleaner(OffsetMap(1 << 20), clock=clock).clean(log, 0, log.active_segment.base_offset, now_ms=now)
+        first = log.segments.snapshot().first
+        return [(e.base_offset, e.is_control, e.attributes & 0x40 != 0, e.record_count)
+                for e in iter_entries(first.log.read(0, first.size))]
+
+    rest = [(2, False, False, 1), (3, False, False, 1), (4, True, False, 1), (5, False, False, 1)]
+    now = clock.time_ms()
+    assert clean(now) == [(1, True, False, 1), *rest]  # its data went in this round: the marker stays as it is
+    assert clean(now) == [(1, True, True, 1), *rest]  # no data left: the marker gets its delete horizon
+    first = log.segments.snapshot().first
+    stamped = next(iter_entries(first.log.read(0, first.size)))
+    stamped.ensure_valid()
+    marker = decode_marker(bytes(first.log.read(0, stamped.size)))
+    assert marker is not None and marker.commit  # still the COMMIT marker
+    assert clean(now + 500) == [(1, True, True, 1), *rest]  # before the horizon: stays
+    assert clean(now + 1001) == rest  # past it: gone; the marker guarding data stays as it is
+    assert log.last_stable_offset == log.log_end_offset
+    reopened_view = log.read(0, 1 << 20)
+    assert [e.base_offset for e in iter_entries(reopened_view.read())][:4] == [2, 3, 4, 5]
+    reopened_view.release()
+
+
+# ---- the .txnindex check at load ---------------------------------------------------------------
+
+
+def test_txnindex_sanity_check(tmp_path):
+    index = TransactionIndex(str(tmp_path / f"{100:020d}.txnindex"), 100)
+    index.sanity_check(200)  # no file: nothing to check
+    for txn in (AbortedTxn(1, 90, 110, 111), AbortedTxn(2, 105, 120, 90)):  # an LSO may lie below the marker
+        index.append(txn)
+    index.sanity_check(200)
+    index.sanity_check()
+    with pytest.raises(CorruptIndexError, match="past the segment's last offset 119"):
+        index.sanity_check(120)
+    for bad, problem in [
+        ([AbortedTxn(1, 10, 99, 100)], "below the segment's base offset 100"),
+        ([AbortedTxn(1, 130, 120, 131)], "starts at 130, after its abort marker at 120"),
+        ([AbortedTxn(1, 100, 120, 121), AbortedTxn(2, 100, 110, 121)], "not after the entry before it"),
+    ]:
+        with open(index.path, "wb") as f:
+            f.write(b"".join(t.encode() for t in bad))
+        with pytest.raises(CorruptIndexError, match=problem):
+            TransactionIndex(index.path, 100).sanity_check(200)
+    index.reset()
+    assert not os.path.exists(index.path) and index.entries == ()
+
+
+@pytest.mark.parametrize("damage", ["past the segment", "below the segment", "out of order", "bad version"])
+def test_a_bad_txnindex_is_rebuilt_at_load(open_log, damage):
+    log = open_log(segment_bytes=400)
+    for round_ in range(4):
+        log.append(txn(1, round_ * 2, value=b"x" * 60))
+        log.append(txn(2, round_, value=b"x" * 60))
+        log.append_txn_marker(1, 0, 0, commit=False)
+        log.append_txn_marker(2, 0, 0, commit=False)
+        log.append(txn(1, round_ * 2 + 1, value=b"x" * 60))
+        log.append_txn_marker(1, 0, 0, commit=round_ % 2 == 0)
+    before = {s.base_offset: s.txn_index.entries for s in log.segments}
+    aborted = log.aborted_transactions(0, log.log_end_offset)
+    indexed = [s for s in log.segments if s.txn_index.entries and s is not log.active_segment]
+    assert len(indexed) >= 2
+    victim = indexed[1]
+    path, entries = victim.txn_index.path, list(victim.txn_index.entries)
+    log.close()  # a clean shutdown, snapshots at the segments' bases
+    if damage == "past the segment":
+        entries.append(AbortedTxn(7, entries[-1].last_offset + 1, 10**6, 10**6 + 1))
+    elif damage == "below the segment":
+        entries.insert(0, AbortedTxn(7, 0, victim.base_offset - 1, victim.base_offset))
+    elif damage == "out of order":
+        entries = [entries[0]._replace(last_offset=entries[0].last_offset + 1000), *entries[1:]]
+    raw = b"".join(t.encode() for t in entries)
+    if damage == "bad version":
+        raw = b"\x00\x07" + raw[2:]
+    with open(path, "wb") as f:
+        f.write(raw)
+    reopened = open_log(segment_bytes=400)
+    assert {s.base_offset: s.txn_index.entries for s in reopened.segments} == before
+    assert reopened.aborted_transactions(0, reopened.log_end_offset) == aborted
+    with open(path, "rb") as f:
+        assert decode_entries(f.read()) == list(before[victim.base_offset])

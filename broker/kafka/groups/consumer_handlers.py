@@ -25,12 +25,16 @@ import structlog
 
 from kafka_format.errors import StrataError
 
+from ...security.authorizer import Op, Resource
+from ..acls import allowed
 from ..authorized import ResourceType, requested
 from ..codec import make, nested
 from .assignors import Partition
 from .consumer_coordinator import GROUP_ID_NOT_FOUND, ConsumerGroupCoordinator, HeartbeatRequest
 from .consumer_group import DEAD
 from .handlers import client_host, coordinator_error_code, millis
+
+GROUP_AUTHORIZATION_FAILED = 30
 
 log = structlog.get_logger("strata.kafka.consumer_groups")
 
@@ -140,6 +144,11 @@ class ConsumerGroupHandlers:
 
         out = []
         for group_id in req.group_ids:
+            if not allowed(ctx, Op.DESCRIBE, Resource.GROUP, group_id):
+                out.append(make(GroupR, error_code=GROUP_AUTHORIZATION_FAILED, error_message=None, group_id=group_id,
+                                group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(),
+                                authorized_operations=requested(False, ResourceType.GROUP, group_id)))
+                continue
             group = self.coordinator.groups.get(group_id)
             if group is None:
                 kind = "consumer" if not group_id or not self._is_classic(group_id) else None
@@ -160,7 +169,7 @@ class ConsumerGroupHandlers:
                             group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
                             assignor_name=group.assignor_name or self.coordinator.assignor_names[0], members=members,
                             authorized_operations=requested(req.include_authorized_operations, ResourceType.GROUP,
-                                                            group_id)))
+                                                            group_id, ctx)))
         return make(R, throttle_time=0, groups=tuple(out))
 
     def _is_classic(self, group_id: str) -> bool:

@@ -16,12 +16,16 @@ from typing import Any
 
 from kafka_format.errors import StrataError
 
+from ...security.authorizer import Op, Resource
+from ..acls import allowed
 from ..apis import ApiKey
 from ..authorized import OMITTED, ResourceType, requested
 from ..codec import has_field, make, nested
 from .consumer_coordinator import ConsumerGroupCoordinator
 from .coordinator import GroupCoordinator
 from .group import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NON_EMPTY_GROUP, NONE
+
+TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 29, 30, 53
 
 # FindCoordinator key types
 GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2
@@ -115,14 +119,18 @@ class GroupHandlers:
 
     # ---- FindCoordinator ---------------------------------------------------------------------
 
-    def _coordinator_for(self, key_type: int, ctx) -> tuple[int, str | None, int, str, int]:
-        """(error, message, node id, host, port) for a key of `key_type`."""
-        if key_type == GROUP_KEY:
+    def _coordinator_for(self, key_type: int, ctx, key: str) -> tuple[int, str | None, int, str, int]:
+        """(error, message, node id, host, port) for a key of `key_type`; as Kafka, a
+        group needs DESCRIBE on it, a transactional id DESCRIBE on it."""
+        if key_type == GROUP_KEY and not allowed(ctx, Op.DESCRIBE, Resource.GROUP, key):
+            return GROUP_AUTHORIZATION_FAILED, None, -1, "", -1
+        if key_type == TRANSACTION_KEY and not allowed(ctx, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, key):
+            return TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None, -1, "", -1
+        if key_type in (GROUP_KEY, TRANSACTION_KEY):  # the transaction coordinator: broker/kafka/transactions
             host, port = ctx.advertised
             return NONE, None, self.apis.node_id, host, port
-        if key_type in (TRANSACTION_KEY, SHARE_KEY):
-            kind = "transaction" if key_type == TRANSACTION_KEY else "share group"
-            return COORDINATOR_NOT_AVAILABLE, f"Strata has no {kind} coordinator", -1, "", -1
+        if key_type == SHARE_KEY:
+            return COORDINATOR_NOT_AVAILABLE, "Strata has no share group coordinator", -1, "", -1
         return INVALID_REQUEST, f"unknown coordinator key type {key_type}", -1, "", -1
 
     async def find_coordinator(self, req, ctx):
@@ -132,11 +140,11 @@ class GroupHandlers:
             CoordR = nested(R, "coordinators")
             out = []
             for key in req.coordinator_keys:
-                error, message, node, host, port = self._coordinator_for(key_type, ctx)
+                error, message, node, host, port = self._coordinator_for(key_type, ctx, key)
                 out.append(make(CoordR, key=key, node_id=node, host=host, port=port, error_code=error,
                                 error_message=message))
             return make(R, throttle_time=0, coordinators=tuple(out))
-        error, message, node, host, port = self._coordinator_for(key_type, ctx)
+        error, message, node, host, port = self._coordinator_for(key_type, ctx, req.key)
         return make(R, throttle_time=0, error_code=error, error_message=message, node_id=node, host=host,
                     port=port)
 
@@ -226,6 +234,8 @@ class GroupHandlers:
         where: list[tuple[int, int]] = []  # (topic index, partition index) of each entry
         for ti, topic in enumerate(req.topics):
             name, topic_error = self._topic_name(topic, by_id)
+            if not topic_error and not allowed(ctx, Op.READ, Resource.TOPIC, name or ""):
+                topic_error = TOPIC_AUTHORIZATION_FAILED
             row = []
             for pi, part in enumerate(topic.partitions):
                 code = group_error or topic_error
@@ -252,8 +262,9 @@ class GroupHandlers:
 
     # ---- OffsetFetch -------------------------------------------------------------------------
 
-    def _fetch_topics(self, group_id: str, topics, TopicR: type, by_id: bool) -> tuple:
-        """The response topics of one group: those asked (None = every committed one)."""
+    def _fetch_topics(self, group_id: str, topics, TopicR: type, by_id: bool, ctx) -> tuple:
+        """The response topics of one group: those asked (None = every committed one
+        the connection may DESCRIBE; an asked one it may not: TOPIC_AUTHORIZATION_FAILED)."""
         PartR = nested(TopicR, "partitions")
         offsets = self.apis.offsets
         registry = self.apis.registry
@@ -272,6 +283,8 @@ class GroupHandlers:
             for (topic, partition) in sorted(offsets.committed_for(group_id)):
                 by_topic.setdefault(topic, []).append(partition)
             for name, partitions in by_topic.items():
+                if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
+                    continue
                 topic_id = None
                 if by_id:
                     known = registry.get(name)
@@ -283,6 +296,8 @@ class GroupHandlers:
             return tuple(out)
         for topic in topics:
             name, error = self._topic_name(topic, by_id)
+            if not error and not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name or ""):
+                error = TOPIC_AUTHORIZATION_FAILED
             out.append(make(TopicR, name=getattr(topic, "name", None), topic_id=getattr(topic, "topic_id", None),
                             partitions=tuple(part(p, error) for p in topic.partition_indexes)))
         return tuple(out)
@@ -298,6 +313,10 @@ class GroupHandlers:
                 if not g.group_id:
                     groups.append(make(GroupR, group_id=g.group_id, error_code=INVALID_GROUP_ID, topics=()))
                     continue
+                if not allowed(ctx, Op.DESCRIBE, Resource.GROUP, g.group_id):
+                    groups.append(make(GroupR, group_id=g.group_id, error_code=GROUP_AUTHORIZATION_FAILED,
+                                       topics=()))
+                    continue
                 if (consumer := self._consumer_for(g.group_id)) is not None:
                     error = consumer.validate_offset_fetch(g.group_id, getattr(g, "member_id", None),
                                                                 getattr(g, "member_epoch", -1))
@@ -305,7 +324,7 @@ class GroupHandlers:
                         groups.append(make(GroupR, group_id=g.group_id, error_code=error, topics=()))
                         continue
                 groups.append(make(GroupR, group_id=g.group_id, error_code=NONE,
-                                   topics=self._fetch_topics(g.group_id, g.topics, TopicR, by_id)))
+                                   topics=self._fetch_topics(g.group_id, g.topics, TopicR, by_id, ctx)))
             return make(R, throttle_time=0, groups=tuple(groups))
         TopicR = nested(R, "topics")
         if not req.group_id:
@@ -317,7 +336,7 @@ class GroupHandlers:
                     make(PartR, partition_index=p, committed_offset=-1, metadata="", error_code=INVALID_GROUP_ID)
                     for p in t.partition_indexes)) for t in req.topics or ()))
         return make(R, throttle_time=0, error_code=NONE,
-                    topics=self._fetch_topics(req.group_id, req.topics, TopicR, False))
+                    topics=self._fetch_topics(req.group_id, req.topics, TopicR, False, ctx))
 
     # ---- ListGroups / DescribeGroups / DeleteGroups / OffsetDelete ------------------------------
 
@@ -329,6 +348,9 @@ class GroupHandlers:
         rows = self.coordinator.list_groups(self.apis.offsets.groups(), states, types)
         if self.consumer is not None:
             rows = _with_consumer_groups(rows, self.consumer.list_groups(), states, types)
+        # As Kafka: DESCRIBE on the cluster lists every group, else those the connection may DESCRIBE.
+        if not allowed(ctx, Op.DESCRIBE, Resource.CLUSTER, "kafka-cluster"):
+            rows = [row for row in rows if allowed(ctx, Op.DESCRIBE, Resource.GROUP, row[0])]
         return make(R, throttle_time=0, error_code=NONE,
                     groups=tuple(make(GroupR, group_id=gid, protocol_type=ptype, group_state=state,
                                       group_type=gtype) for gid, ptype, state, gtype in rows))
@@ -346,12 +368,18 @@ class GroupHandlers:
                                 group_id=group_id, group_state="", protocol_type="", protocol_data="",
                                 members=(), authorized_operations=OMITTED))
                 continue
+            if not allowed(ctx, Op.DESCRIBE, Resource.GROUP, group_id):
+                out.append(make(GroupR, error_code=GROUP_AUTHORIZATION_FAILED, error_message=None,
+                                group_id=group_id, group_state="", protocol_type="", protocol_data="",
+                                members=(), authorized_operations=OMITTED))
+                continue
             if self._consumer_for(group_id) is not None:  # as Kafka 4: DescribeGroups describes classic groups only
                 out.append(make(GroupR, error_code=GROUP_ID_NOT_FOUND if ctx.api_version >= 6 else NONE,
                                 error_message=f"Group {group_id} is not a classic group."
                                 if ctx.api_version >= 6 else None,
                                 group_id=group_id, group_state="Dead", protocol_type="", protocol_data="",
-                                members=(), authorized_operations=requested(with_ops, ResourceType.GROUP, group_id)))
+                                members=(),
+                                authorized_operations=requested(with_ops, ResourceType.GROUP, group_id, ctx)))
                 continue
             d = self.coordinator.describe(group_id, group_id in offsets_groups)
             error, message = d.error, None
@@ -366,7 +394,7 @@ class GroupHandlers:
             out.append(make(GroupR, error_code=error, error_message=message, group_id=group_id,
                             group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol_data,
                             members=members,
-                            authorized_operations=requested(with_ops, ResourceType.GROUP, group_id)))
+                            authorized_operations=requested(with_ops, ResourceType.GROUP, group_id, ctx)))
         return make(R, throttle_time=0, groups=tuple(out))
 
     async def delete_groups(self, req, ctx):
@@ -376,6 +404,9 @@ class GroupHandlers:
         for group_id in req.groups_names:
             if not group_id:
                 results.append(make(ResultR, group_id=group_id, error_code=INVALID_GROUP_ID))
+                continue
+            if not allowed(ctx, Op.DELETE, Resource.GROUP, group_id):
+                results.append(make(ResultR, group_id=group_id, error_code=GROUP_AUTHORIZATION_FAILED))
                 continue
             has_offsets = group_id in self.apis.offsets.groups()
             consumer = self._consumer_for(group_id)
@@ -406,6 +437,8 @@ class GroupHandlers:
         has_offsets = group_id in offsets.groups()
         if not group_id:
             return make(R, error_code=INVALID_GROUP_ID, throttle_time=0, topics=())
+        if not allowed(ctx, Op.DELETE, Resource.GROUP, group_id):
+            return make(R, error_code=GROUP_AUTHORIZATION_FAILED, throttle_time=0, topics=())
         if group is not None and group.state == "Dead" and not has_offsets:
             return make(R, error_code=GROUP_ID_NOT_FOUND, throttle_time=0, topics=())
         subscribed: set[str] = set()

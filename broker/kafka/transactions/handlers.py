@@ -1,0 +1,177 @@
+"""The transaction APIs on the Kafka listener: the wire side of coordinator.py.
+
+    InitProducerId        22 v0-5  with a transactional id: the coordinator; without: core handlers
+    AddPartitionsToTxn    24 v0-3  (v4+ is the broker-to-broker batch form of KIP-890)
+    AddOffsetsToTxn       25 v0-4
+    EndTxn                26 v0-4
+    TxnOffsetCommit       28 v0-4
+    DescribeTransactions  65 v0
+    ListTransactions      66 v0-2
+
+PRODUCER_FENCED (90) is answered as INVALID_PRODUCER_EPOCH (47) to the versions
+that predate it (InitProducerId < 4, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
+< 2, TxnOffsetCommit < 3), as Kafka's handlers do.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+from kafka_format.errors import StrataError
+
+from ..apis import ApiKey
+from ..codec import make, nested
+from .coordinator import INVALID_PRODUCER_EPOCH, NONE, PRODUCER_FENCED, TransactionCoordinator
+from .state import TxnState
+
+TRANSACTIONAL_ID_NOT_FOUND = 105
+# Kafka's -1 "no start time": kio writes this field as round(timestamp * 1000).
+NO_START_TIME = datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC)
+INVALID_REQUEST = 42
+# First version of each API that knows PRODUCER_FENCED.
+FENCED_SINCE = {ApiKey.INIT_PRODUCER_ID: 4, ApiKey.ADD_PARTITIONS_TO_TXN: 2, ApiKey.ADD_OFFSETS_TO_TXN: 2,
+                ApiKey.END_TXN: 2, ApiKey.TXN_OFFSET_COMMIT: 3}
+
+
+def _code(error: int, api: ApiKey, version: int) -> int:
+    if error == PRODUCER_FENCED and version < FENCED_SINCE[api]:
+        return INVALID_PRODUCER_EPOCH
+    return error
+
+
+def _millis(value) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+class TransactionHandlers:
+    def __init__(self, apis, coordinator: TransactionCoordinator):
+        self.apis = apis
+        self.coordinator = coordinator
+
+    def register_all(self) -> None:
+        r = self.apis.register
+        r(ApiKey.INIT_PRODUCER_ID, self.init_producer_id, 0, 5)
+        r(ApiKey.ADD_PARTITIONS_TO_TXN, self.add_partitions_to_txn, 0, 3)
+        r(ApiKey.ADD_OFFSETS_TO_TXN, self.add_offsets_to_txn, 0, 4)
+        r(ApiKey.END_TXN, self.end_txn, 0, 4)
+        r(ApiKey.TXN_OFFSET_COMMIT, self.txn_offset_commit, 0, 4)
+        r(ApiKey.DESCRIBE_TRANSACTIONS, self.describe_transactions, 0, 0)
+        r(ApiKey.LIST_TRANSACTIONS, self.list_transactions, 0, 2)
+
+    async def init_producer_id(self, req, ctx):
+        if req.transactional_id is None:
+            return await self.apis.core.init_producer_id(req, ctx)
+        R = ctx.response_class
+        if not req.transactional_id:
+            return make(R, throttle_time=0, error_code=INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
+        error, producer_id, epoch = await self.coordinator.init_producer_id(
+            req.transactional_id, _millis(req.transaction_timeout), getattr(req, "producer_id", -1),
+            getattr(req, "producer_epoch", -1))
+        return make(R, throttle_time=0, error_code=_code(error, ApiKey.INIT_PRODUCER_ID, ctx.api_version),
+                    producer_id=producer_id, producer_epoch=epoch)
+
+    async def add_partitions_to_txn(self, req, ctx):
+        R = ctx.response_class
+        TopicR = nested(R, "results_by_topic_v3_and_below")
+        PartR = nested(TopicR, "results_by_partition")
+        wanted = [(topic.name, partition) for topic in req.v3_and_below_topics for partition in topic.partitions]
+        errors = await self.coordinator.add_partitions(
+            req.v3_and_below_transactional_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
+            wanted)
+        by_topic: dict[str, list] = {}
+        for (topic, partition), error in errors.items():
+            by_topic.setdefault(topic, []).append(make(
+                PartR, partition_index=partition,
+                partition_error_code=_code(error, ApiKey.ADD_PARTITIONS_TO_TXN, ctx.api_version)))
+        return make(R, throttle_time=0, results_by_topic_v3_and_below=tuple(
+            make(TopicR, name=topic, results_by_partition=tuple(parts)) for topic, parts in by_topic.items()))
+
+    async def add_offsets_to_txn(self, req, ctx):
+        error = await self.coordinator.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                   req.group_id)
+        return make(ctx.response_class, throttle_time=0,
+                    error_code=_code(error, ApiKey.ADD_OFFSETS_TO_TXN, ctx.api_version))
+
+    async def end_txn(self, req, ctx):
+        error = await self.coordinator.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
+                                               req.committed)
+        return make(ctx.response_class, throttle_time=0, error_code=_code(error, ApiKey.END_TXN, ctx.api_version))
+
+    async def txn_offset_commit(self, req, ctx):
+        R = ctx.response_class
+        TopicR = nested(R, "topics")
+        PartR = nested(TopicR, "partitions")
+        entries = [(topic.name, p.partition_index, p.committed_offset, p.committed_metadata,
+                    getattr(p, "committed_leader_epoch", -1)) for topic in req.topics for p in topic.partitions]
+        error = _code(self.coordinator.check_offset_commit(req.transactional_id, req.producer_id,
+                                                           req.producer_epoch, req.group_id),
+                      ApiKey.TXN_OFFSET_COMMIT, ctx.api_version)
+        errors: list = [error] * len(entries)
+        if error == NONE and entries:
+            try:
+                results = await self.apis.blocking(self.apis.offsets.commit_transactional, req.group_id,
+                                                   req.producer_id, req.producer_epoch, entries)
+                errors = [NONE if e is None else e.code for e in results]
+            except StrataError as e:
+                errors = [e.code] * len(entries)
+        by_topic: dict[str, list] = {}
+        for (topic, partition, *_), code in zip(entries, errors, strict=True):
+            by_topic.setdefault(topic, []).append(make(PartR, partition_index=partition, error_code=code))
+        return make(R, throttle_time=0, topics=tuple(make(TopicR, name=topic, partitions=tuple(parts))
+                                                     for topic, parts in by_topic.items()))
+
+    async def describe_transactions(self, req, ctx):
+        R = ctx.response_class
+        StateR = nested(R, "transaction_states")
+        TopicR = nested(StateR, "topics")
+        out = []
+        for transactional_id in req.transactional_ids:
+            meta = self.coordinator.states.get(transactional_id)
+            if meta is None:
+                out.append(make(StateR, error_code=TRANSACTIONAL_ID_NOT_FOUND, transactional_id=transactional_id,
+                                transaction_state="", transaction_timeout=datetime.timedelta(0),
+                                transaction_start_time=NO_START_TIME, producer_id=-1, producer_epoch=-1, topics=()))
+                continue
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in sorted(meta.partitions):
+                by_topic.setdefault(topic, []).append(partition)
+            start = (datetime.datetime.fromtimestamp(meta.start_ms / 1000, tz=datetime.UTC)
+                     if meta.start_ms >= 0 else NO_START_TIME)
+            out.append(make(StateR, error_code=NONE, transactional_id=transactional_id,
+                            transaction_state=meta.state.display,
+                            transaction_timeout=datetime.timedelta(milliseconds=meta.timeout_ms),
+                            transaction_start_time=start, producer_id=meta.producer_id,
+                            producer_epoch=meta.producer_epoch,
+                            topics=tuple(make(TopicR, topic=t, partitions=tuple(p)) for t, p in by_topic.items())))
+        return make(R, throttle_time=0, transaction_states=tuple(out))
+
+    async def list_transactions(self, req, ctx):
+        R = ctx.response_class
+        StateR = nested(R, "transaction_states")
+        known = {state.display: state for state in TxnState}
+        wanted = {known[name] for name in req.state_filters if name in known}
+        unknown = tuple(name for name in req.state_filters if name not in known)
+        producers = set(req.producer_id_filters)
+        duration = getattr(req, "duration_filter", -1)
+        pattern = getattr(req, "transactional_id_pattern", None)
+        try:
+            matcher = re.compile(pattern) if pattern else None
+        except re.error:
+            return make(R, throttle_time=0, error_code=INVALID_REQUEST, unknown_state_filters=(),
+                        transaction_states=())
+        now = self.coordinator.now()
+        out = []
+        for meta in sorted(self.coordinator.states.values(), key=lambda m: m.transactional_id):
+            if req.state_filters and meta.state not in wanted:
+                continue
+            if producers and meta.producer_id not in producers:
+                continue
+            if duration >= 0 and (meta.state != TxnState.ONGOING or now - meta.start_ms < duration):
+                continue
+            if matcher is not None and not matcher.fullmatch(meta.transactional_id):
+                continue
+            out.append(make(StateR, transactional_id=meta.transactional_id, producer_id=meta.producer_id,
+                            transaction_state=meta.state.display))
+        return make(R, throttle_time=0, error_code=NONE, unknown_state_filters=unknown,
+                    transaction_states=tuple(out))

@@ -1,0 +1,292 @@
+"""Client quotas, as Kafka's ClientQuotaManager: one policy for both protocols.
+
+Contract:
+- An entity is a tuple of (entity type, name or None for the default), sorted by
+  type: types `user`, `client-id` (together or alone) or `ip` (alone). Quota keys
+  are Kafka's: `producer_byte_rate`, `consumer_byte_rate`, `request_percentage`,
+  `controller_mutation_rate` for user/client-id entities, and
+  `connection_creation_rate` for ip entities.
+- `ClientQuotas.open(data_dir)` loads `client-quotas.json` (absent: none);
+  `alter(changes, validate_only=)` checks every change of the request first and
+  replaces the file whole (write-temp, fsync, rename) before the new quotas
+  apply, at once, without a restart; `describe(components, strict)` answers
+  DescribeClientQuotas' filter (match types exact 0, default 1, any specified 2).
+  Bad input raises InvalidRequestError naming the problem and changes nothing.
+- `throttle_ms(kind, principal, client_id, nbytes)` is what the request
+  handlers of both protocols call once per Produce (kind `produce`: bytes of the
+  record sets) and Fetch (`fetch`: bytes of records answered): it finds the
+  quota that applies in Kafka's order of precedence (DefaultQuotaCallback:
+  /users/U/clients/C, /users/U/clients/<default>, /users/U,
+  /users/<default>/clients/C, /users/<default>/clients/<default>,
+  /users/<default>, /clients/C, /clients/<default>), records the bytes on that
+  quota's rate (one per matched entity with its user and client-id, so a default
+  quota limits each client on its own, as Kafka's metric tags do; a changed quota
+  applies to the rate measured so far), and when the
+  rate is over the quota returns the throttle time Kafka computes
+  ((rate - quota) / quota × the rate's window), else 0. The rate is Kafka's
+  windowed Rate: `quota.window.num` samples of `quota.window.size.seconds`, the
+  window counted as at least (samples - 1) full samples. The time is capped at
+  the whole window (samples × size).
+- Throttling itself (KIP-219: answer first, then mute) is the connection shell's
+  (broker/connection.py: `ConnectionContext.throttle_ms`).
+- `request_percentage`, `controller_mutation_rate` and `connection_creation_rate`
+  are stored and described, not enforced.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kafka_format.errors import InvalidConfigError, InvalidRequestError
+from storage.fileutil import atomic_write
+
+from .json_files import encode_document, read_document
+
+QUOTAS_FILE = "client-quotas.json"
+FORMAT_VERSION = 1
+USER, CLIENT_ID, IP = "user", "client-id", "ip"
+PRODUCER_BYTE_RATE = "producer_byte_rate"
+CONSUMER_BYTE_RATE = "consumer_byte_rate"
+CLIENT_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, "request_percentage", "controller_mutation_rate")
+IP_KEYS = ("connection_creation_rate",)
+WHOLE_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, "connection_creation_rate")  # Kafka's LONG/INT keys
+KIND_KEYS = {"produce": PRODUCER_BYTE_RATE, "fetch": CONSUMER_BYTE_RATE}
+MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
+ANONYMOUS = "User:ANONYMOUS"
+MAX_RATES = 10_000  # rates kept before idle ones are dropped
+
+Entity = tuple[tuple[str, str | None], ...]
+
+
+def entity_of(pairs: Iterable[tuple[str, str | None]]) -> Entity:
+    """An entity from (type, name) pairs, checked as Kafka's AlterClientQuotas does."""
+    entity = tuple(sorted(pairs))
+    types = [t for t, _ in entity]
+    if not entity:
+        raise InvalidRequestError("Invalid empty client quota entity")
+    if len(set(types)) != len(types):
+        raise InvalidRequestError(f"Duplicate entity type in client quota entity: {', '.join(types)}")
+    for entity_type, name in entity:
+        if entity_type not in (USER, CLIENT_ID, IP):
+            raise InvalidRequestError(f"Unhandled client quota entity type: {entity_type}")
+        if name == "" and entity_type != CLIENT_ID:
+            raise InvalidRequestError(f"Empty {entity_type} not supported")
+    if IP in types and len(types) > 1:
+        raise InvalidRequestError("Invalid quota entity combination, IP entity should not be combined with "
+                                  "User or ClientId")
+    return entity
+
+
+def _check_value(entity: Entity, key: str, value: float) -> None:
+    allowed = IP_KEYS if entity[0][0] == IP else CLIENT_KEYS
+    if key not in allowed:
+        raise InvalidRequestError(f"Invalid configuration key {key}" if key not in CLIENT_KEYS + IP_KEYS
+                                  else f"{key} is not a quota of {'/'.join(t for t, _ in entity)} entities")
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidRequestError(f"Invalid value {value} for configuration {key}: must be positive")
+    if key in WHOLE_KEYS and value != int(value):
+        raise InvalidRequestError(f"Invalid value {value} for configuration {key}: must be a whole number")
+
+
+@dataclass
+class WindowedRate:
+    """Kafka's Rate over a SampledStat: per-sample sums, oldest purged."""
+
+    window_ms: int
+    samples: int
+    starts: list[float] = field(default_factory=list)  # each sample's start, ms
+    sums: list[float] = field(default_factory=list)
+
+    def record(self, value: float, now_ms: float) -> None:
+        if not self.starts or now_ms >= self.starts[-1] + self.window_ms:
+            self.starts.append(now_ms)
+            self.sums.append(0.0)
+        self.sums[-1] += value
+        horizon = now_ms - self.samples * self.window_ms
+        while len(self.starts) > 1 and self.starts[0] + self.window_ms <= horizon:
+            del self.starts[0], self.sums[0]
+        if len(self.starts) > self.samples:
+            del self.starts[0], self.sums[0]
+
+    def window_size_ms(self, now_ms: float) -> float:
+        elapsed = now_ms - self.starts[0] if self.starts else 0.0
+        full = int(elapsed // self.window_ms)
+        if full < self.samples - 1:
+            elapsed += (self.samples - 1 - full) * self.window_ms
+        return elapsed
+
+    def per_second(self, now_ms: float) -> float:
+        return sum(self.sums) / (self.window_size_ms(now_ms) / 1000.0)
+
+
+class ClientQuotas:
+    """The stored quotas and the rates they are checked against (see the module contract)."""
+
+    def __init__(self, path: str | None, quotas: dict[Entity, dict[str, float]], *,
+                 window_samples: int = 11, window_seconds: int = 1):
+        self.path = path
+        self._quotas = quotas
+        self._lock = threading.Lock()
+        self.window_samples = window_samples
+        self.window_ms = window_seconds * 1000
+        self._rates: dict[tuple[str, str, str], WindowedRate] = {}
+        self.throttled = {kind: 0 for kind in KIND_KEYS}  # responses given a throttle time
+        self.throttle_ms_total = {kind: 0 for kind in KIND_KEYS}
+
+    @classmethod
+    def open(cls, data_dir: str, *, window_samples: int = 11, window_seconds: int = 1) -> ClientQuotas:
+        path = os.path.join(data_dir, QUOTAS_FILE)
+        doc = read_document(path, FORMAT_VERSION, "client quotas")
+        quotas: dict[Entity, dict[str, float]] = {}
+        try:
+            for item in (doc or {}).get("quotas", []):
+                entity = tuple(sorted((str(e["type"]), None if e["name"] is None else str(e["name"]))
+                                      for e in item["entity"]))
+                quotas[entity] = {str(k): float(v) for k, v in item["values"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise InvalidConfigError(f"client quotas {path} are damaged: {e}") from None
+        return cls(path, quotas, window_samples=window_samples, window_seconds=window_seconds)
+
+    @property
+    def active(self) -> bool:
+        """Whether any quota is set (else nothing is counted)."""
+        return bool(self._quotas)
+
+    # ---- AlterClientQuotas / DescribeClientQuotas ----
+
+    def check(self, entity: Entity, ops: Iterable[tuple[str, float | None]]) -> dict[str, float]:
+        """The entity's quotas once `ops` ((key, value or None to remove)) apply; raises
+        InvalidRequestError, changing nothing."""
+        merged = dict(self._quotas.get(entity, {}))
+        seen: set[str] = set()
+        for key, value in ops:
+            if key in seen:
+                raise InvalidRequestError(f"Duplicate quota key {key} not updating quota for {entity}")
+            seen.add(key)
+            if value is None:
+                if key not in CLIENT_KEYS + IP_KEYS:
+                    raise InvalidRequestError(f"Invalid configuration key {key}")
+                merged.pop(key, None)
+            else:
+                _check_value(entity, key, value)
+                merged[key] = value
+        return merged
+
+    def alter(self, changes: dict[Entity, dict[str, float]], *, validate_only: bool = False) -> None:
+        """Set each entity's quotas whole (an empty dict removes the entity), all at
+        once: the file is replaced before they apply."""
+        if validate_only or not changes:
+            return
+        with self._lock:
+            quotas = dict(self._quotas)
+            for entity, values in changes.items():
+                if values:
+                    quotas[entity] = dict(values)
+                else:
+                    quotas.pop(entity, None)
+            if self.path is not None:
+                doc = {"version": FORMAT_VERSION,
+                       "quotas": [{"entity": [{"type": t, "name": n} for t, n in entity], "values": values}
+                                  for entity, values in sorted(quotas.items(), key=lambda kv: repr(kv[0]))]}
+                atomic_write(self.path, encode_document(doc))
+            self._quotas = quotas  # one reference swap: readers see the old or the new whole
+
+    def describe(self, components: Iterable[tuple[str, int, str | None]], strict: bool) -> list[tuple[Entity, dict]]:
+        components = list(components)
+        types = [t for t, _, _ in components]
+        if len(set(types)) != len(types):
+            raise InvalidRequestError("Duplicate entity type in filter")
+        for entity_type, match_type, _ in components:
+            if entity_type not in (USER, CLIENT_ID, IP):
+                raise InvalidRequestError(f"Custom entity type {entity_type!r} not supported")
+            if match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED):
+                raise InvalidRequestError(f"Unknown match type {match_type}")
+        out = []
+        for entity, values in sorted(self._quotas.items(), key=lambda kv: repr(kv[0])):
+            names = dict(entity)
+            if strict and set(names) != set(types):
+                continue
+            if all(_matches(names, c) for c in components):
+                out.append((entity, dict(values)))
+        return out
+
+    # ---- enforcement ----
+
+    def quota_for(self, key: str, user: str, client_id: str) -> tuple[float, str, str] | None:
+        """(quota, user tag, client-id tag) of the entity that sets `key` for this
+        client, in Kafka's order of precedence, or None."""
+        quotas = self._quotas
+        if not quotas:
+            return None
+        for u, c in ((user, client_id), (user, None), (user, _ABSENT), (None, client_id), (None, None),
+                     (None, _ABSENT), (_ABSENT, client_id), (_ABSENT, None)):
+            entity = tuple(pair for pair in ((CLIENT_ID, c), (USER, u)) if pair[1] is not _ABSENT)
+            entity = tuple(sorted(entity))
+            value = quotas.get(entity, {}).get(key)  # type: ignore[arg-type]
+            if value is not None:
+                return value, "" if u is _ABSENT else user, "" if c is _ABSENT else client_id
+        return None
+
+    def throttle_ms(self, kind: str, principal: str, client_id: str | None, nbytes: int,
+                    now_ms: float | None = None) -> int:
+        """Record `nbytes` of a `kind` request and return the throttle time (ms) due."""
+        if not self._quotas:
+            return 0
+        user = principal.partition(":")[2] if principal.startswith("User:") else principal
+        found = self.quota_for(KIND_KEYS[kind], user, client_id or "")
+        if found is None:
+            return 0
+        quota, user_tag, client_tag = found
+        now = time.monotonic() * 1000.0 if now_ms is None else now_ms
+        rate = self._rates.get((kind, user_tag, client_tag))
+        if rate is None:
+            if len(self._rates) >= MAX_RATES:
+                self._forget_idle(now)
+            rate = self._rates[(kind, user_tag, client_tag)] = WindowedRate(self.window_ms, self.window_samples)
+        rate.record(nbytes, now)
+        observed = rate.per_second(now)
+        if observed <= quota:
+            return 0
+        throttle = round((observed - quota) / quota * rate.window_size_ms(now))
+        throttle = min(throttle, self.window_ms * self.window_samples)
+        self.throttled[kind] += 1
+        self.throttle_ms_total[kind] += throttle
+        return throttle
+
+
+    def _forget_idle(self, now_ms: float) -> None:
+        """Drop the rates of clients with no sample left in the window (Kafka expires
+        idle quota sensors), so client ids that come and go do not pile up."""
+        span = self.window_ms * self.window_samples
+        for key, rate in list(self._rates.items()):
+            if not rate.starts or rate.starts[-1] + span <= now_ms:
+                del self._rates[key]
+
+
+class _Absent:
+    """The entity type is not part of the entity (unlike None: its default)."""
+
+    __slots__ = ()
+
+
+_ABSENT: object = _Absent()
+
+
+def _matches(names: dict[str, str | None], component: tuple[str, int, str | None]) -> bool:
+    entity_type, match_type, match = component
+    if entity_type not in names:
+        return False
+    name = names[entity_type]
+    if match_type == MATCH_EXACT:
+        return name == match and name is not None
+    if match_type == MATCH_DEFAULT:
+        return name is None
+    return name is not None
+
+
+__all__ = ["ANONYMOUS", "CLIENT_ID", "ClientQuotas", "Entity", "IP", "USER", "WindowedRate", "entity_of"]
