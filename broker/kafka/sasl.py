@@ -27,7 +27,8 @@ AlterUserScramCredentials (51, v0).
   RESOURCE_NOT_FOUND, a user's mechanism named twice DUPLICATE_RESOURCE.
   DescribeUserScramCredentials lists mechanisms and iterations (every user with
   a credential when users is null); a user without any is RESOURCE_NOT_FOUND, a
-  user named twice DUPLICATE_RESOURCE.
+  user named twice DUPLICATE_RESOURCE. With an authorizer they need DESCRIBE /
+  ALTER on the cluster (else CLUSTER_AUTHORIZATION_FAILED), as Kafka.
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ import asyncio
 from datetime import timedelta
 
 from ..connection import CloseAfterReply
+from ..security.authorizer import Op
 from ..security.errors import SaslAuthenticationFailedError
 from ..security.sasl import sasl_failure_delay
 from ..security.scram import BY_TYPE, MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted
 from . import codec
+from .acls import allowed_cluster
 from .apis import ApiKey
 from .codec import make, nested
 
@@ -189,6 +192,31 @@ class SaslHandlers:
 
 
 BY_NAME_TYPE = {m.name: m.type for m in BY_TYPE.values()}
+CLUSTER_AUTHORIZATION_FAILED = 31
+
+
+def _describe_scram_guard(req, ctx):
+    """With an authorizer: DESCRIBE on the cluster, as Kafka (broker/kafka/acls.py)."""
+    if allowed_cluster(ctx, Op.DESCRIBE):
+        return None
+    # Each named user gets the error (librdkafka aborts on a top-level error with no
+    # result per user); describing every user gets the top-level error alone, as Kafka.
+    Result = nested(ctx.response_class, "results")
+    message = "Cluster authorization failed."
+    top = CLUSTER_AUTHORIZATION_FAILED if req.users is None else 0
+    return make(ctx.response_class, throttle_time=0, error_code=top, error_message=message if top else None,
+                results=tuple(make(Result, user=u.name, error_code=CLUSTER_AUTHORIZATION_FAILED, error_message=message,
+                                   credential_infos=()) for u in req.users or ()))
+
+
+def _alter_scram_guard(req, ctx):
+    """With an authorizer: ALTER on the cluster, else every user CLUSTER_AUTHORIZATION_FAILED."""
+    if allowed_cluster(ctx, Op.ALTER):
+        return None
+    Result = nested(ctx.response_class, "results")
+    users = dict.fromkeys(op.name for op in (*req.deletions, *req.upsertions))
+    return make(ctx.response_class, throttle_time=0, results=tuple(
+        make(Result, user=user, error_code=CLUSTER_AUTHORIZATION_FAILED, error_message=None) for user in users))
 
 
 def register(apis) -> None:
@@ -197,3 +225,5 @@ def register(apis) -> None:
     apis.register(ApiKey.SASL_AUTHENTICATE, handlers.sasl_authenticate, 0, 2)
     apis.register(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, handlers.describe_user_scram_credentials, 0, 0)
     apis.register(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, handlers.alter_user_scram_credentials, 0, 0)
+    apis.guards[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS] = _describe_scram_guard
+    apis.guards[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] = _alter_scram_guard

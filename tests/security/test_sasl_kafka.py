@@ -285,3 +285,19 @@ def test_reauthentication_with_librdkafka(broker, pki):
     # librdkafka re-authenticated on its connections before each lifetime ended (KIP-368):
     # the broker never had to refuse an expired session.
     assert not [e for e in b.log_events() if "expired" in str(e.get("error", ""))]
+
+
+def test_sasl_principals_meet_the_authorizer(broker, pki):
+    """The SASL user is the principal the ACLs see: super.users may manage SCRAM
+    credentials (ALTER/DESCRIBE on the cluster), another user may not."""
+    b = sasl_broker(broker, pki, "--set", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                    "--set", "super.users=User:admin")
+    admin = AdminClient(conf(b, "SASL_PLAINTEXT", **sasl("PLAIN", "admin", "admin-secret")))
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"bob-pw")])["bob"].result(10)
+    alice = AdminClient(conf(b, "SASL_PLAINTEXT", **sasl("PLAIN", "alice", "alice-secret")))
+    with pytest.raises(ck.KafkaException, match="(?i)CLUSTER_AUTHORIZATION_FAILED|authoriz"):
+        alice.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "eve", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"x")])["eve"].result(10)
+    with pytest.raises(ck.KafkaException, match="(?i)CLUSTER_AUTHORIZATION_FAILED|authoriz"):
+        alice.describe_user_scram_credentials(["bob"])["bob"].result(10)
