@@ -1,11 +1,12 @@
-"""TLS against PLAINTEXT on the Kafka listener, same broker, same run (issue 15's target:
-TLS produce >= 0.7x PLAINTEXT).
+"""TLS and SASL_SSL against PLAINTEXT on the Kafka listener, same broker, same run (issue
+15's target: TLS produce >= 0.7x PLAINTEXT).
 
     .venv/bin/python bench/tls.py [--messages 100000] [--size 1024] [--one-record 2000] [--runs 3]
 
-One real `python -m broker serve` process with two Kafka listeners on 127.0.0.1,
-PLAINTEXT and SSL (a PEM keystore made at start with `cryptography`, EC P-256,
-OpenSSL's default suite: TLS 1.3 AES-256-GCM). The client is confluent-kafka
+One real `python -m broker serve` process with three Kafka listeners on 127.0.0.1,
+PLAINTEXT, SSL and SASL_SSL (a PEM keystore made at start with `cryptography`, EC
+P-256, OpenSSL's default suite: TLS 1.3 AES-256-GCM; SASL_SSL logs in with
+SCRAM-SHA-512, a credential made through AlterUserScramCredentials at start). The client is confluent-kafka
 (librdkafka) in this process. Per listener, alternating, best of --runs:
 
 - produce: one Producer (linger.ms=5, batch.size=1 MiB, acks=1, no compression),
@@ -16,8 +17,8 @@ OpenSSL's default suite: TLS 1.3 AES-256-GCM). The client is confluent-kafka
   backoff does not dominate).
 - one record: --one-record produce()+flush() round trips of one --size record
   (acks=1), p50 and p99 in milliseconds.
-The ratio column is SSL / PLAINTEXT for throughput, SSL / PLAINTEXT for latency
-(above 1 = TLS slower), and PLAINTEXT / SSL for the broker's CPU per message
+The ratio columns are X / PLAINTEXT for throughput and latency (latency above 1 =
+slower), and PLAINTEXT / X for the broker's CPU per message
 (utime + stime of its threads, /proc/<pid>/stat; the least over the runs): on a
 loaded machine wall-clock throughput swings with other processes, the broker's own
 CPU per message much less. The broker's sendfile and copied
@@ -116,7 +117,13 @@ def main() -> None:
     parser.add_argument("--one-record", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import (
+        AdminClient,
+        NewTopic,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
 
     work = tempfile.mkdtemp(prefix="strata-bench-tls-")
     try:
@@ -124,16 +131,21 @@ def main() -> None:
         keystore = ca.issue("localhost").write_pem(Path(work) / "server.pem")
         ca_pem = ca.write_pem(Path(work) / "ca.pem")
         broker = BrokerProcess(os.path.join(work, "data"), "--set",
-                               "listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                               "listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
                                "--set", "ssl.keystore.type=PEM", "--set", f"ssl.keystore.location={keystore}",
                                kafka_port=None).start()
-        addresses = broker.read_listeners(3)
+        addresses = broker.read_listeners(4)
         confs = {name: {"bootstrap.servers": "{}:{}".format(*addresses["kafka", name])}
-                 for name in ("PLAINTEXT", "SSL")}
+                 for name in ("PLAINTEXT", "SSL", "SASL_SSL")}
         confs["SSL"].update({"security.protocol": "SSL", "ssl.ca.location": str(ca_pem)})
+        confs["SASL_SSL"].update({"security.protocol": "SASL_SSL", "ssl.ca.location": str(ca_pem),
+                                  "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "bench",
+                                  "sasl.password": "bench-pw"})
         results: dict[str, dict[str, float]] = {name: {} for name in confs}
         try:
             admin = AdminClient(confs["PLAINTEXT"])
+            admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+                "bench", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"bench-pw")])["bench"].result(30)
             for run in range(args.runs):
                 for name, conf in confs.items():
                     topic = f"bench-{name.lower()}-{run}"
@@ -159,17 +171,23 @@ def main() -> None:
         mb = args.size / 1e6
         print(f"{args.messages} x {args.size} B values, best of {args.runs}; one record: "
               f"{args.one_record} round trips")
-        print(f"{'':10} {'PLAINTEXT':>22} {'SSL':>22} {'SSL/PLAINTEXT':>14}")
+        others = ("SSL", "SASL_SSL")
+        print(f"{'':10} {'PLAINTEXT':>22} {'SSL':>22} {'SASL_SSL':>22} {'SSL/PT':>8} {'SASL_SSL/PT':>12}")
         for key, unit in (("produce", "msg/s"), ("fetch", "msg/s")):
-            pt, tls = results["PLAINTEXT"][key], results["SSL"][key]
-            print(f"{key:10} {pt:>11,.0f} {unit} {pt * mb:5.0f} MB/s {tls:>11,.0f} {unit} {tls * mb:5.0f} MB/s "
-                  f"{tls / pt:>13.2f}x")
+            pt = results["PLAINTEXT"][key]
+            cells = "".join(f" {results[n][key]:>11,.0f} {unit} {results[n][key] * mb:5.0f} MB/s" for n in others)
+            ratios = "".join(f" {results[n][key] / pt:>11.2f}x" for n in others)
+            print(f"{key:10} {pt:>11,.0f} {unit} {pt * mb:5.0f} MB/s{cells}{ratios}")
         for key in ("produce_cpu", "fetch_cpu"):
-            pt, tls = results["PLAINTEXT"][key], results["SSL"][key]
-            print(f"{key:10} {pt:>15.2f} us/msg {tls:>15.2f} us/msg {pt / tls:>13.2f}x (broker CPU)")
+            pt = results["PLAINTEXT"][key]
+            cells = "".join(f" {results[n][key]:>15.2f} us/msg" for n in others)
+            ratios = "".join(f" {pt / results[n][key]:>11.2f}x" for n in others)
+            print(f"{key:10} {pt:>15.2f} us/msg{cells}{ratios} (broker CPU)")
         for key in ("p50", "p99"):
-            pt, tls = results["PLAINTEXT"][key], results["SSL"][key]
-            print(f"{'one ' + key:10} {pt:>19.3f} ms {tls:>19.3f} ms {tls / pt:>13.2f}x (latency)")
+            pt = results["PLAINTEXT"][key]
+            cells = "".join(f" {results[n][key]:>19.3f} ms" for n in others)
+            ratios = "".join(f" {results[n][key] / pt:>11.2f}x" for n in others)
+            print(f"{'one ' + key:10} {pt:>19.3f} ms{cells}{ratios} (latency)")
         if stopped:
             s = stopped[-1]["sendfile"]
             print(f"broker: sendfile {s['bytes'] / 1e6:.0f} MB, copied through the transport "

@@ -75,10 +75,12 @@ from .kafka.state import KafkaState
 from .listeners import KAFKA, NATIVE, Listener
 from .log_limiter import BadRequestLog
 from .metrics import BrokerMetrics, CountingExecutor, camel_name
-from .native_session import listener_sasl_mechanisms
 from .partitions import PartitionService
 from .quotas import ClientQuotas
 from .request_memory import RequestMemory
+from .security.credentials import ScramCredentialStore
+from .security.principal import SslPrincipalMapper
+from .security.sasl import SaslAuthenticator, listener_sasl
 from .server import BrokerServer, format_address, sendfile_stats
 from .tls import ServerTls
 from .topics import TopicRegistry
@@ -140,8 +142,14 @@ class BrokerApp:
                                                         metrics=metrics)
         # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
         bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
-        self.handlers = handlers = Handlers(partitions, bad_requests,
-                                            sasl_mechanisms=listener_sasl_mechanisms(config, "native"))
+        # SASL, broker-wide: the SCRAM credentials (opened with the data directory), the
+        # failure delay and the failed-login log; each SASL_* listener points at it.
+        self.authenticator = authenticator = SaslAuthenticator(
+            loop, bad_requests, config["connection.failed.authentication.delay.ms"])
+        for listener in self.listeners:
+            if listener.sasl is not None:
+                listener.authenticator = authenticator
+        self.handlers = handlers = Handlers(partitions, bad_requests)
         # One memory pool, one set of connection limits and one bad-request log for
         # both listeners (Kafka's queued.max.request.bytes and ConnectionQuotas are
         # broker-wide).
@@ -154,6 +162,8 @@ class BrokerApp:
             kafka_stats = metrics.requests_for("kafka", {k.value: camel_name(k.name) for k in ApiKey})
         kafka = self.kafka = (KafkaApis(partitions, bad_requests)
                               if any(spec.protocol == KAFKA for spec in config.listeners) else None)
+        if kafka is not None:
+            kafka.authenticator = authenticator
 
         def server_for(listener: Listener) -> BrokerServer:
             api: RequestHandlers = handlers
@@ -192,6 +202,7 @@ class BrokerApp:
                 await blocking(registry.reconcile, manager)
                 await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
                 await blocking(partitions.offsets.load, manager.logs())
+                authenticator.store = await blocking(ScramCredentialStore.open, config.data_dir)
                 partitions.quotas = await blocking(
                     lambda: ClientQuotas.open(config.data_dir, window_samples=config.values["quota.window.num"],
                                               window_seconds=config.values["quota.window.size.seconds"]))
@@ -355,14 +366,18 @@ def _listeners(config: BrokerConfig) -> list[Listener]:
 
     out = []
     for spec in config.listeners:
-        tls = None
-        if spec.tls:
-            where = f"{spec.protocol} listener {spec.name}"
-            try:
+        tls = mapper = None
+        where = f"{spec.protocol} listener {spec.name}"
+        try:
+            if spec.tls:
                 tls = ServerTls(settings_for(config.values, spec.name), where)
-            except InvalidConfigError as e:
-                raise StartupError(f"invalid configuration: {e}") from None
-        out.append(Listener(spec, tls))
+                rules = (config.values.get(f"listener.name.{spec.name.lower()}.ssl.principal.mapping.rules")
+                         or config["ssl.principal.mapping.rules"])
+                mapper = SslPrincipalMapper(rules)
+            sasl = listener_sasl(config.values, spec.name, spec.security_protocol)
+        except (InvalidConfigError, ValueError) as e:
+            raise StartupError(f"invalid configuration: {e} ({where})") from None
+        out.append(Listener(spec, tls, sasl=sasl, principal_mapper=mapper))
     return out
 
 
@@ -373,7 +388,7 @@ def _describe(listener: Listener) -> dict[str, str]:
             "address": format_address(*address) if address else ""}
 
 
-_SECRET_SUFFIXES = ("password", "ssl.keystore.key", "ssl.keystore.certificate.chain",
+_SECRET_SUFFIXES = ("password", "sasl.jaas.config", "ssl.keystore.key", "ssl.keystore.certificate.chain",
                     "ssl.truststore.certificates")
 
 

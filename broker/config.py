@@ -26,8 +26,9 @@ Contract:
 - Listeners and TLS: `listeners`, `native.listeners`, `advertised.listeners` and
   `listener.security.protocol.map` become `listeners` (ListenerSpecs, checked
   here: broker/listeners.py); the ssl.* keys are read per listener by
-  broker/tls.py. Besides the keys below, `listener.name.<listener>.ssl.*`
-  overrides one listener's ssl.* key (stored with the listener name lower-cased,
+  broker/tls.py. Besides the keys below, `listener.name.<listener>.ssl.*` (and
+  `.sasl.*`, `.connections.max.reauth.ms`, `.<mechanism>.sasl.jaas.config`)
+  overrides one listener's key (stored with the listener name lower-cased,
   as Kafka looks it up; environment: STRATA_LISTENER_NAME_<LISTENER>_SSL_...).
 - Broker-level `log.*` names that set topic defaults (`log.segment.bytes`,
   `log.retention.hours`, `message.max.bytes`, ...) are the ones storage maps in
@@ -52,6 +53,8 @@ from storage.config import BROKER_NAMES, LONG_MAX, LogConfig, broker_log_default
 
 from .config_ignored import ignored_reason, without_controller_listeners
 from .listeners import DEFAULT_PROTOCOL_MAP, ListenerSpec, list_complaint, listener_specs, map_complaint
+from .security.principal import rules_complaint
+from .security.sasl import DEFAULT_MECHANISMS, mechanisms_complaint
 
 INT_MAX = 2**31 - 1
 ENV_PREFIX = "STRATA_"
@@ -138,8 +141,8 @@ KEYS: tuple[BrokerKey, ...] = (
               "NAME://HOST:PORT,...; a listener without one advertises its bound address (a wildcard "
               "host replaced by this machine's canonical name); port 0 = the bound port"),
     BrokerKey("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP, map_complaint,
-              "listener name -> security protocol, NAME:PROTOCOL,... (PLAINTEXT or SSL; Strata has no "
-              "SASL yet)"),
+              "listener name -> security protocol, NAME:PROTOCOL,... (PLAINTEXT, SSL, SASL_PLAINTEXT, "
+              "SASL_SSL)"),
     # ---- TLS (broker/tls.py); each also as listener.name.<name>.ssl.* for one listener ----
     BrokerKey("ssl.keystore.type", "string", "JKS", _store_type,
               "PEM or PKCS12 (JKS, Kafka's default, is Java's own format and refused)"),
@@ -169,6 +172,21 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("ssl.reload.interval.ms", "long", 5_000, _at_least(1),
               "Strata: how often keystore and truststore files are checked for changes; a change "
               "reloads them for new connections"),
+    BrokerKey("ssl.principal.mapping.rules", "string", "DEFAULT", rules_complaint,
+              "client certificate subject -> principal name: DEFAULT and RULE:pattern/replacement/[LU], "
+              "comma-separated, first match wins"),
+    # ---- SASL (broker/security/sasl.py); each also as listener.name.<name>.<key> ----
+    BrokerKey("sasl.enabled.mechanisms", "string", DEFAULT_MECHANISMS, mechanisms_complaint,
+              "SASL mechanisms a SASL_* listener offers (Strata: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; "
+              "Kafka's default GSSAPI is not implemented)"),
+    BrokerKey("sasl.jaas.config", "string", None, None,
+              "JAAS line; PlainLoginModule's user_<name>=\"<password>\" options are the PLAIN users "
+              "(also listener.name.<l>.plain.sasl.jaas.config)"),
+    BrokerKey("connections.max.reauth.ms", "long", 0, _at_least(0),
+              "SASL session lifetime: a client re-authenticates on its connection within it, or the "
+              "connection is closed (0 = no re-authentication)"),
+    BrokerKey("connection.failed.authentication.delay.ms", "int", 100, _at_least(0),
+              "delay before a failed authentication is answered and the connection closed"),
     # ---- authorization (broker/security/authorizer.py) ----
     BrokerKey("authorizer.class.name", "string", "", _one_of("", *AUTHORIZER_CLASSES),
               "ACLs on both protocols when set to Kafka's StandardAuthorizer or AclAuthorizer class "
@@ -311,14 +329,23 @@ LISTENER_PREFIX = "listener.name."
 ENV_LISTENER_PREFIX = ENV_PREFIX + "LISTENER_NAME_"
 
 
+LISTENER_SCOPED = ("ssl.", "sasl.", "connections.max.reauth.ms")
+SASL_MECHANISM_PREFIXES = ("plain.", "scram-sha-256.", "scram-sha-512.")  # <mechanism>.sasl.jaas.config
+
+
 def listener_override(key: str) -> tuple[str, BrokerKey] | None:
-    """`listener.name.<listener>.ssl.*` -> (the key with the listener name lower-cased,
-    as Kafka looks it up; the ssl.* key it overrides), else None."""
+    """`listener.name.<listener>.ssl.*` (also sasl.*, connections.max.reauth.ms and
+    `<mechanism>.sasl.jaas.config`) -> (the key with the listener name lower-cased,
+    as Kafka looks it up; the key it overrides), else None."""
     if not key.startswith(LISTENER_PREFIX):
         return None
     name, dot, sub = key[len(LISTENER_PREFIX):].partition(".")
+    sub_lower = sub.lower()
+    for prefix in SASL_MECHANISM_PREFIXES:
+        if sub_lower == prefix + "sasl.jaas.config":
+            return f"{LISTENER_PREFIX}{name.lower()}.{sub_lower}", KEYS_BY_NAME["sasl.jaas.config"]
     setting = KEYS_BY_NAME.get(sub)
-    if not dot or not name or setting is None or not sub.startswith("ssl."):
+    if not dot or not name or setting is None or not sub.startswith(LISTENER_SCOPED):
         return None
     return f"{LISTENER_PREFIX}{name.lower()}.{sub}", setting
 
@@ -328,9 +355,14 @@ def _env_listener_key(env_name: str) -> str | None:
     if not env_name.startswith(ENV_LISTENER_PREFIX):
         return None
     rest = env_name[len(ENV_LISTENER_PREFIX):]
+    for prefix in SASL_MECHANISM_PREFIXES:
+        name = prefix + "sasl.jaas.config"
+        suffix = "_" + name.replace(".", "_").replace("-", "_").upper()
+        if rest.endswith(suffix) and len(rest) > len(suffix):
+            return f"{LISTENER_PREFIX}{rest[:-len(suffix)].lower()}.{name}"
     for name in KEYS_BY_NAME:
         suffix = "_" + name.replace(".", "_").upper()
-        if name.startswith("ssl.") and rest.endswith(suffix) and len(rest) > len(suffix):
+        if name.startswith(LISTENER_SCOPED) and rest.endswith(suffix) and len(rest) > len(suffix):
             return f"{LISTENER_PREFIX}{rest[:-len(suffix)].lower()}.{name}"
     return None
 

@@ -31,6 +31,7 @@ IGNORED: dict[str, str] = {
     "inter.broker.listener.name": SINGLE_NODE,
     "inter.broker.protocol.version": SINGLE_NODE,
     "security.inter.broker.protocol": SINGLE_NODE,
+    "sasl.mechanism.inter.broker.protocol": SINGLE_NODE,
     "num.replica.fetchers": SINGLE_NODE,
     "replica.lag.time.max.ms": SINGLE_NODE,
     "replica.fetch.max.bytes": SINGLE_NODE,

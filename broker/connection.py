@@ -48,7 +48,8 @@ Contract:
   connection and reason, with a broker-wide cap: broker/log_limiter.py). A frame
   the codec cannot parse is answered by the handlers and the connection stays
   open. A handler may answer nothing (None: Kafka's acks=0, order kept) or raise
-  CloseConnection (earlier replies are flushed, then the connection closes).
+  CloseConnection (earlier replies are flushed, then the connection closes), or
+  CloseAfterReply(reply) (its reply is written, then the connection closes).
 - Client quotas: a handler that throttles a request (broker/quotas.py, through
   the partition service) sets `ConnectionContext.throttle_ms`; once that
   request's reply is handed to the socket the connection is muted for that time
@@ -143,6 +144,14 @@ QueueItem = memoryview | bytes | list | _Fatal | _Begun
 class CloseConnection(Exception):
     """Raised by `handle` when the protocol says to close without an answer (Kafka: a
     request it cannot parse, an unsupported API version). Earlier replies are flushed."""
+
+
+class CloseAfterReply(CloseConnection):
+    """Raised by `handle` to answer `reply` and then close (a failed SASL authentication)."""
+
+    def __init__(self, reply: list):
+        super().__init__()
+        self.reply = reply
 
 
 class RequestHandlers(Protocol):
@@ -305,7 +314,7 @@ class Connection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         tls = self.context.listener is not None and self.context.listener.tls is not None
         if tls:  # the handshake is done: the client's certificate, if it sent one
-            self.context.peer_certificate_subject = peer_certificate_subject(transport)
+            self.context.certificate_presented(peer_certificate_subject(transport))
         self.flow.attach(transport)
         # Segment bytes cannot go by sendfile past user-space TLS: on TLS they are
         # copied through the transport (fd -1), which encrypts them.
@@ -334,6 +343,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        if self.context.sasl is not None:
+            self.context.sasl.close()
         if self._unmute_timer is not None:
             self._unmute_timer.cancel()
         self.flow.close()
@@ -574,6 +585,9 @@ class Connection(asyncio.BufferedProtocol):
                 else:
                     try:
                         reply = await self.handlers.handle(item, self.context)
+                    except CloseAfterReply as e:
+                        await writer.write(e.reply)
+                        break
                     except CloseConnection:
                         break
                     if reply is not None:

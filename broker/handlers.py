@@ -16,9 +16,13 @@ Contract:
   connection always survives. From version 2 on every error answer carries its
   reason (`session.error`).
 - Version 2 (NATIVE-PROTOCOL.md): HANDSHAKE settles the version
-  (`NativeSession.agree`) and lists `sasl_mechanisms`, this listener's SASL
-  mechanisms (empty until the security work fills them per listener);
-  SASL_AUTHENTICATE answers the SASL state codes until SASL exists; METADATA
+  (`NativeSession.agree`) and lists the connection's listener's SASL mechanisms
+  (`listener_sasl_mechanisms`); SASL_AUTHENTICATE runs one round of the
+  connection's SaslSession (broker/security/sasl.py; the gate before success is
+  SessionHandlers'); any failure answers SASL_AUTHENTICATION_FAILED with its
+  reason after connection.failed.authentication.delay.ms and closes the
+  connection. On a listener without SASL it answers ILLEGAL_SASL_STATE before a
+  version-2 HANDSHAKE, else UNSUPPORTED_SASL_MECHANISM; METADATA
   with allowAutoTopicCreation creates missing named topics through the partition
   service's `auto_create_topic` (the Kafka Metadata's path) when
   auto.create.topics.enable is on; FETCH answers the high watermark, the last
@@ -130,6 +134,7 @@ from protocol import (
     ProtocolError,
     RequestType,
     SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
     TopicMetadata,
     encode_response,
     fetch_response_header,
@@ -142,15 +147,14 @@ from protocol.requests import PRODUCE_FIXED, PRODUCE_HEAD
 from storage.file_records import FileSlice
 from storage.log import AppendResult, Log
 
-from .connection import PerConnection, Reply
+from .connection import CloseAfterReply, CloseConnection, PerConnection, Reply
 from .group_offsets import GroupOffsets
 from .listeners import peer_of
 from .log_limiter import BadRequestLog
 from .native_session import (
-    IllegalSaslStateError,
     NativeSession,
     SessionHandlers,
-    UnsupportedSaslMechanismError,
+    listener_sasl_mechanisms,
     produce_answer,
 )
 from .partitions import INLINE_APPEND_MAX_BYTES, PartitionService, release_all
@@ -165,6 +169,8 @@ from .security.authorizer import (
     SecurityDisabledError,
     TopicAuthorizationError,
 )
+from .security.errors import IllegalSaslStateError, SaslAuthenticationFailedError, UnsupportedSaslMechanismError
+from .security.sasl import sasl_failure_delay
 
 INT32_MAX = 2**31 - 1
 HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend
@@ -183,12 +189,9 @@ class Handlers(PerConnection):
     """The native protocol's request handlers, shared by the connections of its
     listener; each connection serves a `SessionHandlers` view (`for_connection`)."""
 
-    def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog,
-                 sasl_mechanisms: tuple[str, ...] = ()):
+    def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog):
         self.partitions = partitions
         self.authorizer = partitions.authorizer  # ACLs (broker/security/authorizer.py)
-        # The SASL mechanisms this listener requires: what a HANDSHAKE answers.
-        self.sasl_mechanisms = tuple(sasl_mechanisms)
         self.config = partitions.config
         self.registry = partitions.registry
         self.loop = partitions.loop
@@ -226,6 +229,7 @@ class Handlers(PerConnection):
 
     async def handle(self, frame, conn=None, session: NativeSession | None = None) -> Reply:
         session = session or NativeSession()
+        session.context = conn
         try:
             request = parse_request(frame, session.version)
         except ProtocolError as e:
@@ -239,7 +243,7 @@ class Handlers(PerConnection):
             return await self._dispatch[type(request)](request, session)
         except StrataError as e:
             return session.error(*self.partitions.error_answer(e))
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, CloseConnection):
             raise
         except Exception:
             log.exception("request_failed", request=type(request).__name__)
@@ -627,16 +631,25 @@ class Handlers(PerConnection):
     async def handshake(self, req: HandshakeRequest, session: NativeSession) -> Reply:
         version = session.agree(req.version)
         session.client_id = req.client_id
-        return [encode_response(HandshakeResponse(ErrorCode.NONE, version, self.sasl_mechanisms))]
+        mechanisms = listener_sasl_mechanisms(session.context)
+        return [encode_response(HandshakeResponse(ErrorCode.NONE, version, mechanisms))]
 
     async def sasl_authenticate(self, req: SaslAuthenticateRequest, session: NativeSession) -> Reply:
-        if session.version < 2:
-            raise IllegalSaslStateError("SASL_AUTHENTICATE before a HANDSHAKE of version 2")
-        if req.mechanism not in self.sasl_mechanisms:
-            enabled = ", ".join(self.sasl_mechanisms) or "none"
+        context = session.context
+        sasl = context.sasl if context is not None else None
+        if sasl is None:  # a listener that requires no SASL
+            if session.version < 2:
+                raise IllegalSaslStateError("SASL_AUTHENTICATE before a HANDSHAKE of version 2")
             raise UnsupportedSaslMechanismError(
-                f"SASL mechanism {req.mechanism!r} is not enabled on this listener (enabled: {enabled})")
-        raise IllegalSaslStateError(f"SASL mechanism {req.mechanism!r} is listed but not implemented")
+                f"SASL mechanism {req.mechanism!r} is not enabled on this listener (enabled: none)")
+        try:
+            if session.version < 2:
+                raise SaslAuthenticationFailedError("SASL_AUTHENTICATE before a HANDSHAKE of version 2")
+            reply, lifetime = sasl.authenticate(req.mechanism, bytes(req.auth_bytes))
+        except StrataError as e:  # any failed authentication: SASL_AUTHENTICATION_FAILED, then close
+            await sasl_failure_delay(sasl)
+            raise CloseAfterReply(session.error(ErrorCode.SASL_AUTHENTICATION_FAILED, str(e))) from None
+        return [encode_response(SaslAuthenticateResponse(ErrorCode.NONE, reply, lifetime))]
 
 
     # ---- ACLs (project extensions, NATIVE.md) ----------------------------------------------------

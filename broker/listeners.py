@@ -11,7 +11,7 @@ Contract:
     shorthand `PLAINTEXT://host.name:port`.
   - `listener.security.protocol.map`: `NAME:PROTOCOL,...`, Kafka's default maps
     PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL to themselves. Every listener's
-    name must be in it. SASL_* protocols are refused (Strata has no SASL yet).
+    name must be in it.
   - `advertised.listeners`: `NAME://HOST:PORT` per Kafka listener, what
     Metadata/FindCoordinator answer a client connected to that listener; a
     listener without one advertises its bound address (a wildcard host replaced by
@@ -21,12 +21,19 @@ Contract:
   native and a Kafka listener may share a name, and then share its
   `listener.name.<name>.ssl.*` settings.
 - `Listener`: a spec at run time, with the bound address, what it advertises,
-  and (SSL) its TLS context source (broker/tls.py).
+  (SSL) its TLS context source (broker/tls.py) and principal mapper, and
+  (SASL_*) its SASL settings and the broker's SaslAuthenticator
+  (broker/security/sasl.py).
 - `ConnectionContext`: what one connection knows of itself, for the request
   handlers: its listener (name, security protocol), the peer address, the
-  subject of the client's TLS certificate when it presented one (mTLS), its
-  principal, and the throttle time its current request
-  earned under client quotas (broker/quotas.py).
+  subject of the client's TLS certificate when it presented one (mTLS), and its
+  `principal` ("User:ANONYMOUS" until authenticated; "User:<name>" after SASL;
+  "User:<mapped subject>" for a client certificate on an SSL listener, through
+  ssl.principal.mapping.rules). On a SASL listener `authenticated` is False
+  until the SASL exchange succeeds (and again once its session expires) and
+  `sasl` is the connection's SaslSession; elsewhere `authenticated` is True and
+  `sasl` None. `throttle_ms`: the throttle time its current request earned under
+  client quotas (broker/quotas.py).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from typing import Any
 from kafka_format.errors import InvalidConfigError
 
 KAFKA = "kafka"
+ANONYMOUS = "User:ANONYMOUS"  # the principal of a connection that has not authenticated
 NATIVE = "native"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
@@ -118,7 +126,7 @@ class ListenerSpec:
     name: str  # upper-case
     host: str  # "" = every address
     port: int  # 0 = any free port
-    security_protocol: str  # PLAINTEXT or SSL
+    security_protocol: str  # PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
     advertised: tuple[str, int] | None = None  # Kafka: advertised.listeners' entry, port 0 = bound
 
     @property
@@ -152,10 +160,6 @@ def listener_specs(values: Mapping[str, Any], sources: Mapping[str, str]) -> tup
             if security is None:
                 raise fail("listener.security.protocol.map",
                            f"no security protocol for listener {name} (of {key})")
-            if security.startswith("SASL_"):
-                raise fail("listener.security.protocol.map",
-                           f"listener {name} uses {security}: Strata has no SASL authentication yet; "
-                           "use PLAINTEXT or SSL")
             specs.append(ListenerSpec(protocol, name, h, p, security,
                                       advertised.get(name) if protocol == KAFKA else None))
     return tuple(specs)
@@ -173,6 +177,9 @@ class Listener:
     spec: ListenerSpec
     tls: Any = None  # broker.tls.ServerTls when the listener is SSL
     address: tuple[str, int] | None = None  # bound (host, port)
+    sasl: Any = None  # broker.security.sasl.ListenerSasl on a SASL_* listener
+    authenticator: Any = None  # broker.security.sasl.SaslAuthenticator (SASL_* listeners)
+    principal_mapper: Any = None  # broker.security.principal.SslPrincipalMapper (TLS listeners)
 
     @property
     def name(self) -> str:
@@ -197,11 +204,27 @@ class ConnectionContext:
     listener: Listener | None
     peer: Any = None  # (host, port) as the socket reports it
     peer_certificate_subject: str | None = None  # RFC 4514, when the client sent a certificate
-    principal: str = "User:ANONYMOUS"  # Kafka's principal, "User:<name>" once authenticated
     # Client quotas: the throttle time (ms) a handler gave the request being answered;
     # the connection mutes itself that long once the reply is out (KIP-219), then
     # sets it back to 0 (broker/connection.py, broker/quotas.py).
     throttle_ms: int = 0
+    principal: str = ANONYMOUS  # "User:<name>" once known
+    authenticated: bool = True  # False on a SASL listener until the exchange succeeds
+    sasl: Any = None  # the connection's SaslSession on a SASL listener
+
+    def __post_init__(self) -> None:
+        listener = self.listener
+        if listener is not None and listener.sasl is not None:
+            self.authenticated = False
+            self.sasl = listener.authenticator.session(self)
+
+    def certificate_presented(self, subject: str | None) -> None:
+        """The client's TLS certificate subject: on an SSL listener it names the principal."""
+        self.peer_certificate_subject = subject
+        listener = self.listener
+        if subject and listener is not None and listener.sasl is None:
+            mapper = listener.principal_mapper
+            self.principal = "User:" + (mapper.name(subject) if mapper is not None else subject)
 
     @property
     def listener_name(self) -> str | None:

@@ -16,14 +16,15 @@ Contract:
 - `HandshakeState.agree(requested)` is the HANDSHAKE rule: only as the first
   request, once; the version in force is the lower of the client's and
   PROTOCOL_VERSION; a version below 1 is INVALID_REQUEST.
-- SASL: `listener_sasl_mechanisms(config, listener)` is the one place that says
-  which SASL mechanisms a listener requires (none yet: the security work fills
-  it from the listener's configuration); the app hands it to the Handlers, and a
-  HANDSHAKE answers it. Until SASL exists,
-  SASL_AUTHENTICATE answers ILLEGAL_SASL_STATE (34) on a connection without a
-  version-2 HANDSHAKE (Kafka: SaslAuthenticate before SaslHandshake) and
-  UNSUPPORTED_SASL_MECHANISM (33) for a mechanism the listener does not list
-  (Kafka: a mechanism the broker does not enable).
+- SASL: `listener_sasl_mechanisms(context)` is the one place that says which
+  SASL mechanisms a connection's listener requires (its ListenerSasl,
+  broker/security/sasl.py; none on a listener without SASL); a HANDSHAKE
+  answers it. On a SASL listener, until the connection's SaslSession succeeds
+  (`context.authenticated`), `SessionHandlers` answers only HANDSHAKE and
+  SASL_AUTHENTICATE: any other request is answered SASL_AUTHENTICATION_FAILED
+  with its reason and the connection is closed (NATIVE-PROTOCOL.md "Version
+  2"); the fast path and early begins are off while it is unauthenticated.
+  `session.context` is the connection's ConnectionContext.
 """
 
 from __future__ import annotations
@@ -36,34 +37,27 @@ from protocol import PROTOCOL_VERSION, ErrorCode, RequestType, error_response, p
 from storage.file_records import FileSlice
 from storage.log import AppendResult
 
-from .connection import FastPath, Frame, Reply
+from .connection import CloseAfterReply, FastPath, Frame, Reply
 from .listeners import ConnectionContext
 from .partitions import error_reason
+from .security.sasl import sasl_failure_delay
 
 if TYPE_CHECKING:
-    from .config import BrokerConfig
     from .handlers import Handlers
 
 MESSAGE_VERSION = 2  # error answers carry their message from this version on
 
 
-def listener_sasl_mechanisms(config: BrokerConfig, listener: str) -> tuple[str, ...]:
-    """The SASL mechanisms `listener` requires, in the order a HANDSHAKE lists them:
-    none until SASL exists (then Kafka's
-    listener.name.<listener>.sasl.enabled.mechanisms)."""
-    return ()
+def listener_sasl_mechanisms(context: Any) -> tuple[str, ...]:
+    """The SASL mechanisms the connection's listener requires, in the order a
+    HANDSHAKE lists them (Kafka's [listener.name.<listener>.]sasl.enabled.mechanisms);
+    none on a listener without SASL."""
+    sasl = getattr(context, "sasl", None)
+    return sasl.mechanisms if sasl is not None else ()
 
 
-class IllegalSaslStateError(StrataError):
-    """Kafka's ILLEGAL_SASL_STATE: a SASL request the connection's state does not allow."""
-
-    code = ErrorCode.ILLEGAL_SASL_STATE
-
-
-class UnsupportedSaslMechanismError(StrataError):
-    """Kafka's UNSUPPORTED_SASL_MECHANISM: a mechanism this listener does not enable."""
-
-    code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+# Requests a connection on a SASL listener may send before it has authenticated.
+BEFORE_AUTHENTICATION = frozenset({RequestType.HANDSHAKE, RequestType.SASL_AUTHENTICATE})
 
 
 def produce_answer(result: AppendResult | None, code: int, error: StrataError | None) -> Reply:
@@ -84,13 +78,14 @@ def produce_answer_v2(result: AppendResult | None, code: int, error: StrataError
 class NativeSession:
     """The per-connection state of the native protocol (see the module contract)."""
 
-    __slots__ = ("version", "handshaken", "seen", "produce_answer", "client_id")
+    __slots__ = ("version", "handshaken", "seen", "produce_answer", "context", "client_id")
 
     def __init__(self) -> None:
         self.version = 1
         self.handshaken = False
         self.seen = 0  # requests begun on the connection, the one being handled included
         self.produce_answer = produce_answer
+        self.context: Any = None  # the connection's ConnectionContext, once a request came
         self.client_id: str | None = None  # the HANDSHAKE's clientId (client quotas)
 
     def error(self, code: int, message: str | None = None) -> Reply:
@@ -120,12 +115,28 @@ class SessionHandlers(FastPath):
 
     async def handle(self, frame: Frame, conn: Any = None) -> Reply:
         self.session.seen += 1
+        if not getattr(conn, "authenticated", True):
+            await self.refuse_unauthenticated(frame, conn)
         reply = await self.shared.handle(frame, conn, self.session)
         self._count_quota(frame, reply, conn)
         return reply
 
+    async def refuse_unauthenticated(self, frame: Frame, conn: Any) -> None:
+        """The SASL gate: returns for a HANDSHAKE or SASL_AUTHENTICATE, else raises
+        CloseAfterReply with SASL_AUTHENTICATION_FAILED."""
+        request_type = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
+        if request_type in BEFORE_AUTHENTICATION:
+            return
+        expired = conn.sasl.expired
+        message = ("the SASL session expired (connections.max.reauth.ms) and the client did not "
+                   "re-authenticate" if expired else
+                   "this listener requires SASL authentication: send HANDSHAKE and SASL_AUTHENTICATE first")
+        conn.sasl.authenticator.failed(conn, None, message)
+        await sasl_failure_delay(conn.sasl)
+        raise CloseAfterReply(self.session.error(ErrorCode.SASL_AUTHENTICATION_FAILED, message))
+
     def handle_now(self, frame: Frame, conn: Any = None) -> Reply | None:
-        if not self.session.seen:
+        if not self.session.seen or not getattr(conn, "authenticated", True):
             return None  # a connection's first request goes to `handle` (it may be a HANDSHAKE)
         reply = self.shared.handle_now(frame, conn, self.session)
         if reply is not None:
@@ -134,6 +145,9 @@ class SessionHandlers(FastPath):
         return reply
 
     def run_key(self, frame: Frame) -> Any:
+        context = self.session.context
+        if context is None or not context.authenticated:
+            return None  # `handle` first: the HANDSHAKE, the SASL gate
         return self.shared.run_key(frame)
 
     def begin(self, frame: Frame, conn: Any = None) -> asyncio.Future:

@@ -21,7 +21,11 @@ built and read with `kafka_format`. Failures are `StrataClientError`
 TLS: every class takes `security={...}` with Kafka's client setting names
 (client/security.py), e.g. `Admin("broker:9443", security={"security.protocol": "SSL",
 "ssl.ca.location": "ca.pem"})`, plus `ssl.certificate.location` and
-`ssl.key.location` for a listener with ssl.client.auth.
+`ssl.key.location` for a listener with ssl.client.auth. SASL (client/sasl.py): the
+same map with `security.protocol` SASL_PLAINTEXT or SASL_SSL, `sasl.mechanism`
+(PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and `sasl.username`/`sasl.password` (or a
+Java client's `sasl.jaas.config`); a refused login raises AuthenticationFailed
+with the broker's reason.
 """
 
 from .admin import EARLIEST, LATEST, Admin, AsyncAdmin, PartitionMetadata, TopicMetadata

@@ -23,8 +23,13 @@ Contract:
   speaks the version the broker answers (`conn.version`); a broker of version 1
   answers the unknown type with INVALID_REQUEST and the connection stays at
   version 1. From version 2 on, error responses carry the broker's reason
-  (`response.message`). A broker whose listener requires SASL mechanisms is
-  refused with a clear error (this client has no SASL yet).
+  (`response.message`).
+- SASL: when the HANDSHAKE lists mechanisms, `open(..., sasl=credentials)`
+  (client/sasl.py) authenticates with SASL_AUTHENTICATE before anything else;
+  without credentials, or with a mechanism the listener does not offer, or when
+  the broker refuses them, `open` raises AuthenticationFailed with the broker's
+  reason. A session lifetime in the answer (connections.max.reauth.ms) schedules
+  re-authentication on the same connection at 85% of it.
 - Encoding and parsing are entirely the `protocol` codec's: this module only
   moves frames.
 
@@ -42,11 +47,20 @@ import socket
 import ssl as ssl_module
 from collections import deque
 
-from protocol import PROTOCOL_VERSION, FrameDecoder, HandshakeRequest, ProtocolError, encode_request, parse_response
+from protocol import (
+    PROTOCOL_VERSION,
+    FrameDecoder,
+    HandshakeRequest,
+    ProtocolError,
+    encode_request,
+    parse_response,
+)
 from protocol.errors import ErrorCode
-from protocol.requests import Request
+from protocol.requests import Request, SaslAuthenticateRequest
 
-from .errors import BrokerUnreachable, RequestTimedOut, StrataClientError
+from .errors import AuthenticationFailed, BrokerUnreachable, RequestTimedOut, StrataClientError
+from .sasl import SaslCredentials, SaslFailed
+from .sasl import exchange as sasl_exchange
 
 __all__ = ["AsyncConnection", "parse_bootstrap", "DEFAULT_REQUEST_TIMEOUT_MS",
            "DEFAULT_CONNECT_TIMEOUT_MS", "CLIENT_ID"]
@@ -153,6 +167,8 @@ class AsyncConnection:
     """A pipelining connection; see the module contract."""
 
     def __init__(self, protocol: _BrokerProtocol, request_timeout_ms: int):
+        self._sasl: SaslCredentials | None = None
+        self._reauth: asyncio.TimerHandle | None = None
         self._protocol = protocol
         self.address = protocol.address
         self.request_timeout_ms = request_timeout_ms
@@ -160,7 +176,8 @@ class AsyncConnection:
     @classmethod
     async def open(cls, bootstrap: str, *, connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
                    request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
-                   ssl: ssl_module.SSLContext | None = None) -> AsyncConnection:
+                   ssl: ssl_module.SSLContext | None = None,
+                   sasl: SaslCredentials | None = None) -> AsyncConnection:
         """`ssl`: connect with TLS (client/security.py makes the context from
         Kafka-style settings)."""
         loop = asyncio.get_running_loop()
@@ -183,6 +200,7 @@ class AsyncConnection:
                 problems.append(f"{address}: {_reason(e)}")
             else:
                 conn = cls(protocol, request_timeout_ms)
+                conn._sasl = sasl
                 await conn._handshake()
                 return conn
         raise BrokerUnreachable("cannot reach broker at " + "; ".join(problems))
@@ -192,11 +210,51 @@ class AsyncConnection:
         response = await self.request(HandshakeRequest(PROTOCOL_VERSION, CLIENT_ID))
         if response.error != ErrorCode.NONE:
             return  # a version-1 broker: HANDSHAKE is a type it does not know
-        if response.mechanisms:
-            self.close()
-            raise StrataClientError(f"broker at {self.address} requires SASL ({', '.join(response.mechanisms)}), "
-                                    "which this client does not support")
         self._protocol.version = response.version
+        if response.mechanisms:
+            offered = ", ".join(response.mechanisms)
+            if self._sasl is None:
+                self.close()
+                raise AuthenticationFailed(f"broker at {self.address} requires SASL ({offered}): set "
+                                           "security.protocol=SASL_PLAINTEXT or SASL_SSL, sasl.mechanism, "
+                                           "sasl.username and sasl.password")
+            if self._sasl.mechanism not in response.mechanisms:
+                self.close()
+                raise AuthenticationFailed(f"broker at {self.address} offers SASL {offered}, "
+                                           f"not {self._sasl.mechanism}")
+            await self.authenticate()
+
+    async def authenticate(self) -> None:
+        """One SASL exchange (see the module contract); raises AuthenticationFailed."""
+        credentials = self._sasl
+        assert credentials is not None
+        steps = sasl_exchange(credentials)
+        try:
+            message = next(steps)
+            while True:
+                response = await self.request(SaslAuthenticateRequest(credentials.mechanism, message))
+                if response.error != ErrorCode.NONE:
+                    self.close()
+                    raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: "
+                                               f"{response.message or ErrorCode(response.error).name}")
+                try:
+                    message = steps.send(bytes(response.auth_bytes))
+                except StopIteration:
+                    break
+        except SaslFailed as e:
+            self.close()
+            raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: {e}") from None
+        except BrokerUnreachable as e:
+            raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: "
+                                       f"the broker closed the connection ({e})") from None
+        if response.session_lifetime_ms > 0:
+            loop = asyncio.get_running_loop()
+            self._reauth = loop.call_later(response.session_lifetime_ms * 0.85 / 1000, self._reauthenticate)
+
+    def _reauthenticate(self) -> None:
+        if not self.closed:
+            task = asyncio.ensure_future(self.authenticate())
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     @property
     def version(self) -> int:
@@ -234,6 +292,8 @@ class AsyncConnection:
 
     def close(self) -> None:
         """Close at once; outstanding requests fail with BrokerUnreachable."""
+        if self._reauth is not None:
+            self._reauth.cancel()
         self._protocol.fail(BrokerUnreachable(f"connection to broker at {self.address} closed"))
 
     def __repr__(self) -> str:

@@ -26,7 +26,7 @@ from protocol import ErrorCode
 from protocol.errors import as_error_code
 
 __all__ = ["StrataClientError", "BrokerUnreachable", "RequestTimedOut", "OffsetOutOfRange",
-           "NoOffsetForPartition", "error_name", "raise_for"]
+           "NoOffsetForPartition", "AuthenticationFailed", "error_name", "raise_for"]
 
 
 def error_name(code: int | None) -> str | None:
@@ -58,6 +58,14 @@ class BrokerUnreachable(StrataClientError):
 
 class RequestTimedOut(StrataClientError):
     retriable = True
+
+
+class AuthenticationFailed(StrataClientError):
+    """SASL authentication failed (SASL_AUTHENTICATION_FAILED, or no usable credentials);
+    not retriable: the same credentials fail again."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
 
 
 class OffsetOutOfRange(StrataClientError):

@@ -2,8 +2,8 @@
 
 Contract: `ssl_context(settings)` takes a mapping of client settings and returns the
 ssl.SSLContext to connect with, or None for a plain connection:
-- `security.protocol`: PLAINTEXT (default) or SSL (SASL_* are refused: the broker
-  has no SASL yet).
+- `security.protocol`: PLAINTEXT (default), SSL, SASL_PLAINTEXT or SASL_SSL (TLS
+  for SSL and SASL_SSL; the SASL settings are client/sasl.py's).
 - `ssl.ca.location`: PEM file of the CAs the broker's certificate must chain to
   (default: the system's); `ssl.ca.pem`: the same inline.
 - `ssl.certificate.location` + `ssl.key.location` (+ `ssl.key.password`): the
@@ -20,11 +20,13 @@ import os
 import ssl
 from collections.abc import Mapping
 
+from .sasl import SASL_SETTINGS
+
 __all__ = ["SECURITY_SETTINGS", "ssl_context"]
 
 SECURITY_SETTINGS = ("security.protocol", "ssl.ca.location", "ssl.ca.pem", "ssl.certificate.location",
                      "ssl.key.location", "ssl.key.password", "ssl.certificate.pem", "ssl.key.pem",
-                     "ssl.endpoint.identification.algorithm")
+                     "ssl.endpoint.identification.algorithm", *SASL_SETTINGS)
 
 
 def ssl_context(settings: Mapping[str, str] | None) -> ssl.SSLContext | None:
@@ -33,10 +35,11 @@ def ssl_context(settings: Mapping[str, str] | None) -> ssl.SSLContext | None:
     if unknown:
         raise ValueError(f"unknown security setting(s): {', '.join(unknown)}")
     protocol = settings.get("security.protocol", "PLAINTEXT").upper()
-    if protocol == "PLAINTEXT":
+    if protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
         return None
-    if protocol != "SSL":
-        raise ValueError(f"security.protocol: {protocol} is not supported (PLAINTEXT or SSL)")
+    if protocol not in ("SSL", "SASL_SSL"):
+        raise ValueError(f"security.protocol: {protocol} is not supported "
+                         "(PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)")
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
     try:
         if settings.get("ssl.ca.location"):

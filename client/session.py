@@ -33,6 +33,7 @@ from protocol.requests import Request
 
 from .connection import DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS, AsyncConnection
 from .errors import StrataClientError, raise_for
+from .sasl import sasl_credentials
 from .security import ssl_context
 
 __all__ = ["BrokerSession"]
@@ -48,6 +49,7 @@ class BrokerSession:
         self.bootstrap = bootstrap
         # security.protocol, ssl.* (client/security.py); a bad setting fails here.
         self.ssl = ssl_context(security)
+        self.sasl = sasl_credentials(security or {})  # SASL_*: sasl.mechanism, username, password
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
         self.retries = retries
@@ -70,7 +72,8 @@ class BrokerSession:
             if conn is None or conn.closed:
                 conn = self._connection = await AsyncConnection.open(
                     self.bootstrap, connect_timeout_ms=self.connect_timeout_ms,
-                    request_timeout_ms=self.request_timeout_ms, ssl=self.ssl)
+                    request_timeout_ms=self.request_timeout_ms, ssl=self.ssl,
+                    sasl=self.sasl)
             return conn
 
     async def request(self, request: Request, timeout_ms: int | None = None):

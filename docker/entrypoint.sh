@@ -11,6 +11,10 @@
 #   STRATA_CONFIG    broker properties file                  default /etc/strata/server.properties
 #                    (the default is skipped when absent; a file named explicitly must exist)
 #   STRATA_PORT      native protocol port, on 0.0.0.0        default 9000
+#   STRATA_JAAS_FILE a mounted JAAS file (Kafka's `KafkaServer { ... };` form, or the one
+#                    sasl.jaas.config line): its login module line becomes sasl.jaas.config
+#                    (PLAIN users: user_<name>="<password>"), so passwords stay out of the
+#                    environment and the command line
 #   KAFKA_ADVERTISED_LISTENERS   taken as STRATA_ADVERTISED_LISTENERS (advertised.listeners,
 #                    what Kafka clients are told to connect to) when that is not set, as in
 #                    Kafka's own image
@@ -49,6 +53,17 @@ if [ -z "${STRATA_ADVERTISED_LISTENERS:-}" ] && [ -n "${KAFKA_ADVERTISED_LISTENE
   export STRATA_ADVERTISED_LISTENERS
 fi
 
+if [ -n "${STRATA_JAAS_FILE:-}" ]; then
+  if [ ! -r "$STRATA_JAAS_FILE" ]; then
+    echo "strata-entrypoint: STRATA_JAAS_FILE=$STRATA_JAAS_FILE: cannot read it" >&2
+    exit 2
+  fi
+  # One line: the login module entry, without a `Section { ... };` wrapper.
+  STRATA_SASL_JAAS_CONFIG=$(tr '\n' ' ' < "$STRATA_JAAS_FILE" \
+    | sed -e 's/^[^{"]*{//' -e 's/}[[:space:]]*;[[:space:]]*$//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//')
+  export STRATA_SASL_JAAS_CONFIG
+fi
+
 if [ -d "$data_dir" ] && { [ ! -w "$data_dir" ] || [ ! -x "$data_dir" ]; }; then
   uid=$(id -u)
   gid=$(id -g)
@@ -59,9 +74,9 @@ if [ -d "$data_dir" ] && { [ ! -w "$data_dir" ] || [ ! -x "$data_dir" ]; }; then
   exit 2
 fi
 
-# These three are the entry point's own settings, not broker keys: keep them out of the
+# These are the entry point's own settings, not broker keys: keep them out of the
 # broker's STRATA_* overrides.
-unset STRATA_DATA_DIR STRATA_CONFIG STRATA_PORT
+unset STRATA_DATA_DIR STRATA_CONFIG STRATA_PORT STRATA_JAAS_FILE
 
 # Rebuild the argument list: our options first, the caller's options (still in "$@") last.
 if [ -n "$config" ]; then

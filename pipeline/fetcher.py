@@ -6,7 +6,10 @@ Contract:
   thread: Spark's Python workers fork and are reused, and a plain socket is
   the cheapest thing to carry across that). It connects on first use to the
   first reachable address of `bootstrap` (`client.parse_bootstrap`); requests
-  are pipelined and answers come back in order.
+  are pipelined and answers come back in order. With `security` (the source's
+  kafka.security.protocol, kafka.ssl.*, kafka.sasl.*) it connects with TLS and,
+  on a SASL listener, authenticates (SASL_AUTHENTICATE, client/sasl.py) right
+  after its version-2 HANDSHAKE.
 - `read_range(options, topic, partition, start, end)` yields pyarrow
   RecordBatches (schema.arrow_schema) holding exactly the records with
   offsets in [start, end), in order, skipping records below `start` inside
@@ -35,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import ssl
 import struct
 import time
 from collections import deque
@@ -42,7 +46,10 @@ from collections.abc import Iterator
 
 from client import parse_bootstrap
 from client.connection import CLIENT_ID
-from client.errors import BrokerUnreachable, StrataClientError, raise_for
+from client.errors import AuthenticationFailed, BrokerUnreachable, StrataClientError, raise_for
+from client.sasl import SaslFailed, sasl_credentials
+from client.sasl import exchange as sasl_exchange
+from client.security import ssl_context
 from kafka_format.framing import ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from protocol import (
     PROTOCOL_VERSION,
@@ -54,7 +61,7 @@ from protocol import (
     encode_request,
     parse_response,
 )
-from protocol.requests import IsolationLevel, RequestType
+from protocol.requests import IsolationLevel, RequestType, SaslAuthenticateRequest
 
 from .decode import decode_into
 from .options import ReadOptions
@@ -91,9 +98,13 @@ def data_loss(message: str, fail: bool) -> None:
 
 
 class BrokerLink:
-    def __init__(self, bootstrap: str, timeout_ms: int = 120_000, version: int = 1):
+    def __init__(self, bootstrap: str, timeout_ms: int = 120_000, version: int = 1,
+                 security: tuple[tuple[str, str], ...] = ()):
         self.bootstrap = bootstrap
         self.timeout_ms = timeout_ms
+        settings = dict(security)
+        self._ssl = ssl_context(settings)
+        self._sasl = sasl_credentials(settings)
         self.wanted_version = version  # 2: HANDSHAKE on connecting, and refuse a broker without it
         self.version = 1
         self._sock: socket.socket | None = None
@@ -113,7 +124,14 @@ class BrokerLink:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
             sock.settimeout(self.timeout_ms / 1000)
             self.address = f"{host}:{port}"
-            if self.wanted_version >= 2:
+            if self._ssl is not None:
+                try:
+                    sock = self._ssl.wrap_socket(sock, server_hostname=host)
+                except (OSError, ssl.SSLError) as e:
+                    sock.close()
+                    problems.append(f"{host}:{port}: TLS handshake failed ({e})")
+                    continue
+            if self.wanted_version >= 2 or self._sasl is not None:
                 self._handshake(sock)
             return sock
         raise BrokerUnreachable("cannot reach broker at " + "; ".join(problems))
@@ -128,11 +146,15 @@ class BrokerLink:
             raise BrokerUnreachable(f"connection to broker at {self.address} lost: {e}") from None
         self._pending.append(RequestType.HANDSHAKE)
         response = self.receive()
-        self._sock = None
         if response.error == ErrorCode.NONE and response.mechanisms:
-            sock.close()
-            raise StrataClientError(f"broker at {self.address} requires SASL "
-                                    f"({', '.join(response.mechanisms)}), which this source does not support")
+            if self._sasl is None or self._sasl.mechanism not in response.mechanisms:
+                self.close()
+                raise AuthenticationFailed(f"broker at {self.address} requires SASL "
+                                           f"({', '.join(response.mechanisms)}): set kafka.security.protocol, "
+                                           "kafka.sasl.mechanism, kafka.sasl.username and kafka.sasl.password")
+            self.version = response.version
+            self._authenticate()
+        self._sock = None
         version = response.version if response.error == ErrorCode.NONE else 1
         if version < self.wanted_version:
             sock.close()
@@ -140,6 +162,27 @@ class BrokerLink:
                                     f"protocol version {self.wanted_version} (the one at {self.address} "
                                     f"speaks {version})", ErrorCode.INVALID_REQUEST)
         self.version = version
+
+    def _authenticate(self) -> None:
+        """The SASL exchange, right after the HANDSHAKE (the socket is `_sock`)."""
+        credentials = self._sasl
+        assert credentials is not None
+        steps = sasl_exchange(credentials)
+        message = next(steps)
+        try:
+            while True:
+                answer = self.request(SaslAuthenticateRequest(credentials.mechanism, message))
+                if answer.error != ErrorCode.NONE:
+                    self.close()
+                    raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: "
+                                               f"{answer.message or ErrorCode(answer.error).name}")
+                try:
+                    message = steps.send(bytes(answer.auth_bytes))
+                except StopIteration:
+                    return
+        except SaslFailed as e:
+            self.close()
+            raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: {e}") from None
 
     def send(self, request) -> None:
         if self._sock is None:
@@ -263,7 +306,7 @@ class _RangeReader:
         self.start = start
         self.end = end
         self.link = BrokerLink(options.bootstrap, options.request_timeout_ms,
-                               version=2 if options.read_committed else 1)
+                               version=2 if options.read_committed else 1, security=options.security)
         self.isolation = (IsolationLevel.READ_COMMITTED if options.read_committed
                           else IsolationLevel.READ_UNCOMMITTED)
         self.failures = 0

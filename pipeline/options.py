@@ -11,6 +11,14 @@ Contract:
   `bootstrap.servers` (or `kafka.bootstrap.servers`), `max.partition.fetch.bytes`,
   `request.timeout.ms`, and for writes `linger.ms`, `batch.size`,
   `compression.type`, `retries`, `retry.backoff.ms`.
+- Security, as spark-sql-kafka passes them to its clients: `kafka.security.protocol`,
+  `kafka.sasl.mechanism`, `kafka.sasl.username`/`kafka.sasl.password` or
+  `kafka.sasl.jaas.config`, `kafka.ssl.ca.location` (or a PEM
+  `kafka.ssl.truststore.location` with `kafka.ssl.truststore.type=PEM`),
+  `kafka.ssl.certificate.location`/`kafka.ssl.key.location`/`kafka.ssl.key.password`,
+  `kafka.ssl.endpoint.identification.algorithm`: checked on the driver (a bad one is
+  an OptionError naming it) and carried as `security` to every connection (driver,
+  executors, sink) (client/security.py, client/sasl.py).
 - Every option of Spark's Kafka source (spark-sql-kafka) is honoured or refused
   with its name: READ_OPTIONS and WRITE_OPTIONS are the names honoured, REFUSED
   says why the others are not, and any other option (a `kafka.` client setting
@@ -78,11 +86,39 @@ READ_OPTIONS = frozenset({
     "max.partition.fetch.bytes", "request.timeout.ms", "kafkaconsumer.polltimeoutms",
     "fetchoffset.numretries", "fetchoffset.retryintervalms", "isolation.level",
 })
+# The client security settings both take (client/security.py; ssl.truststore.* is mapped).
+SECURITY_OPTIONS = frozenset({
+    "security.protocol", "sasl.mechanism", "sasl.username", "sasl.password", "sasl.jaas.config",
+    "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
+    "ssl.endpoint.identification.algorithm", "ssl.truststore.location", "ssl.truststore.type",
+})
+READ_OPTIONS = READ_OPTIONS | SECURITY_OPTIONS
 # ... and a write; `checkpointLocation` and `path` are Spark's own (a streaming query's).
 WRITE_OPTIONS = frozenset({
     "bootstrap.servers", "topic", "linger.ms", "batch.size", "compression.type", "retries",
-    "retry.backoff.ms", "request.timeout.ms", "checkpointlocation", "path",
+    "retry.backoff.ms", "request.timeout.ms", "checkpointlocation", "path", *SECURITY_OPTIONS,
 })
+
+
+def security_of(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The client security settings of normalized `options`, checked (OptionError)."""
+    from client.sasl import sasl_credentials
+    from client.security import ssl_context
+
+    settings = {k: v for k, v in options.items() if k in SECURITY_OPTIONS}
+    truststore = settings.pop("ssl.truststore.location", None)
+    store_type = settings.pop("ssl.truststore.type", "PEM")
+    if truststore:
+        if store_type.upper() != "PEM":
+            raise OptionError("option 'kafka.ssl.truststore.type': only PEM truststores are read (or set "
+                              "kafka.ssl.ca.location)")
+        settings.setdefault("ssl.ca.location", truststore)
+    try:
+        ssl_context(settings)
+        sasl_credentials(settings)
+    except ValueError as e:
+        raise OptionError(f"option kafka.{e}") from None
+    return tuple(sorted(settings.items()))
 
 
 def check_known(raw: Mapping[str, str], known: frozenset[str], what: str) -> None:
@@ -215,6 +251,7 @@ class ReadOptions:
     starting: OffsetSpec = OffsetSpec("earliest")
     ending: OffsetSpec | None = None  # batch only
     starting_strategy: str = "error"  # startingOffsetsByTimestampStrategy: error | latest
+    security: tuple[tuple[str, str], ...] = ()  # client security settings (security_of)
     include_headers: bool = False
     fail_on_data_loss: bool = True
     min_partitions: int | None = None
@@ -323,6 +360,7 @@ def read_options(raw: Mapping[str, str], streaming: bool) -> ReadOptions:
     request_timeout = parse_int(options, "request.timeout.ms", "request.timeout.ms")
     return ReadOptions(
         bootstrap=bootstrap,
+        security=security_of(options),
         **subscription,
         starting=starting,
         ending=ending,
@@ -357,12 +395,13 @@ class WriteOptions:
     retries: int = 5
     retry_backoff_ms: int = 100
     request_timeout_ms: int = 30_000
+    security: tuple[tuple[str, str], ...] = ()  # client security settings (security_of)
 
     def producer_options(self) -> dict:
         return {"linger_ms": self.linger_ms, "max_batch_bytes": self.batch_size,
                 "compression": self.compression, "retries": self.retries,
                 "retry_backoff_ms": self.retry_backoff_ms,
-                "request_timeout_ms": self.request_timeout_ms}
+                "request_timeout_ms": self.request_timeout_ms, "security": dict(self.security)}
 
 
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -380,6 +419,7 @@ def write_options(raw: Mapping[str, str]) -> WriteOptions:
                           f"got {compression!r}")
     return WriteOptions(
         bootstrap=bootstrap_of(options),
+        security=security_of(options),
         topic=topic.strip() if topic is not None else None,
         linger_ms=parse_int(options, "linger.ms", "linger.ms", minimum=0, default=5),
         batch_size=parse_int(options, "batch.size", "batch.size", default=1024 * 1024),

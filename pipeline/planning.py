@@ -79,7 +79,8 @@ class Planner:
             self._admin = Admin(self.options.bootstrap,
                                 request_timeout_ms=self.options.request_timeout_ms,
                                 retries=self.options.fetch_retries,
-                                retry_backoff_ms=self.options.retry_interval_ms)
+                                retry_backoff_ms=self.options.retry_interval_ms,
+                                security=dict(self.options.security))
         return self._admin
 
     def close(self) -> None:

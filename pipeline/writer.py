@@ -83,7 +83,7 @@ def ensure_topic(options: WriteOptions) -> None:
 
     try:
         with Admin(options.bootstrap, request_timeout_ms=options.request_timeout_ms,
-                   retries=options.retries) as admin:
+                   retries=options.retries, security=dict(options.security)) as admin:
             admin.describe_topic(options.topic, auto_create=True)
     except StrataClientError as e:
         raise OptionError(str(e)) from None

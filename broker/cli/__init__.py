@@ -16,7 +16,8 @@ import importlib
 import sys
 
 # Subcommand modules, in the order `strata --help` lists them.
-SUBCOMMANDS = ("serve", "topics", "produce", "consume", "groups", "log_dirs", "configs", "acls", "dump_log")
+SUBCOMMANDS = ("serve", "topics", "produce", "consume", "groups", "log_dirs", "configs", "acls", "users",
+               "dump_log")
 
 
 class CliError(Exception):

@@ -12,6 +12,12 @@ given twice differently); `client_errors()` is a context manager that turns ever
 failure (StrataClientError and subclasses, a bad bootstrap address) into a
 CliError whose message is one line, so `strata` prints `strata: <message>` and
 exits non-zero; `parse_config_args` turns repeated `--config k=v` into a dict.
+`add_bootstrap_arg` also registers `--command-config FILE`, Kafka's tools'
+client.properties: `command_config(args)` returns its security settings
+(security.protocol, ssl.*, sasl.*: client/security.py and client/sasl.py; a Java
+client's `ssl.truststore.location` with `ssl.truststore.type=PEM` is taken as
+ssl.ca.location), {} without the option; other keys are ignored, an unknown
+ssl.*/sasl.* key or an unreadable file is a CliError naming it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from client import StrataClientError, parse_bootstrap
+from client.sasl import sasl_credentials
+from client.security import SECURITY_SETTINGS, ssl_context
 
 from . import CliError, UsageError
 
@@ -36,6 +44,44 @@ def add_bootstrap_arg(parser: argparse.ArgumentParser) -> None:
                         default=os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP,
                         help=f"the broker's native listener (default: ${BOOTSTRAP_ENV} "
                              f"or {DEFAULT_BOOTSTRAP})")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="client properties, as Kafka's tools take them: security.protocol, ssl.*, "
+                             "sasl.mechanism, sasl.username/sasl.password or sasl.jaas.config")
+
+
+# Java clients' names the Python client has no use for (the truststore is mapped).
+_IGNORED_SECURITY = ("ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password",
+                     "ssl.keystore.type", "ssl.protocol", "ssl.enabled.protocols", "sasl.kerberos.service.name")
+
+
+def command_config(args: argparse.Namespace) -> dict[str, str]:
+    """The security settings of --command-config (see the module contract)."""
+    from broker.config import parse_properties
+
+    path = getattr(args, "command_config", None)
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            properties = parse_properties(f.read(), path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError(f"--command-config {path}: cannot read it: {getattr(e, 'strerror', None) or e}") from None
+    except ValueError as e:
+        raise CliError(f"--command-config {path}: {e}") from None
+    settings = {k: v for k, v in properties.items()
+                if k == "security.protocol" or k.startswith(("ssl.", "sasl."))}
+    if properties.get("ssl.truststore.type", "").upper() == "PEM" and properties.get("ssl.truststore.location"):
+        settings.setdefault("ssl.ca.location", properties["ssl.truststore.location"])
+    unknown = sorted(k for k in settings if k not in SECURITY_SETTINGS and k not in _IGNORED_SECURITY)
+    if unknown:
+        raise CliError(f"--command-config {path}: unknown setting(s) {', '.join(unknown)}")
+    settings = {k: v for k, v in settings.items() if k in SECURITY_SETTINGS}
+    try:
+        ssl_context(settings)
+        sasl_credentials(settings)
+    except ValueError as e:
+        raise CliError(f"--command-config {path}: {e}") from None
+    return settings
 
 
 def add_kafka_bootstrap_arg(parser: argparse.ArgumentParser, purpose: str = "") -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, kafka_address
+from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, command_config, kafka_address
 from .kafka_admin import KafkaAdmin
 
 BROKER_ID = 0  # the one node (Kafka's node.id)
@@ -34,7 +34,7 @@ def add_parser(subparsers) -> None:
 
 
 def _describe(args: argparse.Namespace) -> int:
-    configs = KafkaAdmin(kafka_address(args)).broker_configs()
+    configs = KafkaAdmin(kafka_address(args), command_config(args)).broker_configs()
     lines = [f"All configs for broker {BROKER_ID} are:"]
     for config in configs:
         shown = "" if config.value is None else config.value

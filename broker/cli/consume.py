@@ -29,7 +29,14 @@ import time
 from client import Consumer
 
 from . import CliError, UsageError
-from .client_support import add_bootstrap_arg, add_topic_args, check_bootstrap, client_errors, topic_arg
+from .client_support import (
+    add_bootstrap_arg,
+    add_topic_args,
+    check_bootstrap,
+    client_errors,
+    command_config,
+    topic_arg,
+)
 
 POLL_SLICE_MS = 500  # the longest single poll, so --timeout-ms and Ctrl-C stay prompt
 
@@ -68,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         with client_errors():
             consumer = Consumer(check_bootstrap(args.bootstrap_server), group=args.group,
                                 auto_offset_reset="earliest" if args.from_beginning else "latest",
-                                retries=2)
+                                retries=2, security=command_config(args))
             try:
                 _consume(consumer, args, progress)
             finally:

@@ -48,7 +48,7 @@ from datetime import datetime
 from kio.schema.errors import ErrorCode
 
 from . import CliError, UsageError
-from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, kafka_address
+from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, command_config, kafka_address
 from .kafka_admin import EARLIEST, LATEST, Group, KafkaAdmin, TopicPartition
 
 INACTIVE_STATES = ("Empty", "Dead")
@@ -124,7 +124,7 @@ def _resolve_groups(args: argparse.Namespace) -> None:
 def _admin(args: argparse.Namespace) -> KafkaAdmin:
     if hasattr(args, "resolve_groups"):
         _resolve_groups(args)
-    return KafkaAdmin(kafka_address(args))
+    return KafkaAdmin(kafka_address(args), command_config(args))
 
 
 def _table(header: tuple[str, ...], rows: list[tuple], widths: tuple[int, ...]) -> str:

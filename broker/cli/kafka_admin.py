@@ -1,6 +1,6 @@
 """The Kafka admin requests the `groups`, `log-dirs` and `configs` subcommands send.
 
-Contract: `KafkaAdmin(address)` sends each request as one kio-encoded Kafka request
+Contract: `KafkaAdmin(address, security)` sends each request as one kio-encoded Kafka request
 to the broker's Kafka listener at "HOST:PORT" (kafka_call.py) and returns plain
 Python values. Committed offsets are one map, `__consumer_offsets`, for groups of
 both protocols (native COMMIT_OFFSET and Kafka's OffsetCommit), so ListGroups,
@@ -84,11 +84,12 @@ def consumer_assignment(data: bytes) -> tuple[TopicPartition, ...]:
 
 
 class KafkaAdmin:
-    def __init__(self, address: str):
+    def __init__(self, address: str, security: dict[str, str] | None = None):
         self.address = address
+        self.security = security  # --command-config's settings (TLS, SASL)
 
     def call(self, request):
-        return kafka_call(self.address, request)
+        return kafka_call(self.address, request, security=self.security)
 
     # ---- groups ------------------------------------------------------------------------------
 

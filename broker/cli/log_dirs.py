@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, kafka_address
+from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, command_config, kafka_address
 from .kafka_admin import KafkaAdmin
 
 BROKER_ID = 0  # the one node (Kafka's node.id)
@@ -33,7 +33,7 @@ def add_parser(subparsers) -> None:
 def _describe(args: argparse.Namespace) -> int:
     topics = [t for t in args.topic_list.split(",") if t] if args.topic_list else None
     print("Querying brokers for log directories information")
-    results = KafkaAdmin(kafka_address(args)).describe_log_dirs(topics)
+    results = KafkaAdmin(kafka_address(args), command_config(args)).describe_log_dirs(topics)
     dirs = [{"partitions": [{"partition": f"{topic.name}-{p.partition_index}", "size": p.partition_size,
                              "offsetLag": p.offset_lag, "isFuture": p.is_future_key}
                             for topic in result.topics for p in topic.partitions],

@@ -38,7 +38,14 @@ from collections import deque
 from client import COMPRESSION_CODECS, Producer, StrataClientError
 
 from . import CliError, UsageError
-from .client_support import add_bootstrap_arg, add_topic_args, check_bootstrap, client_errors, topic_arg
+from .client_support import (
+    add_bootstrap_arg,
+    add_topic_args,
+    check_bootstrap,
+    client_errors,
+    command_config,
+    topic_arg,
+)
 
 CHECK_EVERY = 1000  # sends kept before looking at finished ones (keeps memory flat)
 
@@ -75,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     separator = args.key_separator.encode("utf-8") if args.key_separator is not None else None
     with client_errors():
         producer = Producer(check_bootstrap(args.bootstrap_server), linger_ms=args.linger_ms,
-                            compression=args.compression, retries=2)
+                            compression=args.compression, retries=2, security=command_config(args))
         try:
             count = producer.partition_count(args.topic)
             if args.partition is not None and not 0 <= args.partition < count:

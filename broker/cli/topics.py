@@ -57,6 +57,7 @@ from .client_support import (
     add_topic_args,
     check_bootstrap,
     client_errors,
+    command_config,
     kafka_address,
     parse_config_args,
     topic_arg,
@@ -124,7 +125,7 @@ def add_parser(subparsers) -> None:
 
 def _admin(args: argparse.Namespace) -> Admin:
     # Few retries: a command line user would rather hear at once that the broker is down.
-    return Admin(check_bootstrap(args.bootstrap_server), retries=2)
+    return Admin(check_bootstrap(args.bootstrap_server), retries=2, security=command_config(args))
 
 
 @contextmanager
@@ -195,7 +196,7 @@ def _overridden(args: argparse.Namespace, topics: list[str]) -> dict[str, set[st
     stderr) when that cannot be asked."""
     address = kafka_address(args)
     try:
-        described: dict[str, list[TopicConfig]] = KafkaAdmin(address).topic_configs(topics)
+        described: dict[str, list[TopicConfig]] = KafkaAdmin(address, command_config(args)).topic_configs(topics)
     except CliError as e:
         print(f"strata: overridden settings are not marked: {e}", file=sys.stderr)
         return {}
@@ -240,7 +241,7 @@ def _grow(args: argparse.Namespace, name: str) -> None:
     request = CreatePartitionsRequest(
         topics=(CreatePartitionsTopic(name=TopicName(name), count=args.partitions, assignments=None),),
         timeout=i32Timedelta.parse(timedelta(seconds=30)), validate_only=False)
-    response = kafka_call(address, request)
+    response = kafka_call(address, request, security=command_config(args))
     for result in response.results:
         if result.error_code != ErrorCode.none:
             message = f": {result.error_message}" if result.error_message else ""

@@ -71,6 +71,7 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -87,6 +88,7 @@ class ApiKey(IntEnum):
     CREATE_ACLS = 30
     DELETE_ACLS = 31
     DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
@@ -96,6 +98,8 @@ class ApiKey(IntEnum):
     OFFSET_DELETE = 47
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
@@ -105,6 +109,9 @@ class ApiKey(IntEnum):
 
 
 API_VERSIONS = ApiKey.API_VERSIONS
+# What a connection on a SASL listener may send before it has authenticated (Kafka's
+# SaslServerAuthenticator); anything else closes the connection.
+BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 NODE_ID = 0
 # Modules whose `register(apis)` adds handlers (consumer groups, DescribeCluster, admin APIs).
 EXTENSION_MODULES: tuple[str, ...] = (
@@ -118,6 +125,7 @@ EXTENSION_MODULES: tuple[str, ...] = (
     "broker.kafka.replicas",
     "broker.kafka.topic_partitions",
     "broker.kafka.telemetry",
+    "broker.kafka.sasl",
     "broker.kafka.client_quotas",
     "broker.kafka.acls",
 )
@@ -187,6 +195,7 @@ class KafkaApis(FastPath):
         self.node_id = NODE_ID
         self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
         self.group_configs: GroupConfigs | None = None  # set by the app once the data dir is locked
+        self.authenticator: Any = None  # broker.security.sasl.SaslAuthenticator, set by the app
         self._table: dict[int, ApiEntry] = {}
         # api_key -> guard(request, ctx): the response that refuses the request (an
         # authorization failure of the whole request), or None to handle it.
@@ -273,6 +282,8 @@ class KafkaApis(FastPath):
         except codec.MalformedRequest as e:
             self.bad_requests.record(peer, "kafka_bad_request", error=str(e), peer=peer)
             raise CloseConnection() from None
+        if not getattr(conn, "authenticated", True) and api_key not in BEFORE_AUTHENTICATION:
+            self._refuse_unauthenticated(conn, api_key)
         entry = self._table.get(api_key)
         if entry is None or not entry.min_version <= api_version <= entry.max_version:
             if api_key == API_VERSIONS:
@@ -311,6 +322,16 @@ class KafkaApis(FastPath):
             return response  # no answer (acks=0), or already framed (Fetch)
         return [codec.encode_response(correlation_id, response)]
 
+    def _refuse_unauthenticated(self, conn: ConnectionContext, api_key: int) -> None:
+        """The SASL gate: a request other than ApiVersions/SaslHandshake/SaslAuthenticate
+        before authentication (or after the session expired) closes the connection."""
+        sasl = conn.sasl
+        message = (f"api {api_key} after the SASL session expired (connections.max.reauth.ms) without "
+                   "re-authentication" if sasl.expired else
+                   f"Unexpected Kafka request of type {api_key} during SASL handshake")
+        sasl.authenticator.failed(conn, None, message)
+        raise CloseConnection()
+
     # ---- FastPath (broker.connection) -----------------------------------------------------------
 
     def handle_now(self, frame, conn: Any = None):
@@ -318,6 +339,8 @@ class KafkaApis(FastPath):
         (Produce appended inline, Fetch with nothing to wait for), or None, with
         nothing done, for `handle` to answer (a request it cannot decode included:
         `handle` logs it and closes). Answers exactly as `handle` would."""
+        if not getattr(conn, "authenticated", True):
+            return None  # `handle`: the SASL gate
         try:
             api_key, api_version, correlation_id = codec.peek_header(frame)
         except codec.MalformedRequest:

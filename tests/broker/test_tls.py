@@ -44,7 +44,6 @@ def test_listener_configuration(tmp_path):
     env = load(tmp_path, environ={"STRATA_LISTENER_NAME_SASL_SSL_SSL_KEYSTORE_TYPE": "PEM"})
     assert env["listener.name.sasl_ssl.ssl.keystore.type"] == "PEM"
     for bad, key in [("listeners=OUTSIDE://:1", "listener.security.protocol.map"),
-                     ("listeners=SASL_SSL://:1", "SASL"),
                      ("listeners=PLAINTEXT://:1,PLAINTEXT://:2", "listeners"),
                      ("advertised.listeners=SSL://h:1", "advertised.listeners"),
                      ("listener.security.protocol.map=A:TLS", "listener.security.protocol.map"),

@@ -581,3 +581,18 @@ def test_compose_settings_are_broker_settings():
                         ("retries", "retries")):
         value = re.search(rf"--{option}=(\S+)", hc).group(1)
         assert re.search(rf"^\s+{key}: {re.escape(value)}$", text, re.M), (key, value)
+
+
+@pytest.mark.parametrize("text", [
+    'KafkaServer {\n  org.apache.kafka.common.security.plain.PlainLoginModule required\n'
+    '  user_alice="alice secret";\n};\n',
+    'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice secret";\n'])
+def test_jaas_file_becomes_sasl_jaas_config(fake_bin, tmp_path, no_default_config, text):
+    jaas = tmp_path / "jaas.conf"
+    jaas.write_text(text)
+    seen = run_serve(fake_bin, env={"STRATA_JAAS_FILE": str(jaas)})
+    assert " ".join(seen["env"]["STRATA_SASL_JAAS_CONFIG"].split()) == (
+        'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice secret";')
+    assert "STRATA_JAAS_FILE" not in seen["env"] and seen["argv"] == serve_argv()
+    proc, _, err = run_entrypoint(fake_bin, env={"STRATA_JAAS_FILE": str(tmp_path / "nope")}, check=False)
+    assert proc.returncode == 2 and "STRATA_JAAS_FILE" in err

@@ -102,7 +102,7 @@ def test_min_offsets_and_max_trigger_delay():
 
 @pytest.mark.parametrize("name", ["groupIdPrefix", "kafka.group.id", "kafka.auto.offset.reset",
                                   "kafka.key.deserializer", "kafka.interceptor.classes",
-                                  "kafka.security.protocol", "subscrbe"])
+                                  "kafka.sasl.kerberos.service.name", "subscrbe"])
 def test_every_other_option_is_refused_by_its_name(name):
     with pytest.raises(OptionError, match=f"option '{re.escape(name)}' is not supported"):
         read_options({**B, "subscribe": "a", name: "x"}, streaming=True)

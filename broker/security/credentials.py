@@ -1,0 +1,83 @@
+"""The SCRAM credential store: `<data-dir>/scram-credentials.json`.
+
+Contract:
+- `ScramCredentialStore.open(data_dir)` reads the file (none: no users).
+  `lookup(mechanism, user)` is the user's ScramCredential for that mechanism
+  (memory, on the loop); `describe()` is {user: [(mechanism name, iterations)]}.
+- `apply(upsertions, deletions)` changes several credentials as one: it builds
+  the new document, replaces the file whole (write-temp, fsync, rename:
+  storage.fileutil.atomic_write), and only then swaps it into memory, so a disk
+  error changes nothing. It is blocking: callers run it in the executor, one at a
+  time (the Kafka handler serializes them with a lock).
+- The file holds, per user and mechanism, salt, StoredKey, ServerKey (base64) and
+  iterations (RFC 5802): never a password or a salted password.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterable
+
+from storage.fileutil import atomic_write
+
+from ..json_files import encode_document, read_document
+from .scram import MECHANISMS, ScramCredential
+
+CREDENTIALS_FILE = "scram-credentials.json"
+VERSION = 1
+
+Credentials = dict[str, dict[str, ScramCredential]]  # user -> mechanism name -> credential
+
+
+def _encode(credentials: Credentials) -> bytes:
+    users = {user: {name: {"salt": base64.b64encode(c.salt).decode(),
+                           "stored_key": base64.b64encode(c.stored_key).decode(),
+                           "server_key": base64.b64encode(c.server_key).decode(),
+                           "iterations": c.iterations}
+                    for name, c in sorted(by_mechanism.items())}
+             for user, by_mechanism in sorted(credentials.items())}
+    return encode_document({"version": VERSION, "users": users})
+
+
+def _decode(doc: dict, path: str) -> Credentials:
+    out: Credentials = {}
+    for user, by_mechanism in doc.get("users", {}).items():
+        out[user] = {}
+        for name, c in by_mechanism.items():
+            if name not in MECHANISMS:
+                continue
+            out[user][name] = ScramCredential(base64.b64decode(c["salt"]), base64.b64decode(c["stored_key"]),
+                                              base64.b64decode(c["server_key"]), int(c["iterations"]))
+    return out
+
+
+class ScramCredentialStore:
+    def __init__(self, path: str, credentials: Credentials):
+        self.path = path
+        self.credentials = credentials
+
+    @classmethod
+    def open(cls, data_dir: str) -> ScramCredentialStore:
+        path = os.path.join(data_dir, CREDENTIALS_FILE)
+        doc = read_document(path, VERSION, "SCRAM credentials")
+        return cls(path, _decode(doc, path) if doc is not None else {})
+
+    def lookup(self, mechanism: str, user: str) -> ScramCredential | None:
+        by_mechanism = self.credentials.get(user)
+        return by_mechanism.get(mechanism) if by_mechanism is not None else None
+
+    def describe(self) -> dict[str, list[tuple[str, int]]]:
+        return {user: [(name, c.iterations) for name, c in sorted(by_mechanism.items())]
+                for user, by_mechanism in self.credentials.items() if by_mechanism}
+
+    def apply(self, upsertions: Iterable[tuple[str, str, ScramCredential]],
+              deletions: Iterable[tuple[str, str]]) -> None:
+        new = {user: dict(by_mechanism) for user, by_mechanism in self.credentials.items()}
+        for user, mechanism in deletions:
+            new.get(user, {}).pop(mechanism, None)
+        for user, mechanism, credential in upsertions:
+            new.setdefault(user, {})[mechanism] = credential
+        new = {user: by_mechanism for user, by_mechanism in new.items() if by_mechanism}
+        atomic_write(self.path, _encode(new))
+        self.credentials = new
