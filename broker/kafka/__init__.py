@@ -16,7 +16,8 @@ Modules:
     broker/kafka/apis.py      KafkaApis (dispatch table + shared state), RequestContext,
                               EXTENSION_MODULES
     broker/kafka/codec.py     request-header parsing, kio decode/encode, fetch splicing
-    broker/kafka/handlers.py  the core APIs (ApiVersions, Metadata, Produce, Fetch, ...)
+    broker/kafka/handlers.py  CoreHandlers: registers the core APIs (ApiVersions, Metadata,
+                              Produce, Fetch, ...), one module each (its docstring lists them)
     broker/kafka/server.py    KafkaServer: the listener (broker.server.BrokerServer with
                               KafkaApis as its handlers)
 

@@ -25,7 +25,8 @@ APIs and versions (what kio has schemas for, from Kafka 4's lower bounds: KIP-89
     ConsumerGroupDescribe  69 v0-1
 
 The classic state machine and its decisions: coordinator.py; a group's data (states, members,
-results, error codes): group.py. The wire side: handlers.py.
+results, error codes): group.py; what the admin APIs read of classic groups: listing.py.
+The wire side: handlers.py.
 Committed offsets are broker.group_offsets.GroupOffsets (Kafka's layout in
 `__consumer_offsets`), shared with the native COMMIT_OFFSET / FETCH_OFFSET.
 Settings: group.min.session.timeout.ms, group.max.session.timeout.ms,

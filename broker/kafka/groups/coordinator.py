@@ -6,6 +6,8 @@ broker/kafka/groups/handlers.py translate kio requests to calls. Everything runs
 one asyncio loop, so no locks; timers are `loop.call_later` handles.
 The group's data (states, `Member`, `Group`, the results, the error codes) is
 broker/kafka/groups/group.py; this module re-exports those names.
+What the admin APIs read of the groups (ListGroups, DescribeGroups, the checks of
+DeleteGroups and OffsetDelete) is `ClassicGroupListing` in listing.py, its base class.
 
 Semantics (Kafka's GroupMetadataManager/ClassicGroup, classic protocol):
 
@@ -69,7 +71,6 @@ from dataclasses import dataclass
 import structlog
 
 from .group import (
-    CLASSIC,
     COMPLETING_REBALANCE,
     COORDINATOR_NOT_AVAILABLE,
     DEAD,
@@ -98,6 +99,7 @@ from .group import (
     MemberDescription,
     SyncResult,
 )
+from .listing import ClassicGroupListing
 
 log = structlog.get_logger("strata.kafka.groups")
 
@@ -109,7 +111,9 @@ def _complete(future: asyncio.Future | None, result) -> bool:
     return True
 
 
-class GroupCoordinator:
+class GroupCoordinator(ClassicGroupListing):
+    """The classic protocol's state machine; what the admin APIs read of it is listing.py."""
+
     def __init__(self, *, loop: asyncio.AbstractEventLoop | None = None, min_session_timeout_ms: int = 6000,
                  max_session_timeout_ms: int = 1_800_000, initial_rebalance_delay_ms: int = 3000,
                  max_size: int = 2**31 - 1, new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS,
@@ -681,48 +685,7 @@ class GroupCoordinator:
             return REBALANCE_IN_PROGRESS
         return NONE
 
-    # ---- listing -----------------------------------------------------------------------------
-
-    def list_groups(self, offsets_groups: Iterable[str] = (), states: Iterable[str] = (),
-                    types: Iterable[str] = ()) -> list[tuple[str, str, str, str]]:
-        """(group id, protocol type, state, type) of every group; groups that only have
-        committed offsets are Empty with protocol type "" (as Kafka lists them)."""
-        wanted_states = {s.lower() for s in states}
-        wanted_types = {t.lower() for t in types}
-        if wanted_types and CLASSIC not in wanted_types:
-            return []
-        found = {}
-        for group_id in offsets_groups:
-            found[group_id] = (group_id, "", EMPTY, CLASSIC)
-        for group in self.groups.values():
-            if group.is_(DEAD):
-                continue
-            found[group.group_id] = (group.group_id, group.protocol_type or "", group.state, CLASSIC)
-        return [row for _, row in sorted(found.items())
-                if not wanted_states or row[2].lower() in wanted_states]
-
-    def describe(self, group_id: str, has_offsets: bool = False) -> GroupDescription:
-        group = self.groups.get(group_id)
-        if group is None or group.is_(DEAD):
-            if has_offsets:
-                return GroupDescription(NONE, group_id, EMPTY, "", "")
-            return GroupDescription(GROUP_ID_NOT_FOUND, group_id, DEAD, "", "")
-        stable = group.is_(STABLE)
-        members = tuple(
-            MemberDescription(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                              m.metadata(group.protocol_name) if stable else b"",
-                              m.assignment if stable else b"")
-            for m in group.members.values())
-        return GroupDescription(NONE, group_id, group.state, group.protocol_type or "",
-                                (group.protocol_name or "") if stable else "", members)
-
-    def validate_delete(self, group_id: str, has_offsets: bool) -> int:
-        group = self.groups.get(group_id)
-        if group is None or group.is_(DEAD):
-            return NONE if has_offsets else GROUP_ID_NOT_FOUND
-        if group.state in (STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE):
-            return NON_EMPTY_GROUP
-        return NONE
+    # ---- DeleteGroups ------------------------------------------------------------------------
 
     def delete(self, group_id: str) -> None:
         """Forget an Empty group (DeleteGroups, after its offsets were tombstoned)."""
@@ -731,11 +694,6 @@ class GroupCoordinator:
             group.cancel_timers()
             self._transition(group, DEAD)
             del self.groups[group_id]
-
-    def is_active(self, group_id: str) -> bool:
-        """True while the group has members (OffsetDelete refuses those of a classic group)."""
-        group = self.groups.get(group_id)
-        return group is not None and group.state in (STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE)
 
     # ---- shutdown ----------------------------------------------------------------------------
 
@@ -777,4 +735,4 @@ def _inconsistent(asked: str | None, actual: str | None) -> bool:
 
 
 __all__ = ["COMPLETING_REBALANCE", "DEAD", "EMPTY", "GroupCoordinator", "GroupDescription", "JoinResult",
-           "MemberDescription", "PREPARING_REBALANCE", "STABLE", "SyncResult"]
+           "MemberDescription", "NON_EMPTY_GROUP", "PREPARING_REBALANCE", "STABLE", "SyncResult"]

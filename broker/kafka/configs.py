@@ -1,0 +1,228 @@
+"""Configs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
+
+Contract: topics' configs are dynamic (the topic registry persists them), groups'
+configs live in GroupConfigs, the broker's are static (described, never altered:
+INVALID_REQUEST names server.properties). Each resource needs DESCRIBE_CONFIGS /
+ALTER_CONFIGS on itself (a broker's or its loggers': on the cluster); a refused
+or invalid resource is answered alone and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka_format.errors import InvalidConfigError, InvalidRequestError, StrataError
+from storage.config import BROKER_NAMES
+from storage.config import KEYS as TOPIC_KEYS
+
+from ..group_configs import GroupConfigs
+from ..security.authorizer import (
+    ClusterAuthorizationError,
+    GroupAuthorizationError,
+    Op,
+    Resource,
+    TopicAuthorizationError,
+)
+from .acls import allowed, allowed_cluster
+from .codec import has_field, make, nested
+from .core_api import CoreApiBase, E, error_code_of
+
+# DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type, ConfigSource)
+TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, GROUP_RESOURCE = 2, 4, 8, 32
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8
+CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def topic_config_source(config, topic, key: str) -> int:
+    """A topic config's ConfigSource: its override, the broker's static setting, or the default."""
+    if key in topic.configs:
+        return DYNAMIC_TOPIC_CONFIG
+    if any(config.source(name) != "default" for name, _ in BROKER_NAMES.get(key, ())):
+        return STATIC_BROKER_CONFIG
+    return DEFAULT_CONFIG
+
+
+class ConfigsApi(CoreApiBase):
+    """DescribeConfigs, AlterConfigs, IncrementalAlterConfigs."""
+
+    async def describe_configs(self, req, ctx):
+        R = ctx.response_class
+        ResultR = nested(R, "results")
+        EntryR = nested(ResultR, "configs")
+        SynonymR = nested(EntryR, "synonyms") if has_field(EntryR, "synonyms") else None
+        synonyms = getattr(req, "include_synonyms", False)
+        kinds = {k.name: k.kind for k in TOPIC_KEYS}
+        results = []
+        for resource in req.resources:
+            keys = resource.configuration_keys
+            entries: list[tuple[str, str | None, int, bool, str]] = []  # name, value, source, ro, kind
+            code: int = E.none
+            message: str | None = None
+            try:
+                _authorize_config(ctx, Op.DESCRIBE_CONFIGS, resource)
+                if resource.resource_type == TOPIC_RESOURCE:
+                    topic = self.registry.require(resource.resource_name)
+                    for k, v in topic.log_config.to_props().items():
+                        entries.append((k, v, topic_config_source(self.config, topic, k), False,
+                                        kinds.get(k, "")))
+                elif resource.resource_type == BROKER_RESOURCE:
+                    if resource.resource_name not in ("", str(self.apis.node_id)):
+                        raise InvalidRequestError(f"unexpected broker id {resource.resource_name!r}")
+                    for k in sorted(self.config.values):
+                        v = self.config.values[k]
+                        if v is None:
+                            continue
+                        v = str(v).lower() if isinstance(v, bool) else str(v)
+                        source = DEFAULT_CONFIG if self.config.source(k) == "default" else STATIC_BROKER_CONFIG
+                        entries.append((k, v, source, True, ""))
+                elif resource.resource_type == BROKER_LOGGER_RESOURCE:
+                    pass
+                elif resource.resource_type == GROUP_RESOURCE:
+                    for k, v, overridden in self._group_configs().describe(resource.resource_name):
+                        entries.append((k, v, GROUP_CONFIG if overridden else DEFAULT_CONFIG, False, "int"))
+                else:
+                    raise InvalidRequestError(f"unsupported resource type {resource.resource_type}")
+            except StrataError as e:
+                code, message, entries = error_code_of(e), str(e), []
+            if keys:  # null or empty: every config (Kafka's ConfigHelper)
+                wanted = set(keys)
+                entries = [e for e in entries if e[0] in wanted]
+            configs = tuple(
+                make(EntryR, name=n, value=v, read_only=ro, config_source=src, is_default=src == DEFAULT_CONFIG,
+                     is_sensitive=False, config_type=CONFIG_TYPES.get(kind, 0), documentation=None,
+                     synonyms=(make(SynonymR, name=n, value=v, source=src),)
+                     if synonyms and SynonymR is not None else ())
+                for n, v, src, ro, kind in entries)
+            results.append(make(ResultR, error_code=code, error_message=message,
+                                resource_type=resource.resource_type,
+                                resource_name=resource.resource_name, configs=configs))
+        return make(R, throttle_time=0, results=tuple(results))
+
+    async def alter_configs(self, req, ctx):
+        """Legacy AlterConfigs: the listed configs replace all of a topic's overrides."""
+        async def alter_topic(resource) -> None:
+            topic = self.registry.require(resource.resource_name)
+            listed = {}
+            for c in resource.configs:
+                if c.name in listed:
+                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
+                if c.value is None:
+                    raise InvalidRequestError(f"null value not supported for {c.name!r}")
+                listed[c.name] = c.value
+            changes = list(listed.items()) + [(k, None) for k in topic.configs if k not in listed]
+            await self.apis.blocking(self._alter, resource.resource_name, changes, req.validate_only)
+
+        async def alter_group(resource) -> None:
+            changes = [(c.name, c.value) for c in resource.configs]
+            names = [name for name, _ in changes]
+            for name, value in changes:
+                if names.count(name) > 1:
+                    raise InvalidRequestError(f"duplicate config key {name!r}")
+                if value is None:
+                    raise InvalidRequestError(f"null value not supported for {name!r}")
+            await self.apis.blocking(self._alter_group, resource.resource_name, changes, True, req.validate_only)
+        return await self._alter_each(req, ctx, alter_topic, alter_group)
+
+    async def incremental_alter_configs(self, req, ctx):
+        kinds = {k.name: k.kind for k in TOPIC_KEYS}
+
+        async def alter_topic(resource) -> None:
+            topic = self.registry.require(resource.resource_name)
+            effective = topic.log_config.to_props()
+            changes: dict[str, str | None] = {}
+            for c in resource.configs:
+                if c.name in changes:
+                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
+                if c.name not in kinds:
+                    raise InvalidConfigError(f"unknown topic config {c.name!r}")
+                op = c.config_operation
+                if op == SET:
+                    if c.value is None:
+                        raise InvalidRequestError(f"null value not supported for {c.name!r}")
+                    changes[c.name] = c.value
+                elif op == DELETE:
+                    changes[c.name] = None
+                elif op in (APPEND, SUBTRACT):
+                    if kinds[c.name] != "list":
+                        raise InvalidConfigError(f"config value append/subtract is not allowed for "
+                                                 f"config key {c.name!r}: it is not a list")
+                    current = [v for v in effective[c.name].split(",") if v]
+                    items = [v for v in (c.value or "").split(",") if v]
+                    if op == APPEND:
+                        current += [v for v in items if v not in current]
+                    else:
+                        current = [v for v in current if v not in items]
+                    changes[c.name] = ",".join(current)
+                else:
+                    raise InvalidRequestError(f"unknown config operation {op}")
+            await self.apis.blocking(self._alter, resource.resource_name, list(changes.items()),
+                                     req.validate_only)
+
+        async def alter_group(resource) -> None:
+            changes: dict[str, str | None] = {}
+            for c in resource.configs:
+                if c.name in changes:
+                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
+                if c.config_operation == SET:
+                    if c.value is None:
+                        raise InvalidRequestError(f"null value not supported for {c.name!r}")
+                    changes[c.name] = c.value
+                elif c.config_operation == DELETE:
+                    changes[c.name] = None
+                elif c.config_operation in (APPEND, SUBTRACT):
+                    raise InvalidConfigError(f"config value append/subtract is not allowed for "
+                                             f"config key {c.name!r}: it is not a list")
+                else:
+                    raise InvalidRequestError(f"unknown config operation {c.config_operation}")
+            await self.apis.blocking(self._alter_group, resource.resource_name, list(changes.items()), False,
+                                     req.validate_only)
+        return await self._alter_each(req, ctx, alter_topic, alter_group)
+
+    def _alter(self, name: str, changes, validate_only: bool) -> None:
+        self.registry.alter(name, changes, validate_only=validate_only)
+
+    def _group_configs(self) -> GroupConfigs:
+        if self.apis.group_configs is None:
+            raise InvalidRequestError("group configs are not loaded yet")
+        return self.apis.group_configs
+
+    def _alter_group(self, group: str, changes, replace: bool, validate_only: bool) -> None:
+        self._group_configs().alter(group, changes, replace=replace, validate_only=validate_only)
+
+    async def _alter_each(self, req, ctx, apply_topic, apply_group) -> Any:
+        R = ctx.response_class
+        ResultR = nested(R, "responses")
+        results = []
+        for resource in req.resources:
+            code: int = E.none
+            message: str | None = None
+            try:
+                _authorize_config(ctx, Op.ALTER_CONFIGS, resource)
+                if resource.resource_type == TOPIC_RESOURCE:
+                    await apply_topic(resource)
+                elif resource.resource_type == GROUP_RESOURCE:
+                    await apply_group(resource)
+                elif resource.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
+                    raise InvalidRequestError("broker configs are static in Strata (server.properties, "
+                                              "STRATA_* or --set, then restart)")
+                else:
+                    raise InvalidRequestError(f"unsupported resource type {resource.resource_type}")
+            except StrataError as e:
+                code, message = error_code_of(e), str(e)
+            results.append(make(ResultR, error_code=code, error_message=message,
+                                resource_type=resource.resource_type,
+                                resource_name=resource.resource_name))
+        return make(R, throttle_time=0, responses=tuple(results))
+
+
+def _authorize_config(ctx, operation: Op, resource) -> None:
+    """DescribeConfigs/AlterConfigs: the operation on the resource (a broker's or
+    its loggers' configs: on the cluster), or the authorization error to answer."""
+    kind = resource.resource_type
+    if kind == TOPIC_RESOURCE and not allowed(ctx, operation, Resource.TOPIC, resource.resource_name):
+        raise TopicAuthorizationError("Topic authorization failed.")
+    if kind == GROUP_RESOURCE and not allowed(ctx, operation, Resource.GROUP, resource.resource_name):
+        raise GroupAuthorizationError("Group authorization failed.")
+    if kind in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE) and not allowed_cluster(ctx, operation):
+        raise ClusterAuthorizationError("Cluster authorization failed.")

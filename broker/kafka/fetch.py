@@ -1,0 +1,244 @@
+"""Fetch over the partition service, with fetch sessions (KIP-227,
+fetch_sessions.py) and isolation levels; see `FetchApi.fetch`.
+
+Contract: reads happen on the loop (as native FETCH reads); the records are
+FileSlices spliced into kio's encoding and sent with sendfile. Every read a
+fetch takes is either answered (the splicer owns it) or released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..partitions import READ_COMMITTED
+from ..security.authorizer import Op, Resource
+from . import codec
+from .acls import allowed
+from .apis import DECLINE
+from .codec import RecordsSplicer, has_field, make, nested
+from .core_api import CoreApiBase, E, Target, release_reads
+from .fetch_sessions import FetchContext, FetchSessions
+
+INT32_MAX = 2**31 - 1
+
+
+def _aborted(AbortedR: type | None, aborted) -> tuple:
+    """A Fetch partition's `aborted_transactions` from (producerId, firstOffset) pairs."""
+    if AbortedR is None or not aborted:
+        return ()
+    return tuple(make(AbortedR, producer_id=producer_id, first_offset=first) for producer_id, first in aborted)
+
+
+class FetchParams:
+    """What a Fetch request asks, read once per request."""
+
+    __slots__ = ("by_id", "replica", "max_wait_ms", "min_bytes", "budget", "isolation_level", "read_committed")
+
+    def __init__(self, req, ctx, fetch_max_bytes: int):
+        replica = getattr(req, "replica_id", -1)
+        if has_field(type(req), "replica_state"):
+            replica = req.replica_state.replica_id
+        self.replica = replica
+        self.by_id = ctx.api_version >= 13
+        self.max_wait_ms = int(req.max_wait.total_seconds() * 1000)
+        self.min_bytes = req.min_bytes
+        self.budget = min(req.max_bytes if req.max_bytes >= 0 else 0, fetch_max_bytes, INT32_MAX - (1 << 20))
+        self.isolation_level = getattr(req, "isolation_level", 0)
+        self.read_committed = self.isolation_level == READ_COMMITTED
+
+
+class FetchApi(CoreApiBase):
+    """Fetch, with its fast path `fetch_now`; owns the fetch session cache."""
+
+    def __init__(self, apis):
+        super().__init__(apis)
+        self.fetch_sessions = FetchSessions(self.config.max_incremental_fetch_session_cache_slots,
+                                            self.config.min_incremental_fetch_session_eviction_ms)
+    async def fetch(self, req, ctx):
+        """Kafka's fetch over the shared logs.
+
+        - Sessions (fetch_sessions.py): an incremental fetch reads the partitions of
+          its session that may have changed, answers those that did, and long-polls
+          the session's one wake-up event.
+        - Budget: min(max_bytes, fetch.max.bytes); each partition reads at most
+          min(partition_max_bytes, what is left). Until some partition returned
+          bytes, reads use min_one_message, so the first batch comes whole even past
+          the limits (Kafka's minOneMessage); later partitions get whole batches
+          that fit (a lone batch over the rest is cut, as Kafka's slice).
+        - Answers at once with any error, with >= min_bytes, or when max_wait <= 0;
+          otherwise waits for an append to one of the partitions (either protocol
+          wakes PartitionWaiters), for max_wait, or for shutdown, then reads again.
+        - The records are FileSlices spliced into kio's encoding and sent with sendfile.
+        """
+        fetch = FetchParams(req, ctx, self.config.fetch_max_bytes)
+        session = self.fetch_sessions.context(req, ctx.api_version, privileged=fetch.replica >= 0)
+        if session.error:
+            return self._fetch_refused(ctx, session.error)
+        loop = self.apis.loop
+        deadline = loop.time() + fetch.max_wait_ms / 1000
+        while True:
+            plan = self._fetch_plan(session.topics(), fetch, ctx)
+            flat = [t for _, targets in plan for t in targets]
+            for t in flat:
+                if t.log is None and not t.error:
+                    await self._create_log(t)
+            may_wait = fetch.max_wait_ms > 0 and not self.apis.shutting_down
+            events = self._watch(plan, session, may_wait)
+            self._read_all(flat, fetch.budget, fetch.isolation_level)  # on the loop, as native FETCH reads
+            remaining = deadline - loop.time()
+            if not may_wait or self._fetch_complete(flat, fetch) or remaining <= 0 or not events:
+                break
+            release_reads(flat)
+            await self.partitions.wait_for_append(events, remaining)
+        try:
+            return self._fetch_response(ctx, plan, fetch.read_committed, session)
+        except BaseException:
+            release_reads(flat)
+            raise
+
+    def fetch_now(self, req, ctx):
+        """Fetch without waiting (the fast path, KafkaApis.handle_now): the answer
+        when it needs no log created and no long poll; else DECLINE, with nothing
+        held (the reads are released)."""
+        fetch = FetchParams(req, ctx, self.config.fetch_max_bytes)
+        session = self.fetch_sessions.context(req, ctx.api_version, privileged=fetch.replica >= 0)
+        if session.error:
+            return self._fetch_refused(ctx, session.error)
+        plan = self._fetch_plan(session.topics(), fetch, ctx)
+        flat = [t for _, targets in plan for t in targets]
+        if any(t.log is None and not t.error for t in flat):
+            return DECLINE  # an internal topic's log to create: in the executor
+        self._watch(plan, session, False)
+        self._read_all(flat, fetch.budget, fetch.isolation_level)
+        if (fetch.max_wait_ms > 0 and not self.apis.shutting_down and not self._fetch_complete(flat, fetch)
+                and (session.incremental or any(t.log is not None for t in flat))):
+            release_reads(flat)
+            return DECLINE  # a long poll: the connection's task waits
+        try:
+            return self._fetch_response(ctx, plan, fetch.read_committed, session)
+        except BaseException:
+            release_reads(flat)
+            raise
+
+    def _watch(self, plan, session: FetchContext, may_wait: bool) -> list[asyncio.Event]:
+        """The events a long poll waits on, taken before the reads: each partition's
+        (`may_wait`); for an incremental fetch the session's one wake-up event, linked
+        into every partition read, each partition keeping its own (fetch_sessions.py)."""
+        if session.session is None:
+            return [self.partitions.watch((t.log.topic, t.log.partition))
+                    for _, targets in plan for t in targets if t.log is not None] if may_wait else []
+        wake = session.session.wake
+        for topic, targets in plan:
+            for part, t in zip(topic.partitions, targets, strict=True):
+                part.watching(None if t.log is None or t.error else
+                              self.partitions.watch_into((t.log.topic, t.log.partition), wake))
+        return [wake]
+
+    @staticmethod
+    def _fetch_refused(ctx, error: int):
+        """The answer to a fetch its session refuses (Kafka's SessionErrorContext)."""
+        return make(ctx.response_class, throttle_time=0, error_code=error, session_id=0, responses=())
+
+    def _fetch_plan(self, topics, fetch: FetchParams, ctx) -> list[tuple[Any, list[Target]]]:
+        """Every partition of a Fetch (the request's or its session's) resolved on the loop (`_target`);
+        a topic the connection may not READ is TOPIC_AUTHORIZATION_FAILED."""
+        plan: list[tuple[Any, list[Target]]] = []
+        for topic in topics:
+            name = None if fetch.by_id else topic.topic
+            permitted = allowed(ctx, Op.READ, Resource.TOPIC, self._topic_name(name, topic))
+            targets = []
+            for part in topic.partitions:
+                if fetch.replica >= 0:  # a follower: there are none
+                    targets.append(Target(part.partition, error=E.not_leader_or_follower))
+                    continue
+                if not permitted:
+                    targets.append(Target(part.partition, error=E.topic_authorization_failed))
+                    continue
+                target = self._target(name, getattr(topic, "topic_id", None), part.partition)
+                target.offset = part.fetch_offset
+                target.max_bytes = max(part.partition_max_bytes, 0)
+                targets.append(target)
+            plan.append((topic, targets))
+        return plan
+
+    @staticmethod
+    def _fetch_complete(flat: list[Target], fetch: FetchParams) -> bool:
+        """Whether a fetch answers now: an error, or min_bytes read."""
+        total = sum(t.result.length for t in flat if t.result is not None)
+        return total >= fetch.min_bytes or any(t.error for t in flat)
+
+    def _read_all(self, flat: list[Target], budget: int, isolation_level: int) -> None:
+        """Read every partition in order from the budget (on the loop: the partition
+        service's read at the fetch's isolation level)."""
+        min_one = True
+        for t in flat:
+            if t.error or t.log is None:
+                continue
+            t.isolated = None
+            try:
+                if t.offset == t.log.log_end_offset:
+                    continue
+                t.isolated = self.partitions.read_isolated(t.log, t.offset, min(t.max_bytes, budget),
+                                                           isolation_level, min_one_message=min_one)
+            except Exception as e:
+                t.error = self.partitions.error_code(e, t.log)
+                continue
+            found = t.isolated.records
+            if found.length:
+                budget = max(budget - found.length, 0)
+                min_one = False
+                t.result = found
+            else:
+                found.release()
+
+    def _fetch_response(self, ctx, plan, read_committed: bool, session: FetchContext):
+        R = ctx.response_class
+        TopicR = nested(R, "responses")
+        PartR = nested(TopicR, "partitions")
+        AbortedR = nested(PartR, "aborted_transactions") if has_field(PartR, "aborted_transactions") else None
+        throttle = self._throttle(ctx, "fetch", plan)
+        splicer = RecordsSplicer()
+        responses = []
+        for topic, targets in plan:
+            parts = []
+            for part, t in zip(topic.partitions, targets, strict=True):
+                if t.error or t.log is None:
+                    if not session.include(topic, part, False, t.error, -1, -1, -1):
+                        continue
+                    parts.append(make(PartR, partition_index=t.index, error_code=t.error or E.none,
+                                      high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
+                                      aborted_transactions=None, preferred_read_replica=-1,
+                                      records=b""))
+                    continue
+                isolated = t.isolated
+                if isolated is not None:
+                    end, lso, aborted = isolated.high_watermark, isolated.last_stable_offset, isolated.aborted
+                else:  # nothing read: at the log end
+                    lso = t.log.last_stable_offset
+                    end, aborted = t.log.log_end_offset, None
+                if not session.include(topic, part, t.result is not None, E.none, end, lso, t.log.log_start_offset):
+                    release_reads([t])
+                    continue
+                records = splicer.marker(t.result) if t.result is not None else b""
+                t.result = None  # the splicer owns it now
+                parts.append(make(PartR, partition_index=t.index, error_code=E.none, high_watermark=end,
+                                  last_stable_offset=lso, log_start_offset=t.log.log_start_offset,
+                                  aborted_transactions=_aborted(AbortedR, aborted) if read_committed else None,
+                                  preferred_read_replica=-1, records=records))
+            if parts or not session.incremental:
+                responses.append(make(TopicR, topic=getattr(topic, "topic", None),
+                                      topic_id=getattr(topic, "topic_id", None), partitions=tuple(parts)))
+        error, session_id = session.finish(self.fetch_sessions.now_ms())
+        if error:
+            splicer.release()
+            return [codec.encode_response(ctx.correlation_id, self._fetch_refused(ctx, error))]
+        response = make(R, throttle_time=throttle, error_code=E.none, session_id=session_id,
+                        responses=tuple(responses))
+        try:
+            if not splicer.slices:
+                return [codec.encode_response(ctx.correlation_id, response)]
+            return codec.encode_spliced(ctx.correlation_id, response, splicer)
+        except BaseException:
+            splicer.release()
+            raise

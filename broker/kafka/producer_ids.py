@@ -1,0 +1,67 @@
+"""InitProducerId for idempotent producers, and the producer-id allocator.
+
+Contract: producer ids come from KafkaState's claimed blocks (a block is claimed
+in the executor, one claim at a time); an idempotent producer needs
+IDEMPOTENT_WRITE on the cluster or WRITE on some topic. Transactional ids are
+served by broker/kafka/transactions, which replaces this handler and allocates
+through `next_producer_id`; without it they are refused with INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from ..security.authorizer import Op, Resource
+from .acls import allowed, allowed_cluster
+from .codec import make
+from .core_api import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CoreApiBase, E
+
+log = structlog.get_logger("strata.kafka")
+
+
+class ProducerIdsApi(CoreApiBase):
+    """InitProducerId (idempotent producers) and `next_producer_id`."""
+
+    def __init__(self, apis):
+        super().__init__(apis)
+        self._claiming: asyncio.Lock | None = None
+    async def init_producer_id(self, req, ctx):
+        R = ctx.response_class
+        if req.transactional_id is not None and not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID,
+                                                            req.transactional_id):
+            return make(R, throttle_time=0, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
+                        producer_epoch=-1)
+        if req.transactional_id is None and not may_write_idempotently(ctx):
+            return make(R, throttle_time=0, error_code=E.cluster_authorization_failed, producer_id=-1,
+                        producer_epoch=-1)
+        if req.transactional_id is not None:
+            # Served by broker/kafka/transactions, which replaces this handler; without
+            # that module there is no coordinator and transactional producers are refused.
+            log.info("kafka_transactions_unsupported", transactional_id=req.transactional_id,
+                     peer=ctx.peer)
+            return make(R, throttle_time=0, error_code=E.invalid_request, producer_id=-1,
+                        producer_epoch=-1)
+        producer_id = await self.next_producer_id()
+        return make(R, throttle_time=0, error_code=E.none, producer_id=producer_id, producer_epoch=0)
+
+    async def next_producer_id(self) -> int:
+        assert self.state is not None
+        while True:
+            value = self.state.next_producer_id()
+            if value is not None:
+                return value
+            if self._claiming is None:
+                self._claiming = asyncio.Lock()
+            async with self._claiming:
+                await self.apis.blocking(self.state.claim_block)
+
+
+def may_write_idempotently(ctx) -> bool:
+    """InitProducerId without a transactional id, as Kafka: IDEMPOTENT_WRITE on the
+    cluster, or WRITE on some topic."""
+    if allowed_cluster(ctx, Op.IDEMPOTENT_WRITE):
+        return True
+    authorizer = ctx.apis.partitions.authorizer
+    return authorizer.authorize_any(ctx.connection, Op.WRITE, Resource.TOPIC)
