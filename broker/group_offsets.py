@@ -53,7 +53,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import structlog
@@ -63,6 +63,7 @@ from kafka_format.batch import PRODUCER_ID_OFFSET
 from kafka_format.errors import StrataError, UnknownTopicOrPartitionError
 from storage.log import Log
 
+from .internal_records import FieldReader
 from .topics import OFFSETS_TOPIC, TopicRegistry
 
 KEY_VERSION = 1
@@ -139,27 +140,9 @@ def encode_value(offset: int, metadata: str, commit_timestamp: int,
             + INT64.pack(commit_timestamp))
 
 
-class _Cursor:
-    def __init__(self, buf: bytes):
-        self.buf, self.pos = buf, 0
-
-    def unpack(self, st: struct.Struct) -> tuple:
-        values = st.unpack_from(self.buf, self.pos)
-        self.pos += st.size
-        return values
-
-    def string(self) -> str:
-        (n,) = self.unpack(INT16)
-        if n < 0 or self.pos + n > len(self.buf):
-            raise ValueError("bad string length")
-        text = self.buf[self.pos:self.pos + n].decode("utf-8")
-        self.pos += n
-        return text
-
-
 def decode_key(raw: bytes) -> GroupKey | None:
     """(group, topic, partition) of an offset-commit key; None for other key kinds."""
-    c = _Cursor(raw)
+    c = FieldReader(raw)
     (version,) = c.unpack(INT16)
     if version not in (0, 1):
         return None  # 2 = group metadata
@@ -168,7 +151,7 @@ def decode_key(raw: bytes) -> GroupKey | None:
 
 def decode_value(raw: bytes) -> OffsetValue | None:
     """The OffsetValue of an offset-commit value, versions 0..3 (leader epoch -1 before 3)."""
-    c = _Cursor(raw)
+    c = FieldReader(raw)
     (version,) = c.unpack(INT16)
     if version in (0, 1, 2):
         (offset,) = c.unpack(INT64)
@@ -297,18 +280,7 @@ class GroupOffsets:
         if not group:
             raise InvalidGroupIdError("group id must not be empty")
         now = self._clock()
-        errors: list[StrataError | None] = []
-        rows: list[tuple[GroupKey, bytes, list, Committed]] = []
-        for topic, partition, offset, metadata, epoch in entries:
-            try:
-                self._check_entry(topic, partition, metadata)
-            except StrataError as e:
-                errors.append(e)
-                continue
-            errors.append(None)
-            headers = [(NULL_METADATA_HEADER, None)] if metadata is None else []
-            rows.append(((group, topic, partition), encode_value(offset, metadata or "", now, epoch), headers,
-                         Committed(offset, metadata, now, epoch)))
+        errors, rows = self._commit_rows(group, entries, now)
         if not rows:
             return errors
         partition = self.partition_for(group)
@@ -332,6 +304,24 @@ class GroupOffsets:
         pending = self._pending.pop(producer_id, None)
         if commit and pending:
             self._committed.update(pending)
+
+    def _commit_rows(self, group: str, entries: list[tuple[str, int, int, str | None, int]], now: int
+                     ) -> tuple[list[StrataError | None], list[tuple[GroupKey, bytes, list, Committed]]]:
+        """The error of each (topic, partition, offset, metadata, leader epoch) entry, in order
+        (None: valid), and the (key, value, headers, Committed) row of each valid one."""
+        errors: list[StrataError | None] = []
+        rows: list[tuple[GroupKey, bytes, list, Committed]] = []
+        for topic, partition, offset, metadata, epoch in entries:
+            try:
+                self._check_entry(topic, partition, metadata)
+            except StrataError as e:
+                errors.append(e)
+                continue
+            errors.append(None)
+            headers = [(NULL_METADATA_HEADER, None)] if metadata is None else []
+            rows.append(((group, topic, partition), encode_value(offset, metadata or "", now, epoch), headers,
+                         Committed(offset, metadata, now, epoch)))
+        return errors, rows
 
     def _check_entry(self, topic: str, partition: int, metadata: str | None) -> None:
         if not 0 <= partition < self.registry.require(topic).partitions:
@@ -366,22 +356,7 @@ class GroupOffsets:
         if not group:
             raise InvalidGroupIdError("group id must not be empty")
         now = self._clock()
-        errors: list[StrataError | None] = []
-        rows: list[tuple[GroupKey, bytes | None, list, Committed | None]] = []
-        for topic, partition, offset, metadata, epoch in entries:
-            try:
-                if not 0 <= partition < self.registry.require(topic).partitions:
-                    raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
-                if metadata is not None and len(metadata.encode("utf-8")) > self.metadata_max_bytes:
-                    raise OffsetMetadataTooLargeError(
-                        f"metadata is longer than offset.metadata.max.bytes {self.metadata_max_bytes}")
-            except StrataError as e:
-                errors.append(e)
-                continue
-            errors.append(None)
-            headers = [(NULL_METADATA_HEADER, None)] if metadata is None else []
-            rows.append(((group, topic, partition), encode_value(offset, metadata or "", now, epoch), headers,
-                         Committed(offset, metadata, now, epoch)))
+        errors, rows = self._commit_rows(group, entries, now)
         if rows:
             self._write_rows(group, rows, now)
         return errors
@@ -399,11 +374,7 @@ class GroupOffsets:
         """Validate and append one commit (blocking)."""
         if not group:
             raise InvalidGroupIdError("group id must not be empty")
-        if not 0 <= partition < self.registry.require(topic).partitions:
-            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition}")
-        if metadata is not None and len(metadata.encode("utf-8")) > self.metadata_max_bytes:
-            raise OffsetMetadataTooLargeError(
-                f"metadata is longer than offset.metadata.max.bytes {self.metadata_max_bytes}")
+        self._check_entry(topic, partition, metadata)
         now = self._clock()
         headers = [(NULL_METADATA_HEADER, None)] if metadata is None else []
         value = encode_value(offset, metadata or "", now)
@@ -435,7 +406,7 @@ class GroupOffsets:
                     self._committed[key] = committed
 
     def _write_rows(self, group: str,
-                    rows: list[tuple[GroupKey, bytes | None, list, Committed | None]], now: int) -> None:
+                    rows: Sequence[tuple[GroupKey, bytes | None, list, Committed | None]], now: int) -> None:
         """One batch of (key, value or None for a tombstone, headers, what the map gets)."""
         partition = self.partition_for(group)
         with self._lock_for(partition):

@@ -59,8 +59,7 @@ from protocol.errors import ErrorCode
 from protocol.requests import Request, SaslAuthenticateRequest
 
 from .errors import AuthenticationFailed, BrokerUnreachable, RequestTimedOut, StrataClientError
-from .sasl import SaslCredentials, SaslFailed
-from .sasl import exchange as sasl_exchange
+from .sasl import SaslCredentials, SaslFailed, run_exchange_async
 
 __all__ = ["AsyncConnection", "parse_bootstrap", "DEFAULT_REQUEST_TIMEOUT_MS",
            "DEFAULT_CONNECT_TIMEOUT_MS", "CLIENT_ID"]
@@ -228,28 +227,28 @@ class AsyncConnection:
         """One SASL exchange (see the module contract); raises AuthenticationFailed."""
         credentials = self._sasl
         assert credentials is not None
-        steps = sasl_exchange(credentials)
+        lifetimes_ms: list[int] = []
+
+        async def round_trip(message: bytes) -> bytes:
+            response = await self.request(SaslAuthenticateRequest(credentials.mechanism, message))
+            if response.error != ErrorCode.NONE:
+                self.close()
+                raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: "
+                                           f"{response.message or ErrorCode(response.error).name}")
+            lifetimes_ms.append(response.session_lifetime_ms)
+            return bytes(response.auth_bytes)
+
         try:
-            message = next(steps)
-            while True:
-                response = await self.request(SaslAuthenticateRequest(credentials.mechanism, message))
-                if response.error != ErrorCode.NONE:
-                    self.close()
-                    raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: "
-                                               f"{response.message or ErrorCode(response.error).name}")
-                try:
-                    message = steps.send(bytes(response.auth_bytes))
-                except StopIteration:
-                    break
+            await run_exchange_async(credentials, round_trip)
         except SaslFailed as e:
             self.close()
             raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: {e}") from None
         except BrokerUnreachable as e:
             raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: "
                                        f"the broker closed the connection ({e})") from None
-        if response.session_lifetime_ms > 0:
+        if lifetimes_ms[-1] > 0:
             loop = asyncio.get_running_loop()
-            self._reauth = loop.call_later(response.session_lifetime_ms * 0.85 / 1000, self._reauthenticate)
+            self._reauth = loop.call_later(lifetimes_ms[-1] * 0.85 / 1000, self._reauthenticate)
 
     def _reauthenticate(self) -> None:
         if not self.closed:

@@ -10,6 +10,10 @@ Contract:
 - `exchange(credentials)` is a generator of the client's messages: send what it
   yields, `send()` it the broker's answer bytes; it raises SaslFailed when the
   broker's SCRAM signature does not verify.
+- `run_exchange(credentials, round_trip)` / `await run_exchange_async(...)` drive
+  `exchange` over a transport: `round_trip(message)` sends one SaslAuthenticate
+  and returns the broker's answer bytes (raising the transport's own error when
+  the broker refuses); SaslFailed passes through.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ import hashlib
 import hmac
 import os
 import re
-from collections.abc import Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["MECHANISMS", "SASL_SETTINGS", "SaslCredentials", "SaslFailed", "exchange", "sasl_credentials"]
+__all__ = ["MECHANISMS", "SASL_SETTINGS", "SaslCredentials", "SaslFailed", "exchange", "run_exchange",
+           "run_exchange_async", "sasl_credentials"]
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SASL_SETTINGS = ("sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password", "sasl.jaas.config")
@@ -87,3 +92,27 @@ def exchange(credentials: SaslCredentials) -> Generator[bytes, bytes, None]:
     expected = b"v=" + base64.b64encode(_hmac(name, _hmac(name, salted, b"Server Key"), auth_message))
     if not hmac.compare_digest(server_final, expected):
         raise SaslFailed("the broker's SCRAM signature does not verify")
+
+
+def run_exchange(credentials: SaslCredentials, round_trip: Callable[[bytes], bytes]) -> None:
+    """The whole exchange over a blocking transport."""
+    steps = exchange(credentials)
+    message = next(steps)
+    while True:
+        answer = round_trip(message)
+        try:
+            message = steps.send(answer)
+        except StopIteration:
+            return
+
+
+async def run_exchange_async(credentials: SaslCredentials, round_trip: Callable[[bytes], Awaitable[bytes]]) -> None:
+    """The whole exchange over an asyncio transport."""
+    steps = exchange(credentials)
+    message = next(steps)
+    while True:
+        answer = await round_trip(message)
+        try:
+            message = steps.send(answer)
+        except StopIteration:
+            return

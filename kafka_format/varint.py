@@ -6,6 +6,8 @@ bit set on every byte but the last; `decode_varint(buf, pos)` reads one back
 and returns `(value, position after it)`, raising CorruptRecordError when the
 buffer ends inside the varint or the varint runs past 10 bytes (a varlong's
 most). Kafka's int32 varints use the same encoding, at most 5 bytes.
+`encode_uvarint(n)` gives Kafka's UnsignedVarint (no zigzag) for `n >= 0`, as
+flexible message versions write lengths, counts and tags.
 """
 
 from __future__ import annotations
@@ -57,3 +59,13 @@ def size_of_varint(value: int) -> int:
     """How many bytes `encode_varint(value)` takes."""
     zigzag = ((value << 1) ^ (value >> 63)) & 0xFFFF_FFFF_FFFF_FFFF
     return max(1, (zigzag.bit_length() + 6) // 7)
+
+
+def encode_uvarint(value: int) -> bytes:
+    """Kafka's UnsignedVarint bytes for `value` (>= 0): 7 bits per byte, no zigzag."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -47,8 +47,7 @@ from collections.abc import Iterator
 from client import parse_bootstrap
 from client.connection import CLIENT_ID
 from client.errors import AuthenticationFailed, BrokerUnreachable, StrataClientError, raise_for
-from client.sasl import SaslFailed, sasl_credentials
-from client.sasl import exchange as sasl_exchange
+from client.sasl import SaslFailed, run_exchange, sasl_credentials
 from client.security import ssl_context
 from kafka_format.framing import ENTRY_PREFIX, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from protocol import (
@@ -167,19 +166,17 @@ class BrokerLink:
         """The SASL exchange, right after the HANDSHAKE (the socket is `_sock`)."""
         credentials = self._sasl
         assert credentials is not None
-        steps = sasl_exchange(credentials)
-        message = next(steps)
+
+        def round_trip(message: bytes) -> bytes:
+            answer = self.request(SaslAuthenticateRequest(credentials.mechanism, message))
+            if answer.error != ErrorCode.NONE:
+                self.close()
+                raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: "
+                                           f"{answer.message or ErrorCode(answer.error).name}")
+            return bytes(answer.auth_bytes)
+
         try:
-            while True:
-                answer = self.request(SaslAuthenticateRequest(credentials.mechanism, message))
-                if answer.error != ErrorCode.NONE:
-                    self.close()
-                    raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: "
-                                               f"{answer.message or ErrorCode(answer.error).name}")
-                try:
-                    message = steps.send(bytes(answer.auth_bytes))
-                except StopIteration:
-                    return
+            run_exchange(credentials, round_trip)
         except SaslFailed as e:
             self.close()
             raise AuthenticationFailed(f"SASL authentication with broker at {self.address} failed: {e}") from None

@@ -23,8 +23,7 @@ from kio.index import load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from client import parse_bootstrap
-from client.sasl import SaslCredentials, SaslFailed, sasl_credentials
-from client.sasl import exchange as sasl_exchange
+from client.sasl import SaslCredentials, SaslFailed, run_exchange, sasl_credentials
 from client.security import ssl_context
 
 from . import CliError
@@ -81,18 +80,16 @@ def _authenticate(sock: socket.socket, credentials: SaslCredentials, address: st
     if handshake.error_code != 0:
         raise CliError(f"the Kafka listener at {address} refused SASL {credentials.mechanism}: "
                        f"{handshake.error_code.name.upper()} (it offers {', '.join(handshake.mechanisms) or 'none'})")
-    steps = sasl_exchange(credentials)
-    message = next(steps)
+
+    def round_trip(message: bytes) -> bytes:
+        answer = _roundtrip(sock, SaslAuthenticateRequest(auth_bytes=message), address)
+        if answer.error_code != 0:
+            raise CliError(f"SASL authentication with the Kafka listener at {address} failed: "
+                           f"{answer.error_message or answer.error_code.name.upper()}")
+        return bytes(answer.auth_bytes)
+
     try:
-        while True:
-            answer = _roundtrip(sock, SaslAuthenticateRequest(auth_bytes=message), address)
-            if answer.error_code != 0:
-                raise CliError(f"SASL authentication with the Kafka listener at {address} failed: "
-                               f"{answer.error_message or answer.error_code.name.upper()}")
-            try:
-                message = steps.send(bytes(answer.auth_bytes))
-            except StopIteration:
-                return
+        run_exchange(credentials, round_trip)
     except SaslFailed as e:
         raise CliError(f"SASL authentication with the Kafka listener at {address} failed: {e}") from None
 

@@ -10,33 +10,13 @@ operation is allowed. With ACLs on, each is asked of the broker's authorizer
 
 from __future__ import annotations
 
-from enum import IntEnum
 from typing import Any
 
+from ..security.authorizer import CLUSTER_NAME, Op, Resource
 
-class AclOperation(IntEnum):
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-
-
-class ResourceType(IntEnum):
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
-
+# Kafka's AclOperation and ResourceType, as the authorizer defines them.
+AclOperation = Op
+ResourceType = Resource
 
 _OP = AclOperation
 SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
@@ -53,7 +33,8 @@ SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
 
 # The field's value when the client did not ask (Integer.MIN_VALUE in Kafka's schemas).
 OMITTED = -2**31
-CLUSTER_NAME = "kafka-cluster"
+__all__ = ["CLUSTER_NAME", "OMITTED", "SUPPORTED_OPERATIONS", "AclOperation", "ResourceType",
+           "authorized_operations", "requested", "to_bits"]
 
 
 def to_bits(operations) -> int:

@@ -42,6 +42,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from kafka_format.varint import encode_uvarint as uvarint
 from storage.file_records import FileSlice
 
 from .request_check import MalformedRequest, check_request
@@ -91,15 +92,6 @@ def encode_response(correlation_id: int, response) -> bytes:
     header = _header_bytes(correlation_id, type(response))
     body = encode_body(response)
     return INT32.pack(len(header) + len(body)) + header + body
-
-
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 class RecordsSplicer:

@@ -150,28 +150,17 @@ class SaslHandlers:
                 refuse(user, DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request")
         upsertions, deletions = [], []
         for op in req.deletions:
-            mechanism = BY_TYPE.get(op.mechanism)
-            if not op.name:
-                refuse(op.name, UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
-            elif mechanism is None:
-                refuse(op.name, UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
-            elif store.lookup(mechanism.name, op.name) is None:
-                refuse(op.name, RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
+            refusal = _deletion_refusal(op, store)
+            if refusal is not None:
+                refuse(op.name, *refusal)
             else:
-                deletions.append((op.name, mechanism.name))
+                deletions.append((op.name, BY_TYPE[op.mechanism].name))
         for op in req.upsertions:
-            mechanism = BY_TYPE.get(op.mechanism)
-            if not op.name:
-                refuse(op.name, UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
-            elif mechanism is None:
-                refuse(op.name, UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
-            elif op.iterations < MIN_ITERATIONS:
-                refuse(op.name, UNACCEPTABLE_CREDENTIAL, f"Too few iterations: at least {MIN_ITERATIONS}")
-            elif op.iterations > MAX_ITERATIONS:
-                refuse(op.name, UNACCEPTABLE_CREDENTIAL, f"Too many iterations: at most {MAX_ITERATIONS}")
-            elif not op.salt or not op.salted_password:
-                refuse(op.name, UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty")
+            refusal = _upsertion_refusal(op)
+            if refusal is not None:
+                refuse(op.name, *refusal)
             else:
+                mechanism = BY_TYPE[op.mechanism]
                 upsertions.append((op.name, mechanism.name,
                                    credential_from_salted(mechanism, bytes(op.salt), bytes(op.salted_password),
                                                           op.iterations)))
@@ -189,6 +178,35 @@ class SaslHandlers:
             code, message = errors.get(user, (0, None))
             results.append(make(Result, user=user, error_code=code, error_message=message))
         return make(R, throttle_time=0, results=tuple(results))
+
+
+def _alteration_refusal(op) -> tuple[int, str] | None:
+    """(error code, message) when a deletion or upsertion names no user or an unknown mechanism."""
+    if not op.name:
+        return UNACCEPTABLE_CREDENTIAL, "Username must not be empty"
+    if op.mechanism not in BY_TYPE:
+        return UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"
+    return None
+
+
+def _deletion_refusal(op, store) -> tuple[int, str] | None:
+    refusal = _alteration_refusal(op)
+    if refusal is None and store.lookup(BY_TYPE[op.mechanism].name, op.name) is None:
+        return RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"
+    return refusal
+
+
+def _upsertion_refusal(op) -> tuple[int, str] | None:
+    refusal = _alteration_refusal(op)
+    if refusal is not None:
+        return refusal
+    if op.iterations < MIN_ITERATIONS:
+        return UNACCEPTABLE_CREDENTIAL, f"Too few iterations: at least {MIN_ITERATIONS}"
+    if op.iterations > MAX_ITERATIONS:
+        return UNACCEPTABLE_CREDENTIAL, f"Too many iterations: at most {MAX_ITERATIONS}"
+    if not op.salt or not op.salted_password:
+        return UNACCEPTABLE_CREDENTIAL, "Salt and salted password must not be empty"
+    return None
 
 
 BY_NAME_TYPE = {m.name: m.type for m in BY_TYPE.values()}

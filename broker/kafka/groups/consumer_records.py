@@ -28,6 +28,7 @@ import struct
 import uuid
 from collections.abc import Callable, Mapping
 
+from ...internal_records import FieldReader, encode_uvarint
 from .assignors import Partition
 from .consumer_group import MEMBER_STABLE, UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS, ConsumerGroup, ConsumerMember
 
@@ -51,20 +52,11 @@ def _key(record_type: int, *fields: str) -> bytes:
     return out
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _compact_str(text: str | None) -> bytes:
     if text is None:
         return b"\x00"
     raw = text.encode("utf-8")
-    return _uvarint(len(raw) + 1) + raw
+    return encode_uvarint(len(raw) + 1) + raw
 
 
 def _partitions(partitions: set[Partition], topic_id: Callable[[str], str | None]) -> bytes:
@@ -73,9 +65,10 @@ def _partitions(partitions: set[Partition], topic_id: Callable[[str], str | None
         by_topic.setdefault(topic, []).append(index)
     items = [(tid, sorted(indexes)) for topic, indexes in sorted(by_topic.items())
              if (tid := topic_id(topic))]
-    out = _uvarint(len(items) + 1)
+    out = encode_uvarint(len(items) + 1)
     for tid, indexes in items:
-        out += uuid.UUID(tid).bytes + _uvarint(len(indexes) + 1) + b"".join(I32.pack(i) for i in indexes) + NO_TAGS
+        out += uuid.UUID(tid).bytes + encode_uvarint(len(indexes) + 1)
+        out += b"".join(I32.pack(i) for i in indexes) + NO_TAGS
     return out
 
 
@@ -86,7 +79,7 @@ def snapshot(group: ConsumerGroup, topic_id: Callable[[str], str | None]) -> dic
         _key(TARGET_METADATA, gid): VALUE_VERSION + I32.pack(group.assignment_epoch) + NO_TAGS,
     }
     for m in group.members.values():
-        names = _uvarint(len(m.subscribed_names) + 1) + b"".join(_compact_str(n) for n in m.subscribed_names)
+        names = encode_uvarint(len(m.subscribed_names) + 1) + b"".join(_compact_str(n) for n in m.subscribed_names)
         out[_key(MEMBER_METADATA, gid, m.member_id)] = (
             VALUE_VERSION + _compact_str(m.instance_id) + _compact_str(m.rack_id) + _compact_str(m.client_id)
             + _compact_str(m.client_host) + names + _compact_str(m.subscribed_regex)
@@ -103,51 +96,15 @@ def snapshot(group: ConsumerGroup, topic_id: Callable[[str], str | None]) -> dic
 # ---- decoding ---------------------------------------------------------------------------------
 
 
-class _Reader:
-    def __init__(self, buf: bytes):
-        self.buf, self.pos = buf, 0
-
-    def fixed(self, st: struct.Struct) -> int:
-        (value,) = st.unpack_from(self.buf, self.pos)
-        self.pos += st.size
-        return value
-
-    def uvarint(self) -> int:
-        shift = result = 0
-        while True:
-            byte = self.buf[self.pos]
-            self.pos += 1
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-            shift += 7
-
-    def string(self) -> str:
-        n = self.fixed(I16)
-        text = self.buf[self.pos:self.pos + n].decode("utf-8")
-        self.pos += n
-        return text
-
-    def compact_str(self) -> str | None:
-        n = self.uvarint()
-        if n == 0:
-            return None
-        text = self.buf[self.pos:self.pos + n - 1].decode("utf-8")
-        self.pos += n - 1
-        return text
-
-    def tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.pos += self.uvarint()
+class _Reader(FieldReader):
+    """A record field reader that also reads ConsumerGroup assignments."""
 
     def partitions(self, topic_name: Callable[[str], str | None]) -> set[Partition]:
         out: set[Partition] = set()
         for _ in range(self.uvarint() - 1):
-            tid = str(uuid.UUID(bytes=self.buf[self.pos:self.pos + 16]))
-            self.pos += 16
+            tid = str(uuid.UUID(bytes=self.take(16)))
             indexes = [self.fixed(I32) for _ in range(self.uvarint() - 1)]
-            self.tags()
+            self.skip_tags()
             name = topic_name(tid)
             if name is not None:
                 out.update((name, i) for i in indexes)

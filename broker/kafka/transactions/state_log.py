@@ -32,6 +32,7 @@ from kafka_format import build_batch, iter_entries
 from storage.log import Log
 
 from ...group_offsets import partition_for
+from ...internal_records import FieldReader, encode_uvarint
 from ...internal_topics import TRANSACTION_STATE_TOPIC
 from .state import TxnMetadata, TxnState
 
@@ -49,44 +50,6 @@ HEAD = struct.Struct(">qhib")  # ProducerId, ProducerEpoch, TransactionTimeoutMs
 TIMES = struct.Struct(">qq")  # TransactionLastUpdateTimestampMs, TransactionStartTimestampMs
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-class _Reader:
-    def __init__(self, buf: bytes):
-        self.buf, self.pos = buf, 0
-
-    def unpack(self, st: struct.Struct) -> tuple:
-        values = st.unpack_from(self.buf, self.pos)
-        self.pos += st.size
-        return values
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            if self.pos >= len(self.buf) or shift > 28:
-                raise ValueError("bad unsigned varint")
-            byte = self.buf[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise ValueError("length past the end")
-        raw = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return bytes(raw)
-
-
 def encode_key(transactional_id: str) -> bytes:
     raw = transactional_id.encode("utf-8")
     return INT16.pack(KEY_VERSION) + INT16.pack(len(raw)) + raw
@@ -94,7 +57,7 @@ def encode_key(transactional_id: str) -> bytes:
 
 def decode_key(raw: bytes) -> str | None:
     """The transactional id of a key; None for a key version this is not."""
-    r = _Reader(raw)
+    r = FieldReader(raw)
     (version,) = r.unpack(INT16)
     if version != KEY_VERSION:
         return None
@@ -106,16 +69,16 @@ def encode_value(meta: TxnMetadata) -> bytes:
     out = [INT16.pack(VALUE_VERSION),
            HEAD.pack(meta.producer_id, meta.producer_epoch, meta.timeout_ms, int(meta.state))]
     if meta.state == TxnState.EMPTY:
-        out.append(_uvarint(0))  # null: Kafka writes no partitions for Empty
+        out.append(encode_uvarint(0))  # null: Kafka writes no partitions for Empty
     else:
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(meta.partitions):
             by_topic.setdefault(topic, []).append(partition)
-        out.append(_uvarint(len(by_topic) + 1))
+        out.append(encode_uvarint(len(by_topic) + 1))
         for topic, partitions in by_topic.items():
             raw = topic.encode("utf-8")
-            out += [_uvarint(len(raw) + 1), raw, _uvarint(len(partitions) + 1),
-                    b"".join(INT32.pack(p) for p in partitions), _uvarint(0)]
+            out += [encode_uvarint(len(raw) + 1), raw, encode_uvarint(len(partitions) + 1),
+                    b"".join(INT32.pack(p) for p in partitions), encode_uvarint(0)]
     out.append(TIMES.pack(meta.last_update_ms, meta.start_ms))
     tags = []
     if meta.previous_producer_id != -1:
@@ -124,15 +87,15 @@ def encode_value(meta: TxnMetadata) -> bytes:
         tags.append((1, INT64.pack(meta.next_producer_id)))
     if meta.client_version != 0:
         tags.append((2, INT16.pack(meta.client_version)))
-    out.append(_uvarint(len(tags)))
+    out.append(encode_uvarint(len(tags)))
     for tag, data in tags:
-        out += [_uvarint(tag), _uvarint(len(data)), data]
+        out += [encode_uvarint(tag), encode_uvarint(len(data)), data]
     return b"".join(out)
 
 
 def decode_value(transactional_id: str, raw: bytes) -> TxnMetadata:
     """The state a value holds (versions 0 and 1). ValueError/struct.error when damaged."""
-    r = _Reader(raw)
+    r = FieldReader(raw)
     (version,) = r.unpack(INT16)
     if version not in (0, 1):
         raise ValueError(f"unknown TransactionLogValue version {version}")
@@ -147,7 +110,7 @@ def decode_value(transactional_id: str, raw: bytes) -> TxnMetadata:
         for _ in range(max(m, 0)):
             partitions.add((topic, r.unpack(INT32)[0]))
         if flexible:
-            _skip_tags(r)
+            r.skip_tags()
     last_update, start = r.unpack(TIMES)
     meta = TxnMetadata(transactional_id, producer_id, epoch, timeout_ms, TxnState(status), partitions,
                        start, last_update)
@@ -162,12 +125,6 @@ def decode_value(transactional_id: str, raw: bytes) -> TxnMetadata:
             elif tag == 2:
                 meta.client_version = INT16.unpack(data)[0]
     return meta
-
-
-def _skip_tags(r: _Reader) -> None:
-    for _ in range(r.uvarint()):
-        r.uvarint()
-        r.take(r.uvarint())
 
 
 class TransactionStateLog:
