@@ -30,18 +30,9 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 
-from client import Admin, Consumer, Producer  # noqa: E402
+from bench.pipeline import produce  # noqa: E402
+from client import Consumer  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
-
-
-def produce(address: str, topic: str, records: int, partitions: int, value_bytes: int) -> None:
-    with Admin(address) as admin:
-        admin.create_topic(topic, partitions, {"retention.ms": "-1"})
-    value = os.urandom(value_bytes // 2).hex().encode()[:value_bytes]
-    with Producer(address, linger_ms=20, max_batch_bytes=1024 * 1024) as producer:
-        for i in range(records):
-            producer.send(topic, value, b"%08d" % i, partition=i % partitions)
-        producer.flush()
 
 
 def consume(address: str, topic: str, partitions: int, records: int, isolation: str) -> float:

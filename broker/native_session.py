@@ -38,7 +38,6 @@ from storage.file_records import FileSlice
 from storage.log import AppendResult
 
 from .connection import CloseAfterReply, FastPath, Frame, Reply
-from .listeners import ConnectionContext
 from .partitions import error_reason
 from .security.sasl import sasl_failure_delay
 
@@ -170,8 +169,7 @@ class SessionHandlers(FastPath):
             kind, nbytes = "fetch", sum(part.length if isinstance(part, FileSlice) else len(part) for part in reply)
         else:
             return
-        self.shared.partitions.throttle(conn if isinstance(conn, ConnectionContext) else None, kind,
-                                        self.session.client_id, nbytes)
+        self.shared.partitions.throttle(conn, kind, self.session.client_id, nbytes)
 
     def bad_frame_reply(self, error: Any) -> Reply:
         self.session.seen += 1
