@@ -223,8 +223,15 @@ def _txn_id_guard(req, ctx):
 
 
 def _add_partitions_to_txn_guard(req, ctx):
-    """AddPartitionsToTxn (v0-3): without WRITE on the transactional id every partition
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED. WRITE on each topic is the handler's."""
+    """AddPartitionsToTxn v0-3 (clients): without WRITE on the transactional id every
+    partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED; WRITE on each topic is the
+    handler's. v4+ (the brokers' batch form): CLUSTER_ACTION on the cluster, else the
+    top-level error CLUSTER_AUTHORIZATION_FAILED, as KafkaApis."""
+    if ctx.api_version >= 4:
+        if allowed_cluster(ctx, Op.CLUSTER_ACTION):
+            return None
+        return make(ctx.response_class, throttle_time=0, error_code=CLUSTER_AUTHORIZATION_FAILED,
+                    results_by_transaction=())
     if _may_write_txn(ctx, req.v3_and_below_transactional_id):
         return None
     TopicR = nested(ctx.response_class, "results_by_topic_v3_and_below")

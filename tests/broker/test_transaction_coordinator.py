@@ -128,21 +128,47 @@ def test_producer_checks_and_states():
     asyncio.run(run())
 
 
-def test_requests_while_markers_are_written_get_concurrent_transactions():
+def test_end_txn_answers_once_prepared_and_later_requests_wait_for_the_markers():
     async def run():
         c, apis = await _coordinator()
         await c.init_producer_id("tx", 60_000)
         await c.add_partitions("tx", 1000, 0, [("t", 0)])
-        apis.partitions.gate.clear()
-        ending = asyncio.create_task(c.end_txn("tx", 1000, 0, True))
-        while c.states["tx"].state != TxnState.PREPARE_COMMIT:
-            await asyncio.sleep(0)
-        assert await c.add_partitions("tx", 1000, 0, [("t", 1)]) == {("t", 1): CONCURRENT_TRANSACTIONS}
-        assert await c.init_producer_id("tx", 60_000) == (CONCURRENT_TRANSACTIONS, -1, -1)
-        assert await c.end_txn("tx", 1000, 0, True) == CONCURRENT_TRANSACTIONS
+        apis.partitions.gate.clear()  # the marker write is held open
+        assert await c.end_txn("tx", 1000, 0, True) == NONE  # answered once PrepareCommit is written
+        assert c.states["tx"].state == TxnState.PREPARE_COMMIT and apis.partitions.markers == []
+        retry = asyncio.create_task(c.end_txn("tx", 1000, 0, True))
+        adding = asyncio.create_task(c.add_partitions("tx", 1000, 0, [("t", 1)]))
+        await asyncio.sleep(0.01)
+        assert not adding.done() and not retry.done()  # waiting for the markers, not CONCURRENT_TRANSACTIONS
         apis.partitions.gate.set()
-        assert await ending == NONE
-        assert c.states["tx"].state == TxnState.COMPLETE_COMMIT
+        assert await retry == NONE  # a retry of the completed commit
+        assert await adding == {("t", 1): NONE}  # the next transaction
+        assert apis.partitions.markers == [(("t", 0), 1000, 0, True)]
+        assert c.states["tx"].state == TxnState.ONGOING and c.states["tx"].partitions == {("t", 1)}
+        c.close()
+
+    asyncio.run(run())
+
+
+def test_a_failed_completion_is_tried_again_and_meanwhile_answers_concurrent_transactions():
+    async def run():
+        c, apis = await _coordinator()
+        await c.init_producer_id("tx", 60_000)
+        await c.add_partitions("tx", 1000, 0, [("t", 0)])
+        written = apis.partitions.append_txn_marker
+
+        async def failing(*args):
+            raise OSError("disk gone")
+
+        apis.partitions.append_txn_marker = failing
+        assert await c.end_txn("tx", 1000, 0, False) == NONE
+        await asyncio.sleep(0.01)
+        assert c.states["tx"].state == TxnState.PREPARE_ABORT  # the completion failed
+        assert await c.add_partitions("tx", 1000, 0, [("t", 1)]) == {("t", 1): CONCURRENT_TRANSACTIONS}
+        apis.partitions.append_txn_marker = written
+        await c.abort_timed_out()  # the cleanup round completes it
+        assert c.states["tx"].state == TxnState.COMPLETE_ABORT
+        assert apis.partitions.markers == [(("t", 0), 1000, 0, False)]
         c.close()
 
     asyncio.run(run())
@@ -162,6 +188,35 @@ def test_timed_out_transaction_is_aborted_with_a_fencing_epoch():
         assert c.states["tx"].state == TxnState.COMPLETE_ABORT
         assert apis.partitions.markers == [(("t", 1), 1000, 1, False)]
         assert await c.end_txn("tx", 1000, 0, True) == PRODUCER_FENCED
+        c.close()
+
+    asyncio.run(run())
+
+
+def test_an_expired_id_keeps_no_lock_nor_state():
+    async def run():
+        clock = [1_000]
+        c, apis = await _coordinator(lambda: clock[0])
+        apis.config["transactional.id.expiration.ms"] = 10_000
+        assert await c.init_producer_id("tx", 5_000) == (NONE, 1000, 0)
+        assert await c.add_partitions("tx", 1000, 0, [("t", 0)]) == {("t", 0): NONE}
+        assert await c.end_txn("tx", 1000, 0, True) == NONE
+        # requests that queue on one id's lock: the lock goes with the last of them
+        results = await asyncio.gather(*(c.add_partitions("tx", 1000, 0, [("t", p)]) for p in (0, 1)),
+                                       c.add_partitions("made-up", 7, 0, [("t", 0)]))
+        assert results[2] == {("t", 0): INVALID_PRODUCER_ID_MAPPING}
+        assert await c.end_txn("tx", 1000, 0, False) == NONE
+        await asyncio.sleep(0.01)  # the markers and CompleteAbort
+        assert c.states["tx"].state == TxnState.COMPLETE_ABORT and c.locked_ids == set()
+        clock[0] += 10_001
+        await c.expire_ids()
+        assert "tx" not in c.states and c.locked_ids == set()
+        # the id starts over: a new producer id, epoch 0, and its transactions work
+        assert await c.init_producer_id("tx", 5_000) == (NONE, 1001, 0)
+        assert await c.add_partitions("tx", 1001, 0, [("t", 1)]) == {("t", 1): NONE}
+        assert await c.end_txn("tx", 1001, 0, True) == NONE
+        await c.add_partitions("tx", 1001, 0, [("t", 0)])  # settles the completion
+        assert c.locked_ids == set()
         c.close()
 
     asyncio.run(run())

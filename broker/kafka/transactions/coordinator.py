@@ -17,12 +17,18 @@ one id are serialized by that lock. The decisions, as Kafka's:
   only when a partition is new. Partitions the handler refused (authorization)
   keep their code, unknown topics or partitions get UNKNOWN_TOPIC_OR_PARTITION,
   and the request's other partitions OPERATION_NOT_ATTEMPTED; nothing is added.
-- EndTxn: PrepareCommit / PrepareAbort is written (the decision), then a COMMIT
-  or ABORT marker to every partition of the transaction (Kafka's WriteTxnMarkers,
-  in-process), then CompleteCommit / CompleteAbort; only then does EndTxn
-  answer. A retry of a completed EndTxn answers NONE; the other outcome
-  INVALID_TXN_STATE; EndTxn without a transaction INVALID_TXN_STATE.
-- Requests of an id whose markers are being written: CONCURRENT_TRANSACTIONS.
+- EndTxn: PrepareCommit / PrepareAbort is written (the decision), and EndTxn
+  answers, as Kafka's; then, in a task of its own (`_complete`), a COMMIT or
+  ABORT marker to every partition of the transaction (Kafka's WriteTxnMarkers,
+  in-process), then CompleteCommit / CompleteAbort. A retry of a completed
+  EndTxn answers NONE; the other outcome INVALID_TXN_STATE; EndTxn without a
+  transaction INVALID_TXN_STATE.
+- Requests of an id whose markers are being written wait for them (`_settled`:
+  local appends, done in a moment) rather than being answered
+  CONCURRENT_TRANSACTIONS, which clients retry only after a back-off (librdkafka:
+  20 ms); so the producer's next transaction starts at once. A request that
+  still finds a Prepare* state (the completion failed; the timeout task tries
+  it again) gets CONCURRENT_TRANSACTIONS.
 - Produce (`verify_produce`, called by the Kafka Produce handler): a
   transactional batch that would open its producer's transaction on a partition
   is accepted only when that partition is in the id's ongoing transaction.
@@ -42,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 
@@ -66,6 +72,7 @@ INVALID_TRANSACTION_TIMEOUT = 50
 CONCURRENT_TRANSACTIONS = 51
 OPERATION_NOT_ATTEMPTED = 55
 PRODUCER_FENCED = 90
+TRANSACTION_ABORTABLE = 120
 
 COORDINATOR_EPOCH = 0  # one node: the state log's partitions never change leader
 MAX_EPOCH = 32767 - 1  # Kafka bumps to a new producer id before Short.MaxValue
@@ -73,6 +80,16 @@ MAX_EPOCH = 32767 - 1  # Kafka bumps to a new producer id before Short.MaxValue
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class IdLock:
+    """A transactional id's lock and how many requests hold or await it."""
+
+    __slots__ = ("lock", "users")
+
+    def __init__(self):
+        self.lock = asyncio.Lock()
+        self.users = 0
 
 
 class TransactionCoordinator:
@@ -89,7 +106,8 @@ class TransactionCoordinator:
                                              lambda topic, partition: self.partitions.waiters.notify(
                                                  (topic, partition)))
         self.states: dict[str, TxnMetadata] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, IdLock] = {}  # only ids with a request holding or awaiting the lock
+        self._completions: dict[str, asyncio.Task] = {}  # transactional id -> its `_complete` task
         self._ready = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
 
@@ -138,18 +156,34 @@ class TransactionCoordinator:
             await self.apis.blocking(self.registry.ensure_internal_topic,
                                      self.config["transaction.state.log.num.partitions"], TRANSACTION_STATE_TOPIC)
 
-    def _completing(self, transactional_id: str) -> bool:
-        """Markers of the id's transaction are being written (checked before waiting
-        for the id's lock, so such requests are answered CONCURRENT_TRANSACTIONS at
-        once, as Kafka does, and the client retries)."""
-        meta = self.states.get(transactional_id)
-        return meta is not None and meta.state.completing
+    async def _settled(self, transactional_id: str) -> None:
+        """Wait until the markers of the id's ended transaction are written and its
+        Complete* state with them (`_complete`), if they are being written."""
+        task = self._completions.get(transactional_id)
+        if task is not None:
+            await asyncio.wait({task})  # never raises; a cancelled caller leaves the task running
 
-    def _lock(self, transactional_id: str) -> asyncio.Lock:
-        lock = self._locks.get(transactional_id)
-        if lock is None:
-            lock = self._locks[transactional_id] = asyncio.Lock()
-        return lock
+    @contextlib.asynccontextmanager
+    async def _lock(self, transactional_id: str) -> AsyncIterator[None]:
+        """Hold the id's lock. The lock exists only while some request holds or
+        awaits it: the last one out removes it, so an expired id (or an id a client
+        only made up) keeps nothing."""
+        entry = self._locks.get(transactional_id)
+        if entry is None:
+            entry = self._locks[transactional_id] = IdLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0 and self._locks.get(transactional_id) is entry:
+                del self._locks[transactional_id]
+
+    @property
+    def locked_ids(self) -> set[str]:
+        """The ids whose lock is held or awaited now."""
+        return set(self._locks)
 
     async def _write(self, meta: TxnMetadata) -> TxnMetadata:
         """Append the id's new state to `__transaction_state` (by the partition
@@ -174,8 +208,7 @@ class TransactionCoordinator:
         if not self._ready.is_set():
             return COORDINATOR_LOAD_IN_PROGRESS, -1, -1
         await self.ensure_topic()
-        if self._completing(transactional_id):
-            return CONCURRENT_TRANSACTIONS, -1, -1
+        await self._settled(transactional_id)
         async with self._lock(transactional_id):
             meta = self.states.get(transactional_id)
             now = self._clock()
@@ -235,8 +268,7 @@ class TransactionCoordinator:
                        if tp not in failed and not self._partition_exists(tp)})
         if failed:
             return {tp: failed.get(tp, OPERATION_NOT_ATTEMPTED) for tp in wanted}
-        if self._completing(transactional_id):
-            return dict.fromkeys(wanted, CONCURRENT_TRANSACTIONS)
+        await self._settled(transactional_id)
         async with self._lock(transactional_id):
             error, meta = self._check(transactional_id, producer_id, epoch)
             if meta is not None:
@@ -244,8 +276,7 @@ class TransactionCoordinator:
         return {tp: error for tp in wanted}
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group: str) -> int:
-        if self._completing(transactional_id):
-            return CONCURRENT_TRANSACTIONS
+        await self._settled(transactional_id)
         async with self._lock(transactional_id):
             error, meta = self._check(transactional_id, producer_id, epoch)
             if meta is not None:
@@ -264,6 +295,21 @@ class TransactionCoordinator:
     def _partition_exists(self, tp: TopicPartition) -> bool:
         count = self.registry.partitions(tp[0])
         return count is not None and 0 <= tp[1] < count
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                          wanted: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn v4+ VerifyOnly, as Kafka's handleVerifyPartitionsInTransaction:
+        NONE for each partition in the id's transaction, TRANSACTION_ABORTABLE for the
+        others; every partition INVALID_PRODUCER_ID_MAPPING / PRODUCER_FENCED /
+        CONCURRENT_TRANSACTIONS for another producer, another epoch, markers being written."""
+        meta = self.states.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return dict.fromkeys(wanted, INVALID_PRODUCER_ID_MAPPING)
+        if epoch != meta.producer_epoch:
+            return dict.fromkeys(wanted, PRODUCER_FENCED)
+        if meta.state.completing:
+            return dict.fromkeys(wanted, CONCURRENT_TRANSACTIONS)
+        return {tp: NONE if tp in meta.partitions else TRANSACTION_ABORTABLE for tp in wanted}
 
     # ---- Produce verification (KIP-890 part 1, in-process) ------------------------------------
 
@@ -302,8 +348,7 @@ class TransactionCoordinator:
     # ---- EndTxn --------------------------------------------------------------------------------
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
-        if self._completing(transactional_id):
-            return CONCURRENT_TRANSACTIONS
+        await self._settled(transactional_id)
         async with self._lock(transactional_id):
             meta = self.states.get(transactional_id)
             if meta is None or meta.producer_id != producer_id:
@@ -322,8 +367,26 @@ class TransactionCoordinator:
             prepared = await self._write(meta.moved(
                 TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, self._clock()))
             crash_point("after-prepare")
-            await self._finish(prepared, commit)
+            self._completions[transactional_id] = asyncio.get_running_loop().create_task(
+                self._complete(prepared, commit))
             return NONE
+
+    async def _complete(self, prepared: TxnMetadata, commit: bool) -> None:
+        """The rest of an answered EndTxn (or of a completion that failed before):
+        the markers and Complete*, under the id's lock, unless the id moved on."""
+        transactional_id = prepared.transactional_id
+        try:
+            async with self._lock(transactional_id):
+                current = self.states.get(transactional_id)
+                if current is not None and current.state == prepared.state \
+                        and current.producer_id == prepared.producer_id \
+                        and current.producer_epoch == prepared.producer_epoch:
+                    await self._finish(current, commit)
+        except Exception as e:  # noqa: BLE001 - the state stays Prepare*; abort_timed_out tries again
+            log.error("transaction_completion_failed", transactional_id=transactional_id, error=str(e))
+        finally:
+            if self._completions.get(transactional_id) is asyncio.current_task():
+                del self._completions[transactional_id]
 
     async def _finish(self, prepared: TxnMetadata, commit: bool) -> TxnMetadata:
         """Write the markers of a prepared transaction, then its Complete* state."""
@@ -351,8 +414,13 @@ class TransactionCoordinator:
     # ---- timeouts and expiration ---------------------------------------------------------------
 
     async def abort_timed_out(self) -> None:
+        """Abort the transactions open longer than their timeout; complete again the
+        ended ones whose completion failed (a Prepare* state with no `_complete` running)."""
         now = self._clock()
         for meta in list(self.states.values()):
+            if meta.state.completing and meta.transactional_id not in self._completions:
+                await self._complete(meta, meta.state == TxnState.PREPARE_COMMIT)
+                continue
             if meta.state == TxnState.ONGOING and now > meta.start_ms + meta.timeout_ms:
                 async with self._lock(meta.transactional_id):
                     current = self.states.get(meta.transactional_id)

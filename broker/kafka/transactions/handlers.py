@@ -1,9 +1,12 @@
 """The transaction APIs on the Kafka listener: the wire side of coordinator.py.
 
     InitProducerId        22 v0-5  with a transactional id: the coordinator; without: core handlers
-    AddPartitionsToTxn    24 v0-3  (v4+ is the broker-to-broker batch form of KIP-890)
+    AddPartitionsToTxn    24 v0-5  v0-3 from clients; v4-5 the brokers' batch form (KIP-890):
+                                   several ids, each added or, with VerifyOnly, checked
     AddOffsetsToTxn       25 v0-4
-    EndTxn                26 v0-4
+    EndTxn                26 v0-4  (v5 is transaction version 2: the epoch bumped by every
+                                   EndTxn; Strata finalizes no `transaction.version`
+                                   feature, so clients stay on version 1 and never send it)
     TxnOffsetCommit       28 v0-4
     DescribeTransactions  65 v0
     ListTransactions      66 v0-2
@@ -39,7 +42,14 @@ from ...security.authorizer import Op, Resource
 from ..acls import allowed
 from ..apis import ApiKey
 from ..codec import make, nested
-from .coordinator import INVALID_PRODUCER_EPOCH, NONE, PRODUCER_FENCED, TransactionCoordinator
+from .coordinator import (
+    INVALID_PRODUCER_EPOCH,
+    INVALID_TXN_STATE,
+    NONE,
+    PRODUCER_FENCED,
+    TRANSACTION_ABORTABLE,
+    TransactionCoordinator,
+)
 from .state import TxnState
 
 TRANSACTIONAL_ID_NOT_FOUND = 105
@@ -72,7 +82,7 @@ class TransactionHandlers:
     def register_all(self) -> None:
         r = self.apis.register
         r(ApiKey.INIT_PRODUCER_ID, self.init_producer_id, 0, 5)
-        r(ApiKey.ADD_PARTITIONS_TO_TXN, self.add_partitions_to_txn, 0, 3)
+        r(ApiKey.ADD_PARTITIONS_TO_TXN, self.add_partitions_to_txn, 0, 5)
         r(ApiKey.ADD_OFFSETS_TO_TXN, self.add_offsets_to_txn, 0, 4)
         r(ApiKey.END_TXN, self.end_txn, 0, 4)
         r(ApiKey.TXN_OFFSET_COMMIT, self.txn_offset_commit, 0, 4)
@@ -92,6 +102,8 @@ class TransactionHandlers:
                     producer_id=producer_id, producer_epoch=epoch)
 
     async def add_partitions_to_txn(self, req, ctx):
+        if ctx.api_version >= 4:
+            return await self._add_partitions_batch(req, ctx)
         R = ctx.response_class
         TopicR = nested(R, "results_by_topic_v3_and_below")
         PartR = nested(TopicR, "results_by_partition")
@@ -108,6 +120,36 @@ class TransactionHandlers:
                 partition_error_code=_code(error, ApiKey.ADD_PARTITIONS_TO_TXN, ctx.api_version)))
         return make(R, throttle_time=0, results_by_topic_v3_and_below=tuple(
             make(TopicR, name=topic, results_by_partition=tuple(parts)) for topic, parts in by_topic.items()))
+
+    async def _add_partitions_batch(self, req, ctx):
+        """v4+: each transaction of the batch on its own (CLUSTER_ACTION was the guard's;
+        no topic ACLs, as Kafka's). VerifyOnly: whether each partition is in the id's
+        ongoing transaction (TRANSACTION_ABORTABLE, v4: INVALID_TXN_STATE, when not);
+        else added as v3's. One result per transactional id."""
+        R = ctx.response_class
+        ResultR = nested(R, "results_by_transaction")
+        TopicR = nested(ResultR, "topic_results")
+        PartR = nested(TopicR, "results_by_partition")
+        results = []
+        for txn in req.transactions:
+            wanted = [(topic.name, partition) for topic in txn.topics for partition in topic.partitions]
+            if not txn.transactional_id:
+                errors = dict.fromkeys(wanted, INVALID_REQUEST)
+            elif txn.verify_only:
+                errors = self.coordinator.verify_partitions(txn.transactional_id, txn.producer_id,
+                                                            txn.producer_epoch, wanted)
+            else:
+                errors = await self.coordinator.add_partitions(txn.transactional_id, txn.producer_id,
+                                                               txn.producer_epoch, wanted)
+            by_topic: dict[str, list] = {}
+            for (topic, partition), error in errors.items():
+                if error == TRANSACTION_ABORTABLE and ctx.api_version < 5:
+                    error = INVALID_TXN_STATE
+                by_topic.setdefault(topic, []).append(make(PartR, partition_index=partition,
+                                                           partition_error_code=error))
+            results.append(make(ResultR, transactional_id=txn.transactional_id, topic_results=tuple(
+                make(TopicR, name=topic, results_by_partition=tuple(parts)) for topic, parts in by_topic.items())))
+        return make(R, throttle_time=0, error_code=NONE, results_by_transaction=tuple(results))
 
     async def add_offsets_to_txn(self, req, ctx):
         if not allowed(ctx, Op.READ, Resource.GROUP, req.group_id):
