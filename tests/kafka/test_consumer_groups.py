@@ -300,12 +300,21 @@ def test_group_consumer_settings_defaults_and_checks(tmp_path):
     values = BrokerConfig.load(overrides=[], data_dir=str(tmp_path)).values
     assert (values["group.consumer.assignors"], values["group.consumer.max.size"],
             values["group.consumer.migration.policy"]) == ("uniform,range", 2**31 - 1, "bidirectional")
-    with pytest.raises(InvalidConfigError, match="unknown assignor.*sticky"):
+    with pytest.raises(InvalidConfigError, match="group.consumer.assignors.*unknown assignor.*sticky"):
         BrokerConfig.load(overrides=["group.consumer.assignors=sticky"], data_dir=str(tmp_path))
+    bad_class = "org.apache.kafka.coordinator.group.assignor.StickyAssignor"
+    with pytest.raises(InvalidConfigError, match=f"unknown assignor.*{bad_class} \\(known: uniform, range"):
+        BrokerConfig.load(overrides=[f"group.consumer.assignors=range,{bad_class}"], data_dir=str(tmp_path))
     with pytest.raises(InvalidConfigError, match="must be one of"):
         BrokerConfig.load(overrides=["group.consumer.migration.policy=sideways"], data_dir=str(tmp_path))
     chosen = BrokerConfig.load(overrides=["group.consumer.assignors=range"], data_dir=str(tmp_path))
     assert ConsumerGroupCoordinator(chosen.values, None, Topics(), lambda g: SETTINGS).assignor_names == ["range"]
+    kafka_names = ("org.apache.kafka.coordinator.group.assignor.RangeAssignor, "
+                   "org.apache.kafka.coordinator.group.assignor.UniformAssignor")
+    chosen = BrokerConfig.load(overrides=[f"group.consumer.assignors={kafka_names}",
+                                          "group.consumer.migration.policy=UPGRADE"], data_dir=str(tmp_path))
+    coord = ConsumerGroupCoordinator(chosen.values, None, Topics(), lambda g: SETTINGS)
+    assert (coord.assignor_names, coord.migration_policy) == (["range", "uniform"], "upgrade")
 
 
 async def test_a_topic_created_again_is_assigned_afresh_and_sent_again():

@@ -34,6 +34,29 @@ Assignment = dict[str, set[Partition]]  # member id -> partitions
 UNIFORM = "uniform"
 RANGE = "range"
 ASSIGNORS = (UNIFORM, RANGE)
+# group.consumer.assignors takes the short names or Kafka's class names of its built-in assignors
+CLASS_NAMES = {"org.apache.kafka.coordinator.group.assignor.UniformAssignor": UNIFORM,
+               "org.apache.kafka.coordinator.group.assignor.RangeAssignor": RANGE}
+
+
+def assignor_name(configured: str) -> str | None:
+    """The short name (`uniform`, `range`) of an entry of group.consumer.assignors, None when
+    it names no assignor of Strata's."""
+    text = configured.strip()
+    if text in ASSIGNORS:
+        return text
+    return CLASS_NAMES.get(text)
+
+
+def configured_assignors(value: str) -> list[str]:
+    """The short names of group.consumer.assignors' entries (a comma-separated list), in order,
+    each once; entries that name no assignor are left out (the config check refuses them)."""
+    out: list[str] = []
+    for entry in value.split(","):
+        name = assignor_name(entry)
+        if name is not None and name not in out:
+            out.append(name)
+    return out
 
 
 def assign(name: str, subscriptions: Mapping[str, Set[str]], current: Mapping[str, Set[Partition]],
@@ -127,4 +150,5 @@ def range_assign(subscriptions: Mapping[str, Set[str]], partition_counts: Mappin
     return result
 
 
-__all__ = ["ASSIGNORS", "RANGE", "UNIFORM", "Assignment", "Partition", "assign", "range_assign", "uniform"]
+__all__ = ["ASSIGNORS", "CLASS_NAMES", "RANGE", "UNIFORM", "Assignment", "Partition", "assign", "assignor_name",
+           "configured_assignors", "range_assign", "uniform"]

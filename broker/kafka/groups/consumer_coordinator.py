@@ -201,11 +201,12 @@ class ConsumerGroupCoordinator:
 
     @property
     def assignor_names(self) -> list[str]:
-        return [n.strip() for n in self.config["group.consumer.assignors"].split(",") if n.strip()]
+        """The short names of group.consumer.assignors' entries (Kafka's class names map to them)."""
+        return assignors.configured_assignors(self.config["group.consumer.assignors"])
 
     @property
     def migration_policy(self) -> str:
-        return self.config["group.consumer.migration.policy"]
+        return self.config["group.consumer.migration.policy"].lower()
 
     def _session_ms(self, group_id: str) -> int:
         return self.group_settings(group_id)["consumer.session.timeout.ms"]
