@@ -268,6 +268,9 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3_600_000, _at_least(1),
               "how often the coordinator forgets expired transactional ids"),
     # ---- consumer groups (Kafka listener) ----
+    BrokerKey("broker.rack", "string", None, None,
+              "rack of this broker: Metadata and DescribeCluster answer it, and consumer-group assignors "
+              "match it against members' rack ids"),
     BrokerKey("group.min.session.timeout.ms", "int", 6000, _at_least(0),
               "smallest session timeout a JoinGroup may ask for (else INVALID_SESSION_TIMEOUT)"),
     BrokerKey("group.max.session.timeout.ms", "int", 1_800_000, _at_least(0),

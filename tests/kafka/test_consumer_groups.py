@@ -74,6 +74,59 @@ def test_range_co_partitions_topics_with_equal_partition_counts():
     assert result["m3"] == parts("x", 5, 6) | parts("y", 5, 6)
 
 
+def test_uniform_matches_racks_when_partitions_lie_in_different_racks():
+    """Kafka's RackInfo: members in rack a get the partitions with a replica in a,
+    members in b those in b, balance first, and a current owner in the wrong rack
+    gives its partitions up."""
+    racks = {("t", i): {"a"} if i % 2 == 0 else {"b"} for i in range(8)}
+    members = {"m1": "a", "m2": "b", "m3": "a", "m4": "b"}
+    subs = {m: {"t"} for m in members}
+    result = assignors.uniform(subs, {}, {"t": 8}, members, racks.__getitem__)
+    for member, assigned in result.items():
+        assert len(assigned) == 2 and all(members[member] in racks[p] for p in assigned), (member, assigned)
+    wrong = {"m1": parts("t", 1, 3), "m2": parts("t", 0, 2)}  # everything in the other rack
+    moved = assignors.uniform({"m1": {"t"}, "m2": {"t"}}, wrong, {"t": 4}, {"m1": "a", "m2": "b"},
+                              racks.__getitem__)
+    assert moved == {"m1": parts("t", 0, 2), "m2": parts("t", 1, 3)}
+    # different subscriptions: the rack decides, then balance moves one of m1's t partitions to m2
+    mixed = assignors.uniform({"m1": {"t", "u"}, "m2": {"t"}}, {}, {"t": 4, "u": 2}, {"m1": "a", "m2": "b"},
+                              lambda p: racks[p] if p[0] == "t" else {"b"})
+    assert sorted(len(p) for p in mixed.values()) == [3, 3]
+    assert parts("t", 1, 3) <= mixed["m2"] and parts("u", 0, 1) | parts("t", 0) <= mixed["m1"]
+
+
+def test_uniform_ignores_racks_where_kafka_does():
+    """No rack matching when every partition lies in the same racks (one broker with
+    broker.rack), when no member has a rack, or when no member shares a partition's rack."""
+    subs = {m: {"t"} for m in ("m1", "m2")}
+    current = {"m1": parts("t", 0, 1, 2), "m2": parts("t", 3)}
+    plain = assignors.uniform(subs, current, {"t": 6})
+    same_rack = assignors.uniform(subs, current, {"t": 6}, {"m1": "r1", "m2": "r2"}, lambda p: {"r1"})
+    no_member_rack = assignors.uniform(subs, current, {"t": 6}, {"m1": None, "m2": ""},
+                                       lambda p: {"a"} if p[1] % 2 else {"b"})
+    disjoint = assignors.uniform(subs, current, {"t": 6}, {"m1": "x", "m2": "y"},
+                                 lambda p: {"a"} if p[1] % 2 else {"b"})
+    assert plain == same_rack == no_member_rack == disjoint
+    assert current["m1"] <= plain["m1"] and current["m2"] <= plain["m2"]  # sticky as without racks
+
+
+async def test_the_coordinator_gives_the_assignor_member_racks_and_broker_rack(monkeypatch):
+    seen = []
+    real = assignors.assign
+
+    def spy(name, subs, current, counts, member_racks=None, partition_racks=None):
+        seen.append((dict(member_racks or {}), partition_racks(("t", 0)) if partition_racks else None))
+        return real(name, subs, current, counts, member_racks, partition_racks)
+
+    coord = ConsumerGroupCoordinator({**CONFIG, "broker.rack": "rack-1"}, asyncio.get_running_loop(),
+                                     Topics(t=2), lambda group: SETTINGS)
+    monkeypatch.setattr(assignors, "assign", spy)
+    coord.heartbeat(HeartbeatRequest("g", "A", 0, rack_id="rack-1", rebalance_timeout_ms=1000,
+                                     subscribed_names=("t",)))
+    coord.close()
+    assert seen == [({"A": "rack-1"}, frozenset({"rack-1"}))]
+
+
 def test_assign_by_name_and_unknown_name():
     assert assignors.assign("range", {"m": {"t"}}, {}, {"t": 2}) == {"m": parts("t", 0, 1)}
     with pytest.raises(ValueError):
@@ -120,7 +173,7 @@ class Topics:
 
 
 CONFIG = {"group.consumer.assignors": "uniform,range", "group.consumer.max.size": 3,
-          "group.consumer.migration.policy": "bidirectional"}
+          "group.consumer.migration.policy": "bidirectional", "broker.rack": None}
 SETTINGS = {"consumer.session.timeout.ms": 200, "consumer.heartbeat.interval.ms": 50}
 
 

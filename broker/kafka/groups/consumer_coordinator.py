@@ -15,7 +15,9 @@
   a change of the subscribed topics' partition counts (new topics matching a
   regex, CreatePartitions) bump the group epoch; the next heartbeat computes the
   target assignment with the assignor the members ask for most (else the first
-  of group.consumer.assignors), sticky to the previous target.
+  of group.consumer.assignors), sticky to the previous target, given the
+  members' rack ids and the partitions' racks (`broker.rack`) as Kafka's
+  assignors are (assignors.Racks).
 - The member is then reconciled (consumer_group.reconcile: revoke before
   assign). The answer carries the assignment on a full request (epoch 0, or all
   of rebalance timeout, subscription and owned partitions sent) or when the
@@ -207,6 +209,11 @@ class ConsumerGroupCoordinator:
     @property
     def migration_policy(self) -> str:
         return self.config["group.consumer.migration.policy"].lower()
+
+    def partition_racks(self, partition: Partition) -> frozenset[str]:
+        """The racks of a partition's replicas: this broker's `broker.rack`, when set."""
+        rack = self.config["broker.rack"]
+        return frozenset((rack,)) if rack else frozenset()
 
     def _session_ms(self, group_id: str) -> int:
         return self.group_settings(group_id)["consumer.session.timeout.ms"]
@@ -475,7 +482,9 @@ class ConsumerGroupCoordinator:
         subscriptions = {m.member_id: self.subscribed_topics(m, counts) for m in group.members.values()}
         asked = Counter(m.server_assignor for m in group.members.values() if m.server_assignor)
         name = asked.most_common(1)[0][0] if asked else self.assignor_names[0]
-        group.target = assignors.assign(name, subscriptions, group.target, counts)
+        group.target = assignors.assign(name, subscriptions, group.target, counts,
+                                        {m.member_id: m.rack_id for m in group.members.values()},
+                                        self.partition_racks)
         group.assignor_name = name
         group.assignment_epoch = group.group_epoch
         log.info("consumer_group_target_assignment", group=group.group_id, epoch=group.assignment_epoch,
