@@ -26,10 +26,15 @@
   group.consumer.session.timeout.ms) passes without a heartbeat, or who keeps
   revoked partitions longer than its rebalance timeout, is removed.
 
-Groups share their ids with classic groups (coordinator.py): an empty group of
-one kind is taken over by a member of the other kind when
-group.consumer.migration.policy allows it; a non-empty one is refused
-(GROUP_ID_NOT_FOUND "is not a consumer group", INCONSISTENT_GROUP_PROTOCOL).
+Groups share their ids with classic groups (coordinator.py) and change kind
+online as group.consumer.migration.policy allows (consumer_classic.py): a first
+heartbeat upgrades a classic group (an empty one is dropped, one with members
+converted, else GROUP_ID_NOT_FOUND "is not a consumer group"); a consumer group
+whose last consumer-protocol member leaves or is fenced goes back to the classic
+coordinator with its classic members. Classic members of a consumer group use
+JoinGroup, SyncGroup, Heartbeat and LeaveGroup (`classic_*`): the broker assigns
+their partitions as for any member, and a heartbeat answered REBALANCE_IN_PROGRESS
+makes them join again to give partitions up or take new ones.
 Group state is kept in `__consumer_offsets` as Kafka's ConsumerGroup* records
 (consumer_records.py): every change marks the group dirty, and `pending()` /
 `written()` give the writer (consumer_handlers.py) the records that differ from
@@ -43,13 +48,15 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
+import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import structlog
 
-from . import assignors, consumer_records
+from . import assignors, consumer_classic, consumer_records
 from .assignors import Partition
 from .consumer_group import (
     DEAD,
@@ -57,11 +64,15 @@ from .consumer_group import (
     LEAVE_EPOCH,
     LEAVE_STATIC_EPOCH,
     MEMBER_STABLE,
+    UNRELEASED_PARTITIONS,
     UNREVOKED_PARTITIONS,
+    ClassicMetadata,
     ConsumerGroup,
     ConsumerMember,
     reconcile,
 )
+from .consumer_protocol import PROTOCOL_TYPE, encode_assignment, parse_subscription, version_of
+from .group import MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS, JoinResult, SyncResult
 
 log = structlog.get_logger("strata.kafka.consumer_groups")
 
@@ -109,6 +120,20 @@ class HeartbeatRequest:
 
 
 @dataclass(slots=True)
+class ClassicJoinRequest:
+    group_id: str
+    member_id: str
+    instance_id: str | None
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    client_id: str = ""
+    client_host: str = ""
+    require_known_member_id: bool = True
+
+
+@dataclass(slots=True)
 class HeartbeatResult:
     error: int
     message: str | None = None
@@ -136,6 +161,7 @@ class ConsumerGroupCoordinator:
         self.classic = classic_groups
         self.closed = False
         self.on_change: Callable[[], None] = lambda: None  # called when a timer or a deletion changed a group
+        self.write: Callable[[], Awaitable[None]] = _nothing  # writes the changed groups' records (the handlers')
         self._records = records
         self._topic_id = topic_id
         self._topic_name = topic_name
@@ -238,17 +264,58 @@ class ConsumerGroupCoordinator:
         log.info("consumer_group_converted", group=group_id, to="classic")
         return NONE
 
-    def _classic_blocks(self, group_id: str) -> bool:
+    def _group_for_join(self, group_id: str) -> ConsumerGroup:
+        """The consumer group a first heartbeat creates: a new one, or the classic group of
+        that id converted (an empty one is dropped, one with members upgraded online) when
+        the migration policy allows it; else HeartbeatError GROUP_ID_NOT_FOUND."""
         classic = self.classic
-        if classic is None:
-            return False
-        group = classic.groups.get(group_id)
-        if group is None or group.state == "Dead":
-            return False
-        if group.state == "Empty" and self.migration_policy in UPGRADE_POLICIES:
+        old = classic.groups.get(group_id) if classic is not None else None
+        if classic is None or old is None or old.state == "Dead":
+            group = self.groups[group_id] = ConsumerGroup(group_id)
+            return group
+        refusal = f"Group {group_id} is not a consumer group."
+        if self.migration_policy not in UPGRADE_POLICIES:
+            raise HeartbeatError(GROUP_ID_NOT_FOUND, refusal)
+        if old.state == "Empty":
             classic.delete(group_id)
             log.info("classic_group_converted", group=group_id, to="consumer")
+            group = self.groups[group_id] = ConsumerGroup(group_id)
+            return group
+        if not consumer_classic.upgradable(old) or len(old.members) > self.config["group.consumer.max.size"]:
+            raise HeartbeatError(GROUP_ID_NOT_FOUND, refusal)
+        counts = self.topics()
+        try:
+            group = consumer_classic.from_classic(old, counts.__contains__)
+        except ValueError as e:
+            raise HeartbeatError(GROUP_ID_NOT_FOUND, f"Cannot upgrade the classic group {group_id}: {e}.") from e
+        classic.hand_over(group_id)
+        self.groups[group_id] = group
+        self._refresh_topics(group)
+        for m in group.members.values():
+            self._schedule_session(group, m)
+        log.info("classic_group_converted", group=group_id, to="consumer", members=len(group.members),
+                 epoch=group.group_epoch)
+        return group
+
+    def _maybe_downgrade(self, group: ConsumerGroup, leaving: str) -> bool:
+        """When `leaving` (a member leaving with ConsumerGroupHeartbeat or fenced by a timer)
+        leaves classic members only, the group without it goes back to the classic
+        coordinator if the migration policy allows it (Kafka's
+        validateOnlineDowngradeWithFencedMember), at the current group epoch; True when it did."""
+        classic = self.classic
+        if classic is None or self.migration_policy not in DOWNGRADE_POLICIES:
             return False
+        if not consumer_classic.downgradable(group, leaving) or len(group.members) - 1 > classic.max_size:
+            return False
+        try:
+            converted = consumer_classic.to_classic(group, leaving, int(time.time() * 1000))
+        except ValueError as e:
+            log.warning("consumer_group_not_downgraded", group=group.group_id, error=str(e))
+            return False
+        self.delete(group.group_id)
+        classic.adopt(converted)
+        log.info("consumer_group_converted", group=group.group_id, to="classic", members=len(converted.members),
+                 generation=converted.generation_id)
         return True
 
     # ---- ConsumerGroupHeartbeat --------------------------------------------------------------
@@ -308,9 +375,7 @@ class ConsumerGroupCoordinator:
         if group is None:
             if req.member_epoch != 0:
                 raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Consumer group {req.group_id} not found.")
-            if self._classic_blocks(req.group_id):
-                raise HeartbeatError(GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
-            group = self.groups[req.group_id] = ConsumerGroup(req.group_id)
+            group = self._group_for_join(req.group_id)
         member, joined = self._member(group, req)
         member.client_id = req.client_id
         member.client_host = req.client_host
@@ -391,7 +456,8 @@ class ConsumerGroupCoordinator:
                                 previous_member_epoch=old.previous_member_epoch, state=old.state,
                                 assigned=set(old.assigned), revoking=set(old.revoking),
                                 subscribed_names=old.subscribed_names, subscribed_regex=old.subscribed_regex,
-                                server_assignor=old.server_assignor, rebalance_timeout_ms=old.rebalance_timeout_ms)
+                                server_assignor=old.server_assignor, rebalance_timeout_ms=old.rebalance_timeout_ms,
+                                classic=old.classic)
         group.add(member)
         group.target[member_id] = target
         log.info("consumer_group_static_member_replaced", group=group.group_id, instance_id=old.instance_id,
@@ -430,14 +496,192 @@ class ConsumerGroupCoordinator:
             log.info("consumer_group_static_member_left", group=group.group_id, member=member_id,
                      instance_id=req.instance_id)
         else:
-            self.remove_member(group, member_id, "left the group")
+            self.remove_member(group, member_id, "left the group", downgrade=True)
         return HeartbeatResult(NONE, None, req.member_id, req.member_epoch, self._interval_ms(group.group_id))
 
-    def remove_member(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
-        if group.remove(member_id) is not None:
+    def remove_member(self, group: ConsumerGroup, member_id: str, reason: str, *, downgrade: bool = False) -> None:
+        """Remove a member; `downgrade`: the group may become classic again (a member that
+        left with ConsumerGroupHeartbeat or was fenced by a timer, as Kafka)."""
+        if member_id not in group.members:
+            return
+        if downgrade and self._maybe_downgrade(group, member_id):
             log.info("consumer_group_member_removed", group=group.group_id, member=member_id, reason=reason)
-            self._bump(group, f"member {member_id} {reason}")
-            self._changed(group.group_id)
+            return
+        group.remove(member_id)
+        log.info("consumer_group_member_removed", group=group.group_id, member=member_id, reason=reason)
+        self._bump(group, f"member {member_id} {reason}")
+        self._changed(group.group_id)
+
+    # ---- classic members of a consumer group (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) -------
+
+    def has_members(self, group_id: str) -> bool:
+        group = self.groups.get(group_id)
+        return group is not None and bool(group.members)
+
+    def classic_join(self, req: ClassicJoinRequest) -> JoinResult:
+        """JoinGroup of a classic member into a consumer group with members (Kafka's
+        classicGroupJoinToConsumerGroup): answered at once, the member's subscription and
+        owned partitions read from its first protocol's metadata; it is reconciled as a
+        heartbeat would be, and its SyncGroup gets what it may own."""
+        try:
+            return self._classic_join(req)
+        except HeartbeatError as e:
+            log.info("consumer_group_classic_join_refused", group=req.group_id, member=req.member_id,
+                     error=e.code, reason=e.message)
+            return JoinResult(e.code, req.member_id)
+
+    def _classic_join(self, req: ClassicJoinRequest) -> JoinResult:
+        group = self.groups[req.group_id]
+        if self.closed:
+            raise HeartbeatError(NOT_COORDINATOR, "the broker is shutting down")
+        if req.protocol_type != PROTOCOL_TYPE or not req.protocols or not self._supports_protocols(group, req):
+            raise HeartbeatError(INCONSISTENT_GROUP_PROTOCOL, f"Member {req.member_id}'s protocols are not supported.")
+        member_id = req.member_id or str(uuid.uuid4())
+        if not req.member_id and req.instance_id is None and req.require_known_member_id:
+            return JoinResult(MEMBER_ID_REQUIRED, member_id)
+        try:
+            subscription = parse_subscription(req.protocols[0][1])
+        except ValueError as e:
+            raise HeartbeatError(INCONSISTENT_GROUP_PROTOCOL, f"Member {member_id}'s subscription is malformed: "
+                                                              f"{e}.") from e
+        member, changed = self._classic_member(group, req, member_id)
+        member.rack_id = subscription.rack_id
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.server_assignor = None
+        member.client_id, member.client_host = req.client_id, req.client_host
+        member.classic = ClassicMetadata(req.session_timeout_ms, tuple(req.protocols))
+        names = tuple(sorted(set(subscription.topics)))
+        if names != member.subscribed_names:
+            member.subscribed_names = names
+            changed = True
+        if self._refresh_topics(group) or changed:
+            self._bump(group, f"classic member {member.member_id} joined or changed its subscription")
+        if group.group_epoch > group.assignment_epoch:
+            self._compute_target(group)
+        was_unrevoked = member.state == UNREVOKED_PARTITIONS
+        reconcile(member, group.target.get(member.member_id, set()), group.assignment_epoch, set(subscription.owned),
+                  lambda p: group.owner(p, member.member_id) is None)
+        self._schedule_revocation(group, member, was_unrevoked)
+        self._schedule_session(group, member)
+        self._changed(group.group_id)
+        return JoinResult(NONE, member.member_id, member.member_epoch, PROTOCOL_TYPE, member.classic.protocol_name)
+
+    @staticmethod
+    def _supports_protocols(group: ConsumerGroup, req: ClassicJoinRequest) -> bool:
+        """A joining classic member shares a protocol with every classic member (Kafka's
+        supportsClassicProtocols); the member it replaces or rejoins as does not count."""
+        others = [m.classic for m in group.members.values()
+                  if m.classic is not None and m.member_id != req.member_id
+                  and (req.instance_id is None or m.instance_id != req.instance_id)]
+        names = {name for name, _ in req.protocols}
+        for classic in others:
+            names &= {name for name, _ in classic.protocols}
+        return bool(names)
+
+    def _classic_member(self, group: ConsumerGroup, req: ClassicJoinRequest,
+                        member_id: str) -> tuple[ConsumerMember, bool]:
+        """The member a classic JoinGroup is from, and whether it is new."""
+        if req.instance_id is not None:
+            holder_id = group.static_members.get(req.instance_id)
+            holder = group.members.get(holder_id) if holder_id is not None else None
+            if holder is not None:
+                if not req.member_id:
+                    return self._replace_static(group, holder, member_id), False
+                if holder.member_id != req.member_id:
+                    raise HeartbeatError(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
+                                                             f"{req.instance_id} was fenced by another member.")
+        member = group.members.get(member_id)
+        if member is not None:
+            if member.classic is None:
+                raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Member {member_id} does not use the classic protocol.")
+            return member, False
+        if len(group.members) >= self.config["group.consumer.max.size"]:
+            raise HeartbeatError(GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum capacity of "
+                                                         f"{self.config['group.consumer.max.size']} members.")
+        member = ConsumerMember(member_id, instance_id=req.instance_id)
+        group.add(member)
+        log.info("consumer_group_classic_member_joined", group=group.group_id, member=member_id,
+                 instance_id=req.instance_id)
+        return member, True
+
+    def _classic_member_of(self, group: ConsumerGroup, member_id: str, instance_id: str | None) -> ConsumerMember:
+        """The classic member a SyncGroup, Heartbeat or LeaveGroup names (Kafka's
+        validateConsumerGroupMember and throwIfMemberDoesNotUseClassicProtocol)."""
+        if instance_id is not None:
+            held_by = group.static_members.get(instance_id)
+            member = group.members.get(held_by) if held_by is not None else None
+            if member is None:
+                raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Member with instance id {instance_id} is not a member "
+                                                        f"of group {group.group_id}.")
+            if member_id and member.member_id != member_id:
+                raise HeartbeatError(FENCED_INSTANCE_ID, f"Static member {member_id} with instance id "
+                                                         f"{instance_id} was fenced by another member.")
+        else:
+            found = group.members.get(member_id)
+            if found is None:
+                raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group "
+                                                        f"{group.group_id}.")
+            member = found
+        if member.classic is None:
+            raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Member {member.member_id} does not use the classic protocol.")
+        return member
+
+    def classic_sync(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                     protocol_type: str | None, protocol_name: str | None) -> SyncResult:
+        """SyncGroup of a classic member of a consumer group: its assigned partitions, in
+        the version of its metadata; REBALANCE_IN_PROGRESS while it must join again."""
+        group = self.groups[group_id]
+        try:
+            member = self._classic_member_of(group, member_id, instance_id)
+            classic = member.classic
+            assert classic is not None  # _classic_member_of checked
+            if generation_id != member.member_epoch:
+                raise HeartbeatError(ILLEGAL_GENERATION, f"The request generation id {generation_id} is not equal "
+                                                         f"to the member epoch {member.member_epoch}.")
+            if protocol_type is not None and protocol_type != PROTOCOL_TYPE or \
+                    protocol_name is not None and protocol_name != classic.protocol_name:
+                raise HeartbeatError(INCONSISTENT_GROUP_PROTOCOL, "protocol type or name differs from the join's")
+            if group.group_epoch > member.member_epoch and member.state != UNREVOKED_PARTITIONS:
+                raise HeartbeatError(REBALANCE_IN_PROGRESS, f"A new rebalance is triggered in group {group_id}.")
+        except HeartbeatError as e:
+            return SyncResult(e.code)
+        self._schedule_session(group, member)
+        version = version_of(classic.protocols[0][1])
+        return SyncResult(NONE, encode_assignment(member.assigned, version), PROTOCOL_TYPE, classic.protocol_name)
+
+    def classic_heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
+        """Heartbeat of a classic member of a consumer group: REBALANCE_IN_PROGRESS when it
+        is behind the group epoch, must give partitions up, or may take freed ones."""
+        group = self.groups[group_id]
+        try:
+            member = self._classic_member_of(group, member_id, instance_id)
+        except HeartbeatError as e:
+            return e.code
+        if generation_id != member.member_epoch:
+            return ILLEGAL_GENERATION
+        self._schedule_session(group, member)
+        if member.member_epoch < group.group_epoch or member.state == UNREVOKED_PARTITIONS:
+            return REBALANCE_IN_PROGRESS
+        if member.state == UNRELEASED_PARTITIONS and any(
+                group.owner(p, member.member_id) is None
+                for p in group.target.get(member.member_id, set()) - member.assigned):
+            return REBALANCE_IN_PROGRESS
+        return NONE
+
+    def classic_leave(self, group_id: str, members: list[tuple[str, str | None, str | None]]
+                      ) -> list[tuple[str, str | None, int]]:
+        """LeaveGroup of classic members of a consumer group: [(member id, instance id, error)]."""
+        group = self.groups[group_id]
+        results = []
+        for member_id, instance_id, reason in members:
+            try:
+                member = self._classic_member_of(group, member_id, instance_id)
+            except HeartbeatError as e:
+                results.append((member_id, instance_id, e.code))
+                continue
+            self.remove_member(group, member.member_id, f"left the group ({reason or 'no reason given'})")
+            results.append((member.member_id, instance_id, NONE))
+        return results
 
     # ---- epochs and target assignment --------------------------------------------------------
 
@@ -493,10 +737,13 @@ class ConsumerGroupCoordinator:
     # ---- timers ------------------------------------------------------------------------------
 
     def _schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """Restart a member's session: the group's session timeout, or the one a classic
+        member joined with."""
         if member.session_timer is not None:
             member.session_timer.cancel()
-        member.session_timer = self.loop.call_later(self._session_ms(group.group_id) / 1000,
-                                                    self._expire, group, member, "session timed out")
+        timeout_ms = member.classic.session_timeout_ms if member.classic else self._session_ms(group.group_id)
+        member.session_timer = self.loop.call_later(timeout_ms / 1000, self._expire, group, member,
+                                                    "session timed out")
 
     def _schedule_revocation(self, group: ConsumerGroup, member: ConsumerMember, was_unrevoked: bool) -> None:
         unrevoked = member.state == UNREVOKED_PARTITIONS
@@ -510,7 +757,7 @@ class ConsumerGroupCoordinator:
     def _expire(self, group: ConsumerGroup, member: ConsumerMember, reason: str) -> None:
         if self.closed or group.members.get(member.member_id) is not member:
             return
-        self.remove_member(group, member.member_id, reason)
+        self.remove_member(group, member.member_id, reason, downgrade=True)
         self._changed(group.group_id, from_timer=True)
 
     # ---- offsets -----------------------------------------------------------------------------
@@ -525,7 +772,7 @@ class ConsumerGroupCoordinator:
         if member is None:
             return UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
-            return STALE_MEMBER_EPOCH if api_version >= 9 else ILLEGAL_GENERATION
+            return STALE_MEMBER_EPOCH if api_version >= 9 and member.classic is None else ILLEGAL_GENERATION
         return NONE
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
@@ -567,6 +814,10 @@ class ConsumerGroupCoordinator:
             group.cancel_timers()
 
 
+async def _nothing() -> None:
+    return None
+
+
 _NOT_RE2 = re.compile(r"\(\?<?[=!]|\(\?\(|\(\?P=|\\[1-9]")
 
 
@@ -579,4 +830,4 @@ def _not_re2(text: str) -> str | None:
     return f"`{found.group()}` at {found.start()} (lookaround, backreferences and conditionals are not RE2)"
 
 
-__all__ = ["DEAD", "EMPTY", "ConsumerGroupCoordinator", "HeartbeatRequest", "HeartbeatResult"]
+__all__ = ["DEAD", "EMPTY", "ClassicJoinRequest", "ConsumerGroupCoordinator", "HeartbeatRequest", "HeartbeatResult"]

@@ -45,6 +45,19 @@ LEAVE_EPOCH = -1
 LEAVE_STATIC_EPOCH = -2
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicMetadata:
+    """What a member of a consumer group that speaks the classic protocol joined with
+    (Kafka's ClassicMemberMetadata): its session timeout and (protocol name, metadata)s."""
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        """The protocol its JoinGroup and SyncGroup answers name: its first, as Kafka."""
+        return self.protocols[0][0]
+
+
 @dataclass(eq=False)
 class ConsumerMember:
     member_id: str
@@ -62,6 +75,7 @@ class ConsumerMember:
     server_assignor: str | None = None
     rebalance_timeout_ms: int = 300_000
     resend: bool = False  # the next answer carries the assignment (its topic ids changed)
+    classic: ClassicMetadata | None = None  # set for a member that speaks the classic protocol
     session_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     rebalance_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
@@ -149,6 +163,6 @@ def reconcile(member: ConsumerMember, target: set[Partition], target_epoch: int,
     member.state = MEMBER_STABLE if member.assigned == target else UNRELEASED_PARTITIONS
 
 
-__all__ = ["ASSIGNING", "CONSUMER", "ConsumerGroup", "ConsumerMember", "DEAD", "EMPTY", "LEAVE_EPOCH",
+__all__ = ["ASSIGNING", "CONSUMER", "ClassicMetadata", "ConsumerGroup", "ConsumerMember", "DEAD", "EMPTY", "LEAVE_EPOCH",
            "LEAVE_STATIC_EPOCH", "MEMBER_STABLE", "RECONCILING", "STABLE", "UNRELEASED_PARTITIONS",
            "UNREVOKED_PARTITIONS", "reconcile"]

@@ -1,0 +1,182 @@
+"""Online conversion between classic groups and consumer groups (Kafka 4's
+group.consumer.migration.policy) without the wire: the real classic GroupCoordinator
+and ConsumerGroupCoordinator on one asyncio loop, classic members speaking the
+embedded consumer protocol (kio's ConsumerProtocolSubscription/Assignment).
+
+Every test checks the one rule that matters to applications: at no point do two
+members believe they own the same partition (what each believes is what its last
+SyncGroup answer, or ConsumerGroupHeartbeat assignment, gave it, minus what it gave
+up before rejoining).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+
+from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription, TopicPartition
+from kio.serial import entity_writer
+
+from broker.kafka.groups import consumer_coordinator as cc
+from broker.kafka.groups import consumer_records
+from broker.kafka.groups.consumer_coordinator import ClassicJoinRequest, ConsumerGroupCoordinator, HeartbeatRequest
+from broker.kafka.groups.consumer_protocol import encode_assignment, parse_assignment
+from broker.kafka.groups.coordinator import GroupCoordinator
+
+CONFIG = {"group.consumer.assignors": "uniform,range", "group.consumer.max.size": 10,
+          "group.consumer.migration.policy": "bidirectional", "broker.rack": None}
+SETTINGS = {"consumer.session.timeout.ms": 5000, "consumer.heartbeat.interval.ms": 50}
+REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION = 27, 22
+
+
+def subscription(topics=("t",), owned=()) -> bytes:
+    buffer = io.BytesIO()
+    buffer.write(struct.pack(">h", 1))
+    owned_by_topic: dict[str, list[int]] = {}
+    for topic, index in owned:
+        owned_by_topic.setdefault(topic, []).append(index)
+    entity_writer(ConsumerProtocolSubscription)(buffer, ConsumerProtocolSubscription(
+        topics=tuple(topics), user_data=None,
+        owned_partitions=tuple(TopicPartition(topic=t, partitions=tuple(ps)) for t, ps in owned_by_topic.items())))
+    return buffer.getvalue()
+
+
+def pair(policy: str = "bidirectional", partitions: int = 4):
+    loop = asyncio.get_running_loop()
+    classic = GroupCoordinator(loop=loop, initial_rebalance_delay_ms=0)
+    consumer = ConsumerGroupCoordinator({**CONFIG, "group.consumer.migration.policy": policy}, loop,
+                                        lambda: {"t": partitions}, lambda group: SETTINGS, classic_groups=classic)
+    return classic, consumer
+
+
+async def classic_group(classic: GroupCoordinator, members=("A", "B"), partitions: int = 4) -> dict[str, set]:
+    """A Stable classic group g whose leader spread t's partitions over `members`."""
+    joins = [classic.join("g", "", protocol_type="consumer", protocols=[("range", subscription())],
+                          session_timeout_ms=10_000, rebalance_timeout_ms=10_000, client_id=name,
+                          require_known_member_id=False) for name in members]
+    results = await asyncio.gather(*joins)
+    ids = [r.member_id for r in results]
+    generation = results[0].generation_id
+    leader = next(r for r in results if r.leader == r.member_id)
+    plan = {mid: {("t", i) for i in range(partitions) if i % len(ids) == n} for n, mid in enumerate(ids)}
+    syncs = [classic.sync("g", generation, mid, assignments=[(m, encode_assignment(p, 1)) for m, p in plan.items()]
+                          if mid == leader.member_id else []) for mid in ids]
+    for result in await asyncio.gather(*syncs):
+        assert result.error == 0
+    return plan
+
+
+def join(consumer, member_id, owned=()):
+    return consumer.classic_join(ClassicJoinRequest("g", member_id, None, "consumer",
+                                                    [("range", subscription(owned=owned))], 10_000, 10_000,
+                                                    require_known_member_id=False))
+
+
+def hb(consumer, member, epoch, owned=None):
+    return consumer.heartbeat(HeartbeatRequest(
+        group_id="g", member_id=member, member_epoch=epoch, rebalance_timeout_ms=5000 if epoch == 0 else -1,
+        subscribed_names=("t",) if epoch == 0 else None, owned=set() if epoch == 0 else owned))
+
+
+def no_overlap(beliefs: dict[str, set]) -> None:
+    seen: dict = {}
+    for member, owned in beliefs.items():
+        for p in owned:
+            assert p not in seen, f"{p} owned by {seen[p]} and {member}"
+            seen[p] = member
+
+
+async def test_a_consumer_member_upgrades_a_classic_group_and_classic_members_keep_working():
+    classic, consumer = pair()
+    beliefs = await classic_group(classic)
+    a, b = sorted(beliefs)
+    n = hb(consumer, "N", 0)
+    assert n.error == 0 and "g" not in classic.groups and consumer.is_consumer_group("g")
+    group = consumer.groups["g"]
+    assert {m.member_id for m in group.members.values() if m.classic is not None} == {a, b}
+    beliefs["N"] = n.assignment or set()
+    no_overlap(beliefs)
+    for _ in range(6):  # classic members rejoin as their heartbeats say; N heartbeats
+        for mid in (a, b):
+            generation = group.members[mid].member_epoch
+            if consumer.classic_heartbeat("g", generation, mid, None) == REBALANCE_IN_PROGRESS:
+                beliefs[mid] = set()  # an eager member gives up everything before it rejoins
+                joined = join(consumer, mid)
+                assert joined.error == 0 and joined.protocol_name == "range" and joined.leader == ""
+                synced = consumer.classic_sync("g", joined.generation_id, mid, None, "consumer", "range")
+                assert synced.error == 0
+                beliefs[mid] = parse_assignment(synced.assignment)
+                no_overlap(beliefs)
+        n = hb(consumer, "N", n.member_epoch, beliefs["N"])
+        if n.assignment is not None:
+            beliefs["N"] = n.assignment
+        no_overlap(beliefs)
+    assert sorted(len(p) for p in beliefs.values()) == [1, 1, 2]
+    assert set().union(*beliefs.values()) == {("t", i) for i in range(4)}
+    assert consumer.validate_offset_commit("g", a, group.members[a].member_epoch, 9) == 0
+    assert consumer.validate_offset_commit("g", a, -5, 9) == ILLEGAL_GENERATION  # classic: not STALE
+    consumer.close()
+
+
+async def test_the_last_consumer_member_leaving_downgrades_to_a_rebalancing_classic_group():
+    classic, consumer = pair()
+    beliefs = await classic_group(classic)
+    n = hb(consumer, "N", 0)
+    epoch = consumer.groups["g"].group_epoch
+    hb(consumer, "N", -1)
+    assert not consumer.is_consumer_group("g")
+    group = classic.groups["g"]
+    assert group.state == "PreparingRebalance" and group.generation_id == epoch and set(group.members) == set(beliefs)
+    assert group.protocol_type == "consumer" and group.protocol_name == "range"
+    member = next(iter(beliefs))
+    assert classic.heartbeat("g", epoch, member) == REBALANCE_IN_PROGRESS  # rejoin, as a classic group asks
+    assert n.error == 0
+    consumer.close()
+    classic.close()
+
+
+async def test_classic_members_leave_and_the_group_stays_a_consumer_group():
+    classic, consumer = pair()
+    beliefs = await classic_group(classic)
+    hb(consumer, "N", 0)
+    results = consumer.classic_leave("g", [(mid, None, "bye") for mid in beliefs] + [("N", None, None)])
+    assert [code for _, _, code in results] == [0, 0, cc.UNKNOWN_MEMBER_ID]  # N does not speak classic
+    assert set(consumer.groups["g"].members) == {"N"}
+    consumer.close()
+
+
+async def test_the_policy_decides_whether_groups_with_members_convert():
+    for policy in ("disabled", "downgrade"):
+        classic, consumer = pair(policy)
+        await classic_group(classic)
+        assert hb(consumer, "N", 0).error == cc.GROUP_ID_NOT_FOUND
+        assert "g" in classic.groups
+        classic.close()
+    classic, consumer = pair("upgrade")
+    await classic_group(classic)
+    hb(consumer, "N", 0)
+    hb(consumer, "N", -1)
+    assert consumer.is_consumer_group("g") and "g" not in classic.groups  # no downgrade
+    consumer.close()
+
+
+async def test_a_classic_group_of_another_protocol_type_is_not_upgraded():
+    classic, consumer = pair()
+    await asyncio.gather(classic.join("g", "", protocol_type="connect", protocols=[("v1", b"x")],
+                                      session_timeout_ms=10_000, require_known_member_id=False))
+    assert hb(consumer, "N", 0).error == cc.GROUP_ID_NOT_FOUND
+    classic.close()
+
+
+async def test_classic_member_metadata_survives_the_records():
+    classic, consumer = pair()
+    await classic_group(classic)
+    hb(consumer, "N", 0)
+    ids = {"t": "3f1e2d4c-0000-4000-8000-000000000001"}
+    records = consumer_records.snapshot(consumer.groups["g"], ids.get)
+    loaded = consumer_records.load(records, {v: k for k, v in ids.items()}.get)["g"]
+    for mid, member in consumer.groups["g"].members.items():
+        assert loaded.members[mid].classic == member.classic
+        assert loaded.members[mid].assigned == member.assigned
+    consumer.close()
