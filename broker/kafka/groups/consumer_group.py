@@ -163,6 +163,6 @@ def reconcile(member: ConsumerMember, target: set[Partition], target_epoch: int,
     member.state = MEMBER_STABLE if member.assigned == target else UNRELEASED_PARTITIONS
 
 
-__all__ = ["ASSIGNING", "CONSUMER", "ClassicMetadata", "ConsumerGroup", "ConsumerMember", "DEAD", "EMPTY", "LEAVE_EPOCH",
-           "LEAVE_STATIC_EPOCH", "MEMBER_STABLE", "RECONCILING", "STABLE", "UNRELEASED_PARTITIONS",
+__all__ = ["ASSIGNING", "CONSUMER", "ClassicMetadata", "ConsumerGroup", "ConsumerMember", "DEAD", "EMPTY",
+           "LEAVE_EPOCH", "LEAVE_STATIC_EPOCH", "MEMBER_STABLE", "RECONCILING", "STABLE", "UNRELEASED_PARTITIONS",
            "UNREVOKED_PARTITIONS", "reconcile"]

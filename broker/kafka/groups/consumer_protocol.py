@@ -89,7 +89,7 @@ def encode_assignment(partitions: Iterable[Partition], version: int) -> bytes:
     for topic, index in partitions:
         by_topic.setdefault(topic, []).append(index)
     assignment = module.ConsumerProtocolAssignment(assigned_partitions=tuple(
-        module.TopicPartition(topic=topic, partitions=tuple(i32(i) for i in sorted(indexes)))  # type: ignore[arg-type]
+        module.TopicPartition(topic=topic, partitions=tuple(i32(i) for i in sorted(indexes)))
         for topic, indexes in sorted(by_topic.items())), user_data=None)
     buffer = io.BytesIO()
     buffer.write(_VERSION.pack(version))
