@@ -180,3 +180,24 @@ async def test_classic_member_metadata_survives_the_records():
         assert loaded.members[mid].classic == member.classic
         assert loaded.members[mid].assigned == member.assigned
     consumer.close()
+
+
+async def test_classic_members_that_do_not_sync_or_rejoin_in_time_are_removed():
+    """Kafka's sync and join timeouts of classic members (their rebalance timeout)."""
+    classic, consumer = pair()
+    await classic_group(classic)
+    hb(consumer, "N", 0)
+    quick = ClassicJoinRequest("g", "", None, "consumer", [("range", subscription())], 10_000, 100,
+                               require_known_member_id=False)
+    joined = consumer.classic_join(quick)
+    assert joined.error == 0 and joined.member_id in consumer.groups["g"].members
+    await asyncio.sleep(0.3)  # no SyncGroup within 100 ms
+    assert joined.member_id not in consumer.groups["g"].members
+    again = consumer.classic_join(quick)
+    assert consumer.classic_sync("g", again.generation_id, again.member_id, None, None, None).error == 0
+    hb(consumer, "M", 0)  # a new member: a new group epoch
+    member = consumer.groups["g"].members[again.member_id]
+    assert consumer.classic_heartbeat("g", member.member_epoch, again.member_id, None) == REBALANCE_IN_PROGRESS
+    await asyncio.sleep(0.3)  # told to rejoin, it does not
+    assert again.member_id not in consumer.groups["g"].members
+    consumer.close()

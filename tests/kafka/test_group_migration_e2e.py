@@ -83,13 +83,15 @@ def committed(consumer, topic: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in got if tp.offset >= 0}
 
 
-def test_classic_and_consumer_members_share_a_group_through_upgrade_and_downgrade(bootstrap):
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])  # eager and cooperative classic members
+def test_classic_and_consumer_members_share_a_group_through_upgrade_and_downgrade(bootstrap, strategy):
     topic = create_topic(bootstrap, unique_name("mig"), PARTITIONS)
     produce(bootstrap, topic, 60, PARTITIONS)
     group = unique_name("group")
     owners = Owners()
     names = ("classic-1", "classic-2", "consumer-1")
-    consumers = [confluent_consumer(bootstrap, group, "classic"), confluent_consumer(bootstrap, group, "classic")]
+    consumers = [confluent_consumer(bootstrap, group, "classic", **{"partition.assignment.strategy": strategy})
+                 for _ in range(2)]
     received: dict[int, list] = {}
 
     def poll(members, done, guard=60.0):

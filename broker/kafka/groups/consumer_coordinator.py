@@ -563,6 +563,7 @@ class ConsumerGroupCoordinator:
                   lambda p: group.owner(p, member.member_id) is None)
         self._schedule_revocation(group, member, was_unrevoked)
         self._schedule_session(group, member)
+        self._schedule_classic(group, member, "did not sync in time after joining")
         self._changed(group.group_id)
         return JoinResult(NONE, member.member_id, member.member_epoch, PROTOCOL_TYPE, member.classic.protocol_name)
 
@@ -642,9 +643,11 @@ class ConsumerGroupCoordinator:
                     protocol_name is not None and protocol_name != classic.protocol_name:
                 raise HeartbeatError(INCONSISTENT_GROUP_PROTOCOL, "protocol type or name differs from the join's")
             if group.group_epoch > member.member_epoch and member.state != UNREVOKED_PARTITIONS:
+                self._schedule_classic(group, member, "did not join again in time", if_absent=True)
                 raise HeartbeatError(REBALANCE_IN_PROGRESS, f"A new rebalance is triggered in group {group_id}.")
         except HeartbeatError as e:
             return SyncResult(e.code)
+        self._schedule_classic(group, member, None)
         self._schedule_session(group, member)
         version = version_of(classic.protocols[0][1])
         return SyncResult(NONE, encode_assignment(member.assigned, version), PROTOCOL_TYPE, classic.protocol_name)
@@ -660,13 +663,14 @@ class ConsumerGroupCoordinator:
         if generation_id != member.member_epoch:
             return ILLEGAL_GENERATION
         self._schedule_session(group, member)
-        if member.member_epoch < group.group_epoch or member.state == UNREVOKED_PARTITIONS:
-            return REBALANCE_IN_PROGRESS
-        if member.state == UNRELEASED_PARTITIONS and any(
+        rejoin = member.member_epoch < group.group_epoch or member.state == UNREVOKED_PARTITIONS or (
+            member.state == UNRELEASED_PARTITIONS and any(
                 group.owner(p, member.member_id) is None
-                for p in group.target.get(member.member_id, set()) - member.assigned):
-            return REBALANCE_IN_PROGRESS
-        return NONE
+                for p in group.target.get(member.member_id, set()) - member.assigned))
+        if not rejoin:
+            return NONE
+        self._schedule_classic(group, member, "did not join again in time", if_absent=True)
+        return REBALANCE_IN_PROGRESS
 
     def classic_leave(self, group_id: str, members: list[tuple[str, str | None, str | None]]
                       ) -> list[tuple[str, str | None, int]]:
@@ -744,6 +748,19 @@ class ConsumerGroupCoordinator:
         timeout_ms = member.classic.session_timeout_ms if member.classic else self._session_ms(group.group_id)
         member.session_timer = self.loop.call_later(timeout_ms / 1000, self._expire, group, member,
                                                     "session timed out")
+
+    def _schedule_classic(self, group: ConsumerGroup, member: ConsumerMember, reason: str | None,
+                          *, if_absent: bool = False) -> None:
+        """A classic member's join or sync timeout (its rebalance timeout): it is removed
+        when it does not join again (or sync) in time; `reason` None cancels the timer."""
+        if member.classic_timer is not None:
+            if if_absent:
+                return
+            member.classic_timer.cancel()
+            member.classic_timer = None
+        if reason is not None:
+            member.classic_timer = self.loop.call_later(member.rebalance_timeout_ms / 1000, self._expire, group,
+                                                        member, reason)
 
     def _schedule_revocation(self, group: ConsumerGroup, member: ConsumerMember, was_unrevoked: bool) -> None:
         unrevoked = member.state == UNREVOKED_PARTITIONS

@@ -78,15 +78,17 @@ class ConsumerMember:
     classic: ClassicMetadata | None = None  # set for a member that speaks the classic protocol
     session_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     rebalance_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+    # a classic member's join timeout (told to rejoin) or sync timeout (joined, not synced yet)
+    classic_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
     def holds(self, partition: Partition) -> bool:
         return partition in self.assigned or partition in self.revoking
 
     def cancel_timers(self) -> None:
-        for handle in (self.session_timer, self.rebalance_timer):
+        for handle in (self.session_timer, self.rebalance_timer, self.classic_timer):
             if handle is not None:
                 handle.cancel()
-        self.session_timer = self.rebalance_timer = None
+        self.session_timer = self.rebalance_timer = self.classic_timer = None
 
 
 class ConsumerGroup:
