@@ -12,11 +12,14 @@ each conversion. Deadlines are failure guards, not speed assumptions.
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from confluent_kafka import TopicPartition
 from kio.index import load_request_schema
 
-from broker.kafka.codec import make
+from broker.kafka.codec import make, nested
+from broker.kafka.groups.consumer_protocol import encode_assignment
 from tests.broker_process import BrokerProcess
 from tests.kafka.conftest import create_topic, unique_name
 from tests.kafka.test_groups_e2e import GROUP_ARGS, confluent_consumer, poll_until, produce
@@ -161,3 +164,43 @@ def test_broker_rack_and_member_rack_ids(bootstrap, wire):
         assert [m.rack_id for m in desc.groups[0].members] == ["rack-1"]
     finally:
         c.close()
+
+
+def test_a_converted_group_with_a_classic_member_survives_a_restart(broker):
+    """The classic member's metadata is in the consumer group's records: after a crash
+    the classic member heartbeats on with its generation, beside the consumer member."""
+    from tests.kafka.test_consumer_groups_e2e import heartbeat_request
+    from tests.kafka.test_group_migration import subscription
+    from tests.kafka.wire import KafkaWire
+
+    process = broker(*GROUP_ARGS)
+    topic = create_topic(process.bootstrap, unique_name("gmigdurable"), 2)
+    group = unique_name("group")
+    Join, Sync, Heartbeat = load_request_schema(11, 3), load_request_schema(14, 3), load_request_schema(12, 3)
+    with KafkaWire(*process.kafka_address) as conn:
+        joined = conn.call(make(Join, group_id=group, session_timeout=30_000, rebalance_timeout=30_000, member_id="",
+                                group_instance_id=None, protocol_type="consumer",
+                                protocols=(make(nested(Join, "protocols"), name="range",
+                                                metadata=subscription((topic,))),)))
+        assert joined.error_code == 0 and joined.leader == joined.member_id
+        plan = encode_assignment({(topic, 0), (topic, 1)}, 1)
+        synced = conn.call(make(Sync, group_id=group, generation_id=joined.generation_id, member_id=joined.member_id,
+                                group_instance_id=None, assignments=(make(nested(Sync, "assignments"),
+                                                                          member_id=joined.member_id,
+                                                                          assignment=plan),)))
+        assert synced.error_code == 0
+        consumer_member = str(uuid.uuid4())
+        upgraded = conn.call(heartbeat_request(group, consumer_member, 0, topic))
+        assert upgraded.error_code == 0
+    process.kill()
+    process.restart()
+    with KafkaWire(*process.kafka_address) as conn:
+        beat = conn.call(make(Heartbeat, group_id=group, generation_id=joined.generation_id,
+                              member_id=joined.member_id, group_instance_id=None))
+        assert beat.error_code == 27  # REBALANCE_IN_PROGRESS: a known member, asked to give a partition up
+        desc = conn.call(make(load_request_schema(69, 1), group_ids=(group,),
+                              include_authorized_operations=False)).groups[0]
+        assert sorted((m.member_type, m.member_id) for m in desc.members) == \
+            [(0, joined.member_id), (1, consumer_member)]
+        assert [tuple(t.partitions) for m in desc.members if m.member_type == 0
+                for t in m.assignment.topic_partitions] == [(0, 1)]
