@@ -201,3 +201,65 @@ async def test_classic_members_that_do_not_sync_or_rejoin_in_time_are_removed():
     await asyncio.sleep(0.3)  # told to rejoin, it does not
     assert again.member_id not in consumer.groups["g"].members
     consumer.close()
+
+
+async def settle(consumer, beliefs: dict[str, set], classic_ids, consumer_ids, rounds: int = 6) -> None:
+    """Heartbeat every member `rounds` times as its client would (eager classic members
+    give everything up and rejoin when told to), checking that no partition is held twice."""
+    group = consumer.groups["g"]
+    for _ in range(rounds):
+        for mid in classic_ids:
+            generation = group.members[mid].member_epoch
+            if consumer.classic_heartbeat("g", generation, mid, None) == REBALANCE_IN_PROGRESS:
+                beliefs[mid] = set()
+                joined = join(consumer, mid)
+                synced = consumer.classic_sync("g", joined.generation_id, mid, None, "consumer", "range")
+                beliefs[mid] = parse_assignment(synced.assignment)
+                no_overlap(beliefs)
+        for mid in consumer_ids:
+            member = group.members[mid]
+            answer = consumer.heartbeat(HeartbeatRequest(group_id="g", member_id=mid,
+                                                         member_epoch=member.member_epoch, owned=beliefs[mid]))
+            if answer.assignment is not None:
+                beliefs[mid] = answer.assignment
+            no_overlap(beliefs)
+
+
+async def test_a_classic_static_member_replacing_the_last_consumer_member_downgrades_the_group():
+    classic, consumer = pair()
+    beliefs = await classic_group(classic)
+    a, b = sorted(beliefs)
+    s = consumer.heartbeat(HeartbeatRequest(group_id="g", member_id="S", member_epoch=0, instance_id="i-1",
+                                            rebalance_timeout_ms=5000, subscribed_names=("t",), owned=set()))
+    beliefs["S"] = s.assignment or set()
+    await settle(consumer, beliefs, (a, b), ("S",))
+    assert consumer.groups["g"].state == "Stable" and beliefs["S"]
+    epoch = consumer.groups["g"].group_epoch
+    consumer.heartbeat(HeartbeatRequest(group_id="g", member_id="S", member_epoch=-2, instance_id="i-1"))
+    joined = consumer.classic_join(ClassicJoinRequest("g", "", "i-1", "consumer", [("range", subscription())],
+                                                      10_000, 10_000))
+    assert joined.error == 0 and joined.generation_id == epoch
+    assert not consumer.is_consumer_group("g")
+    group = classic.groups["g"]
+    assert group.state == "Stable" and group.generation_id == epoch  # every member held its target: no rebalance
+    assert set(group.members) == {a, b, joined.member_id} and group.static_members == {"i-1": joined.member_id}
+    synced = await classic.sync("g", epoch, joined.member_id, group_instance_id="i-1")
+    assert parse_assignment(synced.assignment) == beliefs.pop("S")  # it takes S's partitions
+    beliefs[joined.member_id] = parse_assignment(synced.assignment)
+    no_overlap(beliefs)
+    consumer.close()
+    classic.close()
+
+
+async def test_a_static_replacement_in_an_unsettled_group_downgrades_with_a_rebalance():
+    classic, consumer = pair()
+    await classic_group(classic)
+    consumer.heartbeat(HeartbeatRequest(group_id="g", member_id="S", member_epoch=0, instance_id="i-1",
+                                        rebalance_timeout_ms=5000, subscribed_names=("t",), owned=set()))
+    consumer.heartbeat(HeartbeatRequest(group_id="g", member_id="S", member_epoch=-2, instance_id="i-1"))
+    joined = consumer.classic_join(ClassicJoinRequest("g", "", "i-1", "consumer", [("range", subscription())],
+                                                      10_000, 10_000))
+    assert joined.error == 0 and classic.groups["g"].state == "PreparingRebalance"
+    assert parse_assignment(classic.groups["g"].members[joined.member_id].assignment) == set()  # S held nothing
+    consumer.close()
+    classic.close()

@@ -13,9 +13,14 @@ to the other's. The coordinators decide when (consumer_coordinator.py).
   to rejoin by their next Heartbeat (REBALANCE_IN_PROGRESS).
 - Downgrade (`to_classic`): when the last member that speaks the consumer
   protocol leaves, the remaining members (all classic) form a Stable classic
-  group of generation = the group epoch (not bumped for the leaving member), protocol type "consumer", the
-  protocol chosen by vote, each member's assignment its target partitions in the
-  version of its metadata; the classic coordinator then rebalances it.
+  group of generation = the group epoch (not bumped for the leaving member),
+  protocol type "consumer", the protocol chosen by vote, each member's
+  assignment the partitions it holds now (Kafka gives its target; what a member
+  holds is never what another one holds, a target may be), in the version of its
+  metadata; the classic coordinator then rebalances it. The same happens when a
+  classic static member takes the place of the last member that speaks the
+  consumer protocol (its instance id), without the rebalance when every member
+  already holds its target.
 
 Malformed embedded protocol data raises ValueError: the group is not converted.
 """
@@ -51,13 +56,14 @@ def from_classic(classic: Group, topic_exists) -> ConsumerGroup:
     return group
 
 
-def downgradable(group: ConsumerGroup, leaving: str) -> bool:
-    """Whether `group` without member `leaving` is classic members only, and some remain."""
+def downgradable(group: ConsumerGroup, leaving: str | None) -> bool:
+    """Whether `group` without member `leaving` (None: none) is classic members only, and
+    some remain."""
     rest = [m for mid, m in group.members.items() if mid != leaving]
     return bool(rest) and all(m.classic is not None for m in rest)
 
 
-def to_classic(group: ConsumerGroup, leaving: str, now_ms: int) -> Group:
+def to_classic(group: ConsumerGroup, leaving: str | None, now_ms: int) -> Group:
     """The Stable classic group of a consumer group's members but `leaving` (all classic)."""
     classic = Group(group.group_id, now_ms)
     classic.generation_id = group.group_epoch
@@ -73,7 +79,7 @@ def to_classic(group: ConsumerGroup, leaving: str, now_ms: int) -> Group:
     classic.protocol_name = classic.select_protocol()
     for member in classic.members.values():
         version = version_of(member.metadata(classic.protocol_name))
-        member.assignment = encode_assignment(group.target.get(member.member_id, set()), version)
+        member.assignment = encode_assignment(group.members[member.member_id].assigned, version)
     classic.transition(STABLE, now_ms)
     return classic
 

@@ -47,6 +47,7 @@ within their session timeout.
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 import time
 import uuid
@@ -297,23 +298,29 @@ class ConsumerGroupCoordinator:
                  epoch=group.group_epoch)
         return group
 
-    def _maybe_downgrade(self, group: ConsumerGroup, leaving: str) -> bool:
-        """When `leaving` (a member leaving with ConsumerGroupHeartbeat or fenced by a timer)
-        leaves classic members only, the group without it goes back to the classic
-        coordinator if the migration policy allows it (Kafka's
-        validateOnlineDowngradeWithFencedMember), at the current group epoch; True when it did."""
+    def _maybe_downgrade(self, group: ConsumerGroup, leaving: str | None) -> bool:
+        """When the group without `leaving` is classic members only, it goes back to the
+        classic coordinator if the migration policy allows it, at the current group epoch;
+        True when it did. `leaving`: a member leaving with ConsumerGroupHeartbeat or fenced
+        by a timer (Kafka's validateOnlineDowngradeWithFencedMember; the classic group then
+        rebalances), or None after a classic static member took the place of the last
+        other one (validateOnlineDowngradeWithReplacedMemberId; the classic group rebalances
+        unless every member holds its target at the group epoch)."""
         classic = self.classic
         if classic is None or self.migration_policy not in DOWNGRADE_POLICIES:
             return False
-        if not consumer_classic.downgradable(group, leaving) or len(group.members) - 1 > classic.max_size:
+        remaining = len(group.members) - (leaving is not None)
+        if not consumer_classic.downgradable(group, leaving) or remaining > classic.max_size:
             return False
         try:
             converted = consumer_classic.to_classic(group, leaving, int(time.time() * 1000))
         except ValueError as e:
             log.warning("consumer_group_not_downgraded", group=group.group_id, error=str(e))
             return False
+        settled = leaving is None and group.assignment_epoch == group.group_epoch and all(
+            m.member_epoch == group.group_epoch and m.state == MEMBER_STABLE for m in group.members.values())
         self.delete(group.group_id)
-        classic.adopt(converted)
+        classic.adopt(converted, rebalance=not settled)
         log.info("consumer_group_converted", group=group.group_id, to="classic", members=len(converted.members),
                  generation=converted.generation_id)
         return True
@@ -449,8 +456,8 @@ class ConsumerGroupCoordinator:
 
     def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, member_id: str) -> ConsumerMember:
         """A static member's new member id takes over the instance id, its assignment and epoch."""
+        target = group.target.get(old.member_id, set(old.assigned))  # read before `remove` drops it
         group.remove(old.member_id)
-        target = group.target.get(old.member_id, set(old.assigned))
         epoch = old.previous_member_epoch if old.member_epoch == LEAVE_STATIC_EPOCH else old.member_epoch
         member = ConsumerMember(member_id, instance_id=old.instance_id, rack_id=old.rack_id, member_epoch=epoch,
                                 previous_member_epoch=old.previous_member_epoch, state=old.state,
@@ -536,7 +543,7 @@ class ConsumerGroupCoordinator:
             raise HeartbeatError(NOT_COORDINATOR, "the broker is shutting down")
         if req.protocol_type != PROTOCOL_TYPE or not req.protocols or not self._supports_protocols(group, req):
             raise HeartbeatError(INCONSISTENT_GROUP_PROTOCOL, f"Member {req.member_id}'s protocols are not supported.")
-        member_id = req.member_id or str(uuid.uuid4())
+        member_id = req.member_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         if not req.member_id and req.instance_id is None and req.require_known_member_id:
             return JoinResult(MEMBER_ID_REQUIRED, member_id)
         try:
@@ -544,6 +551,7 @@ class ConsumerGroupCoordinator:
         except ValueError as e:
             raise HeartbeatError(INCONSISTENT_GROUP_PROTOCOL, f"Member {member_id}'s subscription is malformed: "
                                                               f"{e}.") from e
+        replacing = req.instance_id is not None and not req.member_id and req.instance_id in group.static_members
         member, changed = self._classic_member(group, req, member_id)
         member.rack_id = subscription.rack_id
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
@@ -565,7 +573,10 @@ class ConsumerGroupCoordinator:
         self._schedule_session(group, member)
         self._schedule_classic(group, member, "did not sync in time after joining")
         self._changed(group.group_id)
-        return JoinResult(NONE, member.member_id, member.member_epoch, PROTOCOL_TYPE, member.classic.protocol_name)
+        result = JoinResult(NONE, member.member_id, member.member_epoch, PROTOCOL_TYPE, member.classic.protocol_name)
+        if replacing:
+            self._maybe_downgrade(group, None)
+        return result
 
     @staticmethod
     def _supports_protocols(group: ConsumerGroup, req: ClassicJoinRequest) -> bool:

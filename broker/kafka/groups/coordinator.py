@@ -713,13 +713,14 @@ class GroupCoordinator(ClassicGroupListing):
         self._transition(group, DEAD)
         return group
 
-    def adopt(self, group: Group) -> None:
+    def adopt(self, group: Group, *, rebalance: bool = True) -> None:
         """Take over a Stable group made of a consumer group's classic members: their
-        sessions run from now, and a rebalance asks every member to join again."""
+        sessions run from now, and (`rebalance`) a rebalance asks every member to join again."""
         self.groups[group.group_id] = group
         for member in group.members.values():
             self._reschedule_heartbeat(group, member)
-        self._prepare_rebalance(group, f"group {group.group_id} changed from the consumer protocol to classic")
+        if rebalance:
+            self._prepare_rebalance(group, f"group {group.group_id} changed from the consumer protocol to classic")
 
     # ---- shutdown ----------------------------------------------------------------------------
 
