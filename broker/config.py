@@ -299,10 +299,10 @@ KEYS: tuple[BrokerKey, ...] = (
               "most members a consumer-protocol group may have (else GROUP_MAX_SIZE_REACHED)"),
     BrokerKey("group.consumer.migration.policy", "string", "bidirectional",
               lambda v: _one_of("disabled", "upgrade", "downgrade", "bidirectional")(v.lower()),
-              "whether a group changes protocol online (any case): upgrade (a classic group becomes a "
-              "consumer group when a member joins with ConsumerGroupHeartbeat), downgrade (a consumer group "
-              "becomes classic when its last consumer-protocol member leaves and classic members remain, or "
-              "when a classic member joins it empty), bidirectional (both) or disabled"),
+              "whether a group with members changes protocol online (any case): upgrade (a classic group "
+              "becomes a consumer group when a member joins with ConsumerGroupHeartbeat), downgrade (a "
+              "consumer group becomes classic when its last consumer-protocol member leaves and classic "
+              "members remain), bidirectional (both) or disabled; empty groups always change"),
     # ---- periodic tasks ----
     BrokerKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, _at_least(1),
               "how often logs are checked for flush.ms (the task runs at least every second)"),

@@ -255,35 +255,34 @@ class ConsumerGroupCoordinator:
 
     def take_for_classic(self, group_id: str) -> int:
         """NONE when a classic JoinGroup may use `group_id` (an empty consumer group is
-        dropped when the migration policy allows a downgrade), else the error."""
+        dropped whatever the migration policy, which governs groups with members, as
+        Kafka's maybeDeleteEmptyConsumerGroup), else the error."""
         group = self.groups.get(group_id)
         if group is None:
             return NONE
-        if group.members or self.migration_policy not in DOWNGRADE_POLICIES:
-            return INCONSISTENT_GROUP_PROTOCOL  # as Kafka answers a classic join of a consumer group
+        if group.members:
+            return INCONSISTENT_GROUP_PROTOCOL  # its classic members join through classic_join
         self.delete(group_id)
         log.info("consumer_group_converted", group=group_id, to="classic")
         return NONE
 
     def _group_for_join(self, group_id: str) -> ConsumerGroup:
         """The consumer group a first heartbeat creates: a new one, or the classic group of
-        that id converted (an empty one is dropped, one with members upgraded online) when
-        the migration policy allows it; else HeartbeatError GROUP_ID_NOT_FOUND."""
+        that id converted (an empty one is dropped; one with members is upgraded online
+        when the migration policy allows it); else HeartbeatError GROUP_ID_NOT_FOUND."""
         classic = self.classic
         old = classic.groups.get(group_id) if classic is not None else None
         if classic is None or old is None or old.state == "Dead":
             group = self.groups[group_id] = ConsumerGroup(group_id)
             return group
-        refusal = f"Group {group_id} is not a consumer group."
-        if self.migration_policy not in UPGRADE_POLICIES:
-            raise HeartbeatError(GROUP_ID_NOT_FOUND, refusal)
-        if old.state == "Empty":
+        if old.state == "Empty":  # whatever the policy, as Kafka's maybeDeleteEmptyClassicGroup
             classic.delete(group_id)
             log.info("classic_group_converted", group=group_id, to="consumer")
             group = self.groups[group_id] = ConsumerGroup(group_id)
             return group
-        if not consumer_classic.upgradable(old) or len(old.members) > self.config["group.consumer.max.size"]:
-            raise HeartbeatError(GROUP_ID_NOT_FOUND, refusal)
+        if self.migration_policy not in UPGRADE_POLICIES or not consumer_classic.upgradable(old) or \
+                len(old.members) > self.config["group.consumer.max.size"]:
+            raise HeartbeatError(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         counts = self.topics()
         try:
             group = consumer_classic.from_classic(old, counts.__contains__)
