@@ -1,7 +1,8 @@
 """Online conversion of a group between the classic protocol and the consumer
 protocol (Kafka 4's group.consumer.migration.policy, default bidirectional), end to
 end: the real broker process and confluent-kafka consumers with
-group.protocol=classic and group.protocol=consumer in one group.
+group.protocol=classic and group.protocol=consumer in one group (and a kafka-python
+classic consumer beside a consumer-protocol one).
 
 An `Owners` ledger, fed by every consumer's rebalance callbacks (which librdkafka
 runs inside poll, before an eager member rejoins and after any member is given
@@ -12,6 +13,7 @@ each conversion. Deadlines are failure guards, not speed assumptions.
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -204,3 +206,47 @@ def test_a_converted_group_with_a_classic_member_survives_a_restart(broker):
             [(0, joined.member_id), (1, consumer_member)]
         assert [tuple(t.partitions) for m in desc.members if m.member_type == 0
                 for t in m.assignment.topic_partitions] == [(0, 1)]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python 3.0 reads its schemas with read_text
+def test_a_kafka_python_classic_member_beside_a_consumer_protocol_member(bootstrap):
+    """kafka-python (classic protocol only) keeps consuming while a librdkafka
+    group.protocol=consumer member upgrades the group, shares it, and leaves it."""
+    from kafka import KafkaConsumer
+
+    topic = create_topic(bootstrap, unique_name("migkp"), 4)
+    produce(bootstrap, topic, 40, 4)
+    group = unique_name("group")
+    classic = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                            auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=250)
+    modern = None
+    values: set[bytes] = set()
+
+    def poll_both(done, guard=60.0):
+        deadline = time.monotonic() + guard
+        while not done():
+            assert time.monotonic() < deadline, "gave up"
+            for records in classic.poll(100).values():
+                values.update(r.value for r in records)
+            if modern is not None:
+                message = modern.poll(0.1)
+                if message is not None and message.error() is None:
+                    values.add(message.value())
+                assert not {tp.partition for tp in classic.assignment()} & {tp.partition for tp in modern.assignment()}
+
+    try:
+        poll_both(lambda: len(classic.assignment()) == 4 and len(values) == 40)
+        modern = confluent_consumer(bootstrap, group, "consumer")
+        modern.subscribe([topic])
+        poll_both(lambda: len(classic.assignment()) == 2 and len(modern.assignment()) == 2)
+        assert group_type(bootstrap, group) == "consumer"
+        produce(bootstrap, topic, 40, 4, start=40)
+        poll_both(lambda: len(values) == 80)
+        modern.close()
+        modern = None
+        poll_both(lambda: len(classic.assignment()) == 4)
+        assert group_type(bootstrap, group) == "classic"
+    finally:
+        classic.close()
+        if modern is not None:
+            modern.close()
