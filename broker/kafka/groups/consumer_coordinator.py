@@ -32,9 +32,10 @@ heartbeat upgrades a classic group (an empty one is dropped, one with members
 converted, else GROUP_ID_NOT_FOUND "is not a consumer group"); a consumer group
 whose last consumer-protocol member leaves or is fenced goes back to the classic
 coordinator with its classic members. Classic members of a consumer group use
-JoinGroup, SyncGroup, Heartbeat and LeaveGroup (`classic_*`): the broker assigns
-their partitions as for any member, and a heartbeat answered REBALANCE_IN_PROGRESS
-makes them join again to give partitions up or take new ones.
+JoinGroup, SyncGroup, Heartbeat and LeaveGroup (`classic_*`, consumer_classic_members.py,
+a part of this class): the broker assigns their partitions as for any member, and a
+heartbeat answered REBALANCE_IN_PROGRESS makes them join again to give partitions
+up or take new ones. The error codes: consumer_errors.py.
 Group state is kept in `__consumer_offsets` as Kafka's ConsumerGroup* records
 (consumer_records.py): every change marks the group dirty, and `pending()` /
 `written()` give the writer (consumer_handlers.py) the records that differ from
@@ -47,10 +48,8 @@ within their session timeout.
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
 import time
-import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -59,49 +58,41 @@ import structlog
 
 from . import assignors, consumer_classic, consumer_records
 from .assignors import Partition
+from .consumer_classic_members import ClassicJoinRequest, ClassicMembers
+from .consumer_errors import (
+    FENCED_INSTANCE_ID,
+    FENCED_MEMBER_EPOCH,
+    GROUP_ID_NOT_FOUND,
+    GROUP_MAX_SIZE_REACHED,
+    ILLEGAL_GENERATION,
+    INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_REGULAR_EXPRESSION,
+    INVALID_REQUEST,
+    NON_EMPTY_GROUP,
+    NONE,
+    NOT_COORDINATOR,
+    STALE_MEMBER_EPOCH,
+    UNKNOWN_MEMBER_ID,
+    UNRELEASED_INSTANCE_ID,
+    UNSUPPORTED_ASSIGNOR,
+    HeartbeatError,
+)
 from .consumer_group import (
     DEAD,
     EMPTY,
     LEAVE_EPOCH,
     LEAVE_STATIC_EPOCH,
     MEMBER_STABLE,
-    UNRELEASED_PARTITIONS,
     UNREVOKED_PARTITIONS,
-    ClassicMetadata,
     ConsumerGroup,
     ConsumerMember,
     reconcile,
 )
-from .consumer_protocol import PROTOCOL_TYPE, encode_assignment, parse_subscription, version_of
-from .group import MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS, JoinResult, SyncResult
 
 log = structlog.get_logger("strata.kafka.consumer_groups")
 
-NONE = 0
-UNKNOWN_MEMBER_ID = 25
-INVALID_REQUEST = 42
-GROUP_ID_NOT_FOUND = 69
-GROUP_MAX_SIZE_REACHED = 81
-FENCED_INSTANCE_ID = 82
-FENCED_MEMBER_EPOCH = 110
-UNRELEASED_INSTANCE_ID = 111
-UNSUPPORTED_ASSIGNOR = 112
-STALE_MEMBER_EPOCH = 113
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-NON_EMPTY_GROUP = 68
-INVALID_REGULAR_EXPRESSION = 128
-NOT_COORDINATOR = 16
-
 UPGRADE_POLICIES = ("upgrade", "bidirectional")
 DOWNGRADE_POLICIES = ("downgrade", "bidirectional")
-
-
-class HeartbeatError(Exception):
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(slots=True)
@@ -121,20 +112,6 @@ class HeartbeatRequest:
 
 
 @dataclass(slots=True)
-class ClassicJoinRequest:
-    group_id: str
-    member_id: str
-    instance_id: str | None
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    client_id: str = ""
-    client_host: str = ""
-    require_known_member_id: bool = True
-
-
-@dataclass(slots=True)
 class HeartbeatResult:
     error: int
     message: str | None = None
@@ -144,7 +121,7 @@ class HeartbeatResult:
     assignment: set[Partition] | None = None
 
 
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(ClassicMembers):
     def __init__(self, config, loop: asyncio.AbstractEventLoop, topics: Callable[[], Mapping[str, int]],
                  group_settings: Callable[[str], Mapping[str, int]], classic_groups=None, *,
                  records: Callable[[], Mapping[bytes, bytes]] = dict,
@@ -518,185 +495,6 @@ class ConsumerGroupCoordinator:
         self._bump(group, f"member {member_id} {reason}")
         self._changed(group.group_id)
 
-    # ---- classic members of a consumer group (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) -------
-
-    def has_members(self, group_id: str) -> bool:
-        group = self.groups.get(group_id)
-        return group is not None and bool(group.members)
-
-    def classic_join(self, req: ClassicJoinRequest) -> JoinResult:
-        """JoinGroup of a classic member into a consumer group with members (Kafka's
-        classicGroupJoinToConsumerGroup): answered at once, the member's subscription and
-        owned partitions read from its first protocol's metadata; it is reconciled as a
-        heartbeat would be, and its SyncGroup gets what it may own."""
-        try:
-            return self._classic_join(req)
-        except HeartbeatError as e:
-            log.info("consumer_group_classic_join_refused", group=req.group_id, member=req.member_id,
-                     error=e.code, reason=e.message)
-            return JoinResult(e.code, req.member_id)
-
-    def _classic_join(self, req: ClassicJoinRequest) -> JoinResult:
-        group = self.groups[req.group_id]
-        if self.closed:
-            raise HeartbeatError(NOT_COORDINATOR, "the broker is shutting down")
-        if req.protocol_type != PROTOCOL_TYPE or not req.protocols or not self._supports_protocols(group, req):
-            raise HeartbeatError(INCONSISTENT_GROUP_PROTOCOL, f"Member {req.member_id}'s protocols are not supported.")
-        member_id = req.member_id or base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        if not req.member_id and req.instance_id is None and req.require_known_member_id:
-            return JoinResult(MEMBER_ID_REQUIRED, member_id)
-        try:
-            subscription = parse_subscription(req.protocols[0][1])
-        except ValueError as e:
-            raise HeartbeatError(INCONSISTENT_GROUP_PROTOCOL, f"Member {member_id}'s subscription is malformed: "
-                                                              f"{e}.") from e
-        replacing = req.instance_id is not None and not req.member_id and req.instance_id in group.static_members
-        member, changed = self._classic_member(group, req, member_id)
-        member.rack_id = subscription.rack_id
-        member.rebalance_timeout_ms = req.rebalance_timeout_ms
-        member.server_assignor = None
-        member.client_id, member.client_host = req.client_id, req.client_host
-        member.classic = ClassicMetadata(req.session_timeout_ms, tuple(req.protocols))
-        names = tuple(sorted(set(subscription.topics)))
-        if names != member.subscribed_names:
-            member.subscribed_names = names
-            changed = True
-        if self._refresh_topics(group) or changed:
-            self._bump(group, f"classic member {member.member_id} joined or changed its subscription")
-        if group.group_epoch > group.assignment_epoch:
-            self._compute_target(group)
-        was_unrevoked = member.state == UNREVOKED_PARTITIONS
-        reconcile(member, group.target.get(member.member_id, set()), group.assignment_epoch, set(subscription.owned),
-                  lambda p: group.owner(p, member.member_id) is None)
-        self._schedule_revocation(group, member, was_unrevoked)
-        self._schedule_session(group, member)
-        self._schedule_classic(group, member, "did not sync in time after joining")
-        self._changed(group.group_id)
-        result = JoinResult(NONE, member.member_id, member.member_epoch, PROTOCOL_TYPE, member.classic.protocol_name)
-        if replacing:
-            self._maybe_downgrade(group, None)
-        return result
-
-    @staticmethod
-    def _supports_protocols(group: ConsumerGroup, req: ClassicJoinRequest) -> bool:
-        """A joining classic member shares a protocol with every classic member (Kafka's
-        supportsClassicProtocols); the member it replaces or rejoins as does not count."""
-        others = [m.classic for m in group.members.values()
-                  if m.classic is not None and m.member_id != req.member_id
-                  and (req.instance_id is None or m.instance_id != req.instance_id)]
-        names = {name for name, _ in req.protocols}
-        for classic in others:
-            names &= {name for name, _ in classic.protocols}
-        return bool(names)
-
-    def _classic_member(self, group: ConsumerGroup, req: ClassicJoinRequest,
-                        member_id: str) -> tuple[ConsumerMember, bool]:
-        """The member a classic JoinGroup is from, and whether it is new."""
-        if req.instance_id is not None:
-            holder_id = group.static_members.get(req.instance_id)
-            holder = group.members.get(holder_id) if holder_id is not None else None
-            if holder is not None:
-                if not req.member_id:
-                    return self._replace_static(group, holder, member_id), False
-                if holder.member_id != req.member_id:
-                    raise HeartbeatError(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
-                                                             f"{req.instance_id} was fenced by another member.")
-        member = group.members.get(member_id)
-        if member is not None:
-            if member.classic is None:
-                raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Member {member_id} does not use the classic protocol.")
-            return member, False
-        if len(group.members) >= self.config["group.consumer.max.size"]:
-            raise HeartbeatError(GROUP_MAX_SIZE_REACHED, f"The consumer group has reached its maximum capacity of "
-                                                         f"{self.config['group.consumer.max.size']} members.")
-        member = ConsumerMember(member_id, instance_id=req.instance_id)
-        group.add(member)
-        log.info("consumer_group_classic_member_joined", group=group.group_id, member=member_id,
-                 instance_id=req.instance_id)
-        return member, True
-
-    def _classic_member_of(self, group: ConsumerGroup, member_id: str, instance_id: str | None) -> ConsumerMember:
-        """The classic member a SyncGroup, Heartbeat or LeaveGroup names (Kafka's
-        validateConsumerGroupMember and throwIfMemberDoesNotUseClassicProtocol)."""
-        if instance_id is not None:
-            held_by = group.static_members.get(instance_id)
-            member = group.members.get(held_by) if held_by is not None else None
-            if member is None:
-                raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Member with instance id {instance_id} is not a member "
-                                                        f"of group {group.group_id}.")
-            if member_id and member.member_id != member_id:
-                raise HeartbeatError(FENCED_INSTANCE_ID, f"Static member {member_id} with instance id "
-                                                         f"{instance_id} was fenced by another member.")
-        else:
-            found = group.members.get(member_id)
-            if found is None:
-                raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group "
-                                                        f"{group.group_id}.")
-            member = found
-        if member.classic is None:
-            raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Member {member.member_id} does not use the classic protocol.")
-        return member
-
-    def classic_sync(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
-                     protocol_type: str | None, protocol_name: str | None) -> SyncResult:
-        """SyncGroup of a classic member of a consumer group: its assigned partitions, in
-        the version of its metadata; REBALANCE_IN_PROGRESS while it must join again."""
-        group = self.groups[group_id]
-        try:
-            member = self._classic_member_of(group, member_id, instance_id)
-            classic = member.classic
-            assert classic is not None  # _classic_member_of checked
-            if generation_id != member.member_epoch:
-                raise HeartbeatError(ILLEGAL_GENERATION, f"The request generation id {generation_id} is not equal "
-                                                         f"to the member epoch {member.member_epoch}.")
-            if protocol_type is not None and protocol_type != PROTOCOL_TYPE or \
-                    protocol_name is not None and protocol_name != classic.protocol_name:
-                raise HeartbeatError(INCONSISTENT_GROUP_PROTOCOL, "protocol type or name differs from the join's")
-            if group.group_epoch > member.member_epoch and member.state != UNREVOKED_PARTITIONS:
-                self._schedule_classic(group, member, "did not join again in time", if_absent=True)
-                raise HeartbeatError(REBALANCE_IN_PROGRESS, f"A new rebalance is triggered in group {group_id}.")
-        except HeartbeatError as e:
-            return SyncResult(e.code)
-        self._schedule_classic(group, member, None)
-        self._schedule_session(group, member)
-        version = version_of(classic.protocols[0][1])
-        return SyncResult(NONE, encode_assignment(member.assigned, version), PROTOCOL_TYPE, classic.protocol_name)
-
-    def classic_heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
-        """Heartbeat of a classic member of a consumer group: REBALANCE_IN_PROGRESS when it
-        is behind the group epoch, must give partitions up, or may take freed ones."""
-        group = self.groups[group_id]
-        try:
-            member = self._classic_member_of(group, member_id, instance_id)
-        except HeartbeatError as e:
-            return e.code
-        if generation_id != member.member_epoch:
-            return ILLEGAL_GENERATION
-        self._schedule_session(group, member)
-        rejoin = member.member_epoch < group.group_epoch or member.state == UNREVOKED_PARTITIONS or (
-            member.state == UNRELEASED_PARTITIONS and any(
-                group.owner(p, member.member_id) is None
-                for p in group.target.get(member.member_id, set()) - member.assigned))
-        if not rejoin:
-            return NONE
-        self._schedule_classic(group, member, "did not join again in time", if_absent=True)
-        return REBALANCE_IN_PROGRESS
-
-    def classic_leave(self, group_id: str, members: list[tuple[str, str | None, str | None]]
-                      ) -> list[tuple[str, str | None, int]]:
-        """LeaveGroup of classic members of a consumer group: [(member id, instance id, error)]."""
-        group = self.groups[group_id]
-        results = []
-        for member_id, instance_id, reason in members:
-            try:
-                member = self._classic_member_of(group, member_id, instance_id)
-            except HeartbeatError as e:
-                results.append((member_id, instance_id, e.code))
-                continue
-            self.remove_member(group, member.member_id, f"left the group ({reason or 'no reason given'})")
-            results.append((member.member_id, instance_id, NONE))
-        return results
-
     # ---- epochs and target assignment --------------------------------------------------------
 
     @staticmethod
@@ -758,19 +556,6 @@ class ConsumerGroupCoordinator:
         timeout_ms = member.classic.session_timeout_ms if member.classic else self._session_ms(group.group_id)
         member.session_timer = self.loop.call_later(timeout_ms / 1000, self._expire, group, member,
                                                     "session timed out")
-
-    def _schedule_classic(self, group: ConsumerGroup, member: ConsumerMember, reason: str | None,
-                          *, if_absent: bool = False) -> None:
-        """A classic member's join or sync timeout (its rebalance timeout): it is removed
-        when it does not join again (or sync) in time; `reason` None cancels the timer."""
-        if member.classic_timer is not None:
-            if if_absent:
-                return
-            member.classic_timer.cancel()
-            member.classic_timer = None
-        if reason is not None:
-            member.classic_timer = self.loop.call_later(member.rebalance_timeout_ms / 1000, self._expire, group,
-                                                        member, reason)
 
     def _schedule_revocation(self, group: ConsumerGroup, member: ConsumerMember, was_unrevoked: bool) -> None:
         unrevoked = member.state == UNREVOKED_PARTITIONS
@@ -857,4 +642,8 @@ def _not_re2(text: str) -> str | None:
     return f"`{found.group()}` at {found.start()} (lookaround, backreferences and conditionals are not RE2)"
 
 
-__all__ = ["DEAD", "EMPTY", "ClassicJoinRequest", "ConsumerGroupCoordinator", "HeartbeatRequest", "HeartbeatResult"]
+__all__ = ["DEAD", "EMPTY", "FENCED_INSTANCE_ID", "FENCED_MEMBER_EPOCH", "GROUP_ID_NOT_FOUND",
+           "GROUP_MAX_SIZE_REACHED", "ILLEGAL_GENERATION", "INCONSISTENT_GROUP_PROTOCOL", "INVALID_REGULAR_EXPRESSION",
+           "INVALID_REQUEST", "NONE", "NON_EMPTY_GROUP", "STALE_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID",
+           "UNRELEASED_INSTANCE_ID", "UNSUPPORTED_ASSIGNOR", "ClassicJoinRequest", "ConsumerGroupCoordinator",
+           "HeartbeatRequest", "HeartbeatResult"]
