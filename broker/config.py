@@ -109,12 +109,15 @@ def _overrides_complaint(v: str) -> str | None:
 
 
 def _assignors_complaint(value: str) -> str | None:
+    from .kafka.groups.assignors import ASSIGNORS, CLASS_NAMES, assignor_name
+
     names = [n.strip() for n in value.split(",") if n.strip()]
     if not names:
         return "must name at least one assignor"
-    unknown = [n for n in names if n not in ("uniform", "range")]
+    unknown = [n for n in names if assignor_name(n) is None]
     if unknown:
-        return f"unknown assignor(s) {', '.join(unknown)} (known: uniform, range)"
+        known = ", ".join((*ASSIGNORS, *CLASS_NAMES))
+        return f"names unknown assignor(s) {', '.join(unknown)} (known: {known})"
     return None
 
 
@@ -265,6 +268,9 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3_600_000, _at_least(1),
               "how often the coordinator forgets expired transactional ids"),
     # ---- consumer groups (Kafka listener) ----
+    BrokerKey("broker.rack", "string", None, None,
+              "rack of this broker: Metadata and DescribeCluster answer it, and consumer-group assignors "
+              "match it against members' rack ids"),
     BrokerKey("group.min.session.timeout.ms", "int", 6000, _at_least(0),
               "smallest session timeout a JoinGroup may ask for (else INVALID_SESSION_TIMEOUT)"),
     BrokerKey("group.max.session.timeout.ms", "int", 1_800_000, _at_least(0),
@@ -286,13 +292,17 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("group.consumer.max.heartbeat.interval.ms", "int", 15_000, _at_least(1),
               "largest consumer.heartbeat.interval.ms a group config may set"),
     BrokerKey("group.consumer.assignors", "string", "uniform,range", _assignors_complaint,
-              "server-side assignors of consumer-protocol groups, the first the default (uniform, range)"),
+              "server-side assignors of consumer-protocol groups, the first the default: uniform, range or "
+              "Kafka's class names of them (org.apache.kafka.coordinator.group.assignor.UniformAssignor, "
+              "RangeAssignor)"),
     BrokerKey("group.consumer.max.size", "int", INT_MAX, _at_least(1),
               "most members a consumer-protocol group may have (else GROUP_MAX_SIZE_REACHED)"),
     BrokerKey("group.consumer.migration.policy", "string", "bidirectional",
-              _one_of("disabled", "upgrade", "downgrade", "bidirectional"),
-              "whether an empty group changes protocol when a member of the other protocol joins it: "
-              "upgrade (classic to consumer), downgrade (consumer to classic), bidirectional or disabled"),
+              lambda v: _one_of("disabled", "upgrade", "downgrade", "bidirectional")(v.lower()),
+              "whether a group with members changes protocol online (any case): upgrade (a classic group "
+              "becomes a consumer group when a member joins with ConsumerGroupHeartbeat), downgrade (a "
+              "consumer group becomes classic when its last consumer-protocol member leaves and classic "
+              "members remain), bidirectional (both) or disabled; empty groups always change"),
     # ---- periodic tasks ----
     BrokerKey("log.flush.scheduler.interval.ms", "long", LONG_MAX, _at_least(1),
               "how often logs are checked for flush.ms (the task runs at least every second)"),

@@ -35,7 +35,8 @@ class ClusterHandlers:
                         controller_id=-1, brokers=())
         host, port = ctx.advertised
         node = self.apis.node_id
-        broker = make(nested(R, "brokers"), broker_id=node, host=host, port=port, rack=None, is_fenced=False)
+        broker = make(nested(R, "brokers"), broker_id=node, host=host, port=port,
+                      rack=self.apis.config["broker.rack"], is_fenced=False)
         return make(R, throttle_time=0, error_code=0, error_message=None, endpoint_type=endpoint,
                     cluster_id=cluster_id, controller_id=node, brokers=(broker,),
                     cluster_authorized_operations=requested(req.include_cluster_authorized_operations,

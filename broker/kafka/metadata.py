@@ -34,7 +34,8 @@ class MetadataApi(CoreApiBase):
         PartR = nested(TopicR, "partitions")
         host, port = ctx.advertised
         node = self.apis.node_id
-        brokers = (make(nested(R, "brokers"), node_id=node, host=host, port=port, rack=None),)
+        brokers = (make(nested(R, "brokers"), node_id=node, host=host, port=port,
+                        rack=self.config["broker.rack"]),)
         allow_auto = getattr(req, "allow_auto_topic_creation", True) and self.config.auto_create_topics
         requested = req.topics
         if requested is None or (ctx.api_version == 0 and not requested):

@@ -74,6 +74,59 @@ def test_range_co_partitions_topics_with_equal_partition_counts():
     assert result["m3"] == parts("x", 5, 6) | parts("y", 5, 6)
 
 
+def test_uniform_matches_racks_when_partitions_lie_in_different_racks():
+    """Kafka's RackInfo: members in rack a get the partitions with a replica in a,
+    members in b those in b, balance first, and a current owner in the wrong rack
+    gives its partitions up."""
+    racks = {("t", i): {"a"} if i % 2 == 0 else {"b"} for i in range(8)}
+    members = {"m1": "a", "m2": "b", "m3": "a", "m4": "b"}
+    subs = {m: {"t"} for m in members}
+    result = assignors.uniform(subs, {}, {"t": 8}, members, racks.__getitem__)
+    for member, assigned in result.items():
+        assert len(assigned) == 2 and all(members[member] in racks[p] for p in assigned), (member, assigned)
+    wrong = {"m1": parts("t", 1, 3), "m2": parts("t", 0, 2)}  # everything in the other rack
+    moved = assignors.uniform({"m1": {"t"}, "m2": {"t"}}, wrong, {"t": 4}, {"m1": "a", "m2": "b"},
+                              racks.__getitem__)
+    assert moved == {"m1": parts("t", 0, 2), "m2": parts("t", 1, 3)}
+    # different subscriptions: the rack decides, then balance moves one of m1's t partitions to m2
+    mixed = assignors.uniform({"m1": {"t", "u"}, "m2": {"t"}}, {}, {"t": 4, "u": 2}, {"m1": "a", "m2": "b"},
+                              lambda p: racks[p] if p[0] == "t" else {"b"})
+    assert sorted(len(p) for p in mixed.values()) == [3, 3]
+    assert parts("t", 1, 3) <= mixed["m2"] and parts("u", 0, 1) | parts("t", 0) <= mixed["m1"]
+
+
+def test_uniform_ignores_racks_where_kafka_does():
+    """No rack matching when every partition lies in the same racks (one broker with
+    broker.rack), when no member has a rack, or when no member shares a partition's rack."""
+    subs = {m: {"t"} for m in ("m1", "m2")}
+    current = {"m1": parts("t", 0, 1, 2), "m2": parts("t", 3)}
+    plain = assignors.uniform(subs, current, {"t": 6})
+    same_rack = assignors.uniform(subs, current, {"t": 6}, {"m1": "r1", "m2": "r2"}, lambda p: {"r1"})
+    no_member_rack = assignors.uniform(subs, current, {"t": 6}, {"m1": None, "m2": ""},
+                                       lambda p: {"a"} if p[1] % 2 else {"b"})
+    disjoint = assignors.uniform(subs, current, {"t": 6}, {"m1": "x", "m2": "y"},
+                                 lambda p: {"a"} if p[1] % 2 else {"b"})
+    assert plain == same_rack == no_member_rack == disjoint
+    assert current["m1"] <= plain["m1"] and current["m2"] <= plain["m2"]  # sticky as without racks
+
+
+async def test_the_coordinator_gives_the_assignor_member_racks_and_broker_rack(monkeypatch):
+    seen = []
+    real = assignors.assign
+
+    def spy(name, subs, current, counts, member_racks=None, partition_racks=None):
+        seen.append((dict(member_racks or {}), partition_racks(("t", 0)) if partition_racks else None))
+        return real(name, subs, current, counts, member_racks, partition_racks)
+
+    coord = ConsumerGroupCoordinator({**CONFIG, "broker.rack": "rack-1"}, asyncio.get_running_loop(),
+                                     Topics(t=2), lambda group: SETTINGS)
+    monkeypatch.setattr(assignors, "assign", spy)
+    coord.heartbeat(HeartbeatRequest("g", "A", 0, rack_id="rack-1", rebalance_timeout_ms=1000,
+                                     subscribed_names=("t",)))
+    coord.close()
+    assert seen == [({"A": "rack-1"}, frozenset({"rack-1"}))]
+
+
 def test_assign_by_name_and_unknown_name():
     assert assignors.assign("range", {"m": {"t"}}, {}, {"t": 2}) == {"m": parts("t", 0, 1)}
     with pytest.raises(ValueError):
@@ -120,7 +173,7 @@ class Topics:
 
 
 CONFIG = {"group.consumer.assignors": "uniform,range", "group.consumer.max.size": 3,
-          "group.consumer.migration.policy": "bidirectional"}
+          "group.consumer.migration.policy": "bidirectional", "broker.rack": None}
 SETTINGS = {"consumer.session.timeout.ms": 200, "consumer.heartbeat.interval.ms": 50}
 
 
@@ -232,7 +285,7 @@ async def test_a_member_without_heartbeats_is_removed_after_its_session_timeout(
     assert coord.groups["g"].members["B"].assigned == parts("t", 0, 1)
 
 
-async def test_empty_groups_convert_between_kinds_only_as_the_policy_allows():
+async def test_empty_groups_convert_between_kinds_whatever_the_policy():
     coord = coordinator(Topics(t=1))
     hb(coord, "A", 0)
     assert coord.take_for_classic("g") == 23  # INCONSISTENT_GROUP_PROTOCOL while it has members
@@ -240,10 +293,10 @@ async def test_empty_groups_convert_between_kinds_only_as_the_policy_allows():
     assert coord.take_for_classic("g") == 0 and "g" not in coord.groups
     hb(coord, "A", 0)
     hb(coord, "A", -1)
-    strict = coordinator(Topics(t=1), **{"group.consumer.migration.policy": "upgrade"})
+    strict = coordinator(Topics(t=1), **{"group.consumer.migration.policy": "disabled"})
     hb(strict, "A", 0)
     hb(strict, "A", -1)
-    assert strict.take_for_classic("g") == 23
+    assert strict.take_for_classic("g") == 0  # the policy is about groups with members (Kafka)
 
 
 # ---- the records in __consumer_offsets -----------------------------------------------------------
@@ -300,12 +353,21 @@ def test_group_consumer_settings_defaults_and_checks(tmp_path):
     values = BrokerConfig.load(overrides=[], data_dir=str(tmp_path)).values
     assert (values["group.consumer.assignors"], values["group.consumer.max.size"],
             values["group.consumer.migration.policy"]) == ("uniform,range", 2**31 - 1, "bidirectional")
-    with pytest.raises(InvalidConfigError, match="unknown assignor.*sticky"):
+    with pytest.raises(InvalidConfigError, match="group.consumer.assignors.*unknown assignor.*sticky"):
         BrokerConfig.load(overrides=["group.consumer.assignors=sticky"], data_dir=str(tmp_path))
+    bad_class = "org.apache.kafka.coordinator.group.assignor.StickyAssignor"
+    with pytest.raises(InvalidConfigError, match=f"unknown assignor.*{bad_class} \\(known: uniform, range"):
+        BrokerConfig.load(overrides=[f"group.consumer.assignors=range,{bad_class}"], data_dir=str(tmp_path))
     with pytest.raises(InvalidConfigError, match="must be one of"):
         BrokerConfig.load(overrides=["group.consumer.migration.policy=sideways"], data_dir=str(tmp_path))
     chosen = BrokerConfig.load(overrides=["group.consumer.assignors=range"], data_dir=str(tmp_path))
     assert ConsumerGroupCoordinator(chosen.values, None, Topics(), lambda g: SETTINGS).assignor_names == ["range"]
+    kafka_names = ("org.apache.kafka.coordinator.group.assignor.RangeAssignor, "
+                   "org.apache.kafka.coordinator.group.assignor.UniformAssignor")
+    chosen = BrokerConfig.load(overrides=[f"group.consumer.assignors={kafka_names}",
+                                          "group.consumer.migration.policy=UPGRADE"], data_dir=str(tmp_path))
+    coord = ConsumerGroupCoordinator(chosen.values, None, Topics(), lambda g: SETTINGS)
+    assert (coord.assignor_names, coord.migration_policy) == (["range", "uniform"], "upgrade")
 
 
 async def test_a_topic_created_again_is_assigned_afresh_and_sent_again():

@@ -209,8 +209,15 @@ def test_describe_of_a_classic_group_through_consumer_group_describe(bootstrap, 
         assert (desc[0].error_code, desc[0].error_message) == (GROUP_ID_NOT_FOUND,
                                                                f"Group {group} is not a consumer group.")
         assert desc[1].error_code == GROUP_ID_NOT_FOUND and desc[1].error_message.endswith("not found.")
-        joined = conn.call(heartbeat_request(group, str(uuid.uuid4()), 0, topic))
-        assert joined.error_code == GROUP_ID_NOT_FOUND  # a non-empty classic group is not taken over
+        member_id = str(uuid.uuid4())
+        joined = conn.call(heartbeat_request(group, member_id, 0, topic))
+        assert joined.error_code == 0  # the classic group with its member is upgraded online
+        desc = conn.call(make(load_request_schema(69, 1), group_ids=(group,), include_authorized_operations=False))
+        assert sorted(m.member_type for m in desc.groups[0].members) == [0, 1]  # KIP-1099: classic, consumer
+        left = conn.call(heartbeat_request(group, member_id, -1))
+        assert left.error_code == 0  # and downgraded again: its only consumer-protocol member left
+        desc = conn.call(make(load_request_schema(69, 1), group_ids=(group,), include_authorized_operations=False))
+        assert desc.groups[0].error_code == GROUP_ID_NOT_FOUND
     finally:
         c.close()
 

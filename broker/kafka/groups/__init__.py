@@ -21,7 +21,8 @@ APIs and versions (what kio has schemas for, from Kafka 4's lower bounds: KIP-89
     OffsetDelete    47  v0     refused for groups with members, except topics a
                                "consumer" group is not subscribed to (as Kafka)
 
-    ConsumerGroupHeartbeat 68 v0-1  KIP-848 (consumer_coordinator.py)
+    ConsumerGroupHeartbeat 68 v0-1  KIP-848 (consumer_coordinator.py); online conversion of
+                                    groups between the protocols: consumer_classic.py
     ConsumerGroupDescribe  69 v0-1
 
 The classic state machine and its decisions: coordinator.py; a group's data (states, members,

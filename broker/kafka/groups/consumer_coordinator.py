@@ -15,7 +15,9 @@
   a change of the subscribed topics' partition counts (new topics matching a
   regex, CreatePartitions) bump the group epoch; the next heartbeat computes the
   target assignment with the assignor the members ask for most (else the first
-  of group.consumer.assignors), sticky to the previous target.
+  of group.consumer.assignors), sticky to the previous target, given the
+  members' rack ids and the partitions' racks (`broker.rack`) as Kafka's
+  assignors are (assignors.Racks).
 - The member is then reconciled (consumer_group.reconcile: revoke before
   assign). The answer carries the assignment on a full request (epoch 0, or all
   of rebalance timeout, subscription and owned partitions sent) or when the
@@ -24,10 +26,16 @@
   group.consumer.session.timeout.ms) passes without a heartbeat, or who keeps
   revoked partitions longer than its rebalance timeout, is removed.
 
-Groups share their ids with classic groups (coordinator.py): an empty group of
-one kind is taken over by a member of the other kind when
-group.consumer.migration.policy allows it; a non-empty one is refused
-(GROUP_ID_NOT_FOUND "is not a consumer group", INCONSISTENT_GROUP_PROTOCOL).
+Groups share their ids with classic groups (coordinator.py) and change kind
+online as group.consumer.migration.policy allows (consumer_classic.py): a first
+heartbeat upgrades a classic group (an empty one is dropped, one with members
+converted, else GROUP_ID_NOT_FOUND "is not a consumer group"); a consumer group
+whose last consumer-protocol member leaves or is fenced goes back to the classic
+coordinator with its classic members. Classic members of a consumer group use
+JoinGroup, SyncGroup, Heartbeat and LeaveGroup (`classic_*`, consumer_classic_members.py,
+a part of this class): the broker assigns their partitions as for any member, and a
+heartbeat answered REBALANCE_IN_PROGRESS makes them join again to give partitions
+up or take new ones. The error codes: consumer_errors.py.
 Group state is kept in `__consumer_offsets` as Kafka's ConsumerGroup* records
 (consumer_records.py): every change marks the group dirty, and `pending()` /
 `written()` give the writer (consumer_handlers.py) the records that differ from
@@ -41,14 +49,34 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import structlog
 
-from . import assignors, consumer_records
+from . import assignors, consumer_classic, consumer_records
 from .assignors import Partition
+from .consumer_classic_members import ClassicJoinRequest, ClassicMembers
+from .consumer_errors import (
+    FENCED_INSTANCE_ID,
+    FENCED_MEMBER_EPOCH,
+    GROUP_ID_NOT_FOUND,
+    GROUP_MAX_SIZE_REACHED,
+    ILLEGAL_GENERATION,
+    INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_REGULAR_EXPRESSION,
+    INVALID_REQUEST,
+    NON_EMPTY_GROUP,
+    NONE,
+    NOT_COORDINATOR,
+    STALE_MEMBER_EPOCH,
+    UNKNOWN_MEMBER_ID,
+    UNRELEASED_INSTANCE_ID,
+    UNSUPPORTED_ASSIGNOR,
+    HeartbeatError,
+)
 from .consumer_group import (
     DEAD,
     EMPTY,
@@ -63,31 +91,8 @@ from .consumer_group import (
 
 log = structlog.get_logger("strata.kafka.consumer_groups")
 
-NONE = 0
-UNKNOWN_MEMBER_ID = 25
-INVALID_REQUEST = 42
-GROUP_ID_NOT_FOUND = 69
-GROUP_MAX_SIZE_REACHED = 81
-FENCED_INSTANCE_ID = 82
-FENCED_MEMBER_EPOCH = 110
-UNRELEASED_INSTANCE_ID = 111
-UNSUPPORTED_ASSIGNOR = 112
-STALE_MEMBER_EPOCH = 113
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-NON_EMPTY_GROUP = 68
-INVALID_REGULAR_EXPRESSION = 128
-NOT_COORDINATOR = 16
-
 UPGRADE_POLICIES = ("upgrade", "bidirectional")
 DOWNGRADE_POLICIES = ("downgrade", "bidirectional")
-
-
-class HeartbeatError(Exception):
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(slots=True)
@@ -116,7 +121,7 @@ class HeartbeatResult:
     assignment: set[Partition] | None = None
 
 
-class ConsumerGroupCoordinator:
+class ConsumerGroupCoordinator(ClassicMembers):
     def __init__(self, config, loop: asyncio.AbstractEventLoop, topics: Callable[[], Mapping[str, int]],
                  group_settings: Callable[[str], Mapping[str, int]], classic_groups=None, *,
                  records: Callable[[], Mapping[bytes, bytes]] = dict,
@@ -134,6 +139,7 @@ class ConsumerGroupCoordinator:
         self.classic = classic_groups
         self.closed = False
         self.on_change: Callable[[], None] = lambda: None  # called when a timer or a deletion changed a group
+        self.write: Callable[[], Awaitable[None]] = _nothing  # writes the changed groups' records (the handlers')
         self._records = records
         self._topic_id = topic_id
         self._topic_name = topic_name
@@ -201,11 +207,17 @@ class ConsumerGroupCoordinator:
 
     @property
     def assignor_names(self) -> list[str]:
-        return [n.strip() for n in self.config["group.consumer.assignors"].split(",") if n.strip()]
+        """The short names of group.consumer.assignors' entries (Kafka's class names map to them)."""
+        return assignors.configured_assignors(self.config["group.consumer.assignors"])
 
     @property
     def migration_policy(self) -> str:
-        return self.config["group.consumer.migration.policy"]
+        return self.config["group.consumer.migration.policy"].lower()
+
+    def partition_racks(self, partition: Partition) -> frozenset[str]:
+        """The racks of a partition's replicas: this broker's `broker.rack`, when set."""
+        rack = self.config["broker.rack"]
+        return frozenset((rack,)) if rack else frozenset()
 
     def _session_ms(self, group_id: str) -> int:
         return self.group_settings(group_id)["consumer.session.timeout.ms"]
@@ -220,27 +232,73 @@ class ConsumerGroupCoordinator:
 
     def take_for_classic(self, group_id: str) -> int:
         """NONE when a classic JoinGroup may use `group_id` (an empty consumer group is
-        dropped when the migration policy allows a downgrade), else the error."""
+        dropped whatever the migration policy, which governs groups with members, as
+        Kafka's maybeDeleteEmptyConsumerGroup), else the error."""
         group = self.groups.get(group_id)
         if group is None:
             return NONE
-        if group.members or self.migration_policy not in DOWNGRADE_POLICIES:
-            return INCONSISTENT_GROUP_PROTOCOL  # as Kafka answers a classic join of a consumer group
+        if group.members:
+            return INCONSISTENT_GROUP_PROTOCOL  # its classic members join through classic_join
         self.delete(group_id)
         log.info("consumer_group_converted", group=group_id, to="classic")
         return NONE
 
-    def _classic_blocks(self, group_id: str) -> bool:
+    def _group_for_join(self, group_id: str) -> ConsumerGroup:
+        """The consumer group a first heartbeat creates: a new one, or the classic group of
+        that id converted (an empty one is dropped; one with members is upgraded online
+        when the migration policy allows it); else HeartbeatError GROUP_ID_NOT_FOUND."""
         classic = self.classic
-        if classic is None:
-            return False
-        group = classic.groups.get(group_id)
-        if group is None or group.state == "Dead":
-            return False
-        if group.state == "Empty" and self.migration_policy in UPGRADE_POLICIES:
+        old = classic.groups.get(group_id) if classic is not None else None
+        if classic is None or old is None or old.state == "Dead":
+            group = self.groups[group_id] = ConsumerGroup(group_id)
+            return group
+        if old.state == "Empty":  # whatever the policy, as Kafka's maybeDeleteEmptyClassicGroup
             classic.delete(group_id)
             log.info("classic_group_converted", group=group_id, to="consumer")
+            group = self.groups[group_id] = ConsumerGroup(group_id)
+            return group
+        if self.migration_policy not in UPGRADE_POLICIES or not consumer_classic.upgradable(old) or \
+                len(old.members) > self.config["group.consumer.max.size"]:
+            raise HeartbeatError(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        counts = self.topics()
+        try:
+            group = consumer_classic.from_classic(old, counts.__contains__)
+        except ValueError as e:
+            raise HeartbeatError(GROUP_ID_NOT_FOUND, f"Cannot upgrade the classic group {group_id}: {e}.") from e
+        classic.hand_over(group_id)
+        self.groups[group_id] = group
+        self._refresh_topics(group)
+        for m in group.members.values():
+            self._schedule_session(group, m)
+        log.info("classic_group_converted", group=group_id, to="consumer", members=len(group.members),
+                 epoch=group.group_epoch)
+        return group
+
+    def _maybe_downgrade(self, group: ConsumerGroup, leaving: str | None) -> bool:
+        """When the group without `leaving` is classic members only, it goes back to the
+        classic coordinator if the migration policy allows it, at the current group epoch;
+        True when it did. `leaving`: a member leaving with ConsumerGroupHeartbeat or fenced
+        by a timer (Kafka's validateOnlineDowngradeWithFencedMember; the classic group then
+        rebalances), or None after a classic static member took the place of the last
+        other one (validateOnlineDowngradeWithReplacedMemberId; the classic group rebalances
+        unless every member holds its target at the group epoch)."""
+        classic = self.classic
+        if classic is None or self.migration_policy not in DOWNGRADE_POLICIES:
             return False
+        remaining = len(group.members) - (leaving is not None)
+        if not consumer_classic.downgradable(group, leaving) or remaining > classic.max_size:
+            return False
+        try:
+            converted = consumer_classic.to_classic(group, leaving, int(time.time() * 1000))
+        except ValueError as e:
+            log.warning("consumer_group_not_downgraded", group=group.group_id, error=str(e))
+            return False
+        settled = leaving is None and group.assignment_epoch == group.group_epoch and all(
+            m.member_epoch == group.group_epoch and m.state == MEMBER_STABLE for m in group.members.values())
+        self.delete(group.group_id)
+        classic.adopt(converted, rebalance=not settled)
+        log.info("consumer_group_converted", group=group.group_id, to="classic", members=len(converted.members),
+                 generation=converted.generation_id)
         return True
 
     # ---- ConsumerGroupHeartbeat --------------------------------------------------------------
@@ -300,9 +358,7 @@ class ConsumerGroupCoordinator:
         if group is None:
             if req.member_epoch != 0:
                 raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Consumer group {req.group_id} not found.")
-            if self._classic_blocks(req.group_id):
-                raise HeartbeatError(GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group.")
-            group = self.groups[req.group_id] = ConsumerGroup(req.group_id)
+            group = self._group_for_join(req.group_id)
         member, joined = self._member(group, req)
         member.client_id = req.client_id
         member.client_host = req.client_host
@@ -376,14 +432,15 @@ class ConsumerGroupCoordinator:
 
     def _replace_static(self, group: ConsumerGroup, old: ConsumerMember, member_id: str) -> ConsumerMember:
         """A static member's new member id takes over the instance id, its assignment and epoch."""
+        target = group.target.get(old.member_id, set(old.assigned))  # read before `remove` drops it
         group.remove(old.member_id)
-        target = group.target.get(old.member_id, set(old.assigned))
         epoch = old.previous_member_epoch if old.member_epoch == LEAVE_STATIC_EPOCH else old.member_epoch
         member = ConsumerMember(member_id, instance_id=old.instance_id, rack_id=old.rack_id, member_epoch=epoch,
                                 previous_member_epoch=old.previous_member_epoch, state=old.state,
                                 assigned=set(old.assigned), revoking=set(old.revoking),
                                 subscribed_names=old.subscribed_names, subscribed_regex=old.subscribed_regex,
-                                server_assignor=old.server_assignor, rebalance_timeout_ms=old.rebalance_timeout_ms)
+                                server_assignor=old.server_assignor, rebalance_timeout_ms=old.rebalance_timeout_ms,
+                                classic=old.classic)
         group.add(member)
         group.target[member_id] = target
         log.info("consumer_group_static_member_replaced", group=group.group_id, instance_id=old.instance_id,
@@ -422,14 +479,21 @@ class ConsumerGroupCoordinator:
             log.info("consumer_group_static_member_left", group=group.group_id, member=member_id,
                      instance_id=req.instance_id)
         else:
-            self.remove_member(group, member_id, "left the group")
+            self.remove_member(group, member_id, "left the group", downgrade=True)
         return HeartbeatResult(NONE, None, req.member_id, req.member_epoch, self._interval_ms(group.group_id))
 
-    def remove_member(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
-        if group.remove(member_id) is not None:
+    def remove_member(self, group: ConsumerGroup, member_id: str, reason: str, *, downgrade: bool = False) -> None:
+        """Remove a member; `downgrade`: the group may become classic again (a member that
+        left with ConsumerGroupHeartbeat or was fenced by a timer, as Kafka)."""
+        if member_id not in group.members:
+            return
+        if downgrade and self._maybe_downgrade(group, member_id):
             log.info("consumer_group_member_removed", group=group.group_id, member=member_id, reason=reason)
-            self._bump(group, f"member {member_id} {reason}")
-            self._changed(group.group_id)
+            return
+        group.remove(member_id)
+        log.info("consumer_group_member_removed", group=group.group_id, member=member_id, reason=reason)
+        self._bump(group, f"member {member_id} {reason}")
+        self._changed(group.group_id)
 
     # ---- epochs and target assignment --------------------------------------------------------
 
@@ -474,7 +538,9 @@ class ConsumerGroupCoordinator:
         subscriptions = {m.member_id: self.subscribed_topics(m, counts) for m in group.members.values()}
         asked = Counter(m.server_assignor for m in group.members.values() if m.server_assignor)
         name = asked.most_common(1)[0][0] if asked else self.assignor_names[0]
-        group.target = assignors.assign(name, subscriptions, group.target, counts)
+        group.target = assignors.assign(name, subscriptions, group.target, counts,
+                                        {m.member_id: m.rack_id for m in group.members.values()},
+                                        self.partition_racks)
         group.assignor_name = name
         group.assignment_epoch = group.group_epoch
         log.info("consumer_group_target_assignment", group=group.group_id, epoch=group.assignment_epoch,
@@ -483,10 +549,13 @@ class ConsumerGroupCoordinator:
     # ---- timers ------------------------------------------------------------------------------
 
     def _schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """Restart a member's session: the group's session timeout, or the one a classic
+        member joined with."""
         if member.session_timer is not None:
             member.session_timer.cancel()
-        member.session_timer = self.loop.call_later(self._session_ms(group.group_id) / 1000,
-                                                    self._expire, group, member, "session timed out")
+        timeout_ms = member.classic.session_timeout_ms if member.classic else self._session_ms(group.group_id)
+        member.session_timer = self.loop.call_later(timeout_ms / 1000, self._expire, group, member,
+                                                    "session timed out")
 
     def _schedule_revocation(self, group: ConsumerGroup, member: ConsumerMember, was_unrevoked: bool) -> None:
         unrevoked = member.state == UNREVOKED_PARTITIONS
@@ -500,7 +569,7 @@ class ConsumerGroupCoordinator:
     def _expire(self, group: ConsumerGroup, member: ConsumerMember, reason: str) -> None:
         if self.closed or group.members.get(member.member_id) is not member:
             return
-        self.remove_member(group, member.member_id, reason)
+        self.remove_member(group, member.member_id, reason, downgrade=True)
         self._changed(group.group_id, from_timer=True)
 
     # ---- offsets -----------------------------------------------------------------------------
@@ -515,7 +584,7 @@ class ConsumerGroupCoordinator:
         if member is None:
             return UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
-            return STALE_MEMBER_EPOCH if api_version >= 9 else ILLEGAL_GENERATION
+            return STALE_MEMBER_EPOCH if api_version >= 9 and member.classic is None else ILLEGAL_GENERATION
         return NONE
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
@@ -557,6 +626,10 @@ class ConsumerGroupCoordinator:
             group.cancel_timers()
 
 
+async def _nothing() -> None:
+    return None
+
+
 _NOT_RE2 = re.compile(r"\(\?<?[=!]|\(\?\(|\(\?P=|\\[1-9]")
 
 
@@ -569,4 +642,8 @@ def _not_re2(text: str) -> str | None:
     return f"`{found.group()}` at {found.start()} (lookaround, backreferences and conditionals are not RE2)"
 
 
-__all__ = ["DEAD", "EMPTY", "ConsumerGroupCoordinator", "HeartbeatRequest", "HeartbeatResult"]
+__all__ = ["DEAD", "EMPTY", "FENCED_INSTANCE_ID", "FENCED_MEMBER_EPOCH", "GROUP_ID_NOT_FOUND",
+           "GROUP_MAX_SIZE_REACHED", "ILLEGAL_GENERATION", "INCONSISTENT_GROUP_PROTOCOL", "INVALID_REGULAR_EXPRESSION",
+           "INVALID_REQUEST", "NONE", "NON_EMPTY_GROUP", "STALE_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID",
+           "UNRELEASED_INSTANCE_ID", "UNSUPPORTED_ASSIGNOR", "ClassicJoinRequest", "ConsumerGroupCoordinator",
+           "HeartbeatRequest", "HeartbeatResult"]

@@ -45,6 +45,19 @@ LEAVE_EPOCH = -1
 LEAVE_STATIC_EPOCH = -2
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicMetadata:
+    """What a member of a consumer group that speaks the classic protocol joined with
+    (Kafka's ClassicMemberMetadata): its session timeout and (protocol name, metadata)s."""
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        """The protocol its JoinGroup and SyncGroup answers name: its first, as Kafka."""
+        return self.protocols[0][0]
+
+
 @dataclass(eq=False)
 class ConsumerMember:
     member_id: str
@@ -62,17 +75,20 @@ class ConsumerMember:
     server_assignor: str | None = None
     rebalance_timeout_ms: int = 300_000
     resend: bool = False  # the next answer carries the assignment (its topic ids changed)
+    classic: ClassicMetadata | None = None  # set for a member that speaks the classic protocol
     session_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     rebalance_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+    # a classic member's join timeout (told to rejoin) or sync timeout (joined, not synced yet)
+    classic_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
     def holds(self, partition: Partition) -> bool:
         return partition in self.assigned or partition in self.revoking
 
     def cancel_timers(self) -> None:
-        for handle in (self.session_timer, self.rebalance_timer):
+        for handle in (self.session_timer, self.rebalance_timer, self.classic_timer):
             if handle is not None:
                 handle.cancel()
-        self.session_timer = self.rebalance_timer = None
+        self.session_timer = self.rebalance_timer = self.classic_timer = None
 
 
 class ConsumerGroup:
@@ -149,6 +165,6 @@ def reconcile(member: ConsumerMember, target: set[Partition], target_epoch: int,
     member.state = MEMBER_STABLE if member.assigned == target else UNRELEASED_PARTITIONS
 
 
-__all__ = ["ASSIGNING", "CONSUMER", "ConsumerGroup", "ConsumerMember", "DEAD", "EMPTY", "LEAVE_EPOCH",
-           "LEAVE_STATIC_EPOCH", "MEMBER_STABLE", "RECONCILING", "STABLE", "UNRELEASED_PARTITIONS",
+__all__ = ["ASSIGNING", "CONSUMER", "ClassicMetadata", "ConsumerGroup", "ConsumerMember", "DEAD", "EMPTY",
+           "LEAVE_EPOCH", "LEAVE_STATIC_EPOCH", "MEMBER_STABLE", "RECONCILING", "STABLE", "UNRELEASED_PARTITIONS",
            "UNREVOKED_PARTITIONS", "reconcile"]

@@ -50,6 +50,7 @@ class ConsumerGroupHandlers:
         self._write_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
         coordinator.on_change = self._flush_later
+        coordinator.write = self.flush  # classic members' JoinGroup and LeaveGroup (handlers.py)
 
     async def flush(self) -> None:
         """Write the records of every changed group (raises StrataError when a write fails)."""
@@ -163,7 +164,7 @@ class ConsumerGroupHandlers:
                      member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
                      subscribed_topic_names=m.subscribed_names, subscribed_topic_regex=m.subscribed_regex,
                      assignment=assignment(m.assigned), target_assignment=assignment(group.target.get(m.member_id, ())),
-                     member_type=1)  # 1: a consumer-protocol member (KIP-1099)
+                     member_type=0 if m.classic is not None else 1)  # KIP-1099: 0 classic, 1 consumer
                 for m in group.members.values())
             out.append(make(GroupR, error_code=0, error_message=None, group_id=group_id, group_state=group.state,
                             group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,

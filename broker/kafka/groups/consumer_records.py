@@ -9,7 +9,9 @@ coordinator records of Kafka's group coordinator (KIP-848), byte for byte.
     type 5 ConsumerGroupMemberMetadata     (group, member)  InstanceId?, RackId?, ClientId,
                                            ClientHost, SubscribedTopicNames:[string],
                                            SubscribedTopicRegex?, RebalanceTimeoutMs:int32,
-                                           ServerAssignor?
+                                           ServerAssignor?, tagged field 0: ClassicMemberMetadata
+                                           (SessionTimeoutMs:int32, SupportedProtocols:
+                                           [Name, Metadata:bytes]) of a classic-protocol member
     type 6 ConsumerGroupTargetAssignmentMetadata (group)    AssignmentEpoch:int32
     type 7 ConsumerGroupTargetAssignmentMember (group, member) TopicPartitions:[TopicId, [int32]]
     type 8 ConsumerGroupCurrentMemberAssignment (group, member) MemberEpoch:int32,
@@ -30,9 +32,17 @@ from collections.abc import Callable, Mapping
 
 from ...internal_records import FieldReader, encode_uvarint
 from .assignors import Partition
-from .consumer_group import MEMBER_STABLE, UNRELEASED_PARTITIONS, UNREVOKED_PARTITIONS, ConsumerGroup, ConsumerMember
+from .consumer_group import (
+    MEMBER_STABLE,
+    UNRELEASED_PARTITIONS,
+    UNREVOKED_PARTITIONS,
+    ClassicMetadata,
+    ConsumerGroup,
+    ConsumerMember,
+)
 
 GROUP_METADATA, MEMBER_METADATA, TARGET_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT = 3, 5, 6, 7, 8
+CLASSIC_MEMBER_TAG = 0
 STATE_CODES = {MEMBER_STABLE: 0, UNREVOKED_PARTITIONS: 1, UNRELEASED_PARTITIONS: 2}
 STATES = {code: name for name, code in STATE_CODES.items()}
 
@@ -59,6 +69,20 @@ def _compact_str(text: str | None) -> bytes:
     return encode_uvarint(len(raw) + 1) + raw
 
 
+def _compact_bytes(raw: bytes) -> bytes:
+    return encode_uvarint(len(raw) + 1) + raw
+
+
+def _member_tags(classic: ClassicMetadata | None) -> bytes:
+    """The tagged fields of a member record: ClassicMemberMetadata (tag 0) of a classic member."""
+    if classic is None:
+        return NO_TAGS
+    body = I32.pack(classic.session_timeout_ms) + encode_uvarint(len(classic.protocols) + 1)
+    body += b"".join(_compact_str(name) + _compact_bytes(metadata) + NO_TAGS for name, metadata in classic.protocols)
+    body += NO_TAGS
+    return encode_uvarint(1) + encode_uvarint(CLASSIC_MEMBER_TAG) + encode_uvarint(len(body)) + body
+
+
 def _partitions(partitions: set[Partition], topic_id: Callable[[str], str | None]) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for topic, index in partitions:
@@ -83,7 +107,7 @@ def snapshot(group: ConsumerGroup, topic_id: Callable[[str], str | None]) -> dic
         out[_key(MEMBER_METADATA, gid, m.member_id)] = (
             VALUE_VERSION + _compact_str(m.instance_id) + _compact_str(m.rack_id) + _compact_str(m.client_id)
             + _compact_str(m.client_host) + names + _compact_str(m.subscribed_regex)
-            + I32.pack(m.rebalance_timeout_ms) + _compact_str(m.server_assignor) + NO_TAGS)
+            + I32.pack(m.rebalance_timeout_ms) + _compact_str(m.server_assignor) + _member_tags(m.classic))
         out[_key(TARGET_MEMBER, gid, m.member_id)] = (
             VALUE_VERSION + _partitions(group.target.get(m.member_id, set()), topic_id) + NO_TAGS)
         out[_key(CURRENT_ASSIGNMENT, gid, m.member_id)] = (
@@ -109,6 +133,23 @@ class _Reader(FieldReader):
             if name is not None:
                 out.update((name, i) for i in indexes)
         return out
+
+    def member_tags(self) -> ClassicMetadata | None:
+        """A member record's tagged fields: its ClassicMemberMetadata, if any."""
+        classic = None
+        for _ in range(self.uvarint()):
+            tag, size = self.uvarint(), self.uvarint()
+            field = _Reader(self.take(size))
+            if tag == CLASSIC_MEMBER_TAG:
+                session = field.fixed(I32)
+                protocols = []
+                for _ in range(field.uvarint() - 1):
+                    name = field.compact_str() or ""
+                    metadata = field.take(field.uvarint() - 1)
+                    field.skip_tags()
+                    protocols.append((name, metadata))
+                classic = ClassicMetadata(session, tuple(protocols))
+        return classic
 
 
 def load(records: Mapping[bytes, bytes], topic_name: Callable[[str], str | None]) -> dict[str, ConsumerGroup]:
@@ -139,6 +180,7 @@ def load(records: Mapping[bytes, bytes], topic_name: Callable[[str], str | None]
                 m.subscribed_regex = v.compact_str()
                 m.rebalance_timeout_ms = v.fixed(I32)
                 m.server_assignor = v.compact_str()
+                m.classic = v.member_tags()
             elif kind == TARGET_MEMBER:
                 group.target[k.string()] = v.partitions(topic_name)
             elif kind == CURRENT_ASSIGNMENT:

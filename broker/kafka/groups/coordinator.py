@@ -695,6 +695,33 @@ class GroupCoordinator(ClassicGroupListing):
             self._transition(group, DEAD)
             del self.groups[group_id]
 
+    # ---- conversion to and from consumer groups (consumer_classic.py) --------------------------
+
+    def hand_over(self, group_id: str) -> Group | None:
+        """Give up a group that becomes a consumer group: parked JoinGroup and SyncGroup
+        requests are answered REBALANCE_IN_PROGRESS (their members join the consumer
+        group next), the timers stop, and the group is forgotten (it is returned)."""
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return None
+        for m in group.members.values():
+            future, m.join_future = m.join_future, None
+            _complete(future, JoinResult(REBALANCE_IN_PROGRESS, m.member_id))
+            sync, m.sync_future = m.sync_future, None
+            _complete(sync, SyncResult(REBALANCE_IN_PROGRESS))
+        group.cancel_timers()
+        self._transition(group, DEAD)
+        return group
+
+    def adopt(self, group: Group, *, rebalance: bool = True) -> None:
+        """Take over a Stable group made of a consumer group's classic members: their
+        sessions run from now, and (`rebalance`) a rebalance asks every member to join again."""
+        self.groups[group.group_id] = group
+        for member in group.members.values():
+            self._reschedule_heartbeat(group, member)
+        if rebalance:
+            self._prepare_rebalance(group, f"group {group.group_id} changed from the consumer protocol to classic")
+
     # ---- shutdown ----------------------------------------------------------------------------
 
     def close(self) -> None:

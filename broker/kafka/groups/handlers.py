@@ -21,9 +21,9 @@ from ..acls import allowed
 from ..apis import ApiKey
 from ..authorized import OMITTED, ResourceType, requested
 from ..codec import has_field, make, nested
-from .consumer_coordinator import ConsumerGroupCoordinator
+from .consumer_coordinator import ClassicJoinRequest, ConsumerGroupCoordinator
 from .coordinator import GroupCoordinator
-from .group import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NON_EMPTY_GROUP, NONE
+from .group import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NON_EMPTY_GROUP, NONE, JoinResult, SyncResult
 
 TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 29, 30, 53
 
@@ -31,6 +31,7 @@ TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORI
 GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
+INVALID_SESSION_TIMEOUT = 26
 KAFKA_STORAGE_ERROR = 56
 INVALID_REQUEST = 42
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -150,23 +151,47 @@ class GroupHandlers:
 
     # ---- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ---------------------------------------
 
+    async def _consumer_written(self) -> int:
+        """Write what a classic request changed in a consumer group (NONE, or the error
+        that answers the request when the write fails)."""
+        assert self.consumer is not None
+        try:
+            await self.consumer.write()
+        except StrataError as e:
+            return coordinator_error_code(e)
+        return NONE
+
     async def join_group(self, req, ctx):
         R = ctx.response_class
         MemberR = nested(R, "members")
         rebalance = millis(req.rebalance_timeout) if has_field(type(req), "rebalance_timeout") else -1
-        if self.consumer is not None and req.group_id:
+        session = millis(req.session_timeout)
+        protocols = [(p.name, bytes(p.metadata)) for p in req.protocols]
+        instance_id = getattr(req, "group_instance_id", None)
+        result: JoinResult | None = None
+        if self.consumer is not None and req.group_id and self.consumer.has_members(req.group_id):
+            # a classic member of a consumer group (Kafka 4's online migration)
+            if not self.coordinator.min_session_timeout_ms <= session <= self.coordinator.max_session_timeout_ms:
+                result = JoinResult(INVALID_SESSION_TIMEOUT, req.member_id)
+            else:
+                result = self.consumer.classic_join(ClassicJoinRequest(
+                    req.group_id, req.member_id, instance_id, req.protocol_type, protocols, session,
+                    rebalance if rebalance >= 0 else session, ctx.client_id or "", client_host(ctx.peer),
+                    require_known_member_id=ctx.api_version >= 4))
+                error = await self._consumer_written()
+                if error:
+                    result = JoinResult(error, req.member_id)
+        elif self.consumer is not None and req.group_id:
             taken = self.consumer.take_for_classic(req.group_id)
             if taken:
-                return make(R, throttle_time=0, error_code=taken, generation_id=-1, protocol_type=None,
-                            protocol_name=_opt(R, "protocol_name", None), leader="", skip_assignment=False,
-                            member_id=req.member_id, members=())
-        result = await self.coordinator.join(
-            req.group_id, req.member_id, protocol_type=req.protocol_type,
-            protocols=[(p.name, bytes(p.metadata)) for p in req.protocols],
-            session_timeout_ms=millis(req.session_timeout), rebalance_timeout_ms=rebalance,
-            group_instance_id=getattr(req, "group_instance_id", None), client_id=ctx.client_id or "",
-            client_host=client_host(ctx.peer), require_known_member_id=ctx.api_version >= 4,
-            supports_skip_assignment=ctx.api_version >= 9, reason=getattr(req, "reason", None))
+                result = JoinResult(taken, req.member_id)
+        if result is None:
+            result = await self.coordinator.join(
+                req.group_id, req.member_id, protocol_type=req.protocol_type, protocols=protocols,
+                session_timeout_ms=session, rebalance_timeout_ms=rebalance, group_instance_id=instance_id,
+                client_id=ctx.client_id or "", client_host=client_host(ctx.peer),
+                require_known_member_id=ctx.api_version >= 4, supports_skip_assignment=ctx.api_version >= 9,
+                reason=getattr(req, "reason", None))
         members = tuple(make(MemberR, member_id=mid, group_instance_id=iid, metadata=data)
                         for mid, iid, data in result.members)
         return make(R, throttle_time=0, error_code=result.error, generation_id=result.generation_id,
@@ -176,17 +201,26 @@ class GroupHandlers:
 
     async def sync_group(self, req, ctx):
         R = ctx.response_class
-        result = await self.coordinator.sync(
-            req.group_id, req.generation_id, req.member_id,
-            group_instance_id=getattr(req, "group_instance_id", None),
-            protocol_type=getattr(req, "protocol_type", None), protocol_name=getattr(req, "protocol_name", None),
-            assignments=[(a.member_id, bytes(a.assignment)) for a in req.assignments])
+        instance_id = getattr(req, "group_instance_id", None)
+        protocol_type, protocol_name = getattr(req, "protocol_type", None), getattr(req, "protocol_name", None)
+        result: SyncResult
+        if (consumer := self._consumer_for(req.group_id)) is not None:
+            result = consumer.classic_sync(req.group_id, req.generation_id, req.member_id, instance_id,
+                                           protocol_type, protocol_name)
+        else:
+            result = await self.coordinator.sync(
+                req.group_id, req.generation_id, req.member_id, group_instance_id=instance_id,
+                protocol_type=protocol_type, protocol_name=protocol_name,
+                assignments=[(a.member_id, bytes(a.assignment)) for a in req.assignments])
         return make(R, throttle_time=0, error_code=result.error, protocol_type=result.protocol_type,
                     protocol_name=result.protocol_name, assignment=result.assignment)
 
     async def heartbeat(self, req, ctx):
-        error = self.coordinator.heartbeat(req.group_id, req.generation_id, req.member_id,
-                                           getattr(req, "group_instance_id", None))
+        instance_id = getattr(req, "group_instance_id", None)
+        if (consumer := self._consumer_for(req.group_id)) is not None:
+            error = consumer.classic_heartbeat(req.group_id, req.generation_id, req.member_id, instance_id)
+        else:
+            error = self.coordinator.heartbeat(req.group_id, req.generation_id, req.member_id, instance_id)
         return make(ctx.response_class, throttle_time=0, error_code=error)
 
     async def leave_group(self, req, ctx):
@@ -195,7 +229,11 @@ class GroupHandlers:
             leaving = [(m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in req.members]
         else:
             leaving = [(req.member_id, None, None)]
-        error, results = self.coordinator.leave(req.group_id, leaving)
+        if (consumer := self._consumer_for(req.group_id)) is not None:
+            results = consumer.classic_leave(req.group_id, leaving)
+            error = await self._consumer_written()
+        else:
+            error, results = self.coordinator.leave(req.group_id, leaving)
         if not has_field(R, "members"):  # v0-2: the one member's error is the response's
             if error == NONE and results:
                 error = results[0][2]
