@@ -164,8 +164,8 @@ class RequestHandlers(Protocol):
       acks=0), or raise CloseConnection. Must not raise anything else.
     - `bad_frame_reply(error)`: the reply to a frame the decoder refused while the
       framing is still in step (too short); None closes the connection instead.
-    - `fatal_reply(error)`: what to write before closing after a frame over
-      socket.request.max.bytes (may be empty).
+    - `fatal_reply(error)`: the bytes to write before closing after a frame over
+      socket.request.max.bytes (may be empty), straight to the transport.
     - `begin_shutdown()`: answer long polls now.
     A class that also answers without a task declares it by subclassing `FastPath`."""
 
@@ -175,7 +175,7 @@ class RequestHandlers(Protocol):
 
     def bad_frame_reply(self, error: ProtocolError) -> Reply | None: ...
 
-    def fatal_reply(self, error: ProtocolError) -> Reply: ...
+    def fatal_reply(self, error: ProtocolError) -> list[bytes]: ...
 
     def begin_shutdown(self) -> None: ...
 
@@ -266,10 +266,6 @@ class Connection(asyncio.BufferedProtocol):
         self.context = ConnectionContext(server.listener)  # what the handlers know of this connection
         self.decoder = FrameReader(server.max_frame_bytes, pool=server.frame_pool, memory=server.memory,
                                    scratch=server.scratch)
-        # BufferedProtocol.get_buffer: where the next bytes from the socket go, straight
-        # into the frame being received when it is a large one. The decoder's own bound
-        # method (uvloop keeps the one it finds here): a Python call less per read.
-        self.get_buffer = self.decoder.get_buffer
         # The fast path, if the handlers declare it (bound once: a Python call less per frame).
         fast = self.handlers if isinstance(self.handlers, FastPath) else None
         self._run_key = fast.run_key if fast is not None else None
@@ -325,6 +321,11 @@ class Connection(asyncio.BufferedProtocol):
         self._task = self.server.loop.create_task(self._serve())
         if self.server.closing:
             self.drain()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next bytes from the socket go: straight into the frame being
+        received when it is a large one (FrameReader.get_buffer)."""
+        return self.decoder.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
         if self.fatal or self.lost:

@@ -137,6 +137,7 @@ from protocol import (
     SaslAuthenticateResponse,
     TopicMetadata,
     encode_response,
+    error_response,
     fetch_response_header,
     fetch_v2_response_header,
     multifetch_response_parts,
@@ -302,8 +303,8 @@ class Handlers(PerConnection):
         answers for its own connection)."""
         return NativeSession().error(error.code, error.message)
 
-    def fatal_reply(self, error: ProtocolError) -> Reply:
-        return NativeSession().error(error.code, error.message)
+    def fatal_reply(self, error: ProtocolError) -> list[bytes]:
+        return [error_response(error.code, error.message)]  # no HANDSHAKE: version 1
 
     def begin_shutdown(self) -> None:
         """Answer every long-poll FETCH now and make new ones answer at once."""
@@ -596,12 +597,12 @@ class Handlers(PerConnection):
                 start, end = ((0, 0) if partition_log is None
                               else (partition_log.log_start_offset, partition_log.log_end_offset))
                 partitions.append(PartitionMetadata(partition, start, end))
-            topics.append(TopicMetadata(name, ErrorCode.NONE, partitions))
-        return [encode_response(MetadataResponse(ErrorCode.NONE, topics))]
+            topics.append(TopicMetadata(name, ErrorCode.NONE, tuple(partitions)))
+        return [encode_response(MetadataResponse(ErrorCode.NONE, tuple(topics)))]
 
     async def describe_config(self, req: DescribeConfigRequest, session: NativeSession) -> Reply:
         configs = self.registry.describe(req.topic)
-        return [encode_response(DescribeConfigResponse(ErrorCode.NONE, sorted(configs.items())))]
+        return [encode_response(DescribeConfigResponse(ErrorCode.NONE, tuple(sorted(configs.items()))))]
 
     async def alter_config(self, req: AlterConfigRequest, session: NativeSession) -> Reply:
         await self.partitions.blocking(self.registry.alter, req.topic, req.configs)
