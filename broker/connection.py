@@ -205,6 +205,22 @@ class FastPath(ABC):
     def begin(self, frame: Frame, conn: Any = None) -> asyncio.Future: ...
 
 
+class _NoFastPath(FastPath):
+    """The fast path of handlers that declare none: every frame goes to `handle`."""
+
+    def handle_now(self, frame: Frame, conn: Any = None) -> Reply | None:
+        return None
+
+    def run_key(self, frame: Frame) -> Any:
+        return None
+
+    def begin(self, frame: Frame, conn: Any = None) -> asyncio.Future:
+        raise AssertionError("begin() on a frame without a run key")
+
+
+_NO_FAST_PATH = _NoFastPath()
+
+
 class PerConnection(ABC):
     """RequestHandlers that keep state per connection: each Connection serves the
     handlers `for_connection()` returns (a RequestHandlers, maybe a FastPath), made
@@ -267,10 +283,10 @@ class Connection(asyncio.BufferedProtocol):
         self.decoder = FrameReader(server.max_frame_bytes, pool=server.frame_pool, memory=server.memory,
                                    scratch=server.scratch)
         # The fast path, if the handlers declare it (bound once: a Python call less per frame).
-        fast = self.handlers if isinstance(self.handlers, FastPath) else None
-        self._run_key = fast.run_key if fast is not None else None
-        self._begin = fast.begin if fast is not None else None
-        self._handle_now = fast.handle_now if fast is not None else None
+        fast = self.handlers if isinstance(self.handlers, FastPath) else _NO_FAST_PATH
+        self._run_key = fast.run_key
+        self._begin = fast.begin
+        self._handle_now = fast.handle_now
         # Not None: every item from the one being handled to the end of the queue is a
         # request begun with this run key, so a new frame with it may begin at once.
         self._streak: Any = None
@@ -300,6 +316,8 @@ class Connection(asyncio.BufferedProtocol):
 
     # ---- asyncio.Protocol -------------------------------------------------------------------
 
+    # asyncio types the argument BaseTransport; it is a socket transport (uvloop's do not
+    # subclass asyncio.Transport, so isinstance cannot narrow it).
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.transport = transport
         self.peer = self.context.peer = transport.get_extra_info("peername")
@@ -423,21 +441,22 @@ class Connection(asyncio.BufferedProtocol):
             if frame is None:
                 break
             if self.queue or self.busy:
-                if self._streak is not None and self._run_key(frame) == self._streak:  # type: ignore[misc]
-                    self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))  # type: ignore[misc]
+                if self._streak is not None and self._run_key(frame) == self._streak:
+                    self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))
                     stats.begun_early += 1
                 else:
                     self.queue.append(frame)
                     self._streak = None
                 continue
             # Idle: nothing before this frame is unanswered.
-            if self._run_key is not None and (key := self._run_key(frame)) is not None:
-                self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))  # type: ignore[misc]
+            if (key := self._run_key(frame)) is not None:
+                self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))
                 self._streak = key
                 continue
             self._streak = None
-            if self._handle_now is not None and not (self.flow.write_paused or self.draining or self.lost
-                                                     or self.transport.is_closing()):  # type: ignore[union-attr]
+            writer, transport = self.writer, self.transport  # set: frames come once connected
+            if writer is not None and transport is not None and not (
+                    self.flow.write_paused or self.draining or self.lost or transport.is_closing()):
                 timed = self._request_stats
                 if timed is not None:
                     started = perf_counter()
@@ -447,7 +466,7 @@ class Connection(asyncio.BufferedProtocol):
                         api = api_slot(frame)
                     del frame  # a pooled buffer is free again once nothing refers to it
                     stats.answered_at_once += 1
-                    rest = self.writer.write_now(reply)  # type: ignore[union-attr]
+                    rest = writer.write_now(reply)
                     self._mute_if_throttled()
                     if timed is not None:
                         timed[api].observe(perf_counter() - started)
@@ -577,8 +596,8 @@ class Connection(asyncio.BufferedProtocol):
                     reply = await item.future
                     if reply is not None:
                         await writer.write(reply)
-                elif self._run_key is not None and (key := self._run_key(item)) is not None:
-                    future = self._begin(item, self.context)  # type: ignore[misc]
+                elif (key := self._run_key(item)) is not None:
+                    future = self._begin(item, self.context)
                     self._begin_queued(key)
                     reply = await future
                     if reply is not None:
@@ -621,9 +640,9 @@ class Connection(asyncio.BufferedProtocol):
         queue = self.queue
         for i in range(len(queue)):
             item = queue[i]
-            if isinstance(item, (list, _Fatal, _Begun)) or self._run_key(item) != key:  # type: ignore[misc]
+            if isinstance(item, (list, _Fatal, _Begun)) or self._run_key(item) != key:
                 self._streak = None
                 return
-            queue[i] = _Begun(self._begin(item, self.context), api_slot(item))  # type: ignore[misc]
+            queue[i] = _Begun(self._begin(item, self.context), api_slot(item))
             self.server.stats.begun_early += 1
         self._streak = key

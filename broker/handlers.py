@@ -331,7 +331,7 @@ class Handlers(PerConnection):
             if self.authorizer.enabled and not self._may(conn, Op.WRITE, Resource.TOPIC, topic):
                 raise TopicAuthorizationError(f"not authorized to WRITE topic {topic!r}")
             partition_log = partitions.open_log(topic, partition, produce=True)
-            result = partitions.try_append_inline(partition_log, message_set)  # type: ignore[arg-type]
+            result = partitions.try_append_inline(partition_log, message_set)
             if result is None:
                 return None
         except ProtocolError as e:
@@ -384,7 +384,7 @@ class Handlers(PerConnection):
                 log.exception("request_failed", request="ProduceRequest")
                 future.set_result(session.error(ErrorCode.UNKNOWN_SERVER_ERROR))
             return future
-        return self.partitions.append_later(partition_log, message_set,  # type: ignore[arg-type]
+        return self.partitions.append_later(partition_log, message_set,
                                             session.produce_answer)
 
     # ---- PRODUCE / MULTIPRODUCE -----------------------------------------------------------------
