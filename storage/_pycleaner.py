@@ -10,7 +10,7 @@ one of the two and every caller takes `KeyMap` from there.
   full, doubling; keys over 16 bytes in arena chunks; two bit tables), computed
   rather than allocated. So both twins report full at the same entry and a clean
   runs the same rounds, whichever is bound. The dict itself takes more than that
-  (about three times for short keys): the pure-Python build keeps the C build's
+  (up to about twice as much for short keys): the pure-Python build keeps the C build's
   rounds and output, not its memory bound.
 - Pass 1's bits (`begin`, `cover`, `mark_batch`, `supersede`, `dead_mask`) as in C.
 - The walks (`map_entries`, `filter_entries`) stop at the first entry they leave
