@@ -321,6 +321,35 @@ def test_both_twins_clean_to_the_same_bytes(tmp_path, clock, seed):
 
 
 @needs_c
+def test_maps_that_fill_clean_in_the_same_rounds_with_either_twin(tmp_path, clock):
+    """A budget far below the keys: many rounds, each ending where the map filled, at
+    the same offset with either twin, and the same bytes after every round."""
+    logs = [_open(tmp_path / name / "t-0", clock, 20_000, DAY) for name in ("python", "c")]
+    rng = random.Random(6)
+    for i in range(300):
+        data = build_batch([(b"key-%05d" % rng.randrange(2000), b"v%d" % i, clock.time_ms() + j)
+                            for j in range(10)])
+        for log in logs:
+            log.append(data)
+    for log in logs:
+        log.roll()
+    target = logs[0].active_segment.base_offset
+    first_dirty, rounds = 0, 0
+    while first_dirty < target:
+        ends = []
+        for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap), strict=True):
+            offset_map = OffsetMap(20_000, key_map=key_map)
+            end, stats = Cleaner(offset_map, clock=clock).clean(log, first_dirty, target)
+            ends.append((end, stats.map["map_bytes"], stats.map["map_entries"]))
+        assert ends[0] == ends[1]
+        assert _files(logs[0]) == _files(logs[1])
+        first_dirty, rounds = ends[0][0], rounds + 1
+    assert rounds > 3
+    for log in logs:
+        log.close()
+
+
+@needs_c
 def test_plain_batches_take_the_c_walks(tmp_path, clock):
     """The bench's shape (uncompressed batches, short keys): both passes stay in C and
     give what Python gives."""
