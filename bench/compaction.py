@@ -113,6 +113,7 @@ def rss_bytes() -> int:
 def clean_child(directory: str, dedupe: int, io_buffer: int, trace: bool, profile: bool, seed: int,
                 keys: int, records: int) -> None:
     """Runs in a child process: clean to the end, report JSON on stdout."""
+    from storage import accel
     from storage.cleaner import Cleaner
     from storage.offset_map import OffsetMap
 
@@ -144,7 +145,7 @@ def clean_child(directory: str, dedupe: int, io_buffer: int, trace: bool, profil
     cpu_seconds = time.process_time() - cpu_started
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out = {"seconds": seconds, "cpu_seconds": cpu_seconds, "rounds": rounds, "input_bytes": input_bytes,
-           "native": offset_map.native is not None,
+           "native": accel.is_native(offset_map.key_map),
            "output_bytes": sum(s.size for s in log.segments.snapshot() if s.base_offset < target),
            "rss_growth": max(0, peak_rss - rss_before), "stats": stats_list}
     if trace:

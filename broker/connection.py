@@ -164,8 +164,8 @@ class RequestHandlers(Protocol):
       acks=0), or raise CloseConnection. Must not raise anything else.
     - `bad_frame_reply(error)`: the reply to a frame the decoder refused while the
       framing is still in step (too short); None closes the connection instead.
-    - `fatal_reply(error)`: what to write before closing after a frame over
-      socket.request.max.bytes (may be empty).
+    - `fatal_reply(error)`: the bytes to write before closing after a frame over
+      socket.request.max.bytes (may be empty), straight to the transport.
     - `begin_shutdown()`: answer long polls now.
     A class that also answers without a task declares it by subclassing `FastPath`."""
 
@@ -175,7 +175,7 @@ class RequestHandlers(Protocol):
 
     def bad_frame_reply(self, error: ProtocolError) -> Reply | None: ...
 
-    def fatal_reply(self, error: ProtocolError) -> Reply: ...
+    def fatal_reply(self, error: ProtocolError) -> list[bytes]: ...
 
     def begin_shutdown(self) -> None: ...
 
@@ -203,6 +203,22 @@ class FastPath(ABC):
 
     @abstractmethod
     def begin(self, frame: Frame, conn: Any = None) -> asyncio.Future: ...
+
+
+class _NoFastPath(FastPath):
+    """The fast path of handlers that declare none: every frame goes to `handle`."""
+
+    def handle_now(self, frame: Frame, conn: Any = None) -> Reply | None:
+        return None
+
+    def run_key(self, frame: Frame) -> Any:
+        return None
+
+    def begin(self, frame: Frame, conn: Any = None) -> asyncio.Future:
+        raise AssertionError("begin() on a frame without a run key")
+
+
+_NO_FAST_PATH = _NoFastPath()
 
 
 class PerConnection(ABC):
@@ -266,15 +282,11 @@ class Connection(asyncio.BufferedProtocol):
         self.context = ConnectionContext(server.listener)  # what the handlers know of this connection
         self.decoder = FrameReader(server.max_frame_bytes, pool=server.frame_pool, memory=server.memory,
                                    scratch=server.scratch)
-        # BufferedProtocol.get_buffer: where the next bytes from the socket go, straight
-        # into the frame being received when it is a large one. The decoder's own bound
-        # method (uvloop keeps the one it finds here): a Python call less per read.
-        self.get_buffer = self.decoder.get_buffer
         # The fast path, if the handlers declare it (bound once: a Python call less per frame).
-        fast = self.handlers if isinstance(self.handlers, FastPath) else None
-        self._run_key = fast.run_key if fast is not None else None
-        self._begin = fast.begin if fast is not None else None
-        self._handle_now = fast.handle_now if fast is not None else None
+        fast = self.handlers if isinstance(self.handlers, FastPath) else _NO_FAST_PATH
+        self._run_key = fast.run_key
+        self._begin = fast.begin
+        self._handle_now = fast.handle_now
         # Not None: every item from the one being handled to the end of the queue is a
         # request begun with this run key, so a new frame with it may begin at once.
         self._streak: Any = None
@@ -304,6 +316,8 @@ class Connection(asyncio.BufferedProtocol):
 
     # ---- asyncio.Protocol -------------------------------------------------------------------
 
+    # asyncio types the argument BaseTransport; it is a socket transport (uvloop's do not
+    # subclass asyncio.Transport, so isinstance cannot narrow it).
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.transport = transport
         self.peer = self.context.peer = transport.get_extra_info("peername")
@@ -325,6 +339,11 @@ class Connection(asyncio.BufferedProtocol):
         self._task = self.server.loop.create_task(self._serve())
         if self.server.closing:
             self.drain()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """Where the next bytes from the socket go: straight into the frame being
+        received when it is a large one (FrameReader.get_buffer)."""
+        return self.decoder.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
         if self.fatal or self.lost:
@@ -422,21 +441,22 @@ class Connection(asyncio.BufferedProtocol):
             if frame is None:
                 break
             if self.queue or self.busy:
-                if self._streak is not None and self._run_key(frame) == self._streak:  # type: ignore[misc]
-                    self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))  # type: ignore[misc]
+                if self._streak is not None and self._run_key(frame) == self._streak:
+                    self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))
                     stats.begun_early += 1
                 else:
                     self.queue.append(frame)
                     self._streak = None
                 continue
             # Idle: nothing before this frame is unanswered.
-            if self._run_key is not None and (key := self._run_key(frame)) is not None:
-                self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))  # type: ignore[misc]
+            if (key := self._run_key(frame)) is not None:
+                self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))
                 self._streak = key
                 continue
             self._streak = None
-            if self._handle_now is not None and not (self.flow.write_paused or self.draining or self.lost
-                                                     or self.transport.is_closing()):  # type: ignore[union-attr]
+            writer, transport = self.writer, self.transport  # set: frames come once connected
+            if writer is not None and transport is not None and not (
+                    self.flow.write_paused or self.draining or self.lost or transport.is_closing()):
                 timed = self._request_stats
                 if timed is not None:
                     started = perf_counter()
@@ -446,7 +466,7 @@ class Connection(asyncio.BufferedProtocol):
                         api = api_slot(frame)
                     del frame  # a pooled buffer is free again once nothing refers to it
                     stats.answered_at_once += 1
-                    rest = self.writer.write_now(reply)  # type: ignore[union-attr]
+                    rest = writer.write_now(reply)
                     self._mute_if_throttled()
                     if timed is not None:
                         timed[api].observe(perf_counter() - started)
@@ -576,8 +596,8 @@ class Connection(asyncio.BufferedProtocol):
                     reply = await item.future
                     if reply is not None:
                         await writer.write(reply)
-                elif self._run_key is not None and (key := self._run_key(item)) is not None:
-                    future = self._begin(item, self.context)  # type: ignore[misc]
+                elif (key := self._run_key(item)) is not None:
+                    future = self._begin(item, self.context)
                     self._begin_queued(key)
                     reply = await future
                     if reply is not None:
@@ -620,9 +640,9 @@ class Connection(asyncio.BufferedProtocol):
         queue = self.queue
         for i in range(len(queue)):
             item = queue[i]
-            if isinstance(item, (list, _Fatal, _Begun)) or self._run_key(item) != key:  # type: ignore[misc]
+            if isinstance(item, (list, _Fatal, _Begun)) or self._run_key(item) != key:
                 self._streak = None
                 return
-            queue[i] = _Begun(self._begin(item, self.context), api_slot(item))  # type: ignore[misc]
+            queue[i] = _Begun(self._begin(item, self.context), api_slot(item))
             self.server.stats.begun_early += 1
         self._streak = key

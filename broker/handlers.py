@@ -137,6 +137,7 @@ from protocol import (
     SaslAuthenticateResponse,
     TopicMetadata,
     encode_response,
+    error_response,
     fetch_response_header,
     fetch_v2_response_header,
     multifetch_response_parts,
@@ -302,8 +303,8 @@ class Handlers(PerConnection):
         answers for its own connection)."""
         return NativeSession().error(error.code, error.message)
 
-    def fatal_reply(self, error: ProtocolError) -> Reply:
-        return NativeSession().error(error.code, error.message)
+    def fatal_reply(self, error: ProtocolError) -> list[bytes]:
+        return [error_response(error.code, error.message)]  # no HANDSHAKE: version 1
 
     def begin_shutdown(self) -> None:
         """Answer every long-poll FETCH now and make new ones answer at once."""
@@ -330,7 +331,7 @@ class Handlers(PerConnection):
             if self.authorizer.enabled and not self._may(conn, Op.WRITE, Resource.TOPIC, topic):
                 raise TopicAuthorizationError(f"not authorized to WRITE topic {topic!r}")
             partition_log = partitions.open_log(topic, partition, produce=True)
-            result = partitions.try_append_inline(partition_log, message_set)  # type: ignore[arg-type]
+            result = partitions.try_append_inline(partition_log, message_set)
             if result is None:
                 return None
         except ProtocolError as e:
@@ -383,7 +384,7 @@ class Handlers(PerConnection):
                 log.exception("request_failed", request="ProduceRequest")
                 future.set_result(session.error(ErrorCode.UNKNOWN_SERVER_ERROR))
             return future
-        return self.partitions.append_later(partition_log, message_set,  # type: ignore[arg-type]
+        return self.partitions.append_later(partition_log, message_set,
                                             session.produce_answer)
 
     # ---- PRODUCE / MULTIPRODUCE -----------------------------------------------------------------
@@ -596,12 +597,12 @@ class Handlers(PerConnection):
                 start, end = ((0, 0) if partition_log is None
                               else (partition_log.log_start_offset, partition_log.log_end_offset))
                 partitions.append(PartitionMetadata(partition, start, end))
-            topics.append(TopicMetadata(name, ErrorCode.NONE, partitions))
-        return [encode_response(MetadataResponse(ErrorCode.NONE, topics))]
+            topics.append(TopicMetadata(name, ErrorCode.NONE, tuple(partitions)))
+        return [encode_response(MetadataResponse(ErrorCode.NONE, tuple(topics)))]
 
     async def describe_config(self, req: DescribeConfigRequest, session: NativeSession) -> Reply:
         configs = self.registry.describe(req.topic)
-        return [encode_response(DescribeConfigResponse(ErrorCode.NONE, sorted(configs.items())))]
+        return [encode_response(DescribeConfigResponse(ErrorCode.NONE, tuple(sorted(configs.items()))))]
 
     async def alter_config(self, req: AlterConfigRequest, session: NativeSession) -> Reply:
         await self.partitions.blocking(self.registry.alter, req.topic, req.configs)

@@ -175,8 +175,8 @@ class SessionHandlers(FastPath):
         self.session.seen += 1
         return self.session.error(error.code, error.message)
 
-    def fatal_reply(self, error: Any) -> Reply:
-        return self.session.error(error.code, error.message)
+    def fatal_reply(self, error: Any) -> list[bytes]:
+        return [error_response(error.code, error.message, self.session.version)]
 
     def begin_shutdown(self) -> None:
         self.shared.begin_shutdown()

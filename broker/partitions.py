@@ -80,7 +80,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, TypeVar, overload
 
 import structlog
 
@@ -385,6 +385,12 @@ class PartitionService:
             raise
 
     # ---- finding a partition's log -------------------------------------------------------------
+
+    @overload
+    def open_log(self, topic: str, partition: int, *, produce: Literal[True]) -> Log: ...
+
+    @overload
+    def open_log(self, topic: str, partition: int, *, produce: bool = False) -> Log | None: ...
 
     def open_log(self, topic: str, partition: int, *, produce: bool = False) -> Log | None:
         """The live log of a partition, on the loop; None for an internal topic's

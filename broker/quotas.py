@@ -225,9 +225,9 @@ class ClientQuotas:
             return None
         for u, c in ((user, client_id), (user, None), (user, _ABSENT), (None, client_id), (None, None),
                      (None, _ABSENT), (_ABSENT, client_id), (_ABSENT, None)):
-            entity = tuple(pair for pair in ((CLIENT_ID, c), (USER, u)) if pair[1] is not _ABSENT)
-            entity = tuple(sorted(entity))
-            value = quotas.get(entity, {}).get(key)  # type: ignore[arg-type]
+            entity: Entity = tuple(sorted((kind, name) for kind, name in ((CLIENT_ID, c), (USER, u))
+                                          if not isinstance(name, _Absent)))
+            value = quotas.get(entity, {}).get(key)
             if value is not None:
                 return value, "" if u is _ABSENT else user, "" if c is _ABSENT else client_id
         return None
@@ -274,7 +274,7 @@ class _Absent:
     __slots__ = ()
 
 
-_ABSENT: object = _Absent()
+_ABSENT = _Absent()
 
 
 def _matches(names: dict[str, str | None], component: tuple[str, int, str | None]) -> bool:

@@ -351,10 +351,10 @@ class FrameReader:
             self._into_frame = True
             return frame[self._filled:]
         self._into_frame = False
-        scratch = self._scratch
-        if scratch is None:
-            scratch, self._scratch_view = self.scratch.take(SCRATCH_BYTES)
-            self._scratch = scratch
+        scratch, view = self._scratch, self._scratch_view  # lent together, given back together
+        if scratch is None or view is None:
+            scratch, view = self.scratch.take(SCRATCH_BYTES)
+            self._scratch, self._scratch_view = scratch, view
             self._start = self._end = 0
         if self._start == self._end:
             self._start = self._end = 0
@@ -366,11 +366,11 @@ class FrameReader:
         if self._end == len(scratch):  # full of input nobody has taken yet: a bigger one
             n = self._end - self._start
             grown = bytearray(2 * len(scratch))
-            grown[:n] = self._scratch_view[self._start:self._end]  # type: ignore[index]
+            grown[:n] = view[self._start:self._end]
             self._scratch = scratch = grown
-            self._scratch_view = memoryview(grown)
+            self._scratch_view = view = memoryview(grown)
             self._start, self._end = 0, n
-        return self._scratch_view[self._end:]  # type: ignore[index]
+        return view[self._end:]
 
     def buffer_updated(self, nbytes: int) -> bool:
         """Count `nbytes` received into the last `get_buffer`. False while the large
@@ -468,8 +468,9 @@ class FrameReader:
         self._give_back_scratch()
 
     def _give_back_scratch(self) -> None:
-        if self._scratch is not None and self._start == self._end:
-            self.scratch.give(self._scratch, self._scratch_view)  # type: ignore[arg-type]
+        scratch, view = self._scratch, self._scratch_view
+        if scratch is not None and view is not None and self._start == self._end:
+            self.scratch.give(scratch, view)
             self._scratch = self._scratch_view = None
             self._start = self._end = 0
 

@@ -458,7 +458,7 @@ def parse_produce(frame: Buffer) -> tuple[str, int, memoryview]:
     req = parse_request(frame)  # raises the ProtocolError that says what is wrong
     if not isinstance(req, ProduceRequest):
         raise ProtocolError(ErrorCode.INVALID_REQUEST, f"expected a PRODUCE, got type {req.TYPE}")
-    return req.topic, req.partition, req.message_set  # type: ignore[return-value]
+    return req.topic, req.partition, memoryview(req.message_set)
 
 
 def encode_request(req: Request, version: int = 1) -> bytes:

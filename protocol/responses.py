@@ -473,7 +473,7 @@ def parse_response(request_type: int, frame: Buffer, version: int = 1) -> Respon
     try:
         error = _ERROR.parsefunc(stream, None)
         if error != ErrorCode.NONE:
-            cls = VERSIONS[version][request_type].cls  # type: ignore[index]
+            cls = VERSIONS[version][RequestType(request_type)].cls  # a known type: its layout was found
             if version < MESSAGE_VERSION:
                 stream.expect_end()  # an error carries an empty body
                 return cls(error)

@@ -42,7 +42,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from construct import Construct, ConstructError, FormatField, Rebuild, Renamed, StreamError, this
 from construct.expr import FuncPath
@@ -341,6 +341,13 @@ def _emit_build_each(code: Any, item: Construct) -> str:
     return f"{fname}(obj, io, this)"
 
 
+@runtime_checkable
+class _NamedFields(Protocol):
+    """A NamedTuple class (isinstance checks the class object for `_fields`)."""
+
+    _fields: tuple[str, ...]
+
+
 class Record(Construct):
     """A run of named fields that parses into `cls(*leading, *values)` and builds from an
     instance of `cls` (see the module contract). `cls` may be `tuple`: a plain tuple of
@@ -357,7 +364,12 @@ class Record(Construct):
         if cls is tuple:
             self.attrs: list[str | int] = list(range(len(self.values)))
         else:
-            names = [f.name for f in fields(cls)] if is_dataclass(cls) else list(cls._fields)  # type: ignore[attr-defined]
+            if is_dataclass(cls):
+                names = [f.name for f in fields(cls)]
+            elif isinstance(cls, _NamedFields):
+                names = list(cls._fields)
+            else:
+                raise TypeError(f"{cls.__name__}: a Record's class is a dataclass, a NamedTuple or tuple")
             # The values are the class's fields after `leading`, in order; fields past them keep
             # their defaults (a field of a later version's layout, a response's error message).
             self.attrs = list(names[len(leading):len(leading) + len(self.values)])
@@ -435,6 +447,14 @@ def _integer(sc: Construct) -> FormatField | None:
     return inner if type(inner) is FormatField else None
 
 
+def _integer_format(sc: Construct) -> str:
+    """The struct format letter of an integer field (`_runs` groups only those)."""
+    integer = _integer(sc)
+    if integer is None:
+        raise TypeError(f"field {sc.name!r} is not an integer")
+    return integer.fmtstr[1:]
+
+
 def _is_error(sc: Construct) -> bool:
     return type(sc.subcon if isinstance(sc, Renamed) else sc) is ErrorFieldType
 
@@ -459,7 +479,7 @@ def _runs(subcons: list[Construct]) -> list:
 
 
 def _run_struct(code: Any, run: list[Construct]) -> str:
-    fmt = ">" + "".join(_integer(sc).fmtstr[1:] for sc in run)  # type: ignore[union-attr]
+    fmt = ">" + "".join(_integer_format(sc) for sc in run)
     name = f"run_{fmt[1:]}"
     code.append(f"{name} = struct.Struct({fmt!r})")
     return name

@@ -31,15 +31,17 @@ and may raise (shutdown, a log being deleted); the group being written is then
 discarded, segments already swapped stay swapped (they are clean), and the
 checkpoint is not moved. Only the swap takes the log's lock.
 
-Native passes: when storage._ccleaner is built (storage/accel.py), the offset
-map keeps its short keys and pass 1's bits in C, and both passes hand each chunk
-read to C, which walks the runs of uncompressed magic-2 batches with the GIL
-released (pass 1: keys into the map; pass 2: the batches pass 1 decided, copied
-or rebuilt byte for byte as RecordFilter would). Every other entry (classic
-messages, compressed or control batches, keys over the inline limit, tombstones,
-keyless records, active producers' batches, the group's last entry) goes through
-the Python code below, which stays the reference: tests/storage/test_ccleaner.py
-checks that both write the same bytes.
+The key map and its walks (storage/accel.py's `KeyMap`: the C twin of
+storage/_ccleaner.c or the plain-Python one of storage/_pycleaner.py) hold the
+short keys and pass 1's bits, and both passes hand each chunk read to the map's
+walks first: the C ones take the runs of uncompressed magic-2 batches with the
+GIL released (pass 1: keys into the map; pass 2: the batches pass 1 decided,
+copied or rebuilt byte for byte as RecordFilter would). Every entry a walk
+leaves (classic messages, compressed or control batches, keys over the inline
+limit, tombstones, keyless records, active producers' batches, the group's last
+entry; the Python twin leaves them all) goes through the Python code below,
+which stays the reference: tests/storage/test_ccleaner.py checks that both
+twins write the same bytes.
 
 Idempotent producers: the last batch of each active producer stays, if only as
 an empty batch with its producer fields, so its sequence survives the clean (Kafka's
@@ -94,6 +96,7 @@ from kafka_format.entries import EntryInfo
 from kafka_format.errors import CorruptRecordError
 from kafka_format.framing import LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD
 
+from .accel import FULL, NEED_PYTHON
 from .cleaner_records import EntryKeys, FilterStats, Kept, RecordFilter, entry_info, entry_keys
 from .clock import SYSTEM_CLOCK, SystemClock
 from .fileutil import segment_file_name
@@ -103,13 +106,12 @@ from .segment_swap import CLEANED_SUFFIX
 from .txn_markers import ABORT, COMMIT, CONTROL_KEY, MARKER_VALUE, decode_marker
 
 if TYPE_CHECKING:
-    from ._ccleaner import KeyMap
+    from .accel import KeyMapType
 
 DEFAULT_IO_BUFFER_SIZE = 512 * 1024  # Kafka's log.cleaner.io.buffer.size
 _SIZE = _INT32 = struct.Struct(">i")
 _ENTRY_HEAD = struct.Struct(">qi")
 LAST_DELTA_AT = FIELD_OFFSET["last_offset_delta"]
-_NEED_PYTHON, _FULL = 1, 2  # storage/_ccleaner.c's map_entries statuses
 NO_KEYS = EntryKeys([], [], 0, 0, 0, 1)  # an aborted batch in pass 1: no key, never all-mapped
 
 
@@ -173,7 +175,7 @@ class _Chunk:
 
 
 class _ChunkReader:
-    """The native passes' reads: a chunk of at most `chunk_size` bytes at a time from
+    """The walks' reads: a chunk of at most `chunk_size` bytes at a time from
     `start`; the caller says how many bytes of whole entries it used (`advance`). When
     it could use none (one entry larger than the chunk) the next read is that entry."""
 
@@ -265,85 +267,32 @@ def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_
 
 
 class _BatchTable:
-    """Pass 1's tally of the dirty records: one bit per offset from the first dirty
-    offset (set: a later record of the same key superseded it), and the dirty batches
-    (magic 2, all past the first dirty offset) whose records pass 2 may keep or drop
-    by those bits alone, without looking their keys up again; a batch with a
-    tombstone or a keyless record is decided by key."""
+    """Pass 1's tally of the dirty records, kept (and charged) by the key map: one bit
+    per offset from the first dirty offset (set: a later record of the same key
+    superseded it), and the dirty batches (magic 2, all past the first dirty offset)
+    whose records pass 2 may keep or drop by those bits alone, without looking their
+    keys up again; a batch with a tombstone or a keyless record is decided by key."""
 
-    __slots__ = ("start", "bits", "bases", "last_offsets", "eligible")
+    __slots__ = ("key_map",)
 
-    COST = 3 * (8 + 36)  # bytes charged to the map per batch: three list slots and their objects
+    def __init__(self, key_map: KeyMapType, start: int) -> None:
+        self.key_map = key_map
+        key_map.begin(start)
 
-    def __init__(self, start: int) -> None:
-        self.start = start
-        self.bits = bytearray()
-        self.bases: list[int] = []
-        self.last_offsets: list[int] = []
-        self.eligible: list[bool] = []
+    def cover(self, last_offset: int) -> None:
+        """Make room for bits up to `last_offset`."""
+        self.key_map.cover(last_offset)
 
-    def growth(self, last_offset: int) -> int:
-        """How many bytes the bit map needs to grow by to cover `last_offset`."""
-        return max(0, ((last_offset - self.start) >> 3) + 1 - len(self.bits))
-
-    def cover(self, last_offset: int) -> int:
-        """Make room for bits up to `last_offset`; returns the bytes the bit map grew by."""
-        grown = self.growth(last_offset)
-        if grown:
-            self.bits.extend(bytes(grown))
-        return grown
-
-    def add(self, base_offset: int, last_offset: int, eligible: bool) -> None:
-        self.bases.append(base_offset)
-        self.last_offsets.append(last_offset)
-        self.eligible.append(eligible)
+    def add(self, base_offset: int, eligible: bool) -> None:
+        self.key_map.mark_batch(base_offset, eligible)
 
     def supersede(self, offsets: list[int]) -> None:
-        bits, start = self.bits, self.start
-        for offset in offsets:
-            i = offset - start
-            bits[i >> 3] |= 1 << (i & 7)
+        self.key_map.supersede(offsets)
 
     def dead_mask(self, base_offset: int, last_offset: int) -> int | None:
         """Bit i set: the record at base_offset + i was superseded; None when pass 2
         must decide this batch by key."""
-        i = bisect.bisect_left(self.last_offsets, last_offset)
-        if not (i < len(self.last_offsets) and self.last_offsets[i] == last_offset
-                and self.bases[i] == base_offset and self.eligible[i]):
-            return None
-        first = base_offset - self.start
-        last = last_offset - self.start
-        chunk = int.from_bytes(self.bits[first >> 3:(last >> 3) + 1], "little")
-        return (chunk >> (first & 7)) & ((1 << (last - first + 1)) - 1)
-
-
-class _NativeBatchTable:
-    """_BatchTable's bits kept by the native map (storage/_ccleaner.c), which charges
-    them to its own memory: same answers, no Python objects per batch."""
-
-    __slots__ = ("native",)
-
-    COST = 0
-
-    def __init__(self, native_map, start: int) -> None:
-        self.native = native_map
-        native_map.begin(start)
-
-    def growth(self, last_offset: int) -> int:
-        return 0  # counted by the map's fits_keys(..., last_offset)
-
-    def cover(self, last_offset: int) -> int:
-        self.native.cover(last_offset)
-        return 0  # charged by the map itself
-
-    def add(self, base_offset: int, last_offset: int, eligible: bool) -> None:
-        self.native.mark_batch(base_offset, eligible)
-
-    def supersede(self, offsets: list[int]) -> None:
-        self.native.supersede(offsets)
-
-    def dead_mask(self, base_offset: int, last_offset: int) -> int | None:
-        bits = self.native.dead_mask(base_offset, last_offset)
+        bits = self.key_map.dead_mask(base_offset, last_offset)
         return None if bits is None else int.from_bytes(bits, "little")
 
 
@@ -431,22 +380,19 @@ class Cleaner:
     # ---- pass 1 -------------------------------------------------------------------------
 
     def _build_offset_map(self, snapshot, start: int, end: int, stats: CleanerStats,
-                          check_done: Callable[[], None]) -> _BatchTable | _NativeBatchTable:
+                          check_done: Callable[[], None]) -> _BatchTable:
         offset_map = self.offset_map
         offset_map.clear(_LogKeyReader(snapshot))
-        native_map = offset_map.native
-        table: _BatchTable | _NativeBatchTable = (_BatchTable(start) if native_map is None
-                                                  else _NativeBatchTable(native_map, start))
+        table = _BatchTable(offset_map.key_map, start)
         segments = [s for s in snapshot.from_offset(start) if s.base_offset < end]
-        if self._aborted:
-            native_map = None  # the C passes do not know aborted transactions
+        walks = not self._aborted  # the walks do not know aborted transactions
         for i, segment in enumerate(segments):
             if segment is snapshot.last:
                 break
             next_base = segments[i + 1].base_offset if i + 1 < len(segments) else end
             position = segment.offset_index.lookup(start)[1] if segment.base_offset < start else 0
-            if native_map is not None:
-                if not self._map_segment_native(native_map, segment, position, start, table, stats, check_done):
+            if walks:
+                if not self._map_segment_walked(segment, position, start, table, stats, check_done):
                     return table  # full: this round cleans up to the previous entry
                 offset_map.update_latest_offset(next_base - 1)  # a gap at the segment's end
                 continue
@@ -458,28 +404,30 @@ class Cleaner:
             offset_map.update_latest_offset(next_base - 1)  # a gap at the segment's end
         return table
 
-    def _map_segment_native(self, native_map: KeyMap, segment: LogSegment, position: int, start: int, table,
+    def _map_segment_walked(self, segment: LogSegment, position: int, start: int, table: _BatchTable,
                             stats: CleanerStats, check_done: Callable[[], None]) -> bool:
-        """Pass 1 over a segment from `position`: whole runs of plain batches in one C
-        call each (GIL released); the entries it leaves (classic, compressed, long
-        keys) go through Python. False when the map is full."""
+        """Pass 1 over a segment from `position`: the key map's walk over each chunk
+        (C: whole runs of plain batches in one call, GIL released); the entries it
+        leaves (classic, compressed, long keys, ...) go through Python. False when the
+        map is full."""
         offset_map = self.offset_map
+        key_map = offset_map.key_map
         reader = _ChunkReader(segment, position, segment.size, self.io_buffer_size, check_done)
         while (buf := reader.read()) is not None:
             n = len(buf)
             pos = 0
             while pos < n:
-                pos, status, latest, first_put, records, nbytes = native_map.map_entries(
-                    buf, pos, n, offset_map.python_entries, offset_map.used_bytes - native_map.used_bytes)
+                pos, status, latest, first_put, records, nbytes = key_map.map_entries(
+                    buf, pos, n, offset_map.python_entries, offset_map.used_bytes - key_map.used_bytes)
                 stats.map_records_read += records
                 stats.map_bytes_read += nbytes
                 if latest >= 0:
                     offset_map.update_latest_offset(latest)
                 if first_put >= 0 and offset_map.start_offset < 0:
                     offset_map.start_offset = first_put
-                if status == _FULL:
+                if status == FULL:
                     return False
-                if status == _NEED_PYTHON:
+                if status == NEED_PYTHON:
                     end = reader.entry_end(buf, pos)
                     if end < 0:
                         break  # cut by the chunk: the next read starts with it
@@ -501,15 +449,12 @@ class Cleaner:
         # An aborted transaction's records supersede nothing.
         aborted = magic == MAGIC_V2 and self._aborted.holds(buf, pos)
         keys = NO_KEYS if aborted else entry_keys(buf, pos, stop, start)
-        extra = table.COST + table.growth(last_offset)
-        if offset_map.entries and (
-                not offset_map.fits_keys(keys.keys, keys.key_bytes, last_offset)
-                or offset_map.used_bytes + extra > offset_map.capacity_bytes):
+        if offset_map.entries and (not offset_map.fits_keys(keys.keys, keys.key_bytes, last_offset)
+                                   or offset_map.used_bytes > offset_map.capacity_bytes):
             return False
-        offset_map.used_bytes += table.cover(last_offset)
+        table.cover(last_offset)
         if magic == MAGIC_V2 and offset_field >= start:
-            table.add(offset_field, last_offset, not (keys.tombstones or keys.keyless))
-            offset_map.used_bytes += table.COST
+            table.add(offset_field, not (keys.tombstones or keys.keyless))
         superseded = offset_map.put_all(keys.keys, keys.offsets)
         if superseded:  # (a key twice in one batch supersedes within it)
             table.supersede(superseded)
@@ -575,7 +520,7 @@ class Cleaner:
         return Kept(bytes(out), MAGIC_V2, last_offset, max_ts, 0, count)
 
     def _clean_group(self, log, group: list[LogSegment], record_filter: RecordFilter,
-                     table: _BatchTable | _NativeBatchTable,
+                     table: _BatchTable,
                      legacy_horizon: int, stats: CleanerStats, check_done: Callable[[], None]) -> None:
         config = log.config
         base = group[0].base_offset
@@ -589,7 +534,7 @@ class Cleaner:
         try:
             last_non_empty = max((i for i, s in enumerate(group) if s.size > 0), default=-1)
             latest = self.offset_map.latest_offset
-            native_map = None if self._aborted else self.offset_map.native
+            key_map = None if self._aborted else self.offset_map.key_map  # None: no walks
             filter_stats = record_filter.stats
             now_ms, retention_ms = record_filter.now_ms, record_filter.delete_retention_ms
             unpack_head, unpack_delta = _ENTRY_HEAD.unpack_from, _INT32.unpack_from
@@ -597,14 +542,14 @@ class Cleaner:
                 retain_legacy_deletes = segment.log.mtime_ms() > legacy_horizon
                 size = segment.size
                 chunks: Iterator[bytes] | Iterator[tuple[int, bytes, list[tuple[int, int]]]]
-                if native_map is not None:
+                if key_map is not None:
                     reader = _ChunkReader(segment, 0, size, self.io_buffer_size, check_done)
                     chunks = iter(reader.read, None)
                 else:
                     chunks = read_entries(segment, 0, size, self.io_buffer_size, check_done)
                 for chunk in chunks:
                     spans: list[tuple[int, int]] | None
-                    if not isinstance(chunk, tuple):  # the native path's chunk of whole and cut entries
+                    if not isinstance(chunk, tuple):  # the walks' chunk of whole and cut entries
                         buf = chunk
                         chunk_at, n = reader.position, len(buf)
                         spans = None
@@ -623,9 +568,9 @@ class Cleaner:
                     pos = 0 if spans is None else spans[0][0]
                     while pos < n:
                         if spans is None:
-                            # Native: the batches pass 1 decided, in one call (GIL released)
-                            assert native_map is not None  # spans are None on the native path only
-                            pos, _, data, done, done_max_ts, counts = native_map.filter_entries(
+                            # The walk: in C, the batches pass 1 decided, in one call (GIL released)
+                            assert key_map is not None  # spans are None with the walks only
+                            pos, _, data, done, done_max_ts, counts = key_map.filter_entries(
                                 buf, pos, n, latest, keep_end, written, now_ms, retention_ms)
                             if done:
                                 parts.append(data)

@@ -80,7 +80,7 @@ def _corrupt(what: str) -> CorruptRecordError:
 def batch_record_keys(buf: bytes, pos: int, end: int, count: int, base_offset: int,
                       min_offset: int) -> EntryKeys:
     """Keys and offsets of the records in buf[pos:end] (the records of one batch)
-    whose offsets are >= min_offset, read field by field (the C cleaner,
+    whose offsets are >= min_offset, read field by field (the C key map's walk,
     storage/_ccleaner.c, takes the plain batches)."""
     keys: list[bytes] = []
     offsets: list[int] = []

@@ -245,16 +245,24 @@ class IndexFile(ManagedFile):
         finally:
             self._unpin()
 
+    @property
+    def _open_file(self) -> MappedFile:
+        """The mapped file, which a pin keeps open (the caller pinned it)."""
+        mapped = self._file
+        if mapped is None:
+            raise KafkaStorageError(f"index {self._path} is used while its descriptor is closed")
+        return mapped
+
     def _mapping(self) -> Any:
         """The mapped bytes, for struct (caller pinned; never None while entries > 0)."""
-        return self._file.buffer  # type: ignore[union-attr]
+        return self._open_file.buffer
 
     def _entries_bytes(self) -> bytes:
         """A copy of the real entries, as the file holds them."""
         self._pin()
         try:
             with self._remap_lock:
-                return self._file.read(0, self._entries * self._entry_size)  # type: ignore[union-attr]
+                return self._open_file.read(0, self._entries * self._entry_size)
         finally:
             self._unpin()
 
@@ -331,7 +339,7 @@ class IndexFile(ManagedFile):
         mapping into a hole on a full filesystem (tmpfs) kills the process with
         SIGBUS, where pwrite fails with ENOSPC, which the log answers."""
         self._dirty = True
-        if os.pwrite(self._file.fd, data, position) != len(data):  # type: ignore[union-attr]
+        if os.pwrite(self._open_file.fd, data, position) != len(data):
             raise OSError(f"short write to index {self._path}")
 
     def truncate_to(self, offset: int) -> None:
@@ -403,7 +411,7 @@ class IndexFile(ManagedFile):
                 return
             self._pin()
             try:
-                os.fsync(self._file.fd)  # type: ignore[union-attr]  # covers stores through the mapping too
+                os.fsync(self._open_file.fd)  # covers stores through the mapping too
                 self._dirty = False
             finally:
                 self._unpin()

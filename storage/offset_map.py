@@ -8,10 +8,10 @@ deletes a live record. Strata's map never merges two keys, whatever its hashes
 do:
 
 - A key of at most `inline_key_limit` bytes (128 by default: ids, UUIDs,
-  composite keys) is stored whole: in the native table (storage/_ccleaner.c,
-  used whenever storage/accel.py finds it built), else as the key of a
-  Python dict. Both match keys by their bytes once their hashes agree, so a hash
-  collision costs a probe, never a wrong answer. The native table is open
+  composite keys) is stored whole in the key map storage/accel.py binds: the C
+  table of storage/_ccleaner.c or its plain-Python twin storage/_pycleaner.py
+  (a dict). Both match keys by their bytes once their hashes agree, so a hash
+  collision costs a probe, never a wrong answer. The C table is open
   addressing (linear probing, at most 3/4 full) over 32-byte slots holding the
   offset, 32 bits of the key's hash, its length and the key itself when it has
   at most 16 bytes, else the place of its bytes in an arena of fixed-size chunks;
@@ -28,7 +28,7 @@ do:
 Correctness argument. After pass 1 over the records with offsets in
 [start_offset, latest_offset], for every distinct key K among them the map
 holds exactly one offset, the largest offset of a record with key K: short
-keys by byte equality (dict or native table); long keys because a digest slot or bucket gets a new
+keys by byte equality (the key map); long keys because a digest slot or bucket gets a new
 offset only after the key bytes were compared equal, and a new entry only
 after they were compared different from every key already in the slot. A
 lookup `get(K, offset_of_the_record)` returns K's own latest offset or -1:
@@ -40,7 +40,7 @@ returns a larger offset, drops a record only when a later record with the very
 same key exists: never because of a collision, in any hash the map uses (the
 tests inject a digest that maps every key to one value).
 
-Memory bound, native map. A key of n <= inline_key_limit bytes costs at most
+Memory bound. A key of n <= inline_key_limit bytes costs at most
     NATIVE_ENTRY_BOUND (128) + (n if n > 16 else 0) bytes
 (`native_entry_bound`): its slot, 32 bytes in a table at least 3/8 full once it
 has doubled, so 86 bytes a key, and 128 if a doubling holds the old and the new
@@ -51,23 +51,22 @@ keys add their bytes in the arena, whose chunks
 limit an entry costs at most 256 bytes, one for a 10-byte key at most 128 (86
 between doublings; Kafka: 24, but inexact). Fixed parts: the smallest table (16
 slots), one partly filled chunk, and pass 1's bit table of the cleaner (2 bits
-per dirty offset, kept and charged by the map). The native map counts every byte
+per dirty offset, kept and charged by the map). The C map counts every byte
 it allocates in `used_bytes` and its `fits` counts the moment of a doubling, so
-the charged figure is the real one. Keys longer than the limit take the Python
-path below (its per-entry cost, charged the same way).
+the charged figure is the real one. The Python twin charges the same figures
+(so both clean in the same rounds) while its dict holds more: the bound is the
+C build's.
 
-Memory bound, pure-Python map. Each distinct key costs at most
-    ENTRY_OVERHEAD (144) + 8 * ceil((33 + stored) / 8) bytes,
-stored = len(key) when len(key) <= inline_key_limit, else 16 (the digest):
-the dict slot (112, counting the moment a resize holds two tables), the offset
-(a Python int, 32) and the stored key object (`entry_cost`). With the default
-limit of 128 an entry costs at most 312 bytes, one for a 10-byte key 192 bytes
-(Kafka: 24 bytes, but inexact). Colliding long keys add at most BUCKET_COST to
-their slot, and the cache of recently put long keys holds at most
-RECENT_LONG_KEYS_BYTES of keys (1 MiB, keys of 129 bytes or more). The map charges
-every new entry against its budget (`log.cleaner.dedupe.buffer.size` times
-the load factor) and reports itself full before a batch that might not fit,
-so its memory never passes the budget; the cleaner then cleans up to where
+Keys longer than the limit are Python's here, in both builds: each distinct one
+costs at most
+    ENTRY_OVERHEAD (144) + 8 * ceil((33 + 16) / 8) = 200 bytes
+(`LONG_KEY_ENTRY`): the dict slot (112, counting the moment a resize holds two
+tables), the offset (a Python int, 32) and its 16-byte digest. Colliding long
+keys add at most BUCKET_COST to their slot, and the cache of recently put long
+keys holds at most RECENT_LONG_KEYS_BYTES of keys (1 MiB, keys of 129 bytes or
+more). The map charges every new entry against its budget
+(`log.cleaner.dedupe.buffer.size` times the load factor) and reports itself
+full before a batch that might not fit; the cleaner then cleans up to where
 the map got (more rounds when the map fills), as Kafka does.
 """
 
@@ -75,8 +74,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from . import accel
+
+if TYPE_CHECKING:
+    from .accel import KeyMapType
 
 INLINE_KEY_LIMIT = 128
 DIGEST_SIZE = 16
@@ -105,25 +108,14 @@ def stored_size(length: int) -> int:
     return (33 + length + 7) & ~7
 
 
-def entry_cost(key_length: int, inline_key_limit: int = INLINE_KEY_LIMIT) -> int:
-    """The most one entry for a key of `key_length` bytes costs."""
-    stored = key_length if key_length <= inline_key_limit else DIGEST_SIZE
-    return ENTRY_OVERHEAD + stored_size(stored)
-
-
-def max_entry_cost(inline_key_limit: int = INLINE_KEY_LIMIT) -> int:
-    return ENTRY_OVERHEAD + stored_size(max(inline_key_limit, DIGEST_SIZE))
+LONG_KEY_ENTRY = ENTRY_OVERHEAD + stored_size(DIGEST_SIZE)  # a long key's digest entry (200 bytes)
 
 
 def native_entry_bound(key_length: int, inline_key_limit: int = INLINE_KEY_LIMIT) -> int:
     """The most one key of `key_length` bytes costs in the native map (see the module doc)."""
     if key_length > inline_key_limit:
-        return entry_cost(key_length, inline_key_limit)  # a long key: the Python digest path
+        return LONG_KEY_ENTRY  # a long key: the Python digest path
     return NATIVE_ENTRY_BOUND + (key_length if key_length > NATIVE_INLINE_KEY else 0)
-
-
-def native_available() -> bool:
-    return accel.KeyMap is not None
 
 
 class OffsetMap:
@@ -131,7 +123,9 @@ class OffsetMap:
 
     def __init__(self, budget_bytes: int, *, load_factor: float = 0.9,
                  inline_key_limit: int = INLINE_KEY_LIMIT,
-                 digest: Callable[[bytes], bytes] = default_digest, use_native: bool | None = None):
+                 digest: Callable[[bytes], bytes] = default_digest,
+                 key_map: type[KeyMapType] | None = None):
+        """`key_map`: the key map class (default: the one storage/accel.py binds)."""
         if budget_bytes <= 0:
             raise ValueError("the offset map needs a positive budget")
         self.budget_bytes = budget_bytes
@@ -139,13 +133,8 @@ class OffsetMap:
         self.inline_key_limit = inline_key_limit
         self._digest = digest
         self._key_reader: KeyReader | None = None
-        if use_native is None:
-            use_native = accel.KeyMap is not None
-        elif use_native and accel.KeyMap is None:
-            raise RuntimeError("storage._ccleaner is not built (or STRATA_PURE_PYTHON is set)")
-        # keys of at most inline_key_limit bytes live in the C table when there is one
-        self.native = (accel.KeyMap(self.capacity_bytes, inline_key_limit)
-                       if use_native and accel.KeyMap is not None else None)
+        # keys of at most inline_key_limit bytes, and pass 1's bits
+        self.key_map: KeyMapType = (key_map or accel.KeyMap)(self.capacity_bytes, inline_key_limit)
         self.clear()
 
     # ---- state -------------------------------------------------------------------
@@ -153,15 +142,13 @@ class OffsetMap:
     def clear(self, key_reader: KeyReader | None = None) -> None:
         """Empty the map for a new round; `key_reader(offset)` gives the key of the
         record at `offset` (needed only for keys longer than the inline limit)."""
-        self._short: dict[bytes, int] = {}
         self._long: dict[bytes, int | list[int]] = {}
         self._recent: dict[int, bytes] = {}
         self._recent_bytes = 0
         self._key_reader = key_reader
-        if self.native is not None:
-            self.native.clear()
-        self._used = 0  # charged by Python (all of it without the native map)
-        self._entries = 0  # entries held by Python
+        self.key_map.clear()
+        self._used = 0  # charged for the long keys
+        self._entries = 0  # long keys held
         self.start_offset = -1  # the first offset put this round
         self.latest_offset = -1  # every keyed record in [start_offset, latest_offset] was put
         self.collisions = 0  # distinct long keys that share a digest with another
@@ -169,10 +156,8 @@ class OffsetMap:
 
     @property
     def used_bytes(self) -> int:
-        """Bytes charged: all the native map allocates, plus what Python holds."""
-        if self.native is not None:
-            return self.native.used_bytes + self._used
-        return self._used
+        """Bytes charged: the key map's, plus the long keys'."""
+        return self.key_map.used_bytes + self._used
 
     @used_bytes.setter
     def used_bytes(self, value: int) -> None:  # callers charge more (`+=`)
@@ -180,13 +165,11 @@ class OffsetMap:
 
     @property
     def entries(self) -> int:
-        if self.native is not None:
-            return self.native.entries + self._entries
-        return self._entries
+        return self.key_map.entries + self._entries
 
     @property
     def python_entries(self) -> int:
-        """Entries held by Python (all of them without the native map)."""
+        """Long keys held (outside the key map)."""
         return self._entries
 
     @property
@@ -198,7 +181,7 @@ class OffsetMap:
                 "map_budget_bytes": self.budget_bytes,
                 "map_utilization": round(self.utilization, 4),
                 "map_collisions": self.collisions, "map_key_reads": self.key_reads,
-                "map_native": self.native is not None}
+                "map_native": accel.is_native(self.key_map)}
 
     def fits(self, key_lengths_total: int, count: int) -> bool:
         """Whether `count` more keys (of `key_lengths_total` bytes together) surely fit."""
@@ -206,14 +189,11 @@ class OffsetMap:
             return True
         # stored_size(n) <= n + 40, and a long key's digest object is smaller than the key
         worst = count * LONG_KEY_WORST + key_lengths_total
-        if self.native is not None:  # lengths unknown: as native keys and as Python ones
-            return self.native.fits(count, key_lengths_total, self._used + worst, -1)
-        return self.used_bytes + worst <= self.capacity_bytes
+        # lengths unknown: as keys of the key map and as long ones
+        return self.key_map.fits(count, key_lengths_total, self._used + worst, -1)
 
     def fits_keys(self, keys: Sequence[bytes], key_lengths_total: int, last_offset: int = -1) -> bool:
-        """Whether these keys surely fit (and, natively, pass 1's bits up to `last_offset`)."""
-        if self.native is None:
-            return self.fits(key_lengths_total, len(keys))
+        """Whether these keys surely fit (and pass 1's bits up to `last_offset`)."""
         limit = self.inline_key_limit
         short = arena = 0
         worst = self._used
@@ -225,7 +205,7 @@ class OffsetMap:
                     arena += n
             else:
                 worst += LONG_KEY_WORST + n
-        return self.native.fits(short, arena, worst, last_offset)
+        return self.key_map.fits(short, arena, worst, last_offset)
 
     def update_latest_offset(self, offset: int) -> None:
         if offset > self.latest_offset:
@@ -242,35 +222,15 @@ class OffsetMap:
         if self.start_offset < 0:
             self.start_offset = offsets[0]
         limit = self.inline_key_limit
-        if self.native is not None:
-            if max(map(len, keys)) <= limit:
-                return self.native.put_keys(keys, offsets)
-            for key, offset in zip(keys, offsets, strict=False):
-                if len(key) <= limit:
-                    superseded += self.native.put_keys((key,), (offset,))
-                else:
-                    old = self._put_long(key, offset)
-                    if old is not None:
-                        superseded.append(old)
-            return superseded
-        short = self._short
-        added = 0
-        charged = 0
+        if max(map(len, keys)) <= limit:
+            return self.key_map.put_keys(keys, offsets)
         for key, offset in zip(keys, offsets, strict=False):
             if len(key) <= limit:
-                old = short.get(key)
-                short[key] = offset
-                if old is None:
-                    added += 1
-                    charged += (33 + len(key) + 7) & ~7
-                else:
-                    superseded.append(old)
+                superseded += self.key_map.put_keys((key,), (offset,))
             else:
                 old = self._put_long(key, offset)
                 if old is not None:
                     superseded.append(old)
-        self._entries += added
-        self._used += added * ENTRY_OVERHEAD + charged
         return superseded
 
     def put(self, key: bytes, offset: int) -> int | None:
@@ -350,4 +310,4 @@ class OffsetMap:
     def short_get(self) -> Callable[[bytes, int], int]:
         """`get(key, default)` for a key of at most `inline_key_limit` bytes (the
         cleaner's hot loop calls it directly, sparing a method call per record)."""
-        return self.native.get if self.native is not None else self._short.get
+        return self.key_map.get

@@ -261,7 +261,7 @@ class KafkaApis(FastPath):
     def bad_frame_reply(self, error: ProtocolError) -> None:
         return None  # too short for a header: close, as Kafka
 
-    def fatal_reply(self, error: ProtocolError) -> list:
+    def fatal_reply(self, error: ProtocolError) -> list[bytes]:
         return []  # over socket.request.max.bytes: Kafka closes without an answer
 
     def begin_shutdown(self) -> None:

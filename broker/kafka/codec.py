@@ -41,6 +41,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.static.protocol import RequestPayload, ResponsePayload
 
 from kafka_format.varint import encode_uvarint as uvarint
 from storage.file_records import FileSlice
@@ -60,7 +61,7 @@ def peek_header(frame) -> tuple[int, int, int]:
     return HEADER_PREFIX.unpack_from(frame, 0)
 
 
-def decode_request(frame, request_class: type) -> tuple[Any, Any]:
+def decode_request(frame, request_class: type[RequestPayload]) -> tuple[Any, Any]:
     """(kio RequestHeader, kio request) from one frame (size field stripped). The
     bytes are checked against the schema first (request_check: null where null is
     not allowed, counts the frame cannot hold), as kio does not."""
@@ -76,7 +77,7 @@ def decode_request(frame, request_class: type) -> tuple[Any, Any]:
 
 # ---- responses ---------------------------------------------------------------------------------
 
-def _header_bytes(correlation_id: int, response_class: type) -> bytes:
+def _header_bytes(correlation_id: int, response_class: type[ResponsePayload]) -> bytes:
     if response_class.__header_schema__.__version__ >= 1:
         return INT32.pack(correlation_id) + b"\x00"  # v1: no tagged fields
     return INT32.pack(correlation_id)
@@ -159,7 +160,7 @@ def nested(cls: type, name: str) -> type:
     _, hint = _schema(cls)[name]
     for candidate in (hint, *typing.get_args(hint)):
         for inner in (candidate, *typing.get_args(candidate)):
-            if dataclasses.is_dataclass(inner):
+            if isinstance(inner, type) and dataclasses.is_dataclass(inner):
                 return inner
     raise TypeError(f"{cls.__name__}.{name} is not an entity field")
 
@@ -201,7 +202,7 @@ def _neutral(field: dataclasses.Field, hint: Any) -> Any:
         return False
     if kind == "uuid":
         return ZERO_UUID
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return make(hint)
     return 0
 

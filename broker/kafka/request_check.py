@@ -43,7 +43,9 @@ import types
 import typing
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Any, TypeGuard
+
+from kio.static.protocol import Entity, RequestPayload
 
 
 class MalformedRequest(Exception):
@@ -66,13 +68,13 @@ INT32 = struct.Struct(">i")
 Step = Callable[[Any, int, int], int]
 
 
-def check_request(frame: Any, request_class: type) -> None:
+def check_request(frame: Any, request_class: type[RequestPayload]) -> None:
     """Raise MalformedRequest unless the frame (size field stripped) is a well-formed
     header and body of `request_class` (see the module contract)."""
     _compiled_request(request_class)(frame, 0, len(frame))
 
 
-def plan(request_class: type) -> Step:
+def plan(request_class: type[RequestPayload]) -> Step:
     """The compiled check of a request class, header included (cached):
     `plan(cls)(frame, 0, len(frame))` is `check_request(frame, cls)`."""
     return _compiled_request(request_class)
@@ -192,6 +194,12 @@ def _is_nullable(hint: Any) -> bool:
     return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
 
 
+def _is_entity(hint: object) -> TypeGuard[type[Entity]]:
+    """Whether a field's type hint is a nested entity: in kio's schema every dataclass
+    is an Entity (with `__flexible__`, `__version__`)."""
+    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
+
+
 def _strip_none(hint: Any) -> Any:
     if _is_nullable(hint):
         (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -208,13 +216,13 @@ def _value_step(owner: type, field: dataclasses.Field, hint: Any, flexible: bool
     if typing.get_origin(inner) is tuple:
         (item_hint, _ellipsis) = typing.get_args(inner)
         item_hint = _strip_none(item_hint)
-        if dataclasses.is_dataclass(item_hint):
-            item = _entity_step(item_hint, header=False)  # type: ignore[arg-type]  # a dataclass type
+        if _is_entity(item_hint):
+            item = _entity_step(item_hint, header=False)
         else:
             item = _primitive_step(f"{name}[]", kind, False, flexible)
         return _array_step(name, nullable, flexible, item)
-    if dataclasses.is_dataclass(inner):
-        body = _entity_step(inner, header=False)  # type: ignore[arg-type]  # a dataclass type
+    if _is_entity(inner):
+        body = _entity_step(inner, header=False)
         return _nullable_struct_step(name, body) if nullable else body
     if header and field.name == "client_id":
         return _sized_step(name, "string", True, False)  # always int16-prefixed, even in header v2
@@ -232,10 +240,10 @@ def _primitive_step(name: str, kind: str | None, nullable: bool, flexible: bool)
 
 
 @cache
-def _entity_step(entity_class: type, *, header: bool) -> Step:
+def _entity_step(entity_class: type[Entity], *, header: bool) -> Step:
     """The plain (uncompiled) walk of an entity: for tagged fields' values and
     nullable structs, which the compiled walk hands to it."""
-    flexible = bool(entity_class.__flexible__)  # type: ignore[attr-defined]
+    flexible = bool(entity_class.__flexible__)
     hints = typing.get_type_hints(entity_class)
     steps: list[Step] = []
     tagged: dict[int, Step] = {}
@@ -302,8 +310,8 @@ class _Source:
         self.lines.append("    " * depth + line)
 
 
-def _emit_entity(src: _Source, depth: int, entity_class: type, header: bool) -> None:
-    flexible = bool(entity_class.__flexible__)  # type: ignore[attr-defined]
+def _emit_entity(src: _Source, depth: int, entity_class: type[Entity], header: bool) -> None:
+    flexible = bool(entity_class.__flexible__)
     hints = typing.get_type_hints(entity_class)
     name = entity_class.__name__
     tagged: dict[int, Step] = {}
@@ -353,14 +361,14 @@ def _emit_value(src: _Source, depth: int, owner: type, field: dataclasses.Field,
             src.emit(depth, "if 0 <= count <= end - pos - 4: pos += 4")
         src.emit(depth, f"else: pos, count = {count_of}(buf, pos, end)")
         src.emit(depth, "for _ in range(count):")
-        if dataclasses.is_dataclass(item_hint):
-            _emit_entity(src, depth + 1, item_hint, False)  # type: ignore[arg-type]
+        if _is_entity(item_hint):
+            _emit_entity(src, depth + 1, item_hint, False)
         else:
             step = src.ref(_primitive_step(f"{name}[]", kind, False, flexible))
             src.emit(depth + 1, f"pos = {step}(buf, pos, end)")
         return
-    if dataclasses.is_dataclass(inner) and not nullable:
-        _emit_entity(src, depth, inner, False)  # type: ignore[arg-type]
+    if _is_entity(inner) and not nullable:
+        _emit_entity(src, depth, inner, False)
         return
     step = src.ref(_value_step(owner, field, hint, flexible, header))
     sized = kind in STRING_TYPES or kind in BYTES_TYPES
@@ -389,10 +397,10 @@ def _emit_value(src: _Source, depth: int, owner: type, field: dataclasses.Field,
 
 
 @cache
-def _compiled_request(request_class: type) -> Step:
+def _compiled_request(request_class: type[RequestPayload]) -> Step:
     src = _Source()
     src.emit(0, "def check(buf, pos, end):")
-    _emit_entity(src, 1, request_class.__header_schema__, True)  # type: ignore[attr-defined]
+    _emit_entity(src, 1, request_class.__header_schema__, True)
     _emit_entity(src, 1, request_class, False)
     src.emit(1, "return pos")
     namespace = dict(src.names)

@@ -1,7 +1,8 @@
-"""The native cleaner (storage/_ccleaner.c) against its pure-Python reference:
-the same cleaned bytes on random logs of every format, an exact map under total
-hash collision, CorruptRecordError (never a crash) on damaged records, and the
-map's memory bound."""
+"""The cleaner's key map, both twins (storage/_ccleaner.c and storage/_pycleaner.py,
+one suite run on each): the same interface, an exact map under total hash
+collision, the same memory figures and bound; whole cleans that write the same
+bytes with either twin on random logs of every format; CorruptRecordError (never
+a crash) on damaged records in the C walks."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from kafka_format import build_batch, build_classic
 from kafka_format.codecs import Codec
 from kafka_format.entries import EntryInfo
 from kafka_format.errors import CorruptRecordError
+from storage import _pycleaner
 from storage import accel as storage_accel
 from storage.cleaner import Cleaner
 from storage.config import LogConfig
@@ -23,19 +25,90 @@ from storage.log import Log
 from storage.offset_map import NATIVE_ENTRY_BOUND, NATIVE_INLINE_KEY, NATIVE_SLOT_BYTES, OffsetMap, native_entry_bound
 
 _ccleaner = importlib.import_module("storage._ccleaner") if storage_accel.NATIVE else None
-pytestmark = pytest.mark.skipif(_ccleaner is None, reason="storage._ccleaner is not built")
+needs_c = pytest.mark.skipif(_ccleaner is None, reason="storage._ccleaner is not built (or STRATA_PURE_PYTHON is set)")
+
+
+@pytest.fixture(params=["c", "python"])
+def twin(request):
+    """The key map's module, once each (C skipped when not built)."""
+    if request.param == "c":
+        if _ccleaner is None:
+            pytest.skip("storage._ccleaner is not built (or STRATA_PURE_PYTHON is set)")
+        return _ccleaner
+    return _pycleaner
 
 DAY = 86_400_000
 
 
 @pytest.fixture
 def all_keys_collide():
-    """Every key hash is 0 in the native map while the test runs."""
+    """Every key hash is 0 in the C map while the test runs."""
+    if _ccleaner is None:
+        yield
+        return
     _ccleaner.set_hash_mask(0)
     try:
         yield
     finally:
         _ccleaner.set_hash_mask((1 << 64) - 1)
+
+
+# ---- one interface -------------------------------------------------------------------------------
+
+def _public(names):
+    return sorted(name for name in names if not name.startswith("_"))
+
+
+@needs_c
+def test_both_twins_have_the_same_names_and_constants():
+    assert set(_public(dir(_ccleaner))) <= set(_public(dir(_pycleaner)))
+    for name in ("SLOT_BYTES", "SLOT_INLINE_KEY", "DONE", "NEED_PYTHON", "FULL"):
+        assert getattr(_ccleaner, name) == getattr(_pycleaner, name), name
+    c_map, py_map = _ccleaner.KeyMap(1 << 20, 128), _pycleaner.KeyMap(1 << 20, 128)
+    assert _public(dir(c_map)) == _public(dir(py_map))
+
+
+@needs_c
+def test_both_twins_keep_the_same_bits():
+    """Pass 1's bits: begin, cover, mark_batch, supersede and dead_mask answer alike."""
+    rng = random.Random(3)
+    maps = [_ccleaner.KeyMap(1 << 20, 128), _pycleaner.KeyMap(1 << 20, 128)]
+    for m in maps:
+        m.begin(100)
+    for step in range(2000):
+        op = rng.randrange(4)
+        a = rng.randrange(90, 2000)
+        b = a + rng.randrange(-2, 40)
+        if op == 0:
+            for m in maps:
+                m.cover(b)
+        elif op == 1:
+            eligible = rng.random() < 0.7
+            for m in maps:
+                m.mark_batch(a, eligible)
+        elif op == 2:
+            offsets = [rng.randrange(90, 2100) for _ in range(5)]
+            for m in maps:
+                m.supersede(offsets)
+        answers = [m.dead_mask(a, b) for m in maps]
+        assert answers[0] == answers[1], (step, a, b)
+        assert maps[0].bits_bytes == maps[1].bits_bytes and maps[0].used_bytes == maps[1].used_bytes
+
+
+def test_the_python_walks_leave_every_entry_to_python():
+    m = _pycleaner.KeyMap(1 << 20, 128)
+    m.begin(0)
+    plain = bytes(_batch([(b"a", b"1", 1)]))
+    assert m.map_entries(plain, 0, len(plain), 0, 0) == (0, _pycleaner.NEED_PYTHON, -1, -1, 0, 0)
+    assert m.map_entries(plain, len(plain), len(plain), 0, 0)[:2] == (len(plain), _pycleaner.DONE)
+    assert m.filter_entries(plain, 0, len(plain), 0, -1, 0, 0, DAY)[:4] == (0, _pycleaner.NEED_PYTHON, b"", [])
+    with pytest.raises(ValueError):
+        m.map_entries(plain, 0, len(plain) + 1, 0, 0)
+
+
+def test_the_bound_key_map_is_the_twin_accel_chose():
+    assert storage_accel.KeyMap is (_ccleaner.KeyMap if _ccleaner is not None else _pycleaner.KeyMap)
+    assert storage_accel.is_native(OffsetMap(1 << 20).key_map) == storage_accel.NATIVE
 
 
 # ---- the map -------------------------------------------------------------------------------------
@@ -49,12 +122,12 @@ def random_keys(rng, n):
 
 
 @pytest.mark.parametrize("collide", [False, True], ids=["hashed", "every-hash-equal"])
-def test_the_native_map_is_exact_even_when_every_hash_is_equal(collide, request):
+def test_the_map_is_exact_even_when_every_hash_is_equal(collide, request, twin):
     if collide:
         request.getfixturevalue("all_keys_collide")
     rng = random.Random(5)
     keys = random_keys(rng, 400)
-    m = _ccleaner.KeyMap(1 << 30, 128)
+    m = twin.KeyMap(1 << 30, 128)
     latest = {}
     for offset in range(3000):
         key = rng.choice(keys)
@@ -68,14 +141,14 @@ def test_the_native_map_is_exact_even_when_every_hash_is_equal(collide, request)
 
 
 @pytest.mark.parametrize("collide,count", [(False, 100_000), (True, 1500)], ids=["hashed", "every-hash-equal"])
-def test_the_table_stays_exact_as_it_grows_in_place(collide, count, request):
+def test_the_table_stays_exact_as_it_grows_in_place(collide, count, request, twin):
     """Many doublings (each moves the entries within the grown block), with long
     probe runs when every hash is equal: every key keeps its own latest offset."""
     if collide:
         request.getfixturevalue("all_keys_collide")
     rng = random.Random(count)
     keys = [rng.randbytes(rng.choice([0, 3, 8, 15, 16, 17, 30, 64, 128])) for _ in range(count)]
-    m = _ccleaner.KeyMap(1 << 32, 128)
+    m = twin.KeyMap(1 << 32, 128)
     latest = {}
     for start in range(0, 3 * count, 500):
         batch = [rng.choice(keys) for _ in range(500)]
@@ -92,11 +165,12 @@ def test_the_table_stays_exact_as_it_grows_in_place(collide, count, request):
     assert m.table_bytes <= len(latest) * NATIVE_SLOT_BYTES * 8 // 3 + 16 * NATIVE_SLOT_BYTES
 
 
-def test_offset_map_gives_the_same_answers_with_and_without_native(all_keys_collide):
+@needs_c
+def test_offset_map_gives_the_same_answers_and_memory_figures_with_either_twin(all_keys_collide):
     rng = random.Random(8)
     keys = random_keys(rng, 200) + [b"L" * 300, b"M" * 300]  # and two long keys (the Python digest path)
     log = {}
-    maps = [OffsetMap(1 << 24, use_native=False), OffsetMap(1 << 24, use_native=True)]
+    maps = [OffsetMap(1 << 24, key_map=_pycleaner.KeyMap), OffsetMap(1 << 24, key_map=_ccleaner.KeyMap)]
     for m in maps:
         m.clear(log.get)
     for offset in range(2000):
@@ -106,18 +180,20 @@ def test_offset_map_gives_the_same_answers_with_and_without_native(all_keys_coll
             log[o] = k
         answers = [sorted(m.put_all(batch, offsets)) for m in maps]
         assert answers[0] == answers[1]
+        assert maps[0].used_bytes == maps[1].used_bytes
     for key in keys:
         assert maps[0].get(key, -1) == maps[1].get(key, -1)
     assert maps[0].entries == maps[1].entries == len(keys)
 
 
 @pytest.mark.parametrize("key_length", [0, 11, 16, 17, 36, 128])
-def test_native_memory_per_key_stays_within_the_stated_bound(key_length):
-    """The map counts every byte it allocates: past the fixed parts (the smallest table,
-    one arena chunk) each key costs at most native_entry_bound bytes."""
+def test_memory_per_key_stays_within_the_stated_bound(key_length, twin):
+    """The C map counts every byte it allocates (the Python twin the same figures):
+    past the fixed parts (the smallest table, one arena chunk) each key costs at most
+    native_entry_bound bytes."""
     count = 50_000
-    m = OffsetMap(1 << 30, use_native=True)
-    n = m.native
+    m = OffsetMap(1 << 30, key_map=twin.KeyMap)
+    n = m.key_map
     keys = [i.to_bytes(8, "big").rjust(key_length, b"k")[-key_length:] if key_length else b""
             for i in range(count)]
     keys = list(dict.fromkeys(keys))
@@ -137,8 +213,8 @@ def test_native_memory_per_key_stays_within_the_stated_bound(key_length):
 
 
 @pytest.mark.parametrize("key_length", [8, 40])
-def test_the_native_map_reports_full_before_passing_its_budget(key_length):
-    m = OffsetMap(200_000, load_factor=1.0, use_native=True)
+def test_the_map_reports_full_before_passing_its_budget(key_length, twin):
+    m = OffsetMap(200_000, load_factor=1.0, key_map=twin.KeyMap)
     rng = random.Random(1)
     offset = 0
     while True:
@@ -151,7 +227,7 @@ def test_the_native_map_reports_full_before_passing_its_budget(key_length):
     assert m.entries > 1000  # it did fill up
 
 
-# ---- whole cleans: native against Python ----------------------------------------------------------
+# ---- whole cleans: the C twin against the Python one ------------------------------------------------
 
 def _open(path, clock, segment_bytes, retention):
     # the delete policy lets keyless records in; Cleaner.clean compacts whatever it is given
@@ -196,12 +272,14 @@ def _append_random(rng, logs, step, clock, keys, producers):
         log.append(data)
 
 
+@needs_c
 @pytest.mark.parametrize("seed", range(int(os.environ.get("CCLEANER_SEEDS", "10"))))
-def test_native_and_python_cleans_write_the_same_bytes(tmp_path, clock, seed):
+def test_both_twins_clean_to_the_same_bytes(tmp_path, clock, seed):
     """Two copies of one random log (every magic and codec, tombstones, keyless records,
     keys inline, in the arena and past the inline limit, producers, LogAppendTime),
-    cleaned in the same random rounds, one by each implementation: every segment file
-    stays byte for byte the same, and so do the clean's results."""
+    cleaned in the same random rounds, one with each twin: every segment file stays
+    byte for byte the same, and so do the clean's results, small maps that fill
+    included (both charge the same bytes, so a round ends at the same offset)."""
     rng = random.Random(seed)
     segment_bytes = rng.choice([1500, 2500, 6000])
     retention = rng.choice([0, 50, DAY])
@@ -218,14 +296,12 @@ def test_native_and_python_cleans_write_the_same_bytes(tmp_path, clock, seed):
             _append_random(rng, logs, step, clock, keys, producers)
             clock.advance(rng.randrange(0, 30))
             if rng.random() < 0.12:
-                # budgets where neither map fills (their memory differs, so a full map
-                # would end the round at different offsets; test_cleaner covers rounds)
-                budget = rng.choice([1 << 16, 1 << 20])
+                budget = rng.choice([1 << 13, 1 << 16, 1 << 20])
                 limit = rng.choice([128, 128, 0, 12])
                 io_buffer = rng.choice([100, 700, 512 * 1024])  # entries larger than a read, too
                 results = []
-                for log, use_native in zip(logs, (False, True)):
-                    offset_map = OffsetMap(budget, inline_key_limit=limit, use_native=use_native)
+                for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap)):
+                    offset_map = OffsetMap(budget, inline_key_limit=limit, key_map=key_map)
                     end, stats = Cleaner(offset_map, clock=clock, io_buffer_size=io_buffer).clean(
                         log, first_dirty, log.active_segment.base_offset)
                     f = stats.fields()
@@ -244,7 +320,37 @@ def test_native_and_python_cleans_write_the_same_bytes(tmp_path, clock, seed):
             log.close()
 
 
-def test_plain_batches_take_the_native_path(tmp_path, clock):
+@needs_c
+def test_maps_that_fill_clean_in_the_same_rounds_with_either_twin(tmp_path, clock):
+    """A budget far below the keys: many rounds, each ending where the map filled, at
+    the same offset with either twin, and the same bytes after every round."""
+    logs = [_open(tmp_path / name / "t-0", clock, 20_000, DAY) for name in ("python", "c")]
+    rng = random.Random(6)
+    for i in range(300):
+        data = build_batch([(b"key-%05d" % rng.randrange(2000), b"v%d" % i, clock.time_ms() + j)
+                            for j in range(10)])
+        for log in logs:
+            log.append(data)
+    for log in logs:
+        log.roll()
+    target = logs[0].active_segment.base_offset
+    first_dirty, rounds = 0, 0
+    while first_dirty < target:
+        ends = []
+        for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap), strict=True):
+            offset_map = OffsetMap(20_000, key_map=key_map)
+            end, stats = Cleaner(offset_map, clock=clock).clean(log, first_dirty, target)
+            ends.append((end, stats.map["map_bytes"], stats.map["map_entries"]))
+        assert ends[0] == ends[1]
+        assert _files(logs[0]) == _files(logs[1])
+        first_dirty, rounds = ends[0][0], rounds + 1
+    assert rounds > 3
+    for log in logs:
+        log.close()
+
+
+@needs_c
+def test_plain_batches_take_the_c_walks(tmp_path, clock):
     """The bench's shape (uncompressed batches, short keys): both passes stay in C and
     give what Python gives."""
     logs = [_open(tmp_path / name / "t-0", clock, 20_000, DAY) for name in ("python", "native")]
@@ -255,12 +361,12 @@ def test_plain_batches_take_the_native_path(tmp_path, clock):
         for log in logs:
             log.append(data)
     stats = []
-    for log, use_native in zip(logs, (False, True)):
+    for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap)):
         log.roll()
-        offset_map = OffsetMap(1 << 22, use_native=use_native)
+        offset_map = OffsetMap(1 << 22, key_map=key_map)
         _, s = Cleaner(offset_map, clock=clock).clean(log, 0, log.active_segment.base_offset)
         stats.append(s)
-    mapped, written = offset_map.native.native_entries
+    mapped, written = offset_map.key_map.native_entries
     assert mapped == 200 and written == 200 - stats[1].groups  # all but each group's last entry (Python's)
     assert _files(logs[0]) == _files(logs[1])
     assert stats[1].records.entries_rebuilt == stats[0].records.entries_rebuilt > 0
@@ -325,6 +431,7 @@ def _corruptions():
     return out
 
 
+@needs_c
 @pytest.mark.parametrize("name,damaged", _corruptions(), ids=[n for n, _ in _corruptions()])
 def test_damaged_records_raise_corrupt_record_error_in_pass_1(name, damaged):
     m = _ccleaner.KeyMap(1 << 20, 128)
@@ -346,6 +453,7 @@ def test_the_python_pass_1_refuses_the_same_damage(name, damaged):
         entry_keys(data, 0, len(data), 0)
 
 
+@needs_c
 @pytest.mark.parametrize("name,damaged", _corruptions(), ids=[n for n, _ in _corruptions()])
 def test_damaged_records_raise_corrupt_record_error_in_pass_2(name, damaged):
     """Pass 1 saw the good batch (and a later one superseding a key); pass 2 reads a
@@ -363,6 +471,7 @@ def test_damaged_records_raise_corrupt_record_error_in_pass_2(name, damaged):
         m.filter_entries(data, 0, len(data), 2, -1, 0, 0, DAY)
 
 
+@needs_c
 def test_a_damaged_crc_is_never_laundered_into_a_rebuilt_batch():
     good = bytearray(_batch([(b"alpha", b"one", 1), (b"beta", b"two", 2)]))
     later = bytes(_batch([(b"alpha", b"three", 3)], base_offset=2))
@@ -380,6 +489,7 @@ def test_a_damaged_crc_is_never_laundered_into_a_rebuilt_batch():
     assert m.filter_entries(later, 0, len(later), 2, len(later), 0, 0, DAY)[:3] == (0, _ccleaner.NEED_PYTHON, b"")
 
 
+@needs_c
 def test_random_damage_raises_corrupt_record_error_or_nothing_never_crashes():
     rng = random.Random(11)
     base = [bytes(_batch([(b"k%d" % rng.randrange(5), b"v" * rng.randrange(40), i) for i in range(6)],
@@ -406,6 +516,7 @@ def test_random_damage_raises_corrupt_record_error_or_nothing_never_crashes():
             pass
 
 
+@needs_c
 def test_entries_left_to_python_stop_the_native_walk():
     classic = build_classic([(b"a", b"1", 1)], magic=1)
     compressed = build_batch([(b"a", b"1", 1)], codec=Codec.GZIP)
@@ -419,6 +530,7 @@ def test_entries_left_to_python_stop_the_native_walk():
         assert (pos, status, records, nbytes) == (len(plain), _ccleaner.NEED_PYTHON, 1, len(plain))
 
 
+@needs_c
 @pytest.mark.parametrize("seed", range(3))
 def test_batches_of_many_records_match_python(tmp_path, clock, seed):
     """Batches around and past the C code's one-parse limit (512 records): the same
@@ -437,18 +549,19 @@ def test_batches_of_many_records_match_python(tmp_path, clock, seed):
             log.append(data)
         clock.advance(10)
     for round_ in range(2):
-        for log, use_native in zip(logs, (False, True)):
+        for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap)):
             log.roll()
-            offset_map = OffsetMap(1 << 22, use_native=use_native)
+            offset_map = OffsetMap(1 << 22, key_map=key_map)
             Cleaner(offset_map, clock=clock).clean(log, 0, log.active_segment.base_offset)
         assert _files(logs[0]) == _files(logs[1])
         if round_ == 0:
-            assert offset_map.native.native_entries[1] > 0
+            assert offset_map.key_map.native_entries[1] > 0
         clock.advance(DAY + 1)  # the second round drops the tombstones
     for log in logs:
         log.close()
 
 
+@needs_c
 def test_batches_decided_by_key_take_the_native_path_too(tmp_path, clock):
     """Tombstones (stamped with a horizon, then dropped past it), keyless records, the
     clean part of the log (before the first dirty offset) and batches past the map's
@@ -469,14 +582,14 @@ def test_batches_decided_by_key_take_the_native_path_too(tmp_path, clock):
     first_dirty = 0
     for round_ in range(4):
         results = []
-        for log, use_native in zip(logs, (False, True)):
+        for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap)):
             log.roll()
             # a small map: the round ends before the log does (batches past its end)
-            offset_map = OffsetMap(1 << 14 if round_ == 1 else 1 << 20, use_native=use_native)
+            offset_map = OffsetMap(1 << 14 if round_ == 1 else 1 << 20, key_map=key_map)
             end, stats = Cleaner(offset_map, clock=clock).clean(log, first_dirty, log.active_segment.base_offset)
             results.append((end, stats.records))
-            if use_native:
-                assert offset_map.native.native_entries[1] >= stats.records.entries_copied  # most in C
+            if key_map is _ccleaner.KeyMap:
+                assert offset_map.key_map.native_entries[1] >= stats.records.entries_copied  # most in C
         assert results[0] == results[1]
         assert _files(logs[0]) == _files(logs[1])
         first_dirty = results[0][0]

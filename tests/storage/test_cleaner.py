@@ -13,10 +13,11 @@ import pytest
 from kafka_format import build_batch, build_classic, iter_entries, scan_entries
 from kafka_format.batch import DELETE_HORIZON_BIT
 from kafka_format.codecs import Codec
+from storage import _pycleaner, accel
 from storage.cleaner import Cleaner, CleaningAborted, group_segments_by_size
 from storage.config import LogConfig
 from storage.log import Log
-from storage.offset_map import DIGEST_SIZE, OffsetMap, native_available
+from storage.offset_map import DIGEST_SIZE, OffsetMap
 from storage.segment_swap import SwapAborted
 
 DAY = 86_400_000
@@ -300,21 +301,22 @@ def test_classic_tombstones_follow_kafkas_legacy_horizon(tmp_path, clock):
 
 # ---- the offset map: rounds and collisions -----------------------------------------------------------
 
-@pytest.mark.parametrize("use_native", [
-    pytest.param(False, id="python"),
-    pytest.param(True, id="native", marks=pytest.mark.skipif(not native_available(), reason="not built"))])
-def test_a_small_map_cleans_in_rounds_and_converges(tmp_path, clock, use_native):
+@pytest.mark.parametrize("twin", [
+    pytest.param("python", id="python"),
+    pytest.param("c", id="c", marks=pytest.mark.skipif(not accel.NATIVE, reason="not built"))])
+def test_a_small_map_cleans_in_rounds_and_converges(tmp_path, clock, twin):
     log = open_log(tmp_path / "t-0", clock, segment_bytes=600)
     fill(log, clock, 120, keys=40, per_batch=4)
     before = records(log)
     target = log.active_segment.base_offset
-    # about 20 keys: several rounds (Python: 192 bytes a key; native: a 32-slot table,
-    # whose doubling to 64 slots would need 3 KiB, and pass 1's bits)
-    budget = 2800 if use_native else 20 * 192 + 2000
+    # about 20 keys: several rounds (a 32-slot table, whose doubling to 64 slots would
+    # need 3 KiB, and pass 1's bits; the Python twin charges the same)
+    budget = 2800
+    key_map = _pycleaner.KeyMap if twin == "python" else accel.KeyMap
     first_dirty, rounds = 0, 0
     while first_dirty < target:
         end, stats = clean(log, clock, first_dirty=first_dirty,
-                           offset_map=OffsetMap(budget, use_native=use_native))
+                           offset_map=OffsetMap(budget, key_map=key_map))
         assert first_dirty < end <= target
         assert stats.map["map_bytes"] <= budget
         first_dirty, rounds = end, rounds + 1

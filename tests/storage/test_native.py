@@ -9,7 +9,7 @@ import pytest
 from kafka_format import native
 
 PROBE = ("from kafka_format import accel; from storage import accel as s; "
-         "print(accel.NATIVE, s.NATIVE, accel.scan_run.__module__)")
+         "print(accel.NATIVE, s.NATIVE, accel.scan_run.__module__, s.KeyMap.__module__)")
 
 
 def probe(monkeypatch, **env) -> str:
@@ -30,7 +30,7 @@ def test_switches_read_the_environment(monkeypatch):
 
 
 def test_pure_python_binds_every_twin(monkeypatch):
-    assert probe(monkeypatch, STRATA_PURE_PYTHON="1") == "False False kafka_format._pyrecords"
+    assert probe(monkeypatch, STRATA_PURE_PYTHON="1") == "False False kafka_format._pyrecords storage._pycleaner"
 
 
 def test_built_accelerators_are_bound_when_present(monkeypatch):
@@ -38,4 +38,4 @@ def test_built_accelerators_are_bound_when_present(monkeypatch):
 
     if not accel.NATIVE:
         pytest.skip("the C accelerators are not built here (or STRATA_PURE_PYTHON is set)")
-    assert probe(monkeypatch, STRATA_REQUIRE_NATIVE="1") == "True True kafka_format._crecords"
+    assert probe(monkeypatch, STRATA_REQUIRE_NATIVE="1") == "True True kafka_format._crecords storage._ccleaner"

@@ -277,7 +277,7 @@ class GroupHandlers:
             row = []
             for pi, part in enumerate(topic.partitions):
                 code = group_error or topic_error
-                if not code:
+                if not code and name is not None:  # no error: the topic has a name
                     entries.append((name, part.partition_index, part.committed_offset, part.committed_metadata,
                                     getattr(part, "committed_leader_epoch", NO_EPOCH)))
                     where.append((ti, pi))
@@ -288,8 +288,8 @@ class GroupHandlers:
                 errors = await self.apis.blocking(self.apis.offsets.commit_many, req.group_id, entries)
             except StrataError as e:
                 errors = [e] * len(entries)
-            for (ti, pi), e in zip(where, errors, strict=False):
-                codes[ti][pi] = coordinator_error_code(e) if e is not None else NONE
+            for (ti, pi), error in zip(where, errors, strict=False):
+                codes[ti][pi] = coordinator_error_code(error) if error is not None else NONE
         topics = []
         for topic, row in zip(req.topics, codes, strict=True):
             parts = tuple(make(PartR, partition_index=p.partition_index, error_code=code)
@@ -307,7 +307,7 @@ class GroupHandlers:
         offsets = self.apis.offsets
         registry = self.apis.registry
 
-        def part(partition: int, error: int = NONE):
+        def part(name: str | None, partition: int, error: int = NONE):
             found = offsets.fetch(group_id, name, partition) if name is not None and not error else None
             if found is None:
                 return make(PartR, partition_index=partition, committed_offset=-1, committed_leader_epoch=NO_EPOCH,
@@ -330,14 +330,14 @@ class GroupHandlers:
                         continue
                     topic_id = known.topic_id
                 out.append(make(TopicR, name=name, topic_id=topic_id,
-                                partitions=tuple(part(p) for p in partitions)))
+                                partitions=tuple(part(name, p) for p in partitions)))
             return tuple(out)
         for topic in topics:
-            name, error = self._topic_name(topic, by_id)
-            if not error and not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name or ""):
+            asked, error = self._topic_name(topic, by_id)
+            if not error and not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, asked or ""):
                 error = TOPIC_AUTHORIZATION_FAILED
             out.append(make(TopicR, name=getattr(topic, "name", None), topic_id=getattr(topic, "topic_id", None),
-                            partitions=tuple(part(p, error) for p in topic.partition_indexes)))
+                            partitions=tuple(part(asked, p, error) for p in topic.partition_indexes)))
         return tuple(out)
 
     async def offset_fetch(self, req, ctx):
