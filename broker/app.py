@@ -68,13 +68,13 @@ from .config import BrokerConfig
 from .connection import RequestHandlers
 from .connection_limits import ConnectionLimits
 from .group_configs import GroupConfigs
-from .handlers import Handlers
 from .kafka import KafkaApis
 from .kafka.apis import ApiKey
 from .kafka.state import KafkaState
 from .listeners import KAFKA, NATIVE, Listener
 from .log_limiter import BadRequestLog
 from .metrics import BrokerMetrics, CountingExecutor, camel_name
+from .native import Handlers
 from .partitions import PartitionService
 from .quotas import ClientQuotas
 from .request_memory import RequestMemory

@@ -1,7 +1,7 @@
 """The partition service: the one place where both protocols' requests meet the logs
 (the role of Kafka's ReplicaManager).
 
-The native handlers (broker/handlers.py) and the Kafka APIs (broker/kafka/) parse
+The native handlers (broker/native/) and the Kafka APIs (broker/kafka/) parse
 a request, call this service and encode its answer; every policy below holds for
 both listeners because it is written once, here.
 

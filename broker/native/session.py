@@ -37,9 +37,9 @@ from protocol import PROTOCOL_VERSION, ErrorCode, RequestType, error_response, p
 from storage.file_records import FileSlice
 from storage.log import AppendResult
 
-from .connection import CloseAfterReply, FastPath, Frame, Reply
-from .partitions import error_reason
-from .security.sasl import sasl_failure_delay
+from ..connection import CloseAfterReply, FastPath, Frame, Reply
+from ..partitions import error_reason
+from ..security.sasl import sasl_failure_delay
 
 if TYPE_CHECKING:
     from .handlers import Handlers
