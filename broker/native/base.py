@@ -14,6 +14,7 @@ from __future__ import annotations
 import structlog
 
 from ..group_offsets import GroupOffsets
+from ..listeners import ConnectionContext
 from ..log_limiter import BadRequestLog
 from ..partitions import PartitionService
 from ..security.authorizer import Op, Resource
@@ -37,7 +38,7 @@ class NativeApiBase:
     def offsets(self) -> GroupOffsets:
         return self.partitions.offsets
 
-    def _may(self, conn, operation: Op, resource_type: Resource, name: str) -> bool:
+    def _may(self, conn: ConnectionContext, operation: Op, resource_type: Resource, name: str) -> bool:
         return self.authorizer.authorize(conn, operation, resource_type, name)
 
 

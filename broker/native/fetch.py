@@ -47,6 +47,7 @@ from storage.file_records import FileSlice
 from storage.log import Log
 
 from ..connection import Reply
+from ..listeners import ConnectionContext
 from ..partitions import release_all
 from ..security.authorizer import Op, Resource
 from .base import NativeApiBase
@@ -124,7 +125,7 @@ class FetchApi(NativeApiBase):
             header = fetch_response_header(ErrorCode.NONE, length)
         return [header, found] if length else [header]
 
-    def fetch_now(self, frame, conn, session: NativeSession) -> Reply | None:
+    def fetch_now(self, frame, conn: ConnectionContext, session: NativeSession) -> Reply | None:
         """handle_now for a FETCH: the answer when nothing needs waiting for (data
         there, no long poll to start, the partition's log open); else None."""
         try:

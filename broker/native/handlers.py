@@ -14,10 +14,11 @@ Contract:
       handshake.py  HANDSHAKE, SASL_AUTHENTICATE (version 2)
       acls.py       DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS
 
-- Each connection serves its own `SessionHandlers` (`for_connection`,
+- Each connection serves its own `SessionHandlers` (`for_connection(context)`,
   broker/native/session.py), which hands every frame to these shared handlers with
-  the connection's `NativeSession`: the version in force (1 until a HANDSHAKE),
-  which picks the request and response layouts and how errors are answered.
+  the connection's ConnectionContext and its `NativeSession`: the version in force
+  (1 until a HANDSHAKE), which picks the request and response layouts and how
+  errors are answered.
 - `Handlers.handle(frame, conn, session)` takes one frame (type + body, as
   FrameReader yields it) and returns the reply as a list of parts, in order:
   `bytes`, or a `FileSlice` of a segment file that the server sends with sendfile.
@@ -79,7 +80,7 @@ from protocol import (
 )
 
 from ..connection import CloseConnection, PerConnection, Reply
-from ..listeners import peer_of
+from ..listeners import ConnectionContext
 from ..log_limiter import BadRequestLog
 from ..partitions import PartitionService
 from ..security.authorizer import (
@@ -141,22 +142,20 @@ class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, Handshak
 
     # ---- entry point (SessionHandlers, per connection) -------------------------------------------
 
-    def for_connection(self) -> SessionHandlers:
-        return SessionHandlers(self)
+    def for_connection(self, context: ConnectionContext) -> SessionHandlers:
+        return SessionHandlers(self, context)
 
-    async def handle(self, frame, conn=None, session: NativeSession | None = None) -> Reply:
-        session = session or NativeSession()
-        session.context = conn
+    async def handle(self, frame, conn: ConnectionContext, session: NativeSession) -> Reply:
         try:
             request = parse_request(frame, session.version)
         except ProtocolError as e:
-            self.bad_requests.record(peer_of(conn), "bad_request", error=str(e), peer=peer_of(conn))
+            self.bad_requests.record(conn.peer, "bad_request", error=str(e), peer=conn.peer)
             return session.error(e.code, e.message)
         try:
             if self.authorizer.enabled:
                 denied = self._authorize(request, conn)
-                if denied or isinstance(request, MetadataRequest):
-                    return await self._dispatch_checked(request, session, conn, denied)
+                if denied:
+                    return await self._dispatch_checked(request, session, denied)
             return await self._dispatch[type(request)](request, session)
         except StrataError as e:
             return session.error(*self.partitions.error_answer(e))
@@ -168,7 +167,7 @@ class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, Handshak
 
     # ---- authorization --------------------------------------------------------------------------
 
-    def _authorize(self, request, conn) -> frozenset[int]:
+    def _authorize(self, request, conn: ConnectionContext) -> frozenset[int]:
         """The ACL check of a request, as the Kafka listener checks the matching Kafka
         request: raises the authorization error of a one-resource request; returns
         the indexes of a MULTIFETCH's or MULTIPRODUCE's items the connection may not
@@ -203,21 +202,11 @@ class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, Handshak
             raise TopicAuthorizationError(f"not authorized to {needed.name} topic {topic!r}")
         return frozenset()
 
-    async def _dispatch_checked(self, request, session: NativeSession, conn, denied: frozenset[int]) -> Reply:
-        """The requests whose answer depends on the ACLs item by item."""
-        if isinstance(request, MetadataRequest):
-            return await self.metadata(request, session, conn)
+    async def _dispatch_checked(self, request, session: NativeSession, denied: frozenset[int]) -> Reply:
+        """A MULTIFETCH or MULTIPRODUCE with items the ACLs refuse."""
         if isinstance(request, MultiFetchRequest):
             return await self.multifetch(request, session, denied)
         return await self.multiproduce(request, session, denied)
-
-    def bad_frame_reply(self, error: ProtocolError) -> Reply:
-        """A frame too short for a type, on a connection at version 1 (SessionHandlers
-        answers for its own connection)."""
-        return NativeSession().error(error.code, error.message)
-
-    def fatal_reply(self, error: ProtocolError) -> Reply:
-        return NativeSession().error(error.code, error.message)
 
     def begin_shutdown(self) -> None:
         """Answer every long-poll FETCH now and make new ones answer at once."""
@@ -225,7 +214,7 @@ class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, Handshak
 
     # ---- the fast path (broker.connection.FastPath) ---------------------------------------------
 
-    def handle_now(self, frame, conn, session: NativeSession) -> Reply | None:
+    def handle_now(self, frame, conn: ConnectionContext, session: NativeSession) -> Reply | None:
         """The reply to `frame` if it can be made right now, on the loop, without
         waiting for anything: a PRODUCE whose append runs inline (the partition
         service's policy), a FETCH with data to send or nothing to wait for. None,

@@ -41,8 +41,7 @@ class HandshakeApi(NativeApiBase):
         return [encode_response(HandshakeResponse(ErrorCode.NONE, version, mechanisms))]
 
     async def sasl_authenticate(self, req: SaslAuthenticateRequest, session: NativeSession) -> Reply:
-        context = session.context
-        sasl = context.sasl if context is not None else None
+        sasl = session.context.sasl
         if sasl is None:  # a listener that requires no SASL
             if session.version < 2:
                 raise IllegalSaslStateError("SASL_AUTHENTICATE before a HANDSHAKE of version 2")

@@ -43,7 +43,7 @@ from protocol.requests import PRODUCE_FIXED, PRODUCE_HEAD
 from storage.log import AppendResult
 
 from ..connection import Reply
-from ..listeners import peer_of
+from ..listeners import ConnectionContext
 from ..partitions import INLINE_APPEND_MAX_BYTES
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
 from .base import NativeApiBase, log
@@ -83,7 +83,7 @@ class ProduceApi(NativeApiBase):
 
     # ---- the fast path (broker.connection.FastPath, through Handlers) ---------------------------
 
-    def produce_now(self, frame, conn, session: NativeSession) -> Reply | None:
+    def produce_now(self, frame, conn: ConnectionContext, session: NativeSession) -> Reply | None:
         """handle_now for a PRODUCE: the reply when its append runs inline (the
         partition service's policy); else None, with nothing done."""
         partitions = self.partitions
@@ -97,7 +97,7 @@ class ProduceApi(NativeApiBase):
             if result is None:
                 return None
         except ProtocolError as e:
-            self.bad_requests.record(peer_of(conn), "bad_request", error=str(e), peer=peer_of(conn))
+            self.bad_requests.record(conn.peer, "bad_request", error=str(e), peer=conn.peer)
             return session.error(e.code, e.message)
         except Exception as e:
             return session.error(*partitions.error_answer(e, partition_log))
@@ -126,7 +126,7 @@ class ProduceApi(NativeApiBase):
                 return None  # inline (or an error `handle` answers)
         return topic, partition
 
-    def begin(self, frame, conn, session: NativeSession) -> asyncio.Future:
+    def begin(self, frame, conn: ConnectionContext, session: NativeSession) -> asyncio.Future:
         """Start a keyed PRODUCE now and return the future of its reply. Parsing and
         checks happen here, on the loop; the append goes to the partition's appender,
         behind every append begun before it. The future never fails: errors are

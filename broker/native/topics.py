@@ -4,8 +4,8 @@ Contract: topic changes and record deletion run in the executor through the
 partition service (the topic registry, broker/topics.py; `remove_topic`,
 `delete_records_before`); METADATA answers from memory, except creating the
 missing topics it names (`PartitionService.auto_create_topic`, the Kafka
-Metadata's path). With ACLs on, METADATA filters and refuses topic by topic
-(`metadata(..., conn)`, called so by `Handlers`).
+Metadata's path). With ACLs on, METADATA filters and refuses topic by topic,
+for the session's connection.
 
 Decisions where the spec is silent (Kafka's behaviour unless noted):
 - METADATA with count 0 lists every topic except the internal `__consumer_offsets`
@@ -25,8 +25,6 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from kafka_format.errors import StrataError
 from kafka_format.topic_names import validate_topic_name
@@ -61,11 +59,12 @@ class TopicsApi(NativeApiBase):
         await self.partitions.remove_topic(req.topic)
         return [encode_response(EmptyResponse(ErrorCode.NONE))]
 
-    async def metadata(self, req: MetadataRequest, session: NativeSession, conn: Any = None) -> Reply:
-        """With ACLs (`conn` given): listing every topic lists those the connection may
-        DESCRIBE; a named one it may not is TOPIC_AUTHORIZATION_FAILED; auto-creation
-        needs CREATE on the cluster or the topic (as Kafka's Metadata)."""
-        checked = conn is not None and self.authorizer.enabled
+    async def metadata(self, req: MetadataRequest, session: NativeSession) -> Reply:
+        """With ACLs: listing every topic lists those the connection may DESCRIBE; a
+        named one it may not is TOPIC_AUTHORIZATION_FAILED; auto-creation needs CREATE
+        on the cluster or the topic (as Kafka's Metadata)."""
+        conn = session.context
+        checked = self.authorizer.enabled
         names = req.topics or [n for n in self.registry.names()
                                if not checked or self._may(conn, Op.DESCRIBE, Resource.TOPIC, n)]
         auto_create = bool(req.topics) and req.allow_auto_topic_creation and self.config.auto_create_topics
