@@ -145,7 +145,8 @@ class SessionHandlers(FastPath):
         return reply
 
     def run_key(self, frame: Frame) -> Any:
-        if not self.session.context.authenticated:
+        session = self.session
+        if not session.seen or not session.context.authenticated:
             return None  # `handle` first: the HANDSHAKE, the SASL gate
         return self.shared.run_key(frame)
 
