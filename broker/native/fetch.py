@@ -10,7 +10,7 @@ Contract:
   append to the partition (`PartitionService.wait_for_append`), for the timeout,
   or for shutdown; then it answers what is there (possibly an empty set).
   MULTIFETCH never waits.
-- `fetch_now(frame, conn, session)` is the fast path's FETCH (through
+- `fetch_now(frame, session)` is the fast path's FETCH (through
   `Handlers.handle_now`): the answer when there is data or nothing to wait for,
   else None with nothing done.
 - A cancelled handler (the connection died) never leaks a FileSlice: results
@@ -47,7 +47,6 @@ from storage.file_records import FileSlice
 from storage.log import Log
 
 from ..connection import Reply
-from ..listeners import ConnectionContext
 from ..partitions import release_all
 from ..security.authorizer import Op, Resource
 from .base import NativeApiBase
@@ -125,7 +124,7 @@ class FetchApi(NativeApiBase):
             header = fetch_response_header(ErrorCode.NONE, length)
         return [header, found] if length else [header]
 
-    def fetch_now(self, frame, conn: ConnectionContext, session: NativeSession) -> Reply | None:
+    def fetch_now(self, frame, session: NativeSession) -> Reply | None:
         """handle_now for a FETCH: the answer when nothing needs waiting for (data
         there, no long poll to start, the partition's log open); else None."""
         try:
@@ -134,7 +133,7 @@ class FetchApi(NativeApiBase):
             return None  # `handle` answers it
         if not isinstance(req, FetchRequest) or req.max_bytes < 0 or req.isolation_level not in ISOLATION_LEVELS:
             return None
-        if self.authorizer.enabled and not self._may(conn, Op.READ, Resource.TOPIC, req.topic):
+        if self.authorizer.enabled and not self._may(session.context, Op.READ, Resource.TOPIC, req.topic):
             return None  # `handle` answers the refusal
         try:
             partition_log = self.partitions.open_log(req.topic, req.partition)

@@ -16,10 +16,10 @@ Contract:
 
 - Each connection serves its own `SessionHandlers` (`for_connection(context)`,
   broker/native/session.py), which hands every frame to these shared handlers with
-  the connection's ConnectionContext and its `NativeSession`: the version in force
-  (1 until a HANDSHAKE), which picks the request and response layouts and how
-  errors are answered.
-- `Handlers.handle(frame, conn, session)` takes one frame (type + body, as
+  the connection's `NativeSession`: its ConnectionContext (`session.context`) and
+  the version in force (1 until a HANDSHAKE), which picks the request and response
+  layouts and how errors are answered.
+- `Handlers.handle(frame, session)` takes one frame (type + body, as
   FrameReader yields it) and returns the reply as a list of parts, in order:
   `bytes`, or a `FileSlice` of a segment file that the server sends with sendfile.
   The server releases every slice once sent (or when the connection dies).
@@ -145,7 +145,8 @@ class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, Handshak
     def for_connection(self, context: ConnectionContext) -> SessionHandlers:
         return SessionHandlers(self, context)
 
-    async def handle(self, frame, conn: ConnectionContext, session: NativeSession) -> Reply:
+    async def handle(self, frame, session: NativeSession) -> Reply:
+        conn = session.context
         try:
             request = parse_request(frame, session.version)
         except ProtocolError as e:
@@ -214,7 +215,7 @@ class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, Handshak
 
     # ---- the fast path (broker.connection.FastPath) ---------------------------------------------
 
-    def handle_now(self, frame, conn: ConnectionContext, session: NativeSession) -> Reply | None:
+    def handle_now(self, frame, session: NativeSession) -> Reply | None:
         """The reply to `frame` if it can be made right now, on the loop, without
         waiting for anything: a PRODUCE whose append runs inline (the partition
         service's policy), a FETCH with data to send or nothing to wait for. None,
@@ -223,10 +224,10 @@ class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, Handshak
         if frame[0]:  # the int16 type, big-endian: every type so far has a zero high byte
             return None
         if frame[1] == RequestType.FETCH:
-            return self.fetch_now(frame, conn, session)
+            return self.fetch_now(frame, session)
         if frame[1] != RequestType.PRODUCE:
             return None
-        return self.produce_now(frame, conn, session)
+        return self.produce_now(frame, session)
 
 
 __all__ = ["TOPIC_OPERATIONS", "Handlers"]

@@ -6,7 +6,7 @@ Contract:
   slow-disk back-off) and answers with the session's `produce_answer` (its
   version's layout). MULTIPRODUCE starts every item's append, then answers them
   in order; an item the ACLs refuse (`denied`) is TOPIC_AUTHORIZATION_FAILED.
-- `produce_now(frame, conn, session)` is the fast path's PRODUCE
+- `produce_now(frame, session)` is the fast path's PRODUCE
   (broker/connection.py's FastPath, through `Handlers.handle_now`): the reply
   when the append runs inline, else None with nothing done.
 - `run_key` / `begin` stream pipelined PRODUCEs that go to the executor into the
@@ -43,7 +43,6 @@ from protocol.requests import PRODUCE_FIXED, PRODUCE_HEAD
 from storage.log import AppendResult
 
 from ..connection import Reply
-from ..listeners import ConnectionContext
 from ..partitions import INLINE_APPEND_MAX_BYTES
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
 from .base import NativeApiBase, log
@@ -83,21 +82,22 @@ class ProduceApi(NativeApiBase):
 
     # ---- the fast path (broker.connection.FastPath, through Handlers) ---------------------------
 
-    def produce_now(self, frame, conn: ConnectionContext, session: NativeSession) -> Reply | None:
+    def produce_now(self, frame, session: NativeSession) -> Reply | None:
         """handle_now for a PRODUCE: the reply when its append runs inline (the
         partition service's policy); else None, with nothing done."""
         partitions = self.partitions
         partition_log = None
         try:
             topic, partition, message_set = parse_produce(frame)
-            if self.authorizer.enabled and not self._may(conn, Op.WRITE, Resource.TOPIC, topic):
+            if self.authorizer.enabled and not self._may(session.context, Op.WRITE, Resource.TOPIC, topic):
                 raise TopicAuthorizationError(f"not authorized to WRITE topic {topic!r}")
             partition_log = partitions.open_log(topic, partition, produce=True)
             result = partitions.try_append_inline(partition_log, message_set)  # type: ignore[arg-type]
             if result is None:
                 return None
         except ProtocolError as e:
-            self.bad_requests.record(conn.peer, "bad_request", error=str(e), peer=conn.peer)
+            peer = session.context.peer
+            self.bad_requests.record(peer, "bad_request", error=str(e), peer=peer)
             return session.error(e.code, e.message)
         except Exception as e:
             return session.error(*partitions.error_answer(e, partition_log))
@@ -126,14 +126,14 @@ class ProduceApi(NativeApiBase):
                 return None  # inline (or an error `handle` answers)
         return topic, partition
 
-    def begin(self, frame, conn: ConnectionContext, session: NativeSession) -> asyncio.Future:
+    def begin(self, frame, session: NativeSession) -> asyncio.Future:
         """Start a keyed PRODUCE now and return the future of its reply. Parsing and
         checks happen here, on the loop; the append goes to the partition's appender,
         behind every append begun before it. The future never fails: errors are
         answered as `handle` answers them."""
         try:
             topic, partition, message_set = parse_produce(frame)  # run_key saw a PRODUCE type
-            if self.authorizer.enabled and not self._may(conn, Op.WRITE, Resource.TOPIC, topic):
+            if self.authorizer.enabled and not self._may(session.context, Op.WRITE, Resource.TOPIC, topic):
                 raise TopicAuthorizationError(f"not authorized to WRITE topic {topic!r}")
             partition_log = self.partitions.open_log(topic, partition, produce=True)
         except Exception as e:

@@ -117,7 +117,7 @@ class SessionHandlers(FastPath):
         self.session.seen += 1
         if not conn.authenticated:
             await self.refuse_unauthenticated(frame, conn)
-        reply = await self.shared.handle(frame, conn, self.session)
+        reply = await self.shared.handle(frame, self.session)
         self._count_quota(frame, reply, conn)
         return reply
 
@@ -138,7 +138,7 @@ class SessionHandlers(FastPath):
     def handle_now(self, frame: Frame, conn: ConnectionContext) -> Reply | None:
         if not self.session.seen or not conn.authenticated:
             return None  # a connection's first request goes to `handle` (it may be a HANDSHAKE)
-        reply = self.shared.handle_now(frame, conn, self.session)
+        reply = self.shared.handle_now(frame, self.session)
         if reply is not None:
             self.session.seen += 1
             self._count_quota(frame, reply, conn)
@@ -153,7 +153,7 @@ class SessionHandlers(FastPath):
     def begin(self, frame: Frame, conn: ConnectionContext) -> asyncio.Future:
         self.session.seen += 1
         self._count_quota(frame, None, conn)  # keyed frames are PRODUCEs
-        return self.shared.begin(frame, conn, self.session)
+        return self.shared.begin(frame, self.session)
 
     def _count_quota(self, frame: Frame, reply: Reply | None, conn: ConnectionContext) -> None:
         """Client quotas (broker/quotas.py): a PRODUCE or MULTIPRODUCE counts its
