@@ -13,7 +13,7 @@ Contract:
   connection's requests in its session and hands each to the shared `Handlers`
   with the session. The first request of a connection always goes through
   `handle` (never the fast path), so a HANDSHAKE is always seen as the first.
-- `HandshakeState.agree(requested)` is the HANDSHAKE rule: only as the first
+- `NativeSession.agree(requested)` is the HANDSHAKE rule: only as the first
   request, once; the version in force is the lower of the client's and
   PROTOCOL_VERSION; a version below 1 is INVALID_REQUEST.
 - SASL: `listener_sasl_mechanisms(context)` is the one place that says which
