@@ -65,16 +65,16 @@ from storage.open_files import OPEN_FILES, raise_nofile_limit
 
 from .admin_http import AdminServer
 from .config import BrokerConfig
-from .connection import RequestHandlers
+from .connection import PerConnection, RequestHandlers
 from .connection_limits import ConnectionLimits
 from .group_configs import GroupConfigs
-from .handlers import Handlers
 from .kafka import KafkaApis
 from .kafka.apis import ApiKey
 from .kafka.state import KafkaState
 from .listeners import KAFKA, NATIVE, Listener
 from .log_limiter import BadRequestLog
 from .metrics import BrokerMetrics, CountingExecutor, camel_name
+from .native import Handlers
 from .partitions import PartitionService
 from .quotas import ClientQuotas
 from .request_memory import RequestMemory
@@ -166,7 +166,7 @@ class BrokerApp:
             kafka.authenticator = authenticator
 
         def server_for(listener: Listener) -> BrokerServer:
-            api: RequestHandlers = handlers
+            api: RequestHandlers | PerConnection = handlers
             stats = native_stats
             if kafka is not None and listener.spec.protocol == KAFKA:
                 api, stats = kafka, kafka_stats

@@ -171,7 +171,7 @@ class RequestHandlers(Protocol):
 
     loop: asyncio.AbstractEventLoop
 
-    async def handle(self, frame: Frame, conn: Any = None) -> Reply | None: ...
+    async def handle(self, frame: Frame, conn: ConnectionContext) -> Reply | None: ...
 
     def bad_frame_reply(self, error: ProtocolError) -> Reply | None: ...
 
@@ -196,13 +196,13 @@ class FastPath(ABC):
       it on the connection is already begun with the same key."""
 
     @abstractmethod
-    def handle_now(self, frame: Frame, conn: Any = None) -> Reply | None: ...
+    def handle_now(self, frame: Frame, conn: ConnectionContext) -> Reply | None: ...
 
     @abstractmethod
     def run_key(self, frame: Frame) -> Any: ...
 
     @abstractmethod
-    def begin(self, frame: Frame, conn: Any = None) -> asyncio.Future: ...
+    def begin(self, frame: Frame, conn: ConnectionContext) -> asyncio.Future: ...
 
 
 class _NoFastPath(FastPath):
@@ -222,12 +222,17 @@ _NO_FAST_PATH = _NoFastPath()
 
 
 class PerConnection(ABC):
-    """RequestHandlers that keep state per connection: each Connection serves the
-    handlers `for_connection()` returns (a RequestHandlers, maybe a FastPath), made
-    when the connection is; the server's shared instance still gets `begin_shutdown`."""
+    """Handlers that keep state per connection: each Connection serves the
+    RequestHandlers (maybe a FastPath) `for_connection(context)` returns, made when
+    the connection is; the server's shared instance gets `begin_shutdown`."""
+
+    loop: asyncio.AbstractEventLoop
 
     @abstractmethod
-    def for_connection(self) -> RequestHandlers: ...
+    def for_connection(self, context: ConnectionContext) -> RequestHandlers: ...
+
+    @abstractmethod
+    def begin_shutdown(self) -> None: ...
 
 
 class ConnectionStats(PauseCounters, Protocol):
@@ -243,7 +248,7 @@ class ConnectionStats(PauseCounters, Protocol):
 class ConnectionHost(Protocol):
     """What a Connection needs of its server (broker.server.BrokerServer)."""
 
-    handlers: RequestHandlers
+    handlers: RequestHandlers | PerConnection
     loop: asyncio.AbstractEventLoop
     max_frame_bytes: int
     max_queued_requests: int
@@ -272,14 +277,14 @@ class Connection(asyncio.BufferedProtocol):
 
     def __init__(self, server: ConnectionHost):
         self.server = server
+        self.context = ConnectionContext(server.listener)  # what the handlers know of this connection
         handlers = server.handlers
-        self.handlers: RequestHandlers = (handlers.for_connection() if isinstance(handlers, PerConnection)
-                                          else handlers)
+        self.handlers: RequestHandlers = (handlers.for_connection(self.context)
+                                          if isinstance(handlers, PerConnection) else handlers)
         self.max_queued = server.max_queued_requests
         self.write_high = server.write_buffer_high
         self.transport: asyncio.Transport | None = None
         self.peer: Any = None
-        self.context = ConnectionContext(server.listener)  # what the handlers know of this connection
         self.decoder = FrameReader(server.max_frame_bytes, pool=server.frame_pool, memory=server.memory,
                                    scratch=server.scratch)
         # The fast path, if the handlers declare it (bound once: a Python call less per frame).

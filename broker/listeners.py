@@ -235,12 +235,6 @@ class ConnectionContext:
         return self.listener.security_protocol if self.listener is not None else "PLAINTEXT"
 
 
-def peer_of(conn: Any) -> Any:
-    """The peer address of a ConnectionContext (or the address itself, from callers
-    that pass one)."""
-    return conn.peer if isinstance(conn, ConnectionContext) else conn
-
-
 __all__ = ["ConnectionContext", "DEFAULT_PROTOCOL_MAP", "KAFKA", "Listener", "ListenerSpec", "NATIVE",
            "SECURITY_PROTOCOLS", "canonical_host", "listener_specs", "parse_listener", "parse_listener_list",
-           "parse_protocol_map", "peer_of"]
+           "parse_protocol_map"]

@@ -1,7 +1,7 @@
 """The partition service: the one place where both protocols' requests meet the logs
 (the role of Kafka's ReplicaManager).
 
-The native handlers (broker/handlers.py) and the Kafka APIs (broker/kafka/) parse
+The native handlers (broker/native/) and the Kafka APIs (broker/kafka/) parse
 a request, call this service and encode its answer; every policy below holds for
 both listeners because it is written once, here.
 
@@ -104,7 +104,7 @@ from .config import BrokerConfig
 from .group_offsets import GroupOffsets
 from .listeners import ConnectionContext
 from .metrics import BrokerMetrics
-from .quotas import ANONYMOUS, ClientQuotas
+from .quotas import ClientQuotas
 from .security.authorizer import Authorizer
 from .topics import Topic, TopicRegistry
 
@@ -351,7 +351,7 @@ class PartitionService:
 
     # ---- client quotas -------------------------------------------------------------------------
 
-    def throttle(self, connection: ConnectionContext | None, kind: str, client_id: str | None,
+    def throttle(self, connection: ConnectionContext, kind: str, client_id: str | None,
                  nbytes: int) -> int:
         """The quota policy both protocols call once per produce or fetch request:
         record `nbytes` against the client's quota (`kind` produce or fetch) and
@@ -361,11 +361,8 @@ class PartitionService:
         quotas = self.quotas
         if quotas is None:
             return 0
-        if not isinstance(connection, ConnectionContext):  # a bare peer address (tests)
-            connection = None
-        principal = connection.principal if connection is not None else ANONYMOUS
-        throttle = quotas.throttle_ms(kind, principal, client_id, nbytes)
-        if throttle and connection is not None:
+        throttle = quotas.throttle_ms(kind, connection.principal, client_id, nbytes)
+        if throttle:
             connection.throttle_ms = max(connection.throttle_ms, throttle)
         return throttle
 

@@ -2,8 +2,9 @@
 
 Contract:
 - `BrokerServer(handlers, ..., listener=...)` is one listener (broker/listeners.py)
-  of one protocol: the native `Handlers` or the Kafka listener's
-  `broker.kafka.KafkaApis`, both `RequestHandlers` (broker/connection.py). An SSL
+  of one protocol: the native `Handlers` (a `PerConnection`, which gives each
+  connection its own RequestHandlers) or the Kafka listener's
+  `broker.kafka.KafkaApis` (a `RequestHandlers`; both in broker/connection.py). An SSL
   listener listens with its TLS context (broker/tls.py): connections begin once the
   handshake is done, and a failed handshake closes the socket without reaching the
   handlers. Each accepted socket is a `Connection`
@@ -35,7 +36,7 @@ import structlog
 
 from protocol.framing import FramePool, ScratchBuffers
 
-from .connection import CloseConnection, Connection, FastPath, RequestHandlers
+from .connection import CloseConnection, Connection, FastPath, PerConnection, RequestHandlers
 from .connection_limits import ConnectionLimits
 from .listeners import Listener
 from .log_limiter import BadRequestLog
@@ -77,7 +78,7 @@ class ServerStats:
 class BrokerServer:
     """The listening socket and every open connection."""
 
-    def __init__(self, handlers: RequestHandlers, *, max_frame_bytes: int, max_queued_requests: int,
+    def __init__(self, handlers: RequestHandlers | PerConnection, *, max_frame_bytes: int, max_queued_requests: int,
                  write_buffer_high: int, bad_requests: BadRequestLog | None = None,
                  memory: RequestMemory | None = None, limits: ConnectionLimits | None = None,
                  idle_ms: int = -1, listener: Listener | None = None,

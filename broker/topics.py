@@ -54,7 +54,7 @@ Contract:
 - The internal topic `__consumer_offsets` is registered by `ensure_internal_topic`
   (cleanup.policy=compact and Kafka's offsets.topic.segment.bytes, 100 MiB); its
   partition logs are created on first use. It cannot be deleted (Kafka refuses
-  too) and METADATA for all topics leaves it out (see handlers.py).
+  too) and METADATA for all topics leaves it out (see broker/native/topics.py).
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ class IsolationLevel(IntEnum):
 
 # Hand-written struct, not a layout: the frame header (framing, one pack per frame) and
 # the start of a PRODUCE, which the broker reads for every PRODUCE (`parse_produce`, and
-# broker/handlers.py keys executor runs with them). Here the compiled layout costs
+# broker/native/produce.py keys executor runs with them). Here the compiled layout costs
 # several times as much per call (bench/protocol_micro.py), on the path whose target
 # is the broker's produce latency (bench/broker.py: p99 within 3x of an echo server).
 HEADER = struct.Struct(">ih")          # size, type

@@ -47,7 +47,7 @@ from storage.log import Log
 
 from ..connection import CloseConnection, FastPath
 from ..group_configs import GroupConfigs
-from ..listeners import ConnectionContext, peer_of
+from ..listeners import ConnectionContext
 from ..log_limiter import BadRequestLog
 from ..partitions import PartitionService
 from . import codec, request_check
@@ -167,13 +167,13 @@ class RequestContext:
     peer: Any
     apis: KafkaApis
     response_class: type = field(repr=False)
-    connection: ConnectionContext | None = None  # listener, security protocol, client certificate
+    connection: ConnectionContext  # listener, security protocol, client certificate
 
     @property
     def advertised(self) -> tuple[str, int]:
         """(host, port) Metadata and FindCoordinator answer: the advertised address of
         the listener the client connected to, as Kafka does."""
-        listener = self.connection.listener if self.connection is not None else None
+        listener = self.connection.listener
         return listener.advertised if listener is not None else self.apis.advertised
 
 
@@ -275,14 +275,14 @@ class KafkaApis(FastPath):
             except Exception:
                 log.exception("shutdown_callback_failed")
 
-    async def handle(self, frame, conn: Any = None):
-        peer = peer_of(conn)
+    async def handle(self, frame, conn: ConnectionContext):
+        peer = conn.peer
         try:
             api_key, api_version, correlation_id = codec.peek_header(frame)
         except codec.MalformedRequest as e:
             self.bad_requests.record(peer, "kafka_bad_request", error=str(e), peer=peer)
             raise CloseConnection() from None
-        if not getattr(conn, "authenticated", True) and api_key not in BEFORE_AUTHENTICATION:
+        if not conn.authenticated and api_key not in BEFORE_AUTHENTICATION:
             self._refuse_unauthenticated(conn, api_key)
         entry = self._table.get(api_key)
         if entry is None or not entry.min_version <= api_version <= entry.max_version:
@@ -303,8 +303,8 @@ class KafkaApis(FastPath):
                                          api_version=api_version, error=str(e), peer=peer)
                 raise CloseConnection() from None
         response_class = entry.response_classes[api_version]
-        ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer_of(conn),
-                             self, response_class, conn if isinstance(conn, ConnectionContext) else None)
+        ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, conn.peer,
+                             self, response_class, conn)
         try:
             guard = self.guards.get(api_key)
             refused = guard(request, ctx) if guard is not None else None
@@ -334,12 +334,12 @@ class KafkaApis(FastPath):
 
     # ---- FastPath (broker.connection) -----------------------------------------------------------
 
-    def handle_now(self, frame, conn: Any = None):
+    def handle_now(self, frame, conn: ConnectionContext):
         """The reply to `frame` made right now on the loop, by its API's `now` handler
         (Produce appended inline, Fetch with nothing to wait for), or None, with
         nothing done, for `handle` to answer (a request it cannot decode included:
         `handle` logs it and closes). Answers exactly as `handle` would."""
-        if not getattr(conn, "authenticated", True):
+        if not conn.authenticated:
             return None  # `handle`: the SASL gate
         try:
             api_key, api_version, correlation_id = codec.peek_header(frame)
@@ -353,8 +353,8 @@ class KafkaApis(FastPath):
         except codec.MalformedRequest:
             return None
         response_class = entry.response_classes[api_version]
-        ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, peer_of(conn),
-                             self, response_class, conn if isinstance(conn, ConnectionContext) else None)
+        ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, conn.peer,
+                             self, response_class, conn)
         try:
             response = entry.handler_now(request, ctx)
         except StrataError as e:
@@ -372,7 +372,7 @@ class KafkaApis(FastPath):
     def run_key(self, frame) -> None:
         return None  # no Kafka request is begun before its turn
 
-    def begin(self, frame, conn: Any = None) -> asyncio.Future:
+    def begin(self, frame, conn: ConnectionContext) -> asyncio.Future:
         raise NotImplementedError("KafkaApis keys no frames (run_key is always None)")
 
 

@@ -68,7 +68,7 @@ class SaslHandlers:
 
     async def sasl_handshake(self, req, ctx):
         R = ctx.response_class
-        sasl = ctx.connection.sasl if ctx.connection is not None else None
+        sasl = ctx.connection.sasl
         if sasl is None:
             raise self._close_with(ctx, make(R, error_code=ILLEGAL_SASL_STATE, mechanisms=()))
         try:
@@ -81,7 +81,7 @@ class SaslHandlers:
 
     async def sasl_authenticate(self, req, ctx):
         R = ctx.response_class
-        sasl = ctx.connection.sasl if ctx.connection is not None else None
+        sasl = ctx.connection.sasl
         if sasl is None or (sasl.mechanism is None and sasl.exchange is None):
             raise self._close_with(ctx, make(R, error_code=ILLEGAL_SASL_STATE, auth_bytes=b"",
                                              error_message="SaslAuthenticate without a SaslHandshake",

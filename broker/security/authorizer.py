@@ -28,12 +28,15 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka_format.errors import InvalidRequestError, StrataError
 from storage.fileutil import atomic_write
 
 from ..json_files import encode_document, read_document
+
+if TYPE_CHECKING:
+    from ..listeners import ConnectionContext
 
 ANONYMOUS = "User:ANONYMOUS"
 WILDCARD = "*"
@@ -192,19 +195,20 @@ def _pattern_matches(acl: Acl, name: str) -> bool:
     return acl.name in (name, WILDCARD)
 
 
-def principal_of(context: Any) -> str:
+def principal_of(context: ConnectionContext) -> str:
     """The connection's principal: `context.principal`; an mTLS client without one
     set is `User:` + its certificate's subject (Kafka's DEFAULT mapping rule)."""
-    principal = getattr(context, "principal", None) or ANONYMOUS
+    principal = context.principal or ANONYMOUS
     if principal == ANONYMOUS:
-        subject = getattr(context, "peer_certificate_subject", None)
+        subject = context.peer_certificate_subject
         if subject:
             return "User:" + subject
     return principal
 
 
-def host_of(context: Any) -> str:
-    peer = getattr(context, "peer", None)
+def host_of(context: ConnectionContext) -> str:
+    """The client's IP address ("" for a peer that has none, as a Unix socket)."""
+    peer = context.peer
     if isinstance(peer, (tuple, list)) and peer:
         return str(peer[0])
     return ""
@@ -234,7 +238,7 @@ class Authorizer:
 
     # ---- decisions ------------------------------------------------------------------------------
 
-    def authorize(self, context: Any, operation: int, resource_type: int, name: str) -> bool:
+    def authorize(self, context: ConnectionContext, operation: int, resource_type: int, name: str) -> bool:
         """Whether the connection may perform `operation` on the resource."""
         if not self.enabled:
             return True
@@ -247,7 +251,7 @@ class Authorizer:
             self._cache[key] = found
         return found
 
-    def authorize_any(self, context: Any, operation: int, resource_type: int) -> bool:
+    def authorize_any(self, context: ConnectionContext, operation: int, resource_type: int) -> bool:
         """Whether the connection may perform `operation` on some resource of the type
         (Kafka's authorizeByResourceType): a super user; an ALLOW for it (or ALL) that
         applies to the connection and is not overruled by a DENY on every resource

@@ -19,7 +19,7 @@ import pytest
 
 from broker import partitions as partitions_module
 from broker.config import BrokerConfig
-from broker.handlers import produce_answer
+from broker.native import produce_answer
 from broker.partitions import (
     APPENDS_PER_JOB,
     INLINE_APPEND_MAX_BYTES,

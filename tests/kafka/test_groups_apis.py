@@ -17,12 +17,13 @@ from broker.app import BrokerApp
 from broker.config import BrokerConfig
 from broker.group_offsets import decode_key, decode_value, partition_for
 from broker.kafka.codec import make, nested
+from broker.listeners import ConnectionContext
 from broker.topics import OFFSETS_TOPIC
 from kafka_format import iter_entries
 from tests.kafka.wire import decode, encode
 
 GUARD = 10.0
-PEER = ("127.0.0.1", 40000)
+PEER = ConnectionContext(None, ("127.0.0.1", 40000))
 JOIN, SYNC, HEARTBEAT, LEAVE = 11, 14, 12, 13
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 16, 15, 42, 47

@@ -25,8 +25,10 @@ APIs and versions (what kio has schemas for, from Kafka 4's lower bounds: KIP-89
                                     groups between the protocols: consumer_classic.py
     ConsumerGroupDescribe  69 v0-1
 
-The classic state machine and its decisions: coordinator.py; a group's data (states, members,
-results, error codes): group.py; what the admin APIs read of classic groups: listing.py.
+The classic state machine and its decisions: coordinator.py (the requests) over members.py
+(joins), rebalance.py (join and sync phases, generations) and timers.py (sessions, deadlines);
+a group's data (states, members, results, error codes): group.py; what the admin APIs read of
+classic groups: listing.py.
 The wire side: handlers.py.
 Committed offsets are broker.group_offsets.GroupOffsets (Kafka's layout in
 `__consumer_offsets`), shared with the native COMMIT_OFFSET / FETCH_OFFSET.

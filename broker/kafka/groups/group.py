@@ -1,11 +1,12 @@
 """A classic consumer group's data: its states, the Kafka error codes the
-coordinator answers with, the plain results it returns (`JoinResult`, `SyncResult`,
-`GroupDescription`), a `Member`, and `Group` (members in join order, static and
-pending members, leader, generation, timers) with its queries and changes.
+coordinator answers with, a JoinGroup's values (`JoinRequest`), the plain results
+it returns (`JoinResult`, `SyncResult`, `GroupDescription`) and `complete`, which
+answers a parked request once, a `Member`, and `Group` (members in join order,
+static and pending members, leader, generation, timers) with its queries and changes.
 
 No decisions live here: when to rebalance, whom to remove and what to answer is
-the state machine in broker/kafka/groups/coordinator.py. Everything runs on the
-broker's loop.
+the state machine in broker/kafka/groups/ (coordinator.py, rebalance.py,
+timers.py). Everything runs on the broker's loop.
 """
 
 from __future__ import annotations
@@ -42,6 +43,24 @@ NO_LEADER = ""
 
 
 @dataclass(slots=True)
+class JoinRequest:
+    """A JoinGroup's values, as the coordinator takes them."""
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    client_id: str
+    client_host: str
+    require_known_member_id: bool
+    supports_skip_assignment: bool
+    reason: str | None
+
+
+@dataclass(slots=True)
 class JoinResult:
     error: int
     member_id: str
@@ -59,6 +78,14 @@ class SyncResult:
     assignment: bytes = b""
     protocol_type: str | None = None
     protocol_name: str | None = None
+
+
+def complete(future: asyncio.Future | None, result) -> bool:
+    """Answer a parked JoinGroup/SyncGroup with `result`, unless it is gone or answered."""
+    if future is None or future.done():
+        return False
+    future.set_result(result)
+    return True
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ Contract:
   connection's requests in its session and hands each to the shared `Handlers`
   with the session. The first request of a connection always goes through
   `handle` (never the fast path), so a HANDSHAKE is always seen as the first.
-- `HandshakeState.agree(requested)` is the HANDSHAKE rule: only as the first
+- `NativeSession.agree(requested)` is the HANDSHAKE rule: only as the first
   request, once; the version in force is the lower of the client's and
   PROTOCOL_VERSION; a version below 1 is INVALID_REQUEST.
 - SASL: `listener_sasl_mechanisms(context)` is the one place that says which
@@ -24,7 +24,7 @@ Contract:
   SASL_AUTHENTICATE: any other request is answered SASL_AUTHENTICATION_FAILED
   with its reason and the connection is closed (NATIVE-PROTOCOL.md "Version
   2"); the fast path and early begins are off while it is unauthenticated.
-  `session.context` is the connection's ConnectionContext.
+  `session.context` is the connection's ConnectionContext (`for_connection(context)`).
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ from protocol import PROTOCOL_VERSION, ErrorCode, RequestType, error_response, p
 from storage.file_records import FileSlice
 from storage.log import AppendResult
 
-from .connection import CloseAfterReply, FastPath, Frame, Reply
-from .partitions import error_reason
-from .security.sasl import sasl_failure_delay
+from ..connection import CloseAfterReply, FastPath, Frame, Reply
+from ..listeners import ConnectionContext
+from ..partitions import error_reason
+from ..security.sasl import sasl_failure_delay
 
 if TYPE_CHECKING:
     from .handlers import Handlers
@@ -47,11 +48,11 @@ if TYPE_CHECKING:
 MESSAGE_VERSION = 2  # error answers carry their message from this version on
 
 
-def listener_sasl_mechanisms(context: Any) -> tuple[str, ...]:
+def listener_sasl_mechanisms(context: ConnectionContext) -> tuple[str, ...]:
     """The SASL mechanisms the connection's listener requires, in the order a
     HANDSHAKE lists them (Kafka's [listener.name.<listener>.]sasl.enabled.mechanisms);
     none on a listener without SASL."""
-    sasl = getattr(context, "sasl", None)
+    sasl = context.sasl
     return sasl.mechanisms if sasl is not None else ()
 
 
@@ -79,12 +80,12 @@ class NativeSession:
 
     __slots__ = ("version", "handshaken", "seen", "produce_answer", "context", "client_id")
 
-    def __init__(self) -> None:
+    def __init__(self, context: ConnectionContext) -> None:
         self.version = 1
         self.handshaken = False
         self.seen = 0  # requests begun on the connection, the one being handled included
         self.produce_answer = produce_answer
-        self.context: Any = None  # the connection's ConnectionContext, once a request came
+        self.context = context  # the connection's ConnectionContext
         self.client_id: str | None = None  # the HANDSHAKE's clientId (client quotas)
 
     def error(self, code: int, message: str | None = None) -> Reply:
@@ -107,20 +108,20 @@ class NativeSession:
 class SessionHandlers(FastPath):
     """The handlers one native connection serves: its session, the shared Handlers."""
 
-    def __init__(self, shared: Handlers):
+    def __init__(self, shared: Handlers, context: ConnectionContext):
         self.shared = shared
-        self.session = NativeSession()
+        self.session = NativeSession(context)
         self.loop: asyncio.AbstractEventLoop = shared.loop
 
-    async def handle(self, frame: Frame, conn: Any = None) -> Reply:
+    async def handle(self, frame: Frame, conn: ConnectionContext) -> Reply:
         self.session.seen += 1
-        if not getattr(conn, "authenticated", True):
+        if not conn.authenticated:
             await self.refuse_unauthenticated(frame, conn)
-        reply = await self.shared.handle(frame, conn, self.session)
+        reply = await self.shared.handle(frame, self.session)
         self._count_quota(frame, reply, conn)
         return reply
 
-    async def refuse_unauthenticated(self, frame: Frame, conn: Any) -> None:
+    async def refuse_unauthenticated(self, frame: Frame, conn: ConnectionContext) -> None:
         """The SASL gate: returns for a HANDSHAKE or SASL_AUTHENTICATE, else raises
         CloseAfterReply with SASL_AUTHENTICATION_FAILED."""
         request_type = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
@@ -134,27 +135,27 @@ class SessionHandlers(FastPath):
         await sasl_failure_delay(conn.sasl)
         raise CloseAfterReply(self.session.error(ErrorCode.SASL_AUTHENTICATION_FAILED, message))
 
-    def handle_now(self, frame: Frame, conn: Any = None) -> Reply | None:
-        if not self.session.seen or not getattr(conn, "authenticated", True):
+    def handle_now(self, frame: Frame, conn: ConnectionContext) -> Reply | None:
+        if not self.session.seen or not conn.authenticated:
             return None  # a connection's first request goes to `handle` (it may be a HANDSHAKE)
-        reply = self.shared.handle_now(frame, conn, self.session)
+        reply = self.shared.handle_now(frame, self.session)
         if reply is not None:
             self.session.seen += 1
             self._count_quota(frame, reply, conn)
         return reply
 
     def run_key(self, frame: Frame) -> Any:
-        context = self.session.context
-        if context is None or not context.authenticated:
+        session = self.session
+        if not session.seen or not session.context.authenticated:
             return None  # `handle` first: the HANDSHAKE, the SASL gate
         return self.shared.run_key(frame)
 
-    def begin(self, frame: Frame, conn: Any = None) -> asyncio.Future:
+    def begin(self, frame: Frame, conn: ConnectionContext) -> asyncio.Future:
         self.session.seen += 1
         self._count_quota(frame, None, conn)  # keyed frames are PRODUCEs
-        return self.shared.begin(frame, conn, self.session)
+        return self.shared.begin(frame, self.session)
 
-    def _count_quota(self, frame: Frame, reply: Reply | None, conn: Any) -> None:
+    def _count_quota(self, frame: Frame, reply: Reply | None, conn: ConnectionContext) -> None:
         """Client quotas (broker/quotas.py): a PRODUCE or MULTIPRODUCE counts its
         request bytes, a FETCH or MULTIFETCH its reply's bytes. The native layouts
         have no throttle field: a throttled connection is muted instead (the

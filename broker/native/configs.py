@@ -1,0 +1,33 @@
+"""Topic configs: DESCRIBE_CONFIG and ALTER_CONFIG.
+
+Contract: a topic's configs are the topic registry's (broker/topics.py, which
+persists them and checks every key and value with Kafka's rules); describing
+answers from memory, altering runs in the executor.
+"""
+
+from __future__ import annotations
+
+from protocol import (
+    AlterConfigRequest,
+    DescribeConfigRequest,
+    DescribeConfigResponse,
+    EmptyResponse,
+    ErrorCode,
+    encode_response,
+)
+
+from ..connection import Reply
+from .base import NativeApiBase
+from .session import NativeSession
+
+
+class ConfigsApi(NativeApiBase):
+    """DESCRIBE_CONFIG, ALTER_CONFIG."""
+
+    async def describe_config(self, req: DescribeConfigRequest, session: NativeSession) -> Reply:
+        configs = self.registry.describe(req.topic)
+        return [encode_response(DescribeConfigResponse(ErrorCode.NONE, tuple(sorted(configs.items()))))]
+
+    async def alter_config(self, req: AlterConfigRequest, session: NativeSession) -> Reply:
+        await self.partitions.blocking(self.registry.alter, req.topic, req.configs)
+        return [encode_response(EmptyResponse(ErrorCode.NONE))]

@@ -1,0 +1,189 @@
+"""FETCH and MULTIFETCH, and the FETCH half of the fast path.
+
+Contract:
+- FETCH reads on the loop through the partition service
+  (`PartitionService.read_isolated`) and answers the message set as a
+  `FileSlice` the server sends with sendfile; from version 2 on the answer
+  carries the high watermark, the last stable offset and the aborted list
+  (`PartitionService.fetch_isolation`) before the message set.
+- Long-poll FETCH: at the log end with maxWaitMs > 0 the request waits for an
+  append to the partition (`PartitionService.wait_for_append`), for the timeout,
+  or for shutdown; then it answers what is there (possibly an empty set).
+  MULTIFETCH never waits.
+- `fetch_now(frame, session)` is the fast path's FETCH (through
+  `Handlers.handle_now`): the answer when there is data or nothing to wait for,
+  else None with nothing done.
+- A cancelled handler (the connection died) never leaks a FileSlice: results
+  that arrive after the cancellation are released.
+
+Decisions where the spec is silent (Kafka's behaviour unless noted):
+- FETCH from `__consumer_offsets` is allowed.
+- FETCH/MULTIFETCH: negative maxBytes is INVALID_REQUEST (Strata); negative
+  maxWaitMs means no wait (Kafka: maxWait <= 0 answers at once). A FETCH answer
+  is capped at fetch.max.bytes, a MULTIFETCH answer in total (items are served
+  in order from the remaining budget; an item past it gets an empty set).
+- FETCH version 2: an isolationLevel other than 0 and 1 is INVALID_REQUEST (Kafka
+  knows no other). A FETCH error's body is its message alone, as every error's.
+  A read_committed FETCH at or past the last stable offset (below the log end)
+  has nothing to read: it long-polls as one at the log end does, until a marker
+  moves the LSO, as Kafka's delayed fetch waits for data up to its isolation's bound.
+"""
+
+from __future__ import annotations
+
+from kafka_format.errors import InvalidRequestError, StrataError, UnknownTopicOrPartitionError
+from protocol import (
+    ErrorCode,
+    FetchRequest,
+    IsolationLevel,
+    MultiFetchRequest,
+    ProtocolError,
+    fetch_response_header,
+    fetch_v2_response_header,
+    multifetch_response_parts,
+    parse_request,
+)
+from storage.file_records import FileSlice
+from storage.log import Log
+
+from ..connection import Reply
+from ..partitions import release_all
+from ..security.authorizer import Op, Resource
+from .base import NativeApiBase
+from .session import NativeSession
+
+INT32_MAX = 2**31 - 1
+HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend
+ISOLATION_LEVELS = frozenset(int(level) for level in IsolationLevel)
+FETCH_V2_OFFSETS_BYTES = 28  # a version-2 FETCH answer's highWatermark, lastStableOffset, logStartOffset, abortedCount
+
+
+def check_fetch(req: FetchRequest) -> None:
+    """A FETCH's arguments the codec cannot judge. Raises InvalidRequestError."""
+    if req.max_bytes < 0:
+        raise InvalidRequestError(f"maxBytes {req.max_bytes} is negative")
+    if req.isolation_level not in ISOLATION_LEVELS:
+        raise InvalidRequestError(f"isolationLevel {req.isolation_level} is neither 0 (read_uncommitted) "
+                                  "nor 1 (read_committed)")
+
+
+class FetchApi(NativeApiBase):
+    """FETCH, MULTIFETCH and the FETCH fast path."""
+
+    async def fetch(self, req: FetchRequest, session: NativeSession) -> Reply:
+        check_fetch(req)
+        partitions = self.partitions
+        tp = (req.topic, req.partition)
+        partition_log = await partitions.partition_log(req.topic, req.partition)
+        deadline = None
+        while True:
+            # Take the event before looking at the log end: an append that moves the
+            # end after this point sets this very event.
+            event = partitions.watch(tp) if req.max_wait_ms > 0 else None
+            if self._nothing_to_read(partition_log, req, session):
+                if event is None or partitions.shutting_down:
+                    return self._fetch_answer(partition_log, req, session)
+                if deadline is None:
+                    deadline = self.loop.time() + req.max_wait_ms / 1000
+                if not await partitions.wait_for_append([event], deadline - self.loop.time()):
+                    return self._fetch_answer(partition_log, req, session)
+                if partitions.manager.get_log(*tp) is not partition_log:
+                    raise UnknownTopicOrPartitionError(f"{req.topic}-{req.partition} was deleted")
+                continue
+            return self._fetch_answer(partition_log, req, session)
+
+    @staticmethod
+    def _nothing_to_read(partition_log: Log, req: FetchRequest, session: NativeSession) -> bool:
+        """Whether a FETCH has nothing to read now: its offset is the log end, or under
+        read_committed (version 2) at or past the last stable offset (up to the log end;
+        a marker that moves the LSO wakes the long poll, as an append does)."""
+        if req.offset == partition_log.log_end_offset:
+            return True
+        return (session.version >= 2 and req.isolation_level == IsolationLevel.READ_COMMITTED
+                and partition_log.last_stable_offset <= req.offset < partition_log.log_end_offset)
+
+    def _fetch_answer(self, partition_log: Log, req: FetchRequest, session: NativeSession) -> Reply:
+        """A FETCH's answer from what the log holds now (no waiting): the message set,
+        after the offsets and the aborted list from version 2 on."""
+        v2 = session.version >= 2
+        max_bytes = min(req.max_bytes, self.config.fetch_max_bytes,
+                        INT32_MAX - 2 - (FETCH_V2_OFFSETS_BYTES if v2 else 0))
+        try:
+            isolated = self.partitions.read_isolated(partition_log, req.offset, max_bytes,
+                                                     req.isolation_level if v2 else IsolationLevel.READ_UNCOMMITTED)
+        except StrataError as e:
+            return session.error(*self.partitions.error_answer(e, partition_log))
+        found = isolated.records
+        length = found.length
+        if not length:
+            found.release()
+        if v2:
+            header = fetch_v2_response_header(isolated.high_watermark, isolated.last_stable_offset,
+                                              partition_log.log_start_offset, isolated.aborted or (), length)
+        else:
+            header = fetch_response_header(ErrorCode.NONE, length)
+        return [header, found] if length else [header]
+
+    def fetch_now(self, frame, session: NativeSession) -> Reply | None:
+        """handle_now for a FETCH: the answer when nothing needs waiting for (data
+        there, no long poll to start, the partition's log open); else None."""
+        try:
+            req = parse_request(frame, session.version)
+        except ProtocolError:
+            return None  # `handle` answers it
+        if not isinstance(req, FetchRequest) or req.max_bytes < 0 or req.isolation_level not in ISOLATION_LEVELS:
+            return None
+        if self.authorizer.enabled and not self._may(session.context, Op.READ, Resource.TOPIC, req.topic):
+            return None  # `handle` answers the refusal
+        try:
+            partition_log = self.partitions.open_log(req.topic, req.partition)
+        except StrataError as e:
+            return session.error(*self.partitions.error_answer(e))
+        if partition_log is None or (self._nothing_to_read(partition_log, req, session) and req.max_wait_ms > 0
+                                     and not self.partitions.shutting_down):
+            return None  # an internal log to create, or a long poll: the task waits
+        return self._fetch_answer(partition_log, req, session)
+
+    async def multifetch(self, req: MultiFetchRequest, session: NativeSession,
+                         denied: frozenset[int] = frozenset()) -> Reply:
+        partitions = self.partitions
+        targets: list[Log | int] = []
+        for index, item in enumerate(req.items):
+            if index in denied:
+                targets.append(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
+            if item.max_bytes < 0:
+                targets.append(ErrorCode.INVALID_REQUEST)
+                continue
+            try:
+                targets.append(await partitions.partition_log(item.topic, item.partition))
+            except StrataError as e:
+                targets.append(e.code)
+        # The whole answer must fit an int32 size (and fetch.max.bytes).
+        budget = min(self.config.fetch_max_bytes, INT32_MAX - 2 - HEADER_SIZE * len(req.items))
+        results: list[tuple[int, FileSlice | None]] = []
+        try:
+            for item, target in zip(req.items, targets, strict=True):
+                if not isinstance(target, Log):
+                    results.append((target, None))
+                    continue
+                try:
+                    found = partitions.read(target, item.offset, min(item.max_bytes, budget))
+                except Exception as e:
+                    results.append((partitions.error_code(e, target), None))
+                    continue
+                budget -= found.length
+                results.append((ErrorCode.NONE, found))
+        except BaseException:
+            release_all([s for _, s in results if s is not None])
+            raise
+        top, headers = multifetch_response_parts([(error, s.length if s else 0) for error, s in results])
+        parts: Reply = [top]
+        for header, (_, answer) in zip(headers, results, strict=True):
+            parts.append(header)
+            if answer is not None:
+                if answer.length:
+                    parts.append(answer)
+                else:
+                    answer.release()
+        return parts

@@ -1,0 +1,67 @@
+"""OFFSETS (a partition's offsets by time), COMMIT_OFFSET and FETCH_OFFSET (a group's
+committed offsets).
+
+Contract: OFFSETS answers the log end and log start from memory and looks a
+timestamp up in the executor (`PartitionService.blocking`); commits go to the
+executor, fetching a committed offset is answered from memory (GroupOffsets,
+broker/group_offsets.py, shared with the Kafka listener's OffsetCommit/OffsetFetch).
+
+Decisions where the spec is silent (Kafka's behaviour unless noted):
+- OFFSETS: a time below -2 (Kafka's newer special timestamps) is INVALID_REQUEST;
+  at most one offset is returned, so maxNumber >= 1 means "that offset".
+- COMMIT_OFFSET: the topic and partition must exist (UNKNOWN_TOPIC_OR_PARTITION);
+  an empty group is Kafka's INVALID_GROUP_ID (24) and metadata over
+  offset.metadata.max.bytes OFFSET_METADATA_TOO_LARGE (12): codes outside the
+  spec's table, taken from Kafka. FETCH_OFFSET of anything never committed
+  answers -1/null with NONE, as Kafka's OffsetFetch does.
+"""
+
+from __future__ import annotations
+
+from kafka_format.errors import InvalidRequestError
+from kafka_format.topic_names import validate_topic_name
+from protocol import (
+    CommitOffsetRequest,
+    EmptyResponse,
+    ErrorCode,
+    FetchOffsetRequest,
+    FetchOffsetResponse,
+    OffsetsRequest,
+    OffsetsResponse,
+    encode_response,
+)
+
+from ..connection import Reply
+from .base import NativeApiBase
+from .session import NativeSession
+
+
+class OffsetsApi(NativeApiBase):
+    """OFFSETS, COMMIT_OFFSET, FETCH_OFFSET."""
+
+    async def offsets_request(self, req: OffsetsRequest, session: NativeSession) -> Reply:
+        partition_log = await self.partitions.partition_log(req.topic, req.partition)
+        if req.time < OffsetsRequest.EARLIEST:
+            raise InvalidRequestError(f"time {req.time} is neither -1, -2 nor a timestamp")
+        if req.max_number <= 0:
+            offsets: tuple[int, ...] = ()
+        elif req.time == OffsetsRequest.LATEST:
+            offsets = (partition_log.log_end_offset,)
+        elif req.time == OffsetsRequest.EARLIEST:
+            offsets = (partition_log.log_start_offset,)
+        else:
+            found = await self.partitions.blocking(partition_log.offset_for_timestamp, req.time)
+            offsets = () if found is None else (found.offset,)
+        return [encode_response(OffsetsResponse(ErrorCode.NONE, offsets))]
+
+    async def commit_offset(self, req: CommitOffsetRequest, session: NativeSession) -> Reply:
+        await self.partitions.blocking(self.offsets.commit, req.group, req.topic, req.partition, req.offset,
+                             req.metadata)
+        return [encode_response(EmptyResponse(ErrorCode.NONE))]
+
+    async def fetch_offset(self, req: FetchOffsetRequest, session: NativeSession) -> Reply:
+        validate_topic_name(req.topic)
+        found = self.offsets.fetch(req.group, req.topic, req.partition)
+        if found is None:
+            return [encode_response(FetchOffsetResponse(ErrorCode.NONE, -1, None))]
+        return [encode_response(FetchOffsetResponse(ErrorCode.NONE, found.offset, found.metadata))]
