@@ -318,7 +318,8 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("log.cleaner.backoff.ms", "long", 15_000, _at_least(0),
               "how long the cleaner sleeps when no log needs cleaning"),
     BrokerKey("log.cleaner.dedupe.buffer.size", "long", 134_217_728, _at_least(1024 * 1024),
-              "memory for the cleaner's key -> offset map (exact keys; at most 128 bytes a key of up to 16 bytes, plus longer keys' bytes)"),
+              "memory for the cleaner's key -> offset map (exact keys; at most 128 bytes a key of up to "
+              "16 bytes, plus the bytes of longer keys)"),
     BrokerKey("log.cleaner.io.buffer.size", "int", 524_288, _at_least(4096),
               "how much of a segment the cleaner reads at a time (it stops between reads at shutdown)"),
     # ---- logging ----

@@ -328,9 +328,9 @@ class GroupCoordinator(ClassicGroupListing, GroupMembership):
             return None
         for m in group.members.values():
             future, m.join_future = m.join_future, None
-            _complete(future, JoinResult(REBALANCE_IN_PROGRESS, m.member_id))
+            complete(future, JoinResult(REBALANCE_IN_PROGRESS, m.member_id))
             sync, m.sync_future = m.sync_future, None
-            _complete(sync, SyncResult(REBALANCE_IN_PROGRESS))
+            complete(sync, SyncResult(REBALANCE_IN_PROGRESS))
         group.cancel_timers()
         self._transition(group, DEAD)
         return group
