@@ -128,7 +128,7 @@ def matrix(broker_module, pki):
         allow(ALICE, G, "g-of", Op.DESCRIBE), allow(BOB, G, "g-of", Op.DESCRIBE_CONFIGS),
         allow(ALICE, G, "g-od", Op.DELETE), allow(BOB, G, "g-od", Op.READ),
         allow(ALICE, G, "g-dg", Op.DELETE), allow(BOB, G, "g-dg-bob", Op.READ),
-        allow(ALICE, G, "g-848", Op.READ), allow(BOB, G, "g-848", Op.DESCRIBE),
+        allow(ALICE, G, "g-848", Op.READ), allow(BOB, G, "g-848", Op.DESCRIBE), allow(CAROL, G, "g-848", Op.DESCRIBE),
         # topics: t-a readable by alice, describable by bob; t-b nothing for either
         allow(ALICE, T, "t-a", Op.READ), allow(BOB, T, "t-a", Op.DESCRIBE),
         allow(ALICE, T, "t-a", Op.WRITE),
@@ -222,6 +222,10 @@ def test_consumer_group_heartbeat_and_describe(matrix):
     with kafka(matrix, "alice") as conn:
         groups = conn.call(req(69, 0, group_ids=("g-848", "g-hidden"), include_authorized_operations=False)).groups
     assert [(g.group_id, g.error_code) for g in groups] == [("g-848", 0), ("g-hidden", GROUP_AUTHORIZATION_FAILED)]
+    assert {t.topic_name for m in groups[0].members for t in m.target_assignment.topic_partitions} == {"t-a"}
+    with kafka(matrix, "carol") as conn:  # DESCRIBE on the group, not on t-a, which it is assigned
+        (group,) = conn.call(req(69, 0, group_ids=("g-848",), include_authorized_operations=False)).groups
+    assert (group.error_code, group.members) == (TOPIC_AUTHORIZATION_FAILED, ())
 
 
 # ---- Kafka: the cluster -------------------------------------------------------------------------
