@@ -160,7 +160,7 @@ def _check_roles(args: argparse.Namespace) -> None:
     for option, given in (("--operation", args.operation), ("--deny-principal", args.deny_principal),
                           ("--deny-host", getattr(args, "deny_host", None))):
         if given:
-            raise UsageError(f"{role} infers the operations and allows only: {option} does not go with it")
+            raise UsageError(f"{role} infers its operations and only allows: {option} does not go with it")
     if args.producer and not args.topic:
         raise UsageError("with --producer you must specify a --topic")
     if args.consumer and (not args.topic or not args.group
