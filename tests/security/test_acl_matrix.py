@@ -7,7 +7,8 @@ show each error code where it sits in the response.
 
 Principals: admin (super user) sets the scene; alice holds the ACLs each case
 needs; bob holds a near miss (e.g. DESCRIBE where READ is needed) or nothing;
-carol holds DESCRIBE and CLUSTER_ACTION on the cluster only."""
+carol holds DESCRIBE and CLUSTER_ACTION on the cluster (and DESCRIBE on one KIP-848
+group, to see its topics refused)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,19 @@ import pytest
 from broker.kafka.codec import make, nested
 from protocol import (
     AlterConfigRequest,
+    CommitOffsetRequest,
+    CreateTopicRequest,
+    DeleteRecordsRequest,
     DeleteTopicRequest,
+    DescribeConfigRequest,
     FetchItem,
+    FetchOffsetRequest,
+    FetchRequest,
     MultiFetchRequest,
     MultiProduceRequest,
     OffsetsRequest,
     ProduceItem,
+    ProduceRequest,
 )
 from tests.broker.conftest import batch
 from tests.broker.test_acls import acl_broker, allow, create_acls, kconf
@@ -34,10 +42,8 @@ from tests.tls_certs import CertificateAuthority
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import (  # noqa: E402
     AclOperation,
-    AclPermissionType,
     AdminClient,
     NewTopic,
-    ResourcePatternType,
     ResourceType,
 )
 from kio.index import load_request_schema  # noqa: E402
@@ -136,6 +142,9 @@ def matrix(broker_module, pki):
         allow(ALICE, T, "t-del", Op.DELETE), allow(BOB, T, "t-del", Op.ALTER),
         allow(ALICE, T, "t-a", Op.ALTER_CONFIGS), allow(BOB, T, "t-cp", Op.DESCRIBE_CONFIGS),
         allow(ALICE, X, "tx-a", Op.DESCRIBE),
+        # the remaining request types: g-cm READ / ALTER_CONFIGS for alice, DESCRIBE for bob
+        allow(ALICE, G, "g-cm", Op.READ), allow(ALICE, G, "g-cm", Op.ALTER_CONFIGS), allow(BOB, G, "g-cm", Op.DESCRIBE),
+        allow(ALICE, T, "t-a", Op.DELETE),
         # the cluster: alice ALTER and ALTER_CONFIGS; bob CREATE; carol DESCRIBE and CLUSTER_ACTION
         allow(ALICE, C, CLUSTER, Op.ALTER), allow(ALICE, C, CLUSTER, Op.ALTER_CONFIGS),
         allow(BOB, C, CLUSTER, Op.CREATE),
@@ -334,3 +343,98 @@ def test_native_request_types(matrix):
     assert run("bob", AlterConfigRequest("t-cp", [("retention.ms", "3600000")])).error == TOPIC_AUTHORIZATION_FAILED
     assert run("bob", DeleteTopicRequest("t-del")).error == TOPIC_AUTHORIZATION_FAILED  # ALTER is not DELETE
     assert run("alice", DeleteTopicRequest("t-del")).error == 0
+
+
+# ---- the remaining request types ---------------------------------------------------------------
+
+def test_classic_group_and_offset_apis(matrix):
+    def join(who):
+        with kafka(matrix, who) as conn:
+            return conn.call(req(11, 9, group_id="g-cm", session_timeout=10000, rebalance_timeout=10000,
+                                 member_id="", protocol_type="consumer", reason=None, protocols=(
+                                     req(11, 9, "protocols", name="range", metadata=b""),))).error_code
+
+    assert join("bob") == GROUP_AUTHORIZATION_FAILED  # DESCRIBE on the group is not READ
+    assert join("alice") == 79  # MEMBER_ID_REQUIRED: past the check, the usual first answer
+
+    def commit(who):
+        topics = tuple(req(8, 8, "topics", name=n, partitions=(req(8, 8, "topics", "partitions", partition_index=0,
+                                                                     committed_offset=1, committed_leader_epoch=-1,
+                                                                     committed_metadata=""),))
+                       for n in ("t-a", "t-b"))
+        with kafka(matrix, who) as conn:
+            answer = conn.call(req(8, 8, group_id="g-cm", generation_id_or_member_epoch=-1, member_id="",
+                                   group_instance_id=None, topics=topics))
+        return {t.name: [p.error_code for p in t.partitions] for t in answer.topics}
+
+    assert commit("bob") == {"t-a": [GROUP_AUTHORIZATION_FAILED], "t-b": [GROUP_AUTHORIZATION_FAILED]}
+    assert commit("alice") == {"t-a": [0], "t-b": [TOPIC_AUTHORIZATION_FAILED]}  # READ on each topic
+
+    def list_offsets(who):
+        topics = tuple(req(2, 7, "topics", name=n, partitions=(req(2, 7, "topics", "partitions", partition_index=0,
+                                                                     current_leader_epoch=-1, timestamp=-1),))
+                       for n in ("t-a", "t-b"))
+        with kafka(matrix, who) as conn:
+            answer = conn.call(req(2, 7, replica_id=-1, isolation_level=0, topics=topics))
+        return {t.name: [p.error_code for p in t.partitions] for t in answer.topics}
+
+    assert list_offsets("bob") == {"t-a": [0], "t-b": [TOPIC_AUTHORIZATION_FAILED]}  # DESCRIBE
+
+    def delete_records(who):
+        topic = req(21, 2, "topics", name="t-a", partitions=(req(21, 2, "topics", "partitions", partition_index=0,
+                                                                   offset=0),))
+        with kafka(matrix, who) as conn:
+            answer = conn.call(req(21, 2, topics=(topic,), timeout=10000))
+        return [p.error_code for t in answer.topics for p in t.partitions]
+
+    assert delete_records("bob") == [TOPIC_AUTHORIZATION_FAILED]  # DESCRIBE is not DELETE
+    assert delete_records("alice") == [0]
+
+
+def test_configs_and_scram_apis(matrix):
+    def alter_configs(who, resource_type, name, key, value):
+        config = req(44, 1, "resources", "configs", name=key, config_operation=0, value=value)
+        with kafka(matrix, who) as conn:
+            resource = req(44, 1, "resources", resource_type=resource_type, resource_name=name, configs=(config,))
+            (answer,) = conn.call(req(44, 1, validate_only=True, resources=(resource,))).responses
+        return answer.error_code
+
+    group_key = ("consumer.session.timeout.ms", "45000")
+    assert alter_configs("bob", 32, "g-cm", *group_key) == GROUP_AUTHORIZATION_FAILED  # GROUP: ALTER_CONFIGS on it
+    assert alter_configs("alice", 32, "g-cm", *group_key) == 0
+    assert alter_configs("carol", 4, "", "log.retention.ms", "3600000") == CLUSTER_AUTHORIZATION_FAILED  # BROKER
+    assert alter_configs("alice", 4, "", "log.retention.ms", "3600000") != CLUSTER_AUTHORIZATION_FAILED
+
+    def scram(who):
+        upsert = req(51, 0, "upsertions", name="u1", mechanism=1, iterations=4096, salt=b"salt",
+                     salted_password=b"p" * 32)
+        with kafka(matrix, who) as conn:
+            described = conn.call(req(50, 0, users=None)).error_code
+            altered = [r.error_code for r in conn.call(req(51, 0, deletions=(), upsertions=(upsert,))).results]
+        return described, altered
+
+    assert scram("bob") == (CLUSTER_AUTHORIZATION_FAILED, [CLUSTER_AUTHORIZATION_FAILED])
+    assert scram("carol") == (0, [CLUSTER_AUTHORIZATION_FAILED])  # DESCRIBE, not ALTER
+    assert scram("alice") == (0, [0])  # ALTER implies DESCRIBE
+
+
+def test_native_single_resource_types(matrix):
+    def error(who, request):
+        with native(matrix, who) as conn:
+            return conn.call(request).error
+
+    assert error("alice", FetchRequest("t-a", 0, 0, 4096)) == 0
+    assert error("bob", FetchRequest("t-a", 0, 0, 4096)) == TOPIC_AUTHORIZATION_FAILED  # DESCRIBE is not READ
+    assert error("alice", ProduceRequest("t-a", 0, batch(b"one"))) == 0
+    assert error("alice", ProduceRequest("t-b", 0, batch(b"one"))) == TOPIC_AUTHORIZATION_FAILED
+    assert error("alice", CommitOffsetRequest("g-cm", "t-a", 0, 1)) == 0
+    assert error("bob", CommitOffsetRequest("g-cm", "t-a", 0, 1)) == GROUP_AUTHORIZATION_FAILED
+    assert error("alice", CommitOffsetRequest("g-cm", "t-b", 0, 1)) == TOPIC_AUTHORIZATION_FAILED
+    assert error("bob", FetchOffsetRequest("g-cm", "t-a", 0)) == 0  # DESCRIBE on both
+    assert error("carol", FetchOffsetRequest("g-cm", "t-a", 0)) == GROUP_AUTHORIZATION_FAILED
+    assert error("bob", DeleteRecordsRequest("t-a", 0, 0)) == TOPIC_AUTHORIZATION_FAILED
+    assert error("alice", DeleteRecordsRequest("t-a", 0, 0)) == 0
+    assert error("bob", DescribeConfigRequest("t-cp")) == 0  # DESCRIBE_CONFIGS
+    assert error("carol", DescribeConfigRequest("t-cp")) == TOPIC_AUTHORIZATION_FAILED
+    assert error("carol", CreateTopicRequest("t-new", 1)) == TOPIC_AUTHORIZATION_FAILED
+    assert error("bob", CreateTopicRequest("t-new", 1)) == 0  # CREATE on the cluster

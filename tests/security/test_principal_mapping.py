@@ -12,8 +12,15 @@ from tests.tls_certs import CertificateAuthority
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaError  # noqa: E402
-from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic  # noqa: E402
-from confluent_kafka.admin import ResourcePatternType, ResourceType  # noqa: E402
+from confluent_kafka.admin import (  # noqa: E402
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 RULES = "RULE:^CN=(.*?),OU=(.*?)$/$1/L,DEFAULT"
