@@ -102,6 +102,7 @@ from .listeners import ConnectionContext, Listener
 from .log_limiter import BadRequestLog
 from .metrics import UNKNOWN_API, RequestStats
 from .request_memory import RequestMemory
+from .security.principal import NoMatchingRule
 from .sendfile import ConnectionClosed, SendfileWriter
 from .tls import peer_certificate_subject
 
@@ -333,7 +334,13 @@ class Connection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         tls = self.context.listener is not None and self.context.listener.tls is not None
         if tls:  # the handshake is done: the client's certificate, if it sent one
-            self.context.certificate_presented(peer_certificate_subject(transport))
+            try:
+                self.context.certificate_presented(peer_certificate_subject(transport))
+            except NoMatchingRule as e:  # Kafka: the principal cannot be built, authentication fails
+                self.server.bad_requests.record(self.peer, "authentication_failed", peer=self.peer, reason=str(e))
+                self.fatal = True
+                transport.abort()
+                return
         self.flow.attach(transport)
         # Segment bytes cannot go by sendfile past user-space TLS: on TLS they are
         # copied through the transport (fd -1), which encrypts them.

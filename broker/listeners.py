@@ -219,7 +219,8 @@ class ConnectionContext:
             self.sasl = listener.authenticator.session(self)
 
     def certificate_presented(self, subject: str | None) -> None:
-        """The client's TLS certificate subject: on an SSL listener it names the principal."""
+        """The client's TLS certificate subject: on an SSL listener it names the principal
+        (NoMatchingRule when no ssl.principal.mapping.rules rule maps it)."""
         self.peer_certificate_subject = subject
         listener = self.listener
         if subject and listener is not None and listener.sasl is None:

@@ -15,6 +15,11 @@
 #                    sasl.jaas.config line): its login module line becomes sasl.jaas.config
 #                    (PLAIN users: user_<name>="<password>"), so passwords stay out of the
 #                    environment and the command line
+#   STRATA_SCRAM_USERS_FILE a mounted file of SCRAM users, one Kafka `--add-scram` argument a
+#                    line (`SCRAM-SHA-512=[name=alice,password=alice-secret]`, as kafka-storage
+#                    format takes it; `#` comments): written salted and hashed into the data
+#                    directory before the broker starts (`strata users set --data-dir`), each
+#                    start, so a changed file changes those users' passwords
 #   KAFKA_ADVERTISED_LISTENERS   taken as STRATA_ADVERTISED_LISTENERS (advertised.listeners,
 #                    what Kafka clients are told to connect to) when that is not set, as in
 #                    Kafka's own image
@@ -74,9 +79,17 @@ if [ -d "$data_dir" ] && { [ ! -w "$data_dir" ] || [ ! -x "$data_dir" ]; }; then
   exit 2
 fi
 
+if [ -n "${STRATA_SCRAM_USERS_FILE:-}" ]; then
+  if [ ! -r "$STRATA_SCRAM_USERS_FILE" ]; then
+    echo "strata-entrypoint: STRATA_SCRAM_USERS_FILE=$STRATA_SCRAM_USERS_FILE: cannot read it" >&2
+    exit 2
+  fi
+  strata users set --data-dir "$data_dir" --add-scram-file "$STRATA_SCRAM_USERS_FILE" >&2
+fi
+
 # These are the entry point's own settings, not broker keys: keep them out of the
 # broker's STRATA_* overrides.
-unset STRATA_DATA_DIR STRATA_CONFIG STRATA_PORT STRATA_JAAS_FILE
+unset STRATA_DATA_DIR STRATA_CONFIG STRATA_PORT STRATA_JAAS_FILE STRATA_SCRAM_USERS_FILE
 
 # Rebuild the argument list: our options first, the caller's options (still in "$@") last.
 if [ -n "$config" ]; then

@@ -1,7 +1,7 @@
 """Certificates for TLS tests, made at test time with `cryptography` (never checked in).
 
-`CertificateAuthority(name)` makes a self-signed CA; `ca.issue(cn, server=True)` an
-EC key and a certificate for localhost/127.0.0.1 signed by it. `write_pem`,
+`CertificateAuthority(name)` makes a self-signed CA; `ca.issue(cn, server=True, ou="tests")`
+an EC key and a certificate (subject CN=<cn>,OU=<ou>) for localhost/127.0.0.1 signed by it. `write_pem`,
 `write_pkcs12` put them in files the way Kafka's keystores hold them.
 """
 
@@ -51,9 +51,10 @@ class Issued:
         return cert, key
 
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "tests"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+def _name(cn: str, ou: str | None = "tests") -> x509.Name:
+    """Subject CN=<cn>,OU=<ou> as RFC 4514 prints it (OU left out when None)."""
+    ou_part = [x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, ou)] if ou is not None else []
+    return x509.Name([*ou_part, x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
 class CertificateAuthority:
@@ -78,10 +79,10 @@ class CertificateAuthority:
         path.write_bytes(self.cert_pem())
         return path
 
-    def issue(self, cn: str, *, server: bool = True) -> Issued:
+    def issue(self, cn: str, *, server: bool = True, ou: str | None = "tests") -> Issued:
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
-        builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(self.cert.subject)
+        builder = (x509.CertificateBuilder().subject_name(_name(cn, ou)).issuer_name(self.cert.subject)
                    .public_key(key.public_key()).serial_number(x509.random_serial_number())
                    .not_valid_before(now - datetime.timedelta(days=1))
                    .not_valid_after(now + datetime.timedelta(days=30))

@@ -11,6 +11,15 @@ broker needs `authorizer.class.name` set (else SECURITY_DISABLED).
         Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=T, patternType=LITERAL)`:
         <TAB>(principal=P, host=*, operation=READ, permissionType=ALLOW)
         (one block per resource; every principal × host × operation is one ACL)
+    strata acls add --allow-principal P ... [--producer [--idempotent]] [--consumer] --topic T ...
+                    [--group G ...] [--transactional-id ID ...] [--allow-host H ...]
+        kafka-acls' role shortcuts (AclCommand), the operations implied:
+        --producer: WRITE, DESCRIBE, CREATE on each topic; WRITE, DESCRIBE on each
+        transactional id; with --idempotent IDEMPOTENT_WRITE on the cluster (LITERAL
+        pattern only). --consumer: READ, DESCRIBE on each topic, READ on each group.
+        Both may be given. Either takes no --operation, --deny-principal or --deny-host;
+        --producer needs a --topic, --consumer a --topic and a --group (and, without
+        --producer, no --cluster or --transactional-id). `remove` takes them too.
     strata acls list [RESOURCE ...] [--principal P] [--resource-pattern-type any|match|literal|prefixed]
         Current ACLs for resource `ResourcePattern(...)`:
         <TAB>(principal=..., host=..., operation=..., permissionType=...)
@@ -43,6 +52,8 @@ PATTERN_NAMES = {v: k.upper() for k, v in PATTERNS.items()}
 OPERATIONS = {"ANY": 1, "ALL": 2, "READ": 3, "WRITE": 4, "CREATE": 5, "DELETE": 6, "ALTER": 7, "DESCRIBE": 8,
               "CLUSTER_ACTION": 9, "DESCRIBE_CONFIGS": 10, "ALTER_CONFIGS": 11, "IDEMPOTENT_WRITE": 12}
 OPERATION_NAMES = {v: k for k, v in OPERATIONS.items()}
+TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID = 2, 3, 4, 5
+READ, WRITE, CREATE, DESCRIBE, IDEMPOTENT_WRITE = 3, 4, 5, 8, 12
 ANY, DENY, ALLOW = 1, 2, 3
 CLUSTER_NAME = "kafka-cluster"
 
@@ -53,6 +64,7 @@ def add_parser(subparsers) -> None:
     actions.required = True
     add = actions.add_parser("add", help="add ACLs")
     _principal_args(add)
+    _role_args(add)
     _resource_args(add, patterns=("literal", "prefixed"))
     add.add_argument("--allow-host", action="append", metavar="HOST", help="hosts of the ALLOWs (default: *)")
     add.add_argument("--deny-host", action="append", metavar="HOST", help="hosts of the DENYs (default: *)")
@@ -63,6 +75,7 @@ def add_parser(subparsers) -> None:
     listing.set_defaults(func=_list)
     remove = actions.add_parser("remove", help="remove ACLs")
     _principal_args(remove)
+    _role_args(remove)
     _resource_args(remove, patterns=tuple(PATTERNS))
     remove.add_argument("--force", action="store_true", help="accepted: removal never asks")
     remove.set_defaults(func=_remove)
@@ -75,6 +88,15 @@ def _principal_args(parser: argparse.ArgumentParser) -> None:
                         help="a principal denied (repeatable)")
     parser.add_argument("--operation", action="append", default=[], metavar="OP",
                         help="an operation (repeatable): Read, Write, Describe, All, ...")
+
+
+def _role_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--producer", action="store_true",
+                        help="the producer role: WRITE, DESCRIBE, CREATE on the topics (kafka-acls)")
+    parser.add_argument("--consumer", action="store_true",
+                        help="the consumer role: READ, DESCRIBE on the topics, READ on the groups")
+    parser.add_argument("--idempotent", action="store_true",
+                        help="with --producer: IDEMPOTENT_WRITE on the cluster as well")
 
 
 def _resource_args(parser: argparse.ArgumentParser, patterns: tuple[str, ...]) -> None:
@@ -128,21 +150,70 @@ def _print_grouped(title: str, acls: Iterable[AclBinding]) -> None:
         print()
 
 
+def _check_roles(args: argparse.Namespace) -> None:
+    """kafka-acls' rules for --producer, --consumer and --idempotent (AclCommandOptions.checkArgs)."""
+    if args.idempotent and not args.producer:
+        raise UsageError("the --idempotent option is only available if --producer is set")
+    if not (args.producer or args.consumer):
+        return
+    role = "--producer" if args.producer else "--consumer"
+    for option, given in (("--operation", args.operation), ("--deny-principal", args.deny_principal),
+                          ("--deny-host", getattr(args, "deny_host", None))):
+        if given:
+            raise UsageError(f"{role} infers its operations and only allows: {option} does not go with it")
+    if args.producer and not args.topic:
+        raise UsageError("with --producer you must specify a --topic")
+    if args.consumer and (not args.topic or not args.group
+                          or (not args.producer and (args.cluster or args.transactional_id))):
+        raise UsageError("with --consumer you must specify a --topic and a --group and no --cluster or "
+                         "--transactional-id option should be specified")
+
+
+def _role_operations(args: argparse.Namespace, pattern: int) -> dict[tuple[int, str], list[int]]:
+    """resource -> the operations --producer / --consumer grant on it (AclCommand's
+    getProducerResourceFilterToAcls / getConsumerResourceFilterToAcls, merged)."""
+    granted: dict[tuple[int, str], list[int]] = {}
+
+    def grant(resource: tuple[int, str], *operations: int) -> None:
+        held = granted.setdefault(resource, [])
+        held.extend(op for op in operations if op not in held)
+
+    if args.producer:
+        for topic in args.topic:
+            grant((TOPIC, topic), WRITE, DESCRIBE, CREATE)
+        for transactional_id in args.transactional_id:
+            grant((TRANSACTIONAL_ID, transactional_id), WRITE, DESCRIBE)
+        if args.idempotent and pattern == PATTERNS["literal"]:
+            grant((CLUSTER, CLUSTER_NAME), IDEMPOTENT_WRITE)
+    if args.consumer:
+        for topic in args.topic:
+            grant((TOPIC, topic), READ, DESCRIBE)
+        for group in args.group:
+            grant((GROUP, group), READ)
+    return granted
+
+
 def _add(args: argparse.Namespace) -> int:
+    _check_roles(args)
     resources = _resources(args)
     if not resources:
         raise UsageError("name a resource: --topic, --group, --transactional-id or --cluster")
     if not args.allow_principal and not args.deny_principal:
         raise UsageError("name a principal: --allow-principal or --deny-principal")
-    if not args.operation:
-        raise UsageError("name an operation: --operation")
     pattern = PATTERNS[args.resource_pattern_type or "literal"]
-    operations = [_operation(op) for op in args.operation]
-    acls = [AclBinding(rtype, name, pattern, principal, host, op, permission)
-            for rtype, name in resources
-            for permission, principals, hosts in ((ALLOW, args.allow_principal, args.allow_host),
-                                                  (DENY, args.deny_principal, args.deny_host))
-            for principal in principals for host in (hosts or ["*"]) for op in operations]
+    if args.producer or args.consumer:
+        acls = [AclBinding(rtype, name, pattern, principal, host, op, ALLOW)
+                for (rtype, name), operations in _role_operations(args, pattern).items()
+                for principal in args.allow_principal for host in (args.allow_host or ["*"]) for op in operations]
+    else:
+        if not args.operation:
+            raise UsageError("name an operation: --operation")
+        operations = [_operation(op) for op in args.operation]
+        acls = [AclBinding(rtype, name, pattern, principal, host, op, permission)
+                for rtype, name in resources
+                for permission, principals, hosts in ((ALLOW, args.allow_principal, args.allow_host),
+                                                      (DENY, args.deny_principal, args.deny_host))
+                for principal in principals for host in (hosts or ["*"]) for op in operations]
     with client_errors(), _admin(args) as admin:
         admin.create_acls(acls)
     _print_grouped("Adding ACLs", acls)
@@ -168,12 +239,21 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _remove(args: argparse.Namespace) -> int:
+    _check_roles(args)
     principals: list[tuple[int, str | None]] = ([(ALLOW, p) for p in args.allow_principal]
                                                 + [(DENY, p) for p in args.deny_principal]) or [(ANY, None)]
     operations = [_operation(op) for op in args.operation] or [ANY]
     if not _resources(args) and principals == [(ANY, None)]:
         raise UsageError("name a resource or a principal: removing every ACL takes at least one filter")
+    if args.producer or args.consumer:
+        pattern = PATTERNS[args.resource_pattern_type or "literal"]
+        filters = [AclBindingFilter(rtype, name, pattern, principal, None, op, permission)
+                   for (rtype, name), role_operations in _role_operations(args, pattern).items()
+                   for permission, principal in principals
+                   for op in (role_operations if principal is not None else [ANY])]
+    else:
+        filters = _filters(args, principals, operations)
     with client_errors(), _admin(args) as admin:
-        removed = [acl for group in admin.delete_acls(_filters(args, principals, operations)) for acl in group]
+        removed = [acl for group in admin.delete_acls(filters) for acl in group]
     _print_grouped("Removed ACLs", dict.fromkeys(removed))
     return 0

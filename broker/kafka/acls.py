@@ -31,6 +31,7 @@ CONSUMER_GROUP_HEARTBEAT = 68
 SECURITY_DISABLED = 54
 INVALID_REQUEST = 42
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+CLUSTER_DENIED = "Cluster authorization failed."
 
 
 def allowed(ctx: Any, operation: int, resource_type: int, name: str) -> bool:
@@ -184,6 +185,36 @@ def _consumer_heartbeat_guard(req, ctx):
                 heartbeat_interval=0, assignment=None)
 
 
+def _elect_leaders_guard(req, ctx):
+    """ElectLeaders needs ALTER on the cluster: else the top-level error and each
+    partition asked CLUSTER_AUTHORIZATION_FAILED (Kafka's ElectLeadersRequest.getErrorResponse)."""
+    if allowed_cluster(ctx, Op.ALTER):
+        return None
+    ResultR = nested(ctx.response_class, "replica_election_results")
+    PartR = nested(ResultR, "partition_result")
+    return make(ctx.response_class, throttle_time=0, error_code=CLUSTER_AUTHORIZATION_FAILED,
+                replica_election_results=tuple(
+                    make(ResultR, topic=t.topic, partition_result=tuple(
+                        make(PartR, partition_id=p, error_code=CLUSTER_AUTHORIZATION_FAILED,
+                             error_message=CLUSTER_DENIED) for p in t.partitions))
+                    for t in req.topic_partitions or ()))
+
+
+def _alter_reassignments_guard(req, ctx):
+    """AlterPartitionReassignments needs ALTER on the cluster: else the top-level error and
+    each partition asked CLUSTER_AUTHORIZATION_FAILED (AlterPartitionReassignmentsRequest's)."""
+    if allowed_cluster(ctx, Op.ALTER):
+        return None
+    TopicR = nested(ctx.response_class, "responses")
+    PartR = nested(TopicR, "partitions")
+    return make(ctx.response_class, throttle_time=0, error_code=CLUSTER_AUTHORIZATION_FAILED,
+                error_message=CLUSTER_DENIED, responses=tuple(
+                    make(TopicR, name=t.name, partitions=tuple(
+                        make(PartR, partition_index=p.partition_index, error_code=CLUSTER_AUTHORIZATION_FAILED,
+                             error_message=CLUSTER_DENIED) for p in t.partitions))
+                    for t in req.topics))
+
+
 def _alter_client_quotas_guard(req, ctx):
     """AlterClientQuotas needs ALTER_CONFIGS on the cluster: else every entry
     CLUSTER_AUTHORIZATION_FAILED, as Kafka."""
@@ -271,8 +302,8 @@ GUARDS = {
     CONSUMER_GROUP_HEARTBEAT: _consumer_heartbeat_guard,
     ApiKey.DESCRIBE_LOG_DIRS: _cluster_guard(Op.DESCRIBE),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: _cluster_guard(Op.DESCRIBE),
-    ApiKey.ELECT_LEADERS: _cluster_guard(Op.ALTER),
-    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _cluster_guard(Op.ALTER),
+    ApiKey.ELECT_LEADERS: _elect_leaders_guard,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: _alter_reassignments_guard,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: _cluster_guard(Op.DESCRIBE_CONFIGS),
     ApiKey.ALTER_CLIENT_QUOTAS: _alter_client_quotas_guard,
     ApiKey.INIT_PRODUCER_ID: _init_producer_id_guard,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from kafka_format.errors import StrataError
 
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
-from .acls import allowed
+from .acls import allowed, allowed_cluster
 from .apis import ApiKey
 from .codec import make, nested
 
@@ -46,9 +46,12 @@ class LeaderEpochHandlers:
         TopicR = nested(R, "topics")
         PartR = nested(TopicR, "partitions")
         topics = []
+        # Kafka: CLUSTER_ACTION on the cluster (the replicas' right) covers every topic;
+        # else DESCRIBE on each (KIP-320's consumers).
+        every = allowed_cluster(ctx, Op.CLUSTER_ACTION)
         for topic in req.topics:
             parts = []
-            permitted = allowed(ctx, Op.DESCRIBE, Resource.TOPIC, topic.topic)
+            permitted = every or allowed(ctx, Op.DESCRIBE, Resource.TOPIC, topic.topic)
             for part in topic.partitions:
                 code, epoch, end = 0, UNDEFINED, UNDEFINED
                 current = part.current_leader_epoch

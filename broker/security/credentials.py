@@ -11,15 +11,23 @@ Contract:
   time (the Kafka handler serializes them with a lock).
 - The file holds, per user and mechanism, salt, StoredKey, ServerKey (base64) and
   iterations (RFC 5802): never a password or a salted password.
+- `apply_offline(data_dir, upsertions, deletions)` is `apply` without a broker
+  (users seeded before the first start, as kafka-storage format --add-scram): it
+  creates the directory if needed and holds the data directory's lock (the one
+  the broker takes, storage.manager.LOCK_FILE) while it reads and replaces the
+  file; a broker holding it raises DataDirectoryInUse and nothing changes.
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
 import os
 from collections.abc import Iterable
 
+from kafka_format.errors import KafkaStorageError
 from storage.fileutil import atomic_write
+from storage.manager import LOCK_FILE
 
 from ..json_files import encode_document, read_document
 from .scram import MECHANISMS, ScramCredential
@@ -81,3 +89,24 @@ class ScramCredentialStore:
         new = {user: by_mechanism for user, by_mechanism in new.items() if by_mechanism}
         atomic_write(self.path, _encode(new))
         self.credentials = new
+
+
+class DataDirectoryInUse(KafkaStorageError):
+    """A running broker holds the data directory: offline changes would be lost."""
+
+
+def apply_offline(data_dir: str, upsertions: Iterable[tuple[str, str, ScramCredential]],
+                  deletions: Iterable[tuple[str, str]] = ()) -> ScramCredentialStore:
+    os.makedirs(data_dir, exist_ok=True)
+    fd = os.open(os.path.join(data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DataDirectoryInUse(f"data directory {data_dir} is in use by a running broker: change its "
+                                     "users over the Kafka listener (--kafka-bootstrap-server)") from None
+        store = ScramCredentialStore.open(data_dir)
+        store.apply(upsertions, deletions)
+        return store
+    finally:
+        os.close(fd)  # releases the lock

@@ -7,9 +7,10 @@
   a comma list of `DEFAULT` and `RULE:<pattern>/<replacement>/[LU]`; the first
   rule whose pattern matches the whole certificate subject (RFC 2253/4514 form,
   "CN=alice,OU=eng,O=example") gives the name (`$1` refers to a group; L lower-
-  cases, U upper-cases); DEFAULT gives the subject unchanged. No rule matching:
-  the subject unchanged (Kafka's default rules are just DEFAULT). `name(subject)`
-  applies them; ValueError when the rules do not parse.
+  cases, U upper-cases); DEFAULT gives the subject unchanged (Kafka's default rules
+  are just DEFAULT). `name(subject)` applies them; no rule matching raises
+  NoMatchingRule, and the connection fails authentication, as Kafka's
+  DefaultKafkaPrincipalBuilder. ValueError when the rules do not parse.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ ANONYMOUS = "User:ANONYMOUS"
 _RULE = re.compile(r"\s*(?:(DEFAULT)|RULE:((?:\\.|[^\\/])*)/((?:\\.|[^\\/])*)/([LU]?))\s*(?:,|$)")
 
 
+class NoMatchingRule(ValueError):
+    """No ssl.principal.mapping.rules rule maps the certificate's subject."""
+
+
 def user_principal(name: str) -> str:
     return f"User:{name}"
 
@@ -29,6 +34,7 @@ class SslPrincipalMapper:
     def __init__(self, rules: str = "DEFAULT"):
         self.rules: list[tuple[re.Pattern, str, str] | None] = []  # None = DEFAULT
         text = rules.strip() or "DEFAULT"
+        self.text = text
         at = 0
         while at < len(text):
             match = _RULE.match(text, at)
@@ -52,9 +58,9 @@ class SslPrincipalMapper:
                 return subject
             pattern, replacement, case = rule
             if pattern.fullmatch(subject):
-                name = pattern.sub(replacement, subject, count=1)
+                name = pattern.sub(replacement, subject)  # Java's replaceAll, as Kafka's Rule.apply
                 return name.lower() if case == "L" else name.upper() if case == "U" else name
-        return subject
+        raise NoMatchingRule(f"No rules apply to {subject}, rules {self.text}")
 
 
 def rules_complaint(value: str) -> str | None:

@@ -14,7 +14,7 @@ from broker.security.credentials import ScramCredentialStore
 from broker.security.errors import SaslAuthenticationFailedError
 from broker.security.jaas import parse_jaas, plain_users
 from broker.security.plain import check_plain
-from broker.security.principal import SslPrincipalMapper
+from broker.security.principal import NoMatchingRule, SslPrincipalMapper
 from broker.security.sasl import listener_sasl
 from broker.security.scram import MECHANISMS, ScramServer, credential_from_password
 from client.sasl import SaslCredentials, exchange, sasl_credentials
@@ -75,6 +75,8 @@ def test_principal_mapping_rules():
     assert rules.name("CN=bob,O=example") == "bob@example"
     assert rules.name("CN=Bob,OU=x") == "CN=Bob,OU=x"
     assert SslPrincipalMapper("RULE:^CN=(.*)$/$1/U").name("CN=eve") == "EVE"
+    with pytest.raises(NoMatchingRule, match="No rules apply to OU=x,CN=eve"):  # Kafka: authentication fails
+        SslPrincipalMapper("RULE:^CN=(.*)$/$1/U").name("OU=x,CN=eve")
     with pytest.raises(ValueError):
         SslPrincipalMapper("RULE:broken")
     spec = ListenerSpec("kafka", "SSL", "", 0, "SSL")

@@ -35,6 +35,8 @@ from .consumer_group import DEAD
 from .handlers import client_host, coordinator_error_code, millis
 
 GROUP_AUTHORIZATION_FAILED = 30
+TOPIC_AUTHORIZATION_FAILED = 29
+TOPICS_HIDDEN = "The described group uses topics that the client is not authorized to describe."
 
 log = structlog.get_logger("strata.kafka.consumer_groups")
 
@@ -166,6 +168,16 @@ class ConsumerGroupHandlers:
                      assignment=assignment(m.assigned), target_assignment=assignment(group.target.get(m.member_id, ())),
                      member_type=0 if m.classic is not None else 1)  # KIP-1099: 0 classic, 1 consumer
                 for m in group.members.values())
+            # Kafka (KAFKA-18813): a group whose assignments name a topic the caller may not
+            # DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED, without its description.
+            topics = {t.topic_name for m in members for a in (m.assignment, m.target_assignment)
+                      for t in a.topic_partitions}
+            if any(not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name) for name in topics):
+                out.append(make(GroupR, error_code=TOPIC_AUTHORIZATION_FAILED, error_message=TOPICS_HIDDEN,
+                                group_id=group_id, group_state="", group_epoch=-1, assignment_epoch=-1,
+                                assignor_name="", members=(),
+                                authorized_operations=requested(False, ResourceType.GROUP, group_id)))
+                continue
             out.append(make(GroupR, error_code=0, error_message=None, group_id=group_id, group_state=group.state,
                             group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
                             assignor_name=group.assignor_name or self.coordinator.assignor_names[0], members=members,

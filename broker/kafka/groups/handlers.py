@@ -497,9 +497,12 @@ class GroupHandlers:
         codes: list[list[int]] = []
         for topic in req.topics:
             known = self.apis.registry.get(topic.name)
+            readable = allowed(ctx, Op.READ, Resource.TOPIC, topic.name)  # Kafka: READ on each topic
             row = []
             for p in topic.partitions:
-                if known is None or not 0 <= p.partition_index < known.partitions:
+                if not readable:
+                    row.append(TOPIC_AUTHORIZATION_FAILED)
+                elif known is None or not 0 <= p.partition_index < known.partitions:
                     row.append(UNKNOWN_TOPIC_OR_PARTITION)
                 elif topic.name in subscribed:
                     row.append(GROUP_SUBSCRIBED_TO_TOPIC)
