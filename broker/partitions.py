@@ -384,6 +384,11 @@ class PartitionService:
             connection.throttle_ms = max(connection.throttle_ms, throttle)
         return throttle
 
+    def ip_connection_quota(self, ip: str) -> float | None:
+        """The `connection_creation_rate` quota of an IP (broker/connection_rates.py), None for none."""
+        quotas = self.quotas
+        return quotas.ip_quota(ip) if quotas is not None else None
+
     def fetch_budget(self, connection: ConnectionContext | None, client_id: str | None, budget: int) -> int:
         """A fetch's byte budget under the client's consumer quota: at most what the
         quota window allows (Kafka's getMaxValueInQuotaWindow)."""
