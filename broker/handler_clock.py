@@ -21,7 +21,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable, Generator
 from time import perf_counter
 from typing import Any, TypeVar
 
@@ -48,11 +48,12 @@ class HandlerClock:
         started = self._started
         return self.seconds + (perf_counter() - started if started is not None else 0.0)
 
-    def timed(self, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
-        return _Timed(self, coro)
+    def timed(self, awaitable: Awaitable[T]) -> Awaitable[T]:
+        return _Timed(self, awaitable)
 
-    def steps(self, coro: Coroutine[Any, Any, T]) -> Generator[Any, Any, T]:
-        """Run `coro` step by step as `yield from` would, timing each step."""
+    def steps(self, awaitable: Awaitable[T]) -> Generator[Any, Any, T]:
+        """Run `awaitable` step by step as `yield from` would, timing each step."""
+        coro = awaitable.__await__()
         value: Any = None
         error: BaseException | None = None
         while True:
@@ -75,9 +76,9 @@ class HandlerClock:
 class _Timed:
     __slots__ = ("clock", "coro")
 
-    def __init__(self, clock: HandlerClock, coro: Coroutine[Any, Any, Any]):
+    def __init__(self, clock: HandlerClock, awaitable: Awaitable[Any]):
         self.clock = clock
-        self.coro = coro
+        self.coro = awaitable
 
     def __await__(self) -> Generator[Any, Any, Any]:
         return self.clock.steps(self.coro)

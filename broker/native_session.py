@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 from kafka_format.errors import InvalidRequestError, StrataError
 from protocol import PROTOCOL_VERSION, ErrorCode, RequestType, error_response, produce_response
-from storage.file_records import FileSlice
 from storage.log import AppendResult
 
 from .connection import CloseAfterReply, FastPath, Frame, Reply

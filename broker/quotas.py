@@ -345,4 +345,5 @@ def _matches(names: dict[str, str | None], component: tuple[str, int, str | None
     return name is not None
 
 
-__all__ = ["ANONYMOUS", "CLIENT_ID", "CONNECTION_CREATION_RATE", "ClientQuotas", "Entity", "IP", "USER", "WindowedRate", "entity_of"]
+__all__ = ["ANONYMOUS", "CLIENT_ID", "CONNECTION_CREATION_RATE", "ClientQuotas", "Entity", "IP", "USER",
+           "WindowedRate", "entity_of"]
