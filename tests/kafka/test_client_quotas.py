@@ -231,6 +231,37 @@ def test_a_fetch_over_the_consumer_byte_rate_is_answered_empty_with_a_throttle(q
     assert metric(quota_broker, "kafka_server_quota_throttled_requests_total", quota_type="fetch") >= throttled + 1
 
 
+def test_a_throttled_incremental_fetch_keeps_its_session(quota_broker):
+    """An incremental fetch (KIP-227) over the quota answers its session id, no
+    partitions and the throttle; the session goes on at the next epoch and reads the
+    same offset again (Kafka's IncrementalFetchContext.getThrottledResponse)."""
+    client = unique_name("session-reader-")
+    topic = create_topic(quota_broker.bootstrap, unique_name("quota"))
+    record = b"s" * (CHUNK - 200)
+    with KafkaWire(*quota_broker.kafka_address) as conn:
+        for _ in range(10):
+            conn.call(produce_request(9, topic, 0, build_batch([(None, record)])))
+    assert alter(quota_broker, [({"client-id": client}, {"consumer_byte_rate": 100 * KIB})]) == [(0, None)]
+    with KafkaWire(*quota_broker.kafka_address, client_id=client) as conn:
+        full = conn.call(fetch_request(12, [(topic, 0, 0, CHUNK)], session_id=0, session_epoch=0))
+        session = full.session_id
+        assert session != 0 and full.throttle_time.total_seconds() == 0
+        offset, epoch, throttled = 1, 1, 0
+        while offset < 10 and epoch < 1000:
+            response = conn.call(fetch_request(12, [(topic, 0, offset, CHUNK)], session_id=session,
+                                               session_epoch=epoch))
+            epoch += 1
+            assert response.error_code == 0 and response.session_id == session
+            if response.throttle_time.total_seconds() > 0:
+                assert response.responses == ()
+                throttled += 1
+                continue
+            (part,) = response.responses[0].partitions
+            assert len(part.records) > CHUNK // 2
+            offset += 1
+    assert offset == 10 and throttled >= 1
+
+
 def test_confluent_consumer_observes_the_fetch_throttle_and_gets_every_record(quota_broker):
     from confluent_kafka import Consumer
 
@@ -334,3 +365,34 @@ def test_native_requests_over_request_percentage_are_muted(quota_broker):
                                    protocol="native") >= mutes + 1
     finally:
         alter(quota_broker, [({"client-id": client}, {"request_percentage": None})])
+
+
+def test_a_native_fetch_over_the_consumer_quota_answers_no_records(quota_broker):
+    """The native FETCH has no throttle field: over the quota it answers an empty
+    message set (the offsets as usual) and the connection is muted; the client
+    asks again and gets the same records, none lost."""
+    from protocol import FetchRequest
+
+    client = unique_name("native-reader-")
+    record = b"f" * (CHUNK - 300)
+    with NativeClient(*quota_broker.address) as conn:
+        conn.handshake(2, client_id=client)
+        topic = unique_name("quota")
+        assert conn.call(CreateTopicRequest(topic, 1)).error == 0
+        for _ in range(10):
+            assert conn.call(ProduceRequest(topic, 0, build_batch([(None, record)]))).error == 0
+    assert alter(quota_broker, [({"client-id": client}, {"consumer_byte_rate": 100 * KIB})]) == [(0, None)]
+    throttled = metric(quota_broker, "kafka_server_quota_throttled_requests_total", quota_type="fetch")
+    with NativeClient(*quota_broker.address) as conn:
+        conn.handshake(2, client_id=client)
+        offset, empty, asked = 0, 0, 0
+        while offset < 10 and asked < 1000:
+            asked += 1
+            response = conn.call(FetchRequest(topic, 0, offset, CHUNK))
+            assert response.error == 0 and response.high_watermark == 10
+            if not len(response.message_set):
+                empty += 1
+                continue
+            offset += 1
+    assert offset == 10 and empty >= 1
+    assert metric(quota_broker, "kafka_server_quota_throttled_requests_total", quota_type="fetch") >= throttled + 1
