@@ -22,7 +22,7 @@ Contract:
   quota that applies in Kafka's order of precedence (DefaultQuotaCallback:
   /users/U/clients/C, /users/U/clients/<default>, /users/U,
   /users/<default>/clients/C, /users/<default>/clients/<default>,
-  /users/<default>, /clients/C, /clients/<default>), records the bytes on that
+  /users/<default>, /clients/C, /clients/<default>), records the amount on that
   quota's rate (one per matched entity with its user and client-id, so a default
   quota limits each client on its own, as Kafka's metric tags do; a changed quota
   applies to the rate measured so far), and when the
@@ -30,7 +30,13 @@ Contract:
   ((rate - quota) / quota × the rate's window), else 0. The rate is Kafka's
   windowed Rate: `quota.window.num` samples of `quota.window.size.seconds`, the
   window counted as at least (samples - 1) full samples. The time is capped at
-  the whole window (samples × size).
+  the whole window (samples × size) for byte rates, at one sample
+  (`quota.window.size.seconds`) for request time, as Kafka's.
+- `unrecord(kind, principal, client_id, amount)` takes back what `throttle_ms`
+  recorded: a throttled Fetch is answered empty (KIP-219), so its bytes do not
+  count (Kafka's unrecordQuotaSensor). `max_fetch_bytes(principal, client_id)` is
+  the most one Fetch may answer (Kafka's getMaxValueInQuotaWindow: quota ×
+  (samples - 1) × sample size), None without a consumer quota.
 - Throttling itself (KIP-219: answer first, then mute) is the connection shell's
   (broker/connection.py: `ConnectionContext.throttle_ms`).
 - `connection_creation_rate` (ip entities) is enforced by broker/connection_rates.py
