@@ -396,3 +396,25 @@ def test_a_native_fetch_over_the_consumer_quota_answers_no_records(quota_broker)
             offset += 1
     assert offset == 10 and empty >= 1
     assert metric(quota_broker, "kafka_server_quota_throttled_requests_total", quota_type="fetch") >= throttled + 1
+
+
+def test_confluent_producer_reports_a_request_time_throttle(quota_broker):
+    """librdkafka reports the throttle of request_percentage (no byte-rate quota set)."""
+    from confluent_kafka import Producer
+
+    client = unique_name("busy-confluent-")
+    topic = create_topic(quota_broker.bootstrap, unique_name("quota"))
+    assert alter(quota_broker, [({"client-id": client}, {"request_percentage": 0.01})]) == [(0, None)]
+    events = []
+    producer = Producer({"bootstrap.servers": quota_broker.bootstrap, "client.id": client, "linger.ms": 0,
+                         "throttle_cb": lambda event: events.append(event.throttle_time)})
+    try:
+        for _ in range(500):
+            producer.produce(topic, value=b"r", partition=0)
+            producer.flush(TIMEOUT)
+            if events:
+                break
+        producer.poll(0)
+    finally:
+        alter(quota_broker, [({"client-id": client}, {"request_percentage": None})])
+    assert any(t > 0 for t in events), events
