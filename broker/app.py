@@ -67,6 +67,7 @@ from .admin_http import AdminServer
 from .config import BrokerConfig
 from .connection import PerConnection, RequestHandlers
 from .connection_limits import ConnectionLimits
+from .connection_rates import ConnectionRates
 from .group_configs import GroupConfigs
 from .kafka import KafkaApis
 from .kafka.apis import ApiKey
@@ -156,6 +157,11 @@ class BrokerApp:
         memory = RequestMemory(config.queued_max_request_bytes)
         connection_limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip,
                                              config.max_connections_per_ip_overrides)
+        connection_rates = ConnectionRates(
+            partitions.ip_connection_quota, config.values["max.connection.creation.rate"],
+            config.listener_connection_rates([listener.name for listener in self.listeners]),
+            window_samples=config.values["quota.window.num"],
+            window_seconds=config.values["quota.window.size.seconds"])
         native_stats = kafka_stats = None
         if metrics is not None:
             native_stats = metrics.requests_for("native", {t.value: camel_name(t.name) for t in RequestType})
@@ -174,7 +180,8 @@ class BrokerApp:
                                 max_frame_bytes=config.socket_request_max_bytes,
                                 max_queued_requests=config.max_queued_requests,
                                 write_buffer_high=config.write_buffer_high, bad_requests=bad_requests,
-                                memory=memory, limits=connection_limits, idle_ms=config.connections_max_idle_ms)
+                                memory=memory, limits=connection_limits, rates=connection_rates,
+                                idle_ms=config.connections_max_idle_ms)
 
         servers = self.servers = [server_for(listener) for listener in self.listeners]
         by_protocol = {protocol: [s for s, listener in zip(servers, self.listeners, strict=True)

@@ -27,7 +27,8 @@ Contract:
   `listener.security.protocol.map` become `listeners` (ListenerSpecs, checked
   here: broker/listeners.py); the ssl.* keys are read per listener by
   broker/tls.py. Besides the keys below, `listener.name.<listener>.ssl.*` (and
-  `.sasl.*`, `.connections.max.reauth.ms`, `.<mechanism>.sasl.jaas.config`)
+  `.sasl.*`, `.connections.max.reauth.ms`, `.max.connection.creation.rate`,
+  `.<mechanism>.sasl.jaas.config`)
   overrides one listener's key (stored with the listener name lower-cased,
   as Kafka looks it up; environment: STRATA_LISTENER_NAME_<LISTENER>_SSL_...).
 - Broker-level `log.*` names that set topic defaults (`log.segment.bytes`,
@@ -215,6 +216,9 @@ KEYS: tuple[BrokerKey, ...] = (
               "most connections from one IP address; more are closed at once"),
     BrokerKey("max.connections.per.ip.overrides", "string", "", _overrides_complaint,
               "per-IP (or host name) exceptions to max.connections.per.ip: host:count,host:count"),
+    BrokerKey("max.connection.creation.rate", "int", INT_MAX, _at_least(0),
+              "new connections per second the broker accepts over both listeners; faster ones wait "
+              "(also listener.name.<l>.max.connection.creation.rate for one listener)"),
     BrokerKey("quota.window.num", "int", 11, _at_least(1),
               "samples client quota rates are measured over (client quotas: broker/quotas.py)"),
     BrokerKey("quota.window.size.seconds", "int", 1, _at_least(1),
@@ -340,7 +344,7 @@ LISTENER_PREFIX = "listener.name."
 ENV_LISTENER_PREFIX = ENV_PREFIX + "LISTENER_NAME_"
 
 
-LISTENER_SCOPED = ("ssl.", "sasl.", "connections.max.reauth.ms")
+LISTENER_SCOPED = ("ssl.", "sasl.", "connections.max.reauth.ms", "max.connection.creation.rate")
 SASL_MECHANISM_PREFIXES = ("plain.", "scram-sha-256.", "scram-sha-512.")  # <mechanism>.sasl.jaas.config
 
 
@@ -705,6 +709,15 @@ class BrokerConfig:
     @property
     def max_connections_per_ip_overrides(self) -> str:
         return self.values["max.connections.per.ip.overrides"]
+
+    def listener_connection_rates(self, names: list[str]) -> dict[str, int]:
+        """listener.name.<l>.max.connection.creation.rate of each listener that sets it."""
+        rates = {}
+        for name in names:
+            value = self.values.get(f"{LISTENER_PREFIX}{name.lower()}.max.connection.creation.rate")
+            if value is not None:
+                rates[name.lower()] = int(value)
+        return rates
 
     @property
     def num_partitions(self) -> int:

@@ -97,6 +97,7 @@ from protocol import FrameTooLarge, ProtocolError
 from protocol.framing import FramePool, FrameReader, ScratchBuffers
 from storage.file_records import FileSlice
 
+from .connection_rates import Admission
 from .flow_control import FlowControl, PauseCounters
 from .listeners import ConnectionContext, Listener
 from .log_limiter import BadRequestLog
@@ -265,7 +266,9 @@ class ConnectionHost(Protocol):
     @property
     def stats(self) -> ConnectionStats: ...
 
-    def admit(self, conn: Connection) -> bool: ...
+    def admit(self, conn: Connection) -> Admission | None: ...
+
+    def hold(self, transport: asyncio.Transport, delay_ms: int) -> None: ...
 
     def connection_made(self, conn: Connection) -> None: ...
 
@@ -327,9 +330,14 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.transport = transport
         self.peer = self.context.peer = transport.get_extra_info("peername")
-        if not self.server.admit(self):
+        admission = self.server.admit(self)
+        if admission is None:
             self.fatal = True
             transport.abort()  # over max.connections(.per.ip): closed at once, as Kafka
+            return
+        if admission.close_after_ms:  # over its IP's connection_creation_rate: closed later, as Kafka
+            self.fatal = True
+            self.server.hold(transport, admission.close_after_ms)
             return
         sock = transport.get_extra_info("socket")
         tls = self.context.listener is not None and self.context.listener.tls is not None
@@ -349,6 +357,8 @@ class Connection(asyncio.BufferedProtocol):
         transport.set_write_buffer_limits(high=self.write_high, low=self.write_high // 4)
         self.server.connection_made(self)
         self._task = self.server.loop.create_task(self._serve())
+        if admission.delay_ms:  # over max.connection.creation.rate: read nothing for that long
+            self._mute_for(admission.delay_ms)
         if self.server.closing:
             self.drain()
 
@@ -538,10 +548,14 @@ class Connection(asyncio.BufferedProtocol):
         stats = self.server.stats
         stats.throttle_mutes += 1
         stats.throttle_mute_ms += throttle_ms
+        self._mute_for(throttle_ms)
+
+    def _mute_for(self, delay_ms: int) -> None:
+        """Read and handle nothing on this connection for `delay_ms`."""
         self.muted = True
         if self._unmute_timer is not None:
             self._unmute_timer.cancel()
-        self._unmute_timer = self.server.loop.call_later(throttle_ms / 1000, self._unmute)
+        self._unmute_timer = self.server.loop.call_later(delay_ms / 1000, self._unmute)
         self._update_reading()
 
     def _unmute(self) -> None:

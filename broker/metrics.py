@@ -350,15 +350,27 @@ class BrokerCollector(Collector):
         mute_ms = CounterMetricFamily("kafka_network_socketserver_throttle_mute_ms",
                                       "Throttle time of those mutes in ms, per listener",
                                       labels=["listener", "protocol"])
+        delayed = CounterMetricFamily("kafka_network_socketserver_connections_delayed",
+                                      "New connections made to wait by max.connection.creation.rate "
+                                      "(broker-wide or the listener's), per listener", labels=["listener", "protocol"])
+        throttled = CounterMetricFamily("kafka_network_socketserver_connections_throttled",
+                                        "New connections over their IP's connection_creation_rate quota, "
+                                        "closed after the throttle time, per listener",
+                                        labels=["listener", "protocol"])
         for (protocol, listener), server in servers.items():
             mutes.add_metric([listener, protocol], server.stats.throttle_mutes)
             mute_ms.add_metric([listener, protocol], server.stats.throttle_mute_ms)
+            delayed.add_metric([listener, protocol], server.stats.connections_delayed)
+            throttled.add_metric([listener, protocol], server.stats.connections_throttled)
         yield mutes
         yield mute_ms
+        yield delayed
+        yield throttled
         quotas = self.sources.get("quotas")
         if quotas is not None:
             throttled = CounterMetricFamily("kafka_server_quota_throttled_requests",
-                                            "Requests a client byte-rate quota throttled, per quota type",
+                                            "Requests a client quota (byte rate or request time) throttled, "
+                                            "per quota type",
                                             labels=["quota_type"])
             throttle_ms = CounterMetricFamily("kafka_server_quota_throttle_time_ms",
                                               "Throttle time given to those requests in ms, per quota type",

@@ -351,20 +351,50 @@ class PartitionService:
 
     # ---- client quotas -------------------------------------------------------------------------
 
+    @property
+    def request_quotas(self) -> bool:
+        """Whether any `request_percentage` quota is set: only then do the listeners
+        time their handlers (Kafka records request time only while quotas are on)."""
+        quotas = self.quotas
+        return quotas is not None and quotas.request_quotas
+
     def throttle(self, connection: ConnectionContext, kind: str, client_id: str | None,
-                 nbytes: int) -> int:
-        """The quota policy both protocols call once per produce or fetch request:
-        record `nbytes` against the client's quota (`kind` produce or fetch) and
-        return the throttle time in ms (0: none). A throttled request's connection
-        (its ConnectionContext) is told to mute itself that long once the reply is
-        out (broker/connection.py)."""
+                 amount: float, handler_seconds: float = 0.0) -> int:
+        """The quota policy both protocols call: once per produce or fetch request
+        (`kind` produce or fetch, `amount` its bytes) with the time its handler ran,
+        once per other request (`kind` request, `amount` its handler's seconds).
+        Records them against the client's quotas and returns the throttle time in
+        ms (0: none), the larger of the byte-rate and the request-time throttle, as
+        Kafka's KafkaApis. A throttled fetch is answered empty (KIP-219): its bytes
+        are taken back (Kafka's unrecordQuotaSensor). A throttled request's
+        connection (its ConnectionContext) is told to mute itself that long once
+        the reply is out (broker/connection.py)."""
         quotas = self.quotas
         if quotas is None:
             return 0
-        throttle = quotas.throttle_ms(kind, connection.principal, client_id, nbytes)
+        principal = connection.principal
+        throttle = quotas.throttle_ms(kind, principal, client_id, amount)
+        if kind != "request" and quotas.request_quotas:
+            throttle = max(throttle, quotas.throttle_ms("request", principal, client_id, handler_seconds))
+        if throttle and kind == "fetch":
+            quotas.unrecord(kind, principal, client_id, amount)
         if throttle:
             connection.throttle_ms = max(connection.throttle_ms, throttle)
         return throttle
+
+    def ip_connection_quota(self, ip: str) -> float | None:
+        """The `connection_creation_rate` quota of an IP (broker/connection_rates.py), None for none."""
+        quotas = self.quotas
+        return quotas.ip_quota(ip) if quotas is not None else None
+
+    def fetch_budget(self, connection: ConnectionContext, client_id: str | None, budget: int) -> int:
+        """A fetch's byte budget under the client's consumer quota: at most what the
+        quota window allows (Kafka's getMaxValueInQuotaWindow)."""
+        quotas = self.quotas
+        if quotas is None or not quotas.active:
+            return budget
+        limit = quotas.max_fetch_bytes(connection.principal, client_id)
+        return budget if limit is None else min(budget, limit)
 
     # ---- the executor --------------------------------------------------------------------------
 

@@ -12,13 +12,17 @@ Contract:
   apply, at once, without a restart; `describe(components, strict)` answers
   DescribeClientQuotas' filter (match types exact 0, default 1, any specified 2).
   Bad input raises InvalidRequestError naming the problem and changes nothing.
-- `throttle_ms(kind, principal, client_id, nbytes)` is what the request
-  handlers of both protocols call once per Produce (kind `produce`: bytes of the
-  record sets) and Fetch (`fetch`: bytes of records answered): it finds the
+- `throttle_ms(kind, principal, client_id, amount)` is what the quota policy
+  (broker/partitions.py `PartitionService.throttle`, called by both protocols)
+  calls: once per Produce (kind `produce`: bytes of the record sets), per Fetch
+  (`fetch`: bytes of records answered) and, while any `request_percentage` quota
+  is set (`request_quotas`), per request of any kind (`request`: the seconds its
+  handler ran, recorded as Kafka's ClientRequestQuotaManager does, as a
+  percentage of one thread: 1 s of handler time per second is 100). It finds the
   quota that applies in Kafka's order of precedence (DefaultQuotaCallback:
   /users/U/clients/C, /users/U/clients/<default>, /users/U,
   /users/<default>/clients/C, /users/<default>/clients/<default>,
-  /users/<default>, /clients/C, /clients/<default>), records the bytes on that
+  /users/<default>, /clients/C, /clients/<default>), records the amount on that
   quota's rate (one per matched entity with its user and client-id, so a default
   quota limits each client on its own, as Kafka's metric tags do; a changed quota
   applies to the rate measured so far), and when the
@@ -26,11 +30,18 @@ Contract:
   ((rate - quota) / quota × the rate's window), else 0. The rate is Kafka's
   windowed Rate: `quota.window.num` samples of `quota.window.size.seconds`, the
   window counted as at least (samples - 1) full samples. The time is capped at
-  the whole window (samples × size).
+  the whole window (samples × size) for byte rates, at one sample
+  (`quota.window.size.seconds`) for request time, as Kafka's.
+- `unrecord(kind, principal, client_id, amount)` takes back what `throttle_ms`
+  recorded: a throttled Fetch is answered empty (KIP-219), so its bytes do not
+  count (Kafka's unrecordQuotaSensor). `max_fetch_bytes(principal, client_id)` is
+  the most one Fetch may answer (Kafka's getMaxValueInQuotaWindow: quota ×
+  (samples - 1) × sample size), None without a consumer quota.
 - Throttling itself (KIP-219: answer first, then mute) is the connection shell's
   (broker/connection.py: `ConnectionContext.throttle_ms`).
-- `request_percentage`, `controller_mutation_rate` and `connection_creation_rate`
-  are stored and described, not enforced.
+- `connection_creation_rate` (ip entities) is enforced by broker/connection_rates.py
+  over `ip_quota(ip)`. `controller_mutation_rate` is stored and described, not
+  enforced (a single node has no controller to protect).
 """
 
 from __future__ import annotations
@@ -55,7 +66,10 @@ CONSUMER_BYTE_RATE = "consumer_byte_rate"
 CLIENT_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, "request_percentage", "controller_mutation_rate")
 IP_KEYS = ("connection_creation_rate",)
 WHOLE_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, "connection_creation_rate")  # Kafka's LONG/INT keys
-KIND_KEYS = {"produce": PRODUCER_BYTE_RATE, "fetch": CONSUMER_BYTE_RATE}
+REQUEST_PERCENTAGE = "request_percentage"
+CONNECTION_CREATION_RATE = "connection_creation_rate"
+KIND_KEYS = {"produce": PRODUCER_BYTE_RATE, "fetch": CONSUMER_BYTE_RATE, "request": REQUEST_PERCENTAGE}
+PERCENT_PER_SECOND = 100.0  # Kafka's NanosToPercentagePerSecond, per second of handler time
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 ANONYMOUS = "User:ANONYMOUS"
 MAX_RATES = 10_000  # rates kept before idle ones are dropped
@@ -135,6 +149,7 @@ class ClientQuotas:
         self.window_samples = window_samples
         self.window_ms = window_seconds * 1000
         self._rates: dict[tuple[str, str, str], WindowedRate] = {}
+        self.request_quotas = _has_key(quotas, REQUEST_PERCENTAGE)
         self.throttled = {kind: 0 for kind in KIND_KEYS}  # responses given a throttle time
         self.throttle_ms_total = {kind: 0 for kind in KIND_KEYS}
 
@@ -194,6 +209,7 @@ class ClientQuotas:
                        "quotas": [{"entity": [{"type": t, "name": n} for t, n in entity], "values": values}
                                   for entity, values in sorted(quotas.items(), key=lambda kv: repr(kv[0]))]}
                 atomic_write(self.path, encode_document(doc))
+            self.request_quotas = _has_key(quotas, REQUEST_PERCENTAGE)
             self._quotas = quotas  # one reference swap: readers see the old or the new whole
 
     def describe(self, components: Iterable[tuple[str, int, str | None]], strict: bool) -> list[tuple[Entity, dict]]:
@@ -232,15 +248,62 @@ class ClientQuotas:
                 return value, "" if u is _ABSENT else user, "" if c is _ABSENT else client_id
         return None
 
-    def throttle_ms(self, kind: str, principal: str, client_id: str | None, nbytes: int,
+    def throttle_ms(self, kind: str, principal: str, client_id: str | None, amount: float,
                     now_ms: float | None = None) -> int:
-        """Record `nbytes` of a `kind` request and return the throttle time (ms) due."""
-        if not self._quotas:
-            return 0
-        user = principal.partition(":")[2] if principal.startswith("User:") else principal
-        found = self.quota_for(KIND_KEYS[kind], user, client_id or "")
+        """Record `amount` (bytes; seconds of handler time for `request`) of a `kind`
+        request and return the throttle time (ms) due."""
+        found = self._rate_for(kind, principal, client_id, now_ms)
         if found is None:
             return 0
+        quota, rate, now = found
+        rate.record(amount * PERCENT_PER_SECOND if kind == "request" else amount, now)
+        observed = rate.per_second(now)
+        if observed <= quota:
+            return 0
+        throttle = round((observed - quota) / quota * rate.window_size_ms(now))
+        cap = self.window_ms if kind == "request" else self.window_ms * self.window_samples
+        throttle = min(throttle, cap)
+        self.throttled[kind] += 1
+        self.throttle_ms_total[kind] += throttle
+        return throttle
+
+    def unrecord(self, kind: str, principal: str, client_id: str | None, amount: float,
+                 now_ms: float | None = None) -> None:
+        """Take back `amount` that `throttle_ms` recorded (a throttled Fetch answers no bytes)."""
+        found = self._rate_for(kind, principal, client_id, now_ms)
+        if found is not None:
+            _, rate, now = found
+            rate.record(-(amount * PERCENT_PER_SECOND if kind == "request" else amount), now)
+
+    def max_fetch_bytes(self, principal: str, client_id: str | None) -> int | None:
+        """The most one Fetch may answer under the client's consumer quota (Kafka's
+        getMaxValueInQuotaWindow), None when none applies."""
+        if not self._quotas:
+            return None
+        found = self.quota_for(CONSUMER_BYTE_RATE, _user_of(principal), client_id or "")
+        if found is None:
+            return None
+        return int(found[0] * (self.window_samples - 1) * self.window_ms / 1000)
+
+    def ip_quota(self, ip: str) -> float | None:
+        """The `connection_creation_rate` of an IP: its own entity's, else the default IP's."""
+        quotas = self._quotas
+        if not quotas:
+            return None
+        for name in (ip, None):
+            value = quotas.get(((IP, name),), {}).get(CONNECTION_CREATION_RATE)
+            if value is not None:
+                return value
+        return None
+
+    def _rate_for(self, kind: str, principal: str, client_id: str | None,
+                  now_ms: float | None) -> tuple[float, WindowedRate, float] | None:
+        """(quota, rate, now) of the entity whose `kind` quota applies to the client, or None."""
+        if not self._quotas:
+            return None
+        found = self.quota_for(KIND_KEYS[kind], _user_of(principal), client_id or "")
+        if found is None:
+            return None
         quota, user_tag, client_tag = found
         now = time.monotonic() * 1000.0 if now_ms is None else now_ms
         rate = self._rates.get((kind, user_tag, client_tag))
@@ -248,16 +311,7 @@ class ClientQuotas:
             if len(self._rates) >= MAX_RATES:
                 self._forget_idle(now)
             rate = self._rates[(kind, user_tag, client_tag)] = WindowedRate(self.window_ms, self.window_samples)
-        rate.record(nbytes, now)
-        observed = rate.per_second(now)
-        if observed <= quota:
-            return 0
-        throttle = round((observed - quota) / quota * rate.window_size_ms(now))
-        throttle = min(throttle, self.window_ms * self.window_samples)
-        self.throttled[kind] += 1
-        self.throttle_ms_total[kind] += throttle
-        return throttle
-
+        return quota, rate, now
 
     def _forget_idle(self, now_ms: float) -> None:
         """Drop the rates of clients with no sample left in the window (Kafka expires
@@ -266,6 +320,14 @@ class ClientQuotas:
         for key, rate in list(self._rates.items()):
             if not rate.starts or rate.starts[-1] + span <= now_ms:
                 del self._rates[key]
+
+
+def _user_of(principal: str) -> str:
+    return principal.partition(":")[2] if principal.startswith("User:") else principal
+
+
+def _has_key(quotas: dict[Entity, dict[str, float]], key: str) -> bool:
+    return any(key in values for values in quotas.values())
 
 
 class _Absent:
@@ -289,4 +351,5 @@ def _matches(names: dict[str, str | None], component: tuple[str, int, str | None
     return name is not None
 
 
-__all__ = ["ANONYMOUS", "CLIENT_ID", "ClientQuotas", "Entity", "IP", "USER", "WindowedRate", "entity_of"]
+__all__ = ["ANONYMOUS", "CLIENT_ID", "CONNECTION_CREATION_RATE", "ClientQuotas", "Entity", "IP", "USER",
+           "WindowedRate", "entity_of"]

@@ -13,9 +13,13 @@ Contract:
   The server holds what the connections share: limits, the `FramePool` of large
   frames' buffers, scratch buffers, `stats`, and the broker-wide RequestMemory,
   ConnectionLimits and BadRequestLog (both listeners get the same ones).
-- Connections: `ConnectionLimits` (max.connections, max.connections.per.ip and
-  overrides, shared by both listeners) may refuse a new connection, which is
-  closed at once; connections.max.idle.ms closes connections with nothing in
+- Connections: `ConnectionRates` (broker/connection_rates.py: the IP's
+  `connection_creation_rate` quota, max.connection.creation.rate and its
+  listener override, shared by both listeners) may make a new connection wait
+  before it is read, or hold it unread and close it after a throttle time (not
+  admitted); then `ConnectionLimits` (max.connections, max.connections.per.ip
+  and overrides, shared by both listeners) may refuse it, and it is closed at
+  once; connections held for a rate are closed at shutdown. connections.max.idle.ms closes connections with nothing in
   flight and no read or reply for that long. After a burst of closes the server
   collects garbage and calls malloc_trim(0), so their memory leaves the RSS.
 - `shutdown(timeout)` stops accepting, answers pending long polls, lets every
@@ -38,6 +42,7 @@ from protocol.framing import FramePool, ScratchBuffers
 
 from .connection import CloseConnection, Connection, FastPath, PerConnection, RequestHandlers
 from .connection_limits import ConnectionLimits
+from .connection_rates import ADMITTED, Admission, ConnectionRates
 from .listeners import Listener
 from .log_limiter import BadRequestLog
 from .metrics import RequestStats
@@ -69,6 +74,8 @@ class ServerStats:
     tls_handshake_failures: int = 0  # TLS listeners: handshakes that failed (socket closed)
     throttle_mutes: int = 0  # connections muted after a reply a client quota throttled (KIP-219)
     throttle_mute_ms: int = 0  # the throttle times of those mutes, summed
+    connections_delayed: int = 0  # made to wait by max.connection.creation.rate (broker or listener)
+    connections_throttled: int = 0  # closed after a delay: over the IP's connection_creation_rate
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -81,7 +88,7 @@ class BrokerServer:
     def __init__(self, handlers: RequestHandlers | PerConnection, *, max_frame_bytes: int, max_queued_requests: int,
                  write_buffer_high: int, bad_requests: BadRequestLog | None = None,
                  memory: RequestMemory | None = None, limits: ConnectionLimits | None = None,
-                 idle_ms: int = -1, listener: Listener | None = None,
+                 rates: ConnectionRates | None = None, idle_ms: int = -1, listener: Listener | None = None,
                  request_stats: list[RequestStats] | None = None):
         self.handlers = handlers
         # The listener this server serves (name, security protocol, TLS context);
@@ -92,6 +99,8 @@ class BrokerServer:
         # Shared by the broker's listeners: queued.max.request.bytes, max.connections*.
         self.memory = memory or RequestMemory()
         self.limits = limits
+        self.rates = rates
+        self.held: set[asyncio.Transport] = set()  # over an IP's connection rate: closed after a delay
         self.idle_s = idle_ms / 1000 if idle_ms >= 0 else None  # connections.max.idle.ms
         self.scratch = ScratchBuffers()
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -138,18 +147,43 @@ class BrokerServer:
         sockname = self._server.sockets[0].getsockname()
         return sockname[0], sockname[1]
 
-    def admit(self, conn: Connection) -> bool:
-        """Count a new connection against max.connections(.per.ip); False: refused."""
-        if self.limits is None:
-            return True
+    def admit(self, conn: Connection) -> Admission | None:
+        """Count a new connection against the connection rates, then max.connections(.per.ip)
+        (Kafka's ConnectionQuotas.inc): None when refused (closed at once); else how
+        long to wait before reading it, or, over its IP's rate, when to close it."""
         ip = conn.peer[0] if isinstance(conn.peer, tuple) and conn.peer else str(conn.peer)
+        admission = ADMITTED
+        if self.rates is not None:
+            admission = self.rates.admit(self.listener.name if self.listener is not None else None, ip)
+            if admission.close_after_ms:
+                self.stats.connections_throttled += 1
+                self.bad_requests.record(conn.peer, "connection_throttled", peer=conn.peer,
+                                         reason=f"over the connection_creation_rate quota of {ip}",
+                                         throttle_ms=admission.close_after_ms)
+                return admission
+            if admission.delay_ms:
+                self.stats.connections_delayed += 1
+        if self.limits is None:
+            return admission
         reason = self.limits.admit(ip)
         if reason is not None:
             self.stats.connections_refused += 1
             self.bad_requests.record(conn.peer, "connection_refused", peer=conn.peer, reason=reason)
-            return False
+            return None
         conn.ip = ip
-        return True
+        return admission
+
+    def hold(self, transport: asyncio.Transport, delay_ms: int) -> None:
+        """Keep a connection that was not admitted open, unread, for `delay_ms`, then
+        close it (Kafka's acceptor delays closing a throttled connection)."""
+        transport.pause_reading()
+        self.held.add(transport)
+
+        def close() -> None:
+            self.held.discard(transport)
+            transport.abort()
+
+        self.loop.call_later(delay_ms / 1000, close)
 
     def _handshake_failed(self, reason: str) -> None:
         """A TLS handshake failed (the TLS layer closed that socket): logged
@@ -218,6 +252,9 @@ class BrokerServer:
         if self._server is not None:
             self._server.close()
         self.handlers.begin_shutdown()
+        for transport in list(self.held):
+            transport.abort()
+        self.held.clear()
         connections = list(self.connections)
         for conn in connections:
             conn.drain()

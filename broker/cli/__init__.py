@@ -17,7 +17,7 @@ import sys
 
 # Subcommand modules, in the order `strata --help` lists them.
 SUBCOMMANDS = ("serve", "topics", "produce", "consume", "groups", "log_dirs", "configs", "acls", "users",
-               "dump_log")
+               "quotas", "dump_log")
 
 
 class CliError(Exception):

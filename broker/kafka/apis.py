@@ -30,6 +30,8 @@ Contract (the interface for API modules is in broker/kafka/__init__.py):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable
@@ -47,6 +49,7 @@ from storage.log import Log
 
 from ..connection import CloseConnection, FastPath
 from ..group_configs import GroupConfigs
+from ..handler_clock import HandlerClock
 from ..listeners import ConnectionContext
 from ..log_limiter import BadRequestLog
 from ..partitions import PartitionService
@@ -168,6 +171,10 @@ class RequestContext:
     apis: KafkaApis
     response_class: type = field(repr=False)
     connection: ConnectionContext  # listener, security protocol, client certificate
+    # request_percentage quotas (broker/handler_clock.py): the handler's time on the loop,
+    # None while no such quota is set; `charged` once a handler (Produce, Fetch) charged it.
+    clock: HandlerClock | None = None
+    charged: bool = False
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -305,10 +312,17 @@ class KafkaApis(FastPath):
         response_class = entry.response_classes[api_version]
         ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, conn.peer,
                              self, response_class, conn)
+        if self.partitions.request_quotas:
+            ctx.clock = HandlerClock()
         try:
             guard = self.guards.get(api_key)
             refused = guard(request, ctx) if guard is not None else None
-            response = refused if refused is not None else await entry.handler(request, ctx)
+            if refused is not None:
+                response = refused
+            elif ctx.clock is not None:
+                response = await ctx.clock.timed(entry.handler(request, ctx))
+            else:
+                response = await entry.handler(request, ctx)
         except asyncio.CancelledError:
             raise
         except CloseConnection:
@@ -318,9 +332,25 @@ class KafkaApis(FastPath):
         except Exception:
             log.exception("kafka_request_failed", api_key=api_key, api_version=api_version)
             response = codec.error_response(response_class, ErrorCode.unknown_server_error)
+        if ctx.clock is not None and not ctx.charged:
+            response = self._charge_request_time(ctx, response)
         if response is None or isinstance(response, list):
             return response  # no answer (acks=0), or already framed (Fetch)
         return [codec.encode_response(correlation_id, response)]
+
+    def _charge_request_time(self, ctx: RequestContext, response: Any) -> Any:
+        """request_percentage quotas: charge the handler's time to the client (the
+        partition service's quota policy); a throttle goes into the answer's
+        `throttle_time_ms` (when its version has one) and mutes the connection after
+        the reply, as Kafka's sendResponseMaybeThrottle."""
+        clock = ctx.clock
+        assert clock is not None
+        ctx.charged = True
+        throttle = self.partitions.throttle(ctx.connection, "request", ctx.client_id, clock.elapsed())
+        if throttle and response is not None and not isinstance(response, list) \
+                and codec.has_field(type(response), "throttle_time"):
+            response = dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=throttle))
+        return response
 
     def _refuse_unauthenticated(self, conn: ConnectionContext, api_key: int) -> None:
         """The SASL gate: a request other than ApiVersions/SaslHandshake/SaslAuthenticate
@@ -355,6 +385,9 @@ class KafkaApis(FastPath):
         response_class = entry.response_classes[api_version]
         ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, conn.peer,
                              self, response_class, conn)
+        clock = ctx.clock = HandlerClock() if self.partitions.request_quotas else None
+        if clock is not None:
+            clock.start()
         try:
             response = entry.handler_now(request, ctx)
         except StrataError as e:
@@ -365,6 +398,10 @@ class KafkaApis(FastPath):
         if response is DECLINE:
             self._declined = (frame, header, request)
             return None
+        if clock is not None:
+            clock.stop()
+            if not ctx.charged:
+                response = self._charge_request_time(ctx, response)
         if isinstance(response, list):
             return response  # already framed (Fetch)
         return [codec.encode_response(correlation_id, response)]

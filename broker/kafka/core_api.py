@@ -133,15 +133,24 @@ class CoreApiBase:
             out.append(make(TopicR, name=topic.name, partitions=tuple(parts)))
         return tuple(out)
 
-    def _throttle(self, ctx, kind: str, plan: list[tuple[Any, list[Target]]]) -> int:
-        """Client quotas (broker/quotas.py, through the partition service): the
-        throttle time of this Produce (its record bytes) or Fetch (the record bytes
-        it answers); the connection mutes itself that long after the reply."""
+    def _throttle(self, ctx, kind: str, nbytes: int) -> int:
+        """Client quotas (broker/quotas.py, through the partition service's one
+        policy): the throttle time of this Produce (`nbytes`: its record bytes) or
+        Fetch (the record bytes it would answer), byte rate and request time
+        together; the connection mutes itself that long after the reply."""
+        clock = ctx.clock
+        if clock is not None:
+            ctx.charged = True
         quotas = self.partitions.quotas
         if quotas is None or not quotas.active:
             return 0
-        if kind == "produce":
-            nbytes = sum(len(t.records) for _, targets in plan for t in targets if t.records is not None)
-        else:
-            nbytes = sum(t.result.length for _, targets in plan for t in targets if t.result is not None)
-        return self.partitions.throttle(ctx.connection, kind, ctx.client_id, nbytes)
+        return self.partitions.throttle(ctx.connection, kind, ctx.client_id, nbytes,
+                                        clock.elapsed() if clock is not None else 0.0)
+
+    @staticmethod
+    def _produce_bytes(plan: list[tuple[Any, list[Target]]]) -> int:
+        return sum(len(t.records) for _, targets in plan for t in targets if t.records is not None)
+
+    @staticmethod
+    def _fetch_bytes(plan: list[tuple[Any, list[Target]]]) -> int:
+        return sum(t.result.length for _, targets in plan for t in targets if t.result is not None)

@@ -72,6 +72,7 @@ class FetchApi(CoreApiBase):
         - The records are FileSlices spliced into kio's encoding and sent with sendfile.
         """
         fetch = FetchParams(req, ctx, self.config.fetch_max_bytes)
+        fetch.budget = self.partitions.fetch_budget(ctx.connection, ctx.client_id, fetch.budget)
         session = self.fetch_sessions.context(req, ctx.api_version, privileged=fetch.replica >= 0)
         if session.error:
             return self._fetch_refused(ctx, session.error)
@@ -102,6 +103,7 @@ class FetchApi(CoreApiBase):
         when it needs no log created and no long poll; else DECLINE, with nothing
         held (the reads are released)."""
         fetch = FetchParams(req, ctx, self.config.fetch_max_bytes)
+        fetch.budget = self.partitions.fetch_budget(ctx.connection, ctx.client_id, fetch.budget)
         session = self.fetch_sessions.context(req, ctx.api_version, privileged=fetch.replica >= 0)
         if session.error:
             return self._fetch_refused(ctx, session.error)
@@ -134,6 +136,17 @@ class FetchApi(CoreApiBase):
                 part.watching(None if t.log is None or t.error else
                               self.partitions.watch_into((t.log.topic, t.log.partition), wake))
         return [wake]
+
+    def _throttled_response(self, ctx, plan, session: FetchContext, throttle: int) -> list:
+        """A fetch over the client's quota (KIP-219, Kafka's getThrottledResponse):
+        no partitions, `throttle_time_ms` set, the reads released; an incremental
+        fetch keeps its session (the next epoch, nothing marked as answered, so
+        the next fetch reads those partitions again), any other answers no session."""
+        release_reads([t for _, targets in plan for t in targets])
+        error, session_id = session.throttled(self.fetch_sessions.now_ms())
+        response = make(ctx.response_class, throttle_time=throttle, error_code=error, session_id=session_id,
+                        responses=())
+        return [codec.encode_response(ctx.correlation_id, response)]
 
     @staticmethod
     def _fetch_refused(ctx, error: int):
@@ -197,7 +210,9 @@ class FetchApi(CoreApiBase):
         TopicR = nested(R, "responses")
         PartR = nested(TopicR, "partitions")
         AbortedR = nested(PartR, "aborted_transactions") if has_field(PartR, "aborted_transactions") else None
-        throttle = self._throttle(ctx, "fetch", plan)
+        throttle = self._throttle(ctx, "fetch", self._fetch_bytes(plan))
+        if throttle:
+            return self._throttled_response(ctx, plan, session, throttle)
         splicer = RecordsSplicer()
         responses = []
         for topic, targets in plan:

@@ -321,6 +321,20 @@ class FetchContext:
         return 0, INVALID_SESSION_ID
 
 
+    def throttled(self, now_ms: int) -> tuple[int, int]:
+        """(error, session id) of an answer the client's quota empties (Kafka's
+        getThrottledResponse): an incremental fetch's session moves to its next
+        epoch with nothing marked as answered; a full fetch creates no session."""
+        session = self.session
+        if session is None:
+            return 0, INVALID_SESSION_ID
+        if self.cache.get(session.id) is not session or session.epoch != self.expected_epoch:
+            return E.invalid_fetch_session_epoch, session.id
+        session.epoch = next_epoch(session.epoch)
+        self.cache.touch(session, now_ms)
+        return 0, session.id
+
+
 class FetchSessions:
     """The broker's fetch session cache and the rules that pick a request's context."""
 

@@ -113,7 +113,7 @@ class ProduceApi(CoreApiBase):
         targets = [t for _, ts in plan for t in ts if not t.error]
         if not all(partitions.appends_inline(t.log, len(t.records)) for t in targets):
             return DECLINE
-        throttle = self._throttle(ctx, "produce", plan)
+        nbytes = self._produce_bytes(plan)
         for t in targets:
             try:
                 t.result = partitions.append_inline(t.log, t.records)
@@ -121,11 +121,11 @@ class ProduceApi(CoreApiBase):
                 t.error = partitions.error_code(e, t.log)
                 t.failure = strata_error(e)
             t.records = None
-        return self._produce_response(ctx, plan, throttle)
+        return self._produce_response(ctx, plan, self._throttle(ctx, "produce", nbytes))
 
     async def produce(self, req, ctx):
         plan = self._produce_plan(req, ctx)
-        throttle = self._throttle(ctx, "produce", plan)
+        nbytes = self._produce_bytes(plan)
         # Each partition's append follows the partition service's one policy: inline
         # on the loop when cheap, else queued on the partition's appender; the
         # executor ones run meanwhile and are awaited below, in order.
@@ -142,6 +142,7 @@ class ProduceApi(CoreApiBase):
                     done, target.error, target.failure = \
                         await started if isinstance(started, asyncio.Future) else started
                     target.result = done
+        throttle = self._throttle(ctx, "produce", nbytes)
         if req.acks == 0:
             if any(t.error for _, targets in plan for t in targets):
                 log.info("kafka_acks0_produce_failed", peer=ctx.peer)

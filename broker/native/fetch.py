@@ -106,8 +106,8 @@ class FetchApi(NativeApiBase):
         """A FETCH's answer from what the log holds now (no waiting): the message set,
         after the offsets and the aborted list from version 2 on."""
         v2 = session.version >= 2
-        max_bytes = min(req.max_bytes, self.config.fetch_max_bytes,
-                        INT32_MAX - 2 - (FETCH_V2_OFFSETS_BYTES if v2 else 0))
+        max_bytes = self.partitions.fetch_budget(session.context, session.client_id, min(
+            req.max_bytes, self.config.fetch_max_bytes, INT32_MAX - 2 - (FETCH_V2_OFFSETS_BYTES if v2 else 0)))
         try:
             isolated = self.partitions.read_isolated(partition_log, req.offset, max_bytes,
                                                      req.isolation_level if v2 else IsolationLevel.READ_UNCOMMITTED)
@@ -115,6 +115,8 @@ class FetchApi(NativeApiBase):
             return session.error(*self.partitions.error_answer(e, partition_log))
         found = isolated.records
         length = found.length
+        if self._fetch_throttled(session, length):
+            length = 0  # over the consumer quota: answered empty (KIP-219)
         if not length:
             found.release()
         if v2:
@@ -123,6 +125,19 @@ class FetchApi(NativeApiBase):
         else:
             header = fetch_response_header(ErrorCode.NONE, length)
         return [header, found] if length else [header]
+
+    def _fetch_throttled(self, session: NativeSession, nbytes: int) -> bool:
+        """Client quotas (the partition service's one policy): charge a FETCH's or
+        MULTIFETCH's record bytes and handler time; True when over a quota, and
+        then the answer holds no records (Kafka's throttled Fetch, KIP-219) and
+        the connection is muted after it."""
+        quotas = self.partitions.quotas
+        if quotas is None or not quotas.active:
+            return False
+        session.charged = True
+        clock = session.clock
+        return self.partitions.throttle(session.context, "fetch", session.client_id, nbytes,
+                                        clock.elapsed() if clock is not None else 0.0) > 0
 
     def fetch_now(self, frame, session: NativeSession) -> Reply | None:
         """handle_now for a FETCH: the answer when nothing needs waiting for (data
@@ -160,7 +175,8 @@ class FetchApi(NativeApiBase):
             except StrataError as e:
                 targets.append(e.code)
         # The whole answer must fit an int32 size (and fetch.max.bytes).
-        budget = min(self.config.fetch_max_bytes, INT32_MAX - 2 - HEADER_SIZE * len(req.items))
+        budget = partitions.fetch_budget(session.context, session.client_id,
+                                         min(self.config.fetch_max_bytes, INT32_MAX - 2 - HEADER_SIZE * len(req.items)))
         results: list[tuple[int, FileSlice | None]] = []
         try:
             for item, target in zip(req.items, targets, strict=True):
@@ -177,6 +193,9 @@ class FetchApi(NativeApiBase):
         except BaseException:
             release_all([s for _, s in results if s is not None])
             raise
+        if self._fetch_throttled(session, sum(s.length for _, s in results if s is not None)):
+            release_all([s for _, s in results if s is not None])  # over the consumer quota: no records
+            results = [(error, None) for error, _ in results]
         top, headers = multifetch_response_parts([(error, s.length if s else 0) for error, s in results])
         parts: Reply = [top]
         for header, (_, answer) in zip(headers, results, strict=True):

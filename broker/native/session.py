@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 from kafka_format.errors import InvalidRequestError, StrataError
 from protocol import PROTOCOL_VERSION, ErrorCode, RequestType, error_response, produce_response
-from storage.file_records import FileSlice
 from storage.log import AppendResult
 
 from ..connection import CloseAfterReply, FastPath, Frame, Reply
+from ..handler_clock import HandlerClock
 from ..listeners import ConnectionContext
 from ..partitions import error_reason
 from ..security.sasl import sasl_failure_delay
@@ -78,7 +78,7 @@ def produce_answer_v2(result: AppendResult | None, code: int, error: StrataError
 class NativeSession:
     """The per-connection state of the native protocol (see the module contract)."""
 
-    __slots__ = ("version", "handshaken", "seen", "produce_answer", "context", "client_id")
+    __slots__ = ("version", "handshaken", "seen", "produce_answer", "context", "client_id", "clock", "charged")
 
     def __init__(self, context: ConnectionContext) -> None:
         self.version = 1
@@ -87,6 +87,10 @@ class NativeSession:
         self.produce_answer = produce_answer
         self.context = context  # the connection's ConnectionContext
         self.client_id: str | None = None  # the HANDSHAKE's clientId (client quotas)
+        # request_percentage quotas: the clock of the request being handled (None while no
+        # such quota is set) and whether its handler charged the quotas itself (FETCH).
+        self.clock: HandlerClock | None = None
+        self.charged = False
 
     def error(self, code: int, message: str | None = None) -> Reply:
         return [error_response(code, message, self.version)]
@@ -117,8 +121,12 @@ class SessionHandlers(FastPath):
         self.session.seen += 1
         if not conn.authenticated:
             await self.refuse_unauthenticated(frame, conn)
-        reply = await self.shared.handle(frame, self.session)
-        self._count_quota(frame, reply, conn)
+        clock = self._clock()
+        if clock is None:
+            reply = await self.shared.handle(frame, self.session)
+        else:
+            reply = await clock.timed(self.shared.handle(frame, self.session))
+        self._count_quota(frame, conn)
         return reply
 
     async def refuse_unauthenticated(self, frame: Frame, conn: ConnectionContext) -> None:
@@ -138,10 +146,15 @@ class SessionHandlers(FastPath):
     def handle_now(self, frame: Frame, conn: ConnectionContext) -> Reply | None:
         if not self.session.seen or not conn.authenticated:
             return None  # a connection's first request goes to `handle` (it may be a HANDSHAKE)
+        clock = self._clock()
+        if clock is not None:
+            clock.start()
         reply = self.shared.handle_now(frame, self.session)
         if reply is not None:
+            if clock is not None:
+                clock.stop()
             self.session.seen += 1
-            self._count_quota(frame, reply, conn)
+            self._count_quota(frame, conn)
         return reply
 
     def run_key(self, frame: Frame) -> Any:
@@ -152,25 +165,40 @@ class SessionHandlers(FastPath):
 
     def begin(self, frame: Frame, conn: ConnectionContext) -> asyncio.Future:
         self.session.seen += 1
-        self._count_quota(frame, None, conn)  # keyed frames are PRODUCEs
-        return self.shared.begin(frame, self.session)
+        clock = self._clock()
+        if clock is not None:
+            clock.start()
+        begun = self.shared.begin(frame, self.session)
+        if clock is not None:
+            clock.stop()
+        self._count_quota(frame, conn)  # keyed frames are PRODUCEs
+        return begun
 
-    def _count_quota(self, frame: Frame, reply: Reply | None, conn: ConnectionContext) -> None:
-        """Client quotas (broker/quotas.py): a PRODUCE or MULTIPRODUCE counts its
-        request bytes, a FETCH or MULTIFETCH its reply's bytes. The native layouts
-        have no throttle field: a throttled connection is muted instead (the
-        connection shell stops reading it for the throttle time, NATIVE.md)."""
-        quotas = self.shared.partitions.quotas
-        if quotas is None or not quotas.active or len(frame) < 2 or frame[0]:
+    def _clock(self) -> HandlerClock | None:
+        """A new request's clock while a request_percentage quota is set, else None."""
+        session = self.session
+        session.charged = False
+        session.clock = HandlerClock() if self.shared.partitions.request_quotas else None
+        return session.clock
+
+    def _count_quota(self, frame: Frame, conn: ConnectionContext) -> None:
+        """Client quotas (broker/quotas.py, the partition service's one policy): a
+        PRODUCE or MULTIPRODUCE counts its request bytes and its handler's time;
+        FETCH and MULTIFETCH charge their own (broker/native/fetch.py: a throttled one
+        answers no records); any other request its handler's time. The native
+        layouts have no throttle field: a throttled connection is muted instead
+        (the connection shell stops reading it for the throttle time, NATIVE.md)."""
+        session = self.session
+        partitions = self.shared.partitions
+        quotas = partitions.quotas
+        if session.charged or quotas is None or not quotas.active:
             return
-        request_type = frame[1]
-        if request_type in (RequestType.PRODUCE, RequestType.MULTIPRODUCE):
-            kind, nbytes = "produce", len(frame)
-        elif request_type in (RequestType.FETCH, RequestType.MULTIFETCH) and reply is not None:
-            kind, nbytes = "fetch", sum(part.length if isinstance(part, FileSlice) else len(part) for part in reply)
-        else:
-            return
-        self.shared.partitions.throttle(conn, kind, self.session.client_id, nbytes)
+        clock = session.clock
+        seconds = clock.elapsed() if clock is not None else 0.0
+        if len(frame) >= 2 and not frame[0] and frame[1] in (RequestType.PRODUCE, RequestType.MULTIPRODUCE):
+            partitions.throttle(conn, "produce", session.client_id, len(frame), seconds)
+        elif clock is not None:
+            partitions.throttle(conn, "request", session.client_id, seconds)
 
     def bad_frame_reply(self, error: Any) -> Reply:
         self.session.seen += 1

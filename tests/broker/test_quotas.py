@@ -71,3 +71,61 @@ def test_alter_replaces_the_file_and_open_reads_it(tmp_path):
     (tmp_path / QUOTAS_FILE).write_text('{"version": 1, "quotas": [{"entity": 3}]}')
     with pytest.raises(InvalidConfigError, match="damaged"):
         ClientQuotas.open(str(tmp_path))
+
+
+def test_request_time_is_a_percentage_of_one_thread_capped_at_one_sample():
+    quotas = ClientQuotas(None, {entity_of([("client-id", "c")]): {"request_percentage": 10.0}})
+    assert quotas.request_quotas
+    # 0.9 s of handler time over the 10 s minimum window: 9%, under 10%.
+    assert quotas.throttle_ms("request", "User:ANONYMOUS", "c", 0.9, now_ms=0) == 0
+    # 1.2 s: 12% over 10.01 s, (12/10.01*10... - 10) / 10 x window, at most one sample (1 s).
+    assert 0 < quotas.throttle_ms("request", "User:ANONYMOUS", "c", 0.3, now_ms=10) <= 1000
+    assert quotas.throttle_ms("request", "User:ANONYMOUS", "c", 100, now_ms=20) == 1000
+    assert quotas.throttled["request"] == 2
+
+
+def test_a_throttled_fetch_is_unrecorded_and_the_fetch_size_is_bounded():
+    quotas = ClientQuotas(None, {entity_of([("client-id", "c")]): {"consumer_byte_rate": 1000.0}})
+    assert quotas.max_fetch_bytes("User:ANONYMOUS", "c") == 10_000  # quota x (samples - 1) x 1 s
+    assert quotas.max_fetch_bytes("User:ANONYMOUS", "d") is None
+    assert quotas.throttle_ms("fetch", "User:ANONYMOUS", "c", 12_000, now_ms=0) > 0
+    quotas.unrecord("fetch", "User:ANONYMOUS", "c", 12_000, now_ms=0)
+    assert quotas.throttle_ms("fetch", "User:ANONYMOUS", "c", 9_000, now_ms=1) == 0
+
+
+def test_the_handler_clock_counts_steps_not_waits():
+    import asyncio
+    import time
+
+    from broker.handler_clock import HandlerClock
+
+    async def handler(gate):
+        await gate
+        return "answer"
+
+    async def main():
+        clock = HandlerClock()
+        gate = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(clock.timed(handler(gate)))
+        await asyncio.sleep(0)
+        started = time.perf_counter()
+        await asyncio.sleep(0.05)  # the handler waits meanwhile
+        gate.set_result(None)
+        assert await task == "answer"
+        return clock.seconds, time.perf_counter() - started
+
+    counted, waited = asyncio.run(main())
+    assert 0 < counted < waited
+
+    async def cancelled():
+        clock = HandlerClock()
+        task = asyncio.ensure_future(clock.timed(handler(asyncio.get_running_loop().create_future())))
+        await asyncio.sleep(0)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return True
+        return False
+
+    assert asyncio.run(cancelled())

@@ -203,7 +203,10 @@ def test_confluent_producer_reports_the_broker_throttle(quota_broker):
     assert any(t > 0 for t in events), events
 
 
-def test_fetch_over_its_consumer_byte_rate_is_throttled(quota_broker):
+def test_a_fetch_over_the_consumer_byte_rate_is_answered_empty_with_a_throttle(quota_broker):
+    """KIP-219: the fetch that would take the rate over the quota answers no
+    partitions, only `throttle_time_ms`; its bytes do not count, so the same offset
+    is answered once the throttle time has passed and nothing is lost."""
     client = unique_name("slow-reader-")
     topic = create_topic(quota_broker.bootstrap, unique_name("quota"))
     record = b"z" * (CHUNK - 200)
@@ -213,13 +216,79 @@ def test_fetch_over_its_consumer_byte_rate_is_throttled(quota_broker):
     assert alter(quota_broker, [({"client-id": client}, {"consumer_byte_rate": 100 * KIB})]) == [(0, None)]
     throttled = metric(quota_broker, "kafka_server_quota_throttled_requests_total", quota_type="fetch")
     with KafkaWire(*quota_broker.kafka_address, client_id=client) as conn:
-        offset, throttles = 0, []
-        while offset < 10:
+        offset, answers = 0, []
+        while offset < 10 and len(answers) < 1000:
             response = conn.call(fetch_request(12, [(topic, 0, offset, CHUNK)]))
-            throttles.append(int(response.throttle_time.total_seconds() * 1000))
+            throttle = int(response.throttle_time.total_seconds() * 1000)
+            answers.append(throttle)
+            if throttle:
+                assert response.error_code == 0 and response.responses == () and response.session_id == 0
+                continue
+            assert len(response.responses[0].partitions[0].records) > CHUNK // 2
             offset += 1
-    assert throttles[:7] == [0] * 7 and all(t > 0 for t in throttles[8:]), throttles
-    assert metric(quota_broker, "kafka_server_quota_throttled_requests_total", quota_type="fetch") >= throttled + 2
+    assert offset == 10, answers
+    assert answers[:7] == [0] * 7 and answers[7] > 0, answers
+    assert metric(quota_broker, "kafka_server_quota_throttled_requests_total", quota_type="fetch") >= throttled + 1
+
+
+def test_a_throttled_incremental_fetch_keeps_its_session(quota_broker):
+    """An incremental fetch (KIP-227) over the quota answers its session id, no
+    partitions and the throttle; the session goes on at the next epoch and reads the
+    same offset again (Kafka's IncrementalFetchContext.getThrottledResponse)."""
+    client = unique_name("session-reader-")
+    topic = create_topic(quota_broker.bootstrap, unique_name("quota"))
+    record = b"s" * (CHUNK - 200)
+    with KafkaWire(*quota_broker.kafka_address) as conn:
+        for _ in range(10):
+            conn.call(produce_request(9, topic, 0, build_batch([(None, record)])))
+    assert alter(quota_broker, [({"client-id": client}, {"consumer_byte_rate": 100 * KIB})]) == [(0, None)]
+    with KafkaWire(*quota_broker.kafka_address, client_id=client) as conn:
+        full = conn.call(fetch_request(12, [(topic, 0, 0, CHUNK)], session_id=0, session_epoch=0))
+        session = full.session_id
+        assert session != 0 and full.throttle_time.total_seconds() == 0
+        offset, epoch, throttled = 1, 1, 0
+        while offset < 10 and epoch < 1000:
+            response = conn.call(fetch_request(12, [(topic, 0, offset, CHUNK)], session_id=session,
+                                               session_epoch=epoch))
+            epoch += 1
+            assert response.error_code == 0 and response.session_id == session
+            if response.throttle_time.total_seconds() > 0:
+                assert response.responses == ()
+                throttled += 1
+                continue
+            (part,) = response.responses[0].partitions
+            assert len(part.records) > CHUNK // 2
+            offset += 1
+    assert offset == 10 and throttled >= 1
+
+
+def test_confluent_consumer_observes_the_fetch_throttle_and_gets_every_record(quota_broker):
+    from confluent_kafka import Consumer
+
+    client = unique_name("slow-consumer-")
+    topic = create_topic(quota_broker.bootstrap, unique_name("quota"))
+    record = b"c" * (CHUNK - 200)
+    with KafkaWire(*quota_broker.kafka_address) as conn:
+        for _ in range(12):
+            conn.call(produce_request(9, topic, 0, build_batch([(None, record)])))
+    assert alter(quota_broker, [({"client-id": client}, {"consumer_byte_rate": 100 * KIB})]) == [(0, None)]
+    events = []
+    consumer = Consumer({"bootstrap.servers": quota_broker.bootstrap, "client.id": client,
+                         "group.id": unique_name("g"), "auto.offset.reset": "earliest",
+                         "throttle_cb": lambda event: events.append(event.throttle_time)})
+    try:
+        consumer.subscribe([topic])
+        got, deadline = 0, time.monotonic() + TIMEOUT
+        while got < 12 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                assert len(message.value()) == len(record)
+                got += 1
+        consumer.poll(0.1)
+    finally:
+        consumer.close()
+    assert got == 12
+    assert any(t > 0 for t in events), events
 
 
 def test_native_producer_is_throttled_by_delayed_reads(quota_broker):
@@ -239,3 +308,113 @@ def test_native_producer_is_throttled_by_delayed_reads(quota_broker):
     assert eventually_at_least(quota_broker, mutes + 1, "kafka_network_socketserver_throttle_mutes_total",
                                protocol="native") >= mutes + 1
     assert metric(quota_broker, "kafka_server_quota_throttled_requests_total", quota_type="produce") >= throttled + 1
+
+
+def metadata_request(version: int = 12):
+    cls = load_request_schema(3, version)
+    return make(cls, topics=(), allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False)
+
+
+def test_request_percentage_throttles_every_kind_of_request(quota_broker):
+    """request_percentage 0.01 (0.01% of one thread: 1 ms of handler time per 10 s
+    window): some request soon goes over it, whatever its kind, and gets
+    `throttle_time_ms` (Kafka's ClientRequestQuotaManager, at most one sample long);
+    Produce then answers the request-time throttle without any byte-rate quota."""
+    client = unique_name("busy-")
+    topic = create_topic(quota_broker.bootstrap, unique_name("quota"))
+    assert alter(quota_broker, [({"client-id": client}, {"request_percentage": 0.01})]) == [(0, None)]
+    throttled = metric(quota_broker, "kafka_server_quota_throttled_requests_total", quota_type="request")
+    try:
+        with KafkaWire(*quota_broker.kafka_address, client_id=client) as conn:
+            throttles = []
+            while not any(throttles) and len(throttles) < 2000:
+                throttles.append(int(conn.call(metadata_request()).throttle_time.total_seconds() * 1000))
+            assert 0 < throttles[-1] <= 1000, throttles[-5:]
+            response = conn.call(produce_request(9, topic, 0, build_batch([(None, b"tiny")])))
+            assert response.responses[0].partition_responses[0].error_code == 0
+            assert 0 < response.throttle_time.total_seconds() * 1000 <= 1000
+            response = conn.call(fetch_request(12, [(topic, 0, 0, CHUNK)]))
+            assert response.throttle_time.total_seconds() > 0 and response.responses == ()
+        assert metric(quota_broker, "kafka_server_quota_throttled_requests_total",
+                      quota_type="request") >= throttled + 3
+        # Another client id is not limited.
+        with KafkaWire(*quota_broker.kafka_address, client_id="unlimited") as conn:
+            assert all(conn.call(metadata_request()).throttle_time.total_seconds() == 0 for _ in range(20))
+    finally:
+        alter(quota_broker, [({"client-id": client}, {"request_percentage": None})])
+
+
+def test_native_requests_over_request_percentage_are_muted(quota_broker):
+    from protocol import MetadataRequest
+
+    client = unique_name("native-busy-")
+    assert alter(quota_broker, [({"client-id": client}, {"request_percentage": 0.01})]) == [(0, None)]
+    throttled = metric(quota_broker, "kafka_server_quota_throttled_requests_total", quota_type="request")
+    mutes = metric(quota_broker, "kafka_network_socketserver_throttle_mutes_total", protocol="native")
+    try:
+        with NativeClient(*quota_broker.address) as conn:
+            conn.handshake(2, client_id=client)
+            for _ in range(2000):
+                assert conn.call(MetadataRequest()).error == 0
+                if metric(quota_broker, "kafka_server_quota_throttled_requests_total",
+                          quota_type="request") > throttled:
+                    break
+        assert metric(quota_broker, "kafka_server_quota_throttled_requests_total", quota_type="request") > throttled
+        assert eventually_at_least(quota_broker, mutes + 1, "kafka_network_socketserver_throttle_mutes_total",
+                                   protocol="native") >= mutes + 1
+    finally:
+        alter(quota_broker, [({"client-id": client}, {"request_percentage": None})])
+
+
+def test_a_native_fetch_over_the_consumer_quota_answers_no_records(quota_broker):
+    """The native FETCH has no throttle field: over the quota it answers an empty
+    message set (the offsets as usual) and the connection is muted; the client
+    asks again and gets the same records, none lost."""
+    from protocol import FetchRequest
+
+    client = unique_name("native-reader-")
+    record = b"f" * (CHUNK - 300)
+    with NativeClient(*quota_broker.address) as conn:
+        conn.handshake(2, client_id=client)
+        topic = unique_name("quota")
+        assert conn.call(CreateTopicRequest(topic, 1)).error == 0
+        for _ in range(10):
+            assert conn.call(ProduceRequest(topic, 0, build_batch([(None, record)]))).error == 0
+    assert alter(quota_broker, [({"client-id": client}, {"consumer_byte_rate": 100 * KIB})]) == [(0, None)]
+    throttled = metric(quota_broker, "kafka_server_quota_throttled_requests_total", quota_type="fetch")
+    with NativeClient(*quota_broker.address) as conn:
+        conn.handshake(2, client_id=client)
+        offset, empty, asked = 0, 0, 0
+        while offset < 10 and asked < 1000:
+            asked += 1
+            response = conn.call(FetchRequest(topic, 0, offset, CHUNK))
+            assert response.error == 0 and response.high_watermark == 10
+            if not len(response.message_set):
+                empty += 1
+                continue
+            offset += 1
+    assert offset == 10 and empty >= 1
+    assert metric(quota_broker, "kafka_server_quota_throttled_requests_total", quota_type="fetch") >= throttled + 1
+
+
+def test_confluent_producer_reports_a_request_time_throttle(quota_broker):
+    """librdkafka reports the throttle of request_percentage (no byte-rate quota set)."""
+    from confluent_kafka import Producer
+
+    client = unique_name("busy-confluent-")
+    topic = create_topic(quota_broker.bootstrap, unique_name("quota"))
+    assert alter(quota_broker, [({"client-id": client}, {"request_percentage": 0.01})]) == [(0, None)]
+    events = []
+    producer = Producer({"bootstrap.servers": quota_broker.bootstrap, "client.id": client, "linger.ms": 0,
+                         "throttle_cb": lambda event: events.append(event.throttle_time)})
+    try:
+        for _ in range(500):
+            producer.produce(topic, value=b"r", partition=0)
+            producer.flush(TIMEOUT)
+            if events:
+                break
+        producer.poll(0)
+    finally:
+        alter(quota_broker, [({"client-id": client}, {"request_percentage": None})])
+    assert any(t > 0 for t in events), events

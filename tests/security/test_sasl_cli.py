@@ -78,3 +78,13 @@ def test_command_config_and_users(secured):
     bad.write_text("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n")
     refused = strata("topics", "list", *s[:2], "--command-config", bad)
     assert refused.returncode != 0 and "sasl.mechanism" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_quotas_over_sasl_ssl_with_command_config(secured):
+    """`strata quotas` (AlterClientQuotas / DescribeClientQuotas) through --command-config."""
+    s, admin = secured["servers"], ["--command-config", secured["admin"]]
+    altered = strata("quotas", "--alter", "--user", "admin", "--add-config", "consumer_byte_rate=65536", *s, *admin)
+    assert altered.returncode == 0 and altered.stdout == "Completed updating config for user admin.\n", altered.stderr
+    described = strata("quotas", "--describe", "--user", "admin", *s, *admin)
+    assert described.stdout == "Quota configs for user-principal 'admin' are consumer_byte_rate=65536.0\n", \
+        described.stderr
