@@ -7,7 +7,8 @@ directory, one topic of --partitions partitions). A producer (confluent-kafka, i
 this process) writes one 16-byte message per partition per second, round-robin
 over the partitions in ticks of 50 ms. The consumer is a plain Fetch v11 loop in
 its own process (hand-encoded over a socket, max_wait 500 ms, min_bytes 1, every
-partition from offset 0), the way Kafka's Java client uses sessions: "sessions"
+partition from its log end, as a consumer with auto.offset.reset=latest: the
+phases measure the steady state, not a catch-up of the backlog), the way Kafka's Java client uses sessions: "sessions"
 opens one with a full fetch and then sends only the partitions whose position
 moved; "full" sends sessionless fetches (epoch -1) naming every partition, each
 answered with every partition. The same client code on both sides, so the fetch
@@ -51,6 +52,7 @@ TOPIC = "fetch-sessions-bench"
 TICK = 0.05
 VALUE = b"x" * 16
 FETCH = 1
+LIST_OFFSETS = 2
 PART = struct.Struct(">iiqqi")  # partition, current leader epoch, fetch offset, log start offset, max bytes
 
 
@@ -127,6 +129,30 @@ def fetch_request(correlation_id: int, parts, *, session_id: int, epoch: int) ->
     return struct.pack(">i", len(body)) + body
 
 
+def log_ends(sock: socket.socket, stream, partitions: int) -> dict[int, int]:
+    """The log end offset of every partition (a hand-encoded ListOffsets v1, LATEST)."""
+    client_id, name = b"bench", TOPIC.encode()
+    body = b"".join([struct.pack(">hhih", LIST_OFFSETS, 1, 0, len(client_id)), client_id,
+                     struct.pack(">iih", -1, 1, len(name)), name, struct.pack(">i", partitions),
+                     *(struct.pack(">iq", p, -1) for p in range(partitions))])
+    sock.sendall(struct.pack(">i", len(body)) + body)
+    (size,) = struct.unpack(">i", stream.read(4))
+    frame = stream.read(size)
+    pos = 4 + 4  # correlation id, one topic
+    (name_len,) = struct.unpack_from(">h", frame, pos)
+    pos += 2 + name_len
+    (count,) = struct.unpack_from(">i", frame, pos)
+    pos += 4
+    ends = {}
+    for _ in range(count):
+        partition, error, _, offset = struct.unpack_from(">ihqq", frame, pos)
+        pos += 22
+        if error:
+            raise RuntimeError(f"ListOffsets of partition {partition}: error {error}")
+        ends[partition] = offset
+    return ends
+
+
 def parse_fetch_response(frame: bytes) -> tuple[int, int, list[tuple[int, bytes]]]:
     """(error, session id, [(partition, records)]) of a Fetch v11 response frame (size stripped)."""
     error, session_id, topics = struct.unpack_from(">hii", frame, 8)  # after correlation id, throttle
@@ -164,14 +190,14 @@ def next_offset(records: bytes) -> tuple[int, int]:
 
 
 def consumer_main(bootstrap: str, partitions: int, sessions: bool) -> None:
-    """The consumer process: a Fetch v11 loop over every partition from offset 0,
+    """The consumer process: a Fetch v11 loop over every partition from its log end,
     as a session client (only moved partitions in incremental fetches) or
     sessionless (every partition in every fetch, epoch -1). Prints the running
     record and fetch counts once a second."""
     host, _, port = bootstrap.rpartition(":")
     sock = socket.create_connection((host, int(port)))
     stream = sock.makefile("rb")
-    offsets = dict.fromkeys(range(partitions), 0)
+    offsets = log_ends(sock, stream, partitions)
     session_id, epoch = 0, 0 if sessions else -1
     moved = set(offsets)
     got = fetches = 0

@@ -54,7 +54,8 @@ class FetchApi(CoreApiBase):
     def __init__(self, apis):
         super().__init__(apis)
         self.fetch_sessions = FetchSessions(self.config.max_incremental_fetch_session_cache_slots,
-                                            self.config.min_incremental_fetch_session_eviction_ms)
+                                            self.config.min_incremental_fetch_session_eviction_ms,
+                                            subscriptions=self.partitions)
     async def fetch(self, req, ctx):
         """Kafka's fetch over the shared logs.
 
@@ -123,17 +124,22 @@ class FetchApi(CoreApiBase):
 
     def _watch(self, plan, session: FetchContext, may_wait: bool) -> list[asyncio.Event]:
         """The events a long poll waits on, taken before the reads: each partition's
-        (`may_wait`); for an incremental fetch the session's one wake-up event, linked
-        into every partition read, each partition keeping its own (fetch_sessions.py)."""
-        if session.session is None:
+        (`may_wait`); for an incremental fetch the session's one wake-up event, which
+        every append to a partition it has read sets (the session subscribes each
+        partition once, fetch_sessions.py)."""
+        fetch_session = session.session
+        if fetch_session is None:
             return [self.partitions.watch((t.log.topic, t.log.partition))
                     for _, targets in plan for t in targets if t.log is not None] if may_wait else []
-        wake = session.session.wake
+        by_id = fetch_session.uses_topic_ids
         for topic, targets in plan:
+            name = topic.topic_id if by_id else topic.topic
             for part, t in zip(topic.partitions, targets, strict=True):
-                part.watching(None if t.log is None or t.error else
-                              self.partitions.watch_into((t.log.topic, t.log.partition), wake))
-        return [wake]
+                if t.log is None or t.error:
+                    part.watching(False)
+                else:
+                    fetch_session.watch(part, (name, part.partition), (t.log.topic, t.log.partition))
+        return [fetch_session.wake]
 
     @staticmethod
     def _fetch_refused(ctx, error: int):
