@@ -21,6 +21,12 @@ from .core_api import CoreApiBase, E, Target, release_reads
 from .fetch_sessions import FetchContext, FetchSessions
 
 INT32_MAX = 2**31 - 1
+# A partition's records up to this size are copied into the response (one pread)
+# instead of spliced in for sendfile: a slice costs the send of the bytes before it
+# and a sendfile call, which for a small read costs more than the copy, and a
+# response of small reads (a session's fetches at a low rate per partition) goes out
+# in one write.
+INLINE_RECORDS_BYTES = 16 * 1024
 
 
 def _aborted(AbortedR: type | None, aborted) -> tuple:
@@ -198,6 +204,17 @@ class FetchApi(CoreApiBase):
             else:
                 found.release()
 
+    @staticmethod
+    def _records_field(found, splicer: RecordsSplicer) -> bytes:
+        """A partition's `records`: the bytes of a small read (released), else the
+        splicer's marker for the slice (which it takes over)."""
+        if found.length > INLINE_RECORDS_BYTES:
+            return splicer.marker(found)
+        try:
+            return found.read()
+        finally:
+            found.release()
+
     def _fetch_response(self, ctx, plan, read_committed: bool, session: FetchContext):
         R = ctx.response_class
         TopicR = nested(R, "responses")
@@ -226,8 +243,8 @@ class FetchApi(CoreApiBase):
                 if not session.include(topic, part, t.result is not None, E.none, end, lso, t.log.log_start_offset):
                     release_reads([t])
                     continue
-                records = splicer.marker(t.result) if t.result is not None else b""
-                t.result = None  # the splicer owns it now
+                records = self._records_field(t.result, splicer) if t.result is not None else b""
+                t.result = None  # released, or the splicer owns it now
                 parts.append(make(PartR, partition_index=t.index, error_code=E.none, high_watermark=end,
                                   last_stable_offset=lso, log_start_offset=t.log.log_start_offset,
                                   aborted_transactions=_aborted(AbortedR, aborted) if read_committed else None,
