@@ -7,8 +7,9 @@ directory, one topic of --partitions partitions). A producer (confluent-kafka, i
 this process) writes one 16-byte message per partition per second, round-robin
 over the partitions in ticks of 50 ms. The consumer is a plain Fetch v11 loop in
 its own process (hand-encoded over a socket, max_wait 500 ms, min_bytes 1, every
-partition from its log end, as a consumer with auto.offset.reset=latest: the
-phases measure the steady state, not a catch-up of the backlog), the way Kafka's Java client uses sessions: "sessions"
+partition from its log end (the high watermarks of a first fetch), as a
+consumer with auto.offset.reset=latest: the phases measure the steady state,
+not a catch-up of the backlog), the way Kafka's Java client uses sessions: "sessions"
 opens one with a full fetch and then sends only the partitions whose position
 moved; "full" sends sessionless fetches (epoch -1) naming every partition, each
 answered with every partition. The same client code on both sides, so the fetch
@@ -52,7 +53,6 @@ TOPIC = "fetch-sessions-bench"
 TICK = 0.05
 VALUE = b"x" * 16
 FETCH = 1
-LIST_OFFSETS = 2
 PART = struct.Struct(">iiqqi")  # partition, current leader epoch, fetch offset, log start offset, max bytes
 
 
@@ -111,17 +111,18 @@ class Producer(threading.Thread):
         self.client.flush(30)
 
 
-def fetch_request(correlation_id: int, parts, *, session_id: int, epoch: int) -> bytes:
+def fetch_request(correlation_id: int, parts, *, session_id: int, epoch: int, max_wait: int = 500,
+                  partition_max_bytes: int = 1 << 20) -> bytes:
     """A Fetch v11 frame (hand-encoded: kio's Python encoding of 2,000 partitions
     would make the client set the pace) of `parts` [(partition, offset)],
-    max_wait 500 ms, min_bytes 1."""
+    min_bytes 1."""
     client_id = b"bench"
     out = [struct.pack(">hhih", FETCH, 11, correlation_id, len(client_id)), client_id,
-           struct.pack(">iiiibii", -1, 500, 1, 50 << 20, 0, session_id, epoch)]
+           struct.pack(">iiiibii", -1, max_wait, 1, 50 << 20, 0, session_id, epoch)]
     if parts:
         name = TOPIC.encode()
         out.append(struct.pack(">ih", 1, len(name)) + name + struct.pack(">i", len(parts)))
-        out.extend(PART.pack(p, -1, o, -1, 1 << 20) for p, o in parts)
+        out.extend(PART.pack(p, -1, o, -1, partition_max_bytes) for p, o in parts)
     else:
         out.append(struct.pack(">i", 0))
     out.append(struct.pack(">ih", 0, 0))  # no forgotten topics, rack ""
@@ -130,31 +131,21 @@ def fetch_request(correlation_id: int, parts, *, session_id: int, epoch: int) ->
 
 
 def log_ends(sock: socket.socket, stream, partitions: int) -> dict[int, int]:
-    """The log end offset of every partition (a hand-encoded ListOffsets v1, LATEST)."""
-    client_id, name = b"bench", TOPIC.encode()
-    body = b"".join([struct.pack(">hhih", LIST_OFFSETS, 1, 0, len(client_id)), client_id,
-                     struct.pack(">iih", -1, 1, len(name)), name, struct.pack(">i", partitions),
-                     *(struct.pack(">iq", p, -1) for p in range(partitions))])
-    sock.sendall(struct.pack(">i", len(body)) + body)
+    """The log end offset of every partition: the high watermarks of a sessionless
+    Fetch that asks for no bytes and does not wait."""
+    frame = fetch_request(0, [(p, 0) for p in range(partitions)], session_id=0, epoch=-1, max_wait=0,
+                          partition_max_bytes=0)
+    sock.sendall(frame)
     (size,) = struct.unpack(">i", stream.read(4))
-    frame = stream.read(size)
-    pos = 4 + 4  # correlation id, one topic
-    (name_len,) = struct.unpack_from(">h", frame, pos)
-    pos += 2 + name_len
-    (count,) = struct.unpack_from(">i", frame, pos)
-    pos += 4
-    ends = {}
-    for _ in range(count):
-        partition, error, _, offset = struct.unpack_from(">ihqq", frame, pos)
-        pos += 22
-        if error:
-            raise RuntimeError(f"ListOffsets of partition {partition}: error {error}")
-        ends[partition] = offset
-    return ends
+    error, _, answered = parse_fetch_response(stream.read(size))
+    if error:
+        raise RuntimeError(f"Fetch error {error}")
+    return {partition: high_watermark for partition, high_watermark, _ in answered}
 
 
-def parse_fetch_response(frame: bytes) -> tuple[int, int, list[tuple[int, bytes]]]:
-    """(error, session id, [(partition, records)]) of a Fetch v11 response frame (size stripped)."""
+def parse_fetch_response(frame: bytes) -> tuple[int, int, list[tuple[int, int, bytes]]]:
+    """(error, session id, [(partition, high watermark, records)]) of a Fetch v11
+    response frame (size stripped)."""
     error, session_id, topics = struct.unpack_from(">hii", frame, 8)  # after correlation id, throttle
     pos = 18
     parts = []
@@ -164,13 +155,13 @@ def parse_fetch_response(frame: bytes) -> tuple[int, int, list[tuple[int, bytes]
         (count,) = struct.unpack_from(">i", frame, pos)
         pos += 4
         for _ in range(count):
-            (partition,) = struct.unpack_from(">i", frame, pos)
+            partition, _, high_watermark = struct.unpack_from(">ihq", frame, pos)
             pos += 4 + 2 + 8 + 8 + 8
             (aborted,) = struct.unpack_from(">i", frame, pos)
             pos += 4 + max(aborted, 0) * 16 + 4  # aborted transactions, preferred read replica
             (size,) = struct.unpack_from(">i", frame, pos)
             pos += 4
-            parts.append((partition, frame[pos:pos + max(size, 0)]))
+            parts.append((partition, high_watermark, frame[pos:pos + max(size, 0)]))
             pos += max(size, 0)
     return error, session_id, parts
 
@@ -215,7 +206,7 @@ def consumer_main(bootstrap: str, partitions: int, sessions: bool) -> None:
             session_id = answered_session
             epoch = epoch + 1 if session_id else 0
         moved = set()
-        for partition, records in answered:
+        for partition, _, records in answered:
             count, after = next_offset(records)
             if count:
                 got += count
