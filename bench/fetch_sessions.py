@@ -26,6 +26,11 @@ after --warmup seconds and lasts --seconds.
   per second (the kernel's bytes_sent + bytes_received, `ss -tinp`): both
   directions of its broker connections.
 - records: the records the consumer received per second (should be --partitions).
+- consumer CPU: the consumer process's own CPU per second; near 1 s/s, the
+  client sets the pace of its fetches (and so of the broker's work for it).
+- the load average at the start and the end: the machine's other work slows
+  the broker and the clients alike, and with them the sessionless consumer's
+  fetch rate, which sets the "full" figures.
 
 Target: with sessions <= 0.2x of without, for CPU (fetch CPU) and bytes.
 """
@@ -220,10 +225,12 @@ def consumer_main(bootstrap: str, partitions: int, sessions: bool) -> None:
 def phase(broker_pid: int, seconds: float, consumer: subprocess.Popen | None) -> dict:
     cpu0, wall0 = cpu_seconds(broker_pid), time.monotonic()
     io0 = io_bytes(consumer.pid) if consumer is not None else 0
+    client0 = cpu_seconds(consumer.pid) if consumer is not None else 0.0
     time.sleep(seconds)
     wall = time.monotonic() - wall0
     return {"cpu": (cpu_seconds(broker_pid) - cpu0) / wall,
-            "bytes": (io_bytes(consumer.pid) - io0) / wall if consumer is not None else 0.0}
+            "bytes": (io_bytes(consumer.pid) - io0) / wall if consumer is not None else 0.0,
+            "client": (cpu_seconds(consumer.pid) - client0) / wall if consumer is not None else 0.0}
 
 
 def run_consumer(args, bootstrap: str, broker_pid: int, sessions: bool) -> dict:
@@ -282,7 +289,7 @@ def main() -> None:
         producer.start()
         time.sleep(2)
         print(f"{args.partitions} partitions, {args.partitions} msg/s; phases of {args.seconds:g} s "
-              f"after {args.warmup:g} s warm-up")
+              f"after {args.warmup:g} s warm-up; load average {os.getloadavg()[0]:.2f}")
         totals: dict[str, list[dict]] = {"base": [], "sessions": [], "full": []}
         for _ in range(args.rounds):
             totals["base"].append(phase(broker.pid, args.seconds, None))
@@ -297,12 +304,14 @@ def main() -> None:
                 line += (f", fetch CPU {m['cpu'] - base:.3f} s/s, wire {m['bytes'] / 1e3:.1f} kB/s, "
                          f"records {m['records']:.0f}/s, fetches {m['fetches']:.1f}/s "
                          f"({(m['cpu'] - base) / max(m['fetches'], 1e-9) * 1e3:.2f} ms CPU, "
-                         f"{m['bytes'] / max(m['fetches'], 1e-9) / 1e3:.1f} kB each)")
+                         f"{m['bytes'] / max(m['fetches'], 1e-9) / 1e3:.1f} kB each); "
+                         f"consumer CPU {m['client']:.3f} s/s")
             print(line)
         s, f = mean["sessions"], mean["full"]
         print(f"sessions/full: broker CPU {s['cpu'] / f['cpu']:.3f}x, "
               f"fetch CPU {(s['cpu'] - base) / max(f['cpu'] - base, 1e-9):.3f}x, "
-              f"wire bytes {s['bytes'] / f['bytes']:.3f}x (target <= 0.2x)")
+              f"wire bytes {s['bytes'] / f['bytes']:.3f}x (target <= 0.2x); "
+              f"load average {os.getloadavg()[0]:.2f}")
     finally:
         if producer is not None:
             producer.stopping.set()
