@@ -272,7 +272,7 @@ class FetchApi(CoreApiBase):
         responses = []
         for topic, rows in topics:
             parts = tuple(
-                make(PartR, partition_index=row.index, error_code=row.error, high_watermark=row.high_watermark,
+                make(PartR, partition_index=row.partition, error_code=row.error, high_watermark=row.high_watermark,
                      last_stable_offset=row.last_stable_offset, log_start_offset=row.log_start_offset,
                      aborted_transactions=None if row.aborted is None else _aborted(AbortedR, row.aborted),
                      preferred_read_replica=-1,

@@ -19,6 +19,7 @@ own part, for sendfile (the rest of the reply is bytes around it).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from storage.file_records import FileSlice
@@ -41,7 +42,7 @@ class PartitionRow(NamedTuple):
     """One answered partition: `aborted` None (read uncommitted, or an error) or
     (producer id, first offset) pairs; `records` bytes or a FileSlice."""
 
-    index: int
+    partition: int
     error: int
     high_watermark: int
     last_stable_offset: int
@@ -73,11 +74,9 @@ def encode(correlation_id: int, version: int, throttle_ms: int, error: int, sess
     pack_partition, pack_aborted, int32 = _PARTITION.pack, _ABORTED.pack, _INT32.pack
     parts: list = []
     out: list[bytes] = [_INT32.pack(correlation_id)]
+    array: Callable[[int], bytes] = _compact_length if flexible else int32
     if flexible:
         out.append(_NO_TAGS)  # response header v1
-        array = _compact_length
-    else:
-        array = int32
     out.append(_HEAD.pack(throttle_ms, error, session_id))
     out.append(array(len(topics)))
     for topic, rows in topics:
@@ -88,7 +87,7 @@ def encode(correlation_id: int, version: int, throttle_ms: int, error: int, sess
             out.append((_uvarint(len(name) + 1) if flexible else _INT16.pack(len(name))) + name)
         out.append(array(len(rows)))
         for row in rows:
-            out.append(pack_partition(row.index, row.error, row.high_watermark, row.last_stable_offset,
+            out.append(pack_partition(row.partition, row.error, row.high_watermark, row.last_stable_offset,
                                       row.log_start_offset))
             aborted = row.aborted
             if aborted is None:

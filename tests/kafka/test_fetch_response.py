@@ -34,7 +34,7 @@ def kio_reply(version, correlation_id, throttle, error, session_id, topics, spli
                 records = splicer.marker(records)
             aborted = None if row.aborted is None else tuple(
                 make(AbortedR, producer_id=p, first_offset=f) for p, f in row.aborted)
-            parts.append(make(PartR, partition_index=row.index, error_code=row.error,
+            parts.append(make(PartR, partition_index=row.partition, error_code=row.error,
                               high_watermark=row.high_watermark, last_stable_offset=row.last_stable_offset,
                               log_start_offset=row.log_start_offset, aborted_transactions=aborted,
                               preferred_read_replica=-1, records=records))
