@@ -9,7 +9,6 @@ import uuid
 import pytest
 from kio.index import load_response_schema
 
-
 from broker.kafka import fetch_response
 from broker.kafka.apis import ApiKey
 from broker.kafka.codec import RecordsSplicer, encode_response, encode_spliced, has_field, make, nested
