@@ -36,6 +36,7 @@ _ABORTED = struct.Struct(">qq")  # producer id, first offset
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 _NO_TAGS = b"\x00"
+_ZERO_UUID = bytes(16)
 
 
 class PartitionRow(NamedTuple):
@@ -81,7 +82,7 @@ def encode(correlation_id: int, version: int, throttle_ms: int, error: int, sess
     out.append(array(len(topics)))
     for topic, rows in topics:
         if by_id:
-            out.append(topic.bytes)
+            out.append(_ZERO_UUID if topic is None else topic.bytes)  # None: kio's zero uuid
         else:
             name = topic.encode()
             out.append((_uvarint(len(name) + 1) if flexible else _INT16.pack(len(name))) + name)

@@ -62,6 +62,8 @@ def answers(version):
                     PartitionRow(2, 0, 5, 4, 0, ((1000, 4), (2**50, 0)), b"x" * 200)]),
            (other, [PartitionRow(0, 0, 1, 1, 0, None, b"\x00" * 130)])]  # 131: a 2-byte varint length
     yield [(topic, [PartitionRow(i, 0, i, i, 0, None, b"r" * (i % 3)) for i in range(300)])]  # long arrays
+    if version >= 13:
+        yield [(None, [PartitionRow(0, 100, -1, -1, -1, None, b"")])]  # UNKNOWN_TOPIC_ID of a zero id
 
 
 @pytest.mark.parametrize("version", range(fetch_response.MIN_VERSION, fetch_response.MAX_VERSION + 1))
