@@ -7,7 +7,9 @@ directory, one topic of --partitions partitions). A producer (confluent-kafka, i
 this process) writes one 16-byte message per partition per second, round-robin
 over the partitions in ticks of 50 ms. The consumer is a plain Fetch v11 loop in
 its own process (hand-encoded over a socket, max_wait 500 ms, min_bytes 1, every
-partition from offset 0), the way Kafka's Java client uses sessions: "sessions"
+partition from its log end (the high watermarks of a first fetch), as a
+consumer with auto.offset.reset=latest: the phases measure the steady state,
+not a catch-up of the backlog), the way Kafka's Java client uses sessions: "sessions"
 opens one with a full fetch and then sends only the partitions whose position
 moved; "full" sends sessionless fetches (epoch -1) naming every partition, each
 answered with every partition. The same client code on both sides, so the fetch
@@ -24,6 +26,11 @@ after --warmup seconds and lasts --seconds.
   per second (the kernel's bytes_sent + bytes_received, `ss -tinp`): both
   directions of its broker connections.
 - records: the records the consumer received per second (should be --partitions).
+- consumer CPU: the consumer process's own CPU per second; near 1 s/s, the
+  client sets the pace of its fetches (and so of the broker's work for it).
+- the load average at the start and the end: the machine's other work slows
+  the broker and the clients alike, and with them the sessionless consumer's
+  fetch rate, which sets the "full" figures.
 
 Target: with sessions <= 0.2x of without, for CPU (fetch CPU) and bytes.
 """
@@ -109,17 +116,18 @@ class Producer(threading.Thread):
         self.client.flush(30)
 
 
-def fetch_request(correlation_id: int, parts, *, session_id: int, epoch: int) -> bytes:
+def fetch_request(correlation_id: int, parts, *, session_id: int, epoch: int, max_wait: int = 500,
+                  partition_max_bytes: int = 1 << 20) -> bytes:
     """A Fetch v11 frame (hand-encoded: kio's Python encoding of 2,000 partitions
     would make the client set the pace) of `parts` [(partition, offset)],
-    max_wait 500 ms, min_bytes 1."""
+    min_bytes 1."""
     client_id = b"bench"
     out = [struct.pack(">hhih", FETCH, 11, correlation_id, len(client_id)), client_id,
-           struct.pack(">iiiibii", -1, 500, 1, 50 << 20, 0, session_id, epoch)]
+           struct.pack(">iiiibii", -1, max_wait, 1, 50 << 20, 0, session_id, epoch)]
     if parts:
         name = TOPIC.encode()
         out.append(struct.pack(">ih", 1, len(name)) + name + struct.pack(">i", len(parts)))
-        out.extend(PART.pack(p, -1, o, -1, 1 << 20) for p, o in parts)
+        out.extend(PART.pack(p, -1, o, -1, partition_max_bytes) for p, o in parts)
     else:
         out.append(struct.pack(">i", 0))
     out.append(struct.pack(">ih", 0, 0))  # no forgotten topics, rack ""
@@ -127,8 +135,22 @@ def fetch_request(correlation_id: int, parts, *, session_id: int, epoch: int) ->
     return struct.pack(">i", len(body)) + body
 
 
-def parse_fetch_response(frame: bytes) -> tuple[int, int, list[tuple[int, bytes]]]:
-    """(error, session id, [(partition, records)]) of a Fetch v11 response frame (size stripped)."""
+def log_ends(sock: socket.socket, stream, partitions: int) -> dict[int, int]:
+    """The log end offset of every partition: the high watermarks of a sessionless
+    Fetch that asks for no bytes and does not wait."""
+    frame = fetch_request(0, [(p, 0) for p in range(partitions)], session_id=0, epoch=-1, max_wait=0,
+                          partition_max_bytes=0)
+    sock.sendall(frame)
+    (size,) = struct.unpack(">i", stream.read(4))
+    error, _, answered = parse_fetch_response(stream.read(size))
+    if error:
+        raise RuntimeError(f"Fetch error {error}")
+    return {partition: high_watermark for partition, high_watermark, _ in answered}
+
+
+def parse_fetch_response(frame: bytes) -> tuple[int, int, list[tuple[int, int, bytes]]]:
+    """(error, session id, [(partition, high watermark, records)]) of a Fetch v11
+    response frame (size stripped)."""
     error, session_id, topics = struct.unpack_from(">hii", frame, 8)  # after correlation id, throttle
     pos = 18
     parts = []
@@ -138,13 +160,13 @@ def parse_fetch_response(frame: bytes) -> tuple[int, int, list[tuple[int, bytes]
         (count,) = struct.unpack_from(">i", frame, pos)
         pos += 4
         for _ in range(count):
-            (partition,) = struct.unpack_from(">i", frame, pos)
+            partition, _, high_watermark = struct.unpack_from(">ihq", frame, pos)
             pos += 4 + 2 + 8 + 8 + 8
             (aborted,) = struct.unpack_from(">i", frame, pos)
             pos += 4 + max(aborted, 0) * 16 + 4  # aborted transactions, preferred read replica
             (size,) = struct.unpack_from(">i", frame, pos)
             pos += 4
-            parts.append((partition, frame[pos:pos + max(size, 0)]))
+            parts.append((partition, high_watermark, frame[pos:pos + max(size, 0)]))
             pos += max(size, 0)
     return error, session_id, parts
 
@@ -164,14 +186,14 @@ def next_offset(records: bytes) -> tuple[int, int]:
 
 
 def consumer_main(bootstrap: str, partitions: int, sessions: bool) -> None:
-    """The consumer process: a Fetch v11 loop over every partition from offset 0,
+    """The consumer process: a Fetch v11 loop over every partition from its log end,
     as a session client (only moved partitions in incremental fetches) or
     sessionless (every partition in every fetch, epoch -1). Prints the running
     record and fetch counts once a second."""
     host, _, port = bootstrap.rpartition(":")
     sock = socket.create_connection((host, int(port)))
     stream = sock.makefile("rb")
-    offsets = dict.fromkeys(range(partitions), 0)
+    offsets = log_ends(sock, stream, partitions)
     session_id, epoch = 0, 0 if sessions else -1
     moved = set(offsets)
     got = fetches = 0
@@ -189,7 +211,7 @@ def consumer_main(bootstrap: str, partitions: int, sessions: bool) -> None:
             session_id = answered_session
             epoch = epoch + 1 if session_id else 0
         moved = set()
-        for partition, records in answered:
+        for partition, _, records in answered:
             count, after = next_offset(records)
             if count:
                 got += count
@@ -203,10 +225,12 @@ def consumer_main(bootstrap: str, partitions: int, sessions: bool) -> None:
 def phase(broker_pid: int, seconds: float, consumer: subprocess.Popen | None) -> dict:
     cpu0, wall0 = cpu_seconds(broker_pid), time.monotonic()
     io0 = io_bytes(consumer.pid) if consumer is not None else 0
+    client0 = cpu_seconds(consumer.pid) if consumer is not None else 0.0
     time.sleep(seconds)
     wall = time.monotonic() - wall0
     return {"cpu": (cpu_seconds(broker_pid) - cpu0) / wall,
-            "bytes": (io_bytes(consumer.pid) - io0) / wall if consumer is not None else 0.0}
+            "bytes": (io_bytes(consumer.pid) - io0) / wall if consumer is not None else 0.0,
+            "client": (cpu_seconds(consumer.pid) - client0) / wall if consumer is not None else 0.0}
 
 
 def run_consumer(args, bootstrap: str, broker_pid: int, sessions: bool) -> dict:
@@ -265,7 +289,7 @@ def main() -> None:
         producer.start()
         time.sleep(2)
         print(f"{args.partitions} partitions, {args.partitions} msg/s; phases of {args.seconds:g} s "
-              f"after {args.warmup:g} s warm-up")
+              f"after {args.warmup:g} s warm-up; load average {os.getloadavg()[0]:.2f}")
         totals: dict[str, list[dict]] = {"base": [], "sessions": [], "full": []}
         for _ in range(args.rounds):
             totals["base"].append(phase(broker.pid, args.seconds, None))
@@ -280,12 +304,14 @@ def main() -> None:
                 line += (f", fetch CPU {m['cpu'] - base:.3f} s/s, wire {m['bytes'] / 1e3:.1f} kB/s, "
                          f"records {m['records']:.0f}/s, fetches {m['fetches']:.1f}/s "
                          f"({(m['cpu'] - base) / max(m['fetches'], 1e-9) * 1e3:.2f} ms CPU, "
-                         f"{m['bytes'] / max(m['fetches'], 1e-9) / 1e3:.1f} kB each)")
+                         f"{m['bytes'] / max(m['fetches'], 1e-9) / 1e3:.1f} kB each); "
+                         f"consumer CPU {m['client']:.3f} s/s")
             print(line)
         s, f = mean["sessions"], mean["full"]
         print(f"sessions/full: broker CPU {s['cpu'] / f['cpu']:.3f}x, "
               f"fetch CPU {(s['cpu'] - base) / max(f['cpu'] - base, 1e-9):.3f}x, "
-              f"wire bytes {s['bytes'] / f['bytes']:.3f}x (target <= 0.2x)")
+              f"wire bytes {s['bytes'] / f['bytes']:.3f}x (target <= 0.2x); "
+              f"load average {os.getloadavg()[0]:.2f}")
     finally:
         if producer is not None:
             producer.stopping.set()

@@ -80,7 +80,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, NamedTuple, TypeVar, overload
+from typing import Any, Generic, Literal, NamedTuple, Protocol, TypeVar, overload
 
 import structlog
 
@@ -171,48 +171,61 @@ class AppendStats:
     backoffs: int = 0
 
 
-class PartitionEvent(asyncio.Event):
-    """A partition's event that also sets the events linked to it (a fetch session's
-    one wake-up event, linked into each of its partitions' events)."""
+class AppendWatcher(Protocol):
+    """What `PartitionWaiters.subscribe` tells of every append to a partition (a fetch session)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.linked: set[asyncio.Event] = set()
-
-    def set(self) -> None:
-        super().set()
-        for event in self.linked:
-            event.set()
+    def appended(self, tp: TopicPartition) -> None: ...
 
 
 class PartitionWaiters:
-    """One asyncio.Event per partition that a long poll is waiting on.
+    """One asyncio.Event per partition that a long poll is waiting on, and the
+    watchers subscribed to partitions for good.
 
     `notify` sets the event and forgets it (the next waiter gets a fresh one), so
-    an event is only ever set once; loop thread only."""
+    an event is only ever set once; it also tells every watcher of the partition
+    (`AppendWatcher.appended`), which stays subscribed until `unsubscribe`. Loop
+    thread only, but `wanted`."""
 
     def __init__(self) -> None:
-        self._events: dict[TopicPartition, PartitionEvent] = {}
+        self._events: dict[TopicPartition, asyncio.Event] = {}
+        self._watchers: dict[TopicPartition, set[AppendWatcher]] = {}
 
-    def event(self, tp: TopicPartition) -> PartitionEvent:
+    def event(self, tp: TopicPartition) -> asyncio.Event:
         event = self._events.get(tp)
         if event is None:
-            event = self._events[tp] = PartitionEvent()
+            event = self._events[tp] = asyncio.Event()
         return event
+
+    def subscribe(self, tp: TopicPartition, watcher: AppendWatcher) -> None:
+        self._watchers.setdefault(tp, set()).add(watcher)
+
+    def unsubscribe(self, tp: TopicPartition, watcher: AppendWatcher) -> None:
+        watchers = self._watchers.get(tp)
+        if watchers is not None:
+            watchers.discard(watcher)
+            if not watchers:
+                del self._watchers[tp]
 
     def notify(self, tp: TopicPartition) -> None:
         event = self._events.pop(tp, None)
         if event is not None:
             event.set()
+        watchers = self._watchers.get(tp)
+        if watchers:
+            for watcher in watchers:
+                watcher.appended(tp)
 
     def wanted(self, tp: TopicPartition) -> bool:
-        """Whether a long poll waits on `tp` (any thread: one dict lookup)."""
-        return tp in self._events
+        """Whether a long poll or a watcher waits on `tp` (any thread: dict lookups)."""
+        return tp in self._events or tp in self._watchers
 
     def notify_all(self) -> None:
         events, self._events = self._events, {}
         for event in events.values():
             event.set()
+        for tp, watchers in list(self._watchers.items()):
+            for watcher in list(watchers):
+                watcher.appended(tp)
 
     def __len__(self) -> int:
         return len(self._events)
@@ -659,11 +672,14 @@ class PartitionService:
         end: an append that moves the end after that sets this very event."""
         return self.waiters.event(tp)
 
-    def watch_into(self, tp: TopicPartition, wake: asyncio.Event) -> asyncio.Event:
-        """`watch`, with `wake` set too by the next append to `tp` (one event for many partitions)."""
-        event = self.waiters.event(tp)
-        event.linked.add(wake)
-        return event
+    def subscribe_appends(self, tp: TopicPartition, watcher: AppendWatcher) -> None:
+        """Tell `watcher` of every append to `tp` (and of its deletion, and of
+        shutdown) until `unsubscribe_appends`: one subscription for good instead of
+        an event per read (a fetch session's partitions)."""
+        self.waiters.subscribe(tp, watcher)
+
+    def unsubscribe_appends(self, tp: TopicPartition, watcher: AppendWatcher) -> None:
+        self.waiters.unsubscribe(tp, watcher)
 
     async def wait_for_append(self, events: list[asyncio.Event], timeout: float) -> bool:
         """Wait until one of `events` is set (an append, a deleted topic, shutdown) or

@@ -78,7 +78,7 @@ class FileSlice:
         return self.records.fileno()
 
     def read(self) -> bytes:
-        """The bytes themselves (tests, tools; the server uses sendfile instead)."""
+        """The bytes themselves (tests, tools, small fetch reads; the server sends larger ones with sendfile)."""
         return self.records.read(self.position, self.length)
 
     def release(self) -> None:

@@ -36,6 +36,7 @@ from .txn_index import TransactionIndex, txn_index_path
 INT_MAX = 2**31 - 1
 NO_TIMESTAMP = -1
 RECOVERY_CHUNK = 8 << 20
+RECENT_APPENDS = 8  # appends whose first entry a read finds without searching (LogSegment._recent_appends)
 
 
 class OffsetPosition(NamedTuple):
@@ -78,6 +79,10 @@ class LogSegment:
         self._max_timestamp_and_offset: TimestampOffset | None = None  # loaded lazily
         # (offset, position): where the last bounded read ended, an entry boundary.
         self._read_cursor: tuple[int, int] | None = None
+        # The first entry of each of the last RECENT_APPENDS appends, by the append's
+        # first offset: a consumer at the log end asks next for where an append
+        # began, found here without an index search or a read of the file.
+        self._recent_appends: dict[int, OffsetPosition] = {}
 
     @classmethod
     def open(cls, directory: str, base_offset: int, *, index_interval_bytes: int,
@@ -196,6 +201,7 @@ class LogSegment:
         """After a failed write (disk full, I/O error): drop what the append added,
         so that the segment is as before it. The log's file is cut back by
         FileRecords.append itself when its own write failed."""
+        self._recent_appends.clear()
         if self.log.size > position:
             self.log.truncate_to(position)
         self.offset_index.truncate_to(first_offset)
@@ -208,6 +214,7 @@ class LogSegment:
         if physical_position == 0:
             self._rolling_based_timestamp = validated.max_timestamp
         self.log.append(validated.buffer, reserve_ahead)
+        self._remember_append(validated, physical_position)
         size = len(validated.buffer)
         since = self._bytes_since_last_index_entry
         offset_of_max = validated.offset_of_max_timestamp  # None: not known, the entries tell
@@ -219,6 +226,22 @@ class LogSegment:
                 self._max_timestamp_and_offset = TimestampOffset(validated.max_timestamp, offset_of_max)
             return
         self._index_entries(validated.entries, physical_position, best)
+
+    def _remember_append(self, validated, physical_position: int) -> None:
+        """Note where the append's first entry is, by its first offset: a batch's base
+        offset, a classic message's offset (a compressed classic wrapper names only
+        its last offset: not noted)."""
+        first = validated.entries[0]
+        if first.magic >= 2:
+            first_offset = int.from_bytes(validated.buffer[first.position:first.position + 8], "big", signed=True)
+        elif first.codec == 0:
+            first_offset = first.last_offset
+        else:
+            return
+        recent = self._recent_appends
+        recent[first_offset] = OffsetPosition(first.last_offset, physical_position + first.position, first.size)
+        if len(recent) > RECENT_APPENDS:
+            del recent[next(iter(recent))]
 
     def _index_entries(self, entries, start_position: int, best: TimestampOffset) -> None:
         """Add index entries for `entries` (just written from `start_position`)."""
@@ -247,7 +270,8 @@ class LogSegment:
         if max_size < 0:
             raise ValueError(f"max_size {max_size} is negative")
         end = self.log.size if max_position is None else min(max_position, self.log.size)
-        start = self._start_at_read_cursor(start_offset) or self.translate_offset(start_offset)
+        start = (self._recent_appends.get(start_offset) or self._start_at_read_cursor(start_offset)
+                 or self.translate_offset(start_offset))
         if start is None or start.position >= end:
             return None
         first_end = start.position + start.size
@@ -382,6 +406,7 @@ class LogSegment:
             elif not entries:
                 break
         self._read_cursor = None
+        self._recent_appends.clear()
         truncated = self.log.truncate_to(position) if position < file_size else 0
         if truncated:
             self._rolling_based_timestamp = None
@@ -405,6 +430,7 @@ class LogSegment:
         if mapping is None:
             return 0
         self._read_cursor = None
+        self._recent_appends.clear()
         truncated = self.log.truncate_to(mapping.position)
         if self.log.size == 0:
             self.created_ms = self._clock.time_ms()

@@ -11,16 +11,25 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from storage.file_records import FileSlice
+
 from ..partitions import READ_COMMITTED
 from ..security.authorizer import Op, Resource
-from . import codec
+from . import codec, fetch_response
 from .acls import allowed
 from .apis import DECLINE
 from .codec import RecordsSplicer, has_field, make, nested
 from .core_api import CoreApiBase, E, Target, release_reads
+from .fetch_response import PartitionRow
 from .fetch_sessions import FetchContext, FetchSessions
 
 INT32_MAX = 2**31 - 1
+# A partition's records up to this size are copied into the response (one pread)
+# instead of spliced in for sendfile: a slice costs the send of the bytes before it
+# and a sendfile call, which for a small read costs more than the copy, and a
+# response of small reads (a session's fetches at a low rate per partition) goes out
+# in one write.
+INLINE_RECORDS_BYTES = 16 * 1024
 
 
 def _aborted(AbortedR: type | None, aborted) -> tuple:
@@ -54,7 +63,8 @@ class FetchApi(CoreApiBase):
     def __init__(self, apis):
         super().__init__(apis)
         self.fetch_sessions = FetchSessions(self.config.max_incremental_fetch_session_cache_slots,
-                                            self.config.min_incremental_fetch_session_eviction_ms)
+                                            self.config.min_incremental_fetch_session_eviction_ms,
+                                            subscriptions=self.partitions)
     async def fetch(self, req, ctx):
         """Kafka's fetch over the shared logs.
 
@@ -125,17 +135,22 @@ class FetchApi(CoreApiBase):
 
     def _watch(self, plan, session: FetchContext, may_wait: bool) -> list[asyncio.Event]:
         """The events a long poll waits on, taken before the reads: each partition's
-        (`may_wait`); for an incremental fetch the session's one wake-up event, linked
-        into every partition read, each partition keeping its own (fetch_sessions.py)."""
-        if session.session is None:
+        (`may_wait`); for an incremental fetch the session's one wake-up event, which
+        every append to a partition it has read sets (the session subscribes each
+        partition once, fetch_sessions.py)."""
+        fetch_session = session.session
+        if fetch_session is None:
             return [self.partitions.watch((t.log.topic, t.log.partition))
                     for _, targets in plan for t in targets if t.log is not None] if may_wait else []
-        wake = session.session.wake
+        by_id = fetch_session.uses_topic_ids
         for topic, targets in plan:
+            name = topic.topic_id if by_id else topic.topic
             for part, t in zip(topic.partitions, targets, strict=True):
-                part.watching(None if t.log is None or t.error else
-                              self.partitions.watch_into((t.log.topic, t.log.partition), wake))
-        return [wake]
+                if t.log is None or t.error:
+                    part.watching(False)
+                else:
+                    fetch_session.watch(part, (name, part.partition), (t.log.topic, t.log.partition))
+        return [fetch_session.wake]
 
     def _throttled_response(self, ctx, plan, session: FetchContext, throttle: int) -> list:
         """A fetch over the client's quota (KIP-219, Kafka's getThrottledResponse):
@@ -205,55 +220,90 @@ class FetchApi(CoreApiBase):
             else:
                 found.release()
 
+    @staticmethod
+    def _records_field(found: FileSlice) -> bytes | FileSlice:
+        """A partition's `records`: the bytes of a small read (released), else the
+        slice itself, for sendfile (the reply takes it over)."""
+        if found.length > INLINE_RECORDS_BYTES:
+            return found
+        try:
+            return found.read()
+        finally:
+            found.release()
+
     def _fetch_response(self, ctx, plan, read_committed: bool, session: FetchContext):
+        """The framed answer: a row per answered partition, encoded by hand
+        (fetch_response.py) for v7 on, through kio entities before."""
+        throttle = self._throttle(ctx, "fetch", self._fetch_bytes(plan))
+        if throttle:
+            return self._throttled_response(ctx, plan, session, throttle)
+        topics: list[tuple[Any, list[PartitionRow]]] = []
+        try:
+            for topic, targets in plan:
+                rows: list[PartitionRow] = []
+                for part, t in zip(topic.partitions, targets, strict=True):
+                    if t.error or t.log is None:
+                        if session.include(topic, part, False, t.error, -1, -1, -1):
+                            rows.append(PartitionRow(t.index, t.error or E.none, -1, -1, -1, None, b""))
+                        continue
+                    isolated = t.isolated
+                    if isolated is not None:
+                        end, lso, aborted = isolated.high_watermark, isolated.last_stable_offset, isolated.aborted
+                    else:  # nothing read: at the log end
+                        lso = t.log.last_stable_offset
+                        end, aborted = t.log.log_end_offset, None
+                    log_start = t.log.log_start_offset
+                    if not session.include(topic, part, t.result is not None, E.none, end, lso, log_start):
+                        release_reads([t])
+                        continue
+                    records = self._records_field(t.result) if t.result is not None else b""
+                    t.result = None  # released, or the row owns it now
+                    rows.append(PartitionRow(t.index, E.none, end, lso, log_start,
+                                             tuple(aborted or ()) if read_committed else None, records))
+                if rows or not session.incremental:
+                    topics.append((topic, rows))
+            error, session_id = session.finish(self.fetch_sessions.now_ms())
+            if error:
+                _release_rows(topics)
+                return [codec.encode_response(ctx.correlation_id, self._fetch_refused(ctx, error))]
+            if fetch_response.supports(ctx.api_version):
+                by_id = ctx.api_version >= fetch_response.TOPIC_IDS_FROM
+                return fetch_response.encode(
+                    ctx.correlation_id, ctx.api_version, throttle, E.none, session_id,
+                    [(topic.topic_id if by_id else topic.topic, rows) for topic, rows in topics])
+            return self._kio_response(ctx, throttle, session_id, topics)
+        except BaseException:
+            _release_rows(topics)
+            raise
+
+    @staticmethod
+    def _kio_response(ctx, throttle: int, session_id: int, topics: list[tuple[Any, list[PartitionRow]]]) -> list:
+        """The framed answer through kio's entities (the versions fetch_response.py does not write)."""
         R = ctx.response_class
         TopicR = nested(R, "responses")
         PartR = nested(TopicR, "partitions")
         AbortedR = nested(PartR, "aborted_transactions") if has_field(PartR, "aborted_transactions") else None
-        throttle = self._throttle(ctx, "fetch", self._fetch_bytes(plan))
-        if throttle:
-            return self._throttled_response(ctx, plan, session, throttle)
         splicer = RecordsSplicer()
         responses = []
-        for topic, targets in plan:
-            parts = []
-            for part, t in zip(topic.partitions, targets, strict=True):
-                if t.error or t.log is None:
-                    if not session.include(topic, part, False, t.error, -1, -1, -1):
-                        continue
-                    parts.append(make(PartR, partition_index=t.index, error_code=t.error or E.none,
-                                      high_watermark=-1, last_stable_offset=-1, log_start_offset=-1,
-                                      aborted_transactions=None, preferred_read_replica=-1,
-                                      records=b""))
-                    continue
-                isolated = t.isolated
-                if isolated is not None:
-                    end, lso, aborted = isolated.high_watermark, isolated.last_stable_offset, isolated.aborted
-                else:  # nothing read: at the log end
-                    lso = t.log.last_stable_offset
-                    end, aborted = t.log.log_end_offset, None
-                if not session.include(topic, part, t.result is not None, E.none, end, lso, t.log.log_start_offset):
-                    release_reads([t])
-                    continue
-                records = splicer.marker(t.result) if t.result is not None else b""
-                t.result = None  # the splicer owns it now
-                parts.append(make(PartR, partition_index=t.index, error_code=E.none, high_watermark=end,
-                                  last_stable_offset=lso, log_start_offset=t.log.log_start_offset,
-                                  aborted_transactions=_aborted(AbortedR, aborted) if read_committed else None,
-                                  preferred_read_replica=-1, records=records))
-            if parts or not session.incremental:
-                responses.append(make(TopicR, topic=getattr(topic, "topic", None),
-                                      topic_id=getattr(topic, "topic_id", None), partitions=tuple(parts)))
-        error, session_id = session.finish(self.fetch_sessions.now_ms())
-        if error:
-            splicer.release()
-            return [codec.encode_response(ctx.correlation_id, self._fetch_refused(ctx, error))]
+        for topic, rows in topics:
+            parts = tuple(
+                make(PartR, partition_index=row.partition, error_code=row.error, high_watermark=row.high_watermark,
+                     last_stable_offset=row.last_stable_offset, log_start_offset=row.log_start_offset,
+                     aborted_transactions=None if row.aborted is None else _aborted(AbortedR, row.aborted),
+                     preferred_read_replica=-1,
+                     records=splicer.marker(row.records) if isinstance(row.records, FileSlice) else row.records)
+                for row in rows)
+            responses.append(make(TopicR, topic=getattr(topic, "topic", None),
+                                  topic_id=getattr(topic, "topic_id", None), partitions=parts))
         response = make(R, throttle_time=throttle, error_code=E.none, session_id=session_id,
                         responses=tuple(responses))
-        try:
-            if not splicer.slices:
-                return [codec.encode_response(ctx.correlation_id, response)]
-            return codec.encode_spliced(ctx.correlation_id, response, splicer)
-        except BaseException:
-            splicer.release()
-            raise
+        if not splicer.slices:
+            return [codec.encode_response(ctx.correlation_id, response)]
+        return codec.encode_spliced(ctx.correlation_id, response, splicer)
+
+
+def _release_rows(topics: list[tuple[Any, list[PartitionRow]]]) -> None:
+    for _, rows in topics:
+        for row in rows:
+            if isinstance(row.records, FileSlice):
+                row.records.release()

@@ -19,11 +19,13 @@ Kafka's FetchSessionCache semantics, loop thread only:
   FETCH_SESSION_TOPIC_ID_ERROR). Its partitions add to or update the session,
   `forgotten_topics_data` removes some; a session left empty is closed and the
   fetch is answered without one. The partitions of the session that may have
-  changed are read: those never read, with an error last time, whose fetch
-  offset the request moved, or appended to since their last read (the append
-  event taken before it is set; an append also sets the session's `wake` event,
-  the one event its long poll waits on). So an incremental fetch costs what
-  changed, not the session's size. The answer holds only those with records, an
+  changed are read: those never read, with an error last time, named by the
+  request, or appended to since their last read began. The session keeps them
+  in a set (`dirty`) fed by the partition service: the first read of a
+  partition subscribes the session to its appends for good (until the session
+  leaves the cache or forgets it), and each append marks it and sets the
+  session's `wake` event, the one event its long poll waits on. So an
+  incremental fetch costs what changed, not the session's size. The answer holds only those with records, an
   error, or a changed high watermark, last stable offset or log start offset (a
   log start offset that moves without an append is answered with the
   partition's next read), and those move to the end of the session so that a
@@ -41,7 +43,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode as E
 
@@ -68,7 +70,7 @@ class CachedPartition:
     reads it as one."""
 
     __slots__ = ("partition", "fetch_offset", "partition_max_bytes", "high_watermark", "last_stable_offset",
-                 "log_start_offset", "event", "read_offset", "pending")
+                 "log_start_offset", "appends", "seen", "pending", "read_offset", "order", "tp")
 
     def __init__(self, partition: int, fetch_offset: int, partition_max_bytes: int):
         self.partition = partition
@@ -77,23 +79,26 @@ class CachedPartition:
         self.high_watermark = -1
         self.last_stable_offset = -1
         self.log_start_offset = -1
-        self.event: Any = None  # the append event taken before its last answered read, if it read well
-        self.read_offset = -1  # the fetch offset of that read
-        self.pending: Any = None  # the append event taken before the read in progress
+        self.appends = 0  # appends told by the partition service since the session watches it
+        self.seen = -1  # `appends` when its last answered read began; -1: read it (never read well)
+        self.pending: int | None = None  # `appends` when the read in progress began; None: it cannot read
+        self.read_offset = -1  # the fetch offset of the last answered read
+        self.order = 0  # its place in the session's fetch order (FetchSession.rotate)
+        self.tp: Any = None  # (topic name, partition) once the session watches its appends
 
     def may_have_changed(self) -> bool:
         """Whether to read the partition again: never read, failed, appended to since, or moved by the client."""
-        event = self.event
-        return event is None or event.is_set() or self.read_offset != self.fetch_offset
+        return self.seen < 0 or self.appends != self.seen or self.read_offset != self.fetch_offset
 
-    def watching(self, event) -> None:
-        """The append event taken before the read in progress; it counts once the
-        read is answered (`answered`): a read that is not (a fast path that
+    def watching(self, readable: bool) -> None:
+        """A read of the partition begins (`readable`: one that can see its appends);
+        it counts once answered (`answered`): a read that is not (a fast path that
         declines, a long poll that reads again) leaves the partition to read again."""
-        self.pending = event
+        self.pending = self.appends if readable else None
 
     def answered(self) -> None:
-        self.event, self.pending = self.pending, None
+        self.seen = -1 if self.pending is None else self.pending
+        self.pending = None
         self.read_offset = self.fetch_offset
 
     def must_respond(self, has_records: bool, error: int, high_watermark: int, last_stable_offset: int,
@@ -104,7 +109,7 @@ class CachedPartition:
         changed = has_records
         if error:
             self.high_watermark = -1
-            self.event = None  # read again next time
+            self.seen = -1  # read again next time
             return True
         if high_watermark != self.high_watermark:
             self.high_watermark = high_watermark
@@ -129,12 +134,26 @@ class SessionTopic:
         self.partitions = partitions
 
 
+class AppendSubscriptions(Protocol):
+    """Where a session subscribes to its partitions' appends (the PartitionService)."""
+
+    def subscribe_appends(self, tp: Any, watcher: Any) -> None: ...
+
+    def unsubscribe_appends(self, tp: Any, watcher: Any) -> None: ...
+
+
 class FetchSession:
+    """A session's partitions in fetch order, and the set of those that may have
+    changed (`dirty`): fed by the partition service's append notifications
+    (`appended`, once `watch` subscribed the partition), by the requests that name
+    partitions, and by reads that failed; an incremental fetch reads only those."""
+
     __slots__ = ("id", "privileged", "uses_topic_ids", "partitions", "epoch", "creation_ms", "last_used_ms",
-                 "wake")
+                 "wake", "dirty", "watched", "closed", "_subscriptions", "_order")
 
     def __init__(self, session_id: int, privileged: bool, uses_topic_ids: bool,
-                 partitions: dict[Key, CachedPartition], now_ms: int):
+                 partitions: dict[Key, CachedPartition], now_ms: int,
+                 subscriptions: AppendSubscriptions | None = None):
         self.id = session_id
         self.privileged = privileged
         self.uses_topic_ids = uses_topic_ids
@@ -142,38 +161,87 @@ class FetchSession:
         self.epoch = next_epoch(INITIAL_EPOCH)
         self.creation_ms = now_ms
         self.last_used_ms = now_ms
-        self.wake = asyncio.Event()  # set by an append to any partition read (PartitionService.watch_into)
+        self.wake = asyncio.Event()  # set by an append to any watched partition
+        self.dirty: set[Key] = set(partitions)  # every partition that may have changed (and some that did not)
+        self.watched: dict[Any, Key] = {}  # (topic name, partition) -> key, of the subscribed partitions
+        self.closed = False  # out of the cache: a long poll still holding it subscribes nothing more
+        self._subscriptions = subscriptions
+        self._order = 0
+        for cached in partitions.values():
+            self._order += 1
+            cached.order = self._order
 
     def update(self, topics, forgotten) -> None:
         """Add or update the request's partitions, remove the forgotten ones (idempotent)."""
         by_id = self.uses_topic_ids
-        partitions = self.partitions
+        partitions, dirty = self.partitions, self.dirty
         for topic in topics:
             name = topic.topic_id if by_id else topic.topic
             for part in topic.partitions:
-                cached = partitions.get((name, part.partition))
+                key = (name, part.partition)
+                cached = partitions.get(key)
                 if cached is None:
-                    partitions[(name, part.partition)] = CachedPartition(part.partition, part.fetch_offset,
-                                                                         part.partition_max_bytes)
+                    cached = partitions[key] = CachedPartition(part.partition, part.fetch_offset,
+                                                               part.partition_max_bytes)
+                    self._order += 1
+                    cached.order = self._order
                 else:
                     cached.fetch_offset = part.fetch_offset
                     cached.partition_max_bytes = part.partition_max_bytes
+                dirty.add(key)
         for topic in forgotten:
             name = topic.topic_id if by_id else topic.topic
             for index in topic.partitions:
-                partitions.pop((name, index), None)
+                key = (name, index)
+                cached = partitions.pop(key, None)
+                dirty.discard(key)
+                if cached is not None and cached.tp is not None:
+                    self._unwatch(cached.tp, key)
+
+    def watch(self, cached: CachedPartition, key: Key, tp: Any) -> None:
+        """A read of `cached` (session key `key`, log `tp`) begins; its appends are
+        told to `appended` from now on."""
+        if cached.tp is None and not self.closed:
+            cached.tp = tp
+            self.watched[tp] = key
+            if self._subscriptions is not None:
+                self._subscriptions.subscribe_appends(tp, self)
+        cached.watching(True)
+
+    def appended(self, tp: Any) -> None:
+        """The partition service's notification of an append to `tp` (loop thread)."""
+        key = self.watched.get(tp)
+        if key is None:
+            return
+        cached = self.partitions.get(key)
+        if cached is not None:
+            cached.appends += 1
+            self.dirty.add(key)
+        self.wake.set()
+
+    def settled(self, key: Key, cached: CachedPartition) -> None:
+        """After an answered read: out of `dirty` unless it still may have changed."""
+        if not cached.may_have_changed():
+            self.dirty.discard(key)
 
     def topics(self) -> list[SessionTopic]:
         """The session's partitions that may have changed since they were last
         read, as runs of one topic each, in fetch order; clears `wake` first, so
         an append after this look sets it."""
         self.wake.clear()
+        partitions, dirty = self.partitions, self.dirty
+        chosen: list[tuple[int, Key, CachedPartition]] = []
+        for key in list(dirty):
+            cached = partitions.get(key)
+            if cached is None or not cached.may_have_changed():
+                dirty.discard(key)
+                continue
+            chosen.append((cached.order, key, cached))
+        chosen.sort(key=_first)
         runs: list[SessionTopic] = []
         current: SessionTopic | None = None
         current_name: Any = None
-        for (name, _), cached in self.partitions.items():
-            if not cached.may_have_changed():
-                continue
+        for _, (name, _), cached in chosen:
             if current is None or name != current_name:
                 current_name = name
                 current = (SessionTopic(None, name, []) if self.uses_topic_ids
@@ -189,19 +257,39 @@ class FetchSession:
             cached = partitions.pop(key, None)
             if cached is not None:
                 partitions[key] = cached
+                self._order += 1
+                cached.order = self._order
+
+    def close(self) -> None:
+        """Stop watching the partitions' appends (the session leaves the cache)."""
+        self.closed = True
+        for tp, key in list(self.watched.items()):
+            self._unwatch(tp, key)
+
+    def _unwatch(self, tp: Any, key: Key) -> None:
+        if self.watched.get(tp) == key:
+            del self.watched[tp]
+            if self._subscriptions is not None:
+                self._subscriptions.unsubscribe_appends(tp, self)
 
     def evictable_rank(self) -> tuple[bool, int, int]:
         return self.privileged, len(self.partitions), self.id
 
 
+def _first(item: tuple) -> Any:
+    return item[0]
+
+
 class FetchSessionCache:
     """The sessions of the broker, at most `max_entries`."""
 
-    def __init__(self, max_entries: int, eviction_ms: int, rng: random.Random | None = None):
+    def __init__(self, max_entries: int, eviction_ms: int, rng: random.Random | None = None,
+                 subscriptions: AppendSubscriptions | None = None):
         self.max_entries = max_entries
         self.eviction_ms = eviction_ms
         self.sessions: dict[int, FetchSession] = {}  # least recently used first
         self._rng = rng or random.Random()
+        self._subscriptions = subscriptions
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -210,7 +298,10 @@ class FetchSessionCache:
         return self.sessions.get(session_id)
 
     def remove(self, session_id: int) -> FetchSession | None:
-        return self.sessions.pop(session_id, None)
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            session.close()
+        return session
 
     def touch(self, session: FetchSession, now_ms: int) -> None:
         session.last_used_ms = now_ms
@@ -225,7 +316,7 @@ class FetchSessionCache:
         if len(self.sessions) >= self.max_entries and not self._try_evict(privileged, len(partitions), now_ms):
             return None
         session_id = self._new_id()
-        session = FetchSession(session_id, privileged, uses_topic_ids, partitions, now_ms)
+        session = FetchSession(session_id, privileged, uses_topic_ids, partitions, now_ms, self._subscriptions)
         self.sessions[session_id] = session
         return session
 
@@ -294,10 +385,11 @@ class FetchContext:
         name = topic.topic_id if self.uses_topic_ids else topic.topic
         if self.session is not None:
             part.answered()
-            if not part.must_respond(has_records, error, high_watermark, last_stable_offset, log_start_offset):
-                return False
-            self._answered.append((name, part.partition))
-            return True
+            respond = part.must_respond(has_records, error, high_watermark, last_stable_offset, log_start_offset)
+            self.session.settled((name, part.partition), part)
+            if respond:
+                self._answered.append((name, part.partition))
+            return respond
         if self.create:
             cached = CachedPartition(part.partition, part.fetch_offset, part.partition_max_bytes)
             cached.must_respond(has_records, error, high_watermark, last_stable_offset, log_start_offset)
@@ -338,8 +430,9 @@ class FetchContext:
 class FetchSessions:
     """The broker's fetch session cache and the rules that pick a request's context."""
 
-    def __init__(self, max_entries: int, eviction_ms: int, clock: Callable[[], float] = time.monotonic):
-        self.cache = FetchSessionCache(max_entries, eviction_ms)
+    def __init__(self, max_entries: int, eviction_ms: int, clock: Callable[[], float] = time.monotonic,
+                 subscriptions: AppendSubscriptions | None = None):
+        self.cache = FetchSessionCache(max_entries, eviction_ms, subscriptions=subscriptions)
         self._clock = clock
 
     def now_ms(self) -> int:

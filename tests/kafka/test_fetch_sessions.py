@@ -8,7 +8,7 @@ from types import SimpleNamespace as NS
 
 from kio.schema.errors import ErrorCode as E
 
-from broker.kafka.fetch_sessions import INT32_MAX, FetchSessionCache, FetchSessions, next_epoch
+from broker.kafka.fetch_sessions import INT32_MAX, CachedPartition, FetchSessionCache, FetchSessions, next_epoch
 
 
 class Clock:
@@ -178,24 +178,89 @@ def test_stale_sessions_are_evicted_first():
 
 def test_privileged_sessions_evict_consumer_sessions():
     cache = FetchSessionCache(1, 120_000)
-    consumer = cache.maybe_create(0, False, False, {("a", 0): None, ("a", 1): None})
-    assert cache.maybe_create(1, False, False, {("b", 0): None}) is None
-    follower = cache.maybe_create(2, True, False, {("b", 0): None})
+    def parts(*keys):
+        return {key: CachedPartition(key[1], 0, 1000) for key in keys}
+
+    consumer = cache.maybe_create(0, False, False, parts(("a", 0), ("a", 1)))
+    assert cache.maybe_create(1, False, False, parts(("b", 0))) is None
+    follower = cache.maybe_create(2, True, False, parts(("b", 0)))
     assert follower is not None and cache.get(consumer.id) is None
 
 
-def test_incremental_fetch_reads_only_partitions_that_may_have_changed():
-    sessions = FetchSessions(10, 120_000)
-    sid = opened(sessions, [("a", 0, 0), ("a", 1, 0), ("a", 2, 0)])
-    events = {}
-    context = sessions.context(request(sid, 1), 12)
-    for topic in context.topics():  # read once: each keeps its append event
+class Subscriptions:
+    """The partition service's side of the sessions' append subscriptions."""
+
+    def __init__(self):
+        self.watchers: dict = {}
+
+    def subscribe_appends(self, tp, watcher):
+        self.watchers.setdefault(tp, set()).add(watcher)
+
+    def unsubscribe_appends(self, tp, watcher):
+        self.watchers[tp].discard(watcher)
+        if not self.watchers[tp]:
+            del self.watchers[tp]
+
+    def append(self, tp):
+        for watcher in list(self.watchers.get(tp, ())):
+            watcher.appended(tp)
+
+
+def read(context):
+    """Begin reading every partition of `context` as the handler does (subscribing
+    it); the partitions read, as (topic, partition)."""
+    keys = []
+    for topic in context.topics():
         for part in topic.partitions:
-            events[part.partition] = NS(is_set=lambda: False)
-            part.watching(events[part.partition])
+            context.session.watch(part, (topic.topic, part.partition), (topic.topic, part.partition))
+            keys.append((topic.topic, part.partition))
+    return keys
+
+
+def test_incremental_fetch_reads_only_partitions_that_may_have_changed():
+    subscriptions = Subscriptions()
+    sessions = FetchSessions(10, 120_000, subscriptions=subscriptions)
+    sid = opened(sessions, [("a", 0, 0), ("a", 1, 0), ("a", 2, 0)])
+    context = sessions.context(request(sid, 1), 12)
+    assert read(context) == [("a", 0), ("a", 1), ("a", 2)]
     assert len(context.topics()[0].partitions) == 3  # not answered yet: read again
     answer(context)
+    assert set(subscriptions.watchers) == {("a", 0), ("a", 1), ("a", 2)}
     assert sessions.context(request(sid, 2), 12).topics() == []
-    events[1].is_set = lambda: True  # appended to
+    session = sessions.cache.get(sid)
+    subscriptions.append(("a", 1))
+    assert session.wake.is_set()
     runs = sessions.context(request(sid, 2, parts=[("a", 2, 5)]), 12).topics()  # 2 moved by the client
-    assert [p.partition for r in runs for p in r.partitions] == [1, 2]
+    assert [p.partition for r in runs for p in r.partitions] == [1, 2] and not session.wake.is_set()
+
+
+def test_an_append_during_a_read_leaves_the_partition_to_read_again():
+    subscriptions = Subscriptions()
+    sessions = FetchSessions(10, 120_000, subscriptions=subscriptions)
+    sid = opened(sessions, [("a", 0, 0), ("a", 1, 0)])
+    context = sessions.context(request(sid, 1), 12)
+    read(context)
+    answer(context)
+    context = sessions.context(request(sid, 2), 12)
+    subscriptions.append(("a", 0))
+    assert read(context) == [("a", 0)]
+    subscriptions.append(("a", 0))  # after the read began: the answer may miss it
+    answer(context)
+    assert read(sessions.context(request(sid, 3), 12)) == [("a", 0)]
+
+
+def test_sessions_leaving_the_cache_or_forgetting_partitions_unsubscribe():
+    subscriptions = Subscriptions()
+    sessions = FetchSessions(10, 120_000, subscriptions=subscriptions)
+    sid = opened(sessions, [("a", 0, 0), ("a", 1, 0)])
+    context = sessions.context(request(sid, 1), 12)
+    read(context)
+    answer(context)
+    context = sessions.context(request(sid, 2, forgotten=[("a", [0])]), 12)
+    assert set(subscriptions.watchers) == {("a", 1)}
+    answer(context)
+    session = sessions.cache.get(sid)
+    answer(sessions.context(request(sid, -1), 12))  # closed
+    assert subscriptions.watchers == {} and session.closed
+    session.watch(session.partitions[("a", 1)], ("a", 1), ("a", 1))  # a long poll still reading it
+    assert subscriptions.watchers == {}

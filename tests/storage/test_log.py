@@ -341,3 +341,31 @@ def test_index_entries_do_not_depend_on_how_entries_are_grouped_into_appends(tmp
     assert one._max_ts_and_offset() == other._max_ts_and_offset()
     apart.close()
     together.close()
+
+
+def test_a_read_where_a_recent_append_began_needs_no_search(open_log, monkeypatch):
+    """A consumer at the log end asks next for where the following append began:
+    the segment remembers the first entry of its recent appends, so that read finds
+    it without the offset index or a scan of the file, and returns the same."""
+    log = open_log(index_interval_bytes=64)
+    starts = [log.append(batch(1 + i % 3)).first_offset for i in range(20)][-8:]
+    expected = {offset: log.read(offset, 1 << 20).read() for offset in range(log.log_end_offset)}
+    from storage.segment import LogSegment
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched")
+
+    monkeypatch.setattr(LogSegment, "translate_offset", no_search)
+    for offset in starts:
+        with log.read(offset, 1 << 20) as got:
+            assert got.read() == expected[offset]
+    with pytest.raises(AssertionError, match="searched"):
+        log.read(next(a + 1 for a, b in zip(starts, starts[1:], strict=False) if b - a > 1), 1 << 20)  # inside an append
+    with pytest.raises(AssertionError, match="searched"):
+        log.read(starts[0] - 1, 1 << 20)  # an older append: searched
+    monkeypatch.undo()
+    segment = log.active_segment
+    segment.truncate_to(starts[-1])  # (recovery) forgets them
+    monkeypatch.setattr(LogSegment, "translate_offset", no_search)
+    with pytest.raises(AssertionError, match="searched"):
+        segment.read(starts[-2], 1 << 20)
