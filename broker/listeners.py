@@ -45,8 +45,9 @@ from typing import Any
 
 from kafka_format.errors import InvalidConfigError
 
+from .security.principal import ANONYMOUS
+
 KAFKA = "kafka"
-ANONYMOUS = "User:ANONYMOUS"  # the principal of a connection that has not authenticated
 NATIVE = "native"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)

@@ -57,6 +57,7 @@ from kafka_format.errors import InvalidConfigError, InvalidRequestError
 from storage.fileutil import atomic_write
 
 from .json_files import encode_document, read_document
+from .security.principal import ANONYMOUS
 
 QUOTAS_FILE = "client-quotas.json"
 FORMAT_VERSION = 1
@@ -71,7 +72,6 @@ CONNECTION_CREATION_RATE = "connection_creation_rate"
 KIND_KEYS = {"produce": PRODUCER_BYTE_RATE, "fetch": CONSUMER_BYTE_RATE, "request": REQUEST_PERCENTAGE}
 PERCENT_PER_SECOND = 100.0  # Kafka's NanosToPercentagePerSecond, per second of handler time
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
-ANONYMOUS = "User:ANONYMOUS"
 MAX_RATES = 10_000  # rates kept before idle ones are dropped
 
 Entity = tuple[tuple[str, str | None], ...]

@@ -34,11 +34,11 @@ from kafka_format.errors import InvalidRequestError, StrataError
 from storage.fileutil import atomic_write
 
 from ..json_files import encode_document, read_document
+from .principal import ANONYMOUS
 
 if TYPE_CHECKING:
     from ..listeners import ConnectionContext
 
-ANONYMOUS = "User:ANONYMOUS"
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
 FILE_NAME = "acls.json"
