@@ -104,7 +104,7 @@ from .config import BrokerConfig
 from .group_offsets import GroupOffsets
 from .listeners import ConnectionContext
 from .metrics import BrokerMetrics
-from .quotas import ClientQuotas
+from .quotas import MUTATION, ClientQuotas, MutationQuota
 from .security.authorizer import Authorizer
 from .topics import Topic, TopicRegistry
 
@@ -379,6 +379,26 @@ class PartitionService:
         if throttle and kind == "fetch":
             quotas.unrecord(kind, principal, client_id, amount)
         if throttle:
+            connection.throttle_ms = max(connection.throttle_ms, throttle)
+        return throttle
+
+    def mutation_quota(self, connection: ConnectionContext, client_id: str | None, *,
+                       strict: bool) -> MutationQuota:
+        """The controller_mutation_rate quota of one CreateTopics / CreatePartitions /
+        DeleteTopics (native CREATE_TOPIC / DELETE_TOPIC) request: its `record` counts
+        each topic's partitions as the topic changes (strict: refusing the topic with
+        ThrottlingQuotaExceededError over the quota); `mutation_throttle` then gives
+        the request's throttle time."""
+        return MutationQuota(self.quotas, connection.principal, client_id, strict)
+
+    def mutation_throttle(self, connection: ConnectionContext, quota: MutationQuota) -> int:
+        """The throttle time (ms) to answer a request whose mutations `quota` counted;
+        the connection mutes itself that long once the reply is out (KIP-219), as for
+        the other quotas, whatever the request's version (Kafka's
+        sendResponseMaybeThrottleWithControllerQuota)."""
+        throttle = quota.throttle_ms()
+        if throttle and self.quotas is not None:
+            self.quotas.count_throttle(MUTATION, throttle)
             connection.throttle_ms = max(connection.throttle_ms, throttle)
         return throttle
 
@@ -692,10 +712,13 @@ class PartitionService:
 
     # ---- partition-level changes of both protocols ----------------------------------------------
 
-    async def remove_topic(self, name: str) -> Topic:
+    async def remove_topic(self, name: str, quota: MutationQuota | None = None) -> Topic:
         """Delete a topic: registry and logs, wake its long polls (they answer
-        "unknown" now), tombstone its committed offsets. Raises StrataError."""
-        deleted = await self.blocking(self.registry.delete, name)
+        "unknown" now), tombstone its committed offsets. `quota` counts its
+        partitions once the topic is found deletable (controller_mutation_rate).
+        Raises StrataError."""
+        admit = quota.record if quota is not None else None
+        deleted = await self.blocking(lambda: self.registry.delete(name, admit=admit))
         if self.metrics is not None:
             self.metrics.forget_topic(deleted.name)
         for partition in range(deleted.partitions):
