@@ -16,15 +16,25 @@ from kio.index import load_request_schema
 from broker.kafka.codec import make, nested
 from protocol import CreateTopicRequest, DeleteTopicRequest
 from tests.broker.wire import NativeClient
+from tests.broker_process import BrokerProcess
 from tests.cli.test_quotas_cli import ok, strata
 from tests.kafka.conftest import create_topic, unique_name
-from tests.kafka.test_client_quotas import alter, eventually_at_least, metric, quota_broker  # noqa: F401
+from tests.kafka.test_client_quotas import alter, eventually_at_least, metric
 from tests.kafka.wire import KafkaWire
 
 THROTTLING_QUOTA_EXCEEDED = 89
 RATE = 0.1  # partitions per second: the bucket holds 1.1 and refills 0.1 per second
 MUTES = "kafka_network_socketserver_throttle_mutes_total"
 THROTTLED = "kafka_server_quota_throttled_requests_total"
+
+
+@pytest.fixture(scope="module")
+def quota_broker(tmp_path_factory):
+    process = BrokerProcess(tmp_path_factory.mktemp("mutation-quota-broker"))
+    try:
+        yield process.start()
+    finally:
+        process.close()
 
 
 def limited_client(broker, prefix: str) -> str:
@@ -168,7 +178,7 @@ def test_strata_quotas_cli_sets_the_rate_that_native_creations_are_held_to(quota
     CREATE_TOPIC / DELETE_TOPIC count against it (permissive: always done) and a
     connection over it is muted after the answer (NATIVE.md rule 30)."""
     client = unique_name("native-mutator-")
-    kafka = ["--kafka-bootstrap-server", "%s:%d" % quota_broker.kafka_address]
+    kafka = ["--kafka-bootstrap-server", "{}:{}".format(*quota_broker.kafka_address)]
     assert ok(strata("quotas", "--alter", "--entity-type", "clients", "--entity-name", client,
                      "--add-config", f"controller_mutation_rate={RATE}", *kafka)) == \
         f"Completed updating config for client {client}.\n"
