@@ -469,11 +469,13 @@ class PartitionService:
         """The log of an internal topic's partition, created on first use (blocking)."""
         return self.manager.get_or_create_log(topic, partition, self.registry.log_config(topic))
 
-    def auto_create_topic(self, topic: str) -> None:
+    def auto_create_topic(self, topic: str, quota: MutationQuota | None = None) -> None:
         """Create `topic` with the broker's defaults (auto.create.topics.enable;
-        blocking). A topic another request created meanwhile is fine."""
+        blocking). A topic another request created meanwhile is fine. `quota` (a
+        permissive one, as Kafka's Metadata passes) counts its partitions against
+        controller_mutation_rate; the Metadata answer is not throttled for it."""
         with contextlib.suppress(TopicAlreadyExistsError):  # another connection won the race
-            self.registry.create(topic, -1, ())
+            self.registry.create(topic, -1, (), admit=quota.record if quota is not None else None)
 
     # ---- errors ---------------------------------------------------------------------------------
 

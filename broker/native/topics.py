@@ -99,7 +99,8 @@ class TopicsApi(NativeApiBase):
                 continue
             if known is None and auto_create:
                 try:
-                    await self.partitions.blocking(self.partitions.auto_create_topic, name)
+                    quota = self.partitions.mutation_quota(conn, session.client_id, strict=False)
+                    await self.partitions.blocking(self.partitions.auto_create_topic, name, quota)
                 except StrataError as e:
                     topics.append(TopicMetadata(name, e.code))
                     continue

@@ -30,7 +30,8 @@ THROTTLED = "kafka_server_quota_throttled_requests_total"
 
 @pytest.fixture(scope="module")
 def quota_broker(tmp_path_factory):
-    process = BrokerProcess(tmp_path_factory.mktemp("mutation-quota-broker"))
+    process = BrokerProcess(tmp_path_factory.mktemp("mutation-quota-broker"),
+                            "--set", "auto.create.topics.enable=true")
     try:
         yield process.start()
     finally:
@@ -110,6 +111,21 @@ def test_failed_and_validate_only_creations(quota_broker):
         assert checked.topics[0].error_code == 0 and throttle_ms(checked) == 0
         refused = conn.call(create_topics_request(7, [(unique_name("mut"), 1)], validate_only=True))
     assert refused.topics[0].error_code == THROTTLING_QUOTA_EXCEEDED and throttle_ms(refused) > 0
+
+
+def test_metadata_auto_creation_counts_without_throttling_the_metadata_answer(quota_broker):
+    """Kafka's Metadata creates missing topics on the permissive quota: they count,
+    and the Metadata answer itself is not throttled for them."""
+    client = limited_client(quota_broker, "auto-creator-")
+    names = [unique_name("mut") for _ in range(2)]
+    cls = load_request_schema(3, 12)
+    T = nested(cls, "topics")
+    with KafkaWire(*quota_broker.kafka_address, client_id=client) as conn:
+        metadata = conn.call(make(cls, topics=tuple(make(T, topic_id=None, name=n) for n in names),
+                                  allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+        assert [t.error_code for t in metadata.topics] == [0, 0] and throttle_ms(metadata) == 0
+        refused = conn.call(create_topics_request(7, [(unique_name("mut"), 1)]))
+    assert refused.topics[0].error_code == THROTTLING_QUOTA_EXCEEDED
 
 
 def test_old_create_topics_versions_are_accepted_and_throttled(quota_broker):
