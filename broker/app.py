@@ -211,8 +211,11 @@ class BrokerApp:
                 await blocking(partitions.offsets.load, manager.logs())
                 authenticator.store = await blocking(ScramCredentialStore.open, config.data_dir)
                 partitions.quotas = await blocking(
-                    lambda: ClientQuotas.open(config.data_dir, window_samples=config.values["quota.window.num"],
-                                              window_seconds=config.values["quota.window.size.seconds"]))
+                    lambda: ClientQuotas.open(
+                        config.data_dir, window_samples=config.values["quota.window.num"],
+                        window_seconds=config.values["quota.window.size.seconds"],
+                        mutation_window_samples=config.values["controller.quota.window.num"],
+                        mutation_window_seconds=config.values["controller.quota.window.size.seconds"]))
                 await blocking(partitions.authorizer.load, config.data_dir)
                 if self.kafka is not None:
                     self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)

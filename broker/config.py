@@ -223,6 +223,11 @@ KEYS: tuple[BrokerKey, ...] = (
               "samples client quota rates are measured over (client quotas: broker/quotas.py)"),
     BrokerKey("quota.window.size.seconds", "int", 1, _at_least(1),
               "length of each client quota rate sample"),
+    BrokerKey("controller.quota.window.num", "int", 11, _at_least(1),
+              "samples of the controller_mutation_rate quota: its token bucket holds up to "
+              "rate x samples x sample size partition mutations"),
+    BrokerKey("controller.quota.window.size.seconds", "int", 1, _at_least(1),
+              "length of each controller_mutation_rate sample"),
     BrokerKey("num.io.threads", "int", 8, _at_least(1),
               "threads doing blocking storage work (appends, reads, flushes, topic changes)"),
     BrokerKey("num.recovery.threads.per.data.dir", "int", 1, _at_least(1),

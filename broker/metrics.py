@@ -369,7 +369,8 @@ class BrokerCollector(Collector):
         quotas = self.sources.get("quotas")
         if quotas is not None:
             throttled = CounterMetricFamily("kafka_server_quota_throttled_requests",
-                                            "Requests a client quota (byte rate or request time) throttled, "
+                                            "Requests a client quota (byte rate, request time or controller "
+                                            "mutations) throttled, "
                                             "per quota type",
                                             labels=["quota_type"])
             throttle_ms = CounterMetricFamily("kafka_server_quota_throttle_time_ms",

@@ -104,7 +104,7 @@ from .config import BrokerConfig
 from .group_offsets import GroupOffsets
 from .listeners import ConnectionContext
 from .metrics import BrokerMetrics
-from .quotas import ClientQuotas
+from .quotas import MUTATION, ClientQuotas, MutationQuota
 from .security.authorizer import Authorizer
 from .topics import Topic, TopicRegistry
 
@@ -395,6 +395,26 @@ class PartitionService:
             connection.throttle_ms = max(connection.throttle_ms, throttle)
         return throttle
 
+    def mutation_quota(self, connection: ConnectionContext, client_id: str | None, *,
+                       strict: bool) -> MutationQuota:
+        """The controller_mutation_rate quota of one CreateTopics / CreatePartitions /
+        DeleteTopics (native CREATE_TOPIC / DELETE_TOPIC) request: its `record` counts
+        each topic's partitions as the topic changes (strict: refusing the topic with
+        ThrottlingQuotaExceededError over the quota); `mutation_throttle` then gives
+        the request's throttle time."""
+        return MutationQuota(self.quotas, connection.principal, client_id, strict)
+
+    def mutation_throttle(self, connection: ConnectionContext, quota: MutationQuota) -> int:
+        """The throttle time (ms) to answer a request whose mutations `quota` counted;
+        the connection mutes itself that long once the reply is out (KIP-219), as for
+        the other quotas, whatever the request's version (Kafka's
+        sendResponseMaybeThrottleWithControllerQuota)."""
+        throttle = quota.throttle_ms()
+        if throttle and self.quotas is not None:
+            self.quotas.count_throttle(MUTATION, throttle)
+            connection.throttle_ms = max(connection.throttle_ms, throttle)
+        return throttle
+
     def ip_connection_quota(self, ip: str) -> float | None:
         """The `connection_creation_rate` quota of an IP (broker/connection_rates.py), None for none."""
         quotas = self.quotas
@@ -462,11 +482,13 @@ class PartitionService:
         """The log of an internal topic's partition, created on first use (blocking)."""
         return self.manager.get_or_create_log(topic, partition, self.registry.log_config(topic))
 
-    def auto_create_topic(self, topic: str) -> None:
+    def auto_create_topic(self, topic: str, quota: MutationQuota | None = None) -> None:
         """Create `topic` with the broker's defaults (auto.create.topics.enable;
-        blocking). A topic another request created meanwhile is fine."""
+        blocking). A topic another request created meanwhile is fine. `quota` (a
+        permissive one, as Kafka's Metadata passes) counts its partitions against
+        controller_mutation_rate; the Metadata answer is not throttled for it."""
         with contextlib.suppress(TopicAlreadyExistsError):  # another connection won the race
-            self.registry.create(topic, -1, ())
+            self.registry.create(topic, -1, (), admit=quota.record if quota is not None else None)
 
     # ---- errors ---------------------------------------------------------------------------------
 
@@ -708,10 +730,13 @@ class PartitionService:
 
     # ---- partition-level changes of both protocols ----------------------------------------------
 
-    async def remove_topic(self, name: str) -> Topic:
+    async def remove_topic(self, name: str, quota: MutationQuota | None = None) -> Topic:
         """Delete a topic: registry and logs, wake its long polls (they answer
-        "unknown" now), tombstone its committed offsets. Raises StrataError."""
-        deleted = await self.blocking(self.registry.delete, name)
+        "unknown" now), tombstone its committed offsets. `quota` counts its
+        partitions once the topic is found deletable (controller_mutation_rate).
+        Raises StrataError."""
+        admit = quota.record if quota is not None else None
+        deleted = await self.blocking(lambda: self.registry.delete(name, admit=admit))
         if self.metrics is not None:
             self.metrics.forget_topic(deleted.name)
         for partition in range(deleted.partitions):

@@ -40,8 +40,21 @@ Contract:
 - Throttling itself (KIP-219: answer first, then mute) is the connection shell's
   (broker/connection.py: `ConnectionContext.throttle_ms`).
 - `connection_creation_rate` (ip entities) is enforced by broker/connection_rates.py
-  over `ip_quota(ip)`. `controller_mutation_rate` is stored and described, not
-  enforced (a single node has no controller to protect).
+  over `ip_quota(ip)`.
+- `controller_mutation_rate` (KIP-599) is Kafka's ControllerMutationQuotaManager:
+  `mutation_quota(principal, client_id, strict)` gives one request its
+  MutationQuota, whose `record(permits)` counts the partitions a topic of the
+  request creates or deletes (CreateTopics, CreatePartitions, DeleteTopics, the
+  native CREATE_TOPIC / DELETE_TOPIC) on the entity's token bucket (Kafka's
+  TokenBucket: refilled at the quota per second, up to a burst of quota ×
+  `controller.quota.window.num` × `controller.quota.window.size.seconds`; a new
+  bucket starts full). Strict (the request versions that can answer
+  THROTTLING_QUOTA_EXCEEDED): a bucket already below zero refuses the topic
+  (ThrottlingQuotaExceededError, nothing recorded), else the permits are taken even
+  if that leaves it below zero. Permissive (older versions, the native protocol):
+  the permits are always taken. Either way a bucket below zero gives the time it
+  needs to climb back to zero (-tokens / quota) as the request's throttle time,
+  less the time elapsed since (`MutationQuota.throttle_ms`).
 """
 
 from __future__ import annotations
@@ -53,7 +66,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kafka_format.errors import InvalidConfigError, InvalidRequestError
+from kafka_format.errors import InvalidConfigError, InvalidRequestError, StrataError
 from storage.fileutil import atomic_write
 
 from .json_files import encode_document, read_document
@@ -69,12 +82,25 @@ IP_KEYS = ("connection_creation_rate",)
 WHOLE_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, "connection_creation_rate")  # Kafka's LONG/INT keys
 REQUEST_PERCENTAGE = "request_percentage"
 CONNECTION_CREATION_RATE = "connection_creation_rate"
+CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+MUTATION = "controller_mutation"  # the kind counted in `throttled`
+THROTTLING_QUOTA_EXCEEDED = 89
 KIND_KEYS = {"produce": PRODUCER_BYTE_RATE, "fetch": CONSUMER_BYTE_RATE, "request": REQUEST_PERCENTAGE}
 PERCENT_PER_SECOND = 100.0  # Kafka's NanosToPercentagePerSecond, per second of handler time
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 MAX_RATES = 10_000  # rates kept before idle ones are dropped
 
 Entity = tuple[tuple[str, str | None], ...]
+
+
+class ThrottlingQuotaExceededError(StrataError):
+    """A strict controller mutation quota refused a topic (Kafka's THROTTLING_QUOTA_EXCEEDED)."""
+
+    code = THROTTLING_QUOTA_EXCEEDED
+
+    def __init__(self, throttle_ms: int):
+        super().__init__("The throttling quota has been exceeded.")
+        self.throttle_ms = throttle_ms
 
 
 def entity_of(pairs: Iterable[tuple[str, str | None]]) -> Entity:
@@ -138,11 +164,66 @@ class WindowedRate:
         return sum(self.sums) / (self.window_size_ms(now_ms) / 1000.0)
 
 
+@dataclass
+class TokenBucket:
+    """Kafka's TokenBucket stat: `tokens` refill at the quota per second up to the burst."""
+
+    tokens: float
+    updated_ms: float
+    quota: float = 0.0  # the quota and burst of the last refill
+    burst: float = 0.0
+
+    def refill(self, quota: float, burst: float, now_ms: float) -> float:
+        self.tokens = min(burst, self.tokens + quota * max(0.0, now_ms - self.updated_ms) / 1000.0)
+        self.updated_ms = max(self.updated_ms, now_ms)
+        self.quota, self.burst = quota, burst
+        return self.tokens
+
+    def full_at(self, now_ms: float) -> bool:
+        """Whether the bucket would be full by `now_ms` (a new one is)."""
+        return self.tokens + self.quota * (now_ms - self.updated_ms) / 1000.0 >= self.burst
+
+
+class MutationQuota:
+    """One request's controller mutation quota (Kafka's Strict/Permissive
+    ControllerMutationQuota; see the module contract). `record` may be called from
+    the executor."""
+
+    def __init__(self, quotas: ClientQuotas | None, principal: str, client_id: str | None, strict: bool):
+        self.quotas = quotas
+        self.principal = principal
+        self.client_id = client_id
+        self.strict = strict
+        self._throttle_ms = 0
+        self._recorded_ms = 0.0
+
+    def record(self, permits: int) -> None:
+        """Count `permits` partitions; raises ThrottlingQuotaExceededError when strict
+        and the client's bucket is below zero (then nothing is counted)."""
+        if self.quotas is None:
+            return
+        now = time.monotonic() * 1000.0
+        accepted, throttle = self.quotas.record_mutation(self.principal, self.client_id, permits,
+                                                         strict=self.strict, now_ms=now)
+        if throttle:
+            self._throttle_ms, self._recorded_ms = throttle, now
+        if not accepted:
+            raise ThrottlingQuotaExceededError(throttle)
+
+    def throttle_ms(self, now_ms: float | None = None) -> int:
+        """The throttle time to answer: the last one recorded, less the time since."""
+        if not self._throttle_ms:
+            return 0
+        now = time.monotonic() * 1000.0 if now_ms is None else now_ms
+        return max(0, round(self._throttle_ms - (now - self._recorded_ms)))
+
+
 class ClientQuotas:
     """The stored quotas and the rates they are checked against (see the module contract)."""
 
     def __init__(self, path: str | None, quotas: dict[Entity, dict[str, float]], *,
-                 window_samples: int = 11, window_seconds: int = 1):
+                 window_samples: int = 11, window_seconds: int = 1,
+                 mutation_window_samples: int = 11, mutation_window_seconds: int = 1):
         self.path = path
         self._quotas = quotas
         self._lock = threading.Lock()
@@ -150,11 +231,15 @@ class ClientQuotas:
         self.window_ms = window_seconds * 1000
         self._rates: dict[tuple[str, str, str], WindowedRate] = {}
         self.request_quotas = _has_key(quotas, REQUEST_PERCENTAGE)
-        self.throttled = {kind: 0 for kind in KIND_KEYS}  # responses given a throttle time
-        self.throttle_ms_total = {kind: 0 for kind in KIND_KEYS}
+        self.mutation_burst_seconds = mutation_window_samples * mutation_window_seconds
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
+        self._buckets_lock = threading.Lock()
+        self.throttled = {kind: 0 for kind in (*KIND_KEYS, MUTATION)}  # responses given a throttle time
+        self.throttle_ms_total = {kind: 0 for kind in (*KIND_KEYS, MUTATION)}
 
     @classmethod
-    def open(cls, data_dir: str, *, window_samples: int = 11, window_seconds: int = 1) -> ClientQuotas:
+    def open(cls, data_dir: str, *, window_samples: int = 11, window_seconds: int = 1,
+             mutation_window_samples: int = 11, mutation_window_seconds: int = 1) -> ClientQuotas:
         path = os.path.join(data_dir, QUOTAS_FILE)
         doc = read_document(path, FORMAT_VERSION, "client quotas")
         quotas: dict[Entity, dict[str, float]] = {}
@@ -165,7 +250,9 @@ class ClientQuotas:
                 quotas[entity] = {str(k): float(v) for k, v in item["values"].items()}
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidConfigError(f"client quotas {path} are damaged: {e}") from None
-        return cls(path, quotas, window_samples=window_samples, window_seconds=window_seconds)
+        return cls(path, quotas, window_samples=window_samples, window_seconds=window_seconds,
+                   mutation_window_samples=mutation_window_samples,
+                   mutation_window_seconds=mutation_window_seconds)
 
     @property
     def active(self) -> bool:
@@ -263,8 +350,7 @@ class ClientQuotas:
         throttle = round((observed - quota) / quota * rate.window_size_ms(now))
         cap = self.window_ms if kind == "request" else self.window_ms * self.window_samples
         throttle = min(throttle, cap)
-        self.throttled[kind] += 1
-        self.throttle_ms_total[kind] += throttle
+        self.count_throttle(kind, throttle)
         return throttle
 
     def unrecord(self, kind: str, principal: str, client_id: str | None, amount: float,
@@ -284,6 +370,52 @@ class ClientQuotas:
         if found is None:
             return None
         return int(found[0] * (self.window_samples - 1) * self.window_ms / 1000)
+
+    def mutation_quota(self, principal: str, client_id: str | None, *, strict: bool) -> MutationQuota:
+        """A request's controller mutation quota: strict for request versions that can
+        answer THROTTLING_QUOTA_EXCEEDED, permissive for the others."""
+        return MutationQuota(self, principal, client_id, strict)
+
+    def record_mutation(self, principal: str, client_id: str | None, permits: float, *, strict: bool,
+                        now_ms: float | None = None) -> tuple[bool, int]:
+        """(accepted, throttle ms) of `permits` partitions created or deleted by the
+        client: Kafka's StrictControllerMutationQuota (a bucket below zero refuses,
+        with the time it needs to reach zero; else the permits are taken, no
+        throttle) or PermissiveControllerMutationQuota (the permits are taken; the
+        time the bucket then needs to reach zero, 0 when it is not below)."""
+        if not self._quotas:
+            return True, 0
+        found = self.quota_for(CONTROLLER_MUTATION_RATE, _user_of(principal), client_id or "")
+        if found is None:
+            return True, 0
+        quota, user_tag, client_tag = found
+        burst = quota * self.mutation_burst_seconds
+        now = time.monotonic() * 1000.0 if now_ms is None else now_ms
+        with self._buckets_lock:
+            bucket = self._buckets.get((user_tag, client_tag))
+            if bucket is None:
+                if len(self._buckets) >= MAX_RATES:
+                    self._forget_full_buckets(now)
+                bucket = self._buckets[(user_tag, client_tag)] = TokenBucket(burst, now)
+            tokens = bucket.refill(quota, burst, now)
+            if strict and tokens < 0:
+                return False, round(-tokens / quota * 1000)
+            bucket.tokens = min(burst, tokens - permits)
+            if strict or bucket.tokens >= 0:
+                return True, 0
+            return True, round(-bucket.tokens / quota * 1000)
+
+    def count_throttle(self, kind: str, throttle_ms: int) -> None:
+        """Count a response a quota of `kind` gave `throttle_ms` (the metrics)."""
+        self.throttled[kind] += 1
+        self.throttle_ms_total[kind] += throttle_ms
+
+    def _forget_full_buckets(self, now_ms: float) -> None:
+        """Drop the buckets that have refilled whole: a new one starts full, so
+        client ids that come and go do not pile up (lock held)."""
+        for key, bucket in list(self._buckets.items()):
+            if bucket.full_at(now_ms):
+                del self._buckets[key]
 
     def ip_quota(self, ip: str) -> float | None:
         """The `connection_creation_rate` of an IP: its own entity's, else the default IP's."""
@@ -351,5 +483,6 @@ def _matches(names: dict[str, str | None], component: tuple[str, int, str | None
     return name is not None
 
 
-__all__ = ["ANONYMOUS", "CLIENT_ID", "CONNECTION_CREATION_RATE", "ClientQuotas", "Entity", "IP", "USER",
-           "WindowedRate", "entity_of"]
+__all__ = ["ANONYMOUS", "CLIENT_ID", "CONNECTION_CREATION_RATE", "CONTROLLER_MUTATION_RATE", "ClientQuotas", "Entity",
+           "IP", "MUTATION", "MutationQuota", "THROTTLING_QUOTA_EXCEEDED", "ThrottlingQuotaExceededError",
+           "TokenBucket", "USER", "WindowedRate", "entity_of"]

@@ -296,8 +296,11 @@ class TopicRegistry:
     # ---- changes (blocking: run in the executor) ---------------------------------------------
 
     def create(self, name: str, partitions: int, configs: Sequence[tuple[str, str | None]], *,
-               validate_only: bool = False) -> Topic | None:
-        """Create a topic; with `validate_only` check everything and create nothing (None)."""
+               validate_only: bool = False, admit: Callable[[int], None] | None = None) -> Topic | None:
+        """Create a topic; with `validate_only` check everything and create nothing (None).
+        `admit(partitions)` (raising StrataError to refuse) runs once every check has
+        passed, validate_only included (the controller_mutation_rate quota counts
+        validate-only creations, as Kafka's controller does)."""
         manager = self._require_manager()
         validate_topic_name(name)
         if partitions == -1:
@@ -323,6 +326,8 @@ class TopicRegistry:
                 if has_collision(name, other):
                     raise InvalidTopicError(
                         f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide)")
+            if admit is not None:
+                admit(partitions)
             if validate_only:
                 return None
             created = []
@@ -348,12 +353,16 @@ class TopicRegistry:
         log.info("topic_created", topic=name, partitions=partitions, configs=dict(overrides))
         return topic
 
-    def delete(self, name: str) -> Topic:
+    def delete(self, name: str, *, admit: Callable[[int], None] | None = None) -> Topic:
+        """Delete a topic; `admit(partitions)` (raising StrataError to refuse) runs once
+        it is found deletable."""
         self._require_manager()
         with self._lock:
             topic = self.require(name)
             if topic.internal:
                 raise InvalidRequestError(f"topic {name!r} is internal and cannot be deleted")
+            if admit is not None:
+                admit(topic.partitions)
             topics = dict(self._topics)
             del topics[name]
             self._commit(topics, self._deleting + (name,), use_reserve=True)  # the commit point

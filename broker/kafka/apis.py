@@ -349,7 +349,9 @@ class KafkaApis(FastPath):
         throttle = self.partitions.throttle(ctx.connection, "request", ctx.client_id, clock.elapsed())
         if throttle and response is not None and not isinstance(response, list) \
                 and codec.has_field(type(response), "throttle_time"):
-            response = dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=throttle))
+            # The larger of this and a throttle the handler answered (controller mutations).
+            throttle_time = max(datetime.timedelta(milliseconds=throttle), response.throttle_time)
+            response = dataclasses.replace(response, throttle_time=throttle_time)
         return response
 
     def _refuse_unauthenticated(self, conn: ConnectionContext, api_key: int) -> None:

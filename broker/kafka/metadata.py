@@ -75,7 +75,8 @@ class MetadataApi(CoreApiBase):
                 continue
             if known is None and allow_auto:
                 try:
-                    await self.apis.blocking(self.partitions.auto_create_topic, name)
+                    quota = self.partitions.mutation_quota(ctx.connection, ctx.client_id, strict=False)
+                    await self.apis.blocking(self.partitions.auto_create_topic, name, quota)
                 except StrataError as e:
                     topics.append(make(TopicR, error_code=error_code_of(e), name=name,
                                        topic_id=codec.ZERO_UUID, partitions=()))

@@ -10,7 +10,12 @@ Per topic, in Kafka's order (ReplicationControlManager.createPartitions):
   INVALID_REPLICA_ASSIGNMENT, Kafka's messages;
 - `__consumer_offsets`: INVALID_REQUEST (Kafka allows it but it moves groups to other
   partitions and so loses their offsets; Strata keeps the count fixed);
-- validate_only checks all of that and changes nothing.
+- validate_only checks all of that and changes nothing;
+- controller_mutation_rate (KIP-599): the new partitions count once the topic passes
+  every check (validate_only too, as Kafka's controller); from v3 a topic met with
+  the client's token bucket below zero is THROTTLING_QUOTA_EXCEEDED and the others
+  grow; v0-2 are accepted (Kafka's permissive quota). The answer carries the
+  throttle time and the connection is muted for it after the reply.
 The growth itself is TopicRegistry.add_partitions (registry written first, the new
 partition logs created, nothing left behind on failure). Clients see the new
 partitions in their next Metadata; consumers of a classic group then rejoin and the
@@ -21,12 +26,14 @@ from __future__ import annotations
 
 from kafka_format.errors import InvalidRequestError, StrataError
 
+from ..quotas import MutationQuota
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
 from .acls import allowed
 from .apis import ApiKey
 from .codec import make, nested
 
 INVALID_REPLICA_ASSIGNMENT = 39
+STRICT_SINCE_VERSION = 3  # the first version that can answer THROTTLING_QUOTA_EXCEEDED
 
 
 class InvalidReplicaAssignmentError(StrataError):
@@ -42,6 +49,8 @@ class PartitionHandlers:
         R = ctx.response_class
         ResultR = nested(R, "results")
         names = [t.name for t in req.topics]
+        quota = self.apis.partitions.mutation_quota(ctx.connection, ctx.client_id,
+                                                    strict=ctx.api_version >= STRICT_SINCE_VERSION)
         answered: set[str] = set()
         results = []
         for topic in req.topics:
@@ -54,15 +63,21 @@ class PartitionHandlers:
                     raise InvalidRequestError("Duplicate topic name.")
                 if not allowed(ctx, Op.ALTER, Resource.TOPIC, topic.name):
                     raise TopicAuthorizationError("Topic authorization failed.")
-                await self.apis.blocking(self._grow, topic, req.validate_only)
+                await self.apis.blocking(self._grow, topic, req.validate_only, quota)
             except StrataError as e:
                 code, message = e.code, str(e)
             results.append(make(ResultR, name=topic.name, error_code=code, error_message=message))
-        return make(R, throttle_time=0, results=tuple(results))
+        return make(R, throttle_time=self.apis.partitions.mutation_throttle(ctx.connection, quota),
+                    results=tuple(results))
 
-    def _grow(self, topic, validate_only: bool) -> None:
-        """Executor side: grow the topic, its assignments checked against it."""
-        check = None if topic.assignments is None else (lambda known: self._check_assignments(topic, known))
+    def _grow(self, topic, validate_only: bool, quota: MutationQuota) -> None:
+        """Executor side: grow the topic, its assignments checked against it, then the
+        new partitions counted by the mutation quota."""
+        def check(known) -> None:
+            if topic.assignments is not None:
+                self._check_assignments(topic, known)
+            quota.record(topic.count - known.partitions)
+
         self.registry.add_partitions(topic.name, topic.count, validate_only=validate_only, check=check)
 
     def _check_assignments(self, topic, known) -> None:

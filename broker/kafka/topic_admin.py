@@ -5,6 +5,14 @@ and a replica assignment names only this broker; creating needs CREATE on the
 cluster or the topic, deleting DELETE on the topic, DeleteRecords DELETE on the
 topic. Creation and deletion go through the topic registry and the partition
 service, in the executor; validate_only changes nothing.
+
+controller_mutation_rate (KIP-599, the partition service's quota policy): each
+topic's partitions count once it passes every check (a validate-only creation
+too, as Kafka's controller counts it). From CreateTopics v6 / DeleteTopics v5 a
+topic met with the client's token bucket below zero is refused with
+THROTTLING_QUOTA_EXCEEDED and the others go ahead; older versions are accepted
+(Kafka's permissive quota). Either way the answer carries the throttle time and
+the connection is muted for it after the reply.
 """
 
 from __future__ import annotations
@@ -18,6 +26,10 @@ from .codec import has_field, make, nested
 from .configs import topic_config_source
 from .core_api import CoreApiBase, E, error_code_of
 
+# The first versions that can answer THROTTLING_QUOTA_EXCEEDED (Kafka's strictSinceVersion).
+STRICT_CREATE_TOPICS = 6
+STRICT_DELETE_TOPICS = 5
+
 
 class TopicAdminApi(CoreApiBase):
     """CreateTopics, DeleteTopics, DeleteRecords."""
@@ -27,6 +39,8 @@ class TopicAdminApi(CoreApiBase):
         TopicR = nested(R, "topics")
         ConfigR = nested(TopicR, "configs") if has_field(TopicR, "configs") else None
         names = [t.name for t in req.topics]
+        quota = self.partitions.mutation_quota(ctx.connection, ctx.client_id,
+                                               strict=ctx.api_version >= STRICT_CREATE_TOPICS)
         results = []
         for topic in req.topics:
             message: str | None = None
@@ -40,7 +54,7 @@ class TopicAdminApi(CoreApiBase):
                 partitions = self._partitions_to_create(topic)
                 configs = tuple((c.name, c.value) for c in topic.configs)
                 created = await self.apis.blocking(self._create, topic.name, partitions, configs,
-                                                   req.validate_only)
+                                                   req.validate_only, quota.record)
             except StrataError as e:
                 code, message = error_code_of(e), str(e)
             if code:
@@ -58,7 +72,8 @@ class TopicAdminApi(CoreApiBase):
             results.append(make(TopicR, name=topic.name, topic_id=created.topic_id or None,
                                 error_code=E.none, error_message=None, num_partitions=created.partitions,
                                 replication_factor=1, configs=configs_out))
-        return make(R, throttle_time=0, topics=tuple(results))
+        return make(R, throttle_time=self.partitions.mutation_throttle(ctx.connection, quota),
+                    topics=tuple(results))
 
     def _partitions_to_create(self, topic) -> int:
         if topic.assignments:
@@ -80,15 +95,15 @@ class TopicAdminApi(CoreApiBase):
                 "replication factor must be larger than 0, or -1 to use the default")
         return topic.num_partitions
 
-    def _create(self, name: str, partitions: int, configs, validate_only: bool):
+    def _create(self, name: str, partitions: int, configs, validate_only: bool, admit):
         """Executor side; returns the Topic (what it would be with validate_only)."""
         if validate_only:
-            self.registry.create(name, partitions, configs, validate_only=True)
+            self.registry.create(name, partitions, configs, validate_only=True, admit=admit)
             from ..topics import Topic
             overrides = dict(configs)
             return Topic(name, self.registry.num_partitions if partitions == -1 else partitions,
                          overrides, False, LogConfig.from_props(overrides, self.registry.defaults))
-        return self.registry.create(name, partitions, configs)
+        return self.registry.create(name, partitions, configs, admit=admit)
 
     async def delete_topics(self, req, ctx):
         R = ctx.response_class
@@ -97,6 +112,8 @@ class TopicAdminApi(CoreApiBase):
             wanted = [(t.name, t.topic_id) for t in req.topics]
         else:
             wanted = [(name, None) for name in req.topic_names]
+        quota = self.partitions.mutation_quota(ctx.connection, ctx.client_id,
+                                               strict=ctx.api_version >= STRICT_DELETE_TOPICS)
         results = []
         for name, topic_id in wanted:
             code: int = E.none
@@ -114,13 +131,14 @@ class TopicAdminApi(CoreApiBase):
                                     error_message=None))
                 continue
             try:
-                await self.partitions.remove_topic(name)
+                await self.partitions.remove_topic(name, quota)
             except StrataError as e:
                 code, message = error_code_of(e), str(e)
             results.append(make(ResultR, name=name,
                                 topic_id=(known.topic_id if known is not None and known.topic_id else None),
                                 error_code=code, error_message=message))
-        return make(R, throttle_time=0, responses=tuple(results))
+        return make(R, throttle_time=self.partitions.mutation_throttle(ctx.connection, quota),
+                    responses=tuple(results))
 
     async def delete_records(self, req, ctx):
         async def answer(part, target, PartR):

@@ -52,11 +52,24 @@ class TopicsApi(NativeApiBase):
     """CREATE_TOPIC, DELETE_TOPIC, DELETE_RECORDS, METADATA."""
 
     async def create_topic(self, req: CreateTopicRequest, session: NativeSession) -> Reply:
-        await self.partitions.blocking(self.registry.create, req.topic, req.partitions, req.configs)
+        """controller_mutation_rate counts the partitions (permissive, as Kafka's quota
+        for old request versions: the wire has no code for a refusal); over the quota
+        the connection is muted after the answer (NATIVE.md rule 30)."""
+        quota = self.partitions.mutation_quota(session.context, session.client_id, strict=False)
+        try:
+            await self.partitions.blocking(lambda: self.registry.create(req.topic, req.partitions, req.configs,
+                                                                        admit=quota.record))
+        finally:
+            self.partitions.mutation_throttle(session.context, quota)
         return [encode_response(EmptyResponse(ErrorCode.NONE))]
 
     async def delete_topic(self, req: DeleteTopicRequest, session: NativeSession) -> Reply:
-        await self.partitions.remove_topic(req.topic)
+        """As CREATE_TOPIC: the deleted partitions count against controller_mutation_rate."""
+        quota = self.partitions.mutation_quota(session.context, session.client_id, strict=False)
+        try:
+            await self.partitions.remove_topic(req.topic, quota)
+        finally:
+            self.partitions.mutation_throttle(session.context, quota)
         return [encode_response(EmptyResponse(ErrorCode.NONE))]
 
     async def metadata(self, req: MetadataRequest, session: NativeSession) -> Reply:
@@ -86,7 +99,8 @@ class TopicsApi(NativeApiBase):
                 continue
             if known is None and auto_create:
                 try:
-                    await self.partitions.blocking(self.partitions.auto_create_topic, name)
+                    quota = self.partitions.mutation_quota(conn, session.client_id, strict=False)
+                    await self.partitions.blocking(self.partitions.auto_create_topic, name, quota)
                 except StrataError as e:
                     topics.append(TopicMetadata(name, e.code))
                     continue

@@ -129,3 +129,21 @@ def test_the_handler_clock_counts_steps_not_waits():
         return False
 
     assert asyncio.run(cancelled())
+
+
+def test_controller_mutations_use_kafkas_token_bucket():
+    """Burst = quota × samples × sample size (2 × 11 × 1 = 22); strict checks the
+    bucket before taking (one request may overdraw it), permissive takes first;
+    the throttle is the time back to zero, -tokens / quota."""
+    mutation = {entity_of([("client-id", "c")]): {"controller_mutation_rate": 2.0}}
+    quotas = ClientQuotas(None, mutation)
+    user = "User:ANONYMOUS"
+    assert quotas.record_mutation(user, "c", 20, strict=True, now_ms=0) == (True, 0)
+    assert quotas.record_mutation(user, "c", 10, strict=True, now_ms=0) == (True, 0)  # 2 - 10 = -8
+    assert quotas.record_mutation(user, "c", 1, strict=True, now_ms=1000) == (False, 3000)  # -6 left
+    assert quotas.record_mutation(user, "c", 1, strict=False, now_ms=1000) == (True, 3500)  # -7
+    assert quotas.record_mutation(user, "c", 1, strict=True, now_ms=4500) == (True, 0)  # back to 0
+    assert quotas.record_mutation(user, "other", 1000, strict=True, now_ms=0) == (True, 0)  # no quota
+    # A full bucket stays at the burst however long it rests.
+    assert quotas.record_mutation(user, "c", 22, strict=False, now_ms=10**9) == (True, 0)
+    assert quotas.record_mutation(user, "c", 1, strict=False, now_ms=10**9) == (True, 500)

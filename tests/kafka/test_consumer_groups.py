@@ -255,6 +255,39 @@ async def test_regex_subscription_and_new_partitions_bump_the_group_epoch():
     assert a.assignment == parts("orders1", 0, 1, 2) | parts("orders2", 0) | parts("orders3", 0)
 
 
+async def test_regex_matches_are_only_the_topics_each_member_may_describe():
+    """Each member's regex matches are filtered by its own DESCRIBE permission (the
+    heartbeat's `may_describe`), checked again at every refresh: a permission
+    granted later bumps the group epoch and brings the topic in. A member without
+    the permission is never assigned the topic, though another member's regex
+    takes it in."""
+    coord = coordinator(Topics(orders1=2, orders2=2))
+    allowed = {"A": {"orders1"}, "B": {"orders1", "orders2"}}
+
+    def hb_as(member, epoch, owned=None, *, joining=False):
+        return coord.heartbeat(HeartbeatRequest(
+            group_id="g", member_id=member, member_epoch=epoch, rebalance_timeout_ms=5000 if joining else -1,
+            subscribed_regex="orders.*" if joining else None, owned=set() if joining else owned,
+            may_describe=allowed[member].__contains__))
+
+    a = hb_as("A", 0, joining=True)
+    assert a.assignment == parts("orders1", 0, 1)
+    b = hb_as("B", 0, joining=True)
+    assert b.member_epoch == 2
+    a = hb_as("A", a.member_epoch, a.assignment)
+    a = hb_as("A", a.member_epoch, a.assignment or coord.groups["g"].members["A"].assigned)
+    b = hb_as("B", b.member_epoch, set())
+    group = coord.groups["g"]
+    assert {t for t, _ in group.target["A"]} == {"orders1"}
+    assert parts("orders2", 0, 1) <= group.target["B"]
+    allowed["A"].add("orders2")
+    epoch = group.group_epoch
+    hb_as("A", group.members["A"].member_epoch, group.members["A"].assigned)
+    assert group.group_epoch == epoch + 1
+    assert {t for t, _ in group.target["A"]} <= {"orders1", "orders2"}
+    assert set().union(*group.target.values()) == parts("orders1", 0, 1) | parts("orders2", 0, 1)
+
+
 async def test_static_member_leaves_for_now_and_comes_back_with_its_partitions():
     coord = coordinator(Topics(t=2))
     a = hb(coord, "A1", 0, instance="i-1")

@@ -237,6 +237,64 @@ def test_consumer_group_heartbeat_and_describe(matrix):
     assert (group.error_code, group.members) == (TOPIC_AUTHORIZATION_FAILED, ())
 
 
+def test_consumer_group_heartbeat_regex_assigns_only_describable_topics(matrix):
+    """A regex subscription (KIP-848, v1) is assigned only the matching topics the
+    member's principal may DESCRIBE (Kafka 4's filterTopicDescribeAuthorizedTopics):
+    no error, the others are simply not its topics; DESCRIBE granted later applies
+    at the next heartbeat (a new group epoch, the topic assigned)."""
+    admin = AdminClient(kconf(matrix, "admin"))
+    for name in ("re-x1", "re-x2"):
+        admin.create_topics([NewTopic(name, 1)])[name].result(10)
+    create_acls(admin, [allow(ALICE, G, "g-848-re", Op.READ), allow(ALICE, T, "re-x1", Op.DESCRIBE)])
+    with kafka(matrix, "admin") as conn:
+        topics = conn.call(req(3, 12, topics=tuple(req(3, 12, "topics", topic_id=None, name=n)
+                                                   for n in ("re-x1", "re-x2")),
+                               allow_auto_topic_creation=False, include_topic_authorized_operations=False)).topics
+    ids = {t.name: t.topic_id for t in topics}
+
+    def heartbeat(conn, member_id, epoch):
+        answer = conn.call(req(68, 1, group_id="g-848-re", member_id=member_id, member_epoch=epoch,
+                               rebalance_timeout=30000, subscribed_topic_regex="re-x.*", topic_partitions=()))
+        assert answer.error_code == 0, answer.error_message
+        assigned = None if answer.assignment is None else {
+            t.topic_id: tuple(t.partitions) for t in answer.assignment.topic_partitions}
+        return answer.member_epoch, assigned
+
+    member = "regex-member-1"
+    with kafka(matrix, "alice") as conn:
+        epoch, assigned = heartbeat(conn, member, 0)
+        assert assigned == {ids["re-x1"]: (0,)}
+        create_acls(admin, [allow(ALICE, T, "re-x2", Op.DESCRIBE)])
+        later, assigned = heartbeat(conn, member, epoch)
+        assert later > epoch and assigned == {ids["re-x1"]: (0,), ids["re-x2"]: (0,)}
+    with kafka(matrix, "alice") as conn:  # ConsumerGroupDescribe shows the regex and the two topics
+        (group,) = conn.call(req(69, 1, group_ids=("g-848-re",), include_authorized_operations=False)).groups
+    assert group.error_code == 0 and group.members[0].subscribed_topic_regex == "re-x.*"
+    assert {t.topic_name for t in group.members[0].target_assignment.topic_partitions} == {"re-x1", "re-x2"}
+
+
+def test_confluent_consumer_regex_subscription_gets_only_describable_topics(matrix):
+    """librdkafka with group.protocol=consumer sends the regex to the broker: the
+    consumer of `^re-y.*` is assigned the one topic alice may describe."""
+    admin = AdminClient(kconf(matrix, "admin"))
+    for name in ("re-y1", "re-y2"):
+        admin.create_topics([NewTopic(name, 1)])[name].result(10)
+    create_acls(admin, [allow(ALICE, G, "g-848-re-y", Op.READ), allow(ALICE, T, "re-y1", Op.READ)])
+    consumer = confluent_kafka.Consumer(kconf(matrix, "alice", **{
+        "group.id": "g-848-re-y", "group.protocol": "consumer", "auto.offset.reset": "earliest"}))
+    try:
+        consumer.subscribe(["^re-y.*"])
+        assigned: list = []
+        for _ in range(100):
+            consumer.poll(0.2)
+            assigned = consumer.assignment()
+            if assigned:
+                break
+        assert [(p.topic, p.partition) for p in assigned] == [("re-y1", 0)]
+    finally:
+        consumer.close()
+
+
 # ---- Kafka: the cluster -------------------------------------------------------------------------
 
 def test_cluster_apis(matrix):

@@ -13,7 +13,15 @@
 - A changed subscription (topic names, or a regex matched with Python's `re`
   against whole names, internal topics excluded), a member joining or going, and
   a change of the subscribed topics' partition counts (new topics matching a
-  regex, CreatePartitions) bump the group epoch; the next heartbeat computes the
+  regex, CreatePartitions) bump the group epoch, as does a change of the topics a
+  member's regex comes to. A regex's matches are only the topics the member may
+  DESCRIBE (`HeartbeatRequest.may_describe`, the heartbeat connection's ACLs,
+  checked again at every refresh, so granting or revoking DESCRIBE takes effect
+  at the next heartbeat). Kafka 4 resolves each regex once per group under the
+  ACLs of the member whose heartbeat refreshed it (filterTopicDescribeAuthorizedTopics);
+  here every member's matches are filtered by its own principal: the same
+  assignment when the members share a principal, and never a topic a member
+  may not describe when they do not. The next heartbeat computes the
   target assignment with the assignor the members ask for most (else the first
   of group.consumer.assignors), sticky to the previous target, given the
   members' rack ids and the partitions' racks (`broker.rack`) as Kafka's
@@ -109,6 +117,8 @@ class HeartbeatRequest:
     owned: set[Partition] | None = None
     client_id: str = ""
     client_host: str = ""
+    # Whether the caller may DESCRIBE a topic (ACLs); None: every topic.
+    may_describe: Callable[[str], bool] | None = None
 
 
 @dataclass(slots=True)
@@ -161,7 +171,8 @@ class ConsumerGroupCoordinator(ClassicMembers):
             self._written[group.group_id] = consumer_records.snapshot(group, self._topic_id)
             wanted: set[str] = set()
             for m in group.members.values():
-                wanted |= self.subscribed_topics(m, counts)
+                m.resolved_topics = frozenset(self.subscribed_topics(m, counts))
+                wanted |= m.resolved_topics
                 self._schedule_session(group, m)
             group.topic_partitions = {t: counts[t] for t in sorted(wanted)}
             group.topic_ids = {t: self._topic_id(t) for t in group.topic_partitions}
@@ -362,6 +373,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
         member, joined = self._member(group, req)
         member.client_id = req.client_id
         member.client_host = req.client_host
+        member.may_describe = req.may_describe
         if req.rack_id is not None:
             member.rack_id = req.rack_id
         if req.rebalance_timeout_ms != -1:
@@ -503,20 +515,29 @@ class ConsumerGroupCoordinator(ClassicMembers):
         log.debug("consumer_group_epoch", group=group.group_id, epoch=group.group_epoch, reason=reason)
 
     def subscribed_topics(self, member: ConsumerMember, counts: Mapping[str, int]) -> set[str]:
+        """The existing topics of the member's subscription: its names, and the
+        topics its regex matches that it may describe."""
         topics = {t for t in member.subscribed_names if t in counts}
         if member.subscribed_regex:
             pattern = self._regex(member.subscribed_regex)
-            topics.update(t for t in counts if pattern.fullmatch(t))
+            may_describe = member.may_describe
+            topics.update(t for t in counts if pattern.fullmatch(t) and (may_describe is None or may_describe(t)))
         return topics
 
     def _refresh_topics(self, group: ConsumerGroup) -> bool:
-        """Note the subscribed topics' partition counts and ids; True when they changed.
-        A topic deleted and created again (a new id) is new: its partitions leave every
-        assignment, to be assigned afresh, and every member is sent its assignment."""
+        """Note the subscribed topics' partition counts and ids, and each member's
+        topics; True when any of them changed. A topic deleted and created again (a
+        new id) is new: its partitions leave every assignment, to be assigned
+        afresh, and every member is sent its assignment."""
         counts = self.topics()
         wanted: set[str] = set()
+        members_changed = False
         for m in group.members.values():
-            wanted |= self.subscribed_topics(m, counts)
+            resolved = frozenset(self.subscribed_topics(m, counts))
+            if resolved != m.resolved_topics:
+                members_changed = members_changed or m.resolved_topics is not None
+                m.resolved_topics = resolved
+            wanted |= resolved
         current = {t: counts[t] for t in sorted(wanted)}
         ids = {t: self._topic_id(t) for t in current}
         recreated = {t for t, tid in ids.items() if group.topic_ids.get(t) not in (None, tid)}
@@ -528,7 +549,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
             group.target = {mid: {p for p in parts if p[0] not in recreated} for mid, parts in group.target.items()}
             log.info("consumer_group_topics_recreated", group=group.group_id, topics=sorted(recreated))
         group.topic_ids = ids
-        if current == group.topic_partitions and not recreated:
+        if current == group.topic_partitions and not recreated and not members_changed:
             return False
         group.topic_partitions = current
         return True

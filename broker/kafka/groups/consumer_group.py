@@ -76,6 +76,11 @@ class ConsumerMember:
     rebalance_timeout_ms: int = 300_000
     resend: bool = False  # the next answer carries the assignment (its topic ids changed)
     classic: ClassicMetadata | None = None  # set for a member that speaks the classic protocol
+    # Not stored: whether the member's principal may DESCRIBE a topic (its last
+    # heartbeat's connection; None: not known since a restart, every topic), and the
+    # topics its subscription came to at the group's last refresh.
+    may_describe: Callable[[str], bool] | None = field(default=None, repr=False)
+    resolved_topics: frozenset[str] | None = field(default=None, repr=False)
     session_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     rebalance_timer: asyncio.TimerHandle | None = field(default=None, repr=False)
     # a classic member's join timeout (told to rejoin) or sync timeout (joined, not synced yet)

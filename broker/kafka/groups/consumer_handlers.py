@@ -1,6 +1,11 @@
 """ConsumerGroupHeartbeat (API 68, v0-1) and ConsumerGroupDescribe (API 69, v0-1):
 kio requests in, kio responses out, over ConsumerGroupCoordinator.
 
+A regex subscription (v1's subscribed_topic_regex) is assigned only the matching
+topics the heartbeat's principal may DESCRIBE (`_may_describe`, Kafka 4's
+filterTopicDescribeAuthorizedTopics); subscribed topic names it may not describe
+are refused whole (TOPIC_AUTHORIZATION_FAILED, the guard in ../acls.py).
+
 Partitions travel by topic id on the wire and by topic name in the coordinator;
 owned partitions of topics that no longer exist are dropped. In v1 the client
 names itself (librdkafka 2.x and the Java client send v1); a v0 join with an empty
@@ -17,9 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -114,7 +120,7 @@ class ConsumerGroupHandlers:
             subscribed_names=tuple(names) if names is not None else None,
             subscribed_regex=getattr(req, "subscribed_topic_regex", None), server_assignor=req.server_assignor,
             owned=self._names(req.topic_partitions), client_id=ctx.client_id or "",
-            client_host=client_host(ctx.peer)))
+            client_host=client_host(ctx.peer), may_describe=self._may_describe(ctx)))
         try:
             await self.flush()
         except StrataError as e:
@@ -130,6 +136,16 @@ class ConsumerGroupHandlers:
         return make(R, throttle_time=0, error_code=result.error, error_message=result.message,
                     member_id=result.member_id, member_epoch=result.member_epoch,
                     heartbeat_interval=result.heartbeat_interval_ms, assignment=assignment)
+
+    def _may_describe(self, ctx) -> Callable[[str], bool] | None:
+        """Whether the heartbeat's connection may DESCRIBE a topic: a regex subscription
+        gets only those of its matches (Kafka's filterTopicDescribeAuthorizedTopics);
+        None without authorization. The ACLs are consulted at each use, so a change
+        applies at the member's next heartbeat."""
+        authorizer = self.apis.partitions.authorizer
+        if not authorizer.enabled:
+            return None
+        return functools.partial(authorizer.authorize, ctx.connection, Op.DESCRIBE, Resource.TOPIC)
 
     # ---- ConsumerGroupDescribe -----------------------------------------------------------------
 
