@@ -22,6 +22,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from kafka_format.varint import encode_uvarint as _uvarint
 from storage.file_records import FileSlice
 
 MIN_VERSION = 7
@@ -54,15 +55,6 @@ class PartitionRow(NamedTuple):
 
 def supports(version: int) -> bool:
     return MIN_VERSION <= version <= MAX_VERSION
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def encode(correlation_id: int, version: int, throttle_ms: int, error: int, session_id: int,
