@@ -69,6 +69,7 @@ from .connection import PerConnection, RequestHandlers
 from .connection_limits import ConnectionLimits
 from .connection_rates import ConnectionRates
 from .group_configs import GroupConfigs
+from .heap import keep_freed_memory
 from .kafka import KafkaApis
 from .kafka.apis import ApiKey
 from .kafka.state import KafkaState
@@ -503,6 +504,7 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
 
     configure_logging(config.log_format, config.log_level)
     log_starting(config)
+    keep_freed_memory()  # request-sized buffers are reused, not page-faulted in anew (broker/heap.py)
     for name in config.ignored_env:
         log.warning("unknown_environment_setting", variable=name)
     for key, origin, reason in config.ignored:

@@ -438,7 +438,8 @@ class Connection(asyncio.BufferedProtocol):
         then, so order and "each request sees the effects of the earlier ones" hold
         as on the task."""
         stats = self.server.stats
-        while not self.fatal and not self.muted and self.in_flight < self.max_queued:
+        queue = self.queue
+        while not self.fatal and not self.muted and len(queue) + self.busy < self.max_queued:
             try:
                 frame = self.decoder.next_frame()
             except FrameTooLarge as e:
@@ -485,11 +486,12 @@ class Connection(asyncio.BufferedProtocol):
                 reply = self._handle_now(frame, self.context)
                 if reply is not None:
                     if timed is not None:
-                        api = api_slot(frame)
+                        api = frame[1] if len(frame) > 1 and not frame[0] else UNKNOWN_API  # api_slot
                     del frame  # a pooled buffer is free again once nothing refers to it
                     stats.answered_at_once += 1
                     rest = writer.write_now(reply)
-                    self._mute_if_throttled()
+                    if self.context.throttle_ms:
+                        self._mute_if_throttled()
                     if timed is not None:
                         timed[api].observe(perf_counter() - started)
                     if rest is None:
@@ -534,8 +536,11 @@ class Connection(asyncio.BufferedProtocol):
     def _update_reading(self) -> None:
         if self.lost or self.transport is None:
             return
-        self.flow.set_reading(not (self.fatal or self.eof or self.draining or self.flow.write_paused or self.muted
-                                   or self.in_flight >= self.max_queued or self.decoder.waiting_for_memory))
+        flow = self.flow
+        want = not (self.fatal or self.eof or self.draining or flow.write_paused or self.muted
+                    or len(self.queue) + self.busy >= self.max_queued or self.decoder.waiting_for_memory)
+        if want != flow.reading:
+            flow.set_reading(want)
 
     def _mute_if_throttled(self) -> None:
         """A handler gave the request just answered a throttle time (client quotas,

@@ -118,14 +118,19 @@ class SessionHandlers(FastPath):
         self.loop: asyncio.AbstractEventLoop = shared.loop
 
     async def handle(self, frame: Frame, conn: ConnectionContext) -> Reply:
-        self.session.seen += 1
+        session = self.session
+        session.seen += 1
         if not conn.authenticated:
             await self.refuse_unauthenticated(frame, conn)
+        quotas = self.shared.partitions.quotas
+        if quotas is None or not quotas.active:  # no client quota set: nothing to time or count
+            session.clock = None
+            return await self.shared.handle(frame, session)
         clock = self._clock()
         if clock is None:
-            reply = await self.shared.handle(frame, self.session)
+            reply = await self.shared.handle(frame, session)
         else:
-            reply = await clock.timed(self.shared.handle(frame, self.session))
+            reply = await clock.timed(self.shared.handle(frame, session))
         self._count_quota(frame, conn)
         return reply
 
@@ -144,8 +149,16 @@ class SessionHandlers(FastPath):
         raise CloseAfterReply(self.session.error(ErrorCode.SASL_AUTHENTICATION_FAILED, message))
 
     def handle_now(self, frame: Frame, conn: ConnectionContext) -> Reply | None:
-        if not self.session.seen or not conn.authenticated:
+        session = self.session
+        if not session.seen or not conn.authenticated:
             return None  # a connection's first request goes to `handle` (it may be a HANDSHAKE)
+        quotas = self.shared.partitions.quotas
+        if quotas is None or not quotas.active:  # no client quota set: nothing to time or count
+            session.clock = None
+            reply = self.shared.handle_now(frame, session)
+            if reply is not None:
+                session.seen += 1
+            return reply
         clock = self._clock()
         if clock is not None:
             clock.start()
@@ -164,7 +177,12 @@ class SessionHandlers(FastPath):
         return self.shared.run_key(frame)
 
     def begin(self, frame: Frame, conn: ConnectionContext) -> asyncio.Future:
-        self.session.seen += 1
+        session = self.session
+        session.seen += 1
+        quotas = self.shared.partitions.quotas
+        if quotas is None or not quotas.active:  # no client quota set: nothing to time or count
+            session.clock = None
+            return self.shared.begin(frame, session)
         clock = self._clock()
         if clock is not None:
             clock.start()
