@@ -1,0 +1,105 @@
+"""Broker CPU per one-record native PRODUCE, and (--profile) the Python calls behind it.
+
+    .venv/bin/python bench/request_cpu.py [--requests 20000] [--profile]
+
+The broker is the real `python -m broker serve` process (fresh data directory);
+one connection sends one-record PRODUCE requests (a 100 B value, the frame
+bench/broker.py's latency part sends), one in flight, after a warm-up of 2,000.
+Printed: the broker's CPU seconds (utime + stime of all its threads, from
+/proc) per request, and wall time per round trip. There is no baseline: the
+figure is for comparing two trees, run in turns (bench/against.py runs this
+script on an earlier commit only where that commit has it).
+
+--profile runs the broker under cProfile and lists the functions called about
+once or more per request (calls per request, own time per request), which is
+where per-request work added to the hot path shows up (the broker's start-up
+calls count too, mostly builtins; more requests dilute them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, ROOT)
+
+import tests.broker_process as broker_process  # noqa: E402
+from kafka_format import build_batch  # noqa: E402
+from protocol import CreateTopicRequest, FrameDecoder, ProduceRequest, encode_request  # noqa: E402
+
+WARMUP = 2_000
+
+
+def _bench_broker():
+    """bench/broker.py's client helpers; its file name would shadow the `broker` package."""
+    spec = importlib.util.spec_from_file_location("bench_broker", os.path.join(ROOT, "bench", "broker.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_broker"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def cpu_seconds(pid: int) -> float:
+    total = 0.0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--profile", action="store_true", help="run the broker under cProfile")
+    args = parser.parse_args()
+    bench = _bench_broker()
+    work = tempfile.mkdtemp(prefix="strata-request-cpu-")
+    profile_out = os.path.join(work, "broker.prof")
+    if args.profile:
+        plain = broker_process.serve_command
+        broker_process.serve_command = lambda *a: [sys.executable, "-m", "cProfile", "-o", profile_out,
+                                                   *plain(*a)[1:]]
+    frame = encode_request(ProduceRequest("request-cpu", 0, build_batch([(b"key", b"v" * 100,
+                                                                          int(time.time() * 1000))])))
+    broker = broker_process.BrokerProcess(os.path.join(work, "data")).start()
+    try:
+        async def run() -> tuple[float, float]:
+            await bench.admin(broker.port, CreateTopicRequest("request-cpu", 1))
+            sock = await bench.connect(broker.port)
+            await bench.round_trips(sock, FrameDecoder(), frame, WARMUP, None)
+            cpu_before, started = cpu_seconds(broker.pid), time.perf_counter()
+            await bench.round_trips(sock, FrameDecoder(), frame, args.requests, None)
+            return cpu_seconds(broker.pid) - cpu_before, time.perf_counter() - started
+
+        cpu, wall = asyncio.run(run())
+    finally:
+        broker.stop()
+    per = 1e6 / args.requests
+    print(f"one-record PRODUCE: broker CPU {cpu * per:6.1f} us per request, wall {wall * per:6.1f} us "
+          f"per round trip ({args.requests} requests, load {os.getloadavg()[0]:.1f})")
+    if args.profile:
+        total = args.requests + WARMUP
+        stats = pstats.Stats(profile_out).stats  # type: ignore[attr-defined]
+        rows = sorted(((v[1] / total, v[2] / total * 1e6, k) for k, v in stats.items() if v[1] >= total * 0.9),
+                      key=lambda row: (-row[0], -row[1]))
+        python_calls = sum(calls for calls, _, (path, _, _) in rows if path != "~")
+        print(f"Python functions called per request: {python_calls:.1f}")
+        for calls, own_us, (path, line, name) in rows:
+            where = name if path == "~" else f"{os.path.relpath(path, ROOT)}:{line} {name}"
+            print(f"  {calls:5.2f} calls {own_us:6.2f} us own  {where}")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
