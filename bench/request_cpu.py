@@ -48,15 +48,6 @@ def _bench_broker():
     return module
 
 
-def cpu_seconds(pid: int) -> float:
-    total = 0.0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=20_000)
@@ -77,9 +68,9 @@ def main() -> int:
             await bench.admin(broker.port, CreateTopicRequest("request-cpu", 1))
             sock = await bench.connect(broker.port)
             await bench.round_trips(sock, FrameDecoder(), frame, WARMUP, None)
-            cpu_before, started = cpu_seconds(broker.pid), time.perf_counter()
+            cpu_before, started = bench.cpu_seconds(broker.pid), time.perf_counter()
             await bench.round_trips(sock, FrameDecoder(), frame, args.requests, None)
-            return cpu_seconds(broker.pid) - cpu_before, time.perf_counter() - started
+            return bench.cpu_seconds(broker.pid) - cpu_before, time.perf_counter() - started
 
         cpu, wall = asyncio.run(run())
     finally:
