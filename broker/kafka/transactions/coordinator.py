@@ -52,8 +52,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 
-from kafka_format.errors import StrataError
-
 from ...group_offsets import GroupOffsets
 from ...internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from .faults import crash_point
@@ -399,15 +397,16 @@ class TransactionCoordinator:
             TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT, self._clock(), partitions=set()))
 
     async def _write_marker(self, meta: TxnMetadata, topic: str, partition: int, commit: bool) -> None:
-        try:
-            partition_log = await self.partitions.partition_log(topic, partition)
-            await self.partitions.append_txn_marker(partition_log, meta.producer_id, meta.producer_epoch,
-                                                    COORDINATOR_EPOCH, commit)
-        except StrataError as e:
-            # A deleted topic needs no marker (Kafka drops markers for partitions that are gone).
+        """Write one partition's marker. A partition that no longer exists needs none
+        (Kafka drops markers for partitions that are gone); any other failure raises,
+        so the transaction stays Prepare* and its completion is tried again."""
+        if not self._partition_exists((topic, partition)):
             log.warning("transaction_marker_not_written", transactional_id=meta.transactional_id,
-                        topic=topic, partition=partition, error=str(e))
+                        topic=topic, partition=partition, error="the partition no longer exists")
             return
+        partition_log = await self.partitions.partition_log(topic, partition)
+        await self.partitions.append_txn_marker(partition_log, meta.producer_id, meta.producer_epoch,
+                                                COORDINATOR_EPOCH, commit)
         if topic == OFFSETS_TOPIC:
             self.offsets.complete_transaction(meta.producer_id, commit)
 
