@@ -13,7 +13,7 @@ from typing import Any
 
 from storage.file_records import FileSlice
 
-from ..partitions import READ_COMMITTED
+from ..partitions import READ_COMMITTED, reply_records
 from ..security.authorizer import Op, Resource
 from . import codec, fetch_response
 from .acls import allowed
@@ -24,12 +24,6 @@ from .fetch_response import PartitionRow
 from .fetch_sessions import FetchContext, FetchSessions
 
 INT32_MAX = 2**31 - 1
-# A partition's records up to this size are copied into the response (one pread)
-# instead of spliced in for sendfile: a slice costs the send of the bytes before it
-# and a sendfile call, which for a small read costs more than the copy, and a
-# response of small reads (a session's fetches at a low rate per partition) goes out
-# in one write.
-INLINE_RECORDS_BYTES = 16 * 1024
 
 
 def _aborted(AbortedR: type | None, aborted) -> tuple:
@@ -220,17 +214,6 @@ class FetchApi(CoreApiBase):
             else:
                 found.release()
 
-    @staticmethod
-    def _records_field(found: FileSlice) -> bytes | FileSlice:
-        """A partition's `records`: the bytes of a small read (released), else the
-        slice itself, for sendfile (the reply takes it over)."""
-        if found.length > INLINE_RECORDS_BYTES:
-            return found
-        try:
-            return found.read()
-        finally:
-            found.release()
-
     def _fetch_response(self, ctx, plan, read_committed: bool, session: FetchContext):
         """The framed answer: a row per answered partition, encoded by hand
         (fetch_response.py) for v7 on, through kio entities before."""
@@ -256,7 +239,7 @@ class FetchApi(CoreApiBase):
                     if not session.include(topic, part, t.result is not None, E.none, end, lso, log_start):
                         release_reads([t])
                         continue
-                    records = self._records_field(t.result) if t.result is not None else b""
+                    records = reply_records(t.result) if t.result is not None else b""
                     t.result = None  # released, or the row owns it now
                     rows.append(PartitionRow(t.index, E.none, end, lso, log_start,
                                              tuple(aborted or ()) if read_committed else None, records))
