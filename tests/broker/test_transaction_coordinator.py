@@ -21,6 +21,7 @@ from broker.kafka.transactions.coordinator import (
     TransactionCoordinator,
 )
 from broker.kafka.transactions.state import TxnState
+from kafka_format.errors import KafkaStorageError
 
 
 class _StateLogPartition:
@@ -169,6 +170,32 @@ def test_a_failed_completion_is_tried_again_and_meanwhile_answers_concurrent_tra
         await c.abort_timed_out()  # the cleanup round completes it
         assert c.states["tx"].state == TxnState.COMPLETE_ABORT
         assert apis.partitions.markers == [(("t", 0), 1000, 0, False)]
+        c.close()
+
+    asyncio.run(run())
+
+
+def test_a_marker_the_log_refuses_keeps_the_transaction_prepared():
+    """A storage error on a partition that still exists is not a deleted partition:
+    the transaction is not completed without its marker."""
+    async def run():
+        c, apis = await _coordinator()
+        await c.init_producer_id("tx", 60_000)
+        await c.add_partitions("tx", 1000, 0, [("t", 0)])
+        written = apis.partitions.append_txn_marker
+
+        async def refusing(*args):
+            raise KafkaStorageError("the log directory is offline")
+
+        apis.partitions.append_txn_marker = refusing
+        assert await c.end_txn("tx", 1000, 0, True) == NONE
+        await asyncio.sleep(0.01)
+        assert c.states["tx"].state == TxnState.PREPARE_COMMIT
+        assert apis.partitions.markers == []
+        apis.partitions.append_txn_marker = written
+        await c.abort_timed_out()
+        assert c.states["tx"].state == TxnState.COMPLETE_COMMIT
+        assert apis.partitions.markers == [(("t", 0), 1000, 0, True)]
         c.close()
 
     asyncio.run(run())
