@@ -1,6 +1,6 @@
 """Transactions on the Kafka listener, each figure against its baseline in the same run.
 
-    .venv/bin/python bench/transactions.py [--transactions 60] [--runs 3] [--block 5]
+    .venv/bin/python bench/transactions.py [--transactions 60] [--runs 3] [--block 5] [--no-aiokafka]
 
 The broker is the real `python -m broker serve` process (fresh data directory);
 the client is confluent-kafka in this process. Both producers have the same
@@ -20,6 +20,22 @@ partition 0 of a one-partition topic each.
   machine. Each pair of turns gives one ratio (baseline time / transactional
   time); the figure is the median of them, the msgs/s figures are over each
   side's total time.
+  Below it, per transaction: what the transactional producer took over the
+  plain one, and the broker's own time in AddPartitionsToTxn and EndTxn (its
+  request metrics, kafka_network_requestmetrics_totaltimems: from the start of
+  handling to the reply written, read from /metrics between turns), with the
+  ratio the same turns would give if the broker answered both in no time. The
+  rest is the client's: librdkafka sends AddPartitionsToTxn from a one-shot
+  timer of 1 ms started by the transaction's first produce(), and its Produce
+  requests wait for the answer.
+- cross-check (unless --no-aiokafka): the same comparison with aiokafka's
+  producers (an idempotent one flushing every 1,000 records against a
+  transactional one), same turns, its own line. aiokafka's flush() waits out
+  linger_ms while commit_transaction() closes the open batch at once, so both
+  aiokafka producers have linger_ms=0 (neither side waits for a linger);
+  otherwise COMMON's settings. aiokafka is pure Python, so its records cost
+  more and the same per-transaction cost weighs less in its ratio: the line
+  gives the per-transaction cost in ms too, the figure to compare.
 - fetch: the transactional topic read whole by a consumer with
   isolation.level=read_committed, against read_uncommitted, in alternating
   order; best-of-N wall times. Target >= 0.9x.
@@ -31,12 +47,15 @@ figures.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import re
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
@@ -46,6 +65,10 @@ from tests.broker_process import BrokerProcess  # noqa: E402
 RECORDS_PER_TXN = 1000
 VALUE = b"x" * 1024
 COMMON = {"linger.ms": 5, "batch.size": 1 << 20, "acks": "all", "compression.type": "none"}
+AIO_COMMON = {"linger_ms": 0, "max_batch_size": 1 << 20, "acks": "all", "compression_type": None}
+COORDINATOR_APIS = ("AddPartitionsToTxn", "EndTxn")
+SERVER_TIME = re.compile(r'^kafka_network_requestmetrics_totaltimems_sum\{(?=[^}]*protocol="kafka")'
+                         r'[^}]*request="(\w+)"[^}]*\} (\S+)$', re.MULTILINE)
 
 
 def create_topic(bootstrap: str, name: str) -> None:
@@ -98,24 +121,120 @@ class TransactionalSide:
         return time.perf_counter() - start
 
 
-def produce_paired(bootstrap: str, run: int, transactions: int, block: int) -> tuple[float, float, list[float]]:
-    """(plain seconds, transactional seconds, one plain/transactional time ratio per pair of turns)."""
+class AioSides:
+    """aiokafka's idempotent producer (flushing every 1,000 records) and its
+    transactional one, on an event loop of their own; `run(side, n)` as the
+    confluent-kafka sides' run (side 0: plain, 1: transactional)."""
+
+    def __init__(self, bootstrap: str, plain_topic: str, txn_topic: str, transactional_id: str):
+        self.loop = asyncio.new_event_loop()
+        self.topics = (plain_topic, txn_topic)
+        self.producers: tuple = ()
+        self.loop.run_until_complete(self._start(bootstrap, transactional_id))
+
+    async def _start(self, bootstrap: str, transactional_id: str) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        self.producers = (AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, **AIO_COMMON),
+                          AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id,
+                                           **AIO_COMMON))
+        for producer in self.producers:
+            await producer.start()
+        await self._plain(1, 1)  # warm up, as the confluent-kafka sides
+        await self._transactional(1, 1)
+
+    async def _plain(self, transactions: int, records: int = RECORDS_PER_TXN) -> None:
+        producer, topic = self.producers[0], self.topics[0]
+        for _ in range(transactions):
+            for _ in range(records):
+                await producer.send(topic, VALUE, partition=0)
+            await producer.flush()
+
+    async def _transactional(self, transactions: int, records: int = RECORDS_PER_TXN) -> None:
+        producer, topic = self.producers[1], self.topics[1]
+        for _ in range(transactions):
+            await producer.begin_transaction()
+            for _ in range(records):
+                await producer.send(topic, VALUE, partition=0)
+            await producer.commit_transaction()
+
+    def run(self, side: int, transactions: int) -> float:
+        start = time.perf_counter()
+        self.loop.run_until_complete(self._transactional(transactions) if side else self._plain(transactions))
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        async def stop() -> None:
+            for producer in self.producers:
+                await producer.stop()
+
+        self.loop.run_until_complete(stop())
+        self.loop.close()
+
+
+class Turns:
+    """The paired turns of one comparison: per side its total seconds, one
+    plain/transactional time ratio per pair, and the broker's AddPartitionsToTxn +
+    EndTxn seconds during the transactional turns (when `server_time` reads them)."""
+
+    def __init__(self):
+        self.totals = [0.0, 0.0]
+        self.ratios: list[float] = []
+        self.floor_ratios: list[float] = []  # the same pairs, the broker's coordinator time taken away
+        self.transactions = 0
+        self.coordinator_s = 0.0
+
+    def take(self, run_side, run: int, transactions: int, block: int, server_time=None) -> Turns:
+        done, turn = 0, 0
+        while done < transactions:
+            n = min(block, transactions - done)
+            times, coordinator = [0.0, 0.0], 0.0
+            for side in ([0, 1] if (run + turn) % 2 == 0 else [1, 0]):
+                before = server_time() if side and server_time is not None else 0.0
+                times[side] = run_side(side, n)
+                if side and server_time is not None:
+                    coordinator = server_time() - before
+                self.totals[side] += times[side]
+            self.ratios.append(times[0] / times[1])
+            if server_time is not None:
+                self.floor_ratios.append(times[0] / (times[1] - coordinator))
+            self.coordinator_s += coordinator
+            self.transactions += n
+            done += n
+            turn += 1
+        return self
+
+    def overhead_ms(self) -> float:
+        """What a transaction took over the plain producer's 1,000 records, in ms."""
+        return (self.totals[1] - self.totals[0]) / self.transactions * 1000
+
+
+def server_seconds(broker: BrokerProcess) -> float:
+    """The broker's total time in AddPartitionsToTxn and EndTxn so far (its request metrics)."""
+    with urllib.request.urlopen(broker.admin_url("/metrics"), timeout=30) as reply:
+        text = reply.read().decode()
+    return sum(float(ms) for name, ms in SERVER_TIME.findall(text) if name in COORDINATOR_APIS) / 1000
+
+
+def produce_paired(broker: BrokerProcess, run: int, transactions: int, block: int, turns: Turns) -> None:
+    """confluent-kafka's plain and transactional producers, in paired turns, into `turns`."""
+    bootstrap = broker.bootstrap
     plain_topic, txn_topic = f"plain{run}", f"txn{run}"
     create_topic(bootstrap, plain_topic)
     create_topic(bootstrap, txn_topic)
     sides = [PlainSide(bootstrap, plain_topic), TransactionalSide(bootstrap, txn_topic, f"bench-{run}")]
-    totals, ratios = [0.0, 0.0], []
-    done, turn = 0, 0
-    while done < transactions:
-        n = min(block, transactions - done)
-        times = [0.0, 0.0]
-        for side in ([0, 1] if (run + turn) % 2 == 0 else [1, 0]):
-            times[side] = sides[side].run(n)
-            totals[side] += times[side]
-        ratios.append(times[0] / times[1])
-        done += n
-        turn += 1
-    return totals[0], totals[1], ratios
+    turns.take(lambda side, n: sides[side].run(n), run, transactions, block, lambda: server_seconds(broker))
+
+
+def produce_paired_aiokafka(bootstrap: str, run: int, transactions: int, block: int, turns: Turns) -> None:
+    plain_topic, txn_topic = f"aio-plain{run}", f"aio-txn{run}"
+    create_topic(bootstrap, plain_topic)
+    create_topic(bootstrap, txn_topic)
+    sides = AioSides(bootstrap, plain_topic, txn_topic, f"bench-aio-{run}")
+    try:
+        turns.take(sides.run, run, transactions, block)
+    finally:
+        sides.close()
 
 
 def _produce(producer, topic: str) -> None:
@@ -150,6 +269,7 @@ def main() -> int:
     parser.add_argument("--transactions", type=int, default=60)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--block", type=int, default=5, help="transactions per turn of each producer")
+    parser.add_argument("--no-aiokafka", action="store_true", help="skip the aiokafka cross-check")
     args = parser.parse_args()
     count = args.transactions * RECORDS_PER_TXN
     workdir = tempfile.mkdtemp(prefix="strata-bench-txn-")
@@ -157,19 +277,19 @@ def main() -> int:
     try:
         broker.start()
         bootstrap = broker.bootstrap
-        plain_total = txn_total = 0.0
-        ratios: list[float] = []
+        turns, aio_turns = Turns(), Turns()
         rc_times, ru_times = [], []
         for run in range(args.runs):
-            plain, txn, pairs = produce_paired(bootstrap, run, args.transactions, args.block)
-            plain_total, txn_total = plain_total + plain, txn_total + txn
-            ratios += pairs
+            produce_paired(broker, run, args.transactions, args.block, turns)
+            if not args.no_aiokafka:
+                produce_paired_aiokafka(bootstrap, run, args.transactions, args.block, aio_turns)
             # read_committed and read_uncommitted in alternating order, so neither always runs first
             for side in ([0, 1] if run % 2 == 0 else [1, 0]):
                 isolation = "read_uncommitted" if side == 0 else "read_committed"
                 (ru_times if side == 0 else rc_times).append(consume(bootstrap, f"txn{run}", count, isolation))
         total = count * args.runs
-        plain_rate, txn_rate = total / plain_total, total / txn_total
+        plain_rate, txn_rate = total / turns.totals[0], total / turns.totals[1]
+        ratios = turns.ratios
         ru_rate, rc_rate = count / min(ru_times), count / min(rc_times)
         print(f"records: {count} x 1 KiB per side per run, {args.transactions} transactions of {RECORDS_PER_TXN}, "
               f"{args.runs} runs, turns of {args.block}; load average {os.getloadavg()[0]:.1f} "
@@ -177,6 +297,15 @@ def main() -> int:
         print(f"produce without transactions  {plain_rate:10.0f} msgs/s")
         print(f"produce with transactions     {txn_rate:10.0f} msgs/s   ratio {statistics.median(ratios):.2f}x"
               f" (median of {len(ratios)} paired turns; totals {txn_rate / plain_rate:.2f}x; target >= 0.8x)")
+        print(f"  per transaction: {turns.overhead_ms():.2f} ms over the plain producer's, of which the broker's "
+              f"AddPartitionsToTxn + EndTxn {turns.coordinator_s / turns.transactions * 1000:.2f} ms; "
+              f"ratio if the broker answered those in no time {statistics.median(turns.floor_ratios):.2f}x")
+        if aio_turns.transactions:
+            aio_plain, aio_txn = total / aio_turns.totals[0], total / aio_turns.totals[1]
+            print(f"cross-check, aiokafka (linger_ms=0 both sides): without {aio_plain:.0f} msgs/s, with "
+                  f"{aio_txn:.0f} msgs/s, ratio {statistics.median(aio_turns.ratios):.2f}x (median of "
+                  f"{len(aio_turns.ratios)} paired turns); {aio_turns.overhead_ms():.2f} ms per transaction "
+                  f"over the plain producer's")
         print(f"fetch read_uncommitted        {ru_rate:10.0f} msgs/s")
         print(f"fetch read_committed          {rc_rate:10.0f} msgs/s   ratio {rc_rate / ru_rate:.2f}x"
               f" (best of {args.runs}; target >= 0.9x)")
