@@ -247,3 +247,32 @@ def test_an_expired_id_keeps_no_lock_nor_state():
         c.close()
 
     asyncio.run(run())
+
+
+def test_a_request_cancelled_while_waiting_for_the_lock_keeps_no_lock():
+    async def run():
+        c, _ = await _coordinator()
+        release = asyncio.Event()
+
+        async def hold():
+            async with c._lock("tx"):  # noqa: SLF001 - the lock the id's requests take
+                await release.wait()
+
+        async def wait_for_lock():
+            async with c._lock("tx"):  # noqa: SLF001
+                pass
+
+        holder = asyncio.ensure_future(hold())
+        await asyncio.sleep(0)
+        queued = [asyncio.ensure_future(wait_for_lock()) for _ in range(2)]
+        await asyncio.sleep(0)
+        assert c.locked_ids == {"tx"}
+        queued[0].cancel()
+        await asyncio.gather(queued[0], return_exceptions=True)
+        assert c.locked_ids == {"tx"}  # still held and awaited
+        release.set()
+        await asyncio.gather(holder, queued[1])
+        assert c.locked_ids == set()
+        c.close()
+
+    asyncio.run(run())

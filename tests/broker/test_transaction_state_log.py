@@ -109,3 +109,30 @@ def test_transactional_offsets_apply_only_when_committed(tmp_path):
     reloaded.complete_transaction(101, True)  # the coordinator finishing it after the restart
     assert reloaded.fetch("g", "t", 0).offset == 11
     manager.shutdown()
+
+
+def test_each_id_writes_to_its_partition_under_its_key(tmp_path):
+    """Kafka's partitionFor (abs(javaHashCode) % partitions, followed when the count
+    changes); a Dead id's tombstone carries the same key."""
+    from broker.group_offsets import partition_for
+
+    _, manager, get_log = _storage(tmp_path)
+    count = [2]
+    written = []
+    state_log = TransactionStateLog(get_log, lambda: count[0], lambda topic, partition: written.append(partition))
+    ids = ["a", "b", "producer-17", "x" * 40]
+    for transactional_id in ids:
+        partition, batch = state_log.record(TxnMetadata(transactional_id, 1, 0, 1000, TxnState.EMPTY, set(), -1, 1))
+        assert partition == state_log.partition_for(transactional_id) == partition_for(transactional_id, 2)
+        assert encode_key(transactional_id) in batch
+    count[0] = 50
+    assert [state_log.partition_for(i) for i in ids] == [partition_for(i, 50) for i in ids]
+    count[0] = 2
+    dead = TxnMetadata("a", 1, 0, 1000, TxnState.EMPTY, set(), -1, 1).moved(TxnState.DEAD, 2)
+    state_log.write(dead)
+    assert written == [partition_for("a", 2)]
+    loaded = state_log.load(manager.logs())
+    assert "a" not in loaded
+    state_log.write(TxnMetadata("a", 2, 0, 1000, TxnState.EMPTY, set(), -1, 3))  # the id starts over
+    assert state_log.load(manager.logs())["a"].producer_id == 2
+    manager.shutdown()

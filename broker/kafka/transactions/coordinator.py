@@ -48,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -88,6 +88,40 @@ class IdLock:
     def __init__(self):
         self.lock = asyncio.Lock()
         self.users = 0
+
+
+class HeldIdLock:
+    """`async with`: hold a transactional id's lock (`TransactionCoordinator._lock`).
+    The lock exists in `locks` only while some request holds or awaits it: the last
+    one out removes it, so an expired id (or an id a client only made up) keeps nothing."""
+
+    __slots__ = ("locks", "transactional_id", "entry")
+
+    def __init__(self, locks: dict[str, IdLock], transactional_id: str):
+        self.locks = locks
+        self.transactional_id = transactional_id
+        entry = locks.get(transactional_id)
+        if entry is None:
+            entry = locks[transactional_id] = IdLock()
+        entry.users += 1
+        self.entry = entry
+
+    async def __aenter__(self) -> None:
+        try:
+            await self.entry.lock.acquire()
+        except BaseException:  # cancelled while waiting: no longer a user
+            self._leave()
+            raise
+
+    async def __aexit__(self, *exc_info) -> None:
+        self.entry.lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        entry = self.entry
+        entry.users -= 1
+        if entry.users == 0 and self.locks.get(self.transactional_id) is entry:
+            del self.locks[self.transactional_id]
 
 
 class TransactionCoordinator:
@@ -161,22 +195,9 @@ class TransactionCoordinator:
         if task is not None:
             await asyncio.wait({task})  # never raises; a cancelled caller leaves the task running
 
-    @contextlib.asynccontextmanager
-    async def _lock(self, transactional_id: str) -> AsyncIterator[None]:
-        """Hold the id's lock. The lock exists only while some request holds or
-        awaits it: the last one out removes it, so an expired id (or an id a client
-        only made up) keeps nothing."""
-        entry = self._locks.get(transactional_id)
-        if entry is None:
-            entry = self._locks[transactional_id] = IdLock()
-        entry.users += 1
-        try:
-            async with entry.lock:
-                yield
-        finally:
-            entry.users -= 1
-            if entry.users == 0 and self._locks.get(transactional_id) is entry:
-                del self._locks[transactional_id]
+    def _lock(self, transactional_id: str) -> HeldIdLock:
+        """`async with`: hold the id's lock (it exists only while used: HeldIdLock)."""
+        return HeldIdLock(self._locks, transactional_id)
 
     @property
     def locked_ids(self) -> set[str]:

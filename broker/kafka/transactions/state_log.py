@@ -135,15 +135,31 @@ class TransactionStateLog:
         self._get_log = get_log  # (topic, partition) -> Log, creating the partition's log on first use
         self._partition_count = partition_count
         self._on_append = on_append
+        # transactional id -> (partition count, its partition, its key): every change of
+        # an id is written to the same place under the same key, computed once.
+        self._placements: dict[str, tuple[int, int, bytes]] = {}
 
     def partition_for(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self._partition_count())
+        return self._placement(transactional_id)[1]
+
+    def _placement(self, transactional_id: str) -> tuple[int, int, bytes]:
+        count = self._partition_count()
+        placement = self._placements.get(transactional_id)
+        if placement is None or placement[0] != count:
+            placement = self._placements[transactional_id] = (
+                count, partition_for(transactional_id, count), encode_key(transactional_id))
+        return placement
 
     def record(self, meta: TxnMetadata) -> tuple[int, bytes]:
-        """(partition, batch) holding the id's new state (a tombstone for Dead)."""
-        value = None if meta.state == TxnState.DEAD else encode_value(meta)
-        batch = build_batch([(encode_key(meta.transactional_id), value, meta.last_update_ms, [])])
-        return self.partition_for(meta.transactional_id), batch
+        """(partition, batch) holding the id's new state (a tombstone for Dead, which
+        also forgets the id's placement)."""
+        _, partition, key = self._placement(meta.transactional_id)
+        if meta.state == TxnState.DEAD:
+            del self._placements[meta.transactional_id]
+            value = None
+        else:
+            value = encode_value(meta)
+        return partition, build_batch([(key, value, meta.last_update_ms, [])])
 
     def write(self, meta: TxnMetadata) -> None:
         """Append the id's new state (blocking); it is the coordinator's commit point for a change."""
