@@ -19,7 +19,8 @@ broker's. Prints, as medians over the transactions:
   answer to the first Produce reaching the broker (Produce waits for it), the
   last Produce answered to EndTxn reaching the broker, EndTxn answered to
   commit_transaction() returning;
-- the broker's time in each request (start of handling to reply handed over);
+- the broker's time in each request (start of handling to reply handed over),
+  and in the plain producer's Produce requests for comparison;
 - a transaction against the plain producer's 1,000 records, and the same with the
   broker's AddPartitionsToTxn and EndTxn time taken away: the ratio a broker
   answering those two in no time would give, with this client.
@@ -148,12 +149,14 @@ def report(requests, plain_marks, txn_marks) -> None:
         txn_times.append(end - start)
         client_times.append(end - start - (add[2] - add[1]) - (end_txn[2] - end_txn[1]))
     plain_times = [end - start for start, _, end in plain_marks]
+    plain_produce = [b - a for start, _, end in plain_marks for name, a, b in within(start, end) if name == "Produce"]
     print(f"{len(txn_marks)} transactions and {len(plain_marks)} plain flushes of 1,000 x 1 KiB; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; medians:")
     for key, values in gaps.items():
         print(f"  {key:60} {ms(values)}")
     for name in ("AddPartitionsToTxn", "Produce", "EndTxn"):
         print(f"  broker, {name:52} {ms(server.get(name, []))} per request")
+    print(f"  broker, Produce of the plain producer                        {ms(plain_produce)} per request")
     plain, txn, client = (statistics.median(v) for v in (plain_times, txn_times, client_times))
     print(f"  plain producer, 1,000 records and flush                      {plain * 1000:6.3f} ms")
     print(f"  transaction, begin to commit returned                        {txn * 1000:6.3f} ms   "
