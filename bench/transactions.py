@@ -20,14 +20,10 @@ partition 0 of a one-partition topic each.
   machine. Each pair of turns gives one ratio (baseline time / transactional
   time); the figure is the median of them, the msgs/s figures are over each
   side's total time.
-  Below it, per transaction: what the transactional producer took over the
-  plain one, and the broker's own time in AddPartitionsToTxn and EndTxn (its
-  request metrics, kafka_network_requestmetrics_totaltimems: from the start of
-  handling to the reply written, read from /metrics between turns; on a busy
-  machine it includes waits for a CPU after the reply's send woke the client).
-  The rest is the client's: librdkafka sends AddPartitionsToTxn from a one-shot
-  timer of 1 ms started by the transaction's first produce(), and its Produce
-  requests wait for the answer; bench/txn_timeline.py times each step.
+  Below it: what a transaction took over the plain producer's 1,000 records, in
+  ms (median of the pairs of turns). bench/txn_timeline.py splits that between the client (librdkafka sends
+  AddPartitionsToTxn from a one-shot timer of 1 ms started by the transaction's
+  first produce(), and its Produce requests wait for the answer) and the broker.
 - cross-check (unless --no-aiokafka): the same comparison with aiokafka's
   producers (an idempotent one flushing every 1,000 records against a
   transactional one), same turns, its own line. aiokafka's flush() waits out
@@ -49,13 +45,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
@@ -66,9 +60,6 @@ RECORDS_PER_TXN = 1000
 VALUE = b"x" * 1024
 COMMON = {"linger.ms": 5, "batch.size": 1 << 20, "acks": "all", "compression.type": "none"}
 AIO_COMMON = {"linger_ms": 0, "max_batch_size": 1 << 20, "acks": "all", "compression_type": None}
-COORDINATOR_APIS = ("AddPartitionsToTxn", "EndTxn")
-SERVER_TIME = re.compile(r'^kafka_network_requestmetrics_totaltimems_sum\{(?=[^}]*protocol="kafka")'
-                         r'[^}]*request="(\w+)"[^}]*\} (\S+)$', re.MULTILINE)
 
 
 def create_topic(bootstrap: str, name: str) -> None:
@@ -173,54 +164,43 @@ class AioSides:
 
 
 class Turns:
-    """The paired turns of one comparison: per side its total seconds, one
-    plain/transactional time ratio per pair, and the broker's AddPartitionsToTxn +
-    EndTxn seconds during the transactional turns (when `server_time` reads them)."""
+    """The paired turns of one comparison: per side its total seconds, and per pair
+    the plain/transactional time ratio and the transactional side's extra time per
+    transaction."""
 
     def __init__(self):
         self.totals = [0.0, 0.0]
         self.ratios: list[float] = []
+        self.extra_s: list[float] = []
         self.transactions = 0
-        self.coordinator_s = 0.0
 
-    def take(self, run_side, run: int, transactions: int, block: int, server_time=None) -> Turns:
+    def take(self, run_side, run: int, transactions: int, block: int) -> Turns:
         done, turn = 0, 0
         while done < transactions:
             n = min(block, transactions - done)
-            times, coordinator = [0.0, 0.0], 0.0
+            times = [0.0, 0.0]
             for side in ([0, 1] if (run + turn) % 2 == 0 else [1, 0]):
-                before = server_time() if side and server_time is not None else 0.0
                 times[side] = run_side(side, n)
-                if side and server_time is not None:
-                    coordinator = server_time() - before
                 self.totals[side] += times[side]
             self.ratios.append(times[0] / times[1])
-            self.coordinator_s += coordinator
+            self.extra_s.append((times[1] - times[0]) / n)
             self.transactions += n
             done += n
             turn += 1
         return self
 
     def overhead_ms(self) -> float:
-        """What a transaction took over the plain producer's 1,000 records, in ms."""
-        return (self.totals[1] - self.totals[0]) / self.transactions * 1000
+        """What a transaction took over the plain producer's 1,000 records, in ms (median of the pairs)."""
+        return statistics.median(self.extra_s) * 1000
 
 
-def server_seconds(broker: BrokerProcess) -> float:
-    """The broker's total time in AddPartitionsToTxn and EndTxn so far (its request metrics)."""
-    with urllib.request.urlopen(broker.admin_url("/metrics"), timeout=30) as reply:
-        text = reply.read().decode()
-    return sum(float(ms) for name, ms in SERVER_TIME.findall(text) if name in COORDINATOR_APIS) / 1000
-
-
-def produce_paired(broker: BrokerProcess, run: int, transactions: int, block: int, turns: Turns) -> None:
+def produce_paired(bootstrap: str, run: int, transactions: int, block: int, turns: Turns) -> None:
     """confluent-kafka's plain and transactional producers, in paired turns, into `turns`."""
-    bootstrap = broker.bootstrap
     plain_topic, txn_topic = f"plain{run}", f"txn{run}"
     create_topic(bootstrap, plain_topic)
     create_topic(bootstrap, txn_topic)
     sides = [PlainSide(bootstrap, plain_topic), TransactionalSide(bootstrap, txn_topic, f"bench-{run}")]
-    turns.take(lambda side, n: sides[side].run(n), run, transactions, block, lambda: server_seconds(broker))
+    turns.take(lambda side, n: sides[side].run(n), run, transactions, block)
 
 
 def produce_paired_aiokafka(bootstrap: str, run: int, transactions: int, block: int, turns: Turns) -> None:
@@ -277,7 +257,7 @@ def main() -> int:
         turns, aio_turns = Turns(), Turns()
         rc_times, ru_times = [], []
         for run in range(args.runs):
-            produce_paired(broker, run, args.transactions, args.block, turns)
+            produce_paired(bootstrap, run, args.transactions, args.block, turns)
             if not args.no_aiokafka:
                 produce_paired_aiokafka(bootstrap, run, args.transactions, args.block, aio_turns)
             # read_committed and read_uncommitted in alternating order, so neither always runs first
@@ -294,8 +274,8 @@ def main() -> int:
         print(f"produce without transactions  {plain_rate:10.0f} msgs/s")
         print(f"produce with transactions     {txn_rate:10.0f} msgs/s   ratio {statistics.median(ratios):.2f}x"
               f" (median of {len(ratios)} paired turns; totals {txn_rate / plain_rate:.2f}x; target >= 0.8x)")
-        print(f"  per transaction: {turns.overhead_ms():.2f} ms over the plain producer's; the broker's "
-              f"AddPartitionsToTxn + EndTxn {turns.coordinator_s / turns.transactions * 1000:.2f} ms")
+        print(f"  per transaction: {turns.overhead_ms():.2f} ms over the plain producer's "
+              f"(bench/txn_timeline.py: where it goes)")
         if aio_turns.transactions:
             aio_plain, aio_txn = total / aio_turns.totals[0], total / aio_turns.totals[1]
             print(f"cross-check, aiokafka (linger_ms=0 both sides): without {aio_plain:.0f} msgs/s, with "
