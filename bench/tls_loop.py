@@ -183,7 +183,7 @@ async def turn(path: str, mib: int, context: ssl.SSLContext, ca_pem: str) -> tup
         server = await loop.create_server(lambda: sink, "127.0.0.1", 0,
                                           ssl=context if path == "uvloop TLS" else None)
         port = server.sockets[0].getsockname()[1]
-        close = server.close  # type: ignore[assignment]
+        close = server.close
     sender = await asyncio.create_subprocess_exec(sys.executable, "-c", SENDER, str(port), str(mib),
                                                   "" if path == "plain" else ca_pem)
     try:
