@@ -2,11 +2,13 @@
 SSLSocket read on the loop thread, and against PLAINTEXT, in the same run (the
 receive-side alternative issue 15 asked about; docs/decisions/2026-11-26-tls-on-the-loop.md).
 
-    .venv/bin/python bench/tls_loop.py [--mib 64] [--runs 6]
+    .venv/bin/python bench/tls_loop.py [--mib 64] [--runs 6] [--record 16384]
 
 One uvloop event loop in this process receives --mib MiB per turn on one TCP
 connection from a sender in a child process (plain `socket` + `ssl`: TLS 1.3 with
-OpenSSL's default suite, 16 KiB records, as librdkafka sends them), into a
+OpenSSL's default suite, one TLS record per --record bytes: 16 KiB is TLS's
+largest; librdkafka's produce requests arrive in records of about 2.3 KiB on
+average, counted at the broker, so --record 2048 is closer to bench/tls.py), into a
 BufferedProtocol that lends 1 MiB buffers as the broker's frame reader does. The
 figure is the loop thread's own CPU time (time.thread_time, so the sender and other
 processes do not count) from the handshake's end to the last byte, per MiB. The
@@ -55,13 +57,14 @@ PATHS = ("plain", "uvloop TLS", "SSLSocket on the loop")
 
 SENDER = r"""
 import socket, ssl, sys
-port, mib, ca = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+port, mib, record, ca = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 sock = socket.create_connection(("127.0.0.1", port))
 if ca:
     sock = ssl.create_default_context(cafile=ca).wrap_socket(sock, server_hostname="localhost")
-payload = b"x" * (1 << 20)
+payload = memoryview(b"x" * (1 << 20))
 for _ in range(mib):
-    sock.sendall(payload)
+    for offset in range(0, len(payload), record):  # one TLS record per sendall (at most 16 KiB)
+        sock.sendall(payload[offset:offset + record])
 sock.recv(1)  # the receiver's acknowledgement: everything arrived
 sock.close()
 """
@@ -153,7 +156,7 @@ class SSLSocketReader:
         self.sock.close()
 
 
-async def turn(path: str, mib: int, context: ssl.SSLContext, ca_pem: str) -> tuple[float, float]:
+async def turn(path: str, mib: int, record: int, context: ssl.SSLContext, ca_pem: str) -> tuple[float, float]:
     """(loop CPU ms per MiB, buffer_updated calls per MiB) of one turn."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future = loop.create_future()
@@ -184,7 +187,7 @@ async def turn(path: str, mib: int, context: ssl.SSLContext, ca_pem: str) -> tup
                                           ssl=context if path == "uvloop TLS" else None)
         port = server.sockets[0].getsockname()[1]
         close = server.close
-    sender = await asyncio.create_subprocess_exec(sys.executable, "-c", SENDER, str(port), str(mib),
+    sender = await asyncio.create_subprocess_exec(sys.executable, "-c", SENDER, str(port), str(mib), str(record),
                                                   "" if path == "plain" else ca_pem)
     try:
         cpu = await done
@@ -206,8 +209,9 @@ async def measure(args: argparse.Namespace) -> None:
         figures: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
         for _ in range(args.runs):
             for path in paths:
-                figures[path].append(await turn(path, args.mib, context, ca_pem))
-    print(f"loop thread CPU per MiB received, {args.runs} alternating turns x {args.mib} MiB; "
+                figures[path].append(await turn(path, args.mib, args.record, context, ca_pem))
+    print(f"loop thread CPU per MiB received, {args.runs} alternating turns x {args.mib} MiB, "
+          f"{args.record}-byte writes (TLS records); "
           f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
     uvloop_median = statistics.median(ms for ms, _ in figures.get("uvloop TLS", [(1.0, 0.0)]))
     for path, rows in figures.items():
@@ -222,6 +226,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--runs", type=int, default=6)
+    parser.add_argument("--record", type=int, default=16384,
+                        help="bytes per sender write, so per TLS record (librdkafka's produce records "
+                             "average about 2.3 KiB)")
     parser.add_argument("--only", help="run only the paths whose name starts with this (for a profiler)")
     args = parser.parse_args()
     import uvloop
