@@ -4,7 +4,8 @@ the clear (the part of bench/tls.py's produce gap that user-space TLS cannot avo
     .venv/bin/python bench/tls_micro.py [--mib 64] [--runs 5]
 
 One process, no broker. A client SSLObject encrypts --mib MiB (16 KiB TLS records,
-as librdkafka sends them), then the receiving side is timed by the CPU time of its
+TLS's largest; librdkafka's produce requests come in records of about 2.3 KiB,
+whose per-record cost bench/tls_loop.py --record 2048 shows), then the receiving side is timed by the CPU time of its
 own thread (time.thread_time, so other processes on a loaded machine do not count):
 
 - MemoryBIO: what asyncio/uvloop's TLS transport does with every socket read:
