@@ -216,22 +216,31 @@ def test_crash_at_each_step_leaves_transactions_whole(tmp_path, step):
         successor.commit_transaction(TIMEOUT)
         got = read_committed(broker.bootstrap, topic, 3, expected=len(expected) + 3)
         assert sorted(got) == sorted(expected + [b"next%d" % i for i in range(3)])
-        uncommitted = read_uncommitted_count(broker.bootstrap, topic, 3)
+        uncommitted = read_uncommitted_count(broker.bootstrap, topic, 3, expected=len(written) + 3)
         assert uncommitted == len(written) + 3  # no record lost or written twice, aborted ones included
     finally:
         broker.close()
 
 
-def read_uncommitted_count(bootstrap: str, topic: str, partitions: int) -> int:
+def read_uncommitted_count(bootstrap: str, topic: str, partitions: int, *, expected: int,
+                           idle: float = 1.5) -> int:
+    """How many records a read_uncommitted consumer gets from the topic: it reads until it
+    has `expected` and then for `idle` seconds without more, so that a record written twice
+    still shows (a slow first fetch on a loaded machine does not end the count early)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("ru"),
                          "isolation.level": "read_uncommitted", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    count, quiet = 0, 0
+    count = 0
+    deadline = time.monotonic() + TIMEOUT
+    quiet_since = time.monotonic()
     try:
-        while quiet < 5:
+        while time.monotonic() < deadline:
             batch = consumer.consume(500, 0.3)
             count += sum(1 for m in batch if m.error() is None)
-            quiet = 0 if batch else quiet + 1
+            if batch:
+                quiet_since = time.monotonic()
+            elif count >= expected and time.monotonic() - quiet_since > idle:
+                break
     finally:
         consumer.close()
     return count
