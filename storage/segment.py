@@ -25,6 +25,7 @@ from typing import NamedTuple
 from kafka_format import accel, iter_entries, scan_entries
 from kafka_format.entries import EntryTable
 from kafka_format.errors import CorruptRecordError, InvalidOffsetError
+from kafka_format.framing import ENTRY_ROW
 
 from .clock import SystemClock
 from .file_records import FileRecords, FileSlice
@@ -183,8 +184,8 @@ class LogSegment:
 
     def append(self, largest_offset: int, validated, reserve_ahead: int = 0) -> None:
         """Write a validated set (see records.validate_and_assign) and index it;
-        `reserve_ahead`: see FileRecords.append."""
-        if not validated.entries:
+        `reserve_ahead`: see FileRecords.append. `validated.entries` is an EntryTable."""
+        if not validated.entries.rows:
             return
         if not self.can_convert_to_relative_offset(largest_offset):
             raise InvalidOffsetError(
@@ -230,16 +231,16 @@ class LogSegment:
     def _remember_append(self, validated, physical_position: int) -> None:
         """Note where the append's first entry is, by its first offset: a batch's base
         offset, a classic message's offset (a compressed classic wrapper names only
-        its last offset: not noted)."""
-        first = validated.entries[0]
-        if first.magic >= 2:
-            first_offset = int.from_bytes(validated.buffer[first.position:first.position + 8], "big", signed=True)
-        elif first.codec == 0:
-            first_offset = first.last_offset
+        its last offset: not noted). Read from the entry's packed row: no EntryInfo made."""
+        position, size, magic, last_offset, _, codec = ENTRY_ROW.unpack_from(validated.entries.rows)
+        if magic >= 2:
+            first_offset = int.from_bytes(validated.buffer[position:position + 8], "big", signed=True)
+        elif codec == 0:
+            first_offset = last_offset
         else:
             return
         recent = self._recent_appends
-        recent[first_offset] = OffsetPosition(first.last_offset, physical_position + first.position, first.size)
+        recent[first_offset] = OffsetPosition(last_offset, physical_position + position, size)
         if len(recent) > RECENT_APPENDS:
             del recent[next(iter(recent))]
 
