@@ -89,7 +89,8 @@ TOPIC_COUNTERS: tuple[tuple[str, str, str], ...] = (
 class TopicMetrics:
     """A topic's counters: plain integers, counted on the loop thread only (an
     executor append hands its count to the loop), rendered at scrape time (on the
-    loop too), so no lock."""
+    loop too), so no lock. Appends are counted through BrokerMetrics.appended /
+    append_failed (one call per append on the produce path)."""
 
     __slots__ = ("messages_in", "bytes_in", "bytes_out", "produce_requests", "failed_produce",
                  "fetch_requests", "failed_fetch")
@@ -97,15 +98,6 @@ class TopicMetrics:
     def __init__(self) -> None:
         self.messages_in = self.bytes_in = self.bytes_out = 0
         self.produce_requests = self.failed_produce = self.fetch_requests = self.failed_fetch = 0
-
-    def appended(self, records: int, size: int) -> None:
-        self.produce_requests += 1
-        self.messages_in += records
-        self.bytes_in += size
-
-    def append_failed(self) -> None:
-        self.produce_requests += 1
-        self.failed_produce += 1
 
     def read(self, size: int) -> None:
         self.fetch_requests += 1
@@ -169,6 +161,19 @@ class BrokerMetrics:
         if found is None:
             found = self._topics.setdefault(name, TopicMetrics())
         return found
+
+    def appended(self, topic: str, records: int, size: int) -> None:
+        """Count an append to `topic` (loop thread): its records and bytes."""
+        counters = self._topics.get(topic) or self.topic(topic)
+        counters.produce_requests += 1
+        counters.messages_in += records
+        counters.bytes_in += size
+
+    def append_failed(self, topic: str) -> None:
+        """Count a failed append to `topic` (loop thread)."""
+        counters = self.topic(topic)
+        counters.produce_requests += 1
+        counters.failed_produce += 1
 
     def forget_topic(self, name: str) -> None:
         """A deleted topic's series go."""

@@ -13,6 +13,7 @@ class KeysEverything:
     """Shared handlers whose run_key keys every frame."""
 
     loop = None
+    partitions = None
 
     def run_key(self, frame):
         return KEY
