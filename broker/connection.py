@@ -136,8 +136,9 @@ class _Begun:
 
 def api_slot(frame: Frame) -> int:
     """The request type (native) or api key (Kafka) a frame starts with, as an index
-    into a protocol's RequestStats; UNKNOWN_API for anything over 255."""
-    return frame[1] if len(frame) > 1 and not frame[0] else UNKNOWN_API
+    into a protocol's RequestStats; UNKNOWN_API for anything over 255. A frame has
+    its two bytes (FrameReader checks MIN_FRAME)."""
+    return UNKNOWN_API if frame[0] else frame[1]
 
 
 QueueItem = memoryview | bytes | list | _Fatal | _Begun
@@ -485,7 +486,7 @@ class Connection(asyncio.BufferedProtocol):
                 reply = self._handle_now(frame, self.context)
                 if reply is not None:
                     if timed is not None:
-                        api = frame[1] if len(frame) > 1 and not frame[0] else UNKNOWN_API  # api_slot
+                        api = UNKNOWN_API if frame[0] else frame[1]  # api_slot
                     del frame  # a pooled buffer is free again once nothing refers to it
                     stats.answered_at_once += 1
                     rest = writer.write_now(reply)

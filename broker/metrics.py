@@ -53,19 +53,22 @@ class RequestStats:
     """One API of one protocol: requests answered and their total time, in ms buckets.
     Loop thread only (no lock)."""
 
-    __slots__ = ("name", "count", "sum_ms", "buckets")
+    __slots__ = ("name", "sum_ms", "buckets")
 
     def __init__(self, name: str):
         self.name = name
-        self.count = 0
         self.sum_ms = 0.0
         self.buckets = [0] * (len(LATENCY_BOUNDS_MS) + 1)
 
     def observe(self, seconds: float) -> None:
         ms = seconds * 1000.0
-        self.count += 1
         self.sum_ms += ms
         self.buckets[bisect_left(LATENCY_BOUNDS_MS, ms)] += 1
+
+    @property
+    def count(self) -> int:
+        """Requests answered (counted once, in their bucket)."""
+        return sum(self.buckets)
 
 
 # The per-topic counters: (TopicMetrics slot, metric name, help), as BrokerTopicMetrics names them.

@@ -25,6 +25,7 @@ from typing import NamedTuple
 from kafka_format import accel, iter_entries, scan_entries
 from kafka_format.entries import EntryTable
 from kafka_format.errors import CorruptRecordError, InvalidOffsetError
+from kafka_format.batch import BASE_OFFSET_OFFSET, INT64
 from kafka_format.framing import ENTRY_ROW
 
 from .clock import SystemClock
@@ -147,7 +148,7 @@ class LogSegment:
     def should_roll(self, *, messages_size: int, max_timestamp_in_messages: int,
                     max_offset_in_messages: int, now_ms: int, segment_bytes: int,
                     segment_ms: int) -> bool:
-        size = self.size
+        size = self.log.size
         reached_roll_ms = (self.time_waited_for_roll(now_ms, max_timestamp_in_messages)
                            > segment_ms - self.roll_jitter_ms)
         return (size > segment_bytes - messages_size
@@ -159,7 +160,7 @@ class LogSegment:
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
         """Age measured as Kafka does: by record timestamps when the segment has
         one, else by the wall clock since the segment was created."""
-        if self._rolling_based_timestamp is None and self.size > 0:
+        if self._rolling_based_timestamp is None and self.log.size > 0:
             self._rolling_based_timestamp = self._first_batch_timestamp()
         rolling = self._rolling_based_timestamp
         if rolling is not None and rolling >= 0:
@@ -234,7 +235,7 @@ class LogSegment:
         its last offset: not noted). Read from the entry's packed row: no EntryInfo made."""
         position, size, magic, last_offset, _, codec = ENTRY_ROW.unpack_from(validated.entries.rows)
         if magic >= 2:
-            first_offset = int.from_bytes(validated.buffer[position:position + 8], "big", signed=True)
+            (first_offset,) = INT64.unpack_from(validated.buffer, position + BASE_OFFSET_OFFSET)
         elif codec == 0:
             first_offset = last_offset
         else:

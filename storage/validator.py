@@ -213,7 +213,7 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
         raise CorruptRecordError("empty message set")
     log_append, compact, target, window = (config.log_append_time, config.compact, config.compression_target,
                                            config.timestamp_window)
-    rules = _Rules(now_ms, log_append, compact, target, window)
+    rules: _Rules | None = None  # made for the first entry the plain run leaves
     # The run takes uncompressed batches as they are: not when they must be compressed,
     # nor when each record's timestamp must be checked.
     takes_plain_runs = (target is None or target.codec == Codec.NONE) and window is None
@@ -240,6 +240,8 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
             has_producer_ids = has_producer_ids or plain_ids
             if pos >= end:
                 break
+        if rules is None:
+            rules = _Rules(now_ms, log_append, compact, target, window)
         remaining = end - pos
         if remaining <= MAGIC_OFFSET:
             raise CorruptRecordError(f"entry at {pos} is cut short after {remaining} bytes")

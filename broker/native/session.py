@@ -39,7 +39,7 @@ from storage.log import AppendResult
 from ..connection import CloseAfterReply, FastPath, Frame, Reply
 from ..handler_clock import HandlerClock
 from ..listeners import ConnectionContext
-from ..partitions import error_reason
+from ..partitions import INLINE_APPEND_MAX_BYTES, error_reason
 from ..security.sasl import sasl_failure_delay
 
 if TYPE_CHECKING:
@@ -189,6 +189,8 @@ class SessionHandlers(FastPath):
         return reply
 
     def run_key(self, frame: Frame) -> Any:
+        if len(frame) <= INLINE_APPEND_MAX_BYTES:
+            return None  # only a PRODUCE larger than this is ever keyed (produce.py's run_key)
         session = self.session
         if not session.seen or not session.context.authenticated:
             return None  # `handle` first: the HANDSHAKE, the SASL gate
