@@ -463,9 +463,9 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             if frame is None:
                 break
-            if self.queue or self.busy:
+            if queue or self.busy:
                 if self._streak is not None and self._run_key(frame) == self._streak:
-                    self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))
+                    queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))
                     stats.begun_early += 1
                 else:
                     self.queue.append(frame)

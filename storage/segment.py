@@ -194,7 +194,21 @@ class LogSegment:
         physical_position = self.log.size
         best = self._max_ts_and_offset()
         try:
-            self._write(validated, physical_position, best, reserve_ahead)
+            if physical_position == 0:
+                self._rolling_based_timestamp = validated.max_timestamp
+            self.log.append(validated.buffer, reserve_ahead)
+            self._remember_append(validated, physical_position)
+            size = len(validated.buffer)
+            since = self._bytes_since_last_index_entry
+            offset_of_max = validated.offset_of_max_timestamp  # None: not known, the entries tell
+            if offset_of_max is not None and since + size <= self.index_interval_bytes:
+                # No entry of the set can reach the next index point (what index_entries
+                # would find): a small append only counts its bytes and its timestamp.
+                self._bytes_since_last_index_entry = since + size
+                if validated.max_timestamp > best.timestamp:
+                    self._max_timestamp_and_offset = TimestampOffset(validated.max_timestamp, offset_of_max)
+            else:
+                self._index_entries(validated.entries, physical_position, best)
         except OSError:
             self._undo_append(validated.first_offset, physical_position, best)
             raise
@@ -211,23 +225,6 @@ class LogSegment:
         self._max_timestamp_and_offset = best
         if position == 0:
             self._rolling_based_timestamp = None
-
-    def _write(self, validated, physical_position: int, best: TimestampOffset, reserve_ahead: int) -> None:
-        if physical_position == 0:
-            self._rolling_based_timestamp = validated.max_timestamp
-        self.log.append(validated.buffer, reserve_ahead)
-        self._remember_append(validated, physical_position)
-        size = len(validated.buffer)
-        since = self._bytes_since_last_index_entry
-        offset_of_max = validated.offset_of_max_timestamp  # None: not known, the entries tell
-        if offset_of_max is not None and since + size <= self.index_interval_bytes:
-            # No entry of the set can reach the next index point (what index_entries
-            # would find): a small append only counts its bytes and its timestamp.
-            self._bytes_since_last_index_entry = since + size
-            if validated.max_timestamp > best.timestamp:
-                self._max_timestamp_and_offset = TimestampOffset(validated.max_timestamp, offset_of_max)
-            return
-        self._index_entries(validated.entries, physical_position, best)
 
     def _remember_append(self, validated, physical_position: int) -> None:
         """Note where the append's first entry is, by its first offset: a batch's base
