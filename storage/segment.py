@@ -23,9 +23,9 @@ import os
 from typing import NamedTuple
 
 from kafka_format import accel, iter_entries, scan_entries
+from kafka_format.batch import BASE_OFFSET_OFFSET, INT64
 from kafka_format.entries import EntryTable
 from kafka_format.errors import CorruptRecordError, InvalidOffsetError
-from kafka_format.batch import BASE_OFFSET_OFFSET, INT64
 from kafka_format.framing import ENTRY_ROW
 
 from .clock import SystemClock
