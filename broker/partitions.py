@@ -207,13 +207,16 @@ class PartitionWaiters:
                 del self._watchers[tp]
 
     def notify(self, tp: TopicPartition) -> None:
-        event = self._events.pop(tp, None)
-        if event is not None:
-            event.set()
-        watchers = self._watchers.get(tp)
-        if watchers:
-            for watcher in watchers:
-                watcher.appended(tp)
+        # Every append calls this: with nobody waiting anywhere, `tp` is not even hashed.
+        if self._events:
+            event = self._events.pop(tp, None)
+            if event is not None:
+                event.set()
+        if self._watchers:
+            watchers = self._watchers.get(tp)
+            if watchers:
+                for watcher in watchers:
+                    watcher.appended(tp)
 
     def wanted(self, tp: TopicPartition) -> bool:
         """Whether a long poll or a watcher waits on `tp` (any thread: dict lookups)."""

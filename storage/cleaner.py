@@ -168,6 +168,7 @@ class _Chunk:
 
     __slots__ = ("buffer", "entries", "max_timestamp")
     offset_of_max_timestamp = None
+    first_offset = None  # not tracked either: the segment notes no recent append for it
 
     def __init__(self, buffer, entries, max_timestamp):
         self.buffer = buffer

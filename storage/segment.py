@@ -23,7 +23,6 @@ import os
 from typing import NamedTuple
 
 from kafka_format import accel, iter_entries, scan_entries
-from kafka_format.batch import BASE_OFFSET_OFFSET, INT64
 from kafka_format.entries import EntryTable
 from kafka_format.errors import CorruptRecordError, InvalidOffsetError
 from kafka_format.framing import ENTRY_ROW
@@ -227,16 +226,14 @@ class LogSegment:
             self._rolling_based_timestamp = None
 
     def _remember_append(self, validated, physical_position: int) -> None:
-        """Note where the append's first entry is, by its first offset: a batch's base
-        offset, a classic message's offset (a compressed classic wrapper names only
-        its last offset: not noted). Read from the entry's packed row: no EntryInfo made."""
-        position, size, magic, last_offset, _, codec = ENTRY_ROW.unpack_from(validated.entries.rows)
-        if magic >= 2:
-            (first_offset,) = INT64.unpack_from(validated.buffer, position + BASE_OFFSET_OFFSET)
-        elif codec == 0:
-            first_offset = last_offset
-        else:
-            return
+        """Note where the append's first entry is, by the set's first offset: the
+        entry holding it (a batch's base offset, a classic message's offset, the
+        first inner offset of a compressed classic wrapper). Read from the entry's
+        packed row: no EntryInfo made."""
+        first_offset = validated.first_offset
+        if first_offset is None:
+            return  # a cleaned chunk (storage/cleaner.py) does not say it: not noted
+        position, size, _, last_offset, _, _ = ENTRY_ROW.unpack_from(validated.entries.rows)
         recent = self._recent_appends
         recent[first_offset] = OffsetPosition(last_offset, physical_position + position, size)
         if len(recent) > RECENT_APPENDS:
