@@ -1,6 +1,6 @@
 """Broker CPU per one-record native PRODUCE, and (--profile) the Python calls behind it.
 
-    .venv/bin/python bench/request_cpu.py [--requests 20000] [--profile]
+    .venv/bin/python bench/request_cpu.py [--requests 20000] [--profile | --instructions]
 
 The broker is the real `python -m broker serve` process (fresh data directory);
 one connection sends one-record PRODUCE requests (a 100 B value, the frame
@@ -14,6 +14,12 @@ script on an earlier commit only where that commit has it).
 once or more per request (calls per request, own time per request), which is
 where per-request work added to the hot path shows up (the broker's start-up
 calls count too, mostly builtins; more requests dilute them).
+
+--instructions runs the broker under valgrind's callgrind, counting only while
+the measured requests run (callgrind_control switches it on and off), and
+prints the machine instructions the broker executes per request: a figure that
+other work on the machine does not move, for comparing two trees on a busy
+machine (run it with --requests 1000 or so: callgrind is about 50 times slower).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import importlib.util
 import os
 import pstats
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -52,29 +59,46 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--profile", action="store_true", help="run the broker under cProfile")
+    parser.add_argument("--instructions", action="store_true",
+                        help="run the broker under callgrind: instructions per request")
     args = parser.parse_args()
     bench = _bench_broker()
     work = tempfile.mkdtemp(prefix="strata-request-cpu-")
     profile_out = os.path.join(work, "broker.prof")
+    callgrind_out = os.path.join(work, "callgrind.out")
+    plain = broker_process.serve_command
     if args.profile:
-        plain = broker_process.serve_command
         broker_process.serve_command = lambda *a: [sys.executable, "-m", "cProfile", "-o", profile_out,
                                                    *plain(*a)[1:]]
+    elif args.instructions:
+        broker_process.serve_command = lambda *a: ["valgrind", "--tool=callgrind", "--instr-atstart=no", "-q",
+                                                   f"--callgrind-out-file={callgrind_out}", *plain(*a)]
     frame = encode_request(ProduceRequest("request-cpu", 0, build_batch([(b"key", b"v" * 100,
                                                                           int(time.time() * 1000))])))
-    broker = broker_process.BrokerProcess(os.path.join(work, "data")).start()
+    broker = broker_process.BrokerProcess(os.path.join(work, "data")).start(timeout=600)
     try:
         async def run() -> tuple[float, float]:
             await bench.admin(broker.port, CreateTopicRequest("request-cpu", 1))
             sock = await bench.connect(broker.port)
             await bench.round_trips(sock, FrameDecoder(), frame, WARMUP, None)
+            if args.instructions:
+                subprocess.run(["callgrind_control", "-i", "on", str(broker.pid)], check=True, capture_output=True)
             cpu_before, started = bench.cpu_seconds(broker.pid), time.perf_counter()
             await bench.round_trips(sock, FrameDecoder(), frame, args.requests, None)
+            if args.instructions:
+                subprocess.run(["callgrind_control", "-i", "off", str(broker.pid)], check=True, capture_output=True)
             return bench.cpu_seconds(broker.pid) - cpu_before, time.perf_counter() - started
 
         cpu, wall = asyncio.run(run())
     finally:
         broker.stop()
+    if args.instructions:
+        with open(callgrind_out) as counts:
+            total = next(int(line.split()[1]) for line in counts if line.startswith("totals:"))
+        print(f"one-record PRODUCE: broker {total / args.requests:,.0f} instructions per request "
+              f"(callgrind, {args.requests} requests)")
+        shutil.rmtree(work, ignore_errors=True)
+        return 0
     per = 1e6 / args.requests
     print(f"one-record PRODUCE: broker CPU {cpu * per:6.1f} us per request, wall {wall * per:6.1f} us "
           f"per round trip ({args.requests} requests, load {os.getloadavg()[0]:.1f})")
