@@ -119,6 +119,9 @@ class SessionHandlers(FastPath):
         self.partitions = shared.partitions
         self.session = NativeSession(context)
         self.loop: asyncio.AbstractEventLoop = shared.loop
+        # The fast path's handlers (`handle_now`), bound once per connection.
+        self._produce_now = shared.produce_now
+        self._fetch_now = shared.fetch_now
 
     async def handle(self, frame: Frame, conn: ConnectionContext) -> Reply:
         session = self.session
@@ -165,9 +168,9 @@ class SessionHandlers(FastPath):
             return None
         request_type = frame[1]
         if request_type == PRODUCE:
-            now = self.shared.produce_now
+            now = self._produce_now
         elif request_type == FETCH:
-            now = self.shared.fetch_now
+            now = self._fetch_now
         else:
             return None
         quotas = self.partitions.quotas

@@ -16,6 +16,7 @@ class KeysEverything:
 
     loop = None
     partitions = None
+    produce_now = fetch_now = None
 
     def run_key(self, frame):
         return KEY
