@@ -1,6 +1,6 @@
 """Broker CPU per one-record native PRODUCE, and (--profile) the Python calls behind it.
 
-    .venv/bin/python bench/request_cpu.py [--requests 20000] [--profile | --instructions]
+    .venv/bin/python bench/request_cpu.py [--requests 20000] [--profile | --instructions | --side-by-side REV]
 
 The broker is the real `python -m broker serve` process (fresh data directory);
 one connection sends one-record PRODUCE requests (a 100 B value, the frame
@@ -20,12 +20,20 @@ the measured requests run (callgrind_control switches it on and off), and
 prints the machine instructions the broker executes per request: a figure that
 other work on the machine does not move, for comparing two trees on a busy
 machine (run it with --requests 1000 or so: callgrind is about 50 times slower).
+
+--side-by-side REV runs this tree's broker and REV's (exported and built as
+bench/against.py does) at the same time, and sends the requests in batches of
+1,000 to one then the other, alternating which goes first; each broker's CPU
+(the run time /proc/PID/task/*/schedstat gives, in ns) is summed over its own
+batches, so both see the same moments of a machine whose speed others' work
+moves. Printed: both brokers' CPU per request and their ratio (this tree over REV).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import os
 import pstats
@@ -43,16 +51,66 @@ from kafka_format import build_batch  # noqa: E402
 from protocol import CreateTopicRequest, FrameDecoder, ProduceRequest, encode_request  # noqa: E402
 
 WARMUP = 2_000
+BATCH = 1_000  # requests per turn in --side-by-side
 
 
 def _bench_broker():
     """bench/broker.py's client helpers; its file name would shadow the `broker` package."""
-    spec = importlib.util.spec_from_file_location("bench_broker", os.path.join(ROOT, "bench", "broker.py"))
+    return _load("bench_broker", os.path.join(ROOT, "bench", "broker.py"))
+
+
+def _load(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_broker"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def run_time_ns(pid: int) -> int:
+    """CPU time of all of a process's threads so far, in ns (/proc/PID/task/*/schedstat)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+    return total
+
+
+def side_by_side(rev: str, requests: int, frame: bytes, work: str) -> int:
+    """This tree's broker and REV's, the requests sent to both in alternating batches."""
+    bench = _bench_broker()
+    against = _load("bench_against", os.path.join(ROOT, "bench", "against.py"))
+    other_root = against.export_tree(rev, os.path.join(work, "tree"))
+    other_process = _load("other_broker_process", os.path.join(other_root, "tests", "broker_process.py"))
+    brokers = {"this tree": broker_process.BrokerProcess(os.path.join(work, "this")).start(),
+               rev: other_process.BrokerProcess(os.path.join(work, "other")).start()}
+    try:
+        async def run() -> dict[str, int]:
+            socks = {}
+            for name, broker in brokers.items():
+                await bench.admin(broker.port, CreateTopicRequest("request-cpu", 1))
+                socks[name] = await bench.connect(broker.port)
+                await bench.round_trips(socks[name], FrameDecoder(), frame, WARMUP, None)
+            spent = dict.fromkeys(brokers, 0)
+            names = list(brokers)
+            for turn in range(max(1, requests // BATCH)):
+                for name in names if turn % 2 == 0 else reversed(names):
+                    before = run_time_ns(brokers[name].pid)
+                    await bench.round_trips(socks[name], FrameDecoder(), frame, BATCH, None)
+                    spent[name] += run_time_ns(brokers[name].pid) - before
+            return spent
+
+        spent = asyncio.run(run())
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+    sent = max(1, requests // BATCH) * BATCH
+    this, other = spent["this tree"] / sent / 1000, spent[rev] / sent / 1000
+    print(f"one-record PRODUCE, side by side ({sent} requests each, load {os.getloadavg()[0]:.1f}): broker CPU "
+          f"{this:6.1f} us per request, {rev} {other:6.1f} us: ratio {this / other:.3f}")
+    return 0
 
 
 def main() -> int:
@@ -61,6 +119,7 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="run the broker under cProfile")
     parser.add_argument("--instructions", action="store_true",
                         help="run the broker under callgrind: instructions per request")
+    parser.add_argument("--side-by-side", metavar="REV", help="run REV's broker alongside, in alternating batches")
     args = parser.parse_args()
     bench = _bench_broker()
     work = tempfile.mkdtemp(prefix="strata-request-cpu-")
@@ -75,6 +134,11 @@ def main() -> int:
                                                    f"--callgrind-out-file={callgrind_out}", *plain(*a)]
     frame = encode_request(ProduceRequest("request-cpu", 0, build_batch([(b"key", b"v" * 100,
                                                                           int(time.time() * 1000))])))
+    if args.side_by_side:
+        try:
+            return side_by_side(args.side_by_side, args.requests, frame, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     broker = broker_process.BrokerProcess(os.path.join(work, "data")).start(timeout=600)
     try:
         async def run() -> tuple[float, float]:
