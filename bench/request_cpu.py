@@ -72,9 +72,9 @@ def run_time_ns(pid: int) -> int:
     """CPU time of all of a process's threads so far, in ns (/proc/PID/task/*/schedstat)."""
     total = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(FileNotFoundError):  # a thread that just ended
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
+        # A thread that just ended has no file any more.
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            total += int(f.read().split()[0])
     return total
 
 
