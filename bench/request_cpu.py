@@ -1,6 +1,6 @@
 """Broker CPU per one-record native PRODUCE, and (--profile) the Python calls behind it.
 
-    .venv/bin/python bench/request_cpu.py [--requests 20000] [--profile]
+    .venv/bin/python bench/request_cpu.py [--requests 20000] [--profile | --instructions | --side-by-side REV]
 
 The broker is the real `python -m broker serve` process (fresh data directory);
 one connection sends one-record PRODUCE requests (a 100 B value, the frame
@@ -14,16 +14,31 @@ script on an earlier commit only where that commit has it).
 once or more per request (calls per request, own time per request), which is
 where per-request work added to the hot path shows up (the broker's start-up
 calls count too, mostly builtins; more requests dilute them).
+
+--instructions runs the broker under valgrind's callgrind, counting only while
+the measured requests run (callgrind_control switches it on and off), and
+prints the machine instructions the broker executes per request: a figure that
+other work on the machine does not move, for comparing two trees on a busy
+machine (run it with --requests 1000 or so: callgrind is about 50 times slower).
+
+--side-by-side REV runs this tree's broker and REV's (exported and built as
+bench/against.py does) at the same time, and sends the requests in batches of
+1,000 to one then the other, alternating which goes first; each broker's CPU
+(the run time /proc/PID/task/*/schedstat gives, in ns) is summed over its own
+batches, so both see the same moments of a machine whose speed others' work
+moves. Printed: both brokers' CPU per request and their ratio (this tree over REV).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import os
 import pstats
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,45 +51,118 @@ from kafka_format import build_batch  # noqa: E402
 from protocol import CreateTopicRequest, FrameDecoder, ProduceRequest, encode_request  # noqa: E402
 
 WARMUP = 2_000
+BATCH = 1_000  # requests per turn in --side-by-side
 
 
 def _bench_broker():
     """bench/broker.py's client helpers; its file name would shadow the `broker` package."""
-    spec = importlib.util.spec_from_file_location("bench_broker", os.path.join(ROOT, "bench", "broker.py"))
+    return _load("bench_broker", os.path.join(ROOT, "bench", "broker.py"))
+
+
+def _load(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_broker"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def run_time_ns(pid: int) -> int:
+    """CPU time of all of a process's threads so far, in ns (/proc/PID/task/*/schedstat)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        # A thread that just ended has no file any more.
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total
+
+
+def side_by_side(rev: str, requests: int, frame: bytes, work: str) -> int:
+    """This tree's broker and REV's, the requests sent to both in alternating batches."""
+    bench = _bench_broker()
+    against = _load("bench_against", os.path.join(ROOT, "bench", "against.py"))
+    other_root = against.export_tree(rev, os.path.join(work, "tree"))
+    other_process = _load("other_broker_process", os.path.join(other_root, "tests", "broker_process.py"))
+    brokers = {"this tree": broker_process.BrokerProcess(os.path.join(work, "this")).start(),
+               rev: other_process.BrokerProcess(os.path.join(work, "other")).start()}
+    try:
+        async def run() -> dict[str, int]:
+            socks = {}
+            for name, broker in brokers.items():
+                await bench.admin(broker.port, CreateTopicRequest("request-cpu", 1))
+                socks[name] = await bench.connect(broker.port)
+                await bench.round_trips(socks[name], FrameDecoder(), frame, WARMUP, None)
+            spent = dict.fromkeys(brokers, 0)
+            names = list(brokers)
+            for turn in range(max(1, requests // BATCH)):
+                for name in names if turn % 2 == 0 else reversed(names):
+                    before = run_time_ns(brokers[name].pid)
+                    await bench.round_trips(socks[name], FrameDecoder(), frame, BATCH, None)
+                    spent[name] += run_time_ns(brokers[name].pid) - before
+            return spent
+
+        spent = asyncio.run(run())
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+    sent = max(1, requests // BATCH) * BATCH
+    this, other = spent["this tree"] / sent / 1000, spent[rev] / sent / 1000
+    print(f"one-record PRODUCE, side by side ({sent} requests each, load {os.getloadavg()[0]:.1f}): broker CPU "
+          f"{this:6.1f} us per request, {rev} {other:6.1f} us: ratio {this / other:.3f}")
+    return 0
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--profile", action="store_true", help="run the broker under cProfile")
+    parser.add_argument("--instructions", action="store_true",
+                        help="run the broker under callgrind: instructions per request")
+    parser.add_argument("--side-by-side", metavar="REV", help="run REV's broker alongside, in alternating batches")
     args = parser.parse_args()
     bench = _bench_broker()
     work = tempfile.mkdtemp(prefix="strata-request-cpu-")
     profile_out = os.path.join(work, "broker.prof")
+    callgrind_out = os.path.join(work, "callgrind.out")
+    plain = broker_process.serve_command
     if args.profile:
-        plain = broker_process.serve_command
         broker_process.serve_command = lambda *a: [sys.executable, "-m", "cProfile", "-o", profile_out,
                                                    *plain(*a)[1:]]
+    elif args.instructions:
+        broker_process.serve_command = lambda *a: ["valgrind", "--tool=callgrind", "--instr-atstart=no", "-q",
+                                                   f"--callgrind-out-file={callgrind_out}", *plain(*a)]
     frame = encode_request(ProduceRequest("request-cpu", 0, build_batch([(b"key", b"v" * 100,
                                                                           int(time.time() * 1000))])))
-    broker = broker_process.BrokerProcess(os.path.join(work, "data")).start()
+    if args.side_by_side:
+        try:
+            return side_by_side(args.side_by_side, args.requests, frame, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    broker = broker_process.BrokerProcess(os.path.join(work, "data")).start(timeout=600)
     try:
         async def run() -> tuple[float, float]:
             await bench.admin(broker.port, CreateTopicRequest("request-cpu", 1))
             sock = await bench.connect(broker.port)
             await bench.round_trips(sock, FrameDecoder(), frame, WARMUP, None)
+            if args.instructions:
+                subprocess.run(["callgrind_control", "-i", "on", str(broker.pid)], check=True, capture_output=True)
             cpu_before, started = bench.cpu_seconds(broker.pid), time.perf_counter()
             await bench.round_trips(sock, FrameDecoder(), frame, args.requests, None)
+            if args.instructions:
+                subprocess.run(["callgrind_control", "-i", "off", str(broker.pid)], check=True, capture_output=True)
             return bench.cpu_seconds(broker.pid) - cpu_before, time.perf_counter() - started
 
         cpu, wall = asyncio.run(run())
     finally:
         broker.stop()
+    if args.instructions:
+        with open(callgrind_out) as counts:
+            total = next(int(line.split()[1]) for line in counts if line.startswith("totals:"))
+        print(f"one-record PRODUCE: broker {total / args.requests:,.0f} instructions per request "
+              f"(callgrind, {args.requests} requests)")
+        shutil.rmtree(work, ignore_errors=True)
+        return 0
     per = 1e6 / args.requests
     print(f"one-record PRODUCE: broker CPU {cpu * per:6.1f} us per request, wall {wall * per:6.1f} us "
           f"per round trip ({args.requests} requests, load {os.getloadavg()[0]:.1f})")

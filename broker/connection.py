@@ -136,8 +136,9 @@ class _Begun:
 
 def api_slot(frame: Frame) -> int:
     """The request type (native) or api key (Kafka) a frame starts with, as an index
-    into a protocol's RequestStats; UNKNOWN_API for anything over 255."""
-    return frame[1] if len(frame) > 1 and not frame[0] else UNKNOWN_API
+    into a protocol's RequestStats; UNKNOWN_API for anything over 255. A frame has
+    its two bytes (FrameReader checks MIN_FRAME)."""
+    return UNKNOWN_API if frame[0] else frame[1]
 
 
 QueueItem = memoryview | bytes | list | _Fatal | _Begun
@@ -291,6 +292,10 @@ class Connection(asyncio.BufferedProtocol):
         self.peer: Any = None
         self.decoder = FrameReader(server.max_frame_bytes, pool=server.frame_pool, memory=server.memory,
                                    scratch=server.scratch)
+        # BufferedProtocol.get_buffer, where the next bytes from the socket go, is the
+        # decoder's own (straight into the frame being received when it is a large
+        # one): the transport calls it with no pass-through call per read.
+        self.get_buffer = self.decoder.get_buffer  # type: ignore[method-assign]
         # The fast path, if the handlers declare it (bound once: a Python call less per frame).
         fast = self.handlers if isinstance(self.handlers, FastPath) else _NO_FAST_PATH
         self._run_key = fast.run_key
@@ -361,11 +366,6 @@ class Connection(asyncio.BufferedProtocol):
             self._mute_for(admission.delay_ms)
         if self.server.closing:
             self.drain()
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        """Where the next bytes from the socket go: straight into the frame being
-        received when it is a large one (FrameReader.get_buffer)."""
-        return self.decoder.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
         if self.fatal or self.lost:
@@ -463,9 +463,9 @@ class Connection(asyncio.BufferedProtocol):
                 continue
             if frame is None:
                 break
-            if self.queue or self.busy:
+            if queue or self.busy:
                 if self._streak is not None and self._run_key(frame) == self._streak:
-                    self.queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))
+                    queue.append(_Begun(self._begin(frame, self.context), api_slot(frame)))
                     stats.begun_early += 1
                 else:
                     self.queue.append(frame)
@@ -486,7 +486,7 @@ class Connection(asyncio.BufferedProtocol):
                 reply = self._handle_now(frame, self.context)
                 if reply is not None:
                     if timed is not None:
-                        api = frame[1] if len(frame) > 1 and not frame[0] else UNKNOWN_API  # api_slot
+                        api = UNKNOWN_API if frame[0] else frame[1]  # api_slot
                     del frame  # a pooled buffer is free again once nothing refers to it
                     stats.answered_at_once += 1
                     rest = writer.write_now(reply)

@@ -53,19 +53,22 @@ class RequestStats:
     """One API of one protocol: requests answered and their total time, in ms buckets.
     Loop thread only (no lock)."""
 
-    __slots__ = ("name", "count", "sum_ms", "buckets")
+    __slots__ = ("name", "sum_ms", "buckets")
 
     def __init__(self, name: str):
         self.name = name
-        self.count = 0
         self.sum_ms = 0.0
         self.buckets = [0] * (len(LATENCY_BOUNDS_MS) + 1)
 
     def observe(self, seconds: float) -> None:
         ms = seconds * 1000.0
-        self.count += 1
         self.sum_ms += ms
         self.buckets[bisect_left(LATENCY_BOUNDS_MS, ms)] += 1
+
+    @property
+    def count(self) -> int:
+        """Requests answered (counted once, in their bucket)."""
+        return sum(self.buckets)
 
 
 # The per-topic counters: (TopicMetrics slot, metric name, help), as BrokerTopicMetrics names them.
@@ -89,7 +92,8 @@ TOPIC_COUNTERS: tuple[tuple[str, str, str], ...] = (
 class TopicMetrics:
     """A topic's counters: plain integers, counted on the loop thread only (an
     executor append hands its count to the loop), rendered at scrape time (on the
-    loop too), so no lock."""
+    loop too), so no lock. Appends are counted through BrokerMetrics.appended /
+    append_failed (one call per append on the produce path)."""
 
     __slots__ = ("messages_in", "bytes_in", "bytes_out", "produce_requests", "failed_produce",
                  "fetch_requests", "failed_fetch")
@@ -97,15 +101,6 @@ class TopicMetrics:
     def __init__(self) -> None:
         self.messages_in = self.bytes_in = self.bytes_out = 0
         self.produce_requests = self.failed_produce = self.fetch_requests = self.failed_fetch = 0
-
-    def appended(self, records: int, size: int) -> None:
-        self.produce_requests += 1
-        self.messages_in += records
-        self.bytes_in += size
-
-    def append_failed(self) -> None:
-        self.produce_requests += 1
-        self.failed_produce += 1
 
     def read(self, size: int) -> None:
         self.fetch_requests += 1
@@ -169,6 +164,19 @@ class BrokerMetrics:
         if found is None:
             found = self._topics.setdefault(name, TopicMetrics())
         return found
+
+    def appended(self, topic: str, records: int, size: int) -> None:
+        """Count an append to `topic` (loop thread): its records and bytes."""
+        counters = self._topics.get(topic) or self.topic(topic)
+        counters.produce_requests += 1
+        counters.messages_in += records
+        counters.bytes_in += size
+
+    def append_failed(self, topic: str) -> None:
+        """Count a failed append to `topic` (loop thread)."""
+        counters = self.topic(topic)
+        counters.produce_requests += 1
+        counters.failed_produce += 1
 
     def forget_topic(self, name: str) -> None:
         """A deleted topic's series go."""

@@ -207,13 +207,16 @@ class PartitionWaiters:
                 del self._watchers[tp]
 
     def notify(self, tp: TopicPartition) -> None:
-        event = self._events.pop(tp, None)
-        if event is not None:
-            event.set()
-        watchers = self._watchers.get(tp)
-        if watchers:
-            for watcher in watchers:
-                watcher.appended(tp)
+        # Every append calls this: with nobody waiting anywhere, `tp` is not even hashed.
+        if self._events:
+            event = self._events.pop(tp, None)
+            if event is not None:
+                event.set()
+        if self._watchers:
+            watchers = self._watchers.get(tp)
+            if watchers:
+                for watcher in watchers:
+                    watcher.appended(tp)
 
     def wanted(self, tp: TopicPartition) -> bool:
         """Whether a long poll or a watcher waits on `tp` (any thread: dict lookups)."""
@@ -535,21 +538,20 @@ class PartitionService:
 
     # ---- appending ------------------------------------------------------------------------------
 
-    def inline_size(self, size: int) -> bool:
-        """Whether a message set of `size` bytes may be appended on the loop (no fsync due)."""
-        return size <= INLINE_APPEND_MAX_BYTES or (
-            size <= LARGE_INLINE_APPEND_MAX_BYTES and self.loop.time() >= self._inline_backoff_until)
-
     def appends_inline(self, partition_log: Log, size: int, *, ordered_by_caller: bool = False) -> bool:
         """The policy: an append of `size` bytes runs on the loop when no fsync is due,
-        its size allows it (`inline_size`) and no earlier append of the partition is
-        still queued in the executor (it would be overtaken). `ordered_by_caller`:
-        the caller starts the append only once the earlier ones it cares about are
-        done (a connection's pipelined PRODUCEs), so queued appends do not count; a
+        it is at most INLINE_APPEND_MAX_BYTES, or at most LARGE_INLINE_APPEND_MAX_BYTES
+        outside a slow-disk back-off, and no earlier append of the partition is still
+        queued in the executor (it would be overtaken). `ordered_by_caller`: the
+        caller starts the append only once the earlier ones it cares about are done
+        (a connection's pipelined PRODUCEs), so queued appends do not count; a
         stream that went to the executor during a back-off then comes back to the
         loop as soon as the back-off ends."""
-        return (partition_log.config.flush_messages == LONG_MAX and self.inline_size(size)
-                and (ordered_by_caller or partition_log not in self._appenders))
+        if size > INLINE_APPEND_MAX_BYTES and (size > LARGE_INLINE_APPEND_MAX_BYTES
+                                               or self.loop.time() < self._inline_backoff_until):
+            return False
+        return partition_log.config.flush_messages == LONG_MAX and (
+            ordered_by_caller or partition_log not in self._appenders)
 
     def try_append_inline(self, partition_log: Log, data: Any) -> AppendResult | None:
         """Append `data` on the loop if the policy allows (`appends_inline`), waking
@@ -571,11 +573,11 @@ class PartitionService:
             result = partition_log.append(data, in_place=True)  # the frame is ours to patch
         except Exception:
             if metrics is not None:
-                metrics.topic(partition_log.topic).append_failed()
+                metrics.append_failed(partition_log.topic)
             raise
         took = time.perf_counter() - start
         if metrics is not None:
-            metrics.topic(partition_log.topic).appended(result.record_count, len(data))
+            metrics.appended(partition_log.topic, result.record_count, len(data))
         if took > SLOW_INLINE_APPEND_S:
             if self.loop.time() >= self._inline_backoff_until:
                 self.append_stats.backoffs += 1
@@ -617,12 +619,12 @@ class PartitionService:
 
     def count_append(self, topic: str, result: AppendResult | None, size: int) -> None:
         """Loop thread: count an executor append in the topic's metrics (None: it failed)."""
-        if self.metrics is not None:
-            counters = self.metrics.topic(topic)
+        metrics = self.metrics
+        if metrics is not None:
             if result is None:
-                counters.append_failed()
+                metrics.append_failed(topic)
             else:
-                counters.appended(result.record_count, size)
+                metrics.appended(topic, result.record_count, size)
 
     def appender_idle(self, appender: Appender) -> None:
         """Loop thread: forget an appender with nothing to do (submits happen on this

@@ -231,6 +231,7 @@ class ClientQuotas:
         self.window_ms = window_seconds * 1000
         self._rates: dict[tuple[str, str, str], WindowedRate] = {}
         self.request_quotas = _has_key(quotas, REQUEST_PERCENTAGE)
+        self.active = bool(quotas)  # whether any quota is set (else nothing is counted)
         self.mutation_burst_seconds = mutation_window_samples * mutation_window_seconds
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
         self._buckets_lock = threading.Lock()
@@ -253,11 +254,6 @@ class ClientQuotas:
         return cls(path, quotas, window_samples=window_samples, window_seconds=window_seconds,
                    mutation_window_samples=mutation_window_samples,
                    mutation_window_seconds=mutation_window_seconds)
-
-    @property
-    def active(self) -> bool:
-        """Whether any quota is set (else nothing is counted)."""
-        return bool(self._quotas)
 
     # ---- AlterClientQuotas / DescribeClientQuotas ----
 
@@ -297,6 +293,7 @@ class ClientQuotas:
                                   for entity, values in sorted(quotas.items(), key=lambda kv: repr(kv[0]))]}
                 atomic_write(self.path, encode_document(doc))
             self.request_quotas = _has_key(quotas, REQUEST_PERCENTAGE)
+            self.active = bool(quotas)
             self._quotas = quotas  # one reference swap: readers see the old or the new whole
 
     def describe(self, components: Iterable[tuple[str, int, str | None]], strict: bool) -> list[tuple[Entity, dict]]:

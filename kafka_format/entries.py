@@ -71,7 +71,8 @@ class EntryTable(PackedRows):
     __slots__ = ()
 
     def __init__(self, rows: bytearray | None = None) -> None:
-        super().__init__(bytearray() if rows is None else rows)
+        # All PackedRows.__init__ does, set here: every validated set makes a table.
+        self.rows = bytearray() if rows is None else rows
 
     def add(self, position: int, size: int, magic: int, last_offset: int, max_timestamp: int,
             codec: int) -> None:

@@ -92,7 +92,7 @@ from kafka_format.batch import (
     batch_crc,
 )
 from kafka_format.builder import build_batch
-from kafka_format.entries import EntryInfo
+from kafka_format.entries import EntryInfo, EntryTable
 from kafka_format.errors import CorruptRecordError
 from kafka_format.framing import LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, MIN_ENTRY_SIZE_FIELD
 
@@ -161,12 +161,14 @@ class CleanerStats:
 
 
 class _Chunk:
-    """What LogSegment.append needs of a set of entries (a ValidatedSet's shape).
+    """What LogSegment.append needs of a set of entries (a ValidatedSet's shape;
+    `entries` an EntryTable).
     The offset of the largest timestamp is not tracked here: None, so the segment
     takes it from the entries."""
 
     __slots__ = ("buffer", "entries", "max_timestamp")
     offset_of_max_timestamp = None
+    first_offset = None  # not tracked either: the segment notes no recent append for it
 
     def __init__(self, buffer, entries, max_timestamp):
         self.buffer = buffer
@@ -643,7 +645,7 @@ class Cleaner:
                     stats.bytes_read += pos
                     if infos:
                         out = parts[0] if len(parts) == 1 else b"".join(parts)
-                        cleaned.append(largest, _Chunk(out, infos, max_ts))
+                        cleaned.append(largest, _Chunk(out, EntryTable.of(infos), max_ts))
                         stats.bytes_written += written
                 stats.segments += 1
                 for txn in segment.txn_index.entries:  # the aborted transactions stay known ...

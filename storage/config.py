@@ -15,8 +15,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import Any, NamedTuple
 
+from kafka_format.codecs import Codec
 from kafka_format.errors import InvalidConfigError
 
 LONG_MAX = 2**63 - 1
@@ -25,6 +27,15 @@ INT_MAX = 2**31 - 1
 CLEANUP_POLICIES = ("delete", "compact")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+CODEC_OF_TYPE = {"uncompressed": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SNAPPY,
+                 "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
+
+
+class Target(NamedTuple):
+    """The codec compression.type stores every record batch with (storage/recompress.py)."""
+
+    codec: Codec
+    level: int | None  # None: the codec's default
 
 
 @dataclass(frozen=True)
@@ -211,7 +222,11 @@ class LogConfig:
         """Every effective setting, Kafka names to strings, sorted by name."""
         return {k.name: _format(k, getattr(self, k.attr)) for k in KEYS}
 
-    @property
+    # The rules below are read on every append (storage/validator.py): each is worked
+    # out once per config, on first use (a config never changes; altering a topic
+    # builds a new one).
+
+    @cached_property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy
 
@@ -219,7 +234,7 @@ class LogConfig:
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
 
-    @property
+    @cached_property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
@@ -236,6 +251,27 @@ class LogConfig:
         """How far ahead of the clock a CreateTime timestamp may be (as before)."""
         after = self.message_timestamp_after_max_ms
         return after if after != LONG_MAX else self.message_timestamp_difference_max_ms
+
+    @cached_property
+    def timestamp_window(self) -> tuple[int, int] | None:
+        """The CreateTime timestamp window (before, after) in ms around the broker's
+        clock, or None when every timestamp is accepted (LogAppendTime, or both
+        sides Long.MAX)."""
+        before, after = self.timestamp_before_max_ms, self.timestamp_after_max_ms
+        if self.log_append_time or before == after == LONG_MAX:
+            return None
+        return before, after
+
+    @cached_property
+    def compression_target(self) -> Target | None:
+        """The codec and level every record batch is stored with, or None for
+        `producer` (each batch keeps its own)."""
+        codec = CODEC_OF_TYPE.get(self.compression_type)
+        if codec is None:
+            return None
+        level = {Codec.GZIP: self.compression_gzip_level, Codec.LZ4: self.compression_lz4_level,
+                 Codec.ZSTD: self.compression_zstd_level}.get(codec)
+        return Target(codec, None if level == -1 else level)
 
     @property
     def max_index_entries_bytes(self) -> int:

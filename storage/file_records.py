@@ -149,9 +149,9 @@ class FileRecords(ManagedFile):
                 self._reserved_end = wanted if reserve_blocks(fd, position, wanted - position) else None
             self._dirty = True
             view = memoryview(data)
-            written = 0
             try:
-                while written < len(view):
+                written = os.pwrite(fd, view, position)
+                while written < len(view):  # a short write: the rest
                     written += os.pwrite(fd, view[written:], position + written)
             except OSError:
                 self._cut_back(position)

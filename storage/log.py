@@ -236,12 +236,13 @@ class Log:
             self.io_errors.succeeded()
             # The producer state first: a reader that sees the new end sees the
             # transactions it opened (the last stable offset never passes them).
+            end_offset = validated.last_offset + 1
             if producer_update is not None:
-                self.producer_state.apply(producer_update, validated.last_offset + 1)
+                self.producer_state.apply(producer_update, end_offset)
             else:
-                self.producer_state.update_end_offset(validated.last_offset + 1)
-            self._end = LogEnd(validated.last_offset + 1, segment, segment.size)
-            flush_due = self._end.offset - self._recovery_point >= config.flush_messages
+                self.producer_state.update_end_offset(end_offset)
+            self._end = LogEnd(end_offset, segment, segment.size)
+            flush_due = end_offset - self._recovery_point >= config.flush_messages
         if flush_due:
             self.flush()
         return AppendResult(validated.first_offset, validated.last_offset, validated.log_append_time,

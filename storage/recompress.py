@@ -1,7 +1,8 @@
 """The topic's compression.type applied on append (Kafka's LogValidator with a
 broker-side target codec), for every protocol: Log.append validates through
-storage/validator.py, which asks `target_of(config)` once per set and
-hands each record batch of another codec to `recompress_batch`.
+storage/validator.py, which takes the topic's `LogConfig.compression_target`
+(worked out once per config, storage/config.py) and hands each record batch of
+another codec to `recompress_batch`.
 
 Policy (Kafka's BrokerCompressionType):
 - `producer` (the default): every batch keeps the codec its producer chose.
@@ -22,8 +23,6 @@ codec: Kafka would first convert them to magic 2, which Strata deliberately does
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from kafka_format.batch import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET_OFFSET,
@@ -38,30 +37,12 @@ from kafka_format.batch import (
     UINT32,
     batch_crc,
 )
-from kafka_format.codecs import Codec, compress
+from kafka_format.codecs import compress
 from kafka_format.framing import CODEC_MASK, LOG_OVERHEAD
 
-from .config import LogConfig
+from .config import Target
 
 LENGTH_OFFSET = FIELD_OFFSET["length"]
-
-CODEC_OF_TYPE = {"uncompressed": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SNAPPY,
-                 "lz4": Codec.LZ4, "zstd": Codec.ZSTD}
-
-
-class Target(NamedTuple):
-    codec: Codec
-    level: int | None  # None: the codec's default
-
-
-def target_of(config: LogConfig) -> Target | None:
-    """The codec every batch is stored with, or None for `producer`."""
-    codec = CODEC_OF_TYPE.get(config.compression_type)
-    if codec is None:
-        return None
-    level = {Codec.GZIP: config.compression_gzip_level, Codec.LZ4: config.compression_lz4_level,
-             Codec.ZSTD: config.compression_zstd_level}.get(codec)
-    return Target(codec, None if level == -1 else level)
 
 
 def recompress_batch(buf, pos: int, records, target: Target, *, base_offset: int, leader_epoch: int,

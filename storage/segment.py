@@ -25,6 +25,7 @@ from typing import NamedTuple
 from kafka_format import accel, iter_entries, scan_entries
 from kafka_format.entries import EntryTable
 from kafka_format.errors import CorruptRecordError, InvalidOffsetError
+from kafka_format.framing import ENTRY_ROW
 
 from .clock import SystemClock
 from .file_records import FileRecords, FileSlice
@@ -146,7 +147,7 @@ class LogSegment:
     def should_roll(self, *, messages_size: int, max_timestamp_in_messages: int,
                     max_offset_in_messages: int, now_ms: int, segment_bytes: int,
                     segment_ms: int) -> bool:
-        size = self.size
+        size = self.log.size
         reached_roll_ms = (self.time_waited_for_roll(now_ms, max_timestamp_in_messages)
                            > segment_ms - self.roll_jitter_ms)
         return (size > segment_bytes - messages_size
@@ -158,7 +159,7 @@ class LogSegment:
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
         """Age measured as Kafka does: by record timestamps when the segment has
         one, else by the wall clock since the segment was created."""
-        if self._rolling_based_timestamp is None and self.size > 0:
+        if self._rolling_based_timestamp is None and self.log.size > 0:
             self._rolling_based_timestamp = self._first_batch_timestamp()
         rolling = self._rolling_based_timestamp
         if rolling is not None and rolling >= 0:
@@ -183,8 +184,8 @@ class LogSegment:
 
     def append(self, largest_offset: int, validated, reserve_ahead: int = 0) -> None:
         """Write a validated set (see records.validate_and_assign) and index it;
-        `reserve_ahead`: see FileRecords.append."""
-        if not validated.entries:
+        `reserve_ahead`: see FileRecords.append. `validated.entries` is an EntryTable."""
+        if not validated.entries.rows:
             return
         if not self.can_convert_to_relative_offset(largest_offset):
             raise InvalidOffsetError(
@@ -192,7 +193,21 @@ class LogSegment:
         physical_position = self.log.size
         best = self._max_ts_and_offset()
         try:
-            self._write(validated, physical_position, best, reserve_ahead)
+            if physical_position == 0:
+                self._rolling_based_timestamp = validated.max_timestamp
+            self.log.append(validated.buffer, reserve_ahead)
+            self._remember_append(validated, physical_position)
+            size = len(validated.buffer)
+            since = self._bytes_since_last_index_entry
+            offset_of_max = validated.offset_of_max_timestamp  # None: not known, the entries tell
+            if offset_of_max is not None and since + size <= self.index_interval_bytes:
+                # No entry of the set can reach the next index point (what index_entries
+                # would find): a small append only counts its bytes and its timestamp.
+                self._bytes_since_last_index_entry = since + size
+                if validated.max_timestamp > best.timestamp:
+                    self._max_timestamp_and_offset = TimestampOffset(validated.max_timestamp, offset_of_max)
+            else:
+                self._index_entries(validated.entries, physical_position, best)
         except OSError:
             self._undo_append(validated.first_offset, physical_position, best)
             raise
@@ -210,36 +225,17 @@ class LogSegment:
         if position == 0:
             self._rolling_based_timestamp = None
 
-    def _write(self, validated, physical_position: int, best: TimestampOffset, reserve_ahead: int) -> None:
-        if physical_position == 0:
-            self._rolling_based_timestamp = validated.max_timestamp
-        self.log.append(validated.buffer, reserve_ahead)
-        self._remember_append(validated, physical_position)
-        size = len(validated.buffer)
-        since = self._bytes_since_last_index_entry
-        offset_of_max = validated.offset_of_max_timestamp  # None: not known, the entries tell
-        if offset_of_max is not None and since + size <= self.index_interval_bytes:
-            # No entry of the set can reach the next index point (what index_entries
-            # would find): a small append only counts its bytes and its timestamp.
-            self._bytes_since_last_index_entry = since + size
-            if validated.max_timestamp > best.timestamp:
-                self._max_timestamp_and_offset = TimestampOffset(validated.max_timestamp, offset_of_max)
-            return
-        self._index_entries(validated.entries, physical_position, best)
-
     def _remember_append(self, validated, physical_position: int) -> None:
-        """Note where the append's first entry is, by its first offset: a batch's base
-        offset, a classic message's offset (a compressed classic wrapper names only
-        its last offset: not noted)."""
-        first = validated.entries[0]
-        if first.magic >= 2:
-            first_offset = int.from_bytes(validated.buffer[first.position:first.position + 8], "big", signed=True)
-        elif first.codec == 0:
-            first_offset = first.last_offset
-        else:
-            return
+        """Note where the append's first entry is, by the set's first offset: the
+        entry holding it (a batch's base offset, a classic message's offset, the
+        first inner offset of a compressed classic wrapper). Read from the entry's
+        packed row: no EntryInfo made."""
+        first_offset = validated.first_offset
+        if first_offset is None:
+            return  # a cleaned chunk (storage/cleaner.py) does not say it: not noted
+        position, size, _, last_offset, _, _ = ENTRY_ROW.unpack_from(validated.entries.rows)
         recent = self._recent_appends
-        recent[first_offset] = OffsetPosition(first.last_offset, physical_position + first.position, first.size)
+        recent[first_offset] = OffsetPosition(last_offset, physical_position + position, size)
         if len(recent) > RECENT_APPENDS:
             del recent[next(iter(recent))]
 

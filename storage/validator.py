@@ -119,8 +119,8 @@ from kafka_format.framing import (
 )
 from kafka_format.framing import crc32 as framing_crc32
 
-from .config import LONG_MAX, LogConfig
-from .recompress import Target, recompress_batch, target_of
+from .config import LogConfig, Target
+from .recompress import recompress_batch
 
 # The set being assigned: a private copy, or the caller's own writable buffer (`in_place`).
 WritableBuffer = bytearray | memoryview
@@ -153,7 +153,8 @@ class _Assigned(NamedTuple):
 
 
 class _Rules(NamedTuple):
-    """The config values the per-entry checks need, read once per set."""
+    """What the per-entry checks need: the set's clock and its topic's rules
+    (LogConfig works each out once per config)."""
 
     now_ms: int
     log_append: bool
@@ -165,15 +166,6 @@ class _Rules(NamedTuple):
     def checks_records(self) -> bool:
         """Each record must be looked at (keys on a compacted topic, timestamps)."""
         return self.compact or self.window is not None
-
-
-def _window(config: LogConfig) -> tuple[int, int] | None:
-    """The CreateTime timestamp window a topic sets, or None (LogAppendTime, or both
-    sides Long.MAX: every timestamp is accepted)."""
-    before, after = config.timestamp_before_max_ms, config.timestamp_after_max_ms
-    if config.log_append_time or before == after == LONG_MAX:
-        return None
-    return before, after
 
 
 def _java_long(value: int) -> int:
@@ -219,11 +211,13 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
     end = len(buf)
     if end == 0:
         raise CorruptRecordError("empty message set")
-    rules = _Rules(now_ms, config.log_append_time, config.compact, target_of(config), _window(config))
+    log_append, compact, target, window = (config.log_append_time, config.compact, config.compression_target,
+                                           config.timestamp_window)
+    rules: _Rules | None = None  # made for the first entry the plain run leaves
     # The run takes uncompressed batches as they are: not when they must be compressed,
     # nor when each record's timestamp must be checked.
-    takes_plain_runs = (rules.target is None or rules.target.codec == Codec.NONE) and rules.window is None
-    log_append, compact, max_bytes = rules.log_append, rules.compact, config.max_message_bytes
+    takes_plain_runs = (target is None or target.codec == Codec.NONE) and window is None
+    max_bytes = config.max_message_bytes
     first_offset = next_offset
     entries = EntryTable()
     rebuilds: list[tuple[int, int, bytes]] = []  # (position, old end, new bytes)
@@ -246,6 +240,8 @@ def validate_and_assign(data, *, next_offset: int, now_ms: int, config: LogConfi
             has_producer_ids = has_producer_ids or plain_ids
             if pos >= end:
                 break
+        if rules is None:
+            rules = _Rules(now_ms, log_append, compact, target, window)
         remaining = end - pos
         if remaining <= MAGIC_OFFSET:
             raise CorruptRecordError(f"entry at {pos} is cut short after {remaining} bytes")

@@ -11,7 +11,7 @@ Contract:
   or for shutdown; then it answers what is there (possibly an empty set).
   MULTIFETCH never waits.
 - `fetch_now(frame, session)` is the fast path's FETCH (through
-  `Handlers.handle_now`): the answer when there is data or nothing to wait for,
+  `SessionHandlers.handle_now`): the answer when there is data or nothing to wait for,
   else None with nothing done.
 - A cancelled handler (the connection died) never leaks a FileSlice: results
   that arrive after the cancellation are released.

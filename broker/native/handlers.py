@@ -39,10 +39,11 @@ Contract:
   Blocking work (timestamp lookups, topic changes, commits) runs in the executor
   through it; answers from memory (log end, log start, metadata, committed
   offsets) run inline.
-- The server's fast path (`FastPath`, broker/connection.py): `handle_now(frame)`
-  is `handle` for what needs no waiting (a PRODUCE appended inline, a FETCH with
-  data or nothing to wait for), called straight from the socket callback when
-  the connection is idle; `run_key` / `begin` (produce.py) stream pipelined
+- The server's fast path (`FastPath`, broker/connection.py):
+  `SessionHandlers.handle_now(frame)` is `handle` for what needs no waiting (a
+  PRODUCE appended inline, `produce_now`; a FETCH with data or nothing to wait
+  for, `fetch_now`), called straight from the socket callback when the
+  connection is idle; `run_key` / `begin` (produce.py) stream pipelined
   PRODUCEs that go to the executor into the partition's appender, so consecutive
   PRODUCEs to one partition cost one executor hop.
 """
@@ -74,7 +75,6 @@ from protocol import (
     OffsetsRequest,
     ProduceRequest,
     ProtocolError,
-    RequestType,
     SaslAuthenticateRequest,
     parse_request,
 )
@@ -212,22 +212,6 @@ class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, Handshak
     def begin_shutdown(self) -> None:
         """Answer every long-poll FETCH now and make new ones answer at once."""
         self.partitions.begin_shutdown()
-
-    # ---- the fast path (broker.connection.FastPath) ---------------------------------------------
-
-    def handle_now(self, frame, session: NativeSession) -> Reply | None:
-        """The reply to `frame` if it can be made right now, on the loop, without
-        waiting for anything: a PRODUCE whose append runs inline (the partition
-        service's policy), a FETCH with data to send or nothing to wait for. None,
-        with nothing done, for anything else, which then goes through `handle`.
-        Answers exactly as `handle` would."""
-        if frame[0]:  # the int16 type, big-endian: every type so far has a zero high byte
-            return None
-        if frame[1] == RequestType.FETCH:
-            return self.fetch_now(frame, session)
-        if frame[1] != RequestType.PRODUCE:
-            return None
-        return self.produce_now(frame, session)
 
 
 __all__ = ["TOPIC_OPERATIONS", "Handlers"]

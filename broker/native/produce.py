@@ -7,8 +7,8 @@ Contract:
   version's layout). MULTIPRODUCE starts every item's append, then answers them
   in order; an item the ACLs refuse (`denied`) is TOPIC_AUTHORIZATION_FAILED.
 - `produce_now(frame, session)` is the fast path's PRODUCE
-  (broker/connection.py's FastPath, through `Handlers.handle_now`): the reply
-  when the append runs inline, else None with nothing done.
+  (broker/connection.py's FastPath, through `SessionHandlers.handle_now`): the
+  reply when the append runs inline, else None with nothing done.
 - `run_key` / `begin` stream pipelined PRODUCEs that go to the executor into the
   partition's appender, so consecutive PRODUCEs to one partition cost one
   executor hop.
@@ -38,6 +38,7 @@ from protocol import (
     RequestType,
     encode_response,
     parse_produce,
+    produce_response,
 )
 from protocol.requests import PRODUCE_FIXED, PRODUCE_HEAD
 from storage.log import AppendResult
@@ -84,7 +85,7 @@ class ProduceApi(NativeApiBase):
 
     def produce_now(self, frame, session: NativeSession) -> Reply | None:
         """handle_now for a PRODUCE: the reply when its append runs inline (the
-        partition service's policy); else None, with nothing done."""
+        partition service's policy, `appends_inline`); else None, with nothing done."""
         partitions = self.partitions
         partition_log = None
         try:
@@ -92,16 +93,17 @@ class ProduceApi(NativeApiBase):
             if self.authorizer.enabled and not self._may(session.context, Op.WRITE, Resource.TOPIC, topic):
                 raise TopicAuthorizationError(f"not authorized to WRITE topic {topic!r}")
             partition_log = partitions.open_log(topic, partition, produce=True)
-            result = partitions.try_append_inline(partition_log, message_set)
-            if result is None:
+            if not partitions.appends_inline(partition_log, len(message_set)):
                 return None
+            result = partitions.append_inline(partition_log, message_set)
         except ProtocolError as e:
             peer = session.context.peer
             self.bad_requests.record(peer, "bad_request", error=str(e), peer=peer)
             return session.error(e.code, e.message)
         except Exception as e:
             return session.error(*partitions.error_answer(e, partition_log))
-        return session.produce_answer(result, ErrorCode.NONE, None)
+        # What `session.produce_answer` answers a success with, in every version.
+        return [produce_response(result.first_offset, result.log_append_time)]
 
     def run_key(self, frame) -> tuple[bytes, int] | None:
         """A PRODUCE whose append goes to the executor is keyed by its partition, so
@@ -118,12 +120,10 @@ class ProduceApi(NativeApiBase):
             return None  # malformed: `handle` answers it alone
         topic = bytes(frame[PRODUCE_HEAD.size:at])
         partition, set_size = PRODUCE_FIXED.unpack_from(frame, at)
-        if self.partitions.inline_size(set_size):
-            partition_log = self.partitions.manager.get_log(topic.decode("utf-8", "replace"), partition)
-            # Not keyed when inline: the connection starts it after every earlier reply.
-            if partition_log is None or self.partitions.appends_inline(partition_log, set_size,
-                                                                       ordered_by_caller=True):
-                return None  # inline (or an error `handle` answers)
+        partition_log = self.partitions.manager.get_log(topic.decode("utf-8", "replace"), partition)
+        # Not keyed when inline: the connection starts it after every earlier reply.
+        if partition_log is None or self.partitions.appends_inline(partition_log, set_size, ordered_by_caller=True):
+            return None  # inline (or an error `handle` answers)
         return topic, partition
 
     def begin(self, frame, session: NativeSession) -> asyncio.Future:

@@ -39,7 +39,7 @@ from storage.log import AppendResult
 from ..connection import CloseAfterReply, FastPath, Frame, Reply
 from ..handler_clock import HandlerClock
 from ..listeners import ConnectionContext
-from ..partitions import error_reason
+from ..partitions import INLINE_APPEND_MAX_BYTES, error_reason
 from ..security.sasl import sasl_failure_delay
 
 if TYPE_CHECKING:
@@ -55,6 +55,8 @@ def listener_sasl_mechanisms(context: ConnectionContext) -> tuple[str, ...]:
     sasl = context.sasl
     return sasl.mechanisms if sasl is not None else ()
 
+
+PRODUCE, FETCH = int(RequestType.PRODUCE), int(RequestType.FETCH)  # the fast path's types (frame[1])
 
 # Requests a connection on a SASL listener may send before it has authenticated.
 BEFORE_AUTHENTICATION = frozenset({RequestType.HANDSHAKE, RequestType.SASL_AUTHENTICATE})
@@ -114,15 +116,19 @@ class SessionHandlers(FastPath):
 
     def __init__(self, shared: Handlers, context: ConnectionContext):
         self.shared = shared
+        self.partitions = shared.partitions
         self.session = NativeSession(context)
         self.loop: asyncio.AbstractEventLoop = shared.loop
+        # The fast path's handlers (`handle_now`), bound once per connection.
+        self._produce_now = shared.produce_now
+        self._fetch_now = shared.fetch_now
 
     async def handle(self, frame: Frame, conn: ConnectionContext) -> Reply:
         session = self.session
         session.seen += 1
         if not conn.authenticated:
             await self.refuse_unauthenticated(frame, conn)
-        quotas = self.shared.partitions.quotas
+        quotas = self.partitions.quotas
         if quotas is None or not quotas.active:  # no client quota set: nothing to time or count
             session.clock = None
             return await self.shared.handle(frame, session)
@@ -149,28 +155,45 @@ class SessionHandlers(FastPath):
         raise CloseAfterReply(self.session.error(ErrorCode.SASL_AUTHENTICATION_FAILED, message))
 
     def handle_now(self, frame: Frame, conn: ConnectionContext) -> Reply | None:
+        """The reply to `frame` if it can be made right now, on the loop, without
+        waiting for anything: a PRODUCE whose append runs inline (the partition
+        service's policy), a FETCH with data to send or nothing to wait for
+        (`Handlers.produce_now` / `fetch_now`). None, with nothing done, for
+        anything else, which then goes through `handle`. Answers exactly as
+        `handle` would."""
         session = self.session
         if not session.seen or not conn.authenticated:
             return None  # a connection's first request goes to `handle` (it may be a HANDSHAKE)
-        quotas = self.shared.partitions.quotas
+        if frame[0]:  # the int16 type, big-endian: every type so far has a zero high byte
+            return None
+        request_type = frame[1]
+        if request_type == PRODUCE:
+            now = self._produce_now
+        elif request_type == FETCH:
+            now = self._fetch_now
+        else:
+            return None
+        quotas = self.partitions.quotas
         if quotas is None or not quotas.active:  # no client quota set: nothing to time or count
             session.clock = None
-            reply = self.shared.handle_now(frame, session)
+            reply = now(frame, session)
             if reply is not None:
                 session.seen += 1
             return reply
         clock = self._clock()
         if clock is not None:
             clock.start()
-        reply = self.shared.handle_now(frame, self.session)
+        reply = now(frame, session)
         if reply is not None:
             if clock is not None:
                 clock.stop()
-            self.session.seen += 1
+            session.seen += 1
             self._count_quota(frame, conn)
         return reply
 
     def run_key(self, frame: Frame) -> Any:
+        if len(frame) <= INLINE_APPEND_MAX_BYTES:
+            return None  # only a PRODUCE larger than this is ever keyed (produce.py's run_key)
         session = self.session
         if not session.seen or not session.context.authenticated:
             return None  # `handle` first: the HANDSHAKE, the SASL gate
@@ -179,7 +202,7 @@ class SessionHandlers(FastPath):
     def begin(self, frame: Frame, conn: ConnectionContext) -> asyncio.Future:
         session = self.session
         session.seen += 1
-        quotas = self.shared.partitions.quotas
+        quotas = self.partitions.quotas
         if quotas is None or not quotas.active:  # no client quota set: nothing to time or count
             session.clock = None
             return self.shared.begin(frame, session)
@@ -196,7 +219,7 @@ class SessionHandlers(FastPath):
         """A new request's clock while a request_percentage quota is set, else None."""
         session = self.session
         session.charged = False
-        session.clock = HandlerClock() if self.shared.partitions.request_quotas else None
+        session.clock = HandlerClock() if self.partitions.request_quotas else None
         return session.clock
 
     def _count_quota(self, frame: Frame, conn: ConnectionContext) -> None:
@@ -207,7 +230,7 @@ class SessionHandlers(FastPath):
         layouts have no throttle field: a throttled connection is muted instead
         (the connection shell stops reading it for the throttle time, NATIVE.md)."""
         session = self.session
-        partitions = self.shared.partitions
+        partitions = self.partitions
         quotas = partitions.quotas
         if session.charged or quotas is None or not quotas.active:
             return

@@ -5,8 +5,7 @@ import pytest
 from kafka_format import build_batch, iter_entries
 from kafka_format.codecs import Codec
 from kafka_format.errors import InvalidConfigError, MessageTooLargeError
-from storage.config import LogConfig
-from storage.recompress import Target, target_of
+from storage.config import LogConfig, Target
 from storage.validator import validate_and_assign
 
 ROWS = [(b"k%d" % i, b"value-%d" % i * 20, 1_000 + i, [("h", b"x")] if i == 1 else []) for i in range(5)]
@@ -52,10 +51,10 @@ def test_levels_reach_the_codec():
         (entry,), _ = stored(data, **{"compression.type": "gzip", "compression.gzip.level": level})
         sizes[level] = entry.size
     assert sizes["9"] <= sizes["1"]
-    assert target_of(LogConfig.from_props({"compression.type": "zstd", "compression.zstd.level": "-5"})) == \
-        Target(Codec.ZSTD, -5)
-    assert target_of(LogConfig.from_props({"compression.type": "gzip"})) == Target(Codec.GZIP, None)
-    assert target_of(LogConfig()) is None
+    assert LogConfig.from_props({"compression.type": "zstd", "compression.zstd.level": "-5"}).compression_target \
+        == Target(Codec.ZSTD, -5)
+    assert LogConfig.from_props({"compression.type": "gzip"}).compression_target == Target(Codec.GZIP, None)
+    assert LogConfig().compression_target is None
 
 
 def test_log_append_time_and_size_limit_after_recompression():
