@@ -25,7 +25,7 @@ from typing import NamedTuple
 from kafka_format import accel, iter_entries, scan_entries
 from kafka_format.entries import EntryTable
 from kafka_format.errors import CorruptRecordError, InvalidOffsetError
-from kafka_format.framing import ENTRY_ROW
+from kafka_format.framing import ENTRY_PREFIX, ENTRY_ROW
 
 from .clock import SystemClock
 from .file_records import FileRecords, FileSlice
@@ -209,12 +209,18 @@ class LogSegment:
             else:
                 self._index_entries(validated.entries, physical_position, best)
         except OSError:
-            self._undo_append(validated.first_offset, physical_position, best)
+            first_offset = validated.first_offset
+            if first_offset is None:  # a cleaned chunk: its first entry's offset field
+                first_offset = ENTRY_PREFIX.unpack_from(validated.buffer)[0]
+            self._undo_append(first_offset, physical_position, best)
             raise
 
     def _undo_append(self, first_offset: int, position: int, best: TimestampOffset) -> None:
         """After a failed write (disk full, I/O error): drop what the append added,
-        so that the segment is as before it. The log's file is cut back by
+        so that the segment is as before it. Every index entry the append wrote is
+        at `first_offset` or later (the offset field of the set's first entry: a batch's
+        base offset, a classic entry's own offset, each at most the offsets indexed
+        for it), every older one before it. The log's file is cut back by
         FileRecords.append itself when its own write failed."""
         self._recent_appends.clear()
         if self.log.size > position:

@@ -17,7 +17,7 @@ import os
 import pytest
 from structlog.testing import capture_logs
 
-from kafka_format import build_batch
+from kafka_format import build_batch, scan_entries
 from kafka_format.errors import KafkaStorageError
 from kafka_format.topic_names import MAX_TOPIC_LENGTH
 from storage import checkpoint as checkpoint_module
@@ -98,6 +98,36 @@ def test_a_failed_index_write_undoes_the_whole_append(open_log, monkeypatch):
     assert log.append(batch(2, 2)).first_offset == 2
     assert segment.offset_index.lookup(3).offset == 3
     assert [r.offset for r in read_all(log)] == [0, 1, 2, 3]
+
+
+class CleanedChunk:
+    """What the cleaner hands LogSegment.append: entries without a first offset."""
+
+    offset_of_max_timestamp = None
+    first_offset = None
+
+    def __init__(self, buffer: bytes):
+        self.buffer = buffer
+        self.entries = scan_entries(buffer).entries
+        self.max_timestamp = max(e.max_timestamp for e in self.entries)
+
+
+def test_a_failed_write_of_a_cleaned_chunk_undoes_it(open_log, monkeypatch):
+    """The cleaner's chunks carry no first offset: the undo takes it from the first
+    entry, so the segment is as before and takes the same chunk again."""
+    log = open_log(index_interval_bytes=1)
+    log.append(batch(2))
+    segment = log.active_segment
+    before = (segment.size, segment.offset_index.entries, segment.time_index.entries)
+    chunk = CleanedChunk(build_batch([(b"k%d" % i, b"v" * 100, 1000 + i) for i in (2, 3)], base_offset=2))
+    monkeypatch.setattr(os, "pwrite", FailingWrites(".timeindex", errno.EIO))
+    with pytest.raises(OSError):
+        segment.append(3, chunk)
+    assert os.path.getsize(segment.log.path) == before[0]
+    assert (segment.size, segment.offset_index.entries, segment.time_index.entries) == before
+    monkeypatch.setattr(os, "pwrite", REAL_PWRITE)
+    segment.append(3, chunk)
+    assert segment.offset_index.lookup(3).offset == 3
 
 
 def test_single_index_entries_are_written_with_pwrite(open_log, monkeypatch):
