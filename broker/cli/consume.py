@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 
 from client import Consumer
@@ -56,6 +58,29 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+class InterruptFlag:
+    """Ctrl-C while messages are consumed: noted instead of raised, so that the loop
+    ends between polls and every message a poll returned is printed and counted
+    before the close commits the positions. Installed only on the main thread (where
+    Python delivers signals)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self) -> InterruptFlag:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _note(self, signum, frame) -> None:
+        self.requested = True
+
+
 class Progress:
     """How far a run got: whether it started consuming, and how many messages it printed."""
 
@@ -83,8 +108,9 @@ def run(args: argparse.Namespace) -> int:
                 if progress.started:
                     print(f"Processed a total of {progress.printed} messages", file=sys.stderr)
     except KeyboardInterrupt:
-        # Ctrl-C is the normal way to stop. Interrupting a poll cancels it, so the
-        # positions hold only what was printed, and the close above committed them.
+        # Ctrl-C is the normal way to stop. Before consuming starts it interrupts
+        # the setup; while consuming, InterruptFlag turns it into the end of the loop,
+        # so the positions the close commits are those of what was printed.
         pass
     except BrokenPipeError:
         # The reader went away (`| head`): stop, and keep Python from complaining
@@ -104,10 +130,16 @@ def _consume(consumer: Consumer, args: argparse.Namespace, progress: Progress) -
         consumer.subscribe(args.topic)
     consumer.assignment()  # looks the topic up now: an unknown topic fails before any wait
     progress.started = True
+    with InterruptFlag() as interrupt:
+        _print_messages(consumer, args, progress, interrupt)
+
+
+def _print_messages(consumer: Consumer, args: argparse.Namespace, progress: Progress,
+                    interrupt: InterruptFlag) -> None:
     out = sys.stdout.buffer
     printed = 0
     last_message = time.monotonic()
-    while args.max_messages is None or printed < args.max_messages:
+    while not interrupt.requested and (args.max_messages is None or printed < args.max_messages):
         wait_ms = POLL_SLICE_MS
         if args.timeout_ms is not None:
             idle_ms = (time.monotonic() - last_message) * 1000
