@@ -27,6 +27,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 from client import Consumer
 
@@ -66,15 +67,17 @@ class InterruptFlag:
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous = None
+        self._installed = False
+        self._previous: Any = None
 
     def __enter__(self) -> InterruptFlag:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._note)
+            self._installed = True
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._previous is not None:
+        if self._installed:
             signal.signal(signal.SIGINT, self._previous)
 
     def _note(self, signum, frame) -> None:
