@@ -428,6 +428,19 @@ class Connection(asyncio.BufferedProtocol):
         return len(self.queue) + self.busy
 
     def _take_frames(self) -> None:
+        """`_take_queued_frames`, the writer corked meanwhile: the replies written at
+        once to the frames of one read leave in one send."""
+        writer = self.writer
+        if writer is None:
+            self._take_queued_frames()
+            return
+        writer.cork()
+        try:
+            self._take_queued_frames()
+        finally:
+            writer.uncork()
+
+    def _take_queued_frames(self) -> None:
         """Move complete frames from the decoder into the queue while there is room.
 
         While the connection is idle (nothing queued, nothing being handled or written),
