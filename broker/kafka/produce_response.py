@@ -107,8 +107,11 @@ def _plain_tail(version: int) -> bytes:
     return b"\x01\x00" + _NO_TAGS  # the same, compact; no tagged fields
 
 
+_SMALL_COMPACT_LENGTHS = tuple(_uvarint(count + 1) for count in range(127))
+
+
 def _compact_length(count: int) -> bytes:
-    return _uvarint(count + 1)
+    return _SMALL_COMPACT_LENGTHS[count] if count < 127 else _uvarint(count + 1)
 
 
 def _string(value: str | None) -> bytes:
@@ -122,4 +125,4 @@ def _compact_string(value: str | None) -> bytes:
     if value is None:
         return b"\x00"
     data = value.encode()
-    return _uvarint(len(data) + 1) + data
+    return _compact_length(len(data)) + data
