@@ -47,10 +47,6 @@ class PartitionRow(NamedTuple):
     error_message: str | None = None
 
 
-def supports(version: int) -> bool:
-    return MIN_VERSION <= version <= MAX_VERSION
-
-
 def encode(correlation_id: int, version: int, throttle_ms: int, topics: list[tuple[Any, list[PartitionRow]]]) -> bytes:
     """The framed reply: `topics` are (name before v13 / topic id (uuid.UUID or None)
     from v13, partition rows)."""
