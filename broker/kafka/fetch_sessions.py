@@ -27,8 +27,10 @@ Kafka's FetchSessionCache semantics, loop thread only:
   session's `wake` event, the one event its long poll waits on. A partition
   read at its log end whose offsets the session already told counts as answered
   at once (`settle_unchanged`), so a long poll and a request the fast path
-  declined read again only what changed; a partition answered without records
-  while some are left (a spent budget) stays to read. So an
+  declined read again only what changed; a partition the client moves to the
+  high watermark it was told, with no append since, is not read at all
+  (`caught_up`); a partition answered without records while some are left (a
+  spent budget) stays to read. So an
   incremental fetch costs what changed, not the session's size. The answer holds only those with records, an
   error, or a changed high watermark, last stable offset or log start offset (a
   log start offset that moves without an append is answered with the
@@ -93,6 +95,12 @@ class CachedPartition:
     def may_have_changed(self) -> bool:
         """Whether to read the partition again: never read, failed, appended to since, or moved by the client."""
         return self.seen < 0 or self.appends != self.seen or self.read_offset != self.fetch_offset
+
+    def caught_up(self) -> bool:
+        """Whether the client's fetch offset is the high watermark it was told, with
+        no append since that read and none in progress: nothing to read there."""
+        return (self.pending is None and self.seen >= 0 and self.appends == self.seen
+                and self.fetch_offset == self.high_watermark)
 
     def watching(self, readable: bool) -> None:
         """A read of the partition begins (`readable`: one that can see its appends);
@@ -192,6 +200,9 @@ class FetchSession:
                 else:
                     cached.fetch_offset = part.fetch_offset
                     cached.partition_max_bytes = part.partition_max_bytes
+                    if cached.caught_up():
+                        cached.read_offset = part.fetch_offset  # nothing to read there: as if read
+                        continue
                 dirty.add(key)
         for topic in forgotten:
             name = topic.topic_id if by_id else topic.topic

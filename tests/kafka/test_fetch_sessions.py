@@ -289,3 +289,16 @@ def test_partitions_at_their_log_end_with_nothing_new_settle_before_the_answer()
     subscriptions.append(("a", 0))
     assert read(context) == [("a", 0), ("a", 1)]
     assert answer(context, {("a", 0): (True, 0, 11), ("a", 1): (False, 0, 11)})[2] == [("a", 0), ("a", 1)]
+
+
+def test_a_partition_the_client_moves_to_the_told_high_watermark_is_not_read_again():
+    subscriptions = Subscriptions()
+    sessions = FetchSessions(10, 120_000, subscriptions=subscriptions)
+    sid = opened(sessions, [("a", 0, 0), ("a", 1, 0)])
+    context = sessions.context(request(sid, 1), 12)
+    read(context)
+    answer(context, {("a", 0): (True, 0, 3), ("a", 1): (True, 0, 3)})  # records up to 3 on both
+    subscriptions.append(("a", 1))  # 1 grows past what the client was told
+    assert read(sessions.context(request(sid, 2, parts=[("a", 0, 3), ("a", 1, 3)]), 12)) == [("a", 1)]
+    # a move short of the high watermark it was told is read
+    assert read(sessions.context(request(sid, 2, parts=[("a", 0, 2)]), 12)) == [("a", 0), ("a", 1)]
