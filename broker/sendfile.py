@@ -46,6 +46,7 @@ from .flow_control import FlowControl
 SENDFILE_FALLBACK_CHUNK = 16 * 1024
 COPY_CHUNK = 1024 * 1024  # TLS: segment bytes copied per write through the transport
 CORK_LIMIT = 64 * 1024  # bytes held by a corked writer before they are written anyway
+CORK_FRAME_LIMIT = 16 * 1024  # a request this large is handled after the held replies are written
 SENDFILE_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", -1))
 
 log = structlog.get_logger("strata.server")
@@ -127,6 +128,12 @@ class SendfileWriter:
         corked, self.corked = self.corked, None
         if corked:
             self.transport.writelines(corked)
+
+    def flush(self) -> None:
+        """Write what `cork` held so far, still corked (before a request that takes
+        a while, so the replies already made do not wait for it)."""
+        if self.corked:
+            self._flush_corked(self.corked)
 
     def _flush_corked(self, corked: list[bytes]) -> None:
         self.transport.writelines(corked)

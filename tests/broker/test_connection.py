@@ -261,6 +261,18 @@ def test_the_fast_path_answers_the_frames_of_one_read_in_one_write():
     run(test)
 
 
+def test_the_replies_held_go_out_before_a_large_request_is_handled():
+    async def test(loop):
+        handlers = FastEcho(loop)
+        server, conn, transport = connect(handlers)
+        large = b"now" + b"x" * 20_000
+        feed(conn, frame(b"now1") + frame(large) + frame(b"now3"))
+        assert transport.written == [frame(b"re:now1"), frame(b"re:" + large), frame(b"re:now3")]
+        assert transport.sends == 2  # re:now1 alone, then the rest of the read
+
+    run(test)
+
+
 def test_handlers_without_the_fast_path_interface_are_never_asked_for_it():
     class Sneaky(EchoHandlers):  # has the method, but does not declare FastPath
         def handle_now(self, data, peer=None):
