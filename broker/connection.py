@@ -104,7 +104,7 @@ from .log_limiter import BadRequestLog
 from .metrics import UNKNOWN_API, RequestStats
 from .request_memory import RequestMemory
 from .security.principal import NoMatchingRule
-from .sendfile import ConnectionClosed, SendfileWriter
+from .sendfile import CORK_FRAME_LIMIT, ConnectionClosed, SendfileWriter
 from .tls import peer_certificate_subject
 
 Part = bytes | FileSlice
@@ -428,6 +428,19 @@ class Connection(asyncio.BufferedProtocol):
         return len(self.queue) + self.busy
 
     def _take_frames(self) -> None:
+        """`_take_queued_frames`, the writer corked meanwhile: the replies written at
+        once to the frames of one read leave in one send."""
+        writer = self.writer
+        if writer is None:
+            self._take_queued_frames()
+            return
+        writer.cork()
+        try:
+            self._take_queued_frames()
+        finally:
+            writer.uncork()
+
+    def _take_queued_frames(self) -> None:
         """Move complete frames from the decoder into the queue while there is room.
 
         While the connection is idle (nothing queued, nothing being handled or written),
@@ -480,6 +493,8 @@ class Connection(asyncio.BufferedProtocol):
             writer, transport = self.writer, self.transport  # set: frames come once connected
             if writer is not None and transport is not None and not (
                     self.flow.write_paused or self.draining or self.lost or transport.is_closing()):
+                if len(frame) >= CORK_FRAME_LIMIT:
+                    writer.flush()  # a large request takes a while: the replies made so far go first
                 timed = self._request_stats
                 if timed is not None:
                     started = perf_counter()

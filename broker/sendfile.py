@@ -45,6 +45,8 @@ from .flow_control import FlowControl
 
 SENDFILE_FALLBACK_CHUNK = 16 * 1024
 COPY_CHUNK = 1024 * 1024  # TLS: segment bytes copied per write through the transport
+CORK_LIMIT = 64 * 1024  # bytes held by a corked writer before they are written anyway
+CORK_FRAME_LIMIT = 16 * 1024  # a request this large is handled after the held replies are written
 SENDFILE_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", -1))
 
 log = structlog.get_logger("strata.server")
@@ -102,13 +104,41 @@ class SendfileWriter:
     """Writes reply parts to one connection's transport: bytes through the
     transport, FileSlices by sendfile on the socket `fd` (-1: copy them)."""
 
-    __slots__ = ("transport", "fd", "flow", "write_high")
+    __slots__ = ("transport", "fd", "flow", "write_high", "corked", "corked_size")
 
     def __init__(self, transport: asyncio.Transport, fd: int, flow: FlowControl, write_high: int):
         self.transport = transport
         self.fd = fd
         self.flow = flow
         self.write_high = write_high
+        self.corked: list[bytes] | None = None  # bytes `write_now` holds while corked
+        self.corked_size = 0
+
+    def cork(self) -> None:
+        """Hold the bytes `write_now` writes until `uncork`, which hands them to the
+        transport in one write: the replies to the requests of one read go out in
+        one send instead of a send each. Held bytes go first whenever a FileSlice
+        follows them, and once CORK_LIMIT bytes are held."""
+        if self.corked is None:
+            self.corked = []
+            self.corked_size = 0
+
+    def uncork(self) -> None:
+        """Write what `cork` held and stop holding."""
+        corked, self.corked = self.corked, None
+        if corked:
+            self.transport.writelines(corked)
+
+    def flush(self) -> None:
+        """Write what `cork` held so far, still corked (before a request that takes
+        a while, so the replies already made do not wait for it)."""
+        if self.corked:
+            self._flush_corked(self.corked)
+
+    def _flush_corked(self, corked: list[bytes]) -> None:
+        self.transport.writelines(corked)
+        corked.clear()
+        self.corked_size = 0
 
     def send_now(self, part: FileSlice) -> bool:
         """Send `part` with sendfile while the socket takes it (the transport's buffer
@@ -142,10 +172,19 @@ class SendfileWriter:
         past what was sent), for `write` to finish (it also meets and reports a
         failing sendfile again). Slices that went are released."""
         transport = self.transport
+        corked = self.corked
         for i, part in enumerate(reply):
             if not isinstance(part, FileSlice):
-                transport.write(part)
+                if corked is None:
+                    transport.write(part)
+                    continue
+                corked.append(part)
+                self.corked_size += len(part)
+                if self.corked_size >= CORK_LIMIT:
+                    self._flush_corked(corked)
                 continue
+            if corked:
+                self._flush_corked(corked)  # the held bytes go before the slice
             if self.fd < 0:  # TLS: the bytes go through the transport, which encrypts them
                 if part.length > COPY_CHUNK or transport.get_write_buffer_size() >= self.write_high:
                     return list(reply[i:])

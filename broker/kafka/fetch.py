@@ -91,6 +91,7 @@ class FetchApi(CoreApiBase):
             may_wait = fetch.max_wait_ms > 0 and not self.apis.shutting_down
             events = self._watch(plan, session, may_wait)
             self._read_all(flat, fetch.budget, fetch.isolation_level)  # on the loop, as native FETCH reads
+            plan = self._settle_unchanged(plan, session)
             remaining = deadline - loop.time()
             if not may_wait or self._fetch_complete(flat, fetch) or remaining <= 0 or not events:
                 break
@@ -117,6 +118,7 @@ class FetchApi(CoreApiBase):
             return DECLINE  # an internal topic's log to create: in the executor
         self._watch(plan, session, False)
         self._read_all(flat, fetch.budget, fetch.isolation_level)
+        plan = self._settle_unchanged(plan, session)
         if (fetch.max_wait_ms > 0 and not self.apis.shutting_down and not self._fetch_complete(flat, fetch)
                 and (session.incremental or any(t.log is not None for t in flat))):
             release_reads(flat)
@@ -146,11 +148,36 @@ class FetchApi(CoreApiBase):
                     fetch_session.watch(part, (name, part.partition), (t.log.topic, t.log.partition))
         return [fetch_session.wake]
 
+    @staticmethod
+    def _settle_unchanged(plan, session: FetchContext) -> list[tuple[Any, list[Target]]]:
+        """An incremental fetch's plan without the partitions read at their log end
+        whose offsets the session already told (FetchContext.settle_unchanged):
+        those count as answered now and the answer leaves them out."""
+        if not session.incremental:
+            return plan
+        kept: list[tuple[Any, list[Target]]] = []
+        for topic, targets in plan:
+            parts, rest = [], []
+            for part, t in zip(topic.partitions, targets, strict=True):
+                partition_log = t.log
+                if (t.error or partition_log is None or t.result is not None
+                        or t.offset != partition_log.log_end_offset
+                        or not session.settle_unchanged(topic, part, partition_log.log_end_offset,
+                                                        partition_log.last_stable_offset,
+                                                        partition_log.log_start_offset)):
+                    parts.append(part)
+                    rest.append(t)
+            if rest:
+                topic.partitions = parts
+                kept.append((topic, rest))
+        return kept
+
     def _throttled_response(self, ctx, plan, session: FetchContext, throttle: int) -> list:
         """A fetch over the client's quota (KIP-219, Kafka's getThrottledResponse):
         no partitions, `throttle_time_ms` set, the reads released; an incremental
-        fetch keeps its session (the next epoch, nothing marked as answered, so
-        the next fetch reads those partitions again), any other answers no session."""
+        fetch keeps its session (the next epoch, nothing it would answer marked as
+        answered, so the next fetch reads those partitions again), any other
+        answers no session."""
         release_reads([t for _, targets in plan for t in targets])
         error, session_id = session.throttled(self.fetch_sessions.now_ms())
         response = make(ctx.response_class, throttle_time=throttle, error_code=error, session_id=session_id,

@@ -24,7 +24,13 @@ Kafka's FetchSessionCache semantics, loop thread only:
   in a set (`dirty`) fed by the partition service: the first read of a
   partition subscribes the session to its appends for good (until the session
   leaves the cache or forgets it), and each append marks it and sets the
-  session's `wake` event, the one event its long poll waits on. So an
+  session's `wake` event, the one event its long poll waits on. A partition
+  read at its log end whose offsets the session already told counts as answered
+  at once (`settle_unchanged`), so a long poll and a request the fast path
+  declined read again only what changed; a partition the client moves to the
+  high watermark it was told, with no append since, is not read at all
+  (`caught_up`); a partition answered without records while some are left (a
+  spent budget) stays to read. So an
   incremental fetch costs what changed, not the session's size. The answer holds only those with records, an
   error, or a changed high watermark, last stable offset or log start offset (a
   log start offset that moves without an append is answered with the
@@ -89,6 +95,12 @@ class CachedPartition:
     def may_have_changed(self) -> bool:
         """Whether to read the partition again: never read, failed, appended to since, or moved by the client."""
         return self.seen < 0 or self.appends != self.seen or self.read_offset != self.fetch_offset
+
+    def caught_up(self) -> bool:
+        """Whether the client's fetch offset is the high watermark it was told, with
+        no append since that read and none in progress: nothing to read there."""
+        return (self.pending is None and self.seen >= 0 and self.appends == self.seen
+                and self.fetch_offset == self.high_watermark)
 
     def watching(self, readable: bool) -> None:
         """A read of the partition begins (`readable`: one that can see its appends);
@@ -188,6 +200,9 @@ class FetchSession:
                 else:
                     cached.fetch_offset = part.fetch_offset
                     cached.partition_max_bytes = part.partition_max_bytes
+                    if cached.caught_up():
+                        cached.read_offset = part.fetch_offset  # nothing to read there: as if read
+                        continue
                 dirty.add(key)
         for topic in forgotten:
             name = topic.topic_id if by_id else topic.topic
@@ -386,6 +401,8 @@ class FetchContext:
         if self.session is not None:
             part.answered()
             respond = part.must_respond(has_records, error, high_watermark, last_stable_offset, log_start_offset)
+            if not has_records and part.fetch_offset < high_watermark:
+                part.seen = -1  # records left unread (a spent budget): read it again
             self.session.settled((name, part.partition), part)
             if respond:
                 self._answered.append((name, part.partition))
@@ -394,6 +411,21 @@ class FetchContext:
             cached = CachedPartition(part.partition, part.fetch_offset, part.partition_max_bytes)
             cached.must_respond(has_records, error, high_watermark, last_stable_offset, log_start_offset)
             self._new[(name, part.partition)] = cached
+        return True
+
+    def settle_unchanged(self, topic, part: CachedPartition, high_watermark: int, last_stable_offset: int,
+                         log_start_offset: int) -> bool:
+        """An incremental fetch's partition read at its log end (nothing to read):
+        when its offsets are those the session last told, it counts as answered now
+        (out of `dirty`, not read again until an append or the client moves it)
+        and True: the answer leaves it out. So a long poll, and the connection task
+        that takes over a request the fast path declined, read only what changed."""
+        if part.pending is None or (part.high_watermark, part.last_stable_offset, part.log_start_offset) != (
+                high_watermark, last_stable_offset, log_start_offset):
+            return False
+        part.answered()
+        assert self.session is not None
+        self.session.settled((topic.topic_id if self.uses_topic_ids else topic.topic, part.partition), part)
         return True
 
     def finish(self, now_ms: int) -> tuple[int, int]:

@@ -23,6 +23,7 @@ registers their handlers with KafkaApis (`register_all`); apis.py keeps it as
 
 from __future__ import annotations
 
+from . import produce_response
 from .api_versions import ApiVersionsApi
 from .apis import ApiKey
 from .configs import ConfigsApi
@@ -42,7 +43,8 @@ class CoreHandlers(ApiVersionsApi, MetadataApi, ProduceApi, FetchApi, ListOffset
         r = self.apis.register
         r(ApiKey.API_VERSIONS, self.api_versions, 0, 4)
         r(ApiKey.METADATA, self.metadata, 0, 13)
-        r(ApiKey.PRODUCE, self.produce, 3, 13, now=self.produce_now)
+        r(ApiKey.PRODUCE, self.produce, produce_response.MIN_VERSION, produce_response.MAX_VERSION,
+          now=self.produce_now)  # every version the hand-written answer covers
         r(ApiKey.FETCH, self.fetch, 4, 18, now=self.fetch_now)
         r(ApiKey.LIST_OFFSETS, self.list_offsets, 1, 10)
         r(ApiKey.CREATE_TOPICS, self.create_topics, 2, 7)

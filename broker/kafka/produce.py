@@ -29,10 +29,12 @@ from storage.log import Log
 from ..connection import CloseConnection
 from ..partitions import append_outcome, strata_error
 from ..security.authorizer import Op, Resource
+from . import produce_response
 from .acls import allowed
 from .apis import DECLINE
-from .codec import has_field, make, nested
+from .codec import has_field
 from .core_api import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CoreApiBase, E, Target
+from .produce_response import PartitionRow
 
 log = structlog.get_logger("strata.kafka")
 
@@ -41,17 +43,14 @@ TXN_FIELDS = struct.Struct(f">h{PRODUCER_ID_OFFSET - ATTRIBUTES_OFFSET - 2}xqh")
 MAGIC_OFFSET = FIELD_OFFSET["magic"]
 
 
-def _record_errors(failure: StrataError | None, RecordErrorR: type | None) -> tuple[tuple, str | None]:
+def _record_errors(failure: StrataError | None) -> tuple[tuple[tuple[int, str | None], ...], str | None]:
     """A failed partition's `record_errors` (Produce v8+) and `error_message`, as
     Kafka answers them: each record a RecordValidationError names, by its index in
     its batch, and the error's message; none and a null message for other errors
     (Kafka leaves generic messages out)."""
     if not isinstance(failure, RecordValidationError):
         return (), None
-    if RecordErrorR is None:
-        return (), str(failure)
-    return tuple(make(RecordErrorR, batch_index=index, batch_index_error_message=message)
-                 for index, message in failure.record_errors), str(failure)
+    return tuple(failure.record_errors), str(failure)
 
 
 class ProduceApi(CoreApiBase):
@@ -150,27 +149,19 @@ class ProduceApi(CoreApiBase):
             return None
         return self._produce_response(ctx, plan, throttle)
 
-    def _produce_response(self, ctx, plan: list[tuple[Any, list[Target]]], throttle: int = 0):
-        R = ctx.response_class
-        TopicR = nested(R, "responses")
-        PartR = nested(TopicR, "partition_responses")
-        RecordErrorR = nested(PartR, "record_errors") if has_field(PartR, "record_errors") else None
-        responses = []
+    def _produce_response(self, ctx, plan: list[tuple[Any, list[Target]]], throttle: int = 0) -> list[bytes]:
+        """The framed answer, a row per partition (produce_response.py writes kio's bytes)."""
+        by_id = ctx.api_version >= produce_response.TOPIC_IDS_FROM
+        topics = []
         for topic, targets in plan:
-            parts = []
+            rows = []
             for t in targets:
                 if t.error:
-                    record_errors, message = _record_errors(t.failure, RecordErrorR)
-                    parts.append(make(PartR, index=t.index, error_code=t.error, base_offset=-1,
-                                      log_append_time=-1, log_start_offset=-1, record_errors=record_errors,
-                                      error_message=message))
+                    record_errors, message = _record_errors(t.failure)
+                    rows.append(PartitionRow(t.index, t.error, -1, -1, -1, record_errors, message))
                 else:
                     done = t.result
-                    parts.append(make(PartR, index=t.index, error_code=E.none,
-                                      base_offset=done.first_offset,
-                                      log_append_time=done.log_append_time,
-                                      log_start_offset=done.log_start_offset, record_errors=()))
-            responses.append(make(TopicR, name=getattr(topic, "name", None),
-                                  topic_id=getattr(topic, "topic_id", None),
-                                  partition_responses=tuple(parts)))
-        return make(R, responses=tuple(responses), throttle_time=throttle)
+                    rows.append(PartitionRow(t.index, 0, done.first_offset, done.log_append_time,
+                                             done.log_start_offset))
+            topics.append((topic.topic_id if by_id else topic.name, rows))
+        return [produce_response.encode(ctx.correlation_id, ctx.api_version, throttle, topics)]

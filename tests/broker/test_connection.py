@@ -32,6 +32,7 @@ def frame(body: bytes) -> bytes:
 class MockTransport:
     def __init__(self):
         self.written: list[bytes] = []
+        self.sends = 0  # write and writelines calls (each one send on a real transport)
         self.buffered = 0  # what get_write_buffer_size answers
         self.read_paused = False
         self.closed = False
@@ -49,6 +50,11 @@ class MockTransport:
 
     def write(self, data):
         self.written.append(bytes(data))
+        self.sends += 1
+
+    def writelines(self, parts):
+        self.written.extend(bytes(data) for data in parts)
+        self.sends += 1
 
     def pause_reading(self):
         self.read_paused = True
@@ -238,6 +244,31 @@ def test_the_fast_path_answers_in_the_socket_callback_without_the_task():
         await settle()
         assert transport.written[1:] == [frame(b"re:slow"), frame(b"re:now2")]
         assert handlers.now == [b"now1"]
+
+    run(test)
+
+
+def test_the_fast_path_answers_the_frames_of_one_read_in_one_write():
+    async def test(loop):
+        handlers = FastEcho(loop)
+        server, conn, transport = connect(handlers)
+        feed(conn, frame(b"now1") + frame(b"now2") + frame(b"now3"))
+        assert transport.written == [frame(b"re:now1"), frame(b"re:now2"), frame(b"re:now3")]
+        assert transport.sends == 1 and server.stats.answered_at_once == 3
+        feed(conn, frame(b"now4"))
+        assert transport.written[3:] == [frame(b"re:now4")] and transport.sends == 2
+
+    run(test)
+
+
+def test_the_replies_held_go_out_before_a_large_request_is_handled():
+    async def test(loop):
+        handlers = FastEcho(loop)
+        server, conn, transport = connect(handlers)
+        large = b"now" + b"x" * 20_000
+        feed(conn, frame(b"now1") + frame(large) + frame(b"now3"))
+        assert transport.written == [frame(b"re:now1"), frame(b"re:" + large), frame(b"re:now3")]
+        assert transport.sends == 2  # re:now1 alone, then the rest of the read
 
     run(test)
 

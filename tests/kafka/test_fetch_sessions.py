@@ -220,7 +220,7 @@ def read(context):
 def test_incremental_fetch_reads_only_partitions_that_may_have_changed():
     subscriptions = Subscriptions()
     sessions = FetchSessions(10, 120_000, subscriptions=subscriptions)
-    sid = opened(sessions, [("a", 0, 0), ("a", 1, 0), ("a", 2, 0)])
+    sid = opened(sessions, [("a", 0, 10), ("a", 1, 10), ("a", 2, 10)])  # at the log end (10)
     context = sessions.context(request(sid, 1), 12)
     assert read(context) == [("a", 0), ("a", 1), ("a", 2)]
     assert len(context.topics()[0].partitions) == 3  # not answered yet: read again
@@ -237,7 +237,7 @@ def test_incremental_fetch_reads_only_partitions_that_may_have_changed():
 def test_an_append_during_a_read_leaves_the_partition_to_read_again():
     subscriptions = Subscriptions()
     sessions = FetchSessions(10, 120_000, subscriptions=subscriptions)
-    sid = opened(sessions, [("a", 0, 0), ("a", 1, 0)])
+    sid = opened(sessions, [("a", 0, 10), ("a", 1, 10)])  # at the log end (10)
     context = sessions.context(request(sid, 1), 12)
     read(context)
     answer(context)
@@ -264,3 +264,41 @@ def test_sessions_leaving_the_cache_or_forgetting_partitions_unsubscribe():
     assert subscriptions.watchers == {} and session.closed
     session.watch(session.partitions[("a", 1)], ("a", 1), ("a", 1))  # a long poll still reading it
     assert subscriptions.watchers == {}
+
+
+def test_a_partition_a_spent_budget_left_records_in_is_read_again():
+    sessions = FetchSessions(10, 120_000, subscriptions=Subscriptions())
+    sid = opened(sessions, [("a", 0, 0), ("a", 1, 0)])
+    context = sessions.context(request(sid, 1), 12)
+    read(context)
+    answer(context, {("a", 0): (True, 0, 10), ("a", 1): (False, 0, 10)})  # 1: nothing fit, records left
+    assert read(sessions.context(request(sid, 2), 12)) == [("a", 1)]
+
+
+def test_partitions_at_their_log_end_with_nothing_new_settle_before_the_answer():
+    subscriptions = Subscriptions()
+    sessions = FetchSessions(10, 120_000, subscriptions=subscriptions)
+    sid = opened(sessions, [("a", 0, 10), ("a", 1, 10)])  # told high watermark 10, log start 0
+    context = sessions.context(request(sid, 1), 12)
+    read(context)
+    (topic,) = context.topics()
+    first, second = topic.partitions
+    assert context.settle_unchanged(topic, first, 10, 10, 0)
+    assert not context.settle_unchanged(topic, second, 11, 11, 0)  # moved since: to answer
+    assert read(context) == [("a", 1)]  # a long poll reads only what may have changed
+    subscriptions.append(("a", 0))
+    assert read(context) == [("a", 0), ("a", 1)]
+    assert answer(context, {("a", 0): (True, 0, 11), ("a", 1): (False, 0, 11)})[2] == [("a", 0), ("a", 1)]
+
+
+def test_a_partition_the_client_moves_to_the_told_high_watermark_is_not_read_again():
+    subscriptions = Subscriptions()
+    sessions = FetchSessions(10, 120_000, subscriptions=subscriptions)
+    sid = opened(sessions, [("a", 0, 0), ("a", 1, 0)])
+    context = sessions.context(request(sid, 1), 12)
+    read(context)
+    answer(context, {("a", 0): (True, 0, 3), ("a", 1): (True, 0, 3)})  # records up to 3 on both
+    subscriptions.append(("a", 1))  # 1 grows past what the client was told
+    assert read(sessions.context(request(sid, 2, parts=[("a", 0, 3), ("a", 1, 3)]), 12)) == [("a", 1)]
+    # a move short of the high watermark it was told is read
+    assert read(sessions.context(request(sid, 2, parts=[("a", 0, 2)]), 12)) == [("a", 0), ("a", 1)]

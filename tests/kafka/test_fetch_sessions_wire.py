@@ -14,7 +14,8 @@ from kafka_format import build_batch
 from tests.kafka.test_wire import produce_request, topic_id
 
 
-def fetch(version: int, parts=(), *, session_id=0, epoch=0, forgotten=(), max_wait_ms=0, topic_ids=None):
+def fetch(version: int, parts=(), *, session_id=0, epoch=0, forgotten=(), max_wait_ms=0, topic_ids=None,
+          max_bytes=50 << 20):
     """parts: (topic, partition, offset); forgotten: (topic, [partitions]); topics are
     sent by id (topic_ids maps names to ids) from v13."""
     cls = load_request_schema(1, version)
@@ -25,7 +26,7 @@ def fetch(version: int, parts=(), *, session_id=0, epoch=0, forgotten=(), max_wa
     for topic, partition, offset in parts:
         topics.setdefault(topic, []).append(make(P, partition=partition, fetch_offset=offset,
                                                  partition_max_bytes=1 << 20))
-    return make(cls, replica_id=-1, max_wait=max_wait_ms, min_bytes=1, max_bytes=50 << 20, isolation_level=0,
+    return make(cls, replica_id=-1, max_wait=max_wait_ms, min_bytes=1, max_bytes=max_bytes, isolation_level=0,
                 session_id=session_id, session_epoch=epoch,
                 topics=tuple(make(T, topic=t, topic_id=ids.get(t), partitions=tuple(ps)) for t, ps in topics.items()),
                 forgotten_topics_data=tuple(make(F, topic=t, topic_id=ids.get(t), partitions=tuple(ps))
@@ -74,6 +75,23 @@ def test_incremental_fetches_answer_only_what_changed(wire, new_topic):
     assert answered(response) == {}
     response = conn.call(fetch(12, [(topic, 0, 0)], session_id=sid, epoch=4))
     assert list(answered(response)) == [(topic, 0)]
+
+
+def test_records_a_spent_budget_left_are_answered_by_the_next_incremental_fetch(wire, new_topic):
+    topic = new_topic(partitions=2)
+    conn = wire()
+    sid = conn.call(fetch(12, [(topic, 0, 0), (topic, 1, 0)])).session_id
+    produce(conn, topic, 0, b"a" * 100)
+    produce(conn, topic, 1, b"b" * 100)
+    # max_bytes 1: the first partition's batch comes whole (min one message), the second gets none
+    response = conn.call(fetch(12, session_id=sid, epoch=1, max_bytes=1))
+    got = answered(response)
+    first = next(key for key, p in got.items() if p.records)
+    assert len([p for p in got.values() if p.records]) == 1
+    # the client moves on from the first; nothing new is appended, yet the other's records come
+    response = conn.call(fetch(12, [(topic, first[1], 1)], session_id=sid, epoch=2))
+    got = answered(response)
+    assert list(got) == [(topic, 1 - first[1])] and got[(topic, 1 - first[1])].records
 
 
 def test_session_errors_and_close(wire, new_topic):
