@@ -149,8 +149,18 @@ class CoreApiBase:
 
     @staticmethod
     def _produce_bytes(plan: list[tuple[Any, list[Target]]]) -> int:
-        return sum(len(t.records) for _, targets in plan for t in targets if t.records is not None)
+        total = 0
+        for _, targets in plan:
+            for t in targets:
+                if t.records is not None:
+                    total += len(t.records)
+        return total
 
     @staticmethod
     def _fetch_bytes(plan: list[tuple[Any, list[Target]]]) -> int:
-        return sum(t.result.length for _, targets in plan for t in targets if t.result is not None)
+        total = 0
+        for _, targets in plan:
+            for t in targets:
+                if t.result is not None:
+                    total += t.result.length
+        return total

@@ -60,7 +60,6 @@ class ProduceApi(CoreApiBase):
         """Every partition of a Produce resolved, on the loop (a produce never creates
         a log: internal topics refuse it first), its records in `records`."""
         acks = req.acks
-        transactional_id = req.transactional_id
         by_id = not has_field(type(req.topic_data[0]), "name") if req.topic_data else False
         plan: list[tuple[Any, list[Target]]] = []
         transactional_id = getattr(req, "transactional_id", None)
@@ -109,9 +108,13 @@ class ProduceApi(CoreApiBase):
             return DECLINE
         plan = self._produce_plan(req, ctx)
         partitions = self.partitions
-        targets = [t for _, ts in plan for t in ts if not t.error]
-        if not all(partitions.appends_inline(t.log, len(t.records)) for t in targets):
-            return DECLINE
+        targets = []
+        for _, planned in plan:
+            for t in planned:
+                if not t.error:
+                    if not partitions.appends_inline(t.log, len(t.records)):
+                        return DECLINE
+                    targets.append(t)
         nbytes = self._produce_bytes(plan)
         for t in targets:
             try:

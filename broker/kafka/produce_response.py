@@ -14,6 +14,7 @@ checks every version byte for byte against kio's encoding of the same answer.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Any, NamedTuple
 
@@ -56,7 +57,7 @@ def encode(correlation_id: int, version: int, throttle_ms: int, topics: list[tup
     string = _compact_string if flexible else _string
     with_log_start = version >= LOG_START_OFFSET_FROM
     pack_row = (_ROW if with_log_start else _ROW_V3).pack
-    plain_tail = _plain_tail(version)
+    plain_tail = _PLAIN_TAILS[version]
     out: list[bytes] = [_INT32.pack(correlation_id)]
     if flexible:
         out.append(_NO_TAGS)  # response header v1
@@ -65,7 +66,7 @@ def encode(correlation_id: int, version: int, throttle_ms: int, topics: list[tup
         if by_id:
             out.append(_ZERO_UUID if topic is None else topic.bytes)  # None: kio's zero uuid
         else:
-            out.append(string(topic))
+            out.append(_topic_name(topic, flexible))
         out.append(array(len(rows)))
         for row in rows:
             if with_log_start:
@@ -101,6 +102,16 @@ def _plain_tail(version: int) -> bytes:
     if version < FLEXIBLE_FROM:
         return b"\x00\x00\x00\x00\xff\xff"  # record errors: none; error message: null
     return b"\x01\x00" + _NO_TAGS  # the same, compact; no tagged fields
+
+
+_PLAIN_TAILS = tuple(_plain_tail(version) for version in range(MAX_VERSION + 1))
+
+
+@functools.lru_cache(maxsize=4096)
+def _topic_name(name: str, flexible: bool) -> bytes:
+    """A topic name as written (a producer answers the same few names thousands of
+    times a second)."""
+    return _compact_string(name) if flexible else _string(name)
 
 
 _SMALL_COMPACT_LENGTHS = tuple(_uvarint(count + 1) for count in range(127))
