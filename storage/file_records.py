@@ -78,8 +78,11 @@ class FileSlice:
         return self.records.fileno()
 
     def read(self) -> bytes:
-        """The bytes themselves (tests, tools, small fetch reads; the server sends larger ones with sendfile)."""
-        return self.records.read(self.position, self.length)
+        """The bytes themselves (tests, tools, small fetch reads; the server sends larger ones with sendfile).
+        While the slice holds its pin the descriptor stays open: it is read directly."""
+        if self._released:
+            return self.records.read(self.position, self.length)
+        return os.pread(self.records.fileno(), self.length, self.position)
 
     def release(self) -> None:
         if not self._released:
