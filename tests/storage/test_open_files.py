@@ -81,6 +81,18 @@ def test_a_closed_file_stays_open_while_a_slice_is_sent(tmp_path):
         a.read(0, 4)
 
 
+def test_a_slice_reads_through_its_pin_and_reopens_once_released(tmp_path):
+    budget = OpenFiles(1)
+    a = log_file(tmp_path, "a.log", budget, b"abcd")
+    held = a.slice(1, 2)
+    log_file(tmp_path, "b.log", budget, b"bbbb")  # over the limit: a stays open, pinned by the slice
+    assert a.descriptor_open and held.read() == b"bc"
+    held.release()
+    log_file(tmp_path, "c.log", budget, b"cccc")  # a is idle now: closed to make room
+    assert not a.descriptor_open
+    assert held.read() == b"bc" and a.descriptor_open  # a released slice pins the file to read: reopened
+
+
 def test_indexes_reopen_with_the_same_entries(tmp_path):
     budget = OpenFiles(16)
     offsets = OffsetIndex(tmp_path / "0.index", 0, 80 * 8, budget=budget)
