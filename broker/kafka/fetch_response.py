@@ -22,8 +22,9 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from kafka_format.varint import encode_uvarint as _uvarint
 from storage.file_records import FileSlice
+
+from .primitives import INT32, NO_TAGS, ZERO_UUID, compact_length, topic_name
 
 MIN_VERSION = 7
 MAX_VERSION = 18
@@ -34,10 +35,6 @@ PREFERRED_READ_REPLICA_FROM = 11
 _HEAD = struct.Struct(">ihi")  # throttle time, error code, session id
 _PARTITION = struct.Struct(">ihqqq")  # index, error code, high watermark, last stable offset, log start offset
 _ABORTED = struct.Struct(">qq")  # producer id, first offset
-_INT32 = struct.Struct(">i")
-_INT16 = struct.Struct(">h")
-_NO_TAGS = b"\x00"
-_ZERO_UUID = bytes(16)
 
 
 class PartitionRow(NamedTuple):
@@ -64,20 +61,19 @@ def encode(correlation_id: int, version: int, throttle_ms: int, error: int, sess
     flexible = version >= FLEXIBLE_FROM
     by_id = version >= TOPIC_IDS_FROM
     replica = version >= PREFERRED_READ_REPLICA_FROM
-    pack_partition, pack_aborted, int32 = _PARTITION.pack, _ABORTED.pack, _INT32.pack
+    pack_partition, pack_aborted, int32 = _PARTITION.pack, _ABORTED.pack, INT32.pack
     parts: list = []
-    out: list[bytes] = [_INT32.pack(correlation_id)]
-    array: Callable[[int], bytes] = _compact_length if flexible else int32
+    out: list[bytes] = [INT32.pack(correlation_id)]
+    array: Callable[[int], bytes] = compact_length if flexible else int32
     if flexible:
-        out.append(_NO_TAGS)  # response header v1
+        out.append(NO_TAGS)  # response header v1
     out.append(_HEAD.pack(throttle_ms, error, session_id))
     out.append(array(len(topics)))
     for topic, rows in topics:
         if by_id:
-            out.append(_ZERO_UUID if topic is None else topic.bytes)  # None: kio's zero uuid
+            out.append(ZERO_UUID if topic is None else topic.bytes)  # None: kio's zero uuid
         else:
-            name = topic.encode()
-            out.append((_uvarint(len(name) + 1) if flexible else _INT16.pack(len(name))) + name)
+            out.append(topic_name(topic, flexible))
         out.append(array(len(rows)))
         for row in rows:
             out.append(pack_partition(row.partition, row.error, row.high_watermark, row.last_stable_offset,
@@ -90,31 +86,27 @@ def encode(correlation_id: int, version: int, throttle_ms: int, error: int, sess
                 for producer_id, first_offset in aborted:
                     out.append(pack_aborted(producer_id, first_offset))
                     if flexible:
-                        out.append(_NO_TAGS)
+                        out.append(NO_TAGS)
             if replica:
                 out.append(b"\xff\xff\xff\xff")  # preferred read replica: none
             records = row.records
             if records is None:
                 out.append(b"\x00" if flexible else b"\xff\xff\xff\xff")
             elif isinstance(records, FileSlice):
-                out.append(_uvarint(records.length + 1) if flexible else int32(records.length))
+                out.append(compact_length(records.length) if flexible else int32(records.length))
                 parts.append(b"".join(out))
                 parts.append(records)
                 out = []
             else:
-                out.append(_uvarint(len(records) + 1) if flexible else int32(len(records)))
+                out.append(compact_length(len(records)) if flexible else int32(len(records)))
                 out.append(records)
             if flexible:
-                out.append(_NO_TAGS)  # partition: no tagged fields
+                out.append(NO_TAGS)  # partition: no tagged fields
         if flexible:
-            out.append(_NO_TAGS)  # topic: no tagged fields
+            out.append(NO_TAGS)  # topic: no tagged fields
     if flexible:
-        out.append(_NO_TAGS)  # response: no tagged fields
+        out.append(NO_TAGS)  # response: no tagged fields
     parts.append(b"".join(out))
     size = sum(p.length if isinstance(p, FileSlice) else len(p) for p in parts)
-    parts[0] = _INT32.pack(size) + parts[0]
+    parts[0] = INT32.pack(size) + parts[0]
     return parts
-
-
-def _compact_length(count: int) -> bytes:
-    return _uvarint(count + 1)

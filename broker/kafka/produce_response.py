@@ -14,11 +14,10 @@ checks every version byte for byte against kio's encoding of the same answer.
 
 from __future__ import annotations
 
-import functools
 import struct
 from typing import Any, NamedTuple
 
-from kafka_format.varint import encode_uvarint as _uvarint
+from .primitives import INT32, NO_TAGS, ZERO_UUID, compact_length, compact_string, string, topic_name
 
 MIN_VERSION = 3
 MAX_VERSION = 13
@@ -29,10 +28,6 @@ TOPIC_IDS_FROM = 13
 
 _ROW_V3 = struct.Struct(">ihqq")  # index, error code, base offset, log append time
 _ROW = struct.Struct(">ihqqq")  # the same and the log start offset (v5 on)
-_INT32 = struct.Struct(">i")
-_INT16 = struct.Struct(">h")
-_NO_TAGS = b"\x00"
-_ZERO_UUID = bytes(16)
 
 
 class PartitionRow(NamedTuple):
@@ -53,20 +48,20 @@ def encode(correlation_id: int, version: int, throttle_ms: int, topics: list[tup
     from v13, partition rows)."""
     flexible = version >= FLEXIBLE_FROM
     by_id = version >= TOPIC_IDS_FROM
-    array = _compact_length if flexible else _INT32.pack
-    string = _compact_string if flexible else _string
+    array = compact_length if flexible else INT32.pack
+    write_string = compact_string if flexible else string
     with_log_start = version >= LOG_START_OFFSET_FROM
     pack_row = (_ROW if with_log_start else _ROW_V3).pack
     plain_tail = _PLAIN_TAILS[version]
-    out: list[bytes] = [_INT32.pack(correlation_id)]
+    out: list[bytes] = [INT32.pack(correlation_id)]
     if flexible:
-        out.append(_NO_TAGS)  # response header v1
+        out.append(NO_TAGS)  # response header v1
     out.append(array(len(topics)))
     for topic, rows in topics:
         if by_id:
-            out.append(_ZERO_UUID if topic is None else topic.bytes)  # None: kio's zero uuid
+            out.append(ZERO_UUID if topic is None else topic.bytes)  # None: kio's zero uuid
         else:
-            out.append(_topic_name(topic, flexible))
+            out.append(topic_name(topic, flexible))
         out.append(array(len(rows)))
         for row in rows:
             if with_log_start:
@@ -79,20 +74,20 @@ def encode(correlation_id: int, version: int, throttle_ms: int, topics: list[tup
                 continue
             out.append(array(len(row.record_errors)))
             for batch_index, message in row.record_errors:
-                out.append(_INT32.pack(batch_index))
-                out.append(string(message))
+                out.append(INT32.pack(batch_index))
+                out.append(write_string(message))
                 if flexible:
-                    out.append(_NO_TAGS)
-            out.append(string(row.error_message))
+                    out.append(NO_TAGS)
+            out.append(write_string(row.error_message))
             if flexible:
-                out.append(_NO_TAGS)  # partition: no tagged fields
+                out.append(NO_TAGS)  # partition: no tagged fields
         if flexible:
-            out.append(_NO_TAGS)  # topic: no tagged fields
-    out.append(_INT32.pack(throttle_ms))
+            out.append(NO_TAGS)  # topic: no tagged fields
+    out.append(INT32.pack(throttle_ms))
     if flexible:
-        out.append(_NO_TAGS)  # response: no tagged fields
+        out.append(NO_TAGS)  # response: no tagged fields
     body = b"".join(out)
-    return _INT32.pack(len(body)) + body
+    return INT32.pack(len(body)) + body
 
 
 def _plain_tail(version: int) -> bytes:
@@ -101,35 +96,7 @@ def _plain_tail(version: int) -> bytes:
         return b""
     if version < FLEXIBLE_FROM:
         return b"\x00\x00\x00\x00\xff\xff"  # record errors: none; error message: null
-    return b"\x01\x00" + _NO_TAGS  # the same, compact; no tagged fields
+    return b"\x01\x00" + NO_TAGS  # the same, compact; no tagged fields
 
 
 _PLAIN_TAILS = tuple(_plain_tail(version) for version in range(MAX_VERSION + 1))
-
-
-@functools.lru_cache(maxsize=4096)
-def _topic_name(name: str, flexible: bool) -> bytes:
-    """A topic name as written (a producer answers the same few names thousands of
-    times a second)."""
-    return _compact_string(name) if flexible else _string(name)
-
-
-_SMALL_COMPACT_LENGTHS = tuple(_uvarint(count + 1) for count in range(127))
-
-
-def _compact_length(count: int) -> bytes:
-    return _SMALL_COMPACT_LENGTHS[count] if count < 127 else _uvarint(count + 1)
-
-
-def _string(value: str | None) -> bytes:
-    if value is None:
-        return b"\xff\xff"
-    data = value.encode()
-    return _INT16.pack(len(data)) + data
-
-
-def _compact_string(value: str | None) -> bytes:
-    if value is None:
-        return b"\x00"
-    data = value.encode()
-    return _compact_length(len(data)) + data
