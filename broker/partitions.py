@@ -684,16 +684,13 @@ class PartitionService:
         found = self.read(partition_log, offset, max_bytes, min_one_message=min_one_message,
                           isolation_level=isolation_level)
         try:
-            if isolation_level == READ_COMMITTED:
-                isolation = self.fetch_isolation(partition_log, isolation_level, offset, found)
-                lso, aborted = isolation.last_stable_offset, isolation.aborted
-            else:  # no aborted transactions to look up
-                lso, aborted = partition_log.last_stable_offset, None
+            isolation = self.fetch_isolation(partition_log, isolation_level, offset, found)
         except BaseException:
             found.release()
             raise
         end = partition_log.log_end_offset  # after the LSO: never below it
-        return IsolatedRead(found, end, lso, aborted)
+        aborted = isolation.aborted if isolation_level == READ_COMMITTED else None
+        return IsolatedRead(found, end, isolation.last_stable_offset, aborted)
 
     # ---- transaction markers --------------------------------------------------------------------
 
