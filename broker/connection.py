@@ -452,7 +452,7 @@ class Connection(asyncio.BufferedProtocol):
         as on the task."""
         stats = self.server.stats
         queue = self.queue
-        while not self.fatal and not self.muted and len(queue) + self.busy < self.max_queued:
+        while not self.fatal and not self.muted and self.in_flight < self.max_queued:
             try:
                 frame = self.decoder.next_frame()
             except FrameTooLarge as e:
@@ -501,12 +501,11 @@ class Connection(asyncio.BufferedProtocol):
                 reply = self._handle_now(frame, self.context)
                 if reply is not None:
                     if timed is not None:
-                        api = UNKNOWN_API if frame[0] else frame[1]  # api_slot
+                        api = api_slot(frame)
                     del frame  # a pooled buffer is free again once nothing refers to it
                     stats.answered_at_once += 1
                     rest = writer.write_now(reply)
-                    if self.context.throttle_ms:
-                        self._mute_if_throttled()
+                    self._mute_if_throttled()
                     if timed is not None:
                         timed[api].observe(perf_counter() - started)
                     if rest is None:
@@ -551,11 +550,8 @@ class Connection(asyncio.BufferedProtocol):
     def _update_reading(self) -> None:
         if self.lost or self.transport is None:
             return
-        flow = self.flow
-        want = not (self.fatal or self.eof or self.draining or flow.write_paused or self.muted
-                    or len(self.queue) + self.busy >= self.max_queued or self.decoder.waiting_for_memory)
-        if want != flow.reading:
-            flow.set_reading(want)
+        self.flow.set_reading(not (self.fatal or self.eof or self.draining or self.flow.write_paused or self.muted
+                                   or self.in_flight >= self.max_queued or self.decoder.waiting_for_memory))
 
     def _mute_if_throttled(self) -> None:
         """A handler gave the request just answered a throttle time (client quotas,
