@@ -38,7 +38,6 @@ from protocol import (
     RequestType,
     encode_response,
     parse_produce,
-    produce_response,
 )
 from protocol.requests import PRODUCE_FIXED, PRODUCE_HEAD
 from storage.log import AppendResult
@@ -47,7 +46,7 @@ from ..connection import Reply
 from ..partitions import INLINE_APPEND_MAX_BYTES
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
 from .base import NativeApiBase, log
-from .session import NativeSession
+from .session import NativeSession, produced
 
 
 def produce_result(result: AppendResult | None, code: int, error: StrataError | None) -> ProduceResult:
@@ -102,8 +101,7 @@ class ProduceApi(NativeApiBase):
             return session.error(e.code, e.message)
         except Exception as e:
             return session.error(*partitions.error_answer(e, partition_log))
-        # What `session.produce_answer` answers a success with, in every version.
-        return [produce_response(result.first_offset, result.log_append_time)]
+        return produced(result)
 
     def run_key(self, frame) -> tuple[bytes, int] | None:
         """A PRODUCE whose append goes to the executor is keyed by its partition, so

@@ -62,19 +62,24 @@ PRODUCE, FETCH = int(RequestType.PRODUCE), int(RequestType.FETCH)  # the fast pa
 BEFORE_AUTHENTICATION = frozenset({RequestType.HANDSHAKE, RequestType.SASL_AUTHENTICATE})
 
 
+def produced(result: AppendResult) -> Reply:
+    """A successful PRODUCE's reply, the same in every version."""
+    return [produce_response(result.first_offset, result.log_append_time)]
+
+
 def produce_answer(result: AppendResult | None, code: int, error: StrataError | None) -> Reply:
     """A version-1 PRODUCE's reply from its append's outcome (runs where the append
     ran): the code, no words."""
     if result is None:
         return [error_response(code)]
-    return [produce_response(result.first_offset, result.log_append_time)]
+    return produced(result)
 
 
 def produce_answer_v2(result: AppendResult | None, code: int, error: StrataError | None) -> Reply:
     """`produce_answer` from version 2 on: an error carries its reason."""
     if result is None:
         return [error_response(code, error_reason(code, error), MESSAGE_VERSION)]
-    return [produce_response(result.first_offset, result.log_append_time)]
+    return produced(result)
 
 
 class NativeSession:
