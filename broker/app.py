@@ -227,8 +227,8 @@ class BrokerApp:
             except StrataError as e:
                 raise StartupError(str(e)) from None
             except OSError as e:
-                raise StartupError(f"cannot use data directory {config.data_dir}: "
-                                   f"{e.strerror or e}{ownership_hint(config.data_dir, e)}") from None
+                raise StartupError(f"cannot use data directory {config.data_dir}: {os_error_text(e)}"
+                                   f"{ownership_hint(config.data_dir, e)}") from None
             if metrics is not None:
                 metrics.attach(manager=manager, offsets=partitions.offsets,
                                servers={(listener.spec.protocol, listener.name): server
@@ -457,6 +457,17 @@ def _log_open_files_limit(soft_before: int, soft: int, hard: int) -> None:
     if OPEN_FILES.limit >= soft:
         log.warning("max_open_files_above_limit", max_open_files=OPEN_FILES.limit, soft=soft,
                     hint="log.max.open.files leaves no descriptors for connections; opens may fail with EMFILE")
+
+
+def os_error_text(error: OSError) -> str:
+    """The error's words and the file it concerns; a directory where the broker keeps
+    a file (which no write can replace) says what to do."""
+    text = error.strerror or str(error)
+    if error.filename is not None:
+        text = f"{error.filename}: {text}"
+    if isinstance(error, IsADirectoryError):
+        text += " (the broker keeps a file there: move the directory away)"
+    return text
 
 
 def ownership_hint(data_dir: str, error: OSError) -> str:

@@ -5,6 +5,9 @@ in the executor, one claim at a time); an idempotent producer needs
 IDEMPOTENT_WRITE on the cluster or WRITE on some topic. Transactional ids are
 served by broker/kafka/transactions, which replaces this handler and allocates
 through `next_producer_id`; without it they are refused with INVALID_REQUEST.
+When no block can be claimed (its write failed: a full disk) InitProducerId
+answers COORDINATOR_LOAD_IN_PROGRESS, as Kafka's RPCProducerIdManager does while
+it has no block: a retriable code, so producers try again once there is room.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import asyncio
 
 import structlog
+
+from kafka_format.errors import KafkaStorageError
 
 from ..security.authorizer import Op, Resource
 from .acls import allowed, allowed_cluster
@@ -43,7 +48,12 @@ class ProducerIdsApi(CoreApiBase):
                      peer=ctx.peer)
             return make(R, throttle_time=0, error_code=E.invalid_request, producer_id=-1,
                         producer_epoch=-1)
-        producer_id = await self.next_producer_id()
+        try:
+            producer_id = await self.next_producer_id()
+        except KafkaStorageError as e:
+            log.warning("producer_id_block_unavailable", error=str(e))
+            return make(R, throttle_time=0, error_code=E.coordinator_load_in_progress, producer_id=-1,
+                        producer_epoch=-1)
         return make(R, throttle_time=0, error_code=E.none, producer_id=producer_id, producer_epoch=0)
 
     async def next_producer_id(self) -> int:

@@ -14,7 +14,11 @@ Contract:
   restart ids only ever grow and are never handed out twice (the rest of an
   unfinished block is skipped). `next_producer_id()` is called on the event loop;
   it returns None when the block is used up, and `claim_block()` (blocking, run in
-  the executor) takes the next one.
+  the executor) takes the next one; a failed write (a full disk) raises
+  KafkaStorageError and leaves the block and the file as they were.
+- A file that cannot be read or decoded fails `open` with one line naming it and
+  what to do: a new cluster id, or producer ids handed out again, would be silent
+  harm.
 - Epochs: every InitProducerId without a transactional id gets a new producer id
   with epoch 0 (Kafka's coordinator does the same for idempotent producers), so
   epochs never need to be stored.
@@ -31,12 +35,14 @@ import os
 import threading
 import uuid
 
-from kafka_format.errors import InvalidConfigError
+from kafka_format.errors import InvalidConfigError, KafkaStorageError
 from storage.fileutil import atomic_write
 
-from ..json_files import encode_document, read_document
+from ..json_files import damaged, encode_document, read_document
 
 STATE_FILE = "strata-kafka.json"
+# Without it the cluster id would change and producer ids already in the logs be handed out again.
+REMEDY = "restore it from a backup (the cluster id and the producer ids given out cannot be rebuilt)"
 FORMAT_VERSION = 1
 PRODUCER_ID_BLOCK_SIZE = 1000
 
@@ -56,7 +62,7 @@ class KafkaState:
     @classmethod
     def open(cls, data_dir: str) -> KafkaState:
         path = os.path.join(data_dir, STATE_FILE)
-        doc = read_document(path, FORMAT_VERSION, "Kafka listener state")
+        doc = read_document(path, FORMAT_VERSION, "Kafka listener state", REMEDY)
         if doc is None:
             state = cls(path, new_cluster_id(), 0)
             try:
@@ -67,7 +73,7 @@ class KafkaState:
         try:
             state = cls(path, str(doc["cluster_id"]), int(doc["producer_id_block_end"]))
         except (KeyError, TypeError, ValueError) as e:
-            raise InvalidConfigError(f"Kafka listener state {path} is damaged: {e}") from None
+            raise damaged(path, "Kafka listener state", e, REMEDY) from None
         return state
 
     def _write(self) -> None:
@@ -93,6 +99,10 @@ class KafkaState:
             self._block_end = start + PRODUCER_ID_BLOCK_SIZE
             try:
                 self._write()
+            except OSError as e:
+                self._block_end = start
+                raise KafkaStorageError(f"cannot write the Kafka listener state {self.path}: "
+                                        f"{e.strerror or e}") from None
             except BaseException:
                 self._block_end = start
                 raise
