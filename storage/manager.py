@@ -132,8 +132,12 @@ class LogManager:
         to open is renamed `-stray` instead of failing the start."""
         os.makedirs(self.data_dir, exist_ok=True)
         self._take_directory_lock()
+        try:
+            self._refuse_directories_in_file_places()
+        except BaseException:
+            self._release_directory_lock()
+            raise
         self.space_reserve.ensure()
-        self._refuse_directories_in_file_places()
         marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
         self.had_clean_shutdown = os.path.exists(marker)
         recovery_points = self._read_checkpoint_at_start(
@@ -266,6 +270,11 @@ class LogManager:
             raise KafkaStorageError(f"data directory {self.data_dir} is in use by another process") from None
         self._lock_fd = fd
 
+    def _release_directory_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the marker. A log
         that fails to flush is logged and the marker is not written (the next start
@@ -290,9 +299,7 @@ class LogManager:
             self.space_reserve.run("clean shutdown marker", lambda: atomic_write(marker, b""))
         with self._lock:
             self._logs.clear()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self._release_directory_lock()
         log.info("logs_closed", data_dir=self.data_dir, logs=len(logs))
 
     # ---- logs ---------------------------------------------------------------------------
