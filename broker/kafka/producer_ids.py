@@ -16,7 +16,7 @@ import asyncio
 
 import structlog
 
-from kafka_format.errors import KafkaStorageError
+from kafka_format.errors import KafkaStorageError, StrataError
 
 from ..security.authorizer import Op, Resource
 from .acls import allowed, allowed_cluster
@@ -24,6 +24,12 @@ from .codec import make
 from .core_api import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CoreApiBase, E
 
 log = structlog.get_logger("strata.kafka")
+
+
+class ProducerIdsUnavailable(StrataError):
+    """No producer id block could be claimed (its write failed)."""
+
+    code = 14  # COORDINATOR_LOAD_IN_PROGRESS
 
 
 class ProducerIdsApi(CoreApiBase):
@@ -50,13 +56,13 @@ class ProducerIdsApi(CoreApiBase):
                         producer_epoch=-1)
         try:
             producer_id = await self.next_producer_id()
-        except KafkaStorageError as e:
-            log.warning("producer_id_block_unavailable", error=str(e))
-            return make(R, throttle_time=0, error_code=E.coordinator_load_in_progress, producer_id=-1,
-                        producer_epoch=-1)
+        except ProducerIdsUnavailable as e:
+            return make(R, throttle_time=0, error_code=e.code, producer_id=-1, producer_epoch=-1)
         return make(R, throttle_time=0, error_code=E.none, producer_id=producer_id, producer_epoch=0)
 
     async def next_producer_id(self) -> int:
+        """The next producer id; ProducerIdsUnavailable when a block must be claimed
+        and cannot be (a full disk)."""
         assert self.state is not None
         while True:
             value = self.state.next_producer_id()
@@ -65,7 +71,11 @@ class ProducerIdsApi(CoreApiBase):
             if self._claiming is None:
                 self._claiming = asyncio.Lock()
             async with self._claiming:
-                await self.apis.blocking(self.state.claim_block)
+                try:
+                    await self.apis.blocking(self.state.claim_block)
+                except KafkaStorageError as e:
+                    log.warning("producer_id_block_unavailable", error=str(e))
+                    raise ProducerIdsUnavailable(str(e)) from None
 
 
 def may_write_idempotently(ctx) -> bool:

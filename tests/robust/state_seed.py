@@ -145,7 +145,7 @@ def read(bootstrap: str, isolation: str, count: int | None = None) -> list[tuple
             if message is None:
                 continue
             if message.error():
-                if message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                if message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:  # noqa: SLF001 (its name)
                     if count is None or len(out) >= count:
                         return out
                     continue

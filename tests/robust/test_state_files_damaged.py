@@ -162,3 +162,30 @@ def assert_served(process, expected: state_seed.Expected, log_start: int) -> Non
     assert producer.flush(state_seed.GUARD_S) == 0 and delivered == [None]
     assert process.stop() == 0
     assert "Traceback" not in process.stderr_text()
+
+
+# JSON that parses but is not the file's document: every entry is checked at start.
+WRONG_DOCUMENTS = {
+    "acls.json": {"version": 1, "acls": [{"resource_type": 2, "name": "events"}]},
+    "scram-credentials.json": {"version": 1, "users": {"alice": {"SCRAM-SHA-256": {
+        "salt": "not base64!", "stored_key": "", "server_key": "", "iterations": 4096}}}},
+    "client-quotas.json": {"version": 1, "quotas": [{"entity": 5, "values": {}}]},
+    "group-configs.json": {"version": 1, "groups": ["g1"]},
+    "strata-kafka.json": {"version": 1, "cluster_id": "only"},
+    "strata-topics.json": {"version": 1, "topics": {TOPIC: {"partitions": "many"}}},
+}
+
+
+@pytest.mark.parametrize("name", JSON_STATE)
+@pytest.mark.parametrize("document", ["wrong shape", "another version"])
+def test_a_state_file_holding_another_document_is_refused_in_one_line(seeded, tmp_path, name, document):
+    import json
+
+    seed_dir, _ = seeded
+    data_dir = tmp_path / "data"
+    shutil.copytree(seed_dir, data_dir)
+    path = resolve(data_dir, name)
+    content = WRONG_DOCUMENTS[name] if document == "wrong shape" else {"version": 99}
+    with open(path, "w") as f:
+        json.dump(content, f)
+    assert_refused(data_dir, path)

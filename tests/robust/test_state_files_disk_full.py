@@ -15,6 +15,7 @@ start every change made is there and nothing refused is.
 
 from __future__ import annotations
 
+import datetime
 import errno
 import os
 
@@ -25,7 +26,6 @@ pytest.importorskip("confluent_kafka")
 from confluent_kafka import KafkaException  # noqa: E402
 from confluent_kafka.admin import (  # noqa: E402
     AclBinding,
-    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AlterConfigOpType,
@@ -45,7 +45,7 @@ from tests.kafka.wire import KafkaWire  # noqa: E402
 from tests.robust.state_seed import ANY_ACL, GUARD_S, SERVE_ARGS, admin  # noqa: E402
 from tests.robust.test_disk_full import small_disk  # noqa: E402, F401 (the fixture)
 
-STORAGE_ERROR, LOAD_IN_PROGRESS = 56, 14
+STORAGE_ERROR, LOAD_IN_PROGRESS, NOT_COORDINATOR = 56, 14, 16
 STATE_FILES = ("acls.json", "scram-credentials.json", "client-quotas.json", "group-configs.json",
                "strata-kafka.json", "strata-topics.json")
 
@@ -97,8 +97,11 @@ def succeed(futures) -> None:
         future.result(GUARD_S)
 
 
+TIMEOUT = datetime.timedelta(seconds=60)
+
+
 def init_producer_id(process) -> tuple[int, int]:
-    request = make(load_request_schema(22, 4), transactional_id=None, transaction_timeout_ms=60000,
+    request = make(load_request_schema(22, 4), transactional_id=None, transaction_timeout=TIMEOUT,
                    producer_id=-1, producer_epoch=-1)
     with KafkaWire(*process.kafka_address) as conn:
         response = conn.call(request)
@@ -140,10 +143,9 @@ def test_each_state_writer_on_a_full_disk_answers_its_code_and_changes_nothing(s
     filler = small_disk / "filler"
     fill(filler)
     try:
-        with pytest.raises(OSError) as raised:  # the disk is full to its last page
-            with open(data_dir / "probe", "wb") as f:
-                f.write(b"x")
-                f.flush()
+        with pytest.raises(OSError) as raised, open(data_dir / "probe", "wb") as f:  # full to its last page
+            f.write(b"x")
+            f.flush()
         assert raised.value.errno == errno.ENOSPC
         os.unlink(data_dir / "probe")
 
@@ -181,4 +183,45 @@ def test_each_state_writer_on_a_full_disk_answers_its_code_and_changes_nothing(s
     assert configs["retention.ms"].value == "3600000"
     code, later_id = init_producer_id(process)
     assert code == 0 and later_id > producer_id
+    assert "Traceback" not in process.stderr_text()
+
+
+def init_transactional(process, transactional_id: str) -> tuple[int, int, int]:
+    request = make(load_request_schema(22, 4), transactional_id=transactional_id, transaction_timeout=TIMEOUT,
+                   producer_id=-1, producer_epoch=-1)
+    with KafkaWire(*process.kafka_address) as conn:
+        response = conn.call(request)
+    return response.error_code, response.producer_id, response.producer_epoch
+
+
+def test_a_transaction_state_write_on_a_full_disk_answers_not_coordinator(small_disk, broker):  # noqa: F811
+    """`__transaction_state` appends: new transactional ids are registered until an
+    append needs a page the disk does not have; that InitProducerId answers
+    NOT_COORDINATOR (Kafka's TransactionStateManager for KAFKA_STORAGE_ERROR),
+    never UNKNOWN_SERVER_ERROR; once there is room it succeeds, and every id
+    registered is known after a restart."""
+    process = broker(*SERVE_ARGS, data_dir=small_disk / "data")
+    assert init_transactional(process, "tx-0")[0] == 0  # the topic and a producer id block exist
+    filler = small_disk / "filler"
+    fill(filler)
+    registered = {}
+    try:
+        for i in range(1, 500):
+            code, producer_id, epoch = init_transactional(process, f"tx-{i}")
+            if code:
+                break
+            registered[f"tx-{i}"] = producer_id
+        else:
+            raise AssertionError("no __transaction_state append failed on the full disk")
+        assert code == NOT_COORDINATOR, code
+        refused = f"tx-{i}"
+    finally:
+        os.unlink(filler)
+    code, producer_id, epoch = init_transactional(process, refused)
+    assert (code, epoch) == (0, 0)
+    registered[refused] = producer_id
+    assert process.stop() == 0
+    process.restart()
+    for transactional_id, producer_id in registered.items():
+        assert init_transactional(process, transactional_id) == (0, producer_id, 1)
     assert "Traceback" not in process.stderr_text()
