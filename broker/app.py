@@ -3,8 +3,10 @@
 Contract:
 - `BrokerApp(config).start()` raises the soft RLIMIT_NOFILE to the hard limit and
   sizes the open-file budget (log.max.open.files, storage/open_files.py), logging
-  both (`open_files_limit`), opens the data directory (LogManager.startup: lock,
-  recovery), loads the topic registry and reconciles it with the directories,
+  both (`open_files_limit`), reads the state files (topic registry, SCRAM users,
+  client quotas, ACLs, group configs: a damaged one fails the start before the
+  logs are touched), opens the data directory (LogManager.startup: lock,
+  recovery), reconciles the registry with the directories,
   registers `__consumer_offsets`, rebuilds committed offsets from it, then listens:
   every listener of both protocols (broker/listeners.py: `native.listeners`,
   `listeners`, or the host.name/port/kafka.port shorthands), all over the same
@@ -203,13 +205,9 @@ class BrokerApp:
                 self.admin = AdminServer(metrics, lambda: self.ready)
                 self.admin_address = await _bind(self.admin, config.host, config.admin_port)
             try:
+                # The state files first (reads only): a damaged one fails the start at
+                # once, before the logs are locked and recovered.
                 await blocking(registry.load)
-                await blocking(manager.startup, registry.owns)
-                opened = True
-                _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line
-                await blocking(registry.reconcile, manager)
-                await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
-                await blocking(partitions.offsets.load, manager.logs())
                 authenticator.store = await blocking(ScramCredentialStore.open, config.data_dir)
                 partitions.quotas = await blocking(
                     lambda: ClientQuotas.open(
@@ -219,8 +217,15 @@ class BrokerApp:
                         mutation_window_seconds=config.values["controller.quota.window.size.seconds"]))
                 await blocking(partitions.authorizer.load, config.data_dir)
                 if self.kafka is not None:
-                    self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)
                     self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
+                await blocking(manager.startup, registry.owns)
+                opened = True
+                _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line
+                await blocking(registry.reconcile, manager)
+                await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
+                await blocking(partitions.offsets.load, manager.logs())
+                if self.kafka is not None:
+                    self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)  # may write: locked
                     transactions = getattr(self.kafka, "transactions", None)
                     if transactions is not None:
                         await transactions.start()

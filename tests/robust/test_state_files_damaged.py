@@ -44,6 +44,8 @@ JSON_STATE = ("acls.json", "scram-credentials.json", "client-quotas.json", "grou
               "strata-kafka.json", "strata-topics.json")
 # Rebuilt from the logs (Kafka's rules); a directory in their place, or a file that
 # cannot be read at all, refuses.
+READ_FIRST = ("acls.json", "scram-credentials.json", "client-quotas.json", "group-configs.json",
+              "strata-topics.json")
 CHECKPOINTS = ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint")
 # `events` has segments 0, 21 (the aborted transaction and its marker) and 42.
 PARTITION_FILES = (f"{TOPIC}-0/*.snapshot",  # the newest producer snapshot
@@ -135,8 +137,21 @@ def test_a_damaged_file_is_rebuilt_or_refused_in_one_line(seeded, tmp_path, brok
             os.chmod(path, 0o644)
 
 
+def tree(data_dir) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for root, dirs, files in os.walk(data_dir):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(root, name), data_dir)] = "directory"
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                out[os.path.relpath(os.path.join(root, name), data_dir)] = f.read()
+    return out
+
+
 def assert_refused(data_dir, path: str) -> None:
     before = fingerprint(path)
+    # The state files read before the logs are opened: their refusal touches nothing at all.
+    untouched = tree(data_dir) if os.path.basename(path) in READ_FIRST else None
     code, _, err = run_serve("--data-dir", str(data_dir), "--port", "0", *SERVE_ARGS)
     last = [line for line in err.splitlines() if line.strip()][-1]
     assert code == 1, err
@@ -144,6 +159,8 @@ def assert_refused(data_dir, path: str) -> None:
     assert last.startswith("strata: ") and path in last, last
     assert any(word in last for word in ("restore it", "move the directory away", "the broker runs as")), last
     assert fingerprint(path) == before
+    if untouched is not None:
+        assert tree(data_dir) == untouched
 
 
 def assert_served(process, expected: state_seed.Expected, log_start: int) -> None:
