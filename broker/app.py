@@ -4,8 +4,8 @@ Contract:
 - `BrokerApp(config).start()` raises the soft RLIMIT_NOFILE to the hard limit and
   sizes the open-file budget (log.max.open.files, storage/open_files.py), logging
   both (`open_files_limit`), reads the state files (topic registry, SCRAM users,
-  client quotas, ACLs, group configs: a damaged one fails the start before the
-  logs are touched), opens the data directory (LogManager.startup: lock,
+  client quotas, ACLs, group configs, Kafka state: a damaged one fails the start
+  before the logs are touched), opens the data directory (LogManager.startup: lock,
   recovery), reconciles the registry with the directories,
   registers `__consumer_offsets`, rebuilds committed offsets from it, then listens:
   every listener of both protocols (broker/listeners.py: `native.listeners`,
@@ -206,7 +206,8 @@ class BrokerApp:
                 self.admin_address = await _bind(self.admin, config.host, config.admin_port)
             try:
                 # The state files first (reads only): a damaged one fails the start at
-                # once, before the logs are locked and recovered.
+                # once, before the logs are locked and recovered. Files they lack are
+                # created once the directory is locked.
                 await blocking(registry.load)
                 authenticator.store = await blocking(ScramCredentialStore.open, config.data_dir)
                 partitions.quotas = await blocking(
@@ -216,8 +217,10 @@ class BrokerApp:
                         mutation_window_samples=config.values["controller.quota.window.num"],
                         mutation_window_seconds=config.values["controller.quota.window.size.seconds"]))
                 await blocking(partitions.authorizer.load, config.data_dir)
+                kafka_state = None
                 if self.kafka is not None:
                     self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
+                    kafka_state = await blocking(KafkaState.read, config.data_dir)
                 await blocking(manager.startup, registry.owns)
                 opened = True
                 _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line
@@ -225,7 +228,7 @@ class BrokerApp:
                 await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
                 await blocking(partitions.offsets.load, manager.logs())
                 if self.kafka is not None:
-                    self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)  # may write: locked
+                    self.kafka.core.state = kafka_state or await blocking(KafkaState.create, config.data_dir)
                     transactions = getattr(self.kafka, "transactions", None)
                     if transactions is not None:
                         await transactions.start()

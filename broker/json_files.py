@@ -1,4 +1,5 @@
-"""The broker's own JSON state files (topic registry, Kafka state, group configs).
+"""The broker's own JSON state files (topic registry, Kafka state, group configs, ACLs,
+SCRAM credentials, client quotas).
 
 Contract:
 - `read_document(path, version, what, remedy)` returns the JSON object stored in

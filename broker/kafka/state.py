@@ -6,7 +6,9 @@
 
 Contract:
 - `KafkaState.open(data_dir)` (blocking; after the data directory is locked)
-  reads the file or creates it with a new cluster id (Kafka's form: a random
+  is `read(data_dir)` (the file's state, None without one; reads only, so the
+  broker checks it before locking) or `create(data_dir)`: the file with a new
+  cluster id (Kafka's form: a random
   UUID in URL-safe base64 without padding, 22 characters).
 - Producer ids are handed out from blocks of PRODUCER_ID_BLOCK_SIZE, as Kafka's
   ProducerIdManager takes blocks from the controller: the end of a block is
@@ -61,19 +63,29 @@ class KafkaState:
 
     @classmethod
     def open(cls, data_dir: str) -> KafkaState:
+        return cls.read(data_dir) or cls.create(data_dir)
+
+    @classmethod
+    def read(cls, data_dir: str) -> KafkaState | None:
+        """The stored state, or None when there is no file (reads only)."""
         path = os.path.join(data_dir, STATE_FILE)
         doc = read_document(path, FORMAT_VERSION, "Kafka listener state", REMEDY)
         if doc is None:
-            state = cls(path, new_cluster_id(), 0)
-            try:
-                state._write()
-            except OSError as e:
-                raise InvalidConfigError(f"cannot write Kafka listener state {path}: {e}") from None
-            return state
+            return None
         try:
-            state = cls(path, str(doc["cluster_id"]), int(doc["producer_id_block_end"]))
+            return cls(path, str(doc["cluster_id"]), int(doc["producer_id_block_end"]))
         except (KeyError, TypeError, ValueError) as e:
             raise damaged(path, "Kafka listener state", e, REMEDY) from None
+
+    @classmethod
+    def create(cls, data_dir: str) -> KafkaState:
+        """A new cluster id, written (after the data directory is locked)."""
+        path = os.path.join(data_dir, STATE_FILE)
+        state = cls(path, new_cluster_id(), 0)
+        try:
+            state._write()
+        except OSError as e:
+            raise InvalidConfigError(f"cannot write Kafka listener state {path}: {e}") from None
         return state
 
     def _write(self) -> None:

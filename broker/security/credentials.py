@@ -1,7 +1,9 @@
 """The SCRAM credential store: `<data-dir>/scram-credentials.json`.
 
 Contract:
-- `ScramCredentialStore.open(data_dir)` reads the file (none: no users).
+- `ScramCredentialStore.open(data_dir)` reads the file (none: no users); one
+  that cannot be read or decoded raises InvalidConfigError naming it and what to
+  do (the start fails in one line: without it every SCRAM login would fail).
   `lookup(mechanism, user)` is the user's ScramCredential for that mechanism
   (memory, on the loop); `describe()` is {user: [(mechanism name, iterations)]}.
 - `apply(upsertions, deletions)` changes several credentials as one: it builds

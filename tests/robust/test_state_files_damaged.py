@@ -39,13 +39,12 @@ REFUSE, SERVE = "refuse", "serve"
 EMPTY, TORN, GARBAGE, DIRECTORY, UNREADABLE, LEFTOVER_TMP = "empty", "torn", "garbage", "directory", "unreadable", "tmp"
 DAMAGES = (EMPTY, TORN, GARBAGE, DIRECTORY, UNREADABLE, LEFTOVER_TMP)
 
-# The files a user or client set, which no log can rebuild: every damage refuses.
+# The files a user or client set, which no log can rebuild: every damage refuses,
+# before the logs are opened.
 JSON_STATE = ("acls.json", "scram-credentials.json", "client-quotas.json", "group-configs.json",
               "strata-kafka.json", "strata-topics.json")
 # Rebuilt from the logs (Kafka's rules); a directory in their place, or a file that
 # cannot be read at all, refuses.
-READ_FIRST = ("acls.json", "scram-credentials.json", "client-quotas.json", "group-configs.json",
-              "strata-topics.json")
 CHECKPOINTS = ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint")
 # `events` has segments 0, 21 (the aborted transaction and its marker) and 42.
 PARTITION_FILES = (f"{TOPIC}-0/*.snapshot",  # the newest producer snapshot
@@ -151,7 +150,7 @@ def tree(data_dir) -> dict[str, object]:
 def assert_refused(data_dir, path: str) -> None:
     before = fingerprint(path)
     # The state files read before the logs are opened: their refusal touches nothing at all.
-    untouched = tree(data_dir) if os.path.basename(path) in READ_FIRST else None
+    untouched = tree(data_dir) if os.path.basename(path) in JSON_STATE else None
     code, _, err = run_serve("--data-dir", str(data_dir), "--port", "0", *SERVE_ARGS)
     last = [line for line in err.splitlines() if line.strip()][-1]
     assert code == 1, err
