@@ -4,7 +4,7 @@ The real broker on a small tmpfs (tests/robust/test_disk_full.py's `small_disk`;
 skipped where a tmpfs cannot be mounted) first writes every state file once;
 then a filler file takes the disk's last page, and each request that replaces a
 file is answered with Kafka's code, leaving the file as it was and no `.tmp`
-behind: CreateAcls and DeleteAcls, AlterUserScramCredentials,
+behind: CreateAcls (and the native CREATE_ACLS) and DeleteAcls, AlterUserScramCredentials,
 AlterClientQuotas, IncrementalAlterConfigs of a group and of a topic answer
 KAFKA_STORAGE_ERROR (56); InitProducerId, which must claim a producer id block
 in `strata-kafka.json`, answers COORDINATOR_LOAD_IN_PROGRESS (14, Kafka's answer
@@ -40,6 +40,9 @@ from confluent_kafka.admin import (  # noqa: E402
 )
 
 from broker.kafka.codec import make  # noqa: E402
+from client import Admin  # noqa: E402
+from client.errors import StrataClientError  # noqa: E402
+from protocol import AclBinding as NativeAclBinding  # noqa: E402
 from tests.kafka.test_client_quotas import alter as alter_quotas  # noqa: E402
 from tests.kafka.wire import KafkaWire  # noqa: E402
 from tests.robust.state_seed import ANY_ACL, GUARD_S, SERVE_ARGS, admin  # noqa: E402
@@ -150,6 +153,9 @@ def test_each_state_writer_on_a_full_disk_answers_its_code_and_changes_nothing(s
         os.unlink(data_dir / "probe")
 
         assert failure(client.create_acls([topic_acl("User:bob")])) == STORAGE_ERROR
+        with Admin(f"{process.host}:{process.port}") as native, pytest.raises(StrataClientError) as refused:
+            native.create_acls([NativeAclBinding(2, "events", 3, "User:bob", "*", 3, 3)])  # TOPIC LITERAL READ ALLOW
+        assert refused.value.code == STORAGE_ERROR
         assert failure(client.delete_acls([ANY_ACL])) == STORAGE_ERROR
         assert failure(client.alter_user_scram_credentials([user("bob")])) == STORAGE_ERROR
         assert failure(client.incremental_alter_configs([group_config("g2", 55000)])) == STORAGE_ERROR
