@@ -3,11 +3,13 @@ SCRAM credentials, client quotas).
 
 Contract:
 - `read_document(path, version, what, remedy)` returns the JSON object stored in
-  `path`, or None when the file does not exist. A file that cannot be read (a
-  directory in its place, EACCES), is not JSON (empty, torn, garbage), is not an
-  object or carries another `"version"` raises InvalidConfigError that names
-  `what`, the path, the problem and `remedy` (what the operator can do), so a
-  start on a damaged file stops with one clear line and changes nothing. These
+  `path`, or None when the file does not exist. A file that is not JSON (empty,
+  torn, garbage), is not an object or carries another `"version"` raises
+  InvalidConfigError that names `what`, the path, the problem and `remedy` (what
+  the operator can do), so a start on a damaged file stops with one clear line
+  and changes nothing. A file that cannot be opened raises its OSError, which
+  names it (the start's one line adds what to do: a directory in the file's
+  place, or who owns the data directory on EACCES). These
   files hold what an operator or a client set and no log can rebuild: starting
   without one would silently drop it (ACLs, users, quotas, topic configs).
 - `damaged(path, what, detail, remedy)` is the same error for a document whose
@@ -31,8 +33,6 @@ def read_document(path: str, version: int, what: str, remedy: str) -> dict[str, 
             doc = json.loads(f.read())
     except FileNotFoundError:
         return None
-    except OSError as e:
-        raise InvalidConfigError(f"cannot read {what} {path}: {e.strerror or e}; {remedy}") from None
     except ValueError as e:
         raise InvalidConfigError(f"cannot read {what} {path}: not JSON ({e}); {remedy}") from None
     if not isinstance(doc, dict) or doc.get("version") != version:
