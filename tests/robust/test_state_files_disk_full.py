@@ -4,9 +4,9 @@ The real broker on a small tmpfs (tests/robust/test_disk_full.py's `small_disk`;
 skipped where a tmpfs cannot be mounted) first writes every state file once;
 then a filler file takes the disk's last page, and each request that replaces a
 file is answered with Kafka's code, leaving the file as it was and no `.tmp`
-behind: CreateAcls (and the native CREATE_ACLS) and DeleteAcls, AlterUserScramCredentials,
-AlterClientQuotas, IncrementalAlterConfigs of a group and of a topic answer
-KAFKA_STORAGE_ERROR (56); InitProducerId, which must claim a producer id block
+behind: CreateAcls (and the native CREATE_ACLS), DeleteAcls,
+AlterUserScramCredentials, AlterClientQuotas, IncrementalAlterConfigs of a group
+and of a topic answer KAFKA_STORAGE_ERROR (56); InitProducerId, which must claim a producer id block
 in `strata-kafka.json`, answers COORDINATOR_LOAD_IN_PROGRESS (14, Kafka's answer
 while it has no block; clients retry). The broker keeps serving reads meanwhile.
 Once the filler is gone the same requests succeed, and after a clean stop and a
