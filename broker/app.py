@@ -3,8 +3,10 @@
 Contract:
 - `BrokerApp(config).start()` raises the soft RLIMIT_NOFILE to the hard limit and
   sizes the open-file budget (log.max.open.files, storage/open_files.py), logging
-  both (`open_files_limit`), opens the data directory (LogManager.startup: lock,
-  recovery), loads the topic registry and reconciles it with the directories,
+  both (`open_files_limit`), reads the state files (topic registry, SCRAM users,
+  client quotas, ACLs, group configs, Kafka state: a damaged one fails the start
+  before the logs are touched), opens the data directory (LogManager.startup: lock,
+  recovery), reconciles the registry with the directories,
   registers `__consumer_offsets`, rebuilds committed offsets from it, then listens:
   every listener of both protocols (broker/listeners.py: `native.listeners`,
   `listeners`, or the host.name/port/kafka.port shorthands), all over the same
@@ -203,13 +205,10 @@ class BrokerApp:
                 self.admin = AdminServer(metrics, lambda: self.ready)
                 self.admin_address = await _bind(self.admin, config.host, config.admin_port)
             try:
+                # The state files first (reads only): a damaged one fails the start at
+                # once, before the logs are locked and recovered. Files they lack are
+                # created once the directory is locked.
                 await blocking(registry.load)
-                await blocking(manager.startup, registry.owns)
-                opened = True
-                _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line
-                await blocking(registry.reconcile, manager)
-                await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
-                await blocking(partitions.offsets.load, manager.logs())
                 authenticator.store = await blocking(ScramCredentialStore.open, config.data_dir)
                 partitions.quotas = await blocking(
                     lambda: ClientQuotas.open(
@@ -218,17 +217,26 @@ class BrokerApp:
                         mutation_window_samples=config.values["controller.quota.window.num"],
                         mutation_window_seconds=config.values["controller.quota.window.size.seconds"]))
                 await blocking(partitions.authorizer.load, config.data_dir)
+                kafka_state = None
                 if self.kafka is not None:
-                    self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)
                     self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
+                    kafka_state = await blocking(KafkaState.read, config.data_dir)
+                await blocking(manager.startup, registry.owns)
+                opened = True
+                _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line
+                await blocking(registry.reconcile, manager)
+                await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
+                await blocking(partitions.offsets.load, manager.logs())
+                if self.kafka is not None:
+                    self.kafka.core.state = kafka_state or await blocking(KafkaState.create, config.data_dir)
                     transactions = getattr(self.kafka, "transactions", None)
                     if transactions is not None:
                         await transactions.start()
             except StrataError as e:
                 raise StartupError(str(e)) from None
             except OSError as e:
-                raise StartupError(f"cannot use data directory {config.data_dir}: "
-                                   f"{e.strerror or e}{ownership_hint(config.data_dir, e)}") from None
+                raise StartupError(f"cannot use data directory {config.data_dir}: {os_error_text(e)}"
+                                   f"{ownership_hint(config.data_dir, e)}") from None
             if metrics is not None:
                 metrics.attach(manager=manager, offsets=partitions.offsets,
                                servers={(listener.spec.protocol, listener.name): server
@@ -457,6 +465,17 @@ def _log_open_files_limit(soft_before: int, soft: int, hard: int) -> None:
     if OPEN_FILES.limit >= soft:
         log.warning("max_open_files_above_limit", max_open_files=OPEN_FILES.limit, soft=soft,
                     hint="log.max.open.files leaves no descriptors for connections; opens may fail with EMFILE")
+
+
+def os_error_text(error: OSError) -> str:
+    """The error's words and the file it concerns; a directory where the broker keeps
+    a file (which no write can replace) says what to do."""
+    text = error.strerror or str(error)
+    if error.filename is not None:
+        text = f"{error.filename}: {text}"
+    if isinstance(error, IsADirectoryError):
+        text += " (the broker keeps a file there: move the directory away)"
+    return text
 
 
 def ownership_hint(data_dir: str, error: OSError) -> str:

@@ -12,13 +12,12 @@ lines below; tests/broker/test_config_table.py checks that it is current.
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from storage.config import BROKER_NAMES, KEYS_BY_NAME, LONG_MAX
+from storage.fileutil import atomic_write
 
 from .config import ALL_KEYS, INT_MAX, KEYS
 from .config_ignored import IGNORED, IGNORED_PREFIXES, MUST_BE_ONE, NODE_IDS
@@ -88,17 +87,7 @@ def replace_table(readme_text: str) -> str:
 
 
 def write(path: Path = README) -> None:
-    text = replace_table(path.read_text(encoding="utf-8"))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write(path, replace_table(path.read_text(encoding="utf-8")).encode("utf-8"))
 
 
 def main(argv: list[str]) -> int:

@@ -41,9 +41,11 @@ from typing import Any
 from kafka_format.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
 from storage.fileutil import atomic_write
 
-from .json_files import encode_document, read_document
+from .json_files import damaged, encode_document, read_document
 
 CONFIG_FILE = "group-configs.json"
+REMEDY = ("restore it from a backup, or move it away to start with the broker's defaults "
+          "for every group (then set the overrides again)")
 FORMAT_VERSION = 1
 INT_MAX = 2**31 - 1
 SESSION_TIMEOUT = "consumer.session.timeout.ms"
@@ -91,12 +93,12 @@ class GroupConfigs:
     def open(cls, data_dir: str, broker: Mapping[str, Any]) -> GroupConfigs:
         """`broker`: the broker's settings by name (BrokerConfig.values)."""
         path = os.path.join(data_dir, CONFIG_FILE)
-        doc = read_document(path, FORMAT_VERSION, "group configs")
+        doc = read_document(path, FORMAT_VERSION, "group configs", REMEDY)
         try:
             groups = {} if doc is None else {str(g): {str(k): str(v) for k, v in props.items()}
                                              for g, props in doc["groups"].items()}
         except (KeyError, TypeError, AttributeError) as e:
-            raise InvalidConfigError(f"group configs {path} are damaged: {e}") from None
+            raise damaged(path, "group configs", e, REMEDY) from None
         return cls(path, broker, groups)
 
     # ---- reading ----

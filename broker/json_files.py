@@ -1,10 +1,19 @@
-"""The broker's own JSON state files (topic registry, Kafka state, group configs).
+"""The broker's own JSON state files (topic registry, Kafka state, group configs, ACLs,
+SCRAM credentials, client quotas).
 
 Contract:
-- `read_document(path, version, what)` returns the JSON object stored in `path`,
-  or None when the file does not exist. A file that cannot be read, is not JSON,
-  is not an object or carries another `"version"` raises InvalidConfigError that
-  names `what` and the path, so a start on a damaged file stops with one clear line.
+- `read_document(path, version, what, remedy)` returns the JSON object stored in
+  `path`, or None when the file does not exist. A file that is not JSON (empty,
+  torn, garbage), is not an object or carries another `"version"` raises
+  InvalidConfigError that names `what`, the path, the problem and `remedy` (what
+  the operator can do), so a start on a damaged file stops with one clear line
+  and changes nothing. A file that cannot be opened raises its OSError, which
+  names it (the start's one line adds what to do: a directory in the file's
+  place, or who owns the data directory on EACCES). These
+  files hold what an operator or a client set and no log can rebuild: starting
+  without one would silently drop it (ACLs, users, quotas, topic configs).
+- `damaged(path, what, detail, remedy)` is the same error for a document whose
+  content does not decode (a caller's own checks).
 - `encode_document(doc)` gives the bytes every such file is written with (indented
   JSON and a final newline); callers replace the file whole with
   storage.fileutil.atomic_write (write-temp, fsync, rename).
@@ -18,17 +27,22 @@ from typing import Any
 from kafka_format.errors import InvalidConfigError
 
 
-def read_document(path: str, version: int, what: str) -> dict[str, Any] | None:
+def read_document(path: str, version: int, what: str, remedy: str) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
-        raise InvalidConfigError(f"cannot read {what} {path}: {e}") from None
+    except ValueError as e:
+        raise InvalidConfigError(f"cannot read {what} {path}: not JSON ({e}); {remedy}") from None
     if not isinstance(doc, dict) or doc.get("version") != version:
-        raise InvalidConfigError(f"{what} {path}: unsupported format")
+        raise InvalidConfigError(f"{what} {path}: unsupported format (expected a JSON object of version "
+                                 f"{version}); {remedy}")
     return doc
+
+
+def damaged(path: str, what: str, detail: object, remedy: str) -> InvalidConfigError:
+    return InvalidConfigError(f"{what} {path} is damaged: {detail}; {remedy}")
 
 
 def encode_document(doc: dict[str, Any], *, sort_keys: bool = False) -> bytes:

@@ -11,7 +11,9 @@ Contract:
   replaces the file whole (write-temp, fsync, rename) before the new quotas
   apply, at once, without a restart; `describe(components, strict)` answers
   DescribeClientQuotas' filter (match types exact 0, default 1, any specified 2).
-  Bad input raises InvalidRequestError naming the problem and changes nothing.
+  Bad input raises InvalidRequestError naming the problem and changes nothing;
+  a failed write (a full disk) raises KafkaStorageError and changes nothing.
+  A file that cannot be read or decoded fails `open` (one line naming it).
 - `throttle_ms(kind, principal, client_id, amount)` is what the quota policy
   (broker/partitions.py `PartitionService.throttle`, called by both protocols)
   calls: once per Produce (kind `produce`: bytes of the record sets), per Fetch
@@ -66,13 +68,15 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kafka_format.errors import InvalidConfigError, InvalidRequestError, StrataError
+from kafka_format.errors import InvalidRequestError, KafkaStorageError, StrataError
 from storage.fileutil import atomic_write
 
-from .json_files import encode_document, read_document
+from .json_files import damaged, encode_document, read_document
 from .security.principal import ANONYMOUS
 
 QUOTAS_FILE = "client-quotas.json"
+REMEDY = ("restore it from a backup, or move it away to start with no client quotas "
+          "(then set them again: strata quotas --alter)")
 FORMAT_VERSION = 1
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 PRODUCER_BYTE_RATE = "producer_byte_rate"
@@ -242,7 +246,7 @@ class ClientQuotas:
     def open(cls, data_dir: str, *, window_samples: int = 11, window_seconds: int = 1,
              mutation_window_samples: int = 11, mutation_window_seconds: int = 1) -> ClientQuotas:
         path = os.path.join(data_dir, QUOTAS_FILE)
-        doc = read_document(path, FORMAT_VERSION, "client quotas")
+        doc = read_document(path, FORMAT_VERSION, "client quotas", REMEDY)
         quotas: dict[Entity, dict[str, float]] = {}
         try:
             for item in (doc or {}).get("quotas", []):
@@ -250,7 +254,7 @@ class ClientQuotas:
                                       for e in item["entity"]))
                 quotas[entity] = {str(k): float(v) for k, v in item["values"].items()}
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise InvalidConfigError(f"client quotas {path} are damaged: {e}") from None
+            raise damaged(path, "client quotas", e, REMEDY) from None
         return cls(path, quotas, window_samples=window_samples, window_seconds=window_seconds,
                    mutation_window_samples=mutation_window_samples,
                    mutation_window_seconds=mutation_window_seconds)
@@ -291,7 +295,11 @@ class ClientQuotas:
                 doc = {"version": FORMAT_VERSION,
                        "quotas": [{"entity": [{"type": t, "name": n} for t, n in entity], "values": values}
                                   for entity, values in sorted(quotas.items(), key=lambda kv: repr(kv[0]))]}
-                atomic_write(self.path, encode_document(doc))
+                try:
+                    atomic_write(self.path, encode_document(doc))
+                except OSError as e:
+                    raise KafkaStorageError(f"cannot write the client quotas {self.path}: "
+                                            f"{e.strerror or e}") from None
             self.request_quotas = _has_key(quotas, REQUEST_PERCENTAGE)
             self.active = bool(quotas)
             self._quotas = quotas  # one reference swap: readers see the old or the new whole

@@ -85,9 +85,10 @@ from storage.manager import LogManager
 
 from . import internal_topics
 from .internal_topics import INTERNAL_TOPIC_CONFIGS, OFFSETS_TOPIC
-from .json_files import encode_document, read_document
+from .json_files import damaged, encode_document, read_document
 
 REGISTRY_FILE = "strata-topics.json"
+REMEDY = "restore it from a backup (topic configs and topic ids cannot be rebuilt from the logs)"
 FORMAT_VERSION = 1
 # Not Kafka's (it has none): one request must not be able to make the broker
 # create millions of directories.
@@ -143,7 +144,7 @@ class TopicRegistry:
 
     def load(self) -> None:
         """Read the registry file (no writes: the data directory is not locked yet)."""
-        doc = read_document(self.path, FORMAT_VERSION, "topic registry")
+        doc = read_document(self.path, FORMAT_VERSION, "topic registry", REMEDY)
         self.file_existed = doc is not None
         if doc is None:
             return
@@ -157,7 +158,7 @@ class TopicRegistry:
                                      LogConfig.from_props(configs, self.defaults), topic_id)
             deleting = tuple(str(n) for n in doc.get("deleting", ()))
         except (AttributeError, KeyError, TypeError, ValueError, InvalidConfigError) as e:
-            raise InvalidConfigError(f"topic registry {self.path} is damaged: {e}") from None
+            raise damaged(self.path, "topic registry", e, REMEDY) from None
         self._topics = MappingProxyType(topics)
         self._deleting = deleting
 

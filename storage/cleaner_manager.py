@@ -5,6 +5,10 @@ Contract:
 - `cleaner-offset-checkpoint` (data directory, Kafka's text format, through
   OffsetCheckpointFile) holds each compacted log's first dirty offset. It is
   rewritten after a clean (`done_cleaning`), keeping only logs that still exist.
+  One that cannot be read or parsed is logged (`cleaner_checkpoint_unreadable`)
+  and reads as empty, as Kafka: every compacted log is cleaned from its start.
+  A failed write (a full disk) is logged (`cleaner_checkpoint_write_failed`) and
+  leaves the old file.
 - `cleanable_offsets(log, checkpointed, now)`: first dirty = the checkpoint, or
   the log start offset when there is none, it is below the log start, or past
   the log end. First uncleanable = the lowest of the active segment's base, the
@@ -148,8 +152,10 @@ class LogCleanerManager:
         with self._lock:
             try:
                 return self.checkpoint.read()
-            except KafkaStorageError:
-                logger.exception("cleaner_checkpoint_unreadable", path=self.checkpoint.path)
+            except (KafkaStorageError, OSError) as e:
+                # Kafka's allCleanerCheckpoints: every log is cleaned from its start again.
+                logger.error("cleaner_checkpoint_unreadable", path=self.checkpoint.path,
+                             error=str(e), action="cleaning every compacted log from its start")
                 return {}
 
     def update_checkpoint(self, tp: TopicPartition, offset: int | None) -> None:
@@ -162,7 +168,17 @@ class LogCleanerManager:
                 current.pop(tp, None)
             elif tp in existing:
                 current[tp] = offset
-            self.checkpoint.write(current)
+            self._write_checkpoint(current)
+
+    def _write_checkpoint(self, offsets: dict[TopicPartition, int]) -> None:
+        try:
+            self.checkpoint.write(offsets)
+        except OSError as e:
+            # The old file stays whole (atomic_write): a lagging checkpoint only means
+            # cleaning those offsets again, and an entry of a deleted log is dropped
+            # by the next write.
+            logger.error("cleaner_checkpoint_write_failed", path=self.checkpoint.path,
+                         error=e.strerror or str(e))
 
     def logs(self) -> Mapping[TopicPartition, Log]:
         return self._logs()
@@ -257,4 +273,4 @@ class LogCleanerManager:
             current = self.all_checkpoints()
             if tp in current:
                 del current[tp]
-                self.checkpoint.write(current)
+                self._write_checkpoint(current)

@@ -3,7 +3,11 @@ clean-shutdown marker (Kafka's LogManager, storage side only).
 
 Contract:
 - `startup()` takes an exclusive lock on the directory (a second broker on the
-  same directory fails with a clear error), reads the checkpoints, opens every
+  same directory fails with a clear error), refuses a directory in the place of
+  the marker or a checkpoint (IsADirectoryError naming it), reads the
+  checkpoints (one that does not parse reads as empty, logged
+  `checkpoint_unreadable`, as Kafka: recovery points 0, log starts at the first
+  segments), opens every
   `<topic>-<partition>` directory, recovering those not closed cleanly, and
   then removes the clean-shutdown marker so that a later crash is noticed.
   Logs are opened by `recovery_threads` threads (Kafka's
@@ -62,7 +66,7 @@ import structlog
 from kafka_format.errors import KafkaStorageError, StrataError
 
 from . import retention
-from .checkpoint import OffsetCheckpointFile
+from .checkpoint import CLEANER_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from .clock import SYSTEM_CLOCK, SystemClock
 from .config import LogConfig
 from .fileutil import atomic_write, fsync_dir
@@ -128,11 +132,18 @@ class LogManager:
         to open is renamed `-stray` instead of failing the start."""
         os.makedirs(self.data_dir, exist_ok=True)
         self._take_directory_lock()
+        try:
+            self._refuse_directories_in_file_places()
+        except BaseException:
+            self._release_directory_lock()
+            raise
         self.space_reserve.ensure()
         marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
         self.had_clean_shutdown = os.path.exists(marker)
-        recovery_points = self._recovery_points.read()
-        log_starts = self._log_starts.read()
+        recovery_points = self._read_checkpoint_at_start(
+            self._recovery_points, "recovering every log from its first segment")
+        log_starts = self._read_checkpoint_at_start(
+            self._log_starts, "starting every log at its first segment's base offset")
         found: list[tuple[str, TopicPartition]] = []
         for name in sorted(os.listdir(self.data_dir)):
             path = os.path.join(self.data_dir, name)
@@ -163,6 +174,28 @@ class LogManager:
             fsync_dir(self.data_dir)
         log.info("logs_loaded", data_dir=self.data_dir, logs=len(self._logs), **progress.totals(),
                  clean_shutdown=self.had_clean_shutdown, elapsed_ms=progress.elapsed_ms())
+
+    def _refuse_directories_in_file_places(self) -> None:
+        """A directory where the data directory keeps one of its files (the marker, a
+        checkpoint) fails the start, naming it: no write could replace it, and a
+        directory at the marker's place would pass for a clean shutdown."""
+        for name in (CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT,
+                     CLEANER_OFFSET_CHECKPOINT):
+            path = os.path.join(self.data_dir, name)
+            if os.path.isdir(path):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+
+    @staticmethod
+    def _read_checkpoint_at_start(checkpoint: OffsetCheckpointFile, action: str) -> dict[TopicPartition, int]:
+        """A checkpoint's offsets; one that cannot be parsed (torn, garbage) reads as
+        empty with a warning, as Kafka's LogManager.loadLogs does: every offset in
+        it can be found again from the logs. A file that cannot be read at all
+        (EACCES, EIO) fails the start."""
+        try:
+            return checkpoint.read()
+        except KafkaStorageError as e:
+            log.warning("checkpoint_unreadable", path=checkpoint.path, error=str(e), action=action)
+            return {}
 
     def _in_parallel(self, work: Callable, items: list, done: Callable) -> list:
         """`work(item)` for every item on `recovery_threads` threads, results in the
@@ -237,6 +270,11 @@ class LogManager:
             raise KafkaStorageError(f"data directory {self.data_dir} is in use by another process") from None
         self._lock_fd = fd
 
+    def _release_directory_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the marker. A log
         that fails to flush is logged and the marker is not written (the next start
@@ -261,9 +299,7 @@ class LogManager:
             self.space_reserve.run("clean shutdown marker", lambda: atomic_write(marker, b""))
         with self._lock:
             self._logs.clear()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self._release_directory_lock()
         log.info("logs_closed", data_dir=self.data_dir, logs=len(logs))
 
     # ---- logs ---------------------------------------------------------------------------

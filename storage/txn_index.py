@@ -8,7 +8,9 @@ Contract:
   lastStableOffset the partition's last stable offset once the marker was written
   (Kafka uses it to stop a search early).
 - As Kafka, the file exists only once an entry was appended; no file reads as
-  empty. Entries are appended in ascending lastOffset (ValueError otherwise).
+  empty. Unlike Kafka, a truncation that keeps no entry removes the file, so an
+  existing empty file is damage (`sanity_check`). Entries are appended in
+  ascending lastOffset (ValueError otherwise).
 - The entries are read from the file once, on first use, and kept in memory:
   `entries` is replaced whole, never changed in place, so readers (a fetch, on the
   loop) see the old or the new tuple. The first read and each change take the
@@ -19,10 +21,13 @@ Contract:
   loses at most what recovery rebuilds from the log (storage/producer_state.py).
 - Changes come from one writer at a time (the owning Log's lock).
 - `sanity_check(next_offset)` (the loader, at start) raises CorruptIndexError
-  unless every entry's abort marker lies within the segment (base offset <=
-  lastOffset < `next_offset`, the segment's end), 0 <= firstOffset <=
-  lastOffset, and the lastOffsets ascend. Kafka's
-  TransactionIndex.sanityCheck checks only lastOffset >= the base offset; an
+  unless the file is whole entries and not empty (a torn or emptied one would
+  lose an aborted transaction: READ_COMMITTED consumers would read its records),
+  every entry's
+  abort marker lies within the segment (base offset <= lastOffset <
+  `next_offset`, the segment's end), 0 <= firstOffset <= lastOffset, and the
+  lastOffsets ascend. Kafka's TransactionIndex.sanityCheck checks only
+  lastOffset >= the base offset and skips a partial entry; an
   index failing any of these is rebuilt from the log, never served (loader.py).
   `reset()` empties the index (its file goes) for that rebuild.
 """
@@ -99,8 +104,17 @@ class TransactionIndex:
         return entries
 
     def sanity_check(self, next_offset: int | None = None) -> None:
-        """Raise CorruptIndexError for an entry outside the segment's offsets
-        [base offset, `next_offset`), or out of order (see the module contract)."""
+        """Raise CorruptIndexError for a file that is not whole entries, an entry
+        outside the segment's offsets [base offset, `next_offset`), or out of
+        order (see the module contract)."""
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            size = ENTRY_SIZE  # no file: no entries
+        if size == 0:
+            raise CorruptIndexError(f"{self.path}: empty (the file exists only while it holds an entry)")
+        if size % ENTRY_SIZE:
+            raise CorruptIndexError(f"{self.path}: {size} bytes, not a whole number of {ENTRY_SIZE}-byte entries")
         previous = None
         for i, txn in enumerate(self.entries):
             problem = None
@@ -170,7 +184,10 @@ class TransactionIndex:
                 size = os.path.getsize(self.path)
             except FileNotFoundError:
                 return
-            if size != keep * ENTRY_SIZE:
+            if keep == 0:
+                os.unlink(self.path)  # no entry, no file: an empty file is damage (sanity_check)
+                self._dirty = False
+            elif size != keep * ENTRY_SIZE:
                 os.truncate(self.path, keep * ENTRY_SIZE)
                 self._dirty = True
             self._entries = entries[:keep]

@@ -103,7 +103,10 @@ class AclHandlers:
             valid.append(acl)
             results.append((0, None))
         if valid:
-            await self.apis.blocking(self.authorizer.create, valid)
+            try:
+                await self.apis.blocking(self.authorizer.create, valid)
+            except StrataError as e:  # the ACL file could not be written: none was created
+                results = [(code, message) if code else (e.code, str(e)) for code, message in results]
         return make(R, throttle_time=0, results=tuple(make(ResultR, error_code=code, error_message=message)
                                                       for code, message in results))
 
@@ -115,7 +118,11 @@ class AclHandlers:
             code = SECURITY_DISABLED if not self.authorizer.enabled else CLUSTER_AUTHORIZATION_FAILED
             return make(R, throttle_time=0, filter_results=tuple(
                 make(FilterR, error_code=code, error_message=None, matching_acls=()) for _ in req.filters))
-        removed = await self.apis.blocking(self.authorizer.delete, [_filter(f) for f in req.filters])
+        try:
+            removed = await self.apis.blocking(self.authorizer.delete, [_filter(f) for f in req.filters])
+        except StrataError as e:  # the ACL file could not be written: none was deleted
+            return make(R, throttle_time=0, filter_results=tuple(
+                make(FilterR, error_code=e.code, error_message=str(e), matching_acls=()) for _ in req.filters))
         return make(R, throttle_time=0, filter_results=tuple(
             make(FilterR, error_code=0, error_message=None, matching_acls=tuple(
                 make(MatchR, error_code=0, error_message=None, resource_type=a.resource_type,

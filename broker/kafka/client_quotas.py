@@ -13,7 +13,7 @@ the broker's one ClientQuotas (broker/quotas.py, on the partition service).
 
 from __future__ import annotations
 
-from kafka_format.errors import InvalidRequestError
+from kafka_format.errors import InvalidRequestError, StrataError
 
 from ..quotas import ClientQuotas, Entity, entity_of
 from .apis import ApiKey
@@ -65,7 +65,11 @@ class ClientQuotaHandlers:
                 code, message = e.code, str(e)
             answers.append(make(EntryR, error_code=code, error_message=message,
                                 entity=tuple(make(EntityR, entity_type=t, entity_name=n) for t, n in pairs)))
-        await self.apis.blocking(lambda: quotas.alter(changes, validate_only=req.validate_only))
+        try:
+            await self.apis.blocking(lambda: quotas.alter(changes, validate_only=req.validate_only))
+        except StrataError as e:  # the quotas file could not be written: nothing changed
+            answers = [a if a.error_code else make(EntryR, error_code=e.code, error_message=str(e), entity=a.entity)
+                       for a in answers]
         return make(R, throttle_time=0, entries=tuple(answers))
 
 

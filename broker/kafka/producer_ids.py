@@ -5,6 +5,9 @@ in the executor, one claim at a time); an idempotent producer needs
 IDEMPOTENT_WRITE on the cluster or WRITE on some topic. Transactional ids are
 served by broker/kafka/transactions, which replaces this handler and allocates
 through `next_producer_id`; without it they are refused with INVALID_REQUEST.
+When no block can be claimed (its write failed: a full disk) InitProducerId
+answers COORDINATOR_LOAD_IN_PROGRESS, as Kafka's RPCProducerIdManager does while
+it has no block: a retriable code, so producers try again once there is room.
 """
 
 from __future__ import annotations
@@ -13,12 +16,20 @@ import asyncio
 
 import structlog
 
+from kafka_format.errors import KafkaStorageError, StrataError
+
 from ..security.authorizer import Op, Resource
 from .acls import allowed, allowed_cluster
 from .codec import make
 from .core_api import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CoreApiBase, E
 
 log = structlog.get_logger("strata.kafka")
+
+
+class ProducerIdsUnavailable(StrataError):
+    """No producer id block could be claimed (its write failed)."""
+
+    code = 14  # COORDINATOR_LOAD_IN_PROGRESS
 
 
 class ProducerIdsApi(CoreApiBase):
@@ -43,10 +54,15 @@ class ProducerIdsApi(CoreApiBase):
                      peer=ctx.peer)
             return make(R, throttle_time=0, error_code=E.invalid_request, producer_id=-1,
                         producer_epoch=-1)
-        producer_id = await self.next_producer_id()
+        try:
+            producer_id = await self.next_producer_id()
+        except ProducerIdsUnavailable as e:
+            return make(R, throttle_time=0, error_code=e.code, producer_id=-1, producer_epoch=-1)
         return make(R, throttle_time=0, error_code=E.none, producer_id=producer_id, producer_epoch=0)
 
     async def next_producer_id(self) -> int:
+        """The next producer id; ProducerIdsUnavailable when a block must be claimed
+        and cannot be (a full disk)."""
         assert self.state is not None
         while True:
             value = self.state.next_producer_id()
@@ -55,7 +71,11 @@ class ProducerIdsApi(CoreApiBase):
             if self._claiming is None:
                 self._claiming = asyncio.Lock()
             async with self._claiming:
-                await self.apis.blocking(self.state.claim_block)
+                try:
+                    await self.apis.blocking(self.state.claim_block)
+                except KafkaStorageError as e:
+                    log.warning("producer_id_block_unavailable", error=str(e))
+                    raise ProducerIdsUnavailable(str(e)) from None
 
 
 def may_write_idempotently(ctx) -> bool:

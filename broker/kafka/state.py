@@ -6,7 +6,9 @@
 
 Contract:
 - `KafkaState.open(data_dir)` (blocking; after the data directory is locked)
-  reads the file or creates it with a new cluster id (Kafka's form: a random
+  is `read(data_dir)` (the file's state, None without one; reads only, so the
+  broker checks it before locking) or `create(data_dir)`: the file with a new
+  cluster id (Kafka's form: a random
   UUID in URL-safe base64 without padding, 22 characters).
 - Producer ids are handed out from blocks of PRODUCER_ID_BLOCK_SIZE, as Kafka's
   ProducerIdManager takes blocks from the controller: the end of a block is
@@ -14,7 +16,11 @@ Contract:
   restart ids only ever grow and are never handed out twice (the rest of an
   unfinished block is skipped). `next_producer_id()` is called on the event loop;
   it returns None when the block is used up, and `claim_block()` (blocking, run in
-  the executor) takes the next one.
+  the executor) takes the next one; a failed write (a full disk) raises
+  KafkaStorageError and leaves the block and the file as they were.
+- A file that cannot be read or decoded fails `open` with one line naming it and
+  what to do: a new cluster id, or producer ids handed out again, would be silent
+  harm.
 - Epochs: every InitProducerId without a transactional id gets a new producer id
   with epoch 0 (Kafka's coordinator does the same for idempotent producers), so
   epochs never need to be stored.
@@ -31,12 +37,14 @@ import os
 import threading
 import uuid
 
-from kafka_format.errors import InvalidConfigError
+from kafka_format.errors import InvalidConfigError, KafkaStorageError
 from storage.fileutil import atomic_write
 
-from ..json_files import encode_document, read_document
+from ..json_files import damaged, encode_document, read_document
 
 STATE_FILE = "strata-kafka.json"
+# Without it the cluster id would change and producer ids already in the logs be handed out again.
+REMEDY = "restore it from a backup (the cluster id and the producer ids given out cannot be rebuilt)"
 FORMAT_VERSION = 1
 PRODUCER_ID_BLOCK_SIZE = 1000
 
@@ -55,19 +63,29 @@ class KafkaState:
 
     @classmethod
     def open(cls, data_dir: str) -> KafkaState:
+        return cls.read(data_dir) or cls.create(data_dir)
+
+    @classmethod
+    def read(cls, data_dir: str) -> KafkaState | None:
+        """The stored state, or None when there is no file (reads only)."""
         path = os.path.join(data_dir, STATE_FILE)
-        doc = read_document(path, FORMAT_VERSION, "Kafka listener state")
+        doc = read_document(path, FORMAT_VERSION, "Kafka listener state", REMEDY)
         if doc is None:
-            state = cls(path, new_cluster_id(), 0)
-            try:
-                state._write()
-            except OSError as e:
-                raise InvalidConfigError(f"cannot write Kafka listener state {path}: {e}") from None
-            return state
+            return None
         try:
-            state = cls(path, str(doc["cluster_id"]), int(doc["producer_id_block_end"]))
+            return cls(path, str(doc["cluster_id"]), int(doc["producer_id_block_end"]))
         except (KeyError, TypeError, ValueError) as e:
-            raise InvalidConfigError(f"Kafka listener state {path} is damaged: {e}") from None
+            raise damaged(path, "Kafka listener state", e, REMEDY) from None
+
+    @classmethod
+    def create(cls, data_dir: str) -> KafkaState:
+        """A new cluster id, written (after the data directory is locked)."""
+        path = os.path.join(data_dir, STATE_FILE)
+        state = cls(path, new_cluster_id(), 0)
+        try:
+            state._write()
+        except OSError as e:
+            raise InvalidConfigError(f"cannot write Kafka listener state {path}: {e}") from None
         return state
 
     def _write(self) -> None:
@@ -93,6 +111,10 @@ class KafkaState:
             self._block_end = start + PRODUCER_ID_BLOCK_SIZE
             try:
                 self._write()
+            except OSError as e:
+                self._block_end = start
+                raise KafkaStorageError(f"cannot write the Kafka listener state {self.path}: "
+                                        f"{e.strerror or e}") from None
             except BaseException:
                 self._block_end = start
                 raise

@@ -17,7 +17,11 @@ Contract:
 - Decisions are cached per (principal, host, operation, resource type, name);
   any ACL change empties the cache, so a change applies to the next request.
 - ACLs live in `<data dir>/acls.json` (`load(data_dir)`); `create` and `delete`
-  replace the file whole (write-temp, fsync, rename) before the change applies.
+  replace the file whole (write-temp, fsync, rename) before the change applies;
+  a failed write (a full disk) raises KafkaStorageError and changes nothing. A
+  file that cannot be read, or an entry that is not a valid binding, fails
+  `load` (InvalidConfigError naming the file and what to do): starting without
+  the ACLs would change every decision silently.
   `describe(filter)` / `delete(filters)` match as Kafka's AclBindingFilter.
 """
 
@@ -30,10 +34,10 @@ from dataclasses import asdict, dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from kafka_format.errors import InvalidRequestError, StrataError
+from kafka_format.errors import InvalidRequestError, KafkaStorageError, StrataError
 from storage.fileutil import atomic_write
 
-from ..json_files import encode_document, read_document
+from ..json_files import damaged, encode_document, read_document
 from .principal import ANONYMOUS
 
 if TYPE_CHECKING:
@@ -42,6 +46,8 @@ if TYPE_CHECKING:
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
 FILE_NAME = "acls.json"
+REMEDY = ("restore it from a backup (starting without it would drop every ACL: every "
+          "decision would change)")
 FORMAT_VERSION = 1
 CACHE_MAX = 100_000
 CLUSTER_NAME = "kafka-cluster"
@@ -310,14 +316,16 @@ class Authorizer:
     def load(self, data_dir: str) -> None:
         """Read `<data_dir>/acls.json` (none yet: no ACLs) and keep the path for changes."""
         self._path = os.path.join(data_dir, FILE_NAME)
-        doc = read_document(self._path, FORMAT_VERSION, "ACL file")
+        doc = read_document(self._path, FORMAT_VERSION, "ACL file", REMEDY)
         acls = []
-        for item in (doc or {}).get("acls", []):
-            try:
-                acls.append(Acl(**item))
-            except TypeError as e:
-                raise InvalidRequestError(f"ACL file {self._path}: bad entry {item!r}: {e}") from None
-        self._install(acls)
+        try:
+            for item in (doc or {}).get("acls", []):
+                acl = Acl(**item)
+                acl.check()
+                acls.append(acl)
+            self._install(acls)
+        except (AttributeError, TypeError, StrataError) as e:
+            raise damaged(self._path, "ACL file", e, REMEDY) from None
 
     def acls(self) -> list[Acl]:
         return list(self._acls)
@@ -350,8 +358,11 @@ class Authorizer:
 
     def _save(self, acls: list[Acl]) -> None:
         if self._path is not None:
-            atomic_write(self._path, encode_document({"version": FORMAT_VERSION,
-                                                      "acls": [asdict(a) for a in acls]}))
+            try:
+                atomic_write(self._path, encode_document({"version": FORMAT_VERSION,
+                                                          "acls": [asdict(a) for a in acls]}))
+            except OSError as e:
+                raise KafkaStorageError(f"cannot write the ACL file {self._path}: {e.strerror or e}") from None
 
     def _install(self, acls: list[Acl]) -> None:
         literal: dict[int, dict[str, list[Acl]]] = {}

@@ -1,7 +1,9 @@
 """The SCRAM credential store: `<data-dir>/scram-credentials.json`.
 
 Contract:
-- `ScramCredentialStore.open(data_dir)` reads the file (none: no users).
+- `ScramCredentialStore.open(data_dir)` reads the file (none: no users); one
+  that cannot be read or decoded raises InvalidConfigError naming it and what to
+  do (the start fails in one line: without it every SCRAM login would fail).
   `lookup(mechanism, user)` is the user's ScramCredential for that mechanism
   (memory, on the loop); `describe()` is {user: [(mechanism name, iterations)]}.
 - `apply(upsertions, deletions)` changes several credentials as one: it builds
@@ -21,6 +23,7 @@ Contract:
 from __future__ import annotations
 
 import base64
+import binascii
 import fcntl
 import os
 from collections.abc import Iterable
@@ -29,10 +32,12 @@ from kafka_format.errors import KafkaStorageError
 from storage.fileutil import atomic_write
 from storage.manager import LOCK_FILE
 
-from ..json_files import encode_document, read_document
+from ..json_files import damaged, encode_document, read_document
 from .scram import MECHANISMS, ScramCredential
 
 CREDENTIALS_FILE = "scram-credentials.json"
+REMEDY = ("restore it from a backup, or move it away and set every user again "
+          "(strata users set): starting without it would refuse every SCRAM login")
 VERSION = 1
 
 Credentials = dict[str, dict[str, ScramCredential]]  # user -> mechanism name -> credential
@@ -50,13 +55,17 @@ def _encode(credentials: Credentials) -> bytes:
 
 def _decode(doc: dict, path: str) -> Credentials:
     out: Credentials = {}
-    for user, by_mechanism in doc.get("users", {}).items():
-        out[user] = {}
-        for name, c in by_mechanism.items():
-            if name not in MECHANISMS:
-                continue
-            out[user][name] = ScramCredential(base64.b64decode(c["salt"]), base64.b64decode(c["stored_key"]),
-                                              base64.b64decode(c["server_key"]), int(c["iterations"]))
+    try:
+        for user, by_mechanism in doc.get("users", {}).items():
+            out[user] = {}
+            for name, c in by_mechanism.items():
+                if name not in MECHANISMS:
+                    continue
+                out[user][name] = ScramCredential(
+                    base64.b64decode(c["salt"], validate=True), base64.b64decode(c["stored_key"], validate=True),
+                    base64.b64decode(c["server_key"], validate=True), int(c["iterations"]))
+    except (AttributeError, KeyError, TypeError, ValueError, binascii.Error) as e:
+        raise damaged(path, "SCRAM credentials", repr(e), REMEDY) from None
     return out
 
 
@@ -68,7 +77,7 @@ class ScramCredentialStore:
     @classmethod
     def open(cls, data_dir: str) -> ScramCredentialStore:
         path = os.path.join(data_dir, CREDENTIALS_FILE)
-        doc = read_document(path, VERSION, "SCRAM credentials")
+        doc = read_document(path, VERSION, "SCRAM credentials", REMEDY)
         return cls(path, _decode(doc, path) if doc is not None else {})
 
     def lookup(self, mechanism: str, user: str) -> ScramCredential | None:

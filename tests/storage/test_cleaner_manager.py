@@ -4,6 +4,7 @@ the cleaner checkpoint, pausing for deletion, and the LogCleaner over a LogManag
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 
@@ -120,6 +121,30 @@ def test_the_checkpoint_is_kafkas_file_and_keeps_only_existing_logs(manager, clo
     with open(path) as f:
         assert f.read() == "0\n1\nt 0 42\n"
     assert OffsetCheckpointFile(path).read() == {("t", 0): 42}
+
+
+def test_a_checkpoint_that_cannot_be_read_or_written_is_logged_and_cleaning_goes_on(manager, clock, monkeypatch):
+    """Kafka's LogCleanerManager: an unreadable checkpoint reads as empty (every log
+    cleaned from its start); a failed write (a full disk) leaves the old file."""
+    cm = LogCleanerManager(manager.data_dir, manager.logs_by_partition)
+    manager.get_or_create_log("t", 0, config())
+    cm.update_checkpoint(("t", 0), 42)
+    path = os.path.join(manager.data_dir, "cleaner-offset-checkpoint")
+    with open(path, "rb") as f:
+        kept = f.read()
+
+    def full_disk(offsets):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cm.checkpoint, "write", full_disk)
+    cm.update_checkpoint(("t", 0), 50)
+    cm.forget(("t", 0))
+    with open(path, "rb") as f:
+        assert f.read() == kept
+    monkeypatch.undo()
+    with open(path, "wb") as f:
+        f.write(b"0\n1\nt 0\n")  # torn mid-entry
+    assert cm.all_checkpoints() == {}
 
 
 def test_abort_and_pause_stop_a_clean_and_keep_the_log_out_until_resumed(manager, clock):

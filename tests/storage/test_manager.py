@@ -65,6 +65,35 @@ def test_unclean_restart_recovers(tmp_path, clock):
     again.shutdown()
 
 
+def test_a_damaged_checkpoint_is_recovered_from_the_logs_and_a_directory_refused(tmp_path, clock):
+    """Kafka's loadLogs: a checkpoint that does not parse reads as empty (recovery
+    from the first segment, the log start at the first segment's base); a
+    directory in a checkpoint's or the marker's place fails the start, naming it."""
+    m = manager(tmp_path, clock)
+    log = m.get_or_create_log("t", 0)
+    log.append(build_batch([(b"k", b"v", 1)] * 3))
+    m.set_log_start_offset(log, 2)
+    os.close(m._lock_fd)  # a crash: no marker, the recovery point below the end
+    for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint"):
+        with open(tmp_path / name, "wb") as f:
+            f.write(b"0\n1\nt 0")  # torn mid-entry
+    again = manager(tmp_path, clock)
+    log = again.get_log("t", 0)
+    assert (log.log_start_offset, log.log_end_offset) == (0, 3)
+    assert [r.value for r in read_all(log)] == [b"v"] * 3
+    again.shutdown()
+    for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint", "cleaner-offset-checkpoint",
+                 CLEAN_SHUTDOWN_FILE):
+        path = tmp_path / name
+        if path.exists():
+            os.unlink(path)
+        path.mkdir()
+        with pytest.raises(IsADirectoryError) as raised:
+            manager(tmp_path, clock)
+        assert raised.value.filename == str(path)
+        path.rmdir()
+
+
 def test_a_second_manager_on_the_same_directory_is_refused(tmp_path, clock):
     m = manager(tmp_path, clock)
     with pytest.raises(KafkaStorageError, match="in use"):

@@ -402,6 +402,27 @@ def test_txnindex_sanity_check(tmp_path):
     assert not os.path.exists(index.path) and index.entries == ()
 
 
+def test_txnindex_file_exists_only_with_an_entry(tmp_path):
+    """A truncation keeping no entry removes the file; an empty or torn file at
+    load is damage (an aborted transaction was lost), not an empty index."""
+    index = TransactionIndex(str(tmp_path / f"{100:020d}.txnindex"), 100)
+    index.append(AbortedTxn(1, 100, 110, 111))
+    index.append(AbortedTxn(2, 112, 120, 121))
+    index.truncate_to(115)
+    assert os.path.getsize(index.path) == ENTRY_SIZE
+    index.truncate_to(100)
+    assert not os.path.exists(index.path) and index.entries == ()
+    index.flush()  # nothing to sync, no error
+    index.sanity_check(200)
+    open(index.path, "wb").close()
+    with pytest.raises(CorruptIndexError, match="empty"):
+        TransactionIndex(index.path, 100).sanity_check(200)
+    with open(index.path, "wb") as f:
+        f.write(AbortedTxn(1, 100, 110, 111).encode()[:20])
+    with pytest.raises(CorruptIndexError, match="20 bytes, not a whole number of 34-byte entries"):
+        TransactionIndex(index.path, 100).sanity_check(200)
+
+
 @pytest.mark.parametrize("damage", ["past the segment", "below the segment", "out of order", "bad version"])
 def test_a_bad_txnindex_is_rebuilt_at_load(open_log, damage):
     log = open_log(segment_bytes=400)

@@ -11,6 +11,11 @@
     DescribeTransactions  65 v0
     ListTransactions      66 v0-2
 
+A write of `__transaction_state` that fails (a full disk: KAFKA_STORAGE_ERROR) is
+answered NOT_COORDINATOR, as Kafka's TransactionStateManager maps it (clients
+look the coordinator up and retry); the transaction's state is unchanged. An
+InitProducerId that needs a producer id block that cannot be claimed answers
+COORDINATOR_LOAD_IN_PROGRESS (broker/kafka/producer_ids.py).
 PRODUCER_FENCED (90) is answered as INVALID_PRODUCER_EPOCH (47) to the versions
 that predate it (InitProducerId < 4, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
 < 2, TxnOffsetCommit < 3), as Kafka's handlers do.
@@ -35,7 +40,7 @@ from __future__ import annotations
 import datetime
 import re
 
-from kafka_format.errors import StrataError
+from kafka_format.errors import KafkaStorageError, StrataError
 
 from ...internal_topics import is_internal
 from ...security.authorizer import Op, Resource
@@ -56,6 +61,7 @@ TRANSACTIONAL_ID_NOT_FOUND = 105
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+NOT_COORDINATOR = 16
 # Kafka's -1 "no start time": kio writes this field as round(timestamp * 1000).
 NO_START_TIME = datetime.datetime.fromtimestamp(-0.001, tz=datetime.UTC)
 INVALID_REQUEST = 42
@@ -68,6 +74,12 @@ def _code(error: int, api: ApiKey, version: int) -> int:
     if error == PRODUCER_FENCED and version < FENCED_SINCE[api]:
         return INVALID_PRODUCER_EPOCH
     return error
+
+
+def _failed(error: StrataError) -> int:
+    """The code for a coordinator call that raised: NOT_COORDINATOR for a state log
+    write that failed, as Kafka's appendTransactionToLog; else the error's own."""
+    return NOT_COORDINATOR if isinstance(error, KafkaStorageError) else error.code
 
 
 def _millis(value) -> int:
@@ -95,9 +107,12 @@ class TransactionHandlers:
         R = ctx.response_class
         if not req.transactional_id:
             return make(R, throttle_time=0, error_code=INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
-        error, producer_id, epoch = await self.coordinator.init_producer_id(
-            req.transactional_id, _millis(req.transaction_timeout), getattr(req, "producer_id", -1),
-            getattr(req, "producer_epoch", -1))
+        try:
+            error, producer_id, epoch = await self.coordinator.init_producer_id(
+                req.transactional_id, _millis(req.transaction_timeout), getattr(req, "producer_id", -1),
+                getattr(req, "producer_epoch", -1))
+        except StrataError as e:
+            error, producer_id, epoch = _failed(e), -1, -1
         return make(R, throttle_time=0, error_code=_code(error, ApiKey.INIT_PRODUCER_ID, ctx.api_version),
                     producer_id=producer_id, producer_epoch=epoch)
 
@@ -110,9 +125,12 @@ class TransactionHandlers:
         wanted = [(topic.name, partition) for topic in req.v3_and_below_topics for partition in topic.partitions]
         writable = {name: not is_internal(name) and allowed(ctx, Op.WRITE, Resource.TOPIC, name)
                     for name, _ in wanted}
-        errors = await self.coordinator.add_partitions(
-            req.v3_and_below_transactional_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
-            wanted, {tp: TOPIC_AUTHORIZATION_FAILED for tp in wanted if not writable[tp[0]]})
+        try:
+            errors = await self.coordinator.add_partitions(
+                req.v3_and_below_transactional_id, req.v3_and_below_producer_id, req.v3_and_below_producer_epoch,
+                wanted, {tp: TOPIC_AUTHORIZATION_FAILED for tp in wanted if not writable[tp[0]]})
+        except StrataError as e:
+            errors = dict.fromkeys(wanted, _failed(e))
         by_topic: dict[str, list] = {}
         for (topic, partition), error in errors.items():
             by_topic.setdefault(topic, []).append(make(
@@ -139,8 +157,11 @@ class TransactionHandlers:
                 errors = self.coordinator.verify_partitions(txn.transactional_id, txn.producer_id,
                                                             txn.producer_epoch, wanted)
             else:
-                errors = await self.coordinator.add_partitions(txn.transactional_id, txn.producer_id,
-                                                               txn.producer_epoch, wanted)
+                try:
+                    errors = await self.coordinator.add_partitions(txn.transactional_id, txn.producer_id,
+                                                                   txn.producer_epoch, wanted)
+                except StrataError as e:
+                    errors = dict.fromkeys(wanted, _failed(e))
             by_topic: dict[str, list] = {}
             for (topic, partition), error in errors.items():
                 if error == TRANSACTION_ABORTABLE and ctx.api_version < 5:
@@ -154,14 +175,20 @@ class TransactionHandlers:
     async def add_offsets_to_txn(self, req, ctx):
         if not allowed(ctx, Op.READ, Resource.GROUP, req.group_id):
             return make(ctx.response_class, throttle_time=0, error_code=GROUP_AUTHORIZATION_FAILED)
-        error = await self.coordinator.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
-                                                   req.group_id)
+        try:
+            error = await self.coordinator.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                       req.group_id)
+        except StrataError as e:
+            error = _failed(e)
         return make(ctx.response_class, throttle_time=0,
                     error_code=_code(error, ApiKey.ADD_OFFSETS_TO_TXN, ctx.api_version))
 
     async def end_txn(self, req, ctx):
-        error = await self.coordinator.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
-                                               req.committed)
+        try:
+            error = await self.coordinator.end_txn(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                   req.committed)
+        except StrataError as e:
+            error = _failed(e)
         return make(ctx.response_class, throttle_time=0, error_code=_code(error, ApiKey.END_TXN, ctx.api_version))
 
     async def txn_offset_commit(self, req, ctx):
