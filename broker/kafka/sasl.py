@@ -26,7 +26,7 @@ AlterUserScramCredentials (51, v0).
   UNACCEPTABLE_CREDENTIAL, deleting a credential that does not exist
   RESOURCE_NOT_FOUND, a user's mechanism named twice DUPLICATE_RESOURCE.
   DescribeUserScramCredentials lists mechanisms and iterations (every user with
-  a credential when users is null); a user without any is RESOURCE_NOT_FOUND, a
+  a credential when users is null or empty, as Kafka); a user without any is RESOURCE_NOT_FOUND, a
   user named twice DUPLICATE_RESOURCE. With an authorizer they need DESCRIBE /
   ALTER on the cluster (else CLUSTER_AUTHORIZATION_FAILED), as Kafka.
 """
@@ -110,7 +110,7 @@ class SaslHandlers:
         Result, Info = nested(R, "results"), nested(nested(R, "results"), "credential_infos")
         described = self._store().describe()
         results = []
-        if req.users is None:
+        if not req.users:
             names = sorted(described)
             duplicates: set[str] = set()
         else:

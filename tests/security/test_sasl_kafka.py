@@ -110,6 +110,9 @@ def test_confluent_plain_scram_and_credentials(broker, pki):
         (ScramMechanism.SCRAM_SHA_256, 4096), (ScramMechanism.SCRAM_SHA_512, 8192)]
     with pytest.raises(ck.KafkaException, match="RESOURCE_NOT_FOUND|does not exist"):
         admin.describe_user_scram_credentials(["nobody"])["nobody"].result(10)
+    # Without names (confluent-kafka sends an empty list): every user with a credential, as Kafka.
+    everyone = admin.describe_user_scram_credentials().result(10)
+    assert "bob" in everyone and "carol" not in everyone
     with open(f"{b.data_dir}/scram-credentials.json") as f:
         stored = f.read()
     assert "bob-pw" not in stored and "stored_key" in stored
