@@ -68,6 +68,7 @@ from .config import BrokerConfig
 from .connection import PerConnection, RequestHandlers
 from .connection_limits import ConnectionLimits
 from .connection_rates import ConnectionRates
+from .dynamic_broker_configs import DynamicBrokerConfigs
 from .group_configs import GroupConfigs
 from .heap import keep_freed_memory
 from .kafka import KafkaApis
@@ -221,6 +222,8 @@ class BrokerApp:
                 if self.kafka is not None:
                     self.kafka.core.state = await blocking(KafkaState.open, config.data_dir)
                     self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
+                    self.kafka.broker_configs = await blocking(DynamicBrokerConfigs.open, config.data_dir,
+                                                               self.kafka.node_id)
                     transactions = getattr(self.kafka, "transactions", None)
                     if transactions is not None:
                         await transactions.start()
