@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/librdkafka_suite.py [--source DIR | --tree DIR] [--tests 0001,0012,...]
                                                [--jobs 2] [--timeout 900] [--kafka-version 4.0.0]
+                                               [--group-protocol classic|consumer]
                                                [--bootstrap HOST:PORT] [--keep] [--no-kafka-tools]
 
 What it does:
@@ -17,11 +18,12 @@ What it does:
    ACL says otherwise (BROKER_SETTINGS); `--bootstrap` uses a running broker instead.
 3. runs each test alone (`TESTS=NNNN ./test-runner -L`: -L leaves out the broker-less mock tests
    that share its number; TEST_KAFKA_VERSION=`--kafka-version`, so version-gated tests run and
-   expect what that Kafka does), `--jobs` at a time, each under `--timeout` seconds, with
-   stand-ins for the two Kafka command-line tools some tests call (KAFKA_TOOL_STANDIN), and
-   prints one line per test (PASS / FAIL / TIMEOUT / SKIP: the runner's own skip, with its
-   reason), a table and the counts. Each test's output is kept in the work directory with
-   `--keep`; otherwise the work directory (build, data, logs) is deleted at the end.
+   expect what that Kafka does; `--group-protocol consumer` sets TEST_CONSUMER_GROUP_PROTOCOL),
+   `--jobs` at a time, each under `--timeout` seconds, with stand-ins for the two Kafka
+   command-line tools some tests call (KAFKA_TOOL_STANDIN), and prints one line per test
+   (PASS / FAIL / TIMEOUT / SKIP: the runner's own skip, with its reason), a table and the
+   counts. Each test's output is kept in the work directory with `--keep`; otherwise the work
+   directory (build, data, logs) is deleted at the end.
 
 The default list is every test of librdkafka's suite that needs a broker, minus those in
 NOT_SINGLE_BROKER (each with the reason one Strata broker cannot serve it). Not part of
@@ -154,6 +156,8 @@ def run_one(tests_dir: Path, conf: Path, number: str, args, out_dir: Path,
     env = dict(os.environ, TESTS=number, TEST_KAFKA_VERSION=args.kafka_version,
                RDKAFKA_TEST_CONF=str(conf), **tools_env,
                LD_LIBRARY_PATH=f"{tests_dir.parent / 'src'}:{tests_dir.parent / 'src-cpp'}")
+    if args.group_protocol == "consumer":
+        env["TEST_CONSUMER_GROUP_PROTOCOL"] = "consumer"
     start = time.monotonic()
     out_file = out_dir / f"{number}.log"
     with out_file.open("w") as out:
@@ -203,6 +207,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--kafka-version", default="4.0.0")
+    parser.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic",
+                        help="the consumers' group.protocol (consumer: KIP-848's ConsumerGroupHeartbeat)")
     parser.add_argument("--bootstrap", help="HOST:PORT of a running broker (default: start one)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--no-kafka-tools", action="store_true",
