@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kio.index import load_request_schema
 
 from broker.kafka.codec import make, nested
+from tests.broker_process import run_serve
 from tests.kafka.wire import KafkaWire
 
 TIMEOUT = 30
@@ -99,3 +100,11 @@ def test_cluster_default_takes_cluster_wide_keys_and_survives_a_restart(kafka_br
     assert (entry.value, entry.source) == ("3", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
     assert raw_alter(kafka_broker, "", ("num.replica.fetchers", DELETE, None)) == (0, None)
     assert "num.replica.fetchers" not in described(kafka_broker.bootstrap)
+
+
+def test_a_damaged_file_stops_the_start_with_one_line_naming_it(tmp_path):
+    (tmp_path / "broker-configs.json").write_text("{not json")
+    code, _, stderr = run_serve("--data-dir", str(tmp_path))
+    assert code != 0
+    assert "cannot read dynamic broker configs" in stderr and "broker-configs.json" in stderr
+    assert "Traceback" not in stderr
