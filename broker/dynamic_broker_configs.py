@@ -18,6 +18,7 @@ Contract:
   when there is none; an unreadable file is InvalidConfigError.
 - `describe(name)`: [(key, value, per_broker)] of the overrides that apply to broker `name`
   ("0": its own, then the cluster default's for keys it does not set; "": the default's).
+- `overrides(name)`: {key: value} set on that resource itself (what APPEND/SUBTRACT extend).
 - `alter(name, changes, replace=False, validate_only=False)` (blocking): `changes` are
   (key, value or None = remove); `replace` drops the overrides not listed (legacy
   AlterConfigs). Checked whole before anything changes (Kafka's DynamicBrokerConfig
@@ -150,6 +151,11 @@ class DynamicBrokerConfigs:
         default = self._brokers.get(CLUSTER_DEFAULT, {})
         keys = sorted(set(own) | set(default))
         return [(k, own[k], True) if k in own else (k, default[k], False) for k in keys]
+
+    def overrides(self, name: str) -> dict[str, str]:
+        """Broker `name`'s own overrides ("": the cluster default's)."""
+        self._check_name(name)
+        return dict(self._brokers.get(name, {}))
 
     def alter(self, name: str, changes: Iterable[tuple[str, str | None]], *, replace: bool = False,
               validate_only: bool = False) -> None:

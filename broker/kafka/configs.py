@@ -79,7 +79,8 @@ class ConfigsApi(CoreApiBase):
                         v = str(v).lower() if isinstance(v, bool) else str(v)
                         source = DEFAULT_CONFIG if self.config.source(k) == "default" else STATIC_BROKER_CONFIG
                         entries.append((k, v, source, True, ""))
-                    for k, v, per_broker in self._broker_configs().describe(resource.resource_name):
+                    dynamic = self.apis.broker_configs
+                    for k, v, per_broker in dynamic.describe(resource.resource_name) if dynamic else ():
                         source = DYNAMIC_BROKER_CONFIG if per_broker else DYNAMIC_DEFAULT_BROKER_CONFIG
                         entries.append((k, v, source, False, NO_EFFECT[k].partition(">=")[0]))
                 elif resource.resource_type == BROKER_LOGGER_RESOURCE:
@@ -196,7 +197,7 @@ class ConfigsApi(CoreApiBase):
                                      req.validate_only)
 
         async def alter_broker(resource) -> None:
-            current = dict((k, v) for k, v, _ in self._broker_configs().describe(resource.resource_name))
+            current = self._broker_configs().overrides(resource.resource_name)
             changes: dict[str, str | None] = {}
             for c in resource.configs:
                 if c.name in changes:

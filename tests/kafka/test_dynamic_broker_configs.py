@@ -15,7 +15,7 @@ from tests.broker_process import run_serve
 from tests.kafka.wire import KafkaWire
 
 TIMEOUT = 30
-BROKER, SET, DELETE = 4, 0, 1
+BROKER, SET, DELETE, APPEND = 4, 0, 1, 2
 INVALID_REQUEST = 42
 
 
@@ -94,6 +94,11 @@ def test_cluster_default_takes_cluster_wide_keys_and_survives_a_restart(kafka_br
     assert raw_alter(kafka_broker, "7", ("background.threads", SET, "2")) == (
         INVALID_REQUEST, "Unexpected broker id, expected 0, but received 7")
     assert raw_alter(kafka_broker, "", ("num.replica.fetchers", SET, "3")) == (0, None)
+    # APPEND extends the resource's own list: broker 0's override is not merged with the default's
+    assert raw_alter(kafka_broker, "", ("metric.reporters", SET, "d")) == (0, None)
+    assert raw_alter(kafka_broker, "0", ("metric.reporters", APPEND, "e")) == (0, None)
+    entry = described(kafka_broker.bootstrap)["metric.reporters"]
+    assert (entry.value, entry.source) == ("e", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
 
     kafka_broker.restart()
     entry = described(kafka_broker.bootstrap)["num.replica.fetchers"]
