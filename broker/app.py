@@ -70,6 +70,7 @@ from .config import BrokerConfig
 from .connection import PerConnection, RequestHandlers
 from .connection_limits import ConnectionLimits
 from .connection_rates import ConnectionRates
+from .dynamic_broker_configs import DynamicBrokerConfigs
 from .group_configs import GroupConfigs
 from .heap import keep_freed_memory
 from .kafka import KafkaApis
@@ -221,6 +222,8 @@ class BrokerApp:
                 if self.kafka is not None:
                     self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
                     kafka_state = await blocking(KafkaState.read, config.data_dir)
+                    self.kafka.broker_configs = await blocking(DynamicBrokerConfigs.open, config.data_dir,
+                                                               self.kafka.node_id)
                 await blocking(manager.startup, registry.owns)
                 opened = True
                 _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line

@@ -48,6 +48,7 @@ from protocol import ProtocolError
 from storage.log import Log
 
 from ..connection import CloseConnection, FastPath
+from ..dynamic_broker_configs import DynamicBrokerConfigs
 from ..group_configs import GroupConfigs
 from ..handler_clock import HandlerClock
 from ..listeners import ConnectionContext
@@ -202,6 +203,7 @@ class KafkaApis(FastPath):
         self.node_id = NODE_ID
         self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
         self.group_configs: GroupConfigs | None = None  # set by the app once the data dir is locked
+        self.broker_configs: DynamicBrokerConfigs | None = None  # likewise
         self.authenticator: Any = None  # broker.security.sasl.SaslAuthenticator, set by the app
         self._table: dict[int, ApiEntry] = {}
         # api_key -> guard(request, ctx): the response that refuses the request (an

@@ -1,8 +1,9 @@
 """Configs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
 
 Contract: topics' configs are dynamic (the topic registry persists them), groups'
-configs live in GroupConfigs, the broker's are static (described, never altered:
-INVALID_REQUEST names server.properties). Each resource needs DESCRIBE_CONFIGS /
+configs live in GroupConfigs, the broker's are static (described; altering one is
+INVALID_REQUEST naming server.properties) but for Kafka's dynamic keys that do nothing
+on one node (broker/dynamic_broker_configs.py). Each resource needs DESCRIBE_CONFIGS /
 ALTER_CONFIGS on itself (a broker's or its loggers': on the cluster); a refused
 or invalid resource is answered alone and changes nothing.
 """
@@ -15,6 +16,7 @@ from kafka_format.errors import InvalidConfigError, InvalidRequestError, StrataE
 from storage.config import BROKER_NAMES
 from storage.config import KEYS as TOPIC_KEYS
 
+from ..dynamic_broker_configs import NO_EFFECT, DynamicBrokerConfigs
 from ..group_configs import GroupConfigs
 from ..security.authorizer import (
     ClusterAuthorizationError,
@@ -29,7 +31,8 @@ from .core_api import CoreApiBase, E, error_code_of
 
 # DescribeConfigs resource types and config sources (Kafka's ConfigResource.Type, ConfigSource)
 TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, GROUP_RESOURCE = 2, 4, 8, 32
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 1, 4, 5, 8
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
+STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 4, 5, 8
 CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -76,6 +79,10 @@ class ConfigsApi(CoreApiBase):
                         v = str(v).lower() if isinstance(v, bool) else str(v)
                         source = DEFAULT_CONFIG if self.config.source(k) == "default" else STATIC_BROKER_CONFIG
                         entries.append((k, v, source, True, ""))
+                    dynamic = self.apis.broker_configs
+                    for k, v, per_broker in dynamic.describe(resource.resource_name) if dynamic else ():
+                        source = DYNAMIC_BROKER_CONFIG if per_broker else DYNAMIC_DEFAULT_BROKER_CONFIG
+                        entries.append((k, v, source, False, NO_EFFECT[k].partition(">=")[0]))
                 elif resource.resource_type == BROKER_LOGGER_RESOURCE:
                     pass
                 elif resource.resource_type == GROUP_RESOURCE:
@@ -122,7 +129,18 @@ class ConfigsApi(CoreApiBase):
                 if value is None:
                     raise InvalidRequestError(f"null value not supported for {name!r}")
             await self.apis.blocking(self._alter_group, resource.resource_name, changes, True, req.validate_only)
-        return await self._alter_each(req, ctx, alter_topic, alter_group)
+
+        async def alter_broker(resource) -> None:
+            listed: dict[str, str] = {}
+            for c in resource.configs:
+                if c.name in listed:
+                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
+                if c.value is None:
+                    raise InvalidRequestError(f"null value not supported for {c.name!r}")
+                listed[c.name] = c.value
+            await self.apis.blocking(self._alter_broker, resource.resource_name, list(listed.items()), True,
+                                     req.validate_only)
+        return await self._alter_each(req, ctx, alter_topic, alter_group, alter_broker)
 
     async def incremental_alter_configs(self, req, ctx):
         kinds = {k.name: k.kind for k in TOPIC_KEYS}
@@ -177,7 +195,36 @@ class ConfigsApi(CoreApiBase):
                     raise InvalidRequestError(f"unknown config operation {c.config_operation}")
             await self.apis.blocking(self._alter_group, resource.resource_name, list(changes.items()), False,
                                      req.validate_only)
-        return await self._alter_each(req, ctx, alter_topic, alter_group)
+
+        async def alter_broker(resource) -> None:
+            current = self._broker_configs().overrides(resource.resource_name)
+            changes: dict[str, str | None] = {}
+            for c in resource.configs:
+                if c.name in changes:
+                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
+                op = c.config_operation
+                if op == SET:
+                    if c.value is None:
+                        raise InvalidRequestError(f"null value not supported for {c.name!r}")
+                    changes[c.name] = c.value
+                elif op == DELETE:
+                    changes[c.name] = None
+                elif op in (APPEND, SUBTRACT) and c.name not in NO_EFFECT:
+                    changes[c.name] = c.value  # refused by name (DynamicBrokerConfigs.alter)
+                elif op in (APPEND, SUBTRACT):
+                    if NO_EFFECT[c.name] != "list":
+                        verb = "append" if op == APPEND else "subtract"
+                        raise InvalidConfigError(f"Config value {verb} is not allowed for config key: {c.name}")
+                    items = [v for v in (current.get(c.name) or "").split(",") if v]
+                    given = [v for v in (c.value or "").split(",") if v]
+                    items = (items + [v for v in given if v not in items] if op == APPEND
+                             else [v for v in items if v not in given])
+                    changes[c.name] = ",".join(items)
+                else:
+                    raise InvalidRequestError(f"unknown config operation {op}")
+            await self.apis.blocking(self._alter_broker, resource.resource_name, list(changes.items()), False,
+                                     req.validate_only)
+        return await self._alter_each(req, ctx, alter_topic, alter_group, alter_broker)
 
     def _alter(self, name: str, changes, validate_only: bool) -> None:
         self.registry.alter(name, changes, validate_only=validate_only)
@@ -190,7 +237,15 @@ class ConfigsApi(CoreApiBase):
     def _alter_group(self, group: str, changes, replace: bool, validate_only: bool) -> None:
         self._group_configs().alter(group, changes, replace=replace, validate_only=validate_only)
 
-    async def _alter_each(self, req, ctx, apply_topic, apply_group) -> Any:
+    def _broker_configs(self) -> DynamicBrokerConfigs:
+        if self.apis.broker_configs is None:
+            raise InvalidRequestError("dynamic broker configs are not loaded yet")
+        return self.apis.broker_configs
+
+    def _alter_broker(self, name: str, changes, replace: bool, validate_only: bool) -> None:
+        self._broker_configs().alter(name, changes, replace=replace, validate_only=validate_only)
+
+    async def _alter_each(self, req, ctx, apply_topic, apply_group, apply_broker) -> Any:
         R = ctx.response_class
         ResultR = nested(R, "responses")
         results = []
@@ -203,9 +258,10 @@ class ConfigsApi(CoreApiBase):
                     await apply_topic(resource)
                 elif resource.resource_type == GROUP_RESOURCE:
                     await apply_group(resource)
-                elif resource.resource_type in (BROKER_RESOURCE, BROKER_LOGGER_RESOURCE):
-                    raise InvalidRequestError("broker configs are static in Strata (server.properties, "
-                                              "STRATA_* or --set, then restart)")
+                elif resource.resource_type == BROKER_RESOURCE:
+                    await apply_broker(resource)
+                elif resource.resource_type == BROKER_LOGGER_RESOURCE:
+                    raise InvalidRequestError("broker loggers are not configurable in Strata")
                 else:
                     raise InvalidRequestError(f"unsupported resource type {resource.resource_type}")
             except StrataError as e:

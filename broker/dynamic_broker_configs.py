@@ -1,0 +1,199 @@
+"""Dynamic broker configs: Kafka's runtime-changeable broker keys that do nothing on one Strata node.
+
+Kafka lets AlterConfigs / IncrementalAlterConfigs change part of a running broker's settings
+(its DynamicBrokerConfig set) on a BROKER resource: "0" for this broker, "" for the cluster
+default. Strata reads its own settings once, at start; of Kafka's dynamic keys it takes at
+runtime only the ones it does not read (NO_EFFECT minus broker/config.py's ALL_KEYS: thread pools it
+does not have, Kerberos and SASL login refresh, metric reporters, ...). They are kept and
+described as Kafka describes them and change nothing. Any other key is refused with
+INVALID_REQUEST, the answer Kafka gives for a key it cannot change at runtime: a key Strata reads
+names the restart that changes it (server.properties, STRATA_* or --set).
+
+Stored in `<data-dir>/broker-configs.json`, replaced whole (write-temp, fsync, rename):
+
+    {"version": 1, "brokers": {"0": {"background.threads": "9"}, "": {}}}
+
+Contract:
+- `DynamicBrokerConfigs.open(data_dir, node_id)` (blocking) reads the file, or starts empty
+  when there is none; an unreadable file is InvalidConfigError.
+- `describe(name)`: [(key, value, per_broker)] of the overrides that apply to broker `name`
+  ("0": its own, then the cluster default's for keys it does not set; "": the default's).
+- `overrides(name)`: {key: value} set on that resource itself (what APPEND/SUBTRACT extend).
+- `alter(name, changes, replace=False, validate_only=False)` (blocking): `changes` are
+  (key, value or None = remove); `replace` drops the overrides not listed (legacy
+  AlterConfigs). Checked whole before anything changes (Kafka's DynamicBrokerConfig
+  validation: a key that is not dynamic here, a per-broker key at the cluster default, a value
+  of the wrong type: InvalidRequestError), written before memory changes (a failed write is
+  KafkaStorageError): a failure changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+
+from kafka_format.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
+from storage.fileutil import atomic_write
+
+from .config import ALL_KEYS
+from .json_files import encode_document, read_document
+
+CONFIG_FILE = "broker-configs.json"
+FORMAT_VERSION = 1
+CLUSTER_DEFAULT = ""
+
+# Kafka's dynamic broker keys (DynamicBrokerConfig.AllDynamicConfigs) that Strata takes without
+# reading, with their ConfigDef types; "int>=1" and the like carry Kafka's lower bound.
+NO_EFFECT: dict[str, str] = {
+    # DynamicThreadPool
+    "num.io.threads": "int>=1",
+    "num.replica.fetchers": "int>=1",
+    "num.recovery.threads.per.data.dir": "int>=1",
+    "background.threads": "int>=1",
+    # SocketServer
+    "num.network.threads": "int>=1",
+    # LogCleaner
+    "log.cleaner.threads": "int>=0",
+    "log.cleaner.io.max.bytes.per.second": "double",
+    "log.cleaner.io.buffer.load.factor": "double",
+    # metrics
+    "metric.reporters": "list",
+    # DynamicProducerStateManagerConfig
+    "producer.id.expiration.ms": "int>=1",
+    "transaction.partition.verification.enable": "boolean",
+    # DynamicListenerConfig: SASL (per broker)
+    "sasl.mechanism.inter.broker.protocol": "string",
+    "sasl.kerberos.service.name": "string",
+    "sasl.kerberos.kinit.cmd": "string",
+    "sasl.kerberos.ticket.renew.window.factor": "double",
+    "sasl.kerberos.ticket.renew.jitter": "double",
+    "sasl.kerberos.min.time.before.relogin": "long",
+    "sasl.kerberos.principal.to.local.rules": "list",
+    "sasl.login.refresh.window.factor": "double",
+    "sasl.login.refresh.window.jitter": "double",
+    "sasl.login.refresh.min.period.seconds": "short",
+    "sasl.login.refresh.buffer.seconds": "short",
+}
+# Keys Kafka takes only for one broker, never at the cluster default (its PerBrokerConfigs).
+PER_BROKER = frozenset(k for k in NO_EFFECT if k.startswith("sasl."))
+INT_RANGES = {"short": (-(2**15), 2**15 - 1), "int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+
+
+def dynamic_keys() -> frozenset[str]:
+    """The keys this broker takes at runtime: NO_EFFECT less every key Strata reads."""
+    return frozenset(k for k in NO_EFFECT if k not in ALL_KEYS)
+
+
+def _check_value(key: str, value: str) -> str:
+    kind, _, low = NO_EFFECT[key].partition(">=")
+    text = value.strip()
+    if kind in INT_RANGES:
+        try:
+            number = int(text)
+        except ValueError:
+            raise InvalidRequestError(f"Invalid value {value} for configuration {key}: "
+                                      f"Not a number of type {kind.upper()}") from None
+        lowest, highest = INT_RANGES[kind]
+        if not lowest <= number <= highest:
+            raise InvalidRequestError(f"Invalid value {value} for configuration {key}: "
+                                      f"Not a number of type {kind.upper()}")
+        if low and number < int(low):
+            raise InvalidRequestError(f"Invalid value {value} for configuration {key}: "
+                                      f"Value must be at least {low}")
+        return str(number)
+    if kind == "double":
+        try:
+            float(text)
+        except ValueError:
+            raise InvalidRequestError(f"Invalid value {value} for configuration {key}: "
+                                      f"Not a number of type DOUBLE") from None
+        return text
+    if kind == "boolean":
+        if text.lower() not in ("true", "false"):
+            raise InvalidRequestError(f"Invalid value {value} for configuration {key}: "
+                                      f"Expected value to be either true or false")
+        return text.lower()
+    return value
+
+
+class DynamicBrokerConfigs:
+    def __init__(self, path: str, node_id: int, brokers: dict[str, dict[str, str]]):
+        self.path = path
+        self.node_id = node_id
+        self._brokers = brokers  # "0" or "" -> {key: value}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, data_dir: str, node_id: int) -> DynamicBrokerConfigs:
+        path = os.path.join(data_dir, CONFIG_FILE)
+        doc = read_document(path, FORMAT_VERSION, "dynamic broker configs")
+        try:
+            brokers = {} if doc is None else {str(b): {str(k): str(v) for k, v in props.items()}
+                                              for b, props in doc["brokers"].items()}
+        except (KeyError, TypeError, AttributeError) as e:
+            raise InvalidConfigError(f"dynamic broker configs {path} are damaged: {e}") from None
+        return cls(path, node_id, brokers)
+
+    def _check_name(self, name: str) -> None:
+        if name == CLUSTER_DEFAULT:
+            return
+        try:
+            node = int(name)
+        except ValueError:
+            raise InvalidRequestError(f"Node id must be an integer, but it is: {name}") from None
+        if node != self.node_id:
+            raise InvalidRequestError(f"Unexpected broker id, expected {self.node_id}, but received {name}")
+
+    def describe(self, name: str) -> list[tuple[str, str, bool]]:
+        self._check_name(name)
+        own = self._brokers.get(name, {}) if name != CLUSTER_DEFAULT else {}
+        default = self._brokers.get(CLUSTER_DEFAULT, {})
+        keys = sorted(set(own) | set(default))
+        return [(k, own[k], True) if k in own else (k, default[k], False) for k in keys]
+
+    def overrides(self, name: str) -> dict[str, str]:
+        """Broker `name`'s own overrides ("": the cluster default's)."""
+        self._check_name(name)
+        return dict(self._brokers.get(name, {}))
+
+    def alter(self, name: str, changes: Iterable[tuple[str, str | None]], *, replace: bool = False,
+              validate_only: bool = False) -> None:
+        self._check_name(name)
+        changes = list(changes)
+        allowed = dynamic_keys()
+        refused = sorted(k for k, _ in changes if k not in allowed)
+        if refused:
+            read = [k for k in refused if k in ALL_KEYS]
+            if read:
+                raise InvalidRequestError(
+                    f"Cannot update these configs dynamically: {', '.join(read)} (Strata reads them at "
+                    f"start: server.properties, STRATA_* or --set, then restart)")
+            raise InvalidRequestError(f"Cannot update these configs dynamically: {', '.join(refused)}")
+        if name == CLUSTER_DEFAULT:
+            per_broker = sorted(k for k, _ in changes if k in PER_BROKER)
+            if per_broker:
+                raise InvalidRequestError("Cannot update these configs at default cluster level, broker id "
+                                          f"must be specified: {', '.join(per_broker)}")
+        with self._lock:
+            merged = {} if replace else dict(self._brokers.get(name, {}))
+            for key, value in changes:
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = _check_value(key, value)
+            if validate_only:
+                return
+            brokers = dict(self._brokers)
+            if merged:
+                brokers[name] = merged
+            else:
+                brokers.pop(name, None)
+            if brokers != self._brokers:
+                doc = {"version": FORMAT_VERSION, "brokers": brokers}
+                try:
+                    atomic_write(self.path, encode_document(doc, sort_keys=True))
+                except OSError as e:
+                    raise KafkaStorageError(f"cannot write the dynamic broker configs {self.path}: "
+                                            f"{e.strerror or e}") from None
+            self._brokers = brokers
