@@ -33,11 +33,11 @@ import os
 import threading
 from collections.abc import Iterable
 
-from kafka_format.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
+from kafka_format.errors import InvalidRequestError, KafkaStorageError
 from storage.fileutil import atomic_write
 
 from .config import ALL_KEYS
-from .json_files import encode_document, read_document
+from .json_files import damaged, encode_document, read_document
 
 CONFIG_FILE = "broker-configs.json"
 FORMAT_VERSION = 1
@@ -116,6 +116,9 @@ def _check_value(key: str, value: str) -> str:
         return text.lower()
     return value
 
+REMEDY = ("restore it from a backup, or move it away to start with no dynamic broker configs "
+          "(set them again with AlterConfigs)")
+
 
 class DynamicBrokerConfigs:
     def __init__(self, path: str, node_id: int, brokers: dict[str, dict[str, str]]):
@@ -127,12 +130,12 @@ class DynamicBrokerConfigs:
     @classmethod
     def open(cls, data_dir: str, node_id: int) -> DynamicBrokerConfigs:
         path = os.path.join(data_dir, CONFIG_FILE)
-        doc = read_document(path, FORMAT_VERSION, "dynamic broker configs")
+        doc = read_document(path, FORMAT_VERSION, "dynamic broker configs", REMEDY)
         try:
             brokers = {} if doc is None else {str(b): {str(k): str(v) for k, v in props.items()}
                                               for b, props in doc["brokers"].items()}
         except (KeyError, TypeError, AttributeError) as e:
-            raise InvalidConfigError(f"dynamic broker configs {path} are damaged: {e}") from None
+            raise damaged(path, "dynamic broker configs", e, REMEDY) from None
         return cls(path, node_id, brokers)
 
     def _check_name(self, name: str) -> None:
