@@ -74,7 +74,7 @@ from .dynamic_broker_configs import DynamicBrokerConfigs
 from .group_configs import GroupConfigs
 from .heap import keep_freed_memory
 from .kafka import KafkaApis
-from .kafka.apis import ApiKey
+from .kafka.apis import NODE_ID, ApiKey
 from .kafka.state import KafkaState
 from .listeners import KAFKA, NATIVE, Listener
 from .log_limiter import BadRequestLog
@@ -209,6 +209,9 @@ class BrokerApp:
                 # The state files first (reads only): a damaged one fails the start at
                 # once, before the logs are locked and recovered. Files they lack are
                 # created once the directory is locked.
+                broker_configs = await blocking(DynamicBrokerConfigs.open, config.data_dir, NODE_ID,
+                                                config.log_props())
+                registry.defaults = broker_configs.log_defaults()
                 await blocking(registry.load)
                 authenticator.store = await blocking(ScramCredentialStore.open, config.data_dir)
                 partitions.quotas = await blocking(
@@ -222,8 +225,7 @@ class BrokerApp:
                 if self.kafka is not None:
                     self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
                     kafka_state = await blocking(KafkaState.read, config.data_dir)
-                    self.kafka.broker_configs = await blocking(DynamicBrokerConfigs.open, config.data_dir,
-                                                               self.kafka.node_id)
+                    self.kafka.broker_configs = broker_configs
                 await blocking(manager.startup, registry.owns)
                 opened = True
                 _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line

@@ -661,6 +661,10 @@ class BrokerConfig:
     def source(self, key: str) -> str:
         return self.sources.get(key, "default")
 
+    def log_props(self) -> dict[str, Any]:
+        """The broker-level log.* settings given (the static topic defaults)."""
+        return {k: self.values[k] for k in LOG_DEFAULT_KEYS if self.source(k) != "default"}
+
     def explicit(self) -> dict[str, str]:
         """Settings that are not defaults, for the startup log."""
         return {k: str(self.values[k]) for k in sorted(self.values) if self.sources.get(k) != "default"}

@@ -1,4 +1,4 @@
-"""Dynamic broker configs: Kafka's runtime-changeable broker keys that do nothing on one Strata node.
+"""Dynamic broker configs: Kafka's runtime-changeable broker keys, and the topic defaults they set.
 
 Kafka lets AlterConfigs / IncrementalAlterConfigs change part of a running broker's settings
 (its DynamicBrokerConfig set) on a BROKER resource: "0" for this broker, "" for the cluster
@@ -9,13 +9,26 @@ described as Kafka describes them and change nothing. Any other key is refused w
 INVALID_REQUEST, the answer Kafka gives for a key it cannot change at runtime: a key Strata reads
 names the restart that changes it (server.properties, STRATA_* or --set).
 
+The exception are Kafka's DynamicLogConfig keys (LOG_KEYS: the first broker synonym of each topic
+config, ServerTopicConfigSynonyms.TOPIC_CONFIG_SYNONYMS, that Strata implements): they are the
+topic defaults and apply at once to every topic without an override of its own. This module
+holds the one rule of precedence for those defaults (`log_defaults`, `log_source`), which both
+protocols' config paths use: dynamic per-broker > dynamic cluster default > static
+(server.properties, STRATA_*, --set) > Kafka's default; a topic's override beats them all
+(broker/topics.py lays the overrides over `log_defaults()`). The synonyms Kafka keeps static
+(log.retention.hours/minutes, log.roll.hours, log.roll.jitter.hours) stay static here too; where
+a dynamic log.retention.ms and a static log.retention.hours are both set, the first synonym wins,
+as in Kafka.
+
 Stored in `<data-dir>/broker-configs.json`, replaced whole (write-temp, fsync, rename):
 
     {"version": 1, "brokers": {"0": {"background.threads": "9"}, "": {}}}
 
 Contract:
-- `DynamicBrokerConfigs.open(data_dir, node_id)` (blocking) reads the file, or starts empty
-  when there is none; an unreadable file is InvalidConfigError.
+- `DynamicBrokerConfigs.open(data_dir, node_id, static_log_props)` (blocking) reads the file, or
+  starts empty when there is none; an unreadable file (or a stored log default that is no longer
+  valid) is InvalidConfigError. `static_log_props`: the broker-level log.* settings given at
+  start ({name: value}).
 - `describe(name)`: [(key, value, per_broker)] of the overrides that apply to broker `name`
   ("0": its own, then the cluster default's for keys it does not set; "": the default's).
 - `overrides(name)`: {key: value} set on that resource itself (what APPEND/SUBTRACT extend).
@@ -23,17 +36,26 @@ Contract:
   (key, value or None = remove); `replace` drops the overrides not listed (legacy
   AlterConfigs). Checked whole before anything changes (Kafka's DynamicBrokerConfig
   validation: a key that is not dynamic here, a per-broker key at the cluster default, a value
-  of the wrong type: InvalidRequestError), written before memory changes (a failed write is
-  KafkaStorageError): a failure changes nothing.
+  of the wrong type or out of range: InvalidRequestError), written before memory changes (a failed
+  write is KafkaStorageError): a failure changes nothing. When the topic defaults change,
+  `apply(defaults, commit)` is called with the new LogConfig under the lock: first with
+  commit=False before the write (it checks every topic and raises StrataError to refuse), then
+  with commit=True after it (it swaps the new configs into the topics).
+- `log_defaults()`: the topic defaults (LogConfig) by the rule of precedence above.
+- `log_source(topic_key)`: where topic config `topic_key`'s default comes from: "dynamic_broker",
+  "dynamic_default", "static" or "default"; `log_synonyms(topic_key)`: every broker setting that
+  feeds it, [(broker name, value, source)] in Kafka's order (synonym, then source).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-from kafka_format.errors import InvalidRequestError, KafkaStorageError
+from kafka_format.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError, StrataError
+from storage.config import BROKER_NAMES, LogConfig, broker_log_defaults
 from storage.fileutil import atomic_write
 
 from .config import ALL_KEYS
@@ -75,17 +97,33 @@ NO_EFFECT: dict[str, str] = {
     "sasl.login.refresh.min.period.seconds": "short",
     "sasl.login.refresh.buffer.seconds": "short",
 }
+# Kafka's DynamicLogConfig keys Strata implements: the first broker synonym of each topic config
+# it has, but the compression levels (Kafka's synonyms list has no broker name for them).
+LOG_KEYS: dict[str, str] = {candidates[0][0]: topic_key for topic_key, candidates in BROKER_NAMES.items()
+                            if not topic_key.startswith("compression.") or topic_key == "compression.type"}
 # Keys Kafka takes only for one broker, never at the cluster default (its PerBrokerConfigs).
 PER_BROKER = frozenset(k for k in NO_EFFECT if k.startswith("sasl."))
 INT_RANGES = {"short": (-(2**15), 2**15 - 1), "int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 
 
 def dynamic_keys() -> frozenset[str]:
-    """The keys this broker takes at runtime: NO_EFFECT less every key Strata reads."""
-    return frozenset(k for k in NO_EFFECT if k not in ALL_KEYS)
+    """The keys this broker takes at runtime: NO_EFFECT less every key Strata reads, and LOG_KEYS."""
+    return frozenset(k for k in NO_EFFECT if k not in ALL_KEYS) | frozenset(LOG_KEYS)
+
+
+def _check_log_value(key: str, value: str) -> str:
+    """A log.* default's value checked as the static setting is (storage/config.py)."""
+    try:
+        config = broker_log_defaults({key: value})
+    except InvalidConfigError as e:
+        complaint = str(e).removeprefix(f"{key}: ")
+        raise InvalidRequestError(f"Invalid value {value} for configuration {key}: {complaint}") from None
+    return config.to_props()[LOG_KEYS[key]]
 
 
 def _check_value(key: str, value: str) -> str:
+    if key in LOG_KEYS:
+        return _check_log_value(key, value)
     kind, _, low = NO_EFFECT[key].partition(">=")
     text = value.strip()
     if kind in INT_RANGES:
@@ -120,15 +158,22 @@ REMEDY = ("restore it from a backup, or move it away to start with no dynamic br
           "(set them again with AlterConfigs)")
 
 
+SOURCES = ("dynamic_broker", "dynamic_default", "static")
+
+
 class DynamicBrokerConfigs:
-    def __init__(self, path: str, node_id: int, brokers: dict[str, dict[str, str]]):
+    def __init__(self, path: str, node_id: int, brokers: dict[str, dict[str, str]],
+                 static_log_props: Mapping[str, Any] | None = None):
         self.path = path
         self.node_id = node_id
         self._brokers = brokers  # "0" or "" -> {key: value}
+        self._static = {k: str(v) for k, v in (static_log_props or {}).items()}
         self._lock = threading.Lock()
+        self._defaults = self._log_defaults_of(brokers)
 
     @classmethod
-    def open(cls, data_dir: str, node_id: int) -> DynamicBrokerConfigs:
+    def open(cls, data_dir: str, node_id: int,
+             static_log_props: Mapping[str, Any] | None = None) -> DynamicBrokerConfigs:
         path = os.path.join(data_dir, CONFIG_FILE)
         doc = read_document(path, FORMAT_VERSION, "dynamic broker configs", REMEDY)
         try:
@@ -136,7 +181,41 @@ class DynamicBrokerConfigs:
                                               for b, props in doc["brokers"].items()}
         except (KeyError, TypeError, AttributeError) as e:
             raise damaged(path, "dynamic broker configs", e, REMEDY) from None
-        return cls(path, node_id, brokers)
+        try:
+            return cls(path, node_id, brokers, static_log_props)
+        except StrataError as e:
+            raise InvalidConfigError(f"{path}: {e} (change it with AlterConfigs on the broker, "
+                                     f"or fix the static setting)") from None
+
+    # ---- the topic defaults: the one rule of precedence -----------------------------------------
+
+    def _layers(self, brokers: Mapping[str, Mapping[str, str]]) -> tuple[Mapping[str, str], ...]:
+        """The log.* settings by source, highest first (SOURCES' order)."""
+        own = brokers.get(str(self.node_id), {})
+        default = brokers.get(CLUSTER_DEFAULT, {})
+        return ({k: v for k, v in own.items() if k in LOG_KEYS},
+                {k: v for k, v in default.items() if k in LOG_KEYS}, self._static)
+
+    def _log_defaults_of(self, brokers: Mapping[str, Mapping[str, str]]) -> LogConfig:
+        merged: dict[str, str] = {}
+        for layer in reversed(self._layers(brokers)):
+            merged.update(layer)
+        try:
+            return broker_log_defaults(merged)
+        except InvalidConfigError as e:
+            raise InvalidRequestError(str(e)) from None
+
+    def log_defaults(self) -> LogConfig:
+        return self._defaults
+
+    def log_synonyms(self, topic_key: str) -> list[tuple[str, str, str]]:
+        layers = self._layers(self._brokers)
+        return [(name, layer[name], source) for name, _unit in BROKER_NAMES.get(topic_key, ())
+                for layer, source in zip(layers, SOURCES, strict=True) if name in layer]
+
+    def log_source(self, topic_key: str) -> str:
+        synonyms = self.log_synonyms(topic_key)
+        return synonyms[0][2] if synonyms else "default"
 
     def _check_name(self, name: str) -> None:
         if name == CLUSTER_DEFAULT:
@@ -161,7 +240,8 @@ class DynamicBrokerConfigs:
         return dict(self._brokers.get(name, {}))
 
     def alter(self, name: str, changes: Iterable[tuple[str, str | None]], *, replace: bool = False,
-              validate_only: bool = False) -> None:
+              validate_only: bool = False,
+              apply: Callable[[LogConfig, bool], None] | None = None) -> None:
         self._check_name(name)
         changes = list(changes)
         allowed = dynamic_keys()
@@ -185,13 +265,20 @@ class DynamicBrokerConfigs:
                     merged.pop(key, None)
                 else:
                     merged[key] = _check_value(key, value)
-            if validate_only:
-                return
             brokers = dict(self._brokers)
             if merged:
                 brokers[name] = merged
             else:
                 brokers.pop(name, None)
+            defaults = self._log_defaults_of(brokers)
+            changed = defaults != self._defaults
+            if changed and apply is not None:
+                try:
+                    apply(defaults, False)
+                except InvalidConfigError as e:
+                    raise InvalidRequestError(str(e)) from None
+            if validate_only:
+                return
             if brokers != self._brokers:
                 doc = {"version": FORMAT_VERSION, "brokers": brokers}
                 try:
@@ -199,4 +286,6 @@ class DynamicBrokerConfigs:
                 except OSError as e:
                     raise KafkaStorageError(f"cannot write the dynamic broker configs {self.path}: "
                                             f"{e.strerror or e}") from None
-            self._brokers = brokers
+            self._brokers, self._defaults = brokers, defaults
+            if changed and apply is not None:
+                apply(defaults, True)

@@ -42,8 +42,12 @@ Contract:
   registry it cannot write, is logged and left for the next start.
 - Internal topics follow broker/internal_topics.py: a change or a creation that
   would break the offsets log is InvalidConfigError.
-- Effective topic config = overrides laid over the broker's `log.*` defaults, so
-  topics without an override follow a changed broker default after a restart.
+- Effective topic config = overrides laid over the broker's `log.*` defaults
+  (`defaults`, broker/dynamic_broker_configs.py's rule of precedence).
+  `set_defaults` swaps new defaults in at runtime (a dynamic broker config changed):
+  every topic's LogConfig is rebuilt and swapped into its live logs; the overrides
+  and the registry file do not change. It checks every topic first (internal topics'
+  rules, keys checked together) and changes nothing when one would be invalid.
 - Errors are kafka_format.errors classes (their `code` is the wire code):
   InvalidTopicError (bad name, a '.'/'_' collision, an internal topic that cannot
   be deleted), TopicAlreadyExistsError, InvalidPartitionsError, InvalidConfigError,
@@ -413,6 +417,30 @@ class TopicRegistry:
                     partition_log.update_config(log_config)
         log.info("topic_altered", topic=name, configs=dict(changes))
         return altered
+
+    def set_defaults(self, defaults: LogConfig, *, validate_only: bool = False) -> None:
+        """Rebuild every topic's LogConfig over new broker defaults (see the module docstring)."""
+        with self._lock:
+            rebuilt = {}
+            for name, topic in self._topics.items():
+                try:
+                    log_config = LogConfig.from_props(topic.configs, defaults)
+                    internal_topics.check_config(name, log_config)
+                except InvalidConfigError as e:
+                    raise InvalidConfigError(f"topic {name!r} would be invalid: {e}") from None
+                if log_config != topic.log_config:
+                    rebuilt[name] = replace(topic, log_config=log_config)
+            if validate_only:
+                return
+            self.defaults = defaults
+            self._publish({**self._topics, **rebuilt}, self._deleting)
+            manager = self._manager
+            for topic in rebuilt.values():
+                for partition in range(topic.partitions):
+                    partition_log = None if manager is None else manager.get_log(topic.name, partition)
+                    if partition_log is not None:
+                        partition_log.update_config(topic.log_config)
+        log.info("topic_defaults_changed", topics=sorted(rebuilt))
 
     def add_partitions(self, name: str, count: int, *, validate_only: bool = False,
                        check: Callable[[Topic], None] | None = None) -> Topic:

@@ -3,7 +3,9 @@
 Contract: topics' configs are dynamic (the topic registry persists them), groups'
 configs live in GroupConfigs, the broker's are static (described; altering one is
 INVALID_REQUEST naming server.properties) but for Kafka's dynamic keys that do nothing
-on one node (broker/dynamic_broker_configs.py). Each resource needs DESCRIBE_CONFIGS /
+on one node and the log.* topic defaults (broker/dynamic_broker_configs.py, which also
+holds the rule of precedence a topic config's value and source follow; a changed
+default is swapped into every topic by TopicRegistry.set_defaults). Each resource needs DESCRIBE_CONFIGS /
 ALTER_CONFIGS on itself (a broker's or its loggers': on the cluster); a refused
 or invalid resource is answered alone and changes nothing.
 """
@@ -16,7 +18,7 @@ from kafka_format.errors import InvalidConfigError, InvalidRequestError, StrataE
 from storage.config import BROKER_NAMES
 from storage.config import KEYS as TOPIC_KEYS
 
-from ..dynamic_broker_configs import NO_EFFECT, DynamicBrokerConfigs
+from ..dynamic_broker_configs import LOG_KEYS, NO_EFFECT, DynamicBrokerConfigs, dynamic_keys
 from ..group_configs import GroupConfigs
 from ..security.authorizer import (
     ClusterAuthorizationError,
@@ -35,15 +37,28 @@ DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 4, 5, 8
 CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+SOURCE_CODES = {"dynamic_broker": DYNAMIC_BROKER_CONFIG, "dynamic_default": DYNAMIC_DEFAULT_BROKER_CONFIG,
+                "static": STATIC_BROKER_CONFIG, "default": DEFAULT_CONFIG}
+TOPIC_KINDS = {k.name: k.kind for k in TOPIC_KEYS}
 
 
-def topic_config_source(config, topic, key: str) -> int:
-    """A topic config's ConfigSource: its override, the broker's static setting, or the default."""
+def topic_config_source(broker_configs: DynamicBrokerConfigs | None, config, topic, key: str) -> int:
+    """A topic config's ConfigSource: its override, else where the broker default comes from
+    (dynamic per-broker, dynamic cluster default, static, Kafka's default)."""
     if key in topic.configs:
         return DYNAMIC_TOPIC_CONFIG
+    if broker_configs is not None:
+        return SOURCE_CODES[broker_configs.log_source(key)]
     if any(config.source(name) != "default" for name, _ in BROKER_NAMES.get(key, ())):
         return STATIC_BROKER_CONFIG
     return DEFAULT_CONFIG
+
+
+def broker_key_kind(name: str) -> str:
+    """A dynamic broker key's ConfigDef type (a log.* default: its topic config's)."""
+    if name in LOG_KEYS:
+        return TOPIC_KINDS[LOG_KEYS[name]]
+    return NO_EFFECT[name].partition(">=")[0]
 
 
 class ConfigsApi(CoreApiBase):
@@ -55,11 +70,14 @@ class ConfigsApi(CoreApiBase):
         EntryR = nested(ResultR, "configs")
         SynonymR = nested(EntryR, "synonyms") if has_field(EntryR, "synonyms") else None
         synonyms = getattr(req, "include_synonyms", False)
-        kinds = {k.name: k.kind for k in TOPIC_KEYS}
+        kinds = TOPIC_KINDS
+        dynamic = self.apis.broker_configs
         results = []
         for resource in req.resources:
             keys = resource.configuration_keys
             entries: list[tuple[str, str | None, int, bool, str]] = []  # name, value, source, ro, kind
+            # name -> [(synonym, value, source)] where there is more than the entry itself
+            more: dict[str, list[tuple[str, str, int]]] = {}
             code: int = E.none
             message: str | None = None
             try:
@@ -67,22 +85,37 @@ class ConfigsApi(CoreApiBase):
                 if resource.resource_type == TOPIC_RESOURCE:
                     topic = self.registry.require(resource.resource_name)
                     for k, v in topic.log_config.to_props().items():
-                        entries.append((k, v, topic_config_source(self.config, topic, k), False,
+                        entries.append((k, v, topic_config_source(dynamic, self.config, topic, k), False,
                                         kinds.get(k, "")))
+                        layers = [(k, v, DYNAMIC_TOPIC_CONFIG)] if k in topic.configs else []
+                        layers += [(b, bv, SOURCE_CODES[src])
+                                   for b, bv, src in (dynamic.log_synonyms(k) if dynamic is not None else ())]
+                        if layers:
+                            more[k] = layers
                 elif resource.resource_type == BROKER_RESOURCE:
                     if resource.resource_name not in ("", str(self.apis.node_id)):
                         raise InvalidRequestError(f"unexpected broker id {resource.resource_name!r}")
+                    static: dict[str, tuple[str, str | None, int, bool, str]] = {}
+                    settable = dynamic_keys()
                     for k in sorted(self.config.values):
                         v = self.config.values[k]
                         if v is None:
                             continue
                         v = str(v).lower() if isinstance(v, bool) else str(v)
                         source = DEFAULT_CONFIG if self.config.source(k) == "default" else STATIC_BROKER_CONFIG
-                        entries.append((k, v, source, True, ""))
-                    dynamic = self.apis.broker_configs
-                    for k, v, per_broker in dynamic.describe(resource.resource_name) if dynamic else ():
-                        source = DYNAMIC_BROKER_CONFIG if per_broker else DYNAMIC_DEFAULT_BROKER_CONFIG
-                        entries.append((k, v, source, False, NO_EFFECT[k].partition(">=")[0]))
+                        static[k] = (k, v, source, k not in settable, "")
+                    name = resource.resource_name
+                    own = dynamic.overrides(name) if dynamic is not None and name != "" else {}
+                    default = dynamic.overrides("") if dynamic is not None else {}
+                    for k in sorted(set(own) | set(default)):
+                        layers = [(k, own[k], DYNAMIC_BROKER_CONFIG)] if k in own else []
+                        if k in default:
+                            layers.append((k, default[k], DYNAMIC_DEFAULT_BROKER_CONFIG))
+                        if k in static and static[k][2] == STATIC_BROKER_CONFIG:
+                            layers.append((k, str(static[k][1]), STATIC_BROKER_CONFIG))
+                        more[k] = layers
+                        static[k] = (k, layers[0][1], layers[0][2], False, broker_key_kind(k))
+                    entries.extend(static[k] for k in sorted(static))
                 elif resource.resource_type == BROKER_LOGGER_RESOURCE:
                     pass
                 elif resource.resource_type == GROUP_RESOURCE:
@@ -98,7 +131,8 @@ class ConfigsApi(CoreApiBase):
             configs = tuple(
                 make(EntryR, name=n, value=v, read_only=ro, config_source=src, is_default=src == DEFAULT_CONFIG,
                      is_sensitive=False, config_type=CONFIG_TYPES.get(kind, 0), documentation=None,
-                     synonyms=(make(SynonymR, name=n, value=v, source=src),)
+                     synonyms=tuple(make(SynonymR, name=sn, value=sv, source=ss)
+                                    for sn, sv, ss in more.get(n, [(n, v, src)]))
                      if synonyms and SynonymR is not None else ())
                 for n, v, src, ro, kind in entries)
             results.append(make(ResultR, error_code=code, error_message=message,
@@ -209,10 +243,10 @@ class ConfigsApi(CoreApiBase):
                     changes[c.name] = c.value
                 elif op == DELETE:
                     changes[c.name] = None
-                elif op in (APPEND, SUBTRACT) and c.name not in NO_EFFECT:
+                elif op in (APPEND, SUBTRACT) and c.name not in NO_EFFECT and c.name not in LOG_KEYS:
                     changes[c.name] = c.value  # refused by name (DynamicBrokerConfigs.alter)
                 elif op in (APPEND, SUBTRACT):
-                    if NO_EFFECT[c.name] != "list":
+                    if broker_key_kind(c.name) != "list":
                         verb = "append" if op == APPEND else "subtract"
                         raise InvalidConfigError(f"Config value {verb} is not allowed for config key: {c.name}")
                     items = [v for v in (current.get(c.name) or "").split(",") if v]
@@ -243,7 +277,9 @@ class ConfigsApi(CoreApiBase):
         return self.apis.broker_configs
 
     def _alter_broker(self, name: str, changes, replace: bool, validate_only: bool) -> None:
-        self._broker_configs().alter(name, changes, replace=replace, validate_only=validate_only)
+        def apply(defaults, commit: bool) -> None:
+            self.registry.set_defaults(defaults, validate_only=not commit)
+        self._broker_configs().alter(name, changes, replace=replace, validate_only=validate_only, apply=apply)
 
     async def _alter_each(self, req, ctx, apply_topic, apply_group, apply_broker) -> Any:
         R = ctx.response_class

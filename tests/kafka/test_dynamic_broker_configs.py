@@ -71,7 +71,7 @@ def test_incremental_set_append_delete_and_keys_strata_reads_stay_static(kafka_b
     assert configs["background.threads"].value == "9"
     assert configs["metric.reporters"].value == "a,b,c"
 
-    for key, value in (("num.io.threads", "3"), ("log.cleanup.policy", "compact")):
+    for key, value in (("num.io.threads", "3"), ("log.retention.hours", "1")):
         with pytest.raises(KafkaException, match=f"INVALID_REQUEST.*Cannot update these configs "
                                                  f"dynamically: {key} \\(Strata reads them at start"):
             incremental(bootstrap, "0", (key, value, AlterConfigOpType.SET))

@@ -1,0 +1,207 @@
+"""Kafka's DynamicLogConfig on one node (broker/dynamic_broker_configs.py LOG_KEYS): log.* topic
+defaults set at runtime on the BROKER resource ("" = cluster default, "0" = this broker, which
+wins) apply at once to every topic without an override, are described with their source on the
+broker and on the topics (both protocols show the same value), survive a restart, and fall back
+to the static setting when deleted."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+)
+
+from kio.index import load_request_schema
+
+from client import Admin as NativeAdmin
+from broker.kafka.codec import make, nested
+from tests.broker_process import BrokerProcess
+from tests.kafka.test_dynamic_broker_configs import INVALID_REQUEST, raw_alter
+from tests.kafka.wire import KafkaWire
+
+TIMEOUT = 30
+DAY_MS = 86_400_000
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    process = BrokerProcess(tmp_path_factory.mktemp("dyn-log"), "--set", "log.initial.task.delay.ms=0",
+                            "--set", "log.retention.check.interval.ms=100",
+                            "--set", "log.segment.bytes=1048576")
+    try:
+        yield process.start()
+    finally:
+        process.close()
+
+
+def admin(broker) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+def alter(broker, name: str, *ops: tuple[str, str | None, AlterConfigOpType]) -> None:
+    """IncrementalAlterConfigs: confluent-kafka's AdminClient for broker "0", the raw request for the
+    cluster default "" (the client refuses an empty resource name); an error is KafkaException."""
+    if name == "":
+        code, message = raw_alter(broker, "", *((key, op.value, value) for key, value, op in ops))
+        if code:
+            raise KafkaException(f"{'INVALID_REQUEST' if code == INVALID_REQUEST else code}: {message}")
+        return
+    resource = ConfigResource(ConfigResource.Type.BROKER, name, incremental_configs=[
+        ConfigEntry(key, value, incremental_operation=op) for key, value, op in ops])
+    client = admin(broker)
+    client.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+
+
+def describe(broker, kind: ConfigResource.Type, name: str) -> dict:
+    resource = ConfigResource(kind, name)
+    client = admin(broker)
+    return client.describe_configs([resource])[resource].result(TIMEOUT)
+
+
+def entry(broker, kind: ConfigResource.Type, name: str, key: str) -> tuple[str, int]:
+    found = describe(broker, kind, name)[key]
+    return found.value, found.source
+
+
+def raw_synonyms(broker, name: str, key: str) -> list[tuple[str, str, int]]:
+    """DescribeConfigs v1 with include_synonyms: the key's synonyms (name, value, source); the
+    client's ConfigEntry keeps one synonym per name."""
+    request_class = load_request_schema(32, 1)
+    resource_class = nested(request_class, "resources")
+    wire = KafkaWire(*broker.kafka_address)
+    try:
+        answer = wire.call(make(request_class, include_synonyms=True, resources=(
+            make(resource_class, resource_type=4, resource_name=name, configuration_keys=(key,)),)))
+    finally:
+        wire.close()
+    (result,) = answer.results
+    (config,) = result.configs
+    return [(s.name, s.value, s.source.value if hasattr(s.source, "value") else s.source)
+            for s in config.synonyms]
+
+
+def create(broker, name: str, configs: dict[str, str]) -> None:
+    client = admin(broker)
+    client.create_topics([NewTopic(name, 1, 1, config=configs)])[name].result(TIMEOUT)
+
+
+def produce(broker, topic: str, count: int, size: int, timestamp: int = 0) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    for _ in range(count):
+        producer.produce(topic, b"x" * size, timestamp=timestamp)
+        producer.flush(TIMEOUT)
+
+
+def log_start(broker, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "watermarks"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT)[0]
+    finally:
+        consumer.close()
+
+
+def segments(broker, topic: str) -> int:
+    return len([f for f in os.listdir(os.path.join(broker.data_dir, f"{topic}-0")) if f.endswith(".log")])
+
+
+def wait_until(condition, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+BROKER, TOPIC = ConfigResource.Type.BROKER, ConfigResource.Type.TOPIC
+
+
+def test_retention_default_applies_to_topics_without_override_and_survives_a_restart(broker):
+    create(broker, "plain", {"segment.bytes": "1024"})
+    create(broker, "kept", {"segment.bytes": "1024", "retention.ms": "-1"})
+    old = int(time.time() * 1000) - 2 * DAY_MS
+    for topic in ("plain", "kept"):
+        produce(broker, topic, 12, 300, old)
+    # this broker's own value wins over the cluster default
+    alter(broker, "", ("log.retention.ms", "3600000", AlterConfigOpType.SET))
+    alter(broker, "0", ("log.retention.ms", "-1", AlterConfigOpType.SET))
+    assert entry(broker, TOPIC, "plain", "retention.ms") == ("-1", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert entry(broker, TOPIC, "kept", "retention.ms") == ("-1", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    found = describe(broker, BROKER, "0")["log.retention.ms"]
+    assert (found.value, found.source, found.is_read_only) == ("-1", ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+                                                               False)
+    assert raw_synonyms(broker, "0", "log.retention.ms") == [
+        ("log.retention.ms", "-1", ConfigSource.DYNAMIC_BROKER_CONFIG.value),
+        ("log.retention.ms", "3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)]
+    with NativeAdmin(f"{broker.host}:{broker.port}") as native:
+        assert native.describe_config("plain")["retention.ms"] == "-1"
+
+    alter(broker, "0", ("log.retention.ms", None, AlterConfigOpType.DELETE))
+    assert entry(broker, TOPIC, "plain", "retention.ms") == (
+        "3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    wait_until(lambda: log_start(broker, "plain") > 0, "the old segments of 'plain' are deleted")
+    assert log_start(broker, "kept") == 0  # its own retention.ms=-1 wins
+    assert segments(broker, "kept") > 1
+
+    broker.restart()
+    assert entry(broker, TOPIC, "plain", "retention.ms") == (
+        "3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    with NativeAdmin(f"{broker.host}:{broker.port}") as native:
+        assert native.describe_config("plain")["retention.ms"] == "3600000"
+    alter(broker, "", ("log.retention.ms", None, AlterConfigOpType.DELETE))
+    assert entry(broker, TOPIC, "plain", "retention.ms") == (str(7 * DAY_MS), ConfigSource.DEFAULT_CONFIG.value)
+
+
+def test_segment_bytes_default_rolls_at_the_new_size_and_deleting_falls_back_to_static(broker):
+    create(broker, "rolled", {})
+    produce(broker, "rolled", 4, 300)
+    assert segments(broker, "rolled") == 1
+    alter(broker, "", ("log.segment.bytes", "1024", AlterConfigOpType.SET))
+    produce(broker, "rolled", 12, 300)
+    assert segments(broker, "rolled") >= 3
+    assert entry(broker, TOPIC, "rolled", "segment.bytes") == (
+        "1024", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    found = describe(broker, BROKER, "0")["log.segment.bytes"]
+    assert (found.value, found.source) == ("1024", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    assert raw_synonyms(broker, "0", "log.segment.bytes") == [
+        ("log.segment.bytes", "1024", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value),
+        ("log.segment.bytes", "1048576", ConfigSource.STATIC_BROKER_CONFIG.value)]
+
+    alter(broker, "", ("log.segment.bytes", None, AlterConfigOpType.DELETE))
+    assert entry(broker, TOPIC, "rolled", "segment.bytes") == ("1048576", ConfigSource.STATIC_BROKER_CONFIG.value)
+    before = segments(broker, "rolled")
+    produce(broker, "rolled", 12, 300)
+    assert segments(broker, "rolled") == before  # 1 MiB segments again: no roll
+
+
+def test_a_bad_value_or_a_static_synonym_changes_nothing(broker):
+    create(broker, "untouched", {})
+    cases = (
+        (("log.segment.bytes", "5"), "INVALID_REQUEST.*Invalid value 5 for configuration log.segment.bytes"),
+        (("log.cleanup.policy", "shred"), "INVALID_REQUEST.*log.cleanup.policy"),
+        (("log.retention.ms", "soon"), "INVALID_REQUEST.*log.retention.ms"),
+        # Kafka keeps the later synonyms static: only the first (log.retention.ms) is dynamic
+        (("log.retention.hours", "1"), "INVALID_REQUEST.*Cannot update these configs dynamically: "
+                                       "log.retention.hours"),
+    )
+    for (key, value), error in cases:
+        with pytest.raises(KafkaException, match=error):
+            alter(broker, "", (key, value, AlterConfigOpType.SET),
+                  ("log.flush.interval.messages", "7", AlterConfigOpType.SET))
+    # keys checked together: min.compaction.lag.ms above max.compaction.lag.ms
+    with pytest.raises(KafkaException, match="INVALID_REQUEST.*min.compaction.lag.ms"):
+        alter(broker, "0", ("log.cleaner.min.compaction.lag.ms", "10", AlterConfigOpType.SET),
+              ("log.cleaner.max.compaction.lag.ms", "5", AlterConfigOpType.SET))
+    configs = describe(broker, TOPIC, "untouched")
+    assert configs["flush.messages"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert configs["min.compaction.lag.ms"].value == "0"
+    assert "log.flush.interval.messages" not in describe(broker, BROKER, "0")
+    assert not os.path.exists(os.path.join(broker.data_dir, "broker-configs.json")) or \
+        "flush" not in open(os.path.join(broker.data_dir, "broker-configs.json")).read()
