@@ -67,7 +67,8 @@ class TopicAdminApi(CoreApiBase):
             if ConfigR is not None:
                 configs_out = tuple(
                     make(ConfigR, name=k, value=v, read_only=False,
-                         config_source=topic_config_source(self.apis.broker_configs, self.config, created, k), is_sensitive=False)
+                         config_source=topic_config_source(self.apis.broker_configs, self.config, created, k),
+                         is_sensitive=False)
                     for k, v in created.log_config.to_props().items())
             results.append(make(TopicR, name=topic.name, topic_id=created.topic_id or None,
                                 error_code=E.none, error_message=None, num_partitions=created.partitions,
