@@ -9,7 +9,7 @@ described as Kafka describes them and change nothing. Any other key is refused w
 INVALID_REQUEST, the answer Kafka gives for a key it cannot change at runtime: a key Strata reads
 names the restart that changes it (server.properties, STRATA_* or --set).
 
-The exception are Kafka's DynamicLogConfig keys (LOG_KEYS: the first broker synonym of each topic
+The exceptions are Kafka's DynamicLogConfig keys (LOG_KEYS: the first broker synonym of each topic
 config, ServerTopicConfigSynonyms.TOPIC_CONFIG_SYNONYMS, that Strata implements): they are the
 topic defaults and apply at once to every topic without an override of its own. This module
 holds the one rule of precedence for those defaults (`log_defaults`, `log_source`), which both
