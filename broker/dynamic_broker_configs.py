@@ -98,9 +98,8 @@ NO_EFFECT: dict[str, str] = {
     "sasl.login.refresh.buffer.seconds": "short",
 }
 # Kafka's DynamicLogConfig keys Strata implements: the first broker synonym of each topic config
-# it has, but the compression levels (Kafka's synonyms list has no broker name for them).
-LOG_KEYS: dict[str, str] = {candidates[0][0]: topic_key for topic_key, candidates in BROKER_NAMES.items()
-                            if not topic_key.startswith("compression.") or topic_key == "compression.type"}
+# it has (broker name -> topic config name).
+LOG_KEYS: dict[str, str] = {candidates[0][0]: topic_key for topic_key, candidates in BROKER_NAMES.items()}
 # Keys Kafka takes only for one broker, never at the cluster default (its PerBrokerConfigs).
 PER_BROKER = frozenset(k for k in NO_EFFECT if k.startswith("sasl."))
 INT_RANGES = {"short": (-(2**15), 2**15 - 1), "int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
