@@ -24,7 +24,7 @@ from kio.index import load_request_schema
 
 from client import Admin as NativeAdmin
 from broker.kafka.codec import make, nested
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, run_serve
 from tests.kafka.test_dynamic_broker_configs import INVALID_REQUEST, raw_alter
 from tests.kafka.wire import KafkaWire
 
@@ -205,3 +205,33 @@ def test_a_bad_value_or_a_static_synonym_changes_nothing(broker):
     assert "log.flush.interval.messages" not in describe(broker, BROKER, "0")
     assert not os.path.exists(os.path.join(broker.data_dir, "broker-configs.json")) or \
         "flush" not in open(os.path.join(broker.data_dir, "broker-configs.json")).read()
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")
+def test_legacy_alter_configs_replaces_the_brokers_log_defaults(broker):
+    create(broker, "legacy", {})
+    client = admin(broker)
+    resource = ConfigResource(BROKER, "0", set_config={"log.retention.bytes": "1000000"})
+    assert client.alter_configs([resource])[resource].result(TIMEOUT) is None
+    assert entry(broker, TOPIC, "legacy", "retention.bytes") == (
+        "1000000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    # the listed configs replace all of broker 0's: retention.bytes is gone
+    resource = ConfigResource(BROKER, "0", set_config={"log.index.interval.bytes": "8192"})
+    assert client.alter_configs([resource])[resource].result(TIMEOUT) is None
+    configs = describe(broker, TOPIC, "legacy")
+    assert (configs["retention.bytes"].value, configs["retention.bytes"].source) == (
+        "-1", ConfigSource.DEFAULT_CONFIG.value)
+    assert (configs["index.interval.bytes"].value, configs["index.interval.bytes"].source) == (
+        "8192", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    resource = ConfigResource(BROKER, "0", set_config={})
+    assert client.alter_configs([resource])[resource].result(TIMEOUT) is None
+    assert entry(broker, TOPIC, "legacy", "index.interval.bytes") == ("4096", ConfigSource.DEFAULT_CONFIG.value)
+
+
+def test_a_stored_default_that_is_no_longer_valid_stops_the_start_naming_the_file(tmp_path):
+    (tmp_path / "broker-configs.json").write_text(
+        '{"version": 1, "brokers": {"": {"log.cleaner.min.compaction.lag.ms": "10"}}}')
+    code, _, stderr = run_serve("--data-dir", str(tmp_path), "--set", "log.cleaner.max.compaction.lag.ms=5")
+    assert code != 0
+    assert "broker-configs.json" in stderr and "min.compaction.lag.ms" in stderr
+    assert "Traceback" not in stderr
