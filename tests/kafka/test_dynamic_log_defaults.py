@@ -7,6 +7,7 @@ to the static setting when deleted."""
 from __future__ import annotations
 
 import os
+import pathlib
 import time
 
 import pytest
@@ -19,11 +20,10 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewTopic,
 )
-
 from kio.index import load_request_schema
 
-from client import Admin as NativeAdmin
 from broker.kafka.codec import make, nested
+from client import Admin as NativeAdmin
 from tests.broker_process import BrokerProcess, run_serve
 from tests.kafka.test_dynamic_broker_configs import INVALID_REQUEST, raw_alter
 from tests.kafka.wire import KafkaWire
@@ -203,8 +203,8 @@ def test_a_bad_value_or_a_static_synonym_changes_nothing(broker):
     assert configs["flush.messages"].source == ConfigSource.DEFAULT_CONFIG.value
     assert configs["min.compaction.lag.ms"].value == "0"
     assert "log.flush.interval.messages" not in describe(broker, BROKER, "0")
-    assert not os.path.exists(os.path.join(broker.data_dir, "broker-configs.json")) or \
-        "flush" not in open(os.path.join(broker.data_dir, "broker-configs.json")).read()
+    stored = pathlib.Path(broker.data_dir, "broker-configs.json")
+    assert not stored.exists() or "flush" not in stored.read_text()
 
 
 @pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")
