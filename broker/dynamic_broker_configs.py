@@ -29,9 +29,8 @@ Contract:
   starts empty when there is none; an unreadable file (or a stored log default that is no longer
   valid) is InvalidConfigError. `static_log_props`: the broker-level log.* settings given at
   start ({name: value}).
-- `describe(name)`: [(key, value, per_broker)] of the overrides that apply to broker `name`
-  ("0": its own, then the cluster default's for keys it does not set; "": the default's).
-- `overrides(name)`: {key: value} set on that resource itself (what APPEND/SUBTRACT extend).
+- `overrides(name)`: {key: value} set on that resource itself (what APPEND/SUBTRACT extend, and
+  what DescribeConfigs lists for "0" over "", with the synonyms).
 - `alter(name, changes, replace=False, validate_only=False)` (blocking): `changes` are
   (key, value or None = remove); `replace` drops the overrides not listed (legacy
   AlterConfigs). Checked whole before anything changes (Kafka's DynamicBrokerConfig
@@ -225,13 +224,6 @@ class DynamicBrokerConfigs:
             raise InvalidRequestError(f"Node id must be an integer, but it is: {name}") from None
         if node != self.node_id:
             raise InvalidRequestError(f"Unexpected broker id, expected {self.node_id}, but received {name}")
-
-    def describe(self, name: str) -> list[tuple[str, str, bool]]:
-        self._check_name(name)
-        own = self._brokers.get(name, {}) if name != CLUSTER_DEFAULT else {}
-        default = self._brokers.get(CLUSTER_DEFAULT, {})
-        keys = sorted(set(own) | set(default))
-        return [(k, own[k], True) if k in own else (k, default[k], False) for k in keys]
 
     def overrides(self, name: str) -> dict[str, str]:
         """Broker `name`'s own overrides ("": the cluster default's)."""
