@@ -12,6 +12,7 @@ or invalid resource is answered alone and changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kafka_format.errors import InvalidConfigError, InvalidRequestError, StrataError
@@ -59,6 +60,57 @@ def broker_key_kind(name: str) -> str:
     if name in LOG_KEYS:
         return TOPIC_KINDS[LOG_KEYS[name]]
     return NO_EFFECT[name].partition(">=")[0]
+
+
+def listed_values(configs) -> dict[str, str]:
+    """A legacy AlterConfigs resource's configs by key: a key named twice or without a
+    value is INVALID_REQUEST."""
+    listed: dict[str, str] = {}
+    for c in configs:
+        if c.name in listed:
+            raise InvalidRequestError(f"duplicate config key {c.name!r}")
+        if c.value is None:
+            raise InvalidRequestError(f"null value not supported for {c.name!r}")
+        listed[c.name] = c.value
+    return listed
+
+
+def incremental_changes(configs, kind: Callable[[str], str | None],
+                        current: Callable[[str], str | None]) -> list[tuple[str, str | None]]:
+    """One IncrementalAlterConfigs resource's operations as (key, new value, or None to
+    delete), as Kafka's ConfigAdminManager reads them: SET needs a value, DELETE drops
+    the key, APPEND / SUBTRACT add or remove comma-separated items of a list key's
+    `current` value. `kind(key)` is the key's ConfigDef type ("list" allows APPEND /
+    SUBTRACT), or None for a key its owner refuses by name (its value passes as given).
+    A key named twice or an unknown operation is INVALID_REQUEST; APPEND / SUBTRACT on
+    a key that is not a list INVALID_CONFIG."""
+    changes: dict[str, str | None] = {}
+    for c in configs:
+        if c.name in changes:
+            raise InvalidRequestError(f"duplicate config key {c.name!r}")
+        op = c.config_operation
+        if op == SET:
+            if c.value is None:
+                raise InvalidRequestError(f"null value not supported for {c.name!r}")
+            changes[c.name] = c.value
+        elif op == DELETE:
+            changes[c.name] = None
+        elif op in (APPEND, SUBTRACT):
+            key_kind = kind(c.name)
+            if key_kind is None:
+                changes[c.name] = c.value
+                continue
+            if key_kind != "list":
+                verb = "append" if op == APPEND else "subtract"
+                raise InvalidConfigError(f"Config value {verb} is not allowed for config key: {c.name}")
+            items = [v for v in (current(c.name) or "").split(",") if v]
+            given = [v for v in (c.value or "").split(",") if v]
+            items = (items + [v for v in given if v not in items] if op == APPEND
+                     else [v for v in items if v not in given])
+            changes[c.name] = ",".join(items)
+        else:
+            raise InvalidRequestError(f"unknown config operation {op}")
+    return list(changes.items())
 
 
 class ConfigsApi(CoreApiBase):
@@ -144,119 +196,43 @@ class ConfigsApi(CoreApiBase):
         """Legacy AlterConfigs: the listed configs replace all of a topic's overrides."""
         async def alter_topic(resource) -> None:
             topic = self.registry.require(resource.resource_name)
-            listed = {}
-            for c in resource.configs:
-                if c.name in listed:
-                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
-                if c.value is None:
-                    raise InvalidRequestError(f"null value not supported for {c.name!r}")
-                listed[c.name] = c.value
+            listed = listed_values(resource.configs)
             changes = list(listed.items()) + [(k, None) for k in topic.configs if k not in listed]
             await self.apis.blocking(self._alter, resource.resource_name, changes, req.validate_only)
 
         async def alter_group(resource) -> None:
-            changes = [(c.name, c.value) for c in resource.configs]
-            names = [name for name, _ in changes]
-            for name, value in changes:
-                if names.count(name) > 1:
-                    raise InvalidRequestError(f"duplicate config key {name!r}")
-                if value is None:
-                    raise InvalidRequestError(f"null value not supported for {name!r}")
+            changes = list(listed_values(resource.configs).items())
             await self.apis.blocking(self._alter_group, resource.resource_name, changes, True, req.validate_only)
 
         async def alter_broker(resource) -> None:
-            listed: dict[str, str] = {}
-            for c in resource.configs:
-                if c.name in listed:
-                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
-                if c.value is None:
-                    raise InvalidRequestError(f"null value not supported for {c.name!r}")
-                listed[c.name] = c.value
+            listed = listed_values(resource.configs)
             await self.apis.blocking(self._alter_broker, resource.resource_name, list(listed.items()), True,
                                      req.validate_only)
         return await self._alter_each(req, ctx, alter_topic, alter_group, alter_broker)
 
     async def incremental_alter_configs(self, req, ctx):
-        kinds = {k.name: k.kind for k in TOPIC_KEYS}
-
         async def alter_topic(resource) -> None:
             topic = self.registry.require(resource.resource_name)
-            effective = topic.log_config.to_props()
-            changes: dict[str, str | None] = {}
             for c in resource.configs:
-                if c.name in changes:
-                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
-                if c.name not in kinds:
+                if c.name not in TOPIC_KINDS:
                     raise InvalidConfigError(f"unknown topic config {c.name!r}")
-                op = c.config_operation
-                if op == SET:
-                    if c.value is None:
-                        raise InvalidRequestError(f"null value not supported for {c.name!r}")
-                    changes[c.name] = c.value
-                elif op == DELETE:
-                    changes[c.name] = None
-                elif op in (APPEND, SUBTRACT):
-                    if kinds[c.name] != "list":
-                        raise InvalidConfigError(f"config value append/subtract is not allowed for "
-                                                 f"config key {c.name!r}: it is not a list")
-                    current = [v for v in effective[c.name].split(",") if v]
-                    items = [v for v in (c.value or "").split(",") if v]
-                    if op == APPEND:
-                        current += [v for v in items if v not in current]
-                    else:
-                        current = [v for v in current if v not in items]
-                    changes[c.name] = ",".join(current)
-                else:
-                    raise InvalidRequestError(f"unknown config operation {op}")
-            await self.apis.blocking(self._alter, resource.resource_name, list(changes.items()),
-                                     req.validate_only)
+            effective = topic.log_config.to_props()
+            changes = incremental_changes(resource.configs, TOPIC_KINDS.get, effective.get)
+            await self.apis.blocking(self._alter, resource.resource_name, changes, req.validate_only)
 
         async def alter_group(resource) -> None:
-            changes: dict[str, str | None] = {}
-            for c in resource.configs:
-                if c.name in changes:
-                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
-                if c.config_operation == SET:
-                    if c.value is None:
-                        raise InvalidRequestError(f"null value not supported for {c.name!r}")
-                    changes[c.name] = c.value
-                elif c.config_operation == DELETE:
-                    changes[c.name] = None
-                elif c.config_operation in (APPEND, SUBTRACT):
-                    raise InvalidConfigError(f"config value append/subtract is not allowed for "
-                                             f"config key {c.name!r}: it is not a list")
-                else:
-                    raise InvalidRequestError(f"unknown config operation {c.config_operation}")
-            await self.apis.blocking(self._alter_group, resource.resource_name, list(changes.items()), False,
+            changes = incremental_changes(resource.configs, lambda _name: "value", lambda _name: None)
+            await self.apis.blocking(self._alter_group, resource.resource_name, changes, False,
                                      req.validate_only)
 
         async def alter_broker(resource) -> None:
             current = self._broker_configs().overrides(resource.resource_name)
-            changes: dict[str, str | None] = {}
-            for c in resource.configs:
-                if c.name in changes:
-                    raise InvalidRequestError(f"duplicate config key {c.name!r}")
-                op = c.config_operation
-                if op == SET:
-                    if c.value is None:
-                        raise InvalidRequestError(f"null value not supported for {c.name!r}")
-                    changes[c.name] = c.value
-                elif op == DELETE:
-                    changes[c.name] = None
-                elif op in (APPEND, SUBTRACT) and c.name not in NO_EFFECT and c.name not in LOG_KEYS:
-                    changes[c.name] = c.value  # refused by name (DynamicBrokerConfigs.alter)
-                elif op in (APPEND, SUBTRACT):
-                    if broker_key_kind(c.name) != "list":
-                        verb = "append" if op == APPEND else "subtract"
-                        raise InvalidConfigError(f"Config value {verb} is not allowed for config key: {c.name}")
-                    items = [v for v in (current.get(c.name) or "").split(",") if v]
-                    given = [v for v in (c.value or "").split(",") if v]
-                    items = (items + [v for v in given if v not in items] if op == APPEND
-                             else [v for v in items if v not in given])
-                    changes[c.name] = ",".join(items)
-                else:
-                    raise InvalidRequestError(f"unknown config operation {op}")
-            await self.apis.blocking(self._alter_broker, resource.resource_name, list(changes.items()), False,
+
+            def kind(name: str) -> str | None:  # None: a key DynamicBrokerConfigs.alter refuses by name
+                return broker_key_kind(name) if name in NO_EFFECT or name in LOG_KEYS else None
+
+            changes = incremental_changes(resource.configs, kind, current.get)
+            await self.apis.blocking(self._alter_broker, resource.resource_name, changes, False,
                                      req.validate_only)
         return await self._alter_each(req, ctx, alter_topic, alter_group, alter_broker)
 

@@ -190,7 +190,7 @@ def test_group_configs_default_alter_validate_and_survive_a_restart(tmp_path):
                            (("consumer.heartbeat.interval.ms", "1000", SET), "greater than or equal"),
                            (("consumer.session.timeout.ms", "soon", SET), "Not a number"),
                            (("share.record.lock.duration.ms", "30000", SET), "Unknown group config"),
-                           (("consumer.session.timeout.ms", "1", AlterConfigOpType.APPEND), "not a list")):
+                           (("consumer.session.timeout.ms", "1", AlterConfigOpType.APPEND), "append is not allowed")):
             try:
                 alter_group(admin, "g-conf", bad)
                 raise AssertionError(f"{bad} was accepted")
