@@ -122,7 +122,7 @@ async def test_the_coordinator_gives_the_assignor_member_racks_and_broker_rack(m
                                      Topics(t=2), lambda group: SETTINGS)
     monkeypatch.setattr(assignors, "assign", spy)
     coord.heartbeat(HeartbeatRequest("g", "A", 0, rack_id="rack-1", rebalance_timeout_ms=1000,
-                                     subscribed_names=("t",)))
+                                     subscribed_names=("t",), owned=set()))
     coord.close()
     assert seen == [({"A": "rack-1"}, frozenset({"rack-1"}))]
 

@@ -318,29 +318,54 @@ class ConsumerGroupCoordinator(ClassicMembers):
         try:
             result = self._heartbeat(req)
         except HeartbeatError as e:
+            self._log_refusal(req, e)
             return HeartbeatResult(e.code, e.message)
         self._changed(req.group_id)
         return result
 
+    @staticmethod
+    def _log_refusal(req: HeartbeatRequest, e: HeartbeatError) -> None:
+        """Log a refused heartbeat with its reason: INVALID_REQUEST (a client bug, or a
+        rule Strata applies differently from Kafka) at info with the request's fields,
+        the routine answers of the protocol (fenced, unknown member, ...) at debug."""
+        fields = {"group": req.group_id, "member": req.member_id, "epoch": req.member_epoch,
+                  "error": e.code, "reason": e.message, "client_id": req.client_id, "client_host": req.client_host}
+        if e.code != INVALID_REQUEST:
+            log.debug("consumer_group_heartbeat_refused", **fields)
+            return
+        owned = sorted(req.owned) if req.owned is not None else None
+        log.info("consumer_group_heartbeat_refused", **fields, instance_id=req.instance_id, rack_id=req.rack_id,
+                 rebalance_timeout_ms=req.rebalance_timeout_ms, subscribed_names=req.subscribed_names,
+                 subscribed_regex=req.subscribed_regex, server_assignor=req.server_assignor, owned=owned)
+
     def _validate(self, req: HeartbeatRequest) -> None:
+        """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid: INVALID_REQUEST for a
+        blank id (only whitespace counts as empty, as Java's trim), a join (epoch 0)
+        without its rebalance timeout, without an empty TopicPartitions list, or with
+        neither topic names nor a regex (an empty list and an empty regex are nothing),
+        a static leave (-2) without an instance id, or an epoch below -2."""
         if self.closed:
             raise HeartbeatError(NOT_COORDINATOR, "the broker is shutting down")
-        if not req.group_id:
-            raise HeartbeatError(INVALID_REQUEST, "GroupId can't be empty.")
-        if not req.member_id:
+        if _blank(req.member_id):
             raise HeartbeatError(INVALID_REQUEST, "MemberId can't be empty.")
-        if req.member_epoch < LEAVE_STATIC_EPOCH:
-            raise HeartbeatError(INVALID_REQUEST, f"MemberEpoch {req.member_epoch} is invalid.")
-        if req.member_epoch == LEAVE_STATIC_EPOCH and req.instance_id is None:
-            raise HeartbeatError(INVALID_REQUEST, "InstanceId can't be null when MemberEpoch is -2.")
+        if _blank(req.group_id):
+            raise HeartbeatError(INVALID_REQUEST, "GroupId can't be empty.")
+        if req.instance_id is not None and _blank(req.instance_id):
+            raise HeartbeatError(INVALID_REQUEST, "InstanceId can't be empty.")
+        if req.rack_id is not None and _blank(req.rack_id):
+            raise HeartbeatError(INVALID_REQUEST, "RackId can't be empty.")
         if req.member_epoch == 0:
             if req.rebalance_timeout_ms == -1:
                 raise HeartbeatError(INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
-            if req.owned:
+            if req.owned is None or req.owned:
                 raise HeartbeatError(INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
-            if req.subscribed_names is None and req.subscribed_regex is None:
+            if not req.subscribed_names and not req.subscribed_regex:
                 raise HeartbeatError(INVALID_REQUEST, "SubscribedTopicNames or SubscribedTopicRegex must be "
                                                       "set in first request.")
+        elif req.member_epoch == LEAVE_STATIC_EPOCH and req.instance_id is None:
+            raise HeartbeatError(INVALID_REQUEST, "InstanceId can't be null.")
+        elif req.member_epoch < LEAVE_STATIC_EPOCH:
+            raise HeartbeatError(INVALID_REQUEST, "MemberEpoch is invalid.")
         if req.server_assignor is not None and req.server_assignor not in self.assignor_names:
             raise HeartbeatError(UNSUPPORTED_ASSIGNOR, f"ServerAssignor {req.server_assignor} is not supported. "
                                                        f"Supported assignors: {', '.join(self.assignor_names)}.")
@@ -645,6 +670,14 @@ class ConsumerGroupCoordinator(ClassicMembers):
         self.closed = True
         for group in self.groups.values():
             group.cancel_timers()
+
+
+_JAVA_WHITESPACE = "".join(map(chr, range(0x21)))  # what Java's String.trim() strips
+
+
+def _blank(text: str) -> bool:
+    """Empty once trimmed as Kafka's throwIfEmptyString trims."""
+    return not text.strip(_JAVA_WHITESPACE)
 
 
 async def _nothing() -> None:
