@@ -213,7 +213,8 @@ async def test_two_members_split_and_the_new_owner_waits_for_the_revocation():
 
 async def test_epoch_checks_and_errors():
     coord = coordinator(Topics(t=2))
-    assert hb(coord, "X", 5).error == cc.UNKNOWN_MEMBER_ID  # no such group
+    assert hb(coord, "X", 5).error == cc.GROUP_ID_NOT_FOUND  # no such group (Kafka's getOrMaybeCreateConsumerGroup)
+    assert hb(coord, "X", -1).error == cc.GROUP_ID_NOT_FOUND  # a leave too
     assert hb(coord, "A", 0).member_epoch == 1
     assert hb(coord, "A", 7, set()).error == cc.FENCED_MEMBER_EPOCH
     assert hb(coord, "nobody", 1, set()).error == cc.UNKNOWN_MEMBER_ID

@@ -380,3 +380,16 @@ def test_a_join_kafka_refuses_is_refused_and_logged_with_its_reason(kafka_broker
         described = wire().call(make(load_request_schema(69, 0), group_ids=(group,),
                                      include_authorized_operations=False))
         assert described.groups[0].error_code == GROUP_ID_NOT_FOUND  # nothing was created
+
+
+@pytest.mark.parametrize("epoch", [3, -1])
+def test_a_heartbeat_or_leave_to_no_group_is_group_id_not_found(wire, epoch):
+    """Kafka's getOrMaybeCreateConsumerGroup: only a join (epoch 0) creates the group; any
+    other heartbeat, a leave included, naming no consumer group answers GROUP_ID_NOT_FOUND
+    (librdkafka ignores it on a heartbeat still in flight when it has left)."""
+    group = unique_name("nogroup")
+    answer = wire().call(make(load_request_schema(68, 1), group_id=group, member_id=uuid.uuid4().hex,
+                              member_epoch=epoch, instance_id=None, rack_id=None, rebalance_timeout=-1,
+                              subscribed_topic_names=None, subscribed_topic_regex=None, server_assignor=None,
+                              topic_partitions=None))
+    assert (answer.error_code, answer.error_message) == (GROUP_ID_NOT_FOUND, f"Consumer group {group} not found.")

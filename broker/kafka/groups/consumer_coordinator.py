@@ -9,7 +9,9 @@
   leaves for now, keeping the instance id's assignment until the session times
   out. Other epochs must be the member's epoch, or its previous one when the
   owned partitions it sends are all still assigned (else FENCED_MEMBER_EPOCH);
-  an unknown member (or group) is UNKNOWN_MEMBER_ID.
+  an unknown member is UNKNOWN_MEMBER_ID, an unknown group (or one of the
+  classic kind) GROUP_ID_NOT_FOUND, as Kafka's getOrMaybeCreateConsumerGroup
+  (a join creates the group).
 - A changed subscription (topic names, or a regex matched with Python's `re`
   against whole names, internal topics excluded), a member joining or going, and
   a change of the subscribed topics' partition counts (new topics matching a
@@ -393,7 +395,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
         group = self.groups.get(req.group_id)
         if group is None:
             if req.member_epoch != 0:
-                raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Consumer group {req.group_id} not found.")
+                raise self._group_not_found(req.group_id)
             group = self._group_for_join(req.group_id)
         member, joined = self._member(group, req)
         member.client_id = req.client_id
@@ -429,6 +431,13 @@ class ConsumerGroupCoordinator(ClassicMembers):
         member.resend = False
         return HeartbeatResult(NONE, None, member.member_id, member.member_epoch, self._interval_ms(group.group_id),
                                set(member.assigned) if send else None)
+
+    def _group_not_found(self, group_id: str) -> HeartbeatError:
+        """GROUP_ID_NOT_FOUND for a heartbeat or leave (not a join) naming no consumer group."""
+        classic = self.classic.groups.get(group_id) if self.classic is not None else None
+        if classic is not None and classic.state != "Dead":
+            return HeartbeatError(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        return HeartbeatError(GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
 
     def _member(self, group: ConsumerGroup, req: HeartbeatRequest) -> tuple[ConsumerMember, bool]:
         """The member this heartbeat is from, and whether it just joined."""
@@ -498,7 +507,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
     def _leave(self, req: HeartbeatRequest) -> HeartbeatResult:
         group = self.groups.get(req.group_id)
         if group is None:
-            raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Consumer group {req.group_id} not found.")
+            raise self._group_not_found(req.group_id)
         member_id = req.member_id
         if req.instance_id is not None:
             member_id = group.static_members.get(req.instance_id, "")
