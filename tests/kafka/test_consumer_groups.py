@@ -306,6 +306,12 @@ async def test_static_member_leaves_for_now_and_comes_back_with_its_partitions()
     assert "A1" not in coord.groups["g"].members
     assert hb(coord, "A4", 0, instance="i-1").error == cc.UNRELEASED_INSTANCE_ID
     assert coord.groups["g"].group_epoch >= epoch
+    # Kafka looks the instance id up first: the replaced member id is fenced, not unknown,
+    # and an instance id no member holds is unknown
+    stale = coord.heartbeat(HeartbeatRequest("g", "A1", 1, instance_id="i-1", owned=set()))
+    assert (stale.error, stale.message) == (cc.FENCED_INSTANCE_ID, "Static member A1 with instance id i-1 was "
+                                                                    "fenced by member A3.")
+    assert hb(coord, "B", b.member_epoch, set(), instance="i-9").error == cc.UNKNOWN_MEMBER_ID
 
 
 async def test_a_member_without_heartbeats_is_removed_after_its_session_timeout():

@@ -9,7 +9,10 @@
   leaves for now, keeping the instance id's assignment until the session times
   out. Other epochs must be the member's epoch, or its previous one when the
   owned partitions it sends are all still assigned (else FENCED_MEMBER_EPOCH);
-  an unknown member is UNKNOWN_MEMBER_ID, an unknown group (or one of the
+  an unknown member is UNKNOWN_MEMBER_ID. A heartbeat with an instance id is
+  checked against the instance id's member first, as Kafka's: none is
+  UNKNOWN_MEMBER_ID, another member id FENCED_INSTANCE_ID (a static member
+  replaced while it was away). An unknown group (or one of the
   classic kind) GROUP_ID_NOT_FOUND, as Kafka's getOrMaybeCreateConsumerGroup
   (a join creates the group).
 - A changed subscription (topic names, or a regex matched with Python's `re`
@@ -443,12 +446,16 @@ class ConsumerGroupCoordinator(ClassicMembers):
         """The member this heartbeat is from, and whether it just joined."""
         member = group.members.get(req.member_id)
         if req.member_epoch != 0:
+            if req.instance_id is not None:  # Kafka: the instance id's member first
+                holder_id = group.static_members.get(req.instance_id)
+                if holder_id is None:
+                    raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+                if holder_id != req.member_id:
+                    raise HeartbeatError(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
+                                                             f"{req.instance_id} was fenced by member {holder_id}.")
             if member is None:
                 raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group "
                                                         f"{group.group_id}.")
-            if req.instance_id is not None and group.static_members.get(req.instance_id) != member.member_id:
-                raise HeartbeatError(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
-                                                         f"{req.instance_id} was fenced by another member.")
             self._check_epoch(member, req)
             return member, False
         if req.instance_id is not None:
