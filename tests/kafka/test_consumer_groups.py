@@ -122,7 +122,7 @@ async def test_the_coordinator_gives_the_assignor_member_racks_and_broker_rack(m
                                      Topics(t=2), lambda group: SETTINGS)
     monkeypatch.setattr(assignors, "assign", spy)
     coord.heartbeat(HeartbeatRequest("g", "A", 0, rack_id="rack-1", rebalance_timeout_ms=1000,
-                                     subscribed_names=("t",)))
+                                     subscribed_names=("t",), owned=set()))
     coord.close()
     assert seen == [({"A": "rack-1"}, frozenset({"rack-1"}))]
 
@@ -213,7 +213,8 @@ async def test_two_members_split_and_the_new_owner_waits_for_the_revocation():
 
 async def test_epoch_checks_and_errors():
     coord = coordinator(Topics(t=2))
-    assert hb(coord, "X", 5).error == cc.UNKNOWN_MEMBER_ID  # no such group
+    assert hb(coord, "X", 5).error == cc.GROUP_ID_NOT_FOUND  # no such group (Kafka's getOrMaybeCreateConsumerGroup)
+    assert hb(coord, "X", -1).error == cc.GROUP_ID_NOT_FOUND  # a leave too
     assert hb(coord, "A", 0).member_epoch == 1
     assert hb(coord, "A", 7, set()).error == cc.FENCED_MEMBER_EPOCH
     assert hb(coord, "nobody", 1, set()).error == cc.UNKNOWN_MEMBER_ID
@@ -305,6 +306,12 @@ async def test_static_member_leaves_for_now_and_comes_back_with_its_partitions()
     assert "A1" not in coord.groups["g"].members
     assert hb(coord, "A4", 0, instance="i-1").error == cc.UNRELEASED_INSTANCE_ID
     assert coord.groups["g"].group_epoch >= epoch
+    # Kafka looks the instance id up first: the replaced member id is fenced, not unknown,
+    # and an instance id no member holds is unknown
+    stale = coord.heartbeat(HeartbeatRequest("g", "A1", 1, instance_id="i-1", owned=set()))
+    assert (stale.error, stale.message) == (cc.FENCED_INSTANCE_ID, "Static member A1 with instance id i-1 was "
+                                                                    "fenced by member A3.")
+    assert hb(coord, "B", b.member_epoch, set(), instance="i-9").error == cc.UNKNOWN_MEMBER_ID
 
 
 async def test_a_member_without_heartbeats_is_removed_after_its_session_timeout():

@@ -345,3 +345,51 @@ def test_offset_delete_and_delete_groups_of_a_consumer_group(bootstrap, wire):
     desc = conn.call(make(load_request_schema(69, 1), group_ids=(group,),
                           include_authorized_operations=False)).groups[0]
     assert desc.error_code == GROUP_ID_NOT_FOUND
+
+
+INVALID_REQUEST = 42
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"topic_partitions": None}, "TopicPartitions must be empty when (re-)joining."),
+    ({"subscribed_topic_names": ()}, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."),
+    ({"subscribed_topic_names": None, "subscribed_topic_regex": ""},
+     "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."),
+    ({"instance_id": ""}, "InstanceId can't be empty."),
+    ({"rack_id": " "}, "RackId can't be empty."),
+    ({"group_id": "  "}, "GroupId can't be empty."),
+    ({"member_id": " \t"}, "MemberId can't be empty."),
+])
+def test_a_join_kafka_refuses_is_refused_and_logged_with_its_reason(kafka_broker, wire, change, reason):
+    """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid: a join must send an empty
+    TopicPartitions list and a non-empty subscription; ids may not be blank (Java's trim).
+    The refusal changes nothing (no group is created) and is logged with its fields."""
+    topic = create_topic(kafka_broker.bootstrap, unique_name("ginv"), 1)
+    group = unique_name("group")
+    member = uuid.uuid4().hex
+    Request = load_request_schema(68, 1)
+    fields = dict(group_id=group, member_id=member, member_epoch=0, instance_id=None, rack_id=None,
+                  rebalance_timeout=30_000, subscribed_topic_names=(topic,), subscribed_topic_regex=None,
+                  server_assignor=None, topic_partitions=())
+    answer = wire().call(make(Request, **{**fields, **change}))
+    assert (answer.error_code, answer.error_message) == (INVALID_REQUEST, reason)
+    refused = [e for e in kafka_broker.log_events()
+               if e.get("event") == "consumer_group_heartbeat_refused" and e.get("reason") == reason]
+    assert refused and refused[-1]["error"] == INVALID_REQUEST and "subscribed_names" in refused[-1]
+    if "group_id" not in change:
+        described = wire().call(make(load_request_schema(69, 0), group_ids=(group,),
+                                     include_authorized_operations=False))
+        assert described.groups[0].error_code == GROUP_ID_NOT_FOUND  # nothing was created
+
+
+@pytest.mark.parametrize("epoch", [3, -1])
+def test_a_heartbeat_or_leave_to_no_group_is_group_id_not_found(wire, epoch):
+    """Kafka's getOrMaybeCreateConsumerGroup: only a join (epoch 0) creates the group; any
+    other heartbeat, a leave included, naming no consumer group answers GROUP_ID_NOT_FOUND
+    (librdkafka ignores it on a heartbeat still in flight when it has left)."""
+    group = unique_name("nogroup")
+    answer = wire().call(make(load_request_schema(68, 1), group_id=group, member_id=uuid.uuid4().hex,
+                              member_epoch=epoch, instance_id=None, rack_id=None, rebalance_timeout=-1,
+                              subscribed_topic_names=None, subscribed_topic_regex=None, server_assignor=None,
+                              topic_partitions=None))
+    assert (answer.error_code, answer.error_message) == (GROUP_ID_NOT_FOUND, f"Consumer group {group} not found.")

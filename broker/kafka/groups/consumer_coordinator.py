@@ -9,7 +9,12 @@
   leaves for now, keeping the instance id's assignment until the session times
   out. Other epochs must be the member's epoch, or its previous one when the
   owned partitions it sends are all still assigned (else FENCED_MEMBER_EPOCH);
-  an unknown member (or group) is UNKNOWN_MEMBER_ID.
+  an unknown member is UNKNOWN_MEMBER_ID. A heartbeat with an instance id is
+  checked against the instance id's member first, as Kafka's: none is
+  UNKNOWN_MEMBER_ID, another member id FENCED_INSTANCE_ID (a static member
+  replaced while it was away). An unknown group (or one of the
+  classic kind) GROUP_ID_NOT_FOUND, as Kafka's getOrMaybeCreateConsumerGroup
+  (a join creates the group).
 - A changed subscription (topic names, or a regex matched with Python's `re`
   against whole names, internal topics excluded), a member joining or going, and
   a change of the subscribed topics' partition counts (new topics matching a
@@ -318,29 +323,54 @@ class ConsumerGroupCoordinator(ClassicMembers):
         try:
             result = self._heartbeat(req)
         except HeartbeatError as e:
+            self._log_refusal(req, e)
             return HeartbeatResult(e.code, e.message)
         self._changed(req.group_id)
         return result
 
+    @staticmethod
+    def _log_refusal(req: HeartbeatRequest, e: HeartbeatError) -> None:
+        """Log a refused heartbeat with its reason: INVALID_REQUEST (a client bug, or a
+        rule Strata applies differently from Kafka) at info with the request's fields,
+        the routine answers of the protocol (fenced, unknown member, ...) at debug."""
+        fields = {"group": req.group_id, "member": req.member_id, "epoch": req.member_epoch,
+                  "error": e.code, "reason": e.message, "client_id": req.client_id, "client_host": req.client_host}
+        if e.code != INVALID_REQUEST:
+            log.debug("consumer_group_heartbeat_refused", **fields)
+            return
+        owned = sorted(req.owned) if req.owned is not None else None
+        log.info("consumer_group_heartbeat_refused", **fields, instance_id=req.instance_id, rack_id=req.rack_id,
+                 rebalance_timeout_ms=req.rebalance_timeout_ms, subscribed_names=req.subscribed_names,
+                 subscribed_regex=req.subscribed_regex, server_assignor=req.server_assignor, owned=owned)
+
     def _validate(self, req: HeartbeatRequest) -> None:
+        """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid: INVALID_REQUEST for a
+        blank id (only whitespace counts as empty, as Java's trim), a join (epoch 0)
+        without its rebalance timeout, without an empty TopicPartitions list, or with
+        neither topic names nor a regex (an empty list and an empty regex are nothing),
+        a static leave (-2) without an instance id, or an epoch below -2."""
         if self.closed:
             raise HeartbeatError(NOT_COORDINATOR, "the broker is shutting down")
-        if not req.group_id:
-            raise HeartbeatError(INVALID_REQUEST, "GroupId can't be empty.")
-        if not req.member_id:
+        if _blank(req.member_id):
             raise HeartbeatError(INVALID_REQUEST, "MemberId can't be empty.")
-        if req.member_epoch < LEAVE_STATIC_EPOCH:
-            raise HeartbeatError(INVALID_REQUEST, f"MemberEpoch {req.member_epoch} is invalid.")
-        if req.member_epoch == LEAVE_STATIC_EPOCH and req.instance_id is None:
-            raise HeartbeatError(INVALID_REQUEST, "InstanceId can't be null when MemberEpoch is -2.")
+        if _blank(req.group_id):
+            raise HeartbeatError(INVALID_REQUEST, "GroupId can't be empty.")
+        if req.instance_id is not None and _blank(req.instance_id):
+            raise HeartbeatError(INVALID_REQUEST, "InstanceId can't be empty.")
+        if req.rack_id is not None and _blank(req.rack_id):
+            raise HeartbeatError(INVALID_REQUEST, "RackId can't be empty.")
         if req.member_epoch == 0:
             if req.rebalance_timeout_ms == -1:
                 raise HeartbeatError(INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
-            if req.owned:
+            if req.owned is None or req.owned:
                 raise HeartbeatError(INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
-            if req.subscribed_names is None and req.subscribed_regex is None:
+            if not req.subscribed_names and not req.subscribed_regex:
                 raise HeartbeatError(INVALID_REQUEST, "SubscribedTopicNames or SubscribedTopicRegex must be "
                                                       "set in first request.")
+        elif req.member_epoch == LEAVE_STATIC_EPOCH and req.instance_id is None:
+            raise HeartbeatError(INVALID_REQUEST, "InstanceId can't be null.")
+        elif req.member_epoch < LEAVE_STATIC_EPOCH:
+            raise HeartbeatError(INVALID_REQUEST, "MemberEpoch is invalid.")
         if req.server_assignor is not None and req.server_assignor not in self.assignor_names:
             raise HeartbeatError(UNSUPPORTED_ASSIGNOR, f"ServerAssignor {req.server_assignor} is not supported. "
                                                        f"Supported assignors: {', '.join(self.assignor_names)}.")
@@ -368,7 +398,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
         group = self.groups.get(req.group_id)
         if group is None:
             if req.member_epoch != 0:
-                raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Consumer group {req.group_id} not found.")
+                raise self._group_not_found(req.group_id)
             group = self._group_for_join(req.group_id)
         member, joined = self._member(group, req)
         member.client_id = req.client_id
@@ -405,16 +435,27 @@ class ConsumerGroupCoordinator(ClassicMembers):
         return HeartbeatResult(NONE, None, member.member_id, member.member_epoch, self._interval_ms(group.group_id),
                                set(member.assigned) if send else None)
 
+    def _group_not_found(self, group_id: str) -> HeartbeatError:
+        """GROUP_ID_NOT_FOUND for a heartbeat or leave (not a join) naming no consumer group."""
+        classic = self.classic.groups.get(group_id) if self.classic is not None else None
+        if classic is not None and classic.state != "Dead":
+            return HeartbeatError(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        return HeartbeatError(GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
+
     def _member(self, group: ConsumerGroup, req: HeartbeatRequest) -> tuple[ConsumerMember, bool]:
         """The member this heartbeat is from, and whether it just joined."""
         member = group.members.get(req.member_id)
         if req.member_epoch != 0:
+            if req.instance_id is not None:  # Kafka: the instance id's member first
+                holder_id = group.static_members.get(req.instance_id)
+                if holder_id is None:
+                    raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Instance id {req.instance_id} is unknown.")
+                if holder_id != req.member_id:
+                    raise HeartbeatError(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
+                                                             f"{req.instance_id} was fenced by member {holder_id}.")
             if member is None:
                 raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Member {req.member_id} is not a member of group "
                                                         f"{group.group_id}.")
-            if req.instance_id is not None and group.static_members.get(req.instance_id) != member.member_id:
-                raise HeartbeatError(FENCED_INSTANCE_ID, f"Static member {req.member_id} with instance id "
-                                                         f"{req.instance_id} was fenced by another member.")
             self._check_epoch(member, req)
             return member, False
         if req.instance_id is not None:
@@ -473,7 +514,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
     def _leave(self, req: HeartbeatRequest) -> HeartbeatResult:
         group = self.groups.get(req.group_id)
         if group is None:
-            raise HeartbeatError(UNKNOWN_MEMBER_ID, f"Consumer group {req.group_id} not found.")
+            raise self._group_not_found(req.group_id)
         member_id = req.member_id
         if req.instance_id is not None:
             member_id = group.static_members.get(req.instance_id, "")
@@ -645,6 +686,14 @@ class ConsumerGroupCoordinator(ClassicMembers):
         self.closed = True
         for group in self.groups.values():
             group.cancel_timers()
+
+
+_JAVA_WHITESPACE = "".join(map(chr, range(0x21)))  # what Java's String.trim() strips
+
+
+def _blank(text: str) -> bool:
+    """Empty once trimmed as Kafka's throwIfEmptyString trims."""
+    return not text.strip(_JAVA_WHITESPACE)
 
 
 async def _nothing() -> None:
