@@ -100,7 +100,8 @@ def test_refused_changes_are_one_line_and_change_nothing(broker):
     err = one_error_line(cli(broker, "configs", "alter", "--broker",
                              "--add-config", "log.retention.ms=5000,log.segment.bytes=lots"))
     assert "log.segment.bytes" in err and "lots" in err, err
-    err = one_error_line(cli(broker, "configs", "alter", "--broker", "--add-config", "log.retention.ms=1,no.such.key=1"))
+    err = one_error_line(cli(broker, "configs", "alter", "--broker",
+                             "--add-config", "log.retention.ms=1,no.such.key=1"))
     assert "no.such.key" in err, err
     err = one_error_line(cli(broker, "configs", "alter", "--broker", "--entity-default",
                              "--delete-config", "log.retention.ms"))
