@@ -27,6 +27,7 @@ from .kafka_call import kafka_call
 
 LATEST, EARLIEST = -1, -2  # ListOffsets timestamps
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4  # DescribeConfigs resource types
+SET_OP, DELETE_OP = 0, 1  # IncrementalAlterConfigs operations
 NO_EPOCH = -1
 CONSUMER_PROTOCOL = "consumer"
 DEAD = "Dead"
@@ -46,10 +47,18 @@ class Member:
 
 
 @dataclass(frozen=True)
+class Synonym:
+    name: str
+    value: str | None
+    source: str  # Kafka's ConfigSource name
+
+
+@dataclass(frozen=True)
 class TopicConfig:
     name: str
     value: str | None
     source: str  # Kafka's ConfigSource name: DYNAMIC_TOPIC_CONFIG for a topic's override
+    synonyms: tuple[Synonym, ...] = ()  # every layer that sets it, the one in effect first (when asked for)
 
 
 @dataclass(frozen=True)
@@ -221,25 +230,45 @@ class KafkaAdmin:
         _check(response.error_code, "describe log dirs")
         return response.results
 
-    def _describe_configs(self, resource_type: int, names: list[str], what: str) -> dict[str, list[TopicConfig]]:
+    def _describe_configs(self, resource_type: int, names: list[str], what: str,
+                          synonyms: bool = False) -> dict[str, list[TopicConfig]]:
         from kio.schema.describe_configs.v4 import request as dc
 
         request = dc.DescribeConfigsRequest(
             resources=tuple(dc.DescribeConfigsResource(resource_type=i8(resource_type), resource_name=name,
                                                        configuration_keys=None) for name in names),
-            include_synonyms=False, include_documentation=False)
+            include_synonyms=synonyms, include_documentation=False)
         out = {}
         for result in self.call(request).results:
             _check(result.error_code, f"describe the configs of {what} {result.resource_name!r}",
                    result.error_message)
             out[result.resource_name] = sorted(
-                (TopicConfig(c.name, c.value, CONFIG_SOURCES.get(c.config_source, "UNKNOWN")) for c in result.configs),
+                (TopicConfig(c.name, c.value, CONFIG_SOURCES.get(c.config_source, "UNKNOWN"),
+                             tuple(Synonym(s.name, s.value, CONFIG_SOURCES.get(s.source, "UNKNOWN"))
+                                   for s in c.synonyms))
+                 for c in result.configs),
                 key=lambda c: c.name)
         return out
 
-    def broker_configs(self) -> list[TopicConfig]:
-        """Every broker config with its source, sorted by name."""
-        return self._describe_configs(BROKER_RESOURCE, [""], "the broker")[""]
+    def broker_configs(self, name: str) -> list[TopicConfig]:
+        """Every config of broker `name` ("" = the cluster-wide defaults) with its source
+        and synonyms, sorted by name."""
+        return self._describe_configs(BROKER_RESOURCE, [name], "broker", synonyms=True)[name]
+
+    def alter_broker_configs(self, name: str, set_values: dict[str, str], deletes: list[str]) -> None:
+        """IncrementalAlterConfigs of broker `name` ("" = the cluster-wide defaults): SET
+        each of `set_values`, DELETE each of `deletes`; the broker applies all or none."""
+        from kio.schema.incremental_alter_configs.v1 import request as iac
+
+        ops = [iac.AlterableConfig(name=k, config_operation=i8(SET_OP), value=v) for k, v in set_values.items()]
+        ops += [iac.AlterableConfig(name=k, config_operation=i8(DELETE_OP), value=None) for k in deletes]
+        request = iac.IncrementalAlterConfigsRequest(
+            resources=(iac.AlterConfigsResource(resource_type=i8(BROKER_RESOURCE), resource_name=name,
+                                                configs=tuple(ops)),),
+            validate_only=False)
+        for result in self.call(request).responses:
+            what = "the default configs of brokers" if name == "" else f"the configs of broker {name}"
+            _check(result.error_code, f"alter {what}", result.error_message)
 
     def topic_configs(self, topics: list[str]) -> dict[str, list[TopicConfig]]:
         """{topic: every setting with its source, sorted by name}."""
