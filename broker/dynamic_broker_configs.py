@@ -110,13 +110,16 @@ def dynamic_keys() -> frozenset[str]:
 
 
 def _check_log_value(key: str, value: str) -> str:
-    """A log.* default's value checked as the static setting is (storage/config.py)."""
+    """A log.* default's value checked by its topic config's rule, as Kafka's
+    DynamicLogConfig does (so log.retention.ms below -1 is refused here, though a static
+    negative value means forever)."""
+    topic_key = LOG_KEYS[key]
     try:
-        config = broker_log_defaults({key: value})
+        config = LogConfig.from_props({topic_key: value})
     except InvalidConfigError as e:
-        complaint = str(e).removeprefix(f"{key}: ")
+        complaint = str(e).removeprefix(f"{topic_key}: ")
         raise InvalidRequestError(f"Invalid value {value} for configuration {key}: {complaint}") from None
-    return config.to_props()[LOG_KEYS[key]]
+    return config.to_props()[topic_key]
 
 
 def _check_value(key: str, value: str) -> str:

@@ -187,6 +187,7 @@ def test_a_bad_value_or_a_static_synonym_changes_nothing(broker):
         (("log.segment.bytes", "5"), "INVALID_REQUEST.*Invalid value 5 for configuration log.segment.bytes"),
         (("log.cleanup.policy", "shred"), "INVALID_REQUEST.*log.cleanup.policy"),
         (("log.retention.ms", "soon"), "INVALID_REQUEST.*log.retention.ms"),
+        (("log.retention.ms", "-5"), "INVALID_REQUEST.*-5 must be at least -1"),
         # Kafka keeps the later synonyms static: only the first (log.retention.ms) is dynamic
         (("log.retention.hours", "1"), "INVALID_REQUEST.*Cannot update these configs dynamically: "
                                        "log.retention.hours"),
