@@ -58,7 +58,7 @@ from storage.config import BROKER_NAMES, LogConfig, broker_log_defaults
 from storage.fileutil import atomic_write
 
 from .config import ALL_KEYS
-from .json_files import damaged, encode_document, read_document
+from .json_files import encode_document, read_string_maps
 
 CONFIG_FILE = "broker-configs.json"
 FORMAT_VERSION = 1
@@ -176,12 +176,7 @@ class DynamicBrokerConfigs:
     def open(cls, data_dir: str, node_id: int,
              static_log_props: Mapping[str, Any] | None = None) -> DynamicBrokerConfigs:
         path = os.path.join(data_dir, CONFIG_FILE)
-        doc = read_document(path, FORMAT_VERSION, "dynamic broker configs", REMEDY)
-        try:
-            brokers = {} if doc is None else {str(b): {str(k): str(v) for k, v in props.items()}
-                                              for b, props in doc["brokers"].items()}
-        except (KeyError, TypeError, AttributeError) as e:
-            raise damaged(path, "dynamic broker configs", e, REMEDY) from None
+        brokers = read_string_maps(path, FORMAT_VERSION, "dynamic broker configs", REMEDY, "brokers")
         try:
             return cls(path, node_id, brokers, static_log_props)
         except StrataError as e:

@@ -41,7 +41,7 @@ from typing import Any
 from kafka_format.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
 from storage.fileutil import atomic_write
 
-from .json_files import damaged, encode_document, read_document
+from .json_files import encode_document, read_string_maps
 
 CONFIG_FILE = "group-configs.json"
 REMEDY = ("restore it from a backup, or move it away to start with the broker's defaults "
@@ -93,12 +93,7 @@ class GroupConfigs:
     def open(cls, data_dir: str, broker: Mapping[str, Any]) -> GroupConfigs:
         """`broker`: the broker's settings by name (BrokerConfig.values)."""
         path = os.path.join(data_dir, CONFIG_FILE)
-        doc = read_document(path, FORMAT_VERSION, "group configs", REMEDY)
-        try:
-            groups = {} if doc is None else {str(g): {str(k): str(v) for k, v in props.items()}
-                                             for g, props in doc["groups"].items()}
-        except (KeyError, TypeError, AttributeError) as e:
-            raise damaged(path, "group configs", e, REMEDY) from None
+        groups = read_string_maps(path, FORMAT_VERSION, "group configs", REMEDY, "groups")
         return cls(path, broker, groups)
 
     # ---- reading ----

@@ -1,5 +1,5 @@
-"""The broker's own JSON state files (topic registry, Kafka state, group configs, ACLs,
-SCRAM credentials, client quotas).
+"""The broker's own JSON state files (topic registry, Kafka state, group configs, dynamic
+broker configs, ACLs, SCRAM credentials, client quotas).
 
 Contract:
 - `read_document(path, version, what, remedy)` returns the JSON object stored in
@@ -12,6 +12,8 @@ Contract:
   place, or who owns the data directory on EACCES). These
   files hold what an operator or a client set and no log can rebuild: starting
   without one would silently drop it (ACLs, users, quotas, topic configs).
+- `read_string_maps(path, version, what, remedy, field)`: a document whose `field`
+  maps names to {key: value} settings (group configs, dynamic broker configs).
 - `damaged(path, what, detail, remedy)` is the same error for a document whose
   content does not decode (a caller's own checks).
 - `encode_document(doc)` gives the bytes every such file is written with (indented
@@ -39,6 +41,17 @@ def read_document(path: str, version: int, what: str, remedy: str) -> dict[str, 
         raise InvalidConfigError(f"{what} {path}: unsupported format (expected a JSON object of version "
                                  f"{version}); {remedy}")
     return doc
+
+
+def read_string_maps(path: str, version: int, what: str, remedy: str, field: str) -> dict[str, dict[str, str]]:
+    """The document's `field` as {name: {key: value}} strings (`read_document`'s checks;
+    {} when the file does not exist); a field of another shape is `damaged`."""
+    doc = read_document(path, version, what, remedy)
+    try:
+        return {} if doc is None else {str(name): {str(k): str(v) for k, v in props.items()}
+                                       for name, props in doc[field].items()}
+    except (KeyError, TypeError, AttributeError) as e:
+        raise damaged(path, what, e, remedy) from None
 
 
 def damaged(path: str, what: str, detail: object, remedy: str) -> InvalidConfigError:
