@@ -66,7 +66,7 @@ from storage.manager import LogManager
 from storage.open_files import OPEN_FILES, raise_nofile_limit
 
 from .admin_http import AdminServer
-from .config import BrokerConfig
+from .config import BrokerConfig, default_props
 from .connection import PerConnection, RequestHandlers
 from .connection_limits import ConnectionLimits
 from .connection_rates import ConnectionRates
@@ -210,7 +210,7 @@ class BrokerApp:
                 # once, before the logs are locked and recovered. Files they lack are
                 # created once the directory is locked.
                 broker_configs = await blocking(DynamicBrokerConfigs.open, config.data_dir, NODE_ID,
-                                                config.log_props())
+                                                config.log_props(), default_props())
                 registry.defaults = broker_configs.log_defaults()
                 await blocking(registry.load)
                 authenticator.store = await blocking(ScramCredentialStore.open, config.data_dir)

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_format.errors import InvalidConfigError
-from storage.config import BROKER_NAMES, LONG_MAX, LogConfig, broker_log_defaults
+from storage.config import BROKER_NAMES, LONG_MAX, LogConfig, broker_log_defaults, broker_name_defaults
 
 from .config_ignored import ignored_reason, without_controller_listeners
 from .listeners import DEFAULT_PROTOCOL_MAP, ListenerSpec, list_complaint, listener_specs, map_complaint
@@ -343,6 +343,25 @@ LOG_DEFAULT_KEYS: tuple[str, ...] = tuple(name for candidates in BROKER_NAMES.va
                                           for name, _unit in candidates)
 KEYS_BY_NAME: dict[str, BrokerKey] = {k.name: k for k in KEYS}
 ALL_KEYS: frozenset[str] = frozenset(KEYS_BY_NAME) | frozenset(LOG_DEFAULT_KEYS)
+
+
+def config_text(value: Any) -> str:
+    """A setting's value as Kafka writes it (ConfigDef.convertToString): lists
+    comma-separated, booleans lower-case."""
+    if isinstance(value, tuple | list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def default_props() -> dict[str, str]:
+    """Every setting's default as Kafka describes it (DEFAULT_CONFIG), settings without
+    one left out: the broker keys' and the log.* names' (broker_name_defaults)."""
+    defaults = {key.name: key.default for key in KEYS}
+    defaults.update(broker_name_defaults())
+    return {name: config_text(value) for name, value in defaults.items() if value is not None}
+
 # No key contains '_', so the environment name maps back to exactly one key.
 ENV_NAMES: dict[str, str] = {ENV_PREFIX + name.replace(".", "_").upper(): name for name in ALL_KEYS}
 LISTENER_PREFIX = "listener.name."
@@ -664,6 +683,7 @@ class BrokerConfig:
     def log_props(self) -> dict[str, Any]:
         """The broker-level log.* settings given (the static topic defaults)."""
         return {k: self.values[k] for k in LOG_DEFAULT_KEYS if self.source(k) != "default"}
+
 
     def explicit(self) -> dict[str, str]:
         """Settings that are not defaults, for the startup log."""

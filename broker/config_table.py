@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from storage.config import BROKER_NAMES, KEYS_BY_NAME, LONG_MAX
+from storage.config import BROKER_NAMES, LONG_MAX, broker_name_defaults
 from storage.fileutil import atomic_write
 
 from .config import ALL_KEYS, INT_MAX, KEYS
@@ -50,11 +50,11 @@ def _cell(text: str) -> str:
 
 def _rows() -> list[tuple[str, str, str]]:
     rows = [(key.name, _default(key.default), key.doc) for key in KEYS]
+    defaults = broker_name_defaults()
     for topic_name, candidates in BROKER_NAMES.items():
-        topic_default = KEYS_BY_NAME[topic_name].default
         for i, (name, unit) in enumerate(candidates):
             last = i == len(candidates) - 1
-            default = _default(topic_default if unit == 1 else topic_default // unit) if last else "(none)"
+            default = _default(defaults.get(name))
             doc = f"broker default of the topic setting `{topic_name}`"
             if unit != 1:
                 doc += f" (in {UNITS[unit]})"

@@ -25,10 +25,10 @@ Stored in `<data-dir>/broker-configs.json`, replaced whole (write-temp, fsync, r
     {"version": 1, "brokers": {"0": {"background.threads": "9"}, "": {}}}
 
 Contract:
-- `DynamicBrokerConfigs.open(data_dir, node_id, static_log_props)` (blocking) reads the file, or
-  starts empty when there is none; an unreadable file (or a stored log default that is no longer
-  valid) is InvalidConfigError. `static_log_props`: the broker-level log.* settings given at
-  start ({name: value}).
+- `DynamicBrokerConfigs.open(data_dir, node_id, static_log_props, default_props)` (blocking)
+  reads the file, or starts empty when there is none; an unreadable file (or a stored log default
+  that is no longer valid) is InvalidConfigError. `static_log_props`: the broker-level log.*
+  settings given at start ({name: value}); `default_props`: Kafka's defaults by name (broker/config.py).
 - `overrides(name)`: {key: value} set on that resource itself (what APPEND/SUBTRACT extend, and
   what DescribeConfigs lists for "0" over "", with the synonyms).
 - `alter(name, changes, replace=False, validate_only=False)` (blocking): `changes` are
@@ -42,8 +42,11 @@ Contract:
   with commit=True after it (it swaps the new configs into the topics).
 - `log_defaults()`: the topic defaults (LogConfig) by the rule of precedence above.
 - `log_source(topic_key)`: where topic config `topic_key`'s default comes from: "dynamic_broker",
-  "dynamic_default", "static" or "default"; `log_synonyms(topic_key)`: every broker setting that
-  feeds it, [(broker name, value, source)] in Kafka's order (synonym, then source).
+  "dynamic_default", "static" or "default"; `log_synonyms(topic_key)`: the broker settings that
+  feed it, [(broker name, value, source)] as Kafka describes them (`config_synonyms`: by source,
+  then synonym, from the first broker name's own entry on).
+- `dynamic_layers(per_broker)` and `config_synonyms(name, layers)`: the same rule for DescribeConfigs
+  of the broker (broker/kafka/configs.py adds the static settings and Kafka's defaults).
 """
 
 from __future__ import annotations
@@ -160,25 +163,51 @@ REMEDY = ("restore it from a backup, or move it away to start with no dynamic br
 
 
 SOURCES = ("dynamic_broker", "dynamic_default", "static")
+Layer = tuple[Mapping[str, str], str]  # settings by name, and their source
+
+
+def synonym_names(name: str) -> list[str]:
+    """A broker key's synonyms in Kafka's order (its brokerConfigSynonyms): the names
+    one topic config's broker default goes by, e.g. log.retention.ms, .minutes, .hours."""
+    for candidates in BROKER_NAMES.values():
+        names = [candidate for candidate, _unit in candidates]
+        if name in names:
+            return names
+    return [name]
+
+
+def config_synonyms(name: str, layers: Iterable[Layer]) -> list[tuple[str, str, str]]:
+    """Kafka's ConfigHelper.configSynonyms: (synonym, value, source) of every synonym of
+    `name` set in each layer, layers highest first and in synonym order within a layer,
+    from `name`'s own first entry on (a later synonym does not list an earlier one)."""
+    names = synonym_names(name)
+    found = [(synonym, layer[synonym], source) for layer, source in layers for synonym in names
+             if synonym in layer]
+    first = next((i for i, entry in enumerate(found) if entry[0] == name), len(found))
+    return found[first:]
 
 
 class DynamicBrokerConfigs:
     def __init__(self, path: str, node_id: int, brokers: dict[str, dict[str, str]],
-                 static_log_props: Mapping[str, Any] | None = None):
+                 static_log_props: Mapping[str, Any] | None = None,
+                 default_props: Mapping[str, Any] | None = None):
         self.path = path
         self.node_id = node_id
         self._brokers = brokers  # "0" or "" -> {key: value}
         self._static = {k: str(v) for k, v in (static_log_props or {}).items()}
+        self._kafka_defaults = {k: str(v) for k, v in (default_props or {}).items()}
         self._lock = threading.Lock()
         self._defaults = self._log_defaults_of(brokers)
 
     @classmethod
-    def open(cls, data_dir: str, node_id: int,
-             static_log_props: Mapping[str, Any] | None = None) -> DynamicBrokerConfigs:
+    def open(cls, data_dir: str, node_id: int, static_log_props: Mapping[str, Any] | None = None,
+             default_props: Mapping[str, Any] | None = None) -> DynamicBrokerConfigs:
+        """`static_log_props`: the log.* settings the broker's configuration gives;
+        `default_props`: Kafka's defaults by name (described as DEFAULT_CONFIG)."""
         path = os.path.join(data_dir, CONFIG_FILE)
         brokers = read_string_maps(path, FORMAT_VERSION, "dynamic broker configs", REMEDY, "brokers")
         try:
-            return cls(path, node_id, brokers, static_log_props)
+            return cls(path, node_id, brokers, static_log_props, default_props)
         except StrataError as e:
             raise InvalidConfigError(f"{path}: {e} (change it with AlterConfigs on the broker, "
                                      f"or fix the static setting)") from None
@@ -204,10 +233,20 @@ class DynamicBrokerConfigs:
     def log_defaults(self) -> LogConfig:
         return self._defaults
 
+    def dynamic_layers(self, *, per_broker: bool = True) -> list[Layer]:
+        """The dynamic settings by source, highest first: this broker's (unless
+        `per_broker` is False: describing the cluster default), then the cluster default's."""
+        own = self._brokers.get(str(self.node_id), {}) if per_broker else {}
+        return [(own, "dynamic_broker"), (self._brokers.get(CLUSTER_DEFAULT, {}), "dynamic_default")]
+
     def log_synonyms(self, topic_key: str) -> list[tuple[str, str, str]]:
-        layers = self._layers(self._brokers)
-        return [(name, layer[name], source) for name, _unit in BROKER_NAMES.get(topic_key, ())
-                for layer, source in zip(layers, SOURCES, strict=True) if name in layer]
+        """The synonyms of a topic config's broker default (Kafka's topic DescribeConfigs:
+        its first broker name's config_synonyms, Kafka's defaults last as "default")."""
+        candidates = BROKER_NAMES.get(topic_key)
+        if not candidates:
+            return []
+        layers = [*self.dynamic_layers(), (self._static, "static"), (self._kafka_defaults, "default")]
+        return config_synonyms(candidates[0][0], layers)
 
     def log_source(self, topic_key: str) -> str:
         synonyms = self.log_synonyms(topic_key)

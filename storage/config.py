@@ -322,6 +322,18 @@ def _negative(raw: Any) -> bool:
         return False  # left for the usual check, which names the key
 
 
+def broker_name_defaults() -> dict[str, Any]:
+    """Kafka's defaults of the broker-level names: each topic default's value, in its unit,
+    on its last broker name; the earlier, finer names (log.retention.ms, log.roll.ms) have
+    none, as in Kafka."""
+    defaults: dict[str, Any] = {}
+    for topic_name, candidates in BROKER_NAMES.items():
+        name, unit = candidates[-1]
+        value = KEYS_BY_NAME[topic_name].default
+        defaults[name] = value if unit == 1 else value // unit
+    return defaults
+
+
 def broker_log_defaults(broker_props: Mapping[str, Any]) -> LogConfig:
     """The topic defaults that broker-level `log.*` settings give.
 

@@ -19,7 +19,8 @@ from kafka_format.errors import InvalidConfigError, InvalidRequestError, StrataE
 from storage.config import BROKER_NAMES
 from storage.config import KEYS as TOPIC_KEYS
 
-from ..dynamic_broker_configs import LOG_KEYS, NO_EFFECT, DynamicBrokerConfigs, dynamic_keys
+from ..config import config_text, default_props
+from ..dynamic_broker_configs import LOG_KEYS, NO_EFFECT, DynamicBrokerConfigs, config_synonyms, dynamic_keys
 from ..group_configs import GroupConfigs
 from ..security.authorizer import (
     ClusterAuthorizationError,
@@ -128,7 +129,7 @@ class ConfigsApi(CoreApiBase):
         for resource in req.resources:
             keys = resource.configuration_keys
             entries: list[tuple[str, str | None, int, bool, str]] = []  # name, value, source, ro, kind
-            # name -> [(synonym, value, source)] where there is more than the entry itself
+            # name -> [(synonym, value, source)] (Kafka's synonyms; a key not listed: just itself)
             more: dict[str, list[tuple[str, str, int]]] = {}
             code: int = E.none
             message: str | None = None
@@ -142,32 +143,9 @@ class ConfigsApi(CoreApiBase):
                         layers = [(k, v, DYNAMIC_TOPIC_CONFIG)] if k in topic.configs else []
                         layers += [(b, bv, SOURCE_CODES[src])
                                    for b, bv, src in (dynamic.log_synonyms(k) if dynamic is not None else ())]
-                        if layers:
-                            more[k] = layers
+                        more[k] = layers  # none: Kafka's empty list (e.g. retention.ms by log.retention.hours)
                 elif resource.resource_type == BROKER_RESOURCE:
-                    if resource.resource_name not in ("", str(self.apis.node_id)):
-                        raise InvalidRequestError(f"unexpected broker id {resource.resource_name!r}")
-                    static: dict[str, tuple[str, str | None, int, bool, str]] = {}
-                    settable = dynamic_keys()
-                    for k in sorted(self.config.values):
-                        v = self.config.values[k]
-                        if v is None:
-                            continue
-                        v = str(v).lower() if isinstance(v, bool) else str(v)
-                        source = DEFAULT_CONFIG if self.config.source(k) == "default" else STATIC_BROKER_CONFIG
-                        static[k] = (k, v, source, k not in settable, "")
-                    name = resource.resource_name
-                    own = dynamic.overrides(name) if dynamic is not None and name != "" else {}
-                    default = dynamic.overrides("") if dynamic is not None else {}
-                    for k in sorted(set(own) | set(default)):
-                        layers = [(k, own[k], DYNAMIC_BROKER_CONFIG)] if k in own else []
-                        if k in default:
-                            layers.append((k, default[k], DYNAMIC_DEFAULT_BROKER_CONFIG))
-                        if k in static and static[k][2] == STATIC_BROKER_CONFIG:
-                            layers.append((k, str(static[k][1]), STATIC_BROKER_CONFIG))
-                        more[k] = layers
-                        static[k] = (k, layers[0][1], layers[0][2], False, broker_key_kind(k))
-                    entries.extend(static[k] for k in sorted(static))
+                    entries.extend(self._broker_entries(resource.resource_name, more))
                 elif resource.resource_type == BROKER_LOGGER_RESOURCE:
                     pass
                 elif resource.resource_type == GROUP_RESOURCE:
@@ -191,6 +169,28 @@ class ConfigsApi(CoreApiBase):
                                 resource_type=resource.resource_type,
                                 resource_name=resource.resource_name, configs=configs))
         return make(R, throttle_time=0, results=tuple(results))
+
+    def _broker_entries(self, name: str, more: dict[str, list[tuple[str, str, int]]]) -> list[tuple]:
+        """The broker's configs (`name` "": the cluster default's view) as DescribeConfigs
+        entries, each valued and sourced by the head of its synonyms, as Kafka's
+        ConfigHelper: dynamic (this broker's, the default's), static, Kafka's defaults.
+        Fills `more` with every key's synonyms."""
+        if name not in ("", str(self.apis.node_id)):
+            raise InvalidRequestError(f"unexpected broker id {name!r}")
+        static = {k: config_text(v) for k, v in self.config.values.items()
+                  if v is not None and self.config.source(k) != "default"}
+        defaults = default_props()
+        dynamic = self.apis.broker_configs
+        layers = [*(dynamic.dynamic_layers(per_broker=name != "") if dynamic is not None else ()),
+                  (static, "static"), (defaults, "default")]
+        settable = dynamic_keys()
+        entries = []
+        for k in sorted(set().union(*(layer for layer, _source in layers))):
+            found = config_synonyms(k, layers)
+            more[k] = [(synonym, value, SOURCE_CODES[source]) for synonym, value, source in found]
+            kind = broker_key_kind(k) if k in settable else ""
+            entries.append((k, found[0][1], SOURCE_CODES[found[0][2]], k not in settable, kind))
+        return entries
 
     async def alter_configs(self, req, ctx):
         """Legacy AlterConfigs: the listed configs replace all of a topic's overrides."""

@@ -60,19 +60,21 @@ def test_defaults_then_per_broker_then_delete_falls_back(broker):
     assert line_of(described, "log.retention.ms") == (
         "  log.retention.ms=3600000 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:log.retention.ms=3600000, "
         "DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=7200000, "
-        f"STATIC_BROKER_CONFIG:log.retention.ms={STATIC_MS}}}")
+        f"STATIC_BROKER_CONFIG:log.retention.ms={STATIC_MS}, DEFAULT_CONFIG:log.retention.hours=168}}")
     assert line_of(described, "log.cleanup.policy") == (
         "  log.cleanup.policy=delete,compact sensitive=false "
-        "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleanup.policy=delete,compact}")
+        "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleanup.policy=delete,compact, "
+        "DEFAULT_CONFIG:log.cleanup.policy=delete}")
     assert "  num.partitions=1 sensitive=false synonyms={DEFAULT_CONFIG:num.partitions=1}" in described.splitlines()
 
     defaults = ok(cli(broker, "configs", "describe", "--broker", "--entity-default")).splitlines()
     assert defaults[0] == "Default configs for brokers in the cluster are:"
     assert defaults[1:] == [
         "  log.cleanup.policy=delete,compact sensitive=false "
-        "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleanup.policy=delete,compact}",
+        "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleanup.policy=delete,compact, "
+        "DEFAULT_CONFIG:log.cleanup.policy=delete}",
         "  log.retention.ms=7200000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=7200000, "
-        f"STATIC_BROKER_CONFIG:log.retention.ms={STATIC_MS}}}"]
+        f"STATIC_BROKER_CONFIG:log.retention.ms={STATIC_MS}, DEFAULT_CONFIG:log.retention.hours=168}}"]
 
     configs = topic_configs(broker, topic)  # no override: the topic follows the broker's dynamic defaults
     assert configs["retention.ms"] == "3600000" and configs["cleanup.policy"] == "delete,compact"
@@ -85,8 +87,9 @@ def test_defaults_then_per_broker_then_delete_falls_back(broker):
 
     ok(cli(broker, "configs", "alter", "--broker", "--entity-default",
            "--delete-config", "log.retention.ms,log.cleanup.policy"))
-    assert line_of(ok(cli(broker, "configs", "describe", "--broker")), "log.retention.ms") == \
-        f"  log.retention.ms={STATIC_MS} sensitive=false synonyms={{STATIC_BROKER_CONFIG:log.retention.ms={STATIC_MS}}}"
+    assert line_of(ok(cli(broker, "configs", "describe", "--broker")), "log.retention.ms") == (
+        f"  log.retention.ms={STATIC_MS} sensitive=false synonyms={{STATIC_BROKER_CONFIG:log.retention.ms={STATIC_MS}, "
+        "DEFAULT_CONFIG:log.retention.hours=168}")
     assert ok(cli(broker, "configs", "describe", "--broker", "--entity-default")) == \
         "Default configs for brokers in the cluster are:\n"
     configs = topic_configs(broker, topic)

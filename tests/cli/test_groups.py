@@ -213,5 +213,6 @@ def test_log_dirs_and_broker_configs(broker):
     lines = ok(cli(broker, "configs", "describe", "--broker")).splitlines()
     assert lines[0] == "All configs for broker 0 are:"
     assert "  group.initial.rebalance.delay.ms=0 sensitive=false "\
-           "synonyms={STATIC_BROKER_CONFIG:group.initial.rebalance.delay.ms=0}" in lines
+           "synonyms={STATIC_BROKER_CONFIG:group.initial.rebalance.delay.ms=0, "\
+           "DEFAULT_CONFIG:group.initial.rebalance.delay.ms=3000}" in lines
     assert "  num.partitions=1 sensitive=false synonyms={DEFAULT_CONFIG:num.partitions=1}" in lines
