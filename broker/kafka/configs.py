@@ -171,7 +171,7 @@ class ConfigsApi(CoreApiBase):
         return make(R, throttle_time=0, results=tuple(results))
 
     def _broker_entries(self, name: str, more: dict[str, list[tuple[str, str, int]]]) -> list[tuple]:
-        """The broker's configs (`name` "": the cluster default's view) as DescribeConfigs
+        """The broker's configs (`name` "": the cluster defaults set at runtime) as DescribeConfigs
         entries, each valued and sourced by the head of its synonyms, as Kafka's
         ConfigHelper: dynamic (this broker's, the default's), static, Kafka's defaults.
         Fills `more` with every key's synonyms."""
@@ -185,7 +185,10 @@ class ConfigsApi(CoreApiBase):
                   (static, "static"), (defaults, "default")]
         settable = dynamic_keys()
         entries = []
-        for k in sorted(set().union(*(layer for layer, _source in layers))):
+        # "" (the cluster default): only what is set there, as Kafka's ConfigHelper
+        described = set(dynamic.overrides("")) if name == "" and dynamic is not None else set().union(
+            *(layer for layer, _source in layers))
+        for k in sorted(described):
             found = config_synonyms(k, layers)
             more[k] = [(synonym, value, SOURCE_CODES[source]) for synonym, value, source in found]
             kind = broker_key_kind(k) if k in settable else ""

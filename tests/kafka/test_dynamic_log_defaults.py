@@ -72,19 +72,24 @@ def entry(broker, kind: ConfigResource.Type, name: str, key: str) -> tuple[str, 
     return found.value, found.source
 
 
-def raw_synonyms(broker, name: str, key: str) -> list[tuple[str, str, int]]:
-    """DescribeConfigs v1 with include_synonyms: the key's synonyms (name, value, source); the
-    client's ConfigEntry keeps one synonym per name."""
+def raw_describe(broker, name: str, keys: tuple[str, ...] | None) -> list:
+    """DescribeConfigs v1 of broker `name` with include_synonyms (confluent-kafka refuses the
+    name "", and its ConfigEntry keeps one synonym per name): the configs answered."""
     request_class = load_request_schema(32, 1)
     resource_class = nested(request_class, "resources")
     wire = KafkaWire(*broker.kafka_address)
     try:
         answer = wire.call(make(request_class, include_synonyms=True, resources=(
-            make(resource_class, resource_type=4, resource_name=name, configuration_keys=(key,)),)))
+            make(resource_class, resource_type=4, resource_name=name, configuration_keys=keys),)))
     finally:
         wire.close()
     (result,) = answer.results
-    (config,) = result.configs
+    return list(result.configs)
+
+
+def raw_synonyms(broker, name: str, key: str) -> list[tuple[str, str, int]]:
+    """The key's synonyms (name, value, source) as DescribeConfigs v1 answers them."""
+    (config,) = raw_describe(broker, name, (key,))
     return [(s.name, s.value, s.source.value if hasattr(s.source, "value") else s.source)
             for s in config.synonyms]
 
@@ -141,6 +146,11 @@ def test_retention_default_applies_to_topics_without_override_and_survives_a_res
         ("log.retention.ms", "-1", ConfigSource.DYNAMIC_BROKER_CONFIG.value),
         ("log.retention.ms", "3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value),
         ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG.value)]  # Kafka's order: by source
+    # the cluster default resource lists only what is set there, without this broker's layer
+    assert [c.name for c in raw_describe(broker, "", None)] == ["log.retention.ms"]
+    assert raw_synonyms(broker, "", "log.retention.ms") == [
+        ("log.retention.ms", "3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value),
+        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG.value)]
     with NativeAdmin(f"{broker.host}:{broker.port}") as native:
         assert native.describe_config("plain")["retention.ms"] == "-1"
 
