@@ -56,12 +56,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kafka_format.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError, StrataError
+from kafka_format.errors import InvalidConfigError, InvalidRequestError, StrataError
 from storage.config import BROKER_NAMES, LogConfig, broker_log_defaults
-from storage.fileutil import atomic_write
 
 from .config import ALL_KEYS
-from .json_files import encode_document, read_string_maps
+from .json_files import read_string_maps, write_document
 
 CONFIG_FILE = "broker-configs.json"
 FORMAT_VERSION = 1
@@ -309,11 +308,7 @@ class DynamicBrokerConfigs:
                 return
             if brokers != self._brokers:
                 doc = {"version": FORMAT_VERSION, "brokers": brokers}
-                try:
-                    atomic_write(self.path, encode_document(doc, sort_keys=True))
-                except OSError as e:
-                    raise KafkaStorageError(f"cannot write the dynamic broker configs {self.path}: "
-                                            f"{e.strerror or e}") from None
+                write_document(self.path, "dynamic broker configs", doc, sort_keys=True)
             self._brokers, self._defaults = brokers, defaults
             if changed and apply is not None:
                 apply(defaults, True)

@@ -38,10 +38,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafka_format.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
-from storage.fileutil import atomic_write
+from kafka_format.errors import InvalidConfigError, InvalidRequestError
 
-from .json_files import encode_document, read_string_maps
+from .json_files import read_string_maps, write_document
 
 CONFIG_FILE = "group-configs.json"
 REMEDY = ("restore it from a backup, or move it away to start with the broker's defaults "
@@ -138,11 +137,7 @@ class GroupConfigs:
                 groups.pop(group, None)
             if groups != self._overrides:
                 doc = {"version": FORMAT_VERSION, "groups": groups}
-                try:
-                    atomic_write(self.path, encode_document(doc, sort_keys=True))
-                except OSError as e:
-                    raise KafkaStorageError(f"cannot write the group configs {self.path}: "
-                                            f"{e.strerror or e}") from None
+                write_document(self.path, "group configs", doc, sort_keys=True)
             self._overrides = groups
 
     def _validate(self, merged: Mapping[str, str]) -> None:

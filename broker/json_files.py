@@ -17,8 +17,9 @@ Contract:
 - `damaged(path, what, detail, remedy)` is the same error for a document whose
   content does not decode (a caller's own checks).
 - `encode_document(doc)` gives the bytes every such file is written with (indented
-  JSON and a final newline); callers replace the file whole with
-  storage.fileutil.atomic_write (write-temp, fsync, rename).
+  JSON and a final newline); `write_document(path, what, doc)` replaces the file whole
+  with them (storage.fileutil.atomic_write: write-temp, fsync, rename), a failed write
+  (a full disk) being KafkaStorageError naming `what` and the path, the old file intact.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kafka_format.errors import InvalidConfigError
+from kafka_format.errors import InvalidConfigError, KafkaStorageError
+from storage.fileutil import atomic_write
 
 
 def read_document(path: str, version: int, what: str, remedy: str) -> dict[str, Any] | None:
@@ -60,3 +62,10 @@ def damaged(path: str, what: str, detail: object, remedy: str) -> InvalidConfigE
 
 def encode_document(doc: dict[str, Any], *, sort_keys: bool = False) -> bytes:
     return json.dumps(doc, indent=2, sort_keys=sort_keys).encode() + b"\n"
+
+
+def write_document(path: str, what: str, doc: dict[str, Any], *, sort_keys: bool = False) -> None:
+    try:
+        atomic_write(path, encode_document(doc, sort_keys=sort_keys))
+    except OSError as e:
+        raise KafkaStorageError(f"cannot write the {what} {path}: {e.strerror or e}") from None

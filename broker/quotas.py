@@ -68,10 +68,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kafka_format.errors import InvalidRequestError, KafkaStorageError, StrataError
-from storage.fileutil import atomic_write
+from kafka_format.errors import InvalidRequestError, StrataError
 
-from .json_files import damaged, encode_document, read_document
+from .json_files import damaged, read_document, write_document
 from .security.principal import ANONYMOUS
 
 QUOTAS_FILE = "client-quotas.json"
@@ -295,11 +294,7 @@ class ClientQuotas:
                 doc = {"version": FORMAT_VERSION,
                        "quotas": [{"entity": [{"type": t, "name": n} for t, n in entity], "values": values}
                                   for entity, values in sorted(quotas.items(), key=lambda kv: repr(kv[0]))]}
-                try:
-                    atomic_write(self.path, encode_document(doc))
-                except OSError as e:
-                    raise KafkaStorageError(f"cannot write the client quotas {self.path}: "
-                                            f"{e.strerror or e}") from None
+                write_document(self.path, "client quotas", doc)
             self.request_quotas = _has_key(quotas, REQUEST_PERCENTAGE)
             self.active = bool(quotas)
             self._quotas = quotas  # one reference swap: readers see the old or the new whole

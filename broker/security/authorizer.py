@@ -34,10 +34,9 @@ from dataclasses import asdict, dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from kafka_format.errors import InvalidRequestError, KafkaStorageError, StrataError
-from storage.fileutil import atomic_write
+from kafka_format.errors import InvalidRequestError, StrataError
 
-from ..json_files import damaged, encode_document, read_document
+from ..json_files import damaged, read_document, write_document
 from .principal import ANONYMOUS
 
 if TYPE_CHECKING:
@@ -358,11 +357,7 @@ class Authorizer:
 
     def _save(self, acls: list[Acl]) -> None:
         if self._path is not None:
-            try:
-                atomic_write(self._path, encode_document({"version": FORMAT_VERSION,
-                                                          "acls": [asdict(a) for a in acls]}))
-            except OSError as e:
-                raise KafkaStorageError(f"cannot write the ACL file {self._path}: {e.strerror or e}") from None
+            write_document(self._path, "ACL file", {"version": FORMAT_VERSION, "acls": [asdict(a) for a in acls]})
 
     def _install(self, acls: list[Acl]) -> None:
         literal: dict[int, dict[str, list[Acl]]] = {}

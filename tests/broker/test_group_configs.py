@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from broker import group_configs
+from broker import json_files
 from broker.config import BrokerConfig
 from broker.group_configs import CONFIG_FILE, GroupConfigs
 from kafka_format.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
@@ -67,7 +67,7 @@ def test_empty_group_name_and_failed_write(tmp_path, monkeypatch):
     def full(path, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(group_configs, "atomic_write", full)
+    monkeypatch.setattr(json_files, "atomic_write", full)
     with pytest.raises(KafkaStorageError, match="No space left"):
         configs.alter("g", [("consumer.session.timeout.ms", "50000")])
     assert configs.overrides("g") == {}
