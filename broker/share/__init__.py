@@ -1,0 +1,10 @@
+"""Share groups (KIP-932, as Apache Kafka 4.2 serves them): the machinery the
+Kafka API handlers of ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch,
+ShareAcknowledge and the share-group offsets APIs stand on.
+
+    errors.py      Kafka's error codes of share groups; ShareError
+    config.py      group configs share.* over the broker defaults group.share.*
+    log_view.py    what a share partition needs of the log (the core provides it)
+    partition.py   SharePartition: SPSO/SPEO, in-flight record states, acquisition
+                   locks, acknowledgement, delivery counts
+"""
