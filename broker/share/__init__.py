@@ -7,4 +7,7 @@ ShareAcknowledge and the share-group offsets APIs stand on.
     log_view.py    what a share partition needs of the log (the core provides it)
     partition.py   SharePartition: SPSO/SPEO, in-flight record states, acquisition
                    locks, acknowledgement, delivery counts
+    state_records.py  `__share_group_state` ShareSnapshot/ShareUpdate keys and values
+    state_store.py    the share coordinator: Initialize/Read/Write/DeleteShareGroupState
+                      over the state topic's logs, snapshots every N updates, rebuilt at start
 """
