@@ -10,4 +10,6 @@ ShareAcknowledge and the share-group offsets APIs stand on.
     state_records.py  `__share_group_state` ShareSnapshot/ShareUpdate keys and values
     state_store.py    the share coordinator: Initialize/Read/Write/DeleteShareGroupState
                       over the state topic's logs, snapshots every N updates, rebuilt at start
+    assignor.py    the share-group SimpleAssignor (partitions shared by several members)
+    group.py       ShareGroup: ShareGroupHeartbeat membership, epochs, session timeouts
 """
