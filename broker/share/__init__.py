@@ -12,4 +12,5 @@ ShareAcknowledge and the share-group offsets APIs stand on.
                       over the state topic's logs, snapshots every N updates, rebuilt at start
     assignor.py    the share-group SimpleAssignor (partitions shared by several members)
     group.py       ShareGroup: ShareGroupHeartbeat membership, epochs, session timeouts
+    session.py     the share session cache of ShareFetch / ShareAcknowledge (epochs)
 """
