@@ -14,7 +14,9 @@ those bytes and, for read_committed, the aborted transactions overlapping them
       last_stable_offset() -> int      Kafka's LSO: the first offset of the oldest open transaction
       offset_for_timestamp(ts) -> int | None   the first offset with a timestamp >= ts
                                        (ListOffsets), None when there is none
-`batches_of(data)` summarizes the batches of bytes read from a log.
+`batches_of(data)` summarizes the batches of bytes read from a log;
+`StorageShareLog` is the ShareLog of one storage.log.Log, with the read a
+ShareFetch makes (bytes for the client and their LogRead).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple, Protocol
 
 from kafka_format import iter_entries
+from storage.log import Log
 
 
 class BatchInfo(NamedTuple):
@@ -87,4 +90,37 @@ def aborted_offsets(read: LogRead) -> Iterable[tuple[int, int]]:
             yield batch.base_offset, batch.last_offset
 
 
-__all__ = ["AbortedTxn", "BatchInfo", "LogRead", "ShareLog", "aborted_offsets", "batches_of"]
+class StorageShareLog:
+    """The ShareLog of a storage.log.Log (one node: the high watermark is the log end)."""
+
+    def __init__(self, log: Log):
+        self.log = log
+
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    def high_watermark(self) -> int:
+        return self.log.log_end_offset
+
+    def last_stable_offset(self) -> int:
+        return self.log.last_stable_offset
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        found = self.log.offset_for_timestamp(timestamp_ms)
+        return None if found is None else found.offset
+
+    def read(self, offset: int, max_bytes: int, read_committed: bool) -> tuple[bytes, LogRead]:
+        """The bytes of a read from `offset` (at least one batch when any is there,
+        bounded at the LSO for read_committed) and their LogRead."""
+        bound = self.log.last_stable_offset if read_committed else None
+        with self.log.read(offset, max_bytes, min_one_message=True, max_offset=bound) as found:
+            data = found.read()
+        batches = batches_of(data)
+        aborted: list[AbortedTxn] = []
+        if read_committed and batches:
+            aborted = [AbortedTxn(a.producer_id, a.first_offset)
+                       for a in self.log.aborted_transactions(offset, batches[-1].last_offset + 1)]
+        return data, LogRead(batches, aborted, offset)
+
+
+__all__ = ["StorageShareLog", "AbortedTxn", "BatchInfo", "LogRead", "ShareLog", "aborted_offsets", "batches_of"]

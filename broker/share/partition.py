@@ -190,6 +190,10 @@ class SharePartition:
         rec = self.records.get(offset)
         return (RecordState.AVAILABLE, 0) if rec is None else (rec.state, rec.delivery_count)
 
+    def delivery_complete_count(self) -> int:
+        """In-flight offsets already ACKNOWLEDGED or ARCHIVED (past SPSO; Kafka's DeliveryCompleteCount)."""
+        return sum(1 for r in self.records.values() if r.state in _TERMINAL)
+
     def in_flight(self) -> int:
         return self.next_offset - self.start_offset
 

@@ -9,9 +9,9 @@ ShareFetch ShareSessionEpoch
   of the member. Acknowledgements in it are INVALID_REQUEST (nothing can be
   acquired yet). A full cache (group.share.max.share.sessions) is
   SHARE_SESSION_LIMIT_REACHED. The session's epoch becomes 1.
-- -1 (final): no session is created or kept: the acknowledgements are applied,
-  the member's session (if any) is removed and its acquired records released;
-  partitions to fetch are INVALID_REQUEST.
+- -1 (final): the member's session (SHARE_SESSION_NOT_FOUND without one) ends:
+  the acknowledgements are applied, the session is removed and the records the
+  member still holds are released; partitions to fetch are INVALID_REQUEST.
 - n > 0: the member's session (SHARE_SESSION_NOT_FOUND without one) must be at
   epoch n (INVALID_SHARE_SESSION_EPOCH otherwise); the request's partitions are
   added, the forgotten ones removed, and the epoch moves to n + 1 (after
@@ -112,7 +112,11 @@ class ShareSessionCache:
         if epoch == FINAL_EPOCH:
             if wanted:
                 raise ShareError(INVALID_REQUEST, "a final ShareFetch (epoch -1) cannot fetch partitions")
-            return FetchContext(None, True, True, self._sessions.pop(key, None))
+            removed = self._sessions.pop(key, None)
+            if removed is None:
+                raise ShareError(SHARE_SESSION_NOT_FOUND, f"no share session of member {member_id} in group "
+                                                          f"{group_id}")
+            return FetchContext(None, True, True, removed)
         if epoch < FINAL_EPOCH:
             raise ShareError(INVALID_SHARE_SESSION_EPOCH, f"share session epoch {epoch} is invalid")
         session = self._current(key, epoch)

@@ -34,8 +34,8 @@ def test_initial_incremental_and_final_fetch():
     ctx = cache.fetch_context("g", "m", -1, [], has_acknowledgements=True)
     assert ctx.final and ctx.session is None and ctx.replaced.partitions == {P1, P2}
     assert len(cache) == 0
-    # A final fetch without a session is answered too (nothing to release).
-    assert cache.fetch_context("g", "m", -1, []).replaced is None
+    # A final fetch needs a session.
+    assert code_of(lambda: cache.fetch_context("g", "m", -1, [])) == SHARE_SESSION_NOT_FOUND
 
 
 def test_fetch_epoch_errors():
