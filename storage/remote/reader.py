@@ -20,6 +20,8 @@ Contract:
   size) or index raises RemoteStorageError naming the segment and position; a
   missing object raises RemoteResourceNotFoundError. Both are
   KAFKA_STORAGE_ERROR (56) for the fetch that needs them.
+- `offset_for_timestamp(tp, timestamp)` answers ListOffsets by timestamp from the
+  remote segments, through their remote time and offset indexes.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from kafka_format.errors import OffsetOutOfRangeError
+from kafka_format.errors import CorruptRecordError, OffsetOutOfRangeError
+from kafka_format.reader import iter_entries
 
 from .errors import RemoteStorageError
 from .metadata import RemoteLogMetadataStore, RemoteLogSegmentMetadata, TopicIdPartition
@@ -44,6 +47,7 @@ LAST_OFFSET_DELTA_POSITION = 23
 HEADER_PEEK = 27
 MIN_ENTRY_SIZE = 14  # a classic message's smallest size field
 INDEX_ENTRY = struct.Struct(">ii")
+TIME_INDEX_ENTRY = struct.Struct(">qi")
 
 
 class LruCache:
@@ -115,6 +119,25 @@ class OffsetIndexView:
         return self.positions[i - 1] if i else 0
 
 
+class TimeIndexView:
+    """A remote `.timeindex`: timestamps and the offsets they were first reached at."""
+
+    def __init__(self, metadata: RemoteLogSegmentMetadata, data: bytes):
+        if len(data) % TIME_INDEX_ENTRY.size:
+            raise RemoteStorageError(f"remote segment {metadata.segment_id}: time index of {len(data)} bytes "
+                                     f"is not a whole number of {TIME_INDEX_ENTRY.size}-byte entries")
+        self.base = metadata.start_offset
+        entries = list(TIME_INDEX_ENTRY.iter_unpack(data))
+        self.timestamps = [t for t, _ in entries]
+        self.offsets = [self.base + r for _, r in entries]
+        self.size_bytes = len(data) * 3 + 64
+
+    def lookup(self, timestamp: int) -> int:
+        """The offset of the last entry whose timestamp is <= `timestamp`, else the base offset."""
+        i = bisect.bisect_right(self.timestamps, timestamp)
+        return self.offsets[i - 1] if i else self.base
+
+
 class RemoteLogReader:
     def __init__(self, rsm: RemoteStorageManager, metadata: RemoteLogMetadataStore, *,
                  cache_bytes: int = 64 * 1024 * 1024, chunk_bytes: int = 1024 * 1024):
@@ -132,6 +155,14 @@ class RemoteLogReader:
         view = self.cache.get(key)
         if view is None:
             view = OffsetIndexView(metadata, self.rsm.fetch_index(metadata, IndexType.OFFSET))
+            self.cache.put(key, view, view.size_bytes)
+        return view
+
+    def _time_index(self, metadata: RemoteLogSegmentMetadata) -> TimeIndexView:
+        key = (metadata.segment_id.id, "timeindex")
+        view = self.cache.get(key)
+        if view is None:
+            view = TimeIndexView(metadata, self.rsm.fetch_index(metadata, IndexType.TIMESTAMP))
             self.cache.put(key, view, view.size_bytes)
         return view
 
@@ -188,6 +219,33 @@ class RemoteLogReader:
                 break
             end += entry_size
         return self._read(metadata, start, end - start)
+
+    def offset_for_timestamp(self, tp: TopicIdPartition, timestamp: int,
+                             starting_offset: int = 0) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first remote record at or after `starting_offset`
+        whose timestamp is >= `timestamp` (Kafka's findOffsetByTimestamp over remote
+        segments), or None when no remote segment has one."""
+        for metadata in self.metadata.readable_segments(tp):
+            if metadata.max_timestamp_ms < timestamp or metadata.end_offset < starting_offset:
+                continue
+            indexed = max(self._time_index(metadata).lookup(timestamp), starting_offset)
+            position = self._offset_index(metadata).lookup(indexed)
+            size = metadata.segment_size_in_bytes
+            while position + LOG_OVERHEAD <= size:
+                entry_size, _ = self._header(metadata, position)
+                data = self._read(metadata, position, entry_size)
+                try:
+                    for entry in iter_entries(data):
+                        if entry.max_timestamp < timestamp:
+                            continue
+                        found = entry.first_record_at(timestamp, starting_offset)
+                        if found is not None:
+                            return found
+                except CorruptRecordError as e:
+                    raise RemoteStorageError(f"remote segment {metadata.segment_id}: entry at {position}: {e}") \
+                        from None
+                position += entry_size
+        return None
 
     def _header(self, metadata: RemoteLogSegmentMetadata, position: int) -> tuple[int, int]:
         """(whole entry size, last offset) of the entry at `position`."""

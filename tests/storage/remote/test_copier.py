@@ -234,3 +234,24 @@ def test_corrupt_and_missing_remote_objects_are_clear_errors(tiered, remote_conf
     with pytest.raises(RemoteResourceNotFoundError, match=r"\.log is missing"):
         reader.read(LOG_TP, 160, 1000)
     assert reader.read(LOG_TP, 5, 1000)  # the healthy segment still reads
+
+
+def test_offset_for_timestamp_from_remote_segments(tmp_path, file_config, clock):
+    from kafka_format import build_batch
+
+    log = open_tiered_log(tmp_path / "clicks-0", tiered_config(), clock)
+    for segment in range(3):
+        for batch in range(4):
+            base = 1_000_000 + segment * 1000 + batch * 100
+            log.append(build_batch([(None, b"v", base + i) for i in range(5)]))
+        log.roll()
+    metadata = RemoteLogMetadataStore(str(tmp_path / "meta"))
+    rsm = open_rsm(file_config)
+    RemotePartition(log, LOG_TP, rsm, metadata, clock=clock).copy_pass()
+    reader = RemoteLogReader(rsm, metadata, chunk_bytes=4096)
+    for target in (0, 1_000_000, 1_000_003, 1_000_150, 1_001_000, 1_002_304):
+        assert reader.offset_for_timestamp(LOG_TP, target) == log.offset_for_timestamp(target), target
+    assert reader.offset_for_timestamp(LOG_TP, 1_002_305) is None
+    assert reader.offset_for_timestamp(LOG_TP, 0, starting_offset=42) == (1_002_002, 42)
+    log.close()
+    metadata.close()
