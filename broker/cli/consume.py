@@ -35,9 +35,9 @@ from . import CliError, UsageError
 from .client_support import (
     add_bootstrap_arg,
     add_topic_args,
-    check_bootstrap,
     client_errors,
     command_config,
+    native_address,
     topic_arg,
 )
 
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress()
     try:
         with client_errors():
-            consumer = Consumer(check_bootstrap(args.bootstrap_server), group=args.group,
+            consumer = Consumer(native_address(args), group=args.group,
                                 auto_offset_reset="earliest" if args.from_beginning else "latest",
                                 retries=2, security=command_config(args))
             try:

@@ -230,13 +230,13 @@ class KafkaAdmin:
         _check(response.error_code, "describe log dirs")
         return response.results
 
-    def _describe_configs(self, resource_type: int, names: list[str], what: str,
-                          synonyms: bool = False) -> dict[str, list[TopicConfig]]:
+    def _describe_configs(self, resource_type: int, names: list[str], what: str, synonyms: bool = False,
+                          keys: tuple[str, ...] | None = None) -> dict[str, list[TopicConfig]]:
         from kio.schema.describe_configs.v4 import request as dc
 
         request = dc.DescribeConfigsRequest(
             resources=tuple(dc.DescribeConfigsResource(resource_type=i8(resource_type), resource_name=name,
-                                                       configuration_keys=None) for name in names),
+                                                       configuration_keys=keys) for name in names),
             include_synonyms=synonyms, include_documentation=False)
         out = {}
         for result in self.call(request).results:
@@ -254,6 +254,10 @@ class KafkaAdmin:
         """Every config of broker `name` ("" = the cluster-wide defaults) with its source
         and synonyms, sorted by name."""
         return self._describe_configs(BROKER_RESOURCE, [name], "broker", synonyms=True)[name]
+
+    def broker_config_values(self, name: str, keys: tuple[str, ...]) -> dict[str, str | None]:
+        """{key: value} of those of `keys` broker `name` describes."""
+        return {c.name: c.value for c in self._describe_configs(BROKER_RESOURCE, [name], "broker", keys=keys)[name]}
 
     def alter_broker_configs(self, name: str, set_values: dict[str, str], deletes: list[str]) -> None:
         """IncrementalAlterConfigs of broker `name` ("" = the cluster-wide defaults): SET

@@ -41,9 +41,9 @@ from . import CliError, UsageError
 from .client_support import (
     add_bootstrap_arg,
     add_topic_args,
-    check_bootstrap,
     client_errors,
     command_config,
+    native_address,
     topic_arg,
 )
 
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--key-separator must not be empty")
     separator = args.key_separator.encode("utf-8") if args.key_separator is not None else None
     with client_errors():
-        producer = Producer(check_bootstrap(args.bootstrap_server), linger_ms=args.linger_ms,
+        producer = Producer(native_address(args), linger_ms=args.linger_ms,
                             compression=args.compression, retries=2, security=command_config(args))
         try:
             count = producer.partition_count(args.topic)

@@ -59,6 +59,7 @@ from .client_support import (
     client_errors,
     command_config,
     kafka_address,
+    native_address,
     parse_config_args,
     topic_arg,
 )
@@ -125,7 +126,7 @@ def add_parser(subparsers) -> None:
 
 def _admin(args: argparse.Namespace) -> Admin:
     # Few retries: a command line user would rather hear at once that the broker is down.
-    return Admin(check_bootstrap(args.bootstrap_server), retries=2, security=command_config(args))
+    return Admin(native_address(args), retries=2, security=command_config(args))
 
 
 @contextmanager
@@ -194,8 +195,8 @@ def _describe(args: argparse.Namespace) -> int:
 def _overridden(args: argparse.Namespace, topics: list[str]) -> dict[str, set[str]]:
     """{topic: the settings it overrides}, from the Kafka listener; {} (and a note on
     stderr) when that cannot be asked."""
-    address = kafka_address(args)
     try:
+        address = kafka_address(args)
         described: dict[str, list[TopicConfig]] = KafkaAdmin(address, command_config(args)).topic_configs(topics)
     except CliError as e:
         print(f"strata: overridden settings are not marked: {e}", file=sys.stderr)
