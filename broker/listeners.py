@@ -256,5 +256,6 @@ class ConnectionContext:
 
 
 __all__ = ["ConnectionContext", "DEFAULT_PROTOCOL_MAP", "KAFKA", "Listener", "ListenerSpec", "NATIVE",
-           "SECURITY_PROTOCOLS", "WILDCARD_HOSTS", "canonical_host", "listener_specs", "parse_listener", "parse_listener_list",
+           "SECURITY_PROTOCOLS", "WILDCARD_HOSTS",
+           "canonical_host", "listener_specs", "parse_listener", "parse_listener_list",
            "parse_protocol_map"]

@@ -86,7 +86,8 @@ __all__ = [
     "DeleteTopicRequest", "MetadataRequest", "DescribeConfigRequest", "AlterConfigRequest",
     "DeleteRecordsRequest", "CommitOffsetRequest", "FetchOffsetRequest", "HandshakeRequest",
     "SaslAuthenticateRequest", "AclBinding", "AclBindingFilter", "DescribeAclsRequest", "CreateAclsRequest",
-    "DeleteAclsRequest", "DescribeListenersRequest", "ACL_BINDING", "ACL_FILTER", "IsolationLevel", "PROTOCOL_VERSION", "parse_request",
+    "DeleteAclsRequest", "DescribeListenersRequest",
+    "ACL_BINDING", "ACL_FILTER", "IsolationLevel", "PROTOCOL_VERSION", "parse_request",
     "parse_produce", "encode_request",
 ]
 

@@ -40,6 +40,8 @@ import ssl
 import struct
 from typing import Any
 
+from client import StrataClientError, parse_bootstrap
+from client.security import ssl_context
 from protocol import (
     PROTOCOL_VERSION,
     HandshakeRequest,
@@ -49,9 +51,6 @@ from protocol import (
     encode_request,
     parse_response,
 )
-
-from client import StrataClientError, parse_bootstrap
-from client.security import ssl_context
 
 from . import CliError
 
@@ -272,7 +271,8 @@ def _native_from_kafka(reached: str, security: dict[str, str] | None) -> str:
     try:
         values = KafkaAdmin(reached, security).broker_config_values(NODE_ID, LISTENER_KEYS)
     except CliError as e:
-        raise CliError(f"cannot ask the Kafka listener at {reached} where the native listener is: {e} ({hint})") from None
+        raise CliError(f"cannot ask the Kafka listener at {reached} where the native listener is: {e} "
+                       f"({hint})") from None
     if "native.listeners" not in values or "port" not in values:
         raise CliError(f"the Kafka listener at {reached} describes no native listener (native.listeners): "
                        f"not a Strata broker? ({hint})")

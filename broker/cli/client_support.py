@@ -40,7 +40,7 @@ DEFAULT_BOOTSTRAP = "localhost:9000"  # port's default
 DEFAULT_KAFKA_PORT = 9092  # kafka.port's default
 
 
-def add_bootstrap_arg(parser: argparse.ArgumentParser) -> None:
+def add_bootstrap_arg(parser: argparse._ActionsContainer) -> None:
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
                         default=os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP,
                         help=f"the broker: its native or its Kafka listener, the other one is asked of it "
@@ -85,7 +85,7 @@ def command_config(args: argparse.Namespace) -> dict[str, str]:
     return settings
 
 
-def add_kafka_bootstrap_arg(parser: argparse.ArgumentParser, purpose: str = "") -> None:
+def add_kafka_bootstrap_arg(parser: argparse._ActionsContainer, purpose: str = "") -> None:
     parser.add_argument("--kafka-bootstrap-server", metavar="HOST:PORT",
                         help=f"the broker's Kafka listener{purpose} (default: ${KAFKA_BOOTSTRAP_ENV}, else "
                              f"--bootstrap-server when it is the Kafka listener, else the one the broker names)")
