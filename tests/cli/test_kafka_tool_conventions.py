@@ -195,7 +195,7 @@ def test_kafka_topics_flag_form(broker):
     assert re.fullmatch(kafka_topic_line(name, 2, "retention.ms=1000,segment.bytes=2097152") + "\n", only)
     # --alter grows the partitions and --delete deletes, printing nothing, as kafka-topics
     assert ok(strata("topics", "--alter", "--topic", name, "--partitions", 3, *server(broker))) == ""
-    assert f"PartitionCount: 3\t" in ok(strata("topics", "--describe", "--topic", name, *server(broker)))
+    assert "PartitionCount: 3\t" in ok(strata("topics", "--describe", "--topic", name, *server(broker)))
     assert ok(strata("topics", "--delete", "--topic", name, *server(broker))) == ""
     assert name not in ok(strata("topics", "--list", *server(broker))).splitlines()
     assert one_error_line(strata("topics", "--describe", "--topic", name, *server(broker))) == \

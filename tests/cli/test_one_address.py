@@ -4,6 +4,7 @@ DESCRIBE_LISTENERS, native.advertised.listeners), against the real broker proces
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import threading
@@ -70,10 +71,8 @@ class Forwarder:
             pass
         finally:
             for s in (source, sink):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def close(self) -> None:
         self.server.close()
