@@ -204,7 +204,10 @@ def kafka_address(args: argparse.Namespace) -> str:
         elif kind == NATIVE:
             memo["kafka"] = _kafka_from_native(reached, command_config(args))
         else:
+            from .kafka_call import ASSUMED
+
             memo["kafka"] = format_address(parse_bootstrap(reached)[0][0], KAFKA_PORT)
+            ASSUMED[memo["kafka"]] = args.bootstrap_server
     return memo["kafka"]
 
 
