@@ -18,6 +18,7 @@ from protocol import ListenerInfo
 from tests.broker_process import BrokerProcess
 from tests.cli.test_client_commands import ok, one_error_line, strata
 from tests.client.live_broker import unique
+from tests.security.test_sasl_cli import secured  # noqa: F401  (SASL_SSL listeners of both protocols)
 
 
 def native_of(process: BrokerProcess) -> str:
@@ -277,3 +278,17 @@ def test_native_advertised_listeners_name_native_listeners(tmp_path):
     assert native.advertised == ("published", 19000)
     with pytest.raises(InvalidConfigError, match="native.advertised.listeners: listener OTHER is not one of"):
         BrokerConfig.load(overrides=["native.advertised.listeners=OTHER://h:1"], environ={}, data_dir=str(tmp_path))
+
+
+def test_the_native_sasl_ssl_listener_names_its_kafka_listener(secured):
+    """Over SASL_SSL on both listeners: the probe's HANDSHAKE needs no authentication, and
+    DESCRIBE_LISTENERS is asked after it (the broker's listeners here take any free port)."""
+    native, admin = secured["servers"][:2], ["--command-config", secured["admin"]]
+    assert strata("topics", "create", unique("sasl"), *native, *admin).returncode == 0
+    listed = strata("groups", "list", *native, *admin)
+    assert listed.returncode == 0, listed.stderr
+    described = strata("configs", "describe", "--broker", *native, *admin)
+    assert described.returncode == 0 and b"sasl.enabled.mechanisms=" in described.stdout, described.stderr
+    # Without the TLS settings the listener answers neither protocol in the clear: one line.
+    err = one_error_line(strata("groups", "list", *native))
+    assert "answers neither Strata's native protocol nor Kafka's (a TLS listener?" in err
