@@ -18,11 +18,14 @@ from protocol import ListenerInfo
 from tests.broker_process import BrokerProcess
 from tests.cli.test_client_commands import ok, one_error_line, strata
 from tests.client.live_broker import unique
-from tests.security.test_sasl_cli import secured  # noqa: F401  (SASL_SSL listeners of both protocols)
+from tests.security import test_sasl_cli
 
 
 def native_of(process: BrokerProcess) -> str:
     return f"{process.host}:{process.port}"
+
+
+secured = test_sasl_cli.secured  # a broker with SASL_SSL listeners of both protocols (a fixture)
 
 
 def free_port() -> int:
