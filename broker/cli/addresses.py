@@ -102,8 +102,8 @@ def _exchange(host: str, port: int, context: ssl.SSLContext | None, frame: bytes
     except OSError as e:  # refused, unreachable, a name that does not resolve
         raise _Unreachable(str(e)) from None
     with raw:
-        sock = context.wrap_socket(raw, server_hostname=host) if context is not None else raw
         try:
+            sock = context.wrap_socket(raw, server_hostname=host) if context is not None else raw
             sock.sendall(frame)
             (size,) = struct.unpack(">i", _read_exactly(sock, 4))
             if not 2 <= size <= MAX_PROBE_ANSWER:
