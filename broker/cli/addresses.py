@@ -10,8 +10,9 @@ Contract:
   Kafka listener before any authentication). Returns (NATIVE or KAFKA, the "HOST:PORT"
   that answered), or (None, the first address) when no address accepts a connection,
   so that the command's own client reports the unreachable broker as it always did.
-  Every wait is bounded by PROBE_TIMEOUT_S; a listener that accepts and never
-  answers, answers neither protocol, or breaks TLS is a CliError of one line.
+  Every wait is bounded by PROBE_TIMEOUT_S (a connection not accepted in time counts
+  as no connection); a listener that accepts and never answers, answers neither
+  protocol, or breaks TLS is a CliError of one line.
 - `native_address(args)`: the native listener for a command that speaks the native
   protocol. `--bootstrap-server` itself when the native protocol answers there (or
   nothing does); when Kafka's protocol answers, the native listener the broker
@@ -97,9 +98,7 @@ def _exchange(host: str, port: int, context: ssl.SSLContext | None, frame: bytes
     """Send one frame on a new connection and return the answer's frame (after its size)."""
     try:
         raw = socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S)
-    except TimeoutError:
-        raise
-    except OSError as e:  # refused, unreachable, a name that does not resolve
+    except OSError as e:  # refused, unreachable, no answer to the connect, a name that does not resolve
         raise _Unreachable(str(e)) from None
     with raw:
         try:
