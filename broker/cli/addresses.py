@@ -108,7 +108,9 @@ def _exchange(host: str, port: int, context: ssl.SSLContext | None, frame: bytes
             if not 2 <= size <= MAX_PROBE_ANSWER:
                 raise _NoAnswer(f"a frame of {size} bytes")
             return _read_exactly(sock, size)
-        except (ConnectionResetError, BrokenPipeError) as e:
+        except (TimeoutError, ssl.SSLError):
+            raise
+        except OSError as e:  # reset, broken pipe: the peer gave up on what it read
             raise _NoAnswer(str(e)) from None
 
 
