@@ -13,7 +13,7 @@ import pytest
 
 from broker.cli import addresses, main
 from broker.cli.addresses import KAFKA, NATIVE, choose, listeners_from_configs, probe
-from client import Admin
+from client import Admin, BrokerUnreachable
 from protocol import ListenerInfo
 from tests.broker_process import BrokerProcess
 from tests.cli.test_client_commands import ok, one_error_line, strata
@@ -174,6 +174,10 @@ def test_each_listener_answers_the_other_protocol_cleanly(fixed_broker):
     assert _answer(("127.0.0.1", fixed_broker.kafka_port),
                    struct.pack(">i", len(native_handshake)) + native_handshake) == b""
     assert "Traceback" not in fixed_broker.stderr_text()
+    # The native client pointed at the Kafka listener says what is likely wrong.
+    with pytest.raises(BrokerUnreachable, match="is 127.0.0.1:[0-9]+ the broker's native listener"), \
+            Admin(fixed_broker.bootstrap, retries=0) as admin:
+        admin.list_topics()
 
 
 @pytest.fixture
