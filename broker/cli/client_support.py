@@ -37,7 +37,6 @@ from . import CliError, UsageError
 BOOTSTRAP_ENV = "STRATA_BOOTSTRAP_SERVER"
 KAFKA_BOOTSTRAP_ENV = "STRATA_KAFKA_BOOTSTRAP_SERVER"
 DEFAULT_BOOTSTRAP = "localhost:9000"  # port's default
-DEFAULT_KAFKA_PORT = 9092  # kafka.port's default
 
 
 def add_bootstrap_arg(parser: argparse._ActionsContainer) -> None:
