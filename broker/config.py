@@ -15,7 +15,8 @@ Contract:
   line naming the key and where it came from. Kafka keys that mean nothing on one
   node (`broker.id` 0, replication factors of 1, `controller.*`, `process.roles`,
   ...; broker/config_ignored.py) are accepted and listed in `ignored` (key, origin,
-  reason) for one log line each; asking for more than one node (a replication
+  reason) for one log line each, their values in `accepted` (described by
+  DescribeConfigs); asking for more than one node (a replication
   factor above 1, a node id other than 0) is an error. Other unknown keys (file,
   `--set`) are listed in `unknown` for a warning and otherwise ignored, as Kafka
   does; `strict=True` (`strata serve --strict`) refuses them. An unknown `STRATA_*`
@@ -544,6 +545,7 @@ class BrokerConfig:
     ignored: tuple[tuple[str, str, str], ...] = ()  # (key, origin, reason): accepted, not read
     unknown: tuple[tuple[str, str], ...] = ()  # (key, origin): not known, ignored
     listeners: tuple[ListenerSpec, ...] = ()  # every listener of both protocols (broker/listeners.py)
+    accepted: Mapping[str, str] = field(default_factory=dict)  # the ignored keys' values, as given
 
     # ---- loading ----
 
@@ -594,6 +596,7 @@ class BrokerConfig:
 
         controllers = str(raw.get("controller.listener.names", ("CONTROLLER", ""))[0])
         ignored: list[tuple[str, str, str]] = []
+        accepted: dict[str, str] = {}
         unknown: list[tuple[str, str]] = []
         overrides_by_key: dict[str, tuple[str, BrokerKey]] = {}
         for key, (value, origin) in list(raw.items()):
@@ -607,6 +610,7 @@ class BrokerConfig:
             reason = ignored_reason(key, value, origin)
             if reason is not None:
                 ignored.append((key, origin, reason))
+                accepted[key] = str(value).strip()
             elif strict:
                 raise InvalidConfigError(f"unknown setting {key!r} ({origin}; refused by --strict)")
             else:
@@ -670,7 +674,7 @@ class BrokerConfig:
         sources["log.dirs"] = origin
         return cls(values=values, sources=sources, log_defaults=log_defaults,
                    ignored_env=tuple(ignored_env), data_dir=os.path.abspath(dirs[0]),
-                   ignored=tuple(ignored), unknown=tuple(unknown), listeners=listeners)
+                   ignored=tuple(ignored), unknown=tuple(unknown), listeners=listeners, accepted=accepted)
 
     # ---- reading ----
 
