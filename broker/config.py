@@ -89,7 +89,7 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
 
 
 def _store_type(v: str) -> str | None:
-    return None if v.upper() in ("JKS", "PEM", "PKCS12") else "must be PEM or PKCS12 (or JKS, refused at start)"
+    return None if v.upper() in ("JKS", "PEM", "PKCS12") else "must be JKS, PKCS12 or PEM"
 
 
 def _non_empty(v: str) -> str | None:
@@ -150,19 +150,22 @@ KEYS: tuple[BrokerKey, ...] = (
               "SASL_SSL)"),
     # ---- TLS (broker/tls.py); each also as listener.name.<name>.ssl.* for one listener ----
     BrokerKey("ssl.keystore.type", "string", "JKS", _store_type,
-              "PEM or PKCS12 (JKS, Kafka's default, is Java's own format and refused)"),
+              "JKS (Java's keystore, read with pyjks), PKCS12 or PEM"),
     BrokerKey("ssl.keystore.location", "string", None, None,
-              "the keystore file: PEM (private key and certificate chain) or PKCS12"),
-    BrokerKey("ssl.keystore.password", "string", None, None, "password of a PKCS12 keystore"),
-    BrokerKey("ssl.key.password", "string", None, None, "password of the (encrypted) private key"),
+              "the keystore file: JKS, PKCS12 or PEM (private key and certificate chain)"),
+    BrokerKey("ssl.keystore.password", "string", None, None, "password of a JKS or PKCS12 keystore"),
+    BrokerKey("ssl.key.password", "string", None, None,
+              "password of the (encrypted) private key; a JKS keystore's key: the keystore password "
+              "when not set"),
     BrokerKey("ssl.keystore.certificate.chain", "string", None, None,
               "inline PEM certificate chain (with ssl.keystore.key, instead of ssl.keystore.location)"),
     BrokerKey("ssl.keystore.key", "string", None, None, "inline PEM private key"),
     BrokerKey("ssl.truststore.type", "string", "JKS", _store_type,
-              "PEM or PKCS12"),
+              "JKS, PKCS12 or PEM"),
     BrokerKey("ssl.truststore.location", "string", None, None,
-              "the CAs client certificates must chain to: a PEM or PKCS12 file"),
-    BrokerKey("ssl.truststore.password", "string", None, None, "password of a PKCS12 truststore"),
+              "the CAs client certificates must chain to: a JKS, PKCS12 or PEM file"),
+    BrokerKey("ssl.truststore.password", "string", None, None,
+              "password of a PKCS12 truststore; a JKS truststore's integrity is checked with it when set"),
     BrokerKey("ssl.truststore.certificates", "string", None, None, "inline PEM trusted certificates"),
     BrokerKey("ssl.client.auth", "string", "none", _one_of("none", "requested", "required"),
               "client certificates: none, requested (verified when sent) or required"),
