@@ -7,7 +7,9 @@ on one node and the log.* topic defaults (broker/dynamic_broker_configs.py, whic
 holds the rule of precedence a topic config's value and source follow; a changed
 default is swapped into every topic by TopicRegistry.set_defaults). Each resource needs DESCRIBE_CONFIGS /
 ALTER_CONFIGS on itself (a broker's or its loggers': on the cluster); a refused
-or invalid resource is answered alone and changes nothing.
+or invalid resource is answered alone and changes nothing. DescribeConfigs describes
+every key Kafka 4.0 describes for a topic and for broker "0" (broker/kafka_config_keys.py),
+read-only unless Strata takes the key at runtime, passwords sensitive and null.
 """
 
 from __future__ import annotations
