@@ -524,7 +524,8 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
     """Run until SIGTERM/SIGINT; `ready` gets "HOST:PORT" of the first native
     listener once listening, then `kafka_ready` the first Kafka listener's
     "HOST:PORT" (when there is one), then `admin_ready` the admin port's (when it
-    is on), then `listener_ready` every listener (bound)."""
+    is on), then `listener_ready` every other listener (bound): each listener is
+    announced once."""
     import uvloop
 
     configure_logging(config.log_format, config.log_level)
@@ -557,8 +558,12 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
         if admin_ready is not None and app.admin_address is not None:
             admin_ready(format_address(*app.admin_address))
         if listener_ready is not None:
-            for listener in app.listeners:
-                listener_ready(listener)
+            # The first native and first Kafka listener are announced by the lines above.
+            announced = [server for server, told in ((app.server, ready), (app.kafka_server, kafka_ready))
+                         if server is not None and told is not None]
+            for server, listener in zip(app.servers, app.listeners, strict=True):
+                if not any(server is first for first in announced):
+                    listener_ready(listener)
         await app.run_until_shutdown()
         return 0
 

@@ -15,7 +15,8 @@ Contract:
   line naming the key and where it came from. Kafka keys that mean nothing on one
   node (`broker.id` 0, replication factors of 1, `controller.*`, `process.roles`,
   ...; broker/config_ignored.py) are accepted and listed in `ignored` (key, origin,
-  reason) for one log line each; asking for more than one node (a replication
+  reason) for one log line each, their values in `accepted` (described by
+  DescribeConfigs); asking for more than one node (a replication
   factor above 1, a node id other than 0) is an error. Other unknown keys (file,
   `--set`) are listed in `unknown` for a warning and otherwise ignored, as Kafka
   does; `strict=True` (`strata serve --strict`) refuses them. An unknown `STRATA_*`
@@ -88,7 +89,7 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
 
 
 def _store_type(v: str) -> str | None:
-    return None if v.upper() in ("JKS", "PEM", "PKCS12") else "must be PEM or PKCS12 (or JKS, refused at start)"
+    return None if v.upper() in ("JKS", "PEM", "PKCS12") else "must be JKS, PKCS12 or PEM"
 
 
 def _non_empty(v: str) -> str | None:
@@ -154,19 +155,22 @@ KEYS: tuple[BrokerKey, ...] = (
               "SASL_SSL)"),
     # ---- TLS (broker/tls.py); each also as listener.name.<name>.ssl.* for one listener ----
     BrokerKey("ssl.keystore.type", "string", "JKS", _store_type,
-              "PEM or PKCS12 (JKS, Kafka's default, is Java's own format and refused)"),
+              "JKS (Java's keystore, read with pyjks), PKCS12 or PEM"),
     BrokerKey("ssl.keystore.location", "string", None, None,
-              "the keystore file: PEM (private key and certificate chain) or PKCS12"),
-    BrokerKey("ssl.keystore.password", "string", None, None, "password of a PKCS12 keystore"),
-    BrokerKey("ssl.key.password", "string", None, None, "password of the (encrypted) private key"),
+              "the keystore file: JKS, PKCS12 or PEM (private key and certificate chain)"),
+    BrokerKey("ssl.keystore.password", "string", None, None, "password of a JKS or PKCS12 keystore"),
+    BrokerKey("ssl.key.password", "string", None, None,
+              "password of the (encrypted) private key; a JKS keystore's key: the keystore password "
+              "when not set"),
     BrokerKey("ssl.keystore.certificate.chain", "string", None, None,
               "inline PEM certificate chain (with ssl.keystore.key, instead of ssl.keystore.location)"),
     BrokerKey("ssl.keystore.key", "string", None, None, "inline PEM private key"),
     BrokerKey("ssl.truststore.type", "string", "JKS", _store_type,
-              "PEM or PKCS12"),
+              "JKS, PKCS12 or PEM"),
     BrokerKey("ssl.truststore.location", "string", None, None,
-              "the CAs client certificates must chain to: a PEM or PKCS12 file"),
-    BrokerKey("ssl.truststore.password", "string", None, None, "password of a PKCS12 truststore"),
+              "the CAs client certificates must chain to: a JKS, PKCS12 or PEM file"),
+    BrokerKey("ssl.truststore.password", "string", None, None,
+              "password of a PKCS12 truststore; a JKS truststore's integrity is checked with it when set"),
     BrokerKey("ssl.truststore.certificates", "string", None, None, "inline PEM trusted certificates"),
     BrokerKey("ssl.client.auth", "string", "none", _one_of("none", "requested", "required"),
               "client certificates: none, requested (verified when sent) or required"),
@@ -549,6 +553,7 @@ class BrokerConfig:
     ignored: tuple[tuple[str, str, str], ...] = ()  # (key, origin, reason): accepted, not read
     unknown: tuple[tuple[str, str], ...] = ()  # (key, origin): not known, ignored
     listeners: tuple[ListenerSpec, ...] = ()  # every listener of both protocols (broker/listeners.py)
+    accepted: Mapping[str, str] = field(default_factory=dict)  # the ignored keys' values, as given
 
     # ---- loading ----
 
@@ -599,6 +604,7 @@ class BrokerConfig:
 
         controllers = str(raw.get("controller.listener.names", ("CONTROLLER", ""))[0])
         ignored: list[tuple[str, str, str]] = []
+        accepted: dict[str, str] = {}
         unknown: list[tuple[str, str]] = []
         overrides_by_key: dict[str, tuple[str, BrokerKey]] = {}
         for key, (value, origin) in list(raw.items()):
@@ -612,6 +618,7 @@ class BrokerConfig:
             reason = ignored_reason(key, value, origin)
             if reason is not None:
                 ignored.append((key, origin, reason))
+                accepted[key] = str(value).strip()
             elif strict:
                 raise InvalidConfigError(f"unknown setting {key!r} ({origin}; refused by --strict)")
             else:
@@ -675,7 +682,7 @@ class BrokerConfig:
         sources["log.dirs"] = origin
         return cls(values=values, sources=sources, log_defaults=log_defaults,
                    ignored_env=tuple(ignored_env), data_dir=os.path.abspath(dirs[0]),
-                   ignored=tuple(ignored), unknown=tuple(unknown), listeners=listeners)
+                   ignored=tuple(ignored), unknown=tuple(unknown), listeners=listeners, accepted=accepted)
 
     # ---- reading ----
 

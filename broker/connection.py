@@ -309,6 +309,7 @@ class Connection(asyncio.BufferedProtocol):
         self.flow = FlowControl(server.stats)
         self.writer: SendfileWriter | None = None  # once connected
         self.eof = False
+        self.tls = False  # a TLS transport (set when connected): it cannot stay half-open
         self.draining = False
         self.fatal = False
         self.lost = False
@@ -345,7 +346,7 @@ class Connection(asyncio.BufferedProtocol):
             self.server.hold(transport, admission.close_after_ms)
             return
         sock = transport.get_extra_info("socket")
-        tls = self.context.listener is not None and self.context.listener.tls is not None
+        tls = self.tls = self.context.listener is not None and self.context.listener.tls is not None
         if tls:  # the handshake is done: the client's certificate, if it sent one
             try:
                 self.context.certificate_presented(peer_certificate_subject(transport))
@@ -380,7 +381,10 @@ class Connection(asyncio.BufferedProtocol):
         self.eof = True
         self._update_reading()
         self._wake()
-        return True  # keep the write side open: queued requests still get answers
+        # Plaintext: keep the write side open, so queued requests still get answers. TLS
+        # cannot half-close (asyncio closes the transport whatever this returns, and warns
+        # in plain text on stderr when it is True), so there the answer is False.
+        return not self.tls
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True

@@ -7,8 +7,12 @@ Contract:
   `ssl.*`.
 - `build_server_context(settings, where)` -> ssl.SSLContext, or InvalidConfigError
   naming the key (and `where`: the listener):
-  - keystore (the broker's certificate chain and key): `ssl.keystore.type` PEM or
-    PKCS12 (JKS is refused: it is Java's own format). PEM from
+  - keystore (the broker's certificate chain and key): `ssl.keystore.type` JKS
+    (Kafka's default), PKCS12 or PEM. JKS from `ssl.keystore.location`, read with
+    pyjks: the store opened and checked with `ssl.keystore.password`, its private key
+    decrypted with `ssl.key.password` (the store password when that is not set), as
+    Kafka; a JKS-typed file that is PKCS12 (what keytool writes by default) is read as
+    PKCS12, as Java does. PEM from
     `ssl.keystore.location` (one file with the private key and the certificate
     chain) or inline `ssl.keystore.certificate.chain` + `ssl.keystore.key`; the key
     may be encrypted (`ssl.key.password`). PKCS12 from `ssl.keystore.location`,
@@ -16,7 +20,11 @@ Contract:
     read with `cryptography` and handed to OpenSSL through an anonymous in-memory
     file (memfd): the decrypted key never touches a disk.
   - truststore (the CAs client certificates must chain to): `ssl.truststore.type`
-    PEM or PKCS12, `ssl.truststore.location` or inline `ssl.truststore.certificates`.
+    JKS, PKCS12 or PEM, `ssl.truststore.location` or inline `ssl.truststore.certificates`;
+    a JKS truststore's trusted certificates, its integrity checked when
+    `ssl.truststore.password` is set (Java's rule).
+  - a wrong password or a damaged store file is one InvalidConfigError line naming the
+    key and the file.
   - `ssl.client.auth`: none (no client certificate asked), requested (asked, and
     verified when sent), required (a client without a trusted certificate fails the
     handshake). requested and required need a truststore.
@@ -98,6 +106,83 @@ def _password(value: Any) -> bytes | None:
     return str(value).encode() if value not in (None, "") else None
 
 
+JKS_MAGIC = (b"\xfe\xed\xfe\xed", b"\xce\xce\xce\xce")  # JKS, JCEKS
+
+
+def _is_jks(data: bytes) -> bool:
+    return data[:4] in JKS_MAGIC
+
+
+def _open_jks(data: bytes, location: str, password: str | None, location_key: str, password_key: str,
+              what: str, where: str) -> Any:
+    """A JKS (or JCEKS) store read with pyjks, its integrity checked with `password` when given."""
+    import jks
+
+    try:
+        return jks.KeyStore.loads(data, password, try_decrypt_keys=False)
+    except jks.util.KeystoreSignatureException:
+        raise InvalidConfigError(f"{password_key}: wrong password for the JKS {what} {location} "
+                                 f"({where})") from None
+    except Exception as e:  # pyjks reports a damaged file in several ways (format, ASN.1, lengths)
+        raise InvalidConfigError(f"{location_key}: {location} is not a readable JKS {what}: "
+                                 f"{str(e) or type(e).__name__} ({where})") from None
+
+
+def _jks_key_and_chain(data: bytes, location: str, s: Mapping[str, Any], where: str) -> tuple[Any, list[Any]]:
+    """The private key and certificate chain of a JKS keystore, opened as Kafka does: the store
+    with ssl.keystore.password, the key with ssl.key.password, else the store password."""
+    import jks
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import load_der_private_key
+
+    store_password = s["ssl.keystore.password"]
+    if store_password in (None, ""):
+        raise InvalidConfigError(f"ssl.keystore.password: the JKS keystore {location} needs its password "
+                                 f"({where})")
+    store = _open_jks(data, location, str(store_password), "ssl.keystore.location", "ssl.keystore.password",
+                      "keystore", where)
+    if not store.private_keys:
+        raise InvalidConfigError(f"ssl.keystore.location: the JKS keystore {location} holds no private key "
+                                 f"entry ({where})")
+    alias = sorted(store.private_keys)[0]
+    entry = store.private_keys[alias]
+    key_password = s["ssl.key.password"] if s["ssl.key.password"] not in (None, "") else store_password
+    try:
+        entry.decrypt(str(key_password))
+        key = load_der_private_key(entry.pkey_pkcs8, None)
+        chain = [x509.load_der_x509_certificate(der) for _type, der in entry.cert_chain]
+    except jks.util.DecryptionFailureException:
+        given = "ssl.key.password" if s["ssl.key.password"] not in (None, "") else "ssl.keystore.password"
+        raise InvalidConfigError(f"ssl.key.password: cannot decrypt the private key {alias!r} of {location} "
+                                 f"with {given} ({where})") from None
+    except Exception as e:  # a damaged key or certificate inside the store
+        raise InvalidConfigError(f"ssl.keystore.location: the key entry {alias!r} of {location} is damaged: "
+                                 f"{str(e) or type(e).__name__} ({where})") from None
+    if not chain:
+        raise InvalidConfigError(f"ssl.keystore.location: the key entry {alias!r} of {location} has no "
+                                 f"certificate ({where})")
+    return key, chain
+
+
+def _jks_trusted(data: bytes, location: str, s: Mapping[str, Any], where: str) -> bytes:
+    """A JKS truststore's trusted certificates as PEM."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    password = s["ssl.truststore.password"]
+    store = _open_jks(data, location, None if password in (None, "") else str(password),
+                      "ssl.truststore.location", "ssl.truststore.password", "truststore", where)
+    try:
+        certs = [x509.load_der_x509_certificate(entry.cert) for _alias, entry in sorted(store.certs.items())]
+    except ValueError as e:
+        raise InvalidConfigError(f"ssl.truststore.location: {location} holds a damaged certificate: {e} "
+                                 f"({where})") from None
+    if not certs:
+        raise InvalidConfigError(f"ssl.truststore.location: the JKS truststore {location} holds no trusted "
+                                 f"certificate ({where})")
+    return b"".join(c.public_bytes(Encoding.PEM) for c in certs)
+
+
 def _load_keystore(s: Mapping[str, Any], where: str) -> tuple[Any, list[Any]]:
     """(private key, certificate chain) as cryptography objects."""
     from cryptography import x509
@@ -110,9 +195,15 @@ def _load_keystore(s: Mapping[str, Any], where: str) -> tuple[Any, list[Any]]:
     location, chain, inline_key = s["ssl.keystore.location"], s["ssl.keystore.certificate.chain"], \
         s["ssl.keystore.key"]
     if kind == "JKS":
-        raise fail("ssl.keystore.type", "JKS (Kafka's default) is Java's own format: set ssl.keystore.type=PEM "
-                                        "or PKCS12 (keytool -importkeystore -deststoretype PKCS12 converts "
-                                        "a JKS keystore)")
+        if not location:
+            raise fail("ssl.keystore.location", "a JKS keystore needs ssl.keystore.location (or set "
+                                                "ssl.keystore.type=PEM for ssl.keystore.certificate.chain and "
+                                                "ssl.keystore.key)")
+        data = _read(location, "ssl.keystore.location", where)
+        if not _is_jks(data):
+            kind = "PKCS12"  # Java's JKS keystore type reads PKCS12 files too (keytool's default format)
+        else:
+            return _jks_key_and_chain(data, location, s, where)
     if kind == "PKCS12":
         if not location:
             raise fail("ssl.keystore.location", "a PKCS12 keystore needs ssl.keystore.location")
@@ -164,14 +255,13 @@ def _trusted_pem(s: Mapping[str, Any], where: str) -> str | None:
     location, inline = s["ssl.truststore.location"], s["ssl.truststore.certificates"]
     if not location and not inline:
         return None
-    if kind == "JKS":
-        raise InvalidConfigError(f"ssl.truststore.type: JKS (Kafka's default) is Java's own format: set "
-                                 f"ssl.truststore.type=PEM or PKCS12 ({where})")
     if inline:
         data = str(inline).encode()
-    elif kind == "PKCS12":
+    elif kind in ("PKCS12", "JKS"):
         raw = _read(location, "ssl.truststore.location", where)
-        try:
+        if kind == "JKS" and _is_jks(raw):
+            return _jks_trusted(raw, location, s, where).decode()
+        try:  # PKCS12, also under JKS (Java's JKS type reads PKCS12 files)
             store = pkcs12.load_pkcs12(raw, _password(s["ssl.truststore.password"]))
         except ValueError as e:
             raise InvalidConfigError(f"ssl.truststore.location: cannot open PKCS12 truststore {location} "

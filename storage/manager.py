@@ -114,6 +114,7 @@ class LogManager:
         self._lock = threading.Lock()
         self._lock_fd: int | None = None
         self.had_clean_shutdown = False
+        self.new_data_dir = False  # startup() found no data directory, or an empty one
         self._recovery_points = OffsetCheckpointFile(os.path.join(self.data_dir, RECOVERY_POINT_CHECKPOINT))
         self._log_starts = OffsetCheckpointFile(os.path.join(self.data_dir, LOG_START_OFFSET_CHECKPOINT))
         self.cleaner: LogCleaner | None = None  # the broker's LogCleaner (storage/log_cleaner.py), when it runs one
@@ -129,7 +130,12 @@ class LogManager:
     def startup(self, known: Callable[[str, int], bool] | None = None) -> None:
         """Open every partition directory. `known(topic, partition)`: whether a
         registered topic owns a partition; a directory it does not own that fails
-        to open is renamed `-stray` instead of failing the start."""
+        to open is renamed `-stray` instead of failing the start. A data directory that
+        does not exist yet, or is empty, is a first start: it is logged as created
+        (`data_dir_created`), not as a recovery."""
+        existed = os.path.isdir(self.data_dir)
+        self.new_data_dir = not existed or not any(
+            name != "lost+found" for name in os.listdir(self.data_dir))  # a fresh filesystem's root
         os.makedirs(self.data_dir, exist_ok=True)
         self._take_directory_lock()
         try:
@@ -137,6 +143,9 @@ class LogManager:
         except BaseException:
             self._release_directory_lock()
             raise
+        if self.new_data_dir:
+            log.info("data_dir_created", data_dir=self.data_dir, existed=existed,
+                     action="new data directory: nothing to recover")
         self.space_reserve.ensure()
         marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
         self.had_clean_shutdown = os.path.exists(marker)
@@ -165,7 +174,8 @@ class LogManager:
             path, tp = item
             return self._open_at_startup(path, tp, log_starts.get(tp, 0), recovery_points.get(tp, 0), known)
 
-        progress = _RecoveryProgress(self.data_dir, len(found), self.had_clean_shutdown, self.recovery_threads)
+        progress = _RecoveryProgress(self.data_dir, len(found), self.had_clean_shutdown, self.recovery_threads,
+                                     announce=not self.new_data_dir)
         for (_, tp), opened in zip(found, self._in_parallel(open_one, found, progress.done), strict=True):
             if opened is not None:
                 self._logs[tp] = opened
@@ -464,7 +474,8 @@ class _RecoveryProgress:
     """Counts the logs a start has opened and logs `logs_recovered` at every tenth
     of them and at the last one (Kafka's "N/M completed in <dir>")."""
 
-    def __init__(self, data_dir: str, total: int, clean: bool, threads: int):
+    def __init__(self, data_dir: str, total: int, clean: bool, threads: int, *, announce: bool = True):
+        """`announce`: log `logs_recovering` (not for a new data directory: nothing to recover)."""
         self.data_dir = data_dir
         self.total = total
         self.clean = clean
@@ -474,8 +485,9 @@ class _RecoveryProgress:
         self._bytes = 0
         self._segments = 0
         self._tenths_logged = 0
-        log.info("logs_recovering", data_dir=data_dir, logs=total, clean_shutdown=clean, threads=threads,
-                 action="loading" if clean else "recovering: no clean shutdown marker")
+        if announce:
+            log.info("logs_recovering", data_dir=data_dir, logs=total, clean_shutdown=clean, threads=threads,
+                     action="loading" if clean else "recovering: no clean shutdown marker")
 
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self._started) * 1000)

@@ -16,7 +16,8 @@ Contract:
   `start()` raises BrokerStartFailed carrying the exit code and stderr.
   `open_files_limit=(soft, hard)` sets the child's RLIMIT_NOFILE before exec.
 - `stop(sig=SIGTERM)` signals the broker and returns its exit code;
-  `kill()` is `stop(SIGKILL)`; `restart()` starts it again on the same data
+  `kill()` is `stop(SIGKILL)`; `printed` holds the lines the run wrote to stdout (every
+  one once it is stopped); `restart()` starts it again on the same data
   directory (stderr of every run goes to one file). `stderr_text()` and `log_events()` (the JSON log
   lines; the broker logs JSON when stderr is not a terminal) read what it logged.
 - Stderr goes to a file, never a pipe, so a chatty broker can never block on a
@@ -99,6 +100,8 @@ class BrokerProcess:
         self.proc: subprocess.Popen | None = None
         self._stderr_path: str | None = None
         self.returncode: int | None = None
+        self.runs = 0  # start() calls: each run logs one broker_started event
+        self.printed: list[str] = []  # this run's stdout lines (all of them once stopped)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -132,6 +135,8 @@ class BrokerProcess:
             os.close(fd)
         self.returncode = None
         self._buffer = b""
+        self.runs += 1
+        self.printed = []
         with open(self._stderr_path, "ab") as stderr:  # every run of this broker, appended
             self.proc = subprocess.Popen(serve_command(*args), cwd=ROOT, env=_env(self.env),
                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -158,18 +163,24 @@ class BrokerProcess:
         return self
 
     def read_listeners(self, count: int, timeout: float = START_TIMEOUT) -> dict[tuple[str, str], tuple[str, int]]:
-        """After start: the next `count` `strata listener PROTOCOL NAME SECURITY on HOST:PORT`
-        lines (other lines skipped) as {(protocol, NAME): (host, port)}."""
+        """After start: every listener as {(protocol, NAME): (host, port)}, from this run's
+        `broker_started` log event (stdout names only the listeners after the first of each
+        protocol, `strata listener PROTOCOL NAME SECURITY on HOST:PORT`). Waits until it
+        lists `count` listeners."""
         deadline = time.monotonic() + timeout
-        out: dict[tuple[str, str], tuple[str, int]] = {}
-        while len(out) < count:
-            line = self._read_line(deadline)
-            if not line.startswith(LISTENER_PREFIX):
-                continue
-            protocol, name, _security, _on, address = line[len(LISTENER_PREFIX):].split()
-            host, _, port = address.rpartition(":")
-            out[(protocol, name)] = (host.strip("[]"), int(port))
-        return out
+        while True:
+            started = [e for e in self.log_events() if e.get("event") == "broker_started"]
+            listeners = started[-1].get("listeners", []) if len(started) >= self.runs else []
+            if len(listeners) >= count:
+                out: dict[tuple[str, str], tuple[str, int]] = {}
+                for entry in listeners:
+                    host, _, port = entry["address"].rpartition(":")
+                    out[(entry["protocol"], entry["name"])] = (host.strip("[]"), int(port))
+                return out
+            if time.monotonic() >= deadline:
+                raise BrokerStartFailed(f"no broker_started event listing {count} listeners",
+                                        self.returncode, self.stderr_text())
+            time.sleep(0.05)
 
     def _preexec(self):
         """`open_files_limit=(soft, hard)`: RLIMIT_NOFILE set in the child before exec."""
@@ -208,6 +219,7 @@ class BrokerProcess:
                                                 self.stderr_text())
                     buf += chunk
         raw, _, self._buffer = buf.partition(b"\n")
+        self.printed.append(raw.decode())
         return raw.decode()
 
     @property
@@ -231,7 +243,10 @@ class BrokerProcess:
             self.returncode = self.proc.wait()
             raise
         finally:
-            if self.proc.stdout is not None:
+            if self.proc.stdout is not None and not self.proc.stdout.closed:
+                if self.proc.poll() is not None:  # exited: the rest of stdout is there to read
+                    self.printed.extend((self._buffer + self.proc.stdout.read()).decode().splitlines())
+                    self._buffer = b""
                 self.proc.stdout.close()
         return self.returncode
 

@@ -9,8 +9,9 @@ Kafka listener is off (kafka.port -1), a second one,
 `strata kafka listening on HOST:PORT` (the bound address, real port when
 --kafka-port 0) (these two: the first native and the first Kafka listener), then,
 unless the admin port is off (admin.port -1), `strata admin listening on
-http://HOST:PORT`, then one line per listener, `strata listener PROTOCOL NAME
-SECURITY_PROTOCOL on HOST:PORT` (PROTOCOL is native or kafka); it writes structured
+http://HOST:PORT`, then one line per other listener, `strata listener PROTOCOL NAME
+SECURITY_PROTOCOL on HOST:PORT` (PROTOCOL is native or kafka): each listener is printed
+once (the log's `broker_started` event lists every one with its name); it writes structured
 logs to stderr and exits 0 after a graceful shutdown (SIGTERM or SIGINT). Every startup failure is one line
 `strata: ...` on stderr and a non-zero exit.
 """

@@ -7,7 +7,9 @@ on one node and the log.* topic defaults (broker/dynamic_broker_configs.py, whic
 holds the rule of precedence a topic config's value and source follow; a changed
 default is swapped into every topic by TopicRegistry.set_defaults). Each resource needs DESCRIBE_CONFIGS /
 ALTER_CONFIGS on itself (a broker's or its loggers': on the cluster); a refused
-or invalid resource is answered alone and changes nothing.
+or invalid resource is answered alone and changes nothing. DescribeConfigs describes
+every key Kafka 4.0 describes for a topic and for broker "0" (broker/kafka_config_keys.py),
+read-only unless Strata takes the key at runtime, passwords sensitive and null.
 """
 
 from __future__ import annotations
@@ -18,10 +20,15 @@ from typing import Any
 from kafka_format.errors import InvalidConfigError, InvalidRequestError, StrataError
 from storage.config import BROKER_NAMES
 from storage.config import KEYS as TOPIC_KEYS
+from storage.config import KEYS_BY_NAME as TOPIC_KEY_DEFS
 
+from ..config import KEYS_BY_NAME as BROKER_KEY_DEFS
 from ..config import config_text, default_props
 from ..dynamic_broker_configs import LOG_KEYS, NO_EFFECT, DynamicBrokerConfigs, config_synonyms, dynamic_keys
 from ..group_configs import GroupConfigs
+from ..kafka_config_keys import BROKER_KEYS as KAFKA_BROKER_KEYS
+from ..kafka_config_keys import ONE_NODE_VALUES, broker_key_type
+from ..kafka_config_keys import TOPIC_KEYS as KAFKA_TOPIC_KEYS
 from ..security.authorizer import (
     ClusterAuthorizationError,
     GroupAuthorizationError,
@@ -37,7 +44,8 @@ from .core_api import CoreApiBase, E, error_code_of
 TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, GROUP_RESOURCE = 2, 4, 8, 32
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG = 1, 2, 3
 STATIC_BROKER_CONFIG, DEFAULT_CONFIG, GROUP_CONFIG = 4, 5, 8
-CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+CONFIG_TYPES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7, "class": 8,
+                "password": 9}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 SOURCE_CODES = {"dynamic_broker": DYNAMIC_BROKER_CONFIG, "dynamic_default": DYNAMIC_DEFAULT_BROKER_CONFIG,
                 "static": STATIC_BROKER_CONFIG, "default": DEFAULT_CONFIG}
@@ -61,6 +69,39 @@ def broker_key_kind(name: str) -> str:
     if name in LOG_KEYS:
         return TOPIC_KINDS[LOG_KEYS[name]]
     return NO_EFFECT[name].partition(">=")[0]
+
+
+def describe_kind(name: str, settable: frozenset[str]) -> str:
+    """A broker key's ConfigDef type as DescribeConfigs gives it: Kafka's, else Strata's own."""
+    kafka_kind = broker_key_type(name)
+    if kafka_kind is not None:
+        return kafka_kind
+    if name in settable:
+        return broker_key_kind(name)
+    key = BROKER_KEY_DEFS.get(name)
+    return key.kind if key is not None else ""
+
+
+def documentation(resource_type: int, name: str) -> str:
+    """A config's documentation (DescribeConfigs' IncludeDocumentation): Strata's text of a key it
+    reads, else what the key is to Strata."""
+    if resource_type == TOPIC_RESOURCE:
+        if name in TOPIC_KEY_DEFS:
+            return TOPIC_KEY_DEFS[name].doc
+        if name in KAFKA_TOPIC_KEYS:
+            return "Kafka's topic config, described with its value on one node; Strata does not implement it"
+        return ""
+    if resource_type == GROUP_RESOURCE:
+        return "group config of Kafka's GroupConfig (broker/group_configs.py)"
+    key = BROKER_KEY_DEFS.get(name)
+    if key is not None:
+        return key.doc
+    for topic_key, candidates in BROKER_NAMES.items():
+        if name in (candidate for candidate, _unit in candidates):
+            return f"broker default of the topic config {topic_key}"
+    if name in NO_EFFECT:
+        return "Kafka's dynamic broker config: taken at runtime and kept; it changes nothing on one node"
+    return "Kafka's broker config, described with its value on one node; Strata does not read it"
 
 
 def listed_values(configs) -> dict[str, str]:
@@ -123,27 +164,19 @@ class ConfigsApi(CoreApiBase):
         EntryR = nested(ResultR, "configs")
         SynonymR = nested(EntryR, "synonyms") if has_field(EntryR, "synonyms") else None
         synonyms = getattr(req, "include_synonyms", False)
-        kinds = TOPIC_KINDS
-        dynamic = self.apis.broker_configs
+        documented = getattr(req, "include_documentation", False)
         results = []
         for resource in req.resources:
             keys = resource.configuration_keys
             entries: list[tuple[str, str | None, int, bool, str]] = []  # name, value, source, ro, kind
             # name -> [(synonym, value, source)] (Kafka's synonyms; a key not listed: just itself)
-            more: dict[str, list[tuple[str, str, int]]] = {}
+            more: dict[str, list[tuple[str, str | None, int]]] = {}
             code: int = E.none
             message: str | None = None
             try:
                 _authorize_config(ctx, Op.DESCRIBE_CONFIGS, resource)
                 if resource.resource_type == TOPIC_RESOURCE:
-                    topic = self.registry.require(resource.resource_name)
-                    for k, v in topic.log_config.to_props().items():
-                        entries.append((k, v, topic_config_source(dynamic, self.config, topic, k), False,
-                                        kinds.get(k, "")))
-                        layers = [(k, v, DYNAMIC_TOPIC_CONFIG)] if k in topic.configs else []
-                        layers += [(b, bv, SOURCE_CODES[src])
-                                   for b, bv, src in (dynamic.log_synonyms(k) if dynamic is not None else ())]
-                        more[k] = layers  # none: Kafka's empty list (e.g. retention.ms by log.retention.hours)
+                    entries.extend(self._topic_entries(resource.resource_name, more))
                 elif resource.resource_type == BROKER_RESOURCE:
                     entries.extend(self._broker_entries(resource.resource_name, more))
                 elif resource.resource_type == BROKER_LOGGER_RESOURCE:
@@ -159,9 +192,11 @@ class ConfigsApi(CoreApiBase):
                 wanted = set(keys)
                 entries = [e for e in entries if e[0] in wanted]
             configs = tuple(
-                make(EntryR, name=n, value=v, read_only=ro, config_source=src, is_default=src == DEFAULT_CONFIG,
-                     is_sensitive=False, config_type=CONFIG_TYPES.get(kind, 0), documentation=None,
-                     synonyms=tuple(make(SynonymR, name=sn, value=sv, source=ss)
+                make(EntryR, name=n, value=None if kind == "password" else v, read_only=ro, config_source=src,
+                     is_default=src == DEFAULT_CONFIG, is_sensitive=kind == "password",
+                     config_type=CONFIG_TYPES.get(kind, 0),
+                     documentation=documentation(resource.resource_type, n) if documented else None,
+                     synonyms=tuple(make(SynonymR, name=sn, value=None if kind == "password" else sv, source=ss)
                                     for sn, sv, ss in more.get(n, [(n, v, src)]))
                      if synonyms and SynonymR is not None else ())
                 for n, v, src, ro, kind in entries)
@@ -170,29 +205,61 @@ class ConfigsApi(CoreApiBase):
                                 resource_name=resource.resource_name, configs=configs))
         return make(R, throttle_time=0, results=tuple(results))
 
-    def _broker_entries(self, name: str, more: dict[str, list[tuple[str, str, int]]]) -> list[tuple]:
+    def _static_and_defaults(self) -> tuple[dict[str, str], dict[str, str]]:
+        """The broker's static settings (Strata's keys given at start, and the Kafka keys it
+        accepts without reading them) and the defaults: Strata's, then the value a Kafka key
+        has on one node, then Kafka's default."""
+        static = {k: config_text(v) for k, v in self.config.values.items()
+                  if v is not None and self.config.source(k) != "default"}
+        static.update({k: v for k, v in self.config.accepted.items() if k not in static})
+        defaults = {k: default for k, (_kind, default) in KAFKA_BROKER_KEYS.items() if default is not None}
+        defaults.update(ONE_NODE_VALUES)
+        defaults.update(default_props())
+        return static, defaults
+
+    def _topic_entries(self, name: str, more: dict[str, list[tuple[str, str | None, int]]]) -> list[tuple]:
+        """Every config of Kafka's LogConfig for topic `name`: the ones Strata implements with their
+        value and source (the topic's override, else the broker default by its synonyms); the
+        others, read-only, with the value their broker key gives (static, else its default)."""
+        topic = self.registry.require(name)
+        dynamic = self.apis.broker_configs
+        entries: list[tuple] = []
+        for k, v in topic.log_config.to_props().items():
+            entries.append((k, v, topic_config_source(dynamic, self.config, topic, k), False, TOPIC_KINDS.get(k, "")))
+            layers = [(k, v, DYNAMIC_TOPIC_CONFIG)] if k in topic.configs else []
+            layers += [(b, bv, SOURCE_CODES[src])
+                       for b, bv, src in (dynamic.log_synonyms(k) if dynamic is not None else ())]
+            more[k] = layers  # none: Kafka's empty list (e.g. retention.ms by log.retention.hours)
+        static, defaults = self._static_and_defaults()
+        for k, (kind, default, broker_name) in KAFKA_TOPIC_KEYS.items():
+            found = config_synonyms(broker_name, [(static, "static"), (defaults, "default")]) if broker_name else []
+            more[k] = [(b, bv, SOURCE_CODES[src]) for b, bv, src in found]
+            value, source = (found[0][1], SOURCE_CODES[found[0][2]]) if found else (default, DEFAULT_CONFIG)
+            entries.append((k, value, source, True, kind))
+        return sorted(entries)
+
+    def _broker_entries(self, name: str, more: dict[str, list[tuple[str, str | None, int]]]) -> list[tuple]:
         """The broker's configs (`name` "": the cluster defaults set at runtime) as DescribeConfigs
         entries, each valued and sourced by the head of its synonyms, as Kafka's
         ConfigHelper: dynamic (this broker's, the default's), static, Kafka's defaults.
-        Fills `more` with every key's synonyms."""
+        Broker "0" describes every key of Kafka's broker ConfigDef too (one without a value:
+        null). Fills `more` with every key's synonyms."""
         if name not in ("", str(self.apis.node_id)):
             raise InvalidRequestError(f"unexpected broker id {name!r}")
-        static = {k: config_text(v) for k, v in self.config.values.items()
-                  if v is not None and self.config.source(k) != "default"}
-        defaults = default_props()
+        static, defaults = self._static_and_defaults()
         dynamic = self.apis.broker_configs
         layers = [*(dynamic.dynamic_layers(per_broker=name != "") if dynamic is not None else ()),
                   (static, "static"), (defaults, "default")]
         settable = dynamic_keys()
         entries = []
         # "" (the cluster default): only what is set there, as Kafka's ConfigHelper
-        described = set(dynamic.overrides("")) if name == "" and dynamic is not None else set().union(
+        described = set(dynamic.overrides("")) if name == "" and dynamic is not None else set(KAFKA_BROKER_KEYS).union(
             *(layer for layer, _source in layers))
         for k in sorted(described):
             found = config_synonyms(k, layers)
             more[k] = [(synonym, value, SOURCE_CODES[source]) for synonym, value, source in found]
-            kind = broker_key_kind(k) if k in settable else ""
-            entries.append((k, found[0][1], SOURCE_CODES[found[0][2]], k not in settable, kind))
+            value, source = (found[0][1], SOURCE_CODES[found[0][2]]) if found else (None, DEFAULT_CONFIG)
+            entries.append((k, value, source, k not in settable, describe_kind(k, settable)))
         return entries
 
     async def alter_configs(self, req, ctx):
