@@ -212,8 +212,14 @@ def remote_committed_view(rsm: ObjectStoreRemoteStorageManager, segments: list[R
         open_txns = {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
         break
     for m in segments[scan_from:]:
-        scan_headers(functools.partial(rsm.get_object_range, object_key(m, SEGMENT_SUFFIX)), start, open_txns)
+        scan_headers(functools.partial(_read_at, rsm, object_key(m, SEGMENT_SUFFIX), m.segment_size_in_bytes),
+                     start, open_txns)
     return min(open_txns.values(), default=NO_END), aborted
+
+
+def _read_at(rsm: ObjectStoreRemoteStorageManager, key: str, size: int, position: int, length: int) -> bytes:
+    """Up to `length` bytes of the object from `position` (nothing at or past its `size`)."""
+    return rsm.get_object_range(key, position, min(length, size - position)) if position < size else b""
 
 
 def start_position(rsm: ObjectStoreRemoteStorageManager, segment: RemoteSegment) -> int:
