@@ -29,7 +29,10 @@ def tiered(tmp_path, remote_config, monkeypatch):  # noqa: F811
 
 
 def dump(capsys, *args):
-    code = main(["dump-log", *map(str, args)])
+    try:
+        code = main(["dump-log", *map(str, args)])
+    except SystemExit as e:  # a usage error: argparse's exit 2
+        code = e.code
     out, err = capsys.readouterr()
     return code, out, err
 
