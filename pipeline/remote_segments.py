@@ -144,8 +144,11 @@ def _resolve(value: int | None, earliest: int, latest: int) -> int:
     return earliest if value == EARLIEST else latest if value == LATEST else value
 
 
-def plan_remote(store: RemoteStore, wants, starting, ending, read_committed: bool) -> list[RemoteSegment]:
-    """The tasks of one store: every finished remote segment within the offset range.
+def plan_remote(store: RemoteStore, wants, starting, ending,
+                read_committed: bool) -> tuple[list[RemoteSegment], dict[tuple[str, int], int]]:
+    """The tasks of one store: every finished remote segment within the offset range,
+    and per partition the first offset the store does not give (one past its last
+    remote offset; under read_committed at most its last stable offset).
     `starting` / `ending`: (topic, partition) -> offset (-2 earliest, -1 latest), or a
     default under the key None."""
     rsm = _store(store)
@@ -155,11 +158,13 @@ def plan_remote(store: RemoteStore, wants, starting, ending, read_committed: boo
         raise OptionError(f"strata-segments: {e}") from None
     _check_topic_ids(found, store.url)
     parts: list[RemoteSegment] = []
+    covered: dict[tuple[str, int], int] = {}
     for tp, segments in found.items():
         if not segments:
             continue
         key = (tp.topic, tp.partition)
         earliest, latest = segments[0].start_offset, segments[-1].end_offset + 1
+        covered[key] = latest
         first = max(earliest, _resolve(starting.get(key, starting[None]), earliest, latest))
         end = min(latest, _resolve(ending.get(key, ending[None]), earliest, latest))
         chosen = [m for m in segments if m.end_offset >= first and m.start_offset < end]
@@ -167,6 +172,7 @@ def plan_remote(store: RemoteStore, wants, starting, ending, read_committed: boo
         if read_committed and chosen:
             stable_end, aborted = remote_committed_view(rsm, segments, chosen[0])
             end = min(end, stable_end)
+            covered[key] = min(latest, stable_end)
             chosen = [m for m in chosen if m.start_offset < end]
         for m in chosen:
             part_first = max(first, m.start_offset)
@@ -178,7 +184,7 @@ def plan_remote(store: RemoteStore, wants, starting, ending, read_committed: boo
             parts.append(RemoteSegment(store, object_key(m, SEGMENT_SUFFIX), object_key(m, IndexType.OFFSET.value),
                                        m.segment_size_in_bytes, tp.topic, tp.partition, m.start_offset,
                                        part_first, part_end, segment_aborted))
-    return parts
+    return parts, covered
 
 
 def remote_committed_view(rsm: ObjectStoreRemoteStorageManager, segments: list[RemoteLogSegmentMetadata],

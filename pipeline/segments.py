@@ -21,6 +21,13 @@ Contract:
   take the default). For a data directory, earliest is the log start offset and
   latest the end of the files; for a store, the first and one past the last
   remote offset. The `...Timestamp` options need the broker and are refused.
+- `includeLocalTail=true` with `kafka.bootstrap.servers` (a store path and
+  `subscribe` / `subscribePattern` / `assign` needed): the offsets of the
+  subscribed partitions above what the store holds are read from the broker
+  through the `strata` source's executor fetches (its security, isolation and
+  fetch options apply), up to `endingOffsets` (latest: the broker's log end, or
+  last stable offset under read_committed). Partitions the store does not hold
+  are read from the broker whole.
 - Rows have the broker source's schema (`includeHeaders` too) and hold what a
   consumer reading from the log start would get: records below the log start
   offset that `log-start-offset-checkpoint` (next to the partition
@@ -59,7 +66,16 @@ from storage.names import parse_partition_dir_name
 from .decode import decode_into
 from .fetcher import ROWS_PER_BATCH
 from .offsets import EARLIEST, LATEST, OptionError, parse_assign, parse_partition_offsets
-from .options import INTERNAL_TOPICS, ISOLATION_LEVELS, normalize, parse_bool
+from .options import (
+    INTERNAL_TOPICS,
+    ISOLATION_LEVELS,
+    READ_OPTIONS,
+    ReadOptions,
+    normalize,
+    parse_bool,
+    read_options,
+)
+from .planning import OffsetRange, Planner
 from .remote_segments import RemoteSegment, RemoteStore, is_store_url, plan_remote, read_remote_chunks, store_of
 from .schema import Columns, spark_schema
 from .segment_txns import committed_view
@@ -95,6 +111,7 @@ class SegmentOptions:
     starting: tuple[tuple[tuple[str, int] | None, int], ...] = ((None, EARLIEST),)
     ending: tuple[tuple[tuple[str, int] | None, int], ...] = ((None, LATEST),)
     stores: tuple[RemoteStore, ...] = ()
+    tail: ReadOptions | None = None  # includeLocalTail: the broker source's options
 
     def wants(self, topic: str, partition: int) -> bool:
         if self.topics is not None:
@@ -144,6 +161,16 @@ def segment_options(raw) -> SegmentOptions:
             raise OptionError(f"strata-segments: option '{key}' needs the broker's time index lookups; "
                               f"use format('strata') or startingOffsets / endingOffsets")
     paths = list(dict.fromkeys(paths))
+    tail = None
+    if parse_bool(options, "includelocaltail", False, "includeLocalTail"):
+        if not any(is_store_url(p) for p in paths):
+            raise OptionError("strata-segments: includeLocalTail reads the broker's offsets above a remote "
+                              "store's: load an s3:// or file:// store location")
+        if not chosen:
+            raise OptionError("strata-segments: includeLocalTail needs subscribe, subscribePattern or assign "
+                              "(the broker's partitions to read)")
+        passed = {k: v for k, v in options.items() if k in READ_OPTIONS and not k.endswith("offsets")}
+        tail = read_options(passed, streaming=False)
     stores = tuple(store_of(p, options, os.environ) for p in paths if is_store_url(p))
     return SegmentOptions(
         paths=tuple(p for p in paths if not is_store_url(p)), stores=stores,
@@ -152,7 +179,7 @@ def segment_options(raw) -> SegmentOptions:
         include_headers=parse_bool(options, "includeheaders", False, "includeHeaders"),
         fail_on_data_loss=parse_bool(options, "failondataloss", True, "failOnDataLoss"),
         topics=topics, pattern=pattern, assigned=assigned,
-        read_committed=isolation == "read_committed")
+        read_committed=isolation == "read_committed", tail=tail)
 
 
 def _offsets(options, key: str, name: str, default: int) -> tuple[tuple[tuple[str, int] | None, int], ...]:
@@ -299,20 +326,47 @@ def decode_chunks(name: str, chunks, position: int, start: int, end: int,
         yield columns.to_batch(topic, partition)
 
 
+def tail_ranges(options: SegmentOptions, covered: dict[tuple[str, int], int]) -> list[OffsetRange]:
+    """The broker's offsets of the subscribed partitions from where the stores stop
+    (`covered`: the first offset the stores did not give) to the ending offset."""
+    assert options.tail is not None
+    starting, ending = dict(options.starting), dict(options.ending)
+    ranges = []
+    with Planner(options.tail) as planner:
+        for tp, info in planner.partitions().items():
+            first = starting.get(tp, starting[None])
+            end = ending.get(tp, ending[None])
+            first = info.log_start if first == EARLIEST else info.log_end if first == LATEST else first
+            end = info.log_end if end == LATEST else end
+            start = max(first, covered.get(tp, first))
+            if start < end:
+                ranges.append(OffsetRange(tp[0], tp[1], start, end))
+    return ranges
+
+
 class SegmentReader(DataSourceReader):
     def __init__(self, options: SegmentOptions):
         self.options = options
 
-    def partitions(self) -> list[SegmentFile | RemoteSegment]:
+    def partitions(self) -> list[InputPartition]:
         options = self.options
-        local: list[SegmentFile | RemoteSegment] = list(find_segments(options)) if options.paths else []
-        remote: list[SegmentFile | RemoteSegment] = []
+        local: list[InputPartition] = list(find_segments(options)) if options.paths else []
+        remote: list[InputPartition] = []
+        covered: dict[tuple[str, int], int] = {}
         for store in options.stores:
-            remote.extend(plan_remote(store, options.wants, dict(options.starting), dict(options.ending),
-                                      options.read_committed))
-        return local + remote
+            parts, store_covered = plan_remote(store, options.wants, dict(options.starting), dict(options.ending),
+                                               options.read_committed)
+            remote.extend(parts)
+            for tp, offset in store_covered.items():
+                covered[tp] = max(covered.get(tp, offset), offset)
+        tail: list[InputPartition] = [] if options.tail is None else list(tail_ranges(options, covered))
+        return local + remote + tail
 
     def read(self, partition):
+        if isinstance(partition, OffsetRange) and self.options.tail is not None:
+            from .source import _read  # the broker source's executor read
+
+            return _read(self.options.tail, partition)
         if isinstance(partition, RemoteSegment):
             return read_remote_segment(partition, self.options.include_headers, self.options.fail_on_data_loss)
         if not isinstance(partition, SegmentFile):

@@ -220,3 +220,52 @@ def test_read_committed_view_of_a_transaction_open_across_segments(spark, tmp_pa
     finally:
         log.close()
         partition.metadata.close()
+
+
+def test_include_local_tail_reads_above_the_store_from_the_broker(spark, broker, tmp_path, remote_config):  # noqa: F811
+    """The broker's partition copied to the store up to its rolled segments, then more
+    records produced: includeLocalTail gives every offset once, the broker source's rows."""
+    import shutil
+
+    from tests.pipeline.conftest import fill as produce
+    from tests.pipeline.conftest import unique
+
+    b = broker()
+    address = f"{b.host}:{b.port}"
+    topic = unique("tiered")
+    produce(address, topic, 300, partitions=2, headers=True, configs={"segment.bytes": "2048"},
+            max_batch_bytes=512)
+    assert b.stop() == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(b.data_dir, copy)
+    b.restart()
+    address = f"{b.host}:{b.port}"  # a new port
+    covered = {}
+    for partition in (0, 1):
+        log = Log.open(str(copy / f"{topic}-{partition}"), topic, partition,
+                       LogConfig.from_props({"remote.storage.enable": "true"}))
+        tiered = tier(copy, remote_config, log)
+        covered[partition] = tiered.metadata.highest_copied_offset(tiered.tp) + 1
+        log.close()
+        tiered.metadata.close()
+    assert all(0 < end < 150 for end in covered.values())  # rolled segments only: a tail stays local
+    produce(address, topic, 100, partitions=2, start=300, create=False, headers=True)
+
+    live = spark.read.format("strata").option("bootstrap.servers", address).option("subscribe", topic) \
+        .option("includeHeaders", "true").load()
+    df = remote(spark, remote_config, includeLocalTail="true", subscribe=topic, includeHeaders="true",
+                **{"kafka.bootstrap.servers": address})
+    assert df.schema == live.schema
+    got = rows(df)
+    assert [r[2] for r in got if r[1] == 0] == list(range(200)) and [r[2] for r in got if r[1] == 1] == list(range(200))
+    assert got == rows(live)
+    ranged = remote(spark, remote_config, includeLocalTail="true", subscribe=topic,
+                    startingOffsets=json.dumps({topic: {"0": covered[0] - 3, "1": 120}}),
+                    endingOffsets=json.dumps({topic: {"0": covered[0] + 5, "1": -1}}),
+                    **{"kafka.bootstrap.servers": address})
+    by_partition = {p: sorted(r.offset for r in ranged.collect() if r.partition == p) for p in (0, 1)}
+    assert by_partition == {0: list(range(covered[0] - 3, covered[0] + 5)), 1: list(range(120, 200))}
+    with pytest.raises(Exception, match="includeLocalTail needs subscribe"):
+        remote(spark, remote_config, includeLocalTail="true", **{"kafka.bootstrap.servers": address}).count()
+    with pytest.raises(Exception, match="bootstrap.servers"):
+        remote(spark, remote_config, includeLocalTail="true", subscribe=topic).count()
