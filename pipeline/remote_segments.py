@@ -22,6 +22,9 @@ Contract:
 - Offsets: `startingOffsets` / `endingOffsets` are `earliest`, `latest` or
   Spark's JSON (-2 earliest, -1 latest); earliest is a partition's first remote
   offset, latest one past its last remote offset.
+- `minPartitions` / `maxRecordsPerPartition` split a segment's offset range
+  into several tasks with the `strata` source's arithmetic (each segment's range
+  counted as a partition's); each task starts at its own index position.
 - read_committed: aborted transactions from the segments' `.txnindex` objects
   (the segment's and those after it), and nothing from the first offset of a
   transaction the last segment's `.snapshot` (the producer state at its end)
@@ -34,6 +37,7 @@ Contract:
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import logging
 import struct
@@ -185,6 +189,18 @@ def plan_remote(store: RemoteStore, wants, starting, ending,
                                        m.segment_size_in_bytes, tp.topic, tp.partition, m.start_offset,
                                        part_first, part_end, segment_aborted))
     return parts, covered
+
+
+def split_segments(parts: list[RemoteSegment], min_partitions: int | None,
+                   max_records: int | None) -> list[RemoteSegment]:
+    """The tasks after `minPartitions` / `maxRecordsPerPartition` (planning.split_ranges)."""
+    from .planning import OffsetRange, split_ranges
+
+    if min_partitions is None and max_records is None:
+        return parts
+    ranges = [OffsetRange(str(i), 0, p.first, p.end) for i, p in enumerate(parts)]
+    return [dataclasses.replace(parts[int(r.topic)], first=r.start, end=r.end)
+            for r in split_ranges(ranges, min_partitions, max_records)]
 
 
 def remote_committed_view(rsm: ObjectStoreRemoteStorageManager, segments: list[RemoteLogSegmentMetadata],

@@ -73,10 +73,19 @@ from .options import (
     ReadOptions,
     normalize,
     parse_bool,
+    parse_int,
     read_options,
 )
-from .planning import OffsetRange, Planner
-from .remote_segments import RemoteSegment, RemoteStore, is_store_url, plan_remote, read_remote_chunks, store_of
+from .planning import OffsetRange, Planner, split_ranges
+from .remote_segments import (
+    RemoteSegment,
+    RemoteStore,
+    is_store_url,
+    plan_remote,
+    read_remote_chunks,
+    split_segments,
+    store_of,
+)
 from .schema import Columns, spark_schema
 from .segment_txns import committed_view
 from .source import check_user_schema
@@ -112,6 +121,8 @@ class SegmentOptions:
     ending: tuple[tuple[tuple[str, int] | None, int], ...] = ((None, LATEST),)
     stores: tuple[RemoteStore, ...] = ()
     tail: ReadOptions | None = None  # includeLocalTail: the broker source's options
+    min_partitions: int | None = None  # remote segments
+    max_records_per_partition: int | None = None
 
     def wants(self, topic: str, partition: int) -> bool:
         if self.topics is not None:
@@ -179,7 +190,9 @@ def segment_options(raw) -> SegmentOptions:
         include_headers=parse_bool(options, "includeheaders", False, "includeHeaders"),
         fail_on_data_loss=parse_bool(options, "failondataloss", True, "failOnDataLoss"),
         topics=topics, pattern=pattern, assigned=assigned,
-        read_committed=isolation == "read_committed", tail=tail)
+        read_committed=isolation == "read_committed", tail=tail,
+        min_partitions=parse_int(options, "minpartitions", "minPartitions"),
+        max_records_per_partition=parse_int(options, "maxrecordsperpartition", "maxRecordsPerPartition"))
 
 
 def _offsets(options, key: str, name: str, default: int) -> tuple[tuple[tuple[str, int] | None, int], ...]:
@@ -341,7 +354,7 @@ def tail_ranges(options: SegmentOptions, covered: dict[tuple[str, int], int]) ->
             start = max(first, covered.get(tp, first))
             if start < end:
                 ranges.append(OffsetRange(tp[0], tp[1], start, end))
-    return ranges
+    return split_ranges(ranges, options.tail.min_partitions, options.tail.max_records_per_partition)
 
 
 class SegmentReader(DataSourceReader):
@@ -356,7 +369,7 @@ class SegmentReader(DataSourceReader):
         for store in options.stores:
             parts, store_covered = plan_remote(store, options.wants, dict(options.starting), dict(options.ending),
                                                options.read_committed)
-            remote.extend(parts)
+            remote.extend(split_segments(parts, options.min_partitions, options.max_records_per_partition))
             for tp, offset in store_covered.items():
                 covered[tp] = max(covered.get(tp, offset), offset)
         tail: list[InputPartition] = [] if options.tail is None else list(tail_ranges(options, covered))

@@ -67,6 +67,11 @@ def test_offsets_options(spark, tiered):
     assert sorted(r.offset for r in remote(spark, config, startingOffsets='{"clicks":{"0":-2}}',
                                            endingOffsets='{"clicks":{"0":-1}}').collect()) == list(range(200))
     assert remote(spark, config, startingOffsets="latest").count() == 0
+    split = remote(spark, config, minPartitions="8")
+    assert split.rdd.getNumPartitions() == 8 and sorted(r.offset for r in split.collect()) == list(range(200))
+    split = remote(spark, config, maxRecordsPerPartition="20", startingOffsets='{"clicks":{"0":10}}')
+    assert split.rdd.getNumPartitions() == 2 + 3 * 3  # 40 records, then three segments of 50
+    assert sorted(r.offset for r in split.collect()) == list(range(10, 200))
     assert remote(spark, config, subscribe="other").count() == 0
     assert remote(spark, config, assign='{"clicks":[0]}').count() == 200
     # The same options over the data directory.
