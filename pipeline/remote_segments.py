@@ -261,12 +261,21 @@ def read_remote_chunks(segment: RemoteSegment, chunk: int) -> tuple[int, Iterato
     position = start_position(rsm, segment)
 
     def chunks() -> Iterator[bytes]:
-        at = position
-        while at < segment.size:
-            data = rsm.get_object_range(segment.key, at, min(chunk, segment.size - at))
-            if not data:
-                raise RemoteStorageError(f"remote object {segment.name} ends at {at}, before the "
-                                         f"{segment.size} bytes its manifest gives")
-            at += len(data)
-            yield data
+        # The next range is read while the current one is decoded (obstore releases the GIL).
+        with ThreadPoolExecutor(1) as pool:
+            at = position
+            pending = None
+            while at < segment.size or pending is not None:
+                if pending is None:
+                    pending = pool.submit(rsm.get_object_range, segment.key, at, min(chunk, segment.size - at))
+                data = pending.result()
+                pending = None
+                if not data:
+                    raise RemoteStorageError(f"remote object {segment.name} ends at {at}, before the "
+                                             f"{segment.size} bytes its manifest gives")
+                at += len(data)
+                if at < segment.size:
+                    pending = pool.submit(rsm.get_object_range, segment.key, at, min(chunk, segment.size - at))
+                yield data
+            # A reader that stops early (endingOffsets) leaves at most one range read for nothing.
     return position, chunks()

@@ -274,3 +274,25 @@ def test_include_local_tail_reads_above_the_store_from_the_broker(spark, broker,
         remote(spark, remote_config, includeLocalTail="true", **{"kafka.bootstrap.servers": address}).count()
     with pytest.raises(Exception, match="bootstrap.servers"):
         remote(spark, remote_config, includeLocalTail="true", subscribe=topic).count()
+
+
+def test_ranged_reads_from_an_index_position(tiered):
+    """An executor's reads: from the index entry at or below the first offset, in
+    chunks (the next one read ahead), through the segment's end; decoded as a file."""
+    from pipeline.remote_segments import plan_remote, read_remote_chunks, store_of
+    from pipeline.segments import decode_chunks
+
+    config, _, partition = tiered
+    environ = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    store = store_of(str(config.location), {"s3.endpoint": config.s3_endpoint}, environ)
+    parts, covered = plan_remote(store, None, {None: 77}, {None: -1}, False)
+    assert covered == {("clicks", 0): 200} and [(p.first, p.end) for p in parts] == [(77, 100), (100, 150),
+                                                                                   (150, 200)]
+    position, chunks = read_remote_chunks(parts[0], 1000)
+    data = b"".join(chunks)
+    whole = bytes(obstore.get(partition.rsm.store, parts[0].key).bytes())
+    assert 0 < position < len(whole) and data == whole[position:]
+    _, chunks = read_remote_chunks(parts[0], 1000)
+    batches = list(decode_chunks(parts[0].name, chunks, position, parts[0].first, parts[0].end, None, "clicks", 0,
+                                 False, True))
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(77, 100))
