@@ -5,7 +5,8 @@ Contract:
   `s3://bucket/prefix` or `file:///path` with the broker's rules
   (storage/remote/config.py: rsm.config.s3.endpoint / region, AWS_* credentials
   from `environ`, os.environ by default); a bad URL or setting raises
-  InvalidConfigError naming it.
+  InvalidConfigError naming it; a file store whose directory does not exist
+  raises RemoteStorageError (a reader never creates it).
 - `list_segments(rsm, wants=)` lists, for each partition the store holds
   (`<topic>-<topic id>/<partition>/`), the segments whose manifest is present
   (store.py: a manifest exists only while the broker's metadata says
@@ -21,6 +22,7 @@ Contract:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +49,11 @@ def open_store(url: str, *, endpoint: str = "", region: str = "",
         props[S3_ENDPOINT] = endpoint
     if region:
         props[S3_REGION] = region
-    return open_remote_storage(RemoteLogConfig.from_props(props, environ))
+    config = RemoteLogConfig.from_props(props, environ)
+    location = config.location
+    if location is not None and location.scheme == "file" and not os.path.isdir(location.prefix):
+        raise RemoteStorageError(f"remote store {location}: no such directory")
+    return open_remote_storage(config)
 
 
 def topic_of_directory(name: str) -> str | None:

@@ -111,6 +111,9 @@ def test_remote_errors(tiered, capsys):
     assert code == 2 and "--remote needs --topic" in err
     code, _, err = dump(capsys, "--topic", "clicks")
     assert code == 2 and "--topic and --partition go with --remote" in err
+    code, _, err = dump(capsys, "--remote", "file:///nonexistent/store", "--topic", "t")
+    assert code == 1 and err == "strata: remote store file:///nonexistent/store: no such directory\n"
+    assert not os.path.exists("/nonexistent/store")
     code, _, err = dump(capsys, "--remote", "gs://bucket", "--topic", "t")
     assert code == 1 and "must start with s3:// or file://" in err and "Traceback" not in err
     missing = f"{config.location}/clicks-Dz6MGn0rTFWOEVqdPCsfAA/0/00000000000000000000-Dz6MGn0rTFWOEVqdPCsfAA.log"

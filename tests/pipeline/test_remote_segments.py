@@ -130,6 +130,10 @@ def test_store_location_errors(spark, tmp_path):
     with pytest.raises(Exception, match="must be an http:// or https:// URL"):
         spark.read.format("strata-segments").option("s3.endpoint", "127.0.0.1:1").load("s3://b/p").count()
     empty = tmp_path / "empty-store"
+    with pytest.raises(Exception, match=f"remote store file://{empty}: no such directory"):
+        spark.read.format("strata-segments").load(f"file://{empty}").count()
+    assert not empty.exists()
+    empty.mkdir()
     assert spark.read.format("strata-segments").load(f"file://{empty}").count() == 0
 
 
