@@ -6,16 +6,13 @@ finished, undeleted segments; clear errors."""
 from __future__ import annotations
 
 import json
-import os
 
 import obstore
 import pytest
 
-from kafka_format.errors import CorruptRecordError
-from pipeline.offsets import OptionError
 from storage.config import LogConfig
 from storage.log import Log
-from storage.remote.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata, SegmentState
+from storage.remote.metadata import RemoteLogSegmentId, RemoteLogSegmentMetadata
 from storage.remote.store import MANIFEST_SUFFIX, SEGMENT_SUFFIX, LogSegmentData, leader_epoch_checkpoint, object_key
 from tests.pipeline.remote_store import rows, tier
 from tests.pipeline.test_transactions import plain, txn

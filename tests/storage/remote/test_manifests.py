@@ -7,6 +7,7 @@ import obstore
 import pytest
 
 from storage.remote.catalog import list_segments, open_store, split_object_url, topic_of_directory
+from storage.remote.copier import RemotePartition
 from storage.remote.errors import RemoteStorageError
 from storage.remote.metadata import SegmentState
 from storage.remote.store import MANIFEST_SUFFIX, object_key
@@ -62,8 +63,8 @@ def test_a_restarted_copier_puts_the_manifests_a_crash_left_out(tiered):  # noqa
     assert listed(partition) == [(0, 49), (150, 199)]
     partition.copy_pass()
     assert listed(partition) == [(0, 49), (150, 199)]  # this copier put every manifest it knew of
-    partition._manifests_checked = False  # as a new RemotePartition after a restart
-    partition.copy_pass()
+    restarted = RemotePartition(partition.log, LOG_TP, partition.rsm, partition.metadata)  # as after a restart
+    restarted.copy_pass()
     assert listed(partition) == [(0, 49), (50, 99), (100, 149), (150, 199)]
 
 
