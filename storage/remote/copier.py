@@ -145,7 +145,7 @@ class RemotePartition:
         self._last_error: str | None = None
         self._retry_at: int | None = None
         self._manifests_checked = False  # the store's manifests were compared with the metadata
-        self._manifests_pending: dict[object, RemoteLogSegmentMetadata] = {}
+        self._manifests_pending: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = {}
 
     # ---- state ---------------------------------------------------------------------
 
@@ -270,10 +270,9 @@ class RemotePartition:
             for metadata in self.rsm.missing_manifests(self.metadata.readable_segments(self.tp)):
                 self._manifests_pending[metadata.segment_id] = metadata
             self._manifests_checked = True
+        finished = {m.segment_id for m in self.metadata.readable_segments(self.tp)}
         for segment_id, metadata in list(self._manifests_pending.items()):
-            current = self.metadata.segments(self.tp)
-            if not any(m.segment_id == segment_id and m.state == SegmentState.COPY_SEGMENT_FINISHED
-                       for m in current):
+            if segment_id not in finished:
                 del self._manifests_pending[segment_id]  # being deleted: no manifest
                 continue
             self.rsm.write_manifest(metadata)

@@ -146,11 +146,13 @@ class RemoteStorageManager(ABC):
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Remove every object of the segment; objects already gone are no error."""
 
-    def write_manifest(self, metadata: RemoteLogSegmentMetadata) -> None:  # noqa: B027 - optional hook
+    def write_manifest(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Put the finished segment's manifest (a store without manifests does nothing)."""
+        return None
 
-    def delete_manifest(self, metadata: RemoteLogSegmentMetadata) -> None:  # noqa: B027 - optional hook
+    def delete_manifest(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Remove the segment's manifest; one already gone is no error."""
+        return None
 
     def missing_manifests(self, finished: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
         """Those of the finished segments (of one partition) whose manifest is not in the store."""
