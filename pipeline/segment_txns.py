@@ -23,6 +23,7 @@ Contract:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafka_format.batch import BATCH_HEADER, CONTROL_BIT, TRANSACTIONAL_BIT
@@ -33,7 +34,7 @@ from storage.producer_state import SNAPSHOT_SUFFIX, CorruptSnapshotError, decode
 from storage.txn_index import AbortedTxn, decode_entries
 from storage.txn_markers import decode_marker
 
-__all__ = ["CommittedView", "committed_view", "NO_END"]
+__all__ = ["CommittedView", "committed_view", "scan_headers", "NO_END"]
 
 NO_END = 2**63 - 1
 
@@ -97,26 +98,33 @@ def _scan_headers(path: str, start: int, open_txns: dict[int, int]) -> None:
     """Open and close transactions by the batch headers of the segment at `path`
     (batches wholly below `start` are passed over). A trailing entry cut short ends it."""
     with open(path, "rb") as f:
-        position = 0
-        while True:
+        def read_at(position: int, length: int) -> bytes:
             f.seek(position)
-            head = f.read(BATCH_HEADER.size)
-            if len(head) < LOG_OVERHEAD + 1:
-                return
-            base, size = ENTRY_PREFIX.unpack_from(head, 0)
-            if size <= 0:
-                return
-            if head[MAGIC_OFFSET] == MAGIC_V2 and len(head) == BATCH_HEADER.size:
-                (_, _, _, _, _, attributes, last_delta, _, _, producer_id, _, _,
-                 count) = BATCH_HEADER.unpack_from(head, 0)
-                if base + last_delta >= start and producer_id >= 0:
-                    if attributes & CONTROL_BIT:
-                        f.seek(position)
-                        batch = f.read(LOG_OVERHEAD + size)
-                        if len(batch) < LOG_OVERHEAD + size:
-                            return  # cut short
-                        if count and decode_marker(batch) is not None:
-                            open_txns.pop(producer_id, None)
-                    elif attributes & TRANSACTIONAL_BIT:
-                        open_txns.setdefault(producer_id, base)
-            position += LOG_OVERHEAD + size
+            return f.read(length)
+        scan_headers(read_at, start, open_txns)
+
+
+def scan_headers(read_at: Callable[[int, int], bytes], start: int, open_txns: dict[int, int]) -> None:
+    """`_scan_headers` over any segment bytes: `read_at(position, length)` returns
+    up to `length` bytes of the segment from `position` (fewer at its end)."""
+    position = 0
+    while True:
+        head = read_at(position, BATCH_HEADER.size)
+        if len(head) < LOG_OVERHEAD + 1:
+            return
+        base, size = ENTRY_PREFIX.unpack_from(head, 0)
+        if size <= 0:
+            return
+        if head[MAGIC_OFFSET] == MAGIC_V2 and len(head) == BATCH_HEADER.size:
+            (_, _, _, _, _, attributes, last_delta, _, _, producer_id, _, _,
+             count) = BATCH_HEADER.unpack_from(head, 0)
+            if base + last_delta >= start and producer_id >= 0:
+                if attributes & CONTROL_BIT:
+                    batch = read_at(position, LOG_OVERHEAD + size)
+                    if len(batch) < LOG_OVERHEAD + size:
+                        return  # cut short
+                    if count and decode_marker(batch) is not None:
+                        open_txns.pop(producer_id, None)
+                elif attributes & TRANSACTIONAL_BIT:
+                    open_txns.setdefault(producer_id, base)
+        position += LOG_OVERHEAD + size

@@ -4,6 +4,22 @@ Works on the files alone (no broker). Every FILE must exist and end in .log,
 .index, .timeindex or .txnindex, else the command stops before dumping anything with one
 `strata: FILE: ...` line. For each file it prints `Dumping FILE`, then:
 
+Remote segments (tiered storage, storage/remote/) are dumped the same way:
+
+- a FILE may be an object of a remote store, `s3://bucket/prefix/<topic>-<topic
+  id>/<partition>/<start offset>-<uuid>.log` (or its .index, .timeindex or
+  .txnindex), or `file:///...` for a file store; a file store's objects are also
+  plain files whose names (`<20-digit start offset>-<uuid>.log`) give the base
+  offset;
+- `--remote URL --topic T [--partition N]` dumps the `.log` of every finished
+  remote segment of the topic's partitions (those whose manifest the store holds,
+  storage/remote/catalog.py), oldest first.
+
+An S3 object is read into a temporary file first (with the `.log` beside an index,
+for the checks); `--s3-endpoint` and `--s3-region` are the broker's
+rsm.config.s3.endpoint / region, credentials the AWS_* variables. `Dumping` and
+the problem lines name the object's URL.
+
 .log, one line per entry (key names as in Kafka's DumpLogSegments; the
 timestamp key is the entry's timestamp type: CreateTime, LogAppendTime, or
 NoTimestampType for magic 0; compresscodec is NONE, GZIP, SNAPPY, LZ4, ZSTD):
@@ -50,19 +66,26 @@ the last offset of an entry whose max timestamp is the indexed timestamp).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import mmap
 import os
+import re
 import struct
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import NamedTuple
 
 from kafka_format import LogEntry
 from kafka_format.batch import MIN_BATCH_LENGTH
 from kafka_format.codecs import Codec
-from kafka_format.errors import CorruptRecordError
+from kafka_format.errors import CorruptRecordError, InvalidConfigError
 from kafka_format.framing import ENTRY_PREFIX, LOG_APPEND_TIME, LOG_OVERHEAD, MAGIC_OFFSET, MIN_ENTRY_SIZE_FIELD
 from storage.offset_index import OffsetIndex
+from storage.remote.catalog import list_segments, open_store, split_object_url
+from storage.remote.errors import RemoteStorageError
+from storage.remote.store import SEGMENT_SUFFIX, ObjectStoreRemoteStorageManager, object_key
 from storage.time_index import TimeIndex
 from storage.txn_index import ENTRY as TXN_INDEX_ENTRY
 from storage.txn_markers import parse_marker_record
@@ -74,11 +97,22 @@ SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 CONTROL_TYPES = {2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER", 5: "KRAFT_VERSION",
                  6: "KRAFT_VOTERS"}
 RECORD_INDENT = "|"
+REMOTE_SCHEMES = ("s3://", "file://")
+DOWNLOAD_CHUNK = 8 * 1024 * 1024
+# A remote segment object's name: the 20-digit start offset, then the segment uuid.
+_REMOTE_STEM = re.compile(r"(\d{20})-[A-Za-z0-9_-]{22}")
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("dump-log", help="print and check .log/.index/.timeindex/.txnindex files")
-    parser.add_argument("files", nargs="+", metavar="FILE")
+    parser.add_argument("files", nargs="*", metavar="FILE",
+                        help="segment files, or remote objects (s3://... or file://...)")
+    parser.add_argument("--remote", metavar="URL",
+                        help="a remote store (s3://bucket/prefix or file:///path): dump a topic's remote segments")
+    parser.add_argument("--topic", help="with --remote: the topic")
+    parser.add_argument("--partition", type=int, help="with --remote: one partition (default: every one)")
+    parser.add_argument("--s3-endpoint", default="", help="an S3-compatible server's URL (rsm.config.s3.endpoint)")
+    parser.add_argument("--s3-region", default="", help="the bucket's region (rsm.config.s3.region)")
     parser.add_argument("--print-data-log", action="store_true",
                         help="print every record with its key and payload")
     parser.add_argument("--deep-iteration", action="store_true",
@@ -87,27 +121,135 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for path in args.files:
-        _check_dumpable(path)
-    found_problems = False
-    for path in args.files:
-        print(f"Dumping {path}", flush=True)
-        problems: list[str] = []
-        suffix = os.path.splitext(path)[1]
-        if suffix == ".log":
-            dump_log(path, problems, deep=args.deep_iteration or args.print_data_log,
-                     print_data=args.print_data_log)
-        elif suffix == ".index":
-            dump_offset_index(path, problems)
-        elif suffix == ".txnindex":
-            dump_txn_index(path, problems)
-        else:
-            dump_time_index(path, problems)
-        sys.stdout.flush()
-        for problem in problems:
-            print(f"{path}: {problem}", file=sys.stderr)
-        found_problems |= bool(problems)
+    from . import UsageError
+
+    if args.remote is None and (args.topic is not None or args.partition is not None):
+        raise UsageError("--topic and --partition go with --remote")
+    if args.remote is not None and args.files:
+        raise UsageError("give either FILEs or --remote, not both")
+    if args.remote is not None and not args.topic:
+        raise UsageError("--remote needs --topic")
+    if args.remote is None and not args.files:
+        raise UsageError("give the FILEs to dump, or --remote URL --topic T")
+    with contextlib.ExitStack() as stack:
+        targets = (_remote_segments(args, stack) if args.remote is not None
+                   else [_target(path, args, stack) for path in args.files])
+        found_problems = False
+        for name, fetch in targets:
+            path = fetch()
+            print(f"Dumping {name}", flush=True)
+            problems: list[str] = []
+            suffix = os.path.splitext(path)[1]
+            if suffix == ".log":
+                dump_log(path, problems, deep=args.deep_iteration or args.print_data_log,
+                         print_data=args.print_data_log)
+            elif suffix == ".index":
+                dump_offset_index(path, problems)
+            elif suffix == ".txnindex":
+                dump_txn_index(path, problems)
+            else:
+                dump_time_index(path, problems)
+            sys.stdout.flush()
+            for problem in problems:
+                print(f"{name}: {problem.replace(path, name)}", file=sys.stderr)
+            found_problems |= bool(problems)
     return 1 if found_problems else 0
+
+
+Target = tuple[str, Callable[[], str]]  # (name shown, a call giving the local path)
+
+
+def _target(path: str, args: argparse.Namespace, stack: contextlib.ExitStack) -> Target:
+    """A FILE argument, checked before anything is dumped."""
+    if path.startswith("file://"):
+        local = path[len("file://"):]
+        if not local.startswith("/"):
+            raise CliError(f"{path}: must be file:///absolute/path")
+        _check_dumpable(local)
+        return path, lambda: local
+    if path.startswith("s3://"):
+        suffix = os.path.splitext(path)[1]
+        if suffix not in SUFFIXES:
+            raise CliError(f"{path}: unknown file type (expected a .log, .index, .timeindex or .txnindex object)")
+        try:
+            root, key = split_object_url(path)
+            rsm = _open(root, args)
+        except RemoteStorageError as e:
+            raise CliError(str(e)) from None
+        _remote_call(lambda: rsm.object_size(key))  # there, and readable
+        directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="strata-dump-log-"))
+        return path, lambda: _download_with_log(rsm, key, directory)
+    _check_dumpable(path)
+    return path, lambda: path
+
+
+def _open(url: str, args: argparse.Namespace) -> ObjectStoreRemoteStorageManager:
+    try:
+        return open_store(url, endpoint=args.s3_endpoint, region=args.s3_region)
+    except (InvalidConfigError, RemoteStorageError) as e:
+        raise CliError(str(e).replace("rsm.config.url: ", "")) from None
+
+
+def _remote_call(fn):
+    try:
+        return fn()
+    except RemoteStorageError as e:
+        raise CliError(str(e)) from None
+
+
+def _download(rsm: ObjectStoreRemoteStorageManager, key: str, directory: str) -> str:
+    """The object, as a file in `directory` named as a local segment file."""
+    name = key.rsplit("/", 1)[-1]
+    stem, suffix = name.split(".", 1)
+    match = _REMOTE_STEM.fullmatch(stem)
+    path = os.path.join(directory, f"{match.group(1) if match else stem}.{suffix}")
+    size = _remote_call(lambda: rsm.object_size(key))
+    with open(path, "wb") as f:
+        position = 0
+        while position < size:
+            data = _remote_call(functools.partial(rsm.get_object_range, key, position,
+                                                  min(DOWNLOAD_CHUNK, size - position)))
+            if not data:
+                raise CliError(f"{rsm.location}/{key}: ends at {position}, before its {size} bytes")
+            f.write(data)
+            position += len(data)
+    return path
+
+
+def _download_with_log(rsm: ObjectStoreRemoteStorageManager, key: str, directory: str) -> str:
+    """An object, and for an index the segment's .log too (the index is checked against it)."""
+    path = _download(rsm, key, directory)
+    if not key.endswith(SEGMENT_SUFFIX):
+        log_key = os.path.splitext(key)[0] + SEGMENT_SUFFIX
+        with contextlib.suppress(CliError):  # no .log: the index is dumped unchecked, as for files
+            _download(rsm, log_key, directory)
+    return path
+
+
+def _remote_segments(args: argparse.Namespace, stack: contextlib.ExitStack) -> list[Target]:
+    """The .log objects of the topic's finished remote segments."""
+    rsm = _open(args.remote, args)
+
+    def wants(topic: str, partition: int) -> bool:
+        return topic == args.topic and (args.partition is None or partition == args.partition)
+
+    found = _remote_call(lambda: list_segments(rsm, wants))
+    segments = [m for tp in sorted(found, key=lambda tp: (tp.partition, str(tp.topic_id))) for m in found[tp]]
+    if not segments:
+        which = args.topic if args.partition is None else f"{args.topic}-{args.partition}"
+        raise CliError(f"{args.remote}: no finished remote segments of {which}")
+    directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="strata-dump-log-"))
+    targets: list[Target] = []
+    for metadata in segments:
+        key = object_key(metadata, SEGMENT_SUFFIX)
+        if rsm.location.scheme == "file":
+            local = os.path.join(rsm.location.prefix, key)
+            targets.append((f"{rsm.location}/{key}", functools.partial(str, local)))
+        else:
+            sub = os.path.join(directory, str(len(targets)))
+            os.mkdir(sub)
+            targets.append((f"{rsm.location}/{key}", functools.partial(_download, rsm, key, sub)))
+    return targets
 
 
 def _check_dumpable(path: str) -> None:
@@ -127,6 +269,8 @@ def _check_dumpable(path: str) -> None:
 
 def _base_offset(path: str) -> int | None:
     stem = os.path.basename(path).split(".")[0]
+    if (match := _REMOTE_STEM.fullmatch(stem)) is not None:  # a file store's remote segment object
+        return int(match.group(1))
     return int(stem) if stem.isdigit() else None
 
 

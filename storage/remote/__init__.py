@@ -8,5 +8,7 @@ record layout, and reads below the local log start served from the store.
 - metadata.py: the remote log metadata records and their durable store;
 - copier.py: the RemoteLogManager's copy, local-retention and remote-retention
   passes for one partition log;
-- reader.py: reads of records at an offset from remote segments.
+- reader.py: reads of records at an offset from remote segments;
+- catalog.py: the finished segments of a store, from its manifests, for readers
+  without the broker (Spark's strata-segments, strata dump-log --remote).
 """

@@ -16,7 +16,11 @@ Contract:
   then copies each rolled segment above the highest copied offset, oldest first,
   whose records are all below the last stable offset: COPY_SEGMENT_STARTED is
   recorded, the files are put under a new segment uuid, COPY_SEGMENT_FINISHED is
-  recorded. A segment is copied once: the next pass starts above it.
+  recorded, then the segment's manifest is put (store.py: the offline readers'
+  view of the finished segments). A segment is copied once: the next pass starts
+  above it. A manifest whose put failed, or that a crash left unwritten (the
+  first pass of a RemotePartition lists the partition's manifests once), is put
+  by the next pass that reaches the store.
   Nothing is copied while the topic's remote.storage.enable is false or
   remote.log.copy.disable is true.
 - Failures of the store: the pass stops at the failing segment, the error is kept
@@ -32,7 +36,9 @@ Contract:
 - `remote_retention_pass()`: total retention applied to the remote segments
   (Kafka's RLMExpirationTask): by retention.ms on each segment's max timestamp,
   by retention.bytes on the remote size plus the local bytes not yet copied. Each goes
-  DELETE_SEGMENT_STARTED -> objects deleted -> DELETE_SEGMENT_FINISHED; then the
+  manifest deleted -> DELETE_SEGMENT_STARTED -> objects deleted ->
+  DELETE_SEGMENT_FINISHED (a manifest is never present for a segment whose
+  metadata is not COPY_SEGMENT_FINISHED); then the
   log start offset moves to the first remote segment left, and local segments
   below it go.
 - `stats()`: the copy lag (rolled segments and bytes not yet copied), the remote
@@ -138,6 +144,8 @@ class RemotePartition:
         self._failures = 0
         self._last_error: str | None = None
         self._retry_at: int | None = None
+        self._manifests_checked = False  # the store's manifests were compared with the metadata
+        self._manifests_pending: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = {}
 
     # ---- state ---------------------------------------------------------------------
 
@@ -212,6 +220,7 @@ class RemotePartition:
                         break  # records of an open transaction: copied once it closes
                     result.copied.append(self._copy_segment(segment, end))
                     highest = end
+                self._put_missing_manifests()
             except (RemoteStorageError, KafkaStorageError, OSError) as e:
                 result.error = self._failed("copy", e)
                 return result
@@ -247,9 +256,28 @@ class RemotePartition:
         custom = self.rsm.copy_log_segment_data(metadata, data)
         finished = self.metadata.update_segment(RemoteLogSegmentMetadataUpdate(
             metadata.segment_id, self._clock.time_ms(), SegmentState.COPY_SEGMENT_FINISHED, self.broker_id, custom))
+        self._manifests_pending[finished.segment_id] = finished
+        self.rsm.write_manifest(finished)
+        del self._manifests_pending[finished.segment_id]
         logger.info("remote_segment_copied", partition=str(self.tp), segment=str(metadata.segment_id),
                     start_offset=metadata.start_offset, end_offset=end, bytes=metadata.segment_size_in_bytes)
         return finished
+
+    def _put_missing_manifests(self) -> None:
+        """Put the manifests of finished segments that have none (a failed put, or a
+        crash between recording COPY_SEGMENT_FINISHED and the put)."""
+        if not self._manifests_checked:
+            for metadata in self.rsm.missing_manifests(self.metadata.readable_segments(self.tp)):
+                self._manifests_pending[metadata.segment_id] = metadata
+            self._manifests_checked = True
+        finished = {m.segment_id for m in self.metadata.readable_segments(self.tp)}
+        for segment_id, metadata in list(self._manifests_pending.items()):
+            if segment_id not in finished:
+                del self._manifests_pending[segment_id]  # being deleted: no manifest
+                continue
+            self.rsm.write_manifest(metadata)
+            del self._manifests_pending[segment_id]
+            logger.info("remote_manifest_written", partition=str(self.tp), segment=str(segment_id))
 
     # ---- local retention ----------------------------------------------------------------
 
@@ -295,6 +323,8 @@ class RemotePartition:
             deleted = []
             try:
                 for metadata in doomed:
+                    self.rsm.delete_manifest(metadata)  # offline readers stop before the metadata says so
+                    self._manifests_pending.pop(metadata.segment_id, None)
                     started = self._update(metadata, SegmentState.DELETE_SEGMENT_STARTED)
                     self.rsm.delete_log_segment_data(started)
                     deleted.append(self._update(started, SegmentState.DELETE_SEGMENT_FINISHED))

@@ -18,6 +18,15 @@ Contract:
   RemoteLogSegmentId's: every copy attempt writes new names, so the objects of a
   crashed copy are never those of a finished one, and only metadata in state
   COPY_SEGMENT_FINISHED (storage/remote/metadata.py) points a reader at objects.
+- Manifests, for readers without the broker's metadata (the offline
+  `strata-segments` source, `strata dump-log --remote`): `write_manifest(metadata)`
+  puts `<...>-<segment uuid>.manifest`, the segment's RemoteLogSegmentMetadataRecord
+  (state COPY_SEGMENT_FINISHED) in the `__remote_log_metadata` serde bytes.
+  The copier writes it only after COPY_SEGMENT_FINISHED is recorded and deletes it
+  (`delete_manifest`) before DELETE_SEGMENT_STARTED is recorded, so a manifest is
+  present only while the metadata says the segment is finished: an offline reader
+  reads exactly the segments whose manifest it lists (storage/remote/catalog.py).
+  `delete_log_segment_data` removes the manifest first, then the other objects.
 - Errors: a missing object raises RemoteResourceNotFoundError, any other failure
   of the store RemoteStorageError; both name the object. A read that returns
   fewer bytes than the metadata promises raises RemoteStorageError.
@@ -49,7 +58,7 @@ from obstore.store import LocalStore, S3Store
 from ..fileutil import fsync_dir
 from .config import RemoteLogConfig, StoreLocation
 from .errors import RemoteResourceNotFoundError, RemoteStorageError
-from .metadata import RemoteLogSegmentMetadata, uuid_string
+from .metadata import RemoteLogSegmentMetadata, SegmentState, encode_record, uuid_string
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig, S3Config
@@ -72,6 +81,7 @@ class IndexType(enum.Enum):
 
 SEGMENT_SUFFIX = ".log"
 ALL_SUFFIXES = (SEGMENT_SUFFIX, *(t.value for t in IndexType))
+MANIFEST_SUFFIX = ".manifest"
 
 
 @dataclass(frozen=True)
@@ -135,6 +145,18 @@ class RemoteStorageManager(ABC):
     @abstractmethod
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Remove every object of the segment; objects already gone are no error."""
+
+    def write_manifest(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Put the finished segment's manifest (a store without manifests does nothing)."""
+        return None
+
+    def delete_manifest(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Remove the segment's manifest; one already gone is no error."""
+        return None
+
+    def missing_manifests(self, finished: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+        """Those of the finished segments (of one partition) whose manifest is not in the store."""
+        return []
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the store's resources."""
@@ -214,10 +236,55 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         return self._call(key, "get", lambda: bytes(obstore.get(self.store, key).bytes()))
 
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
-        for suffix in ALL_SUFFIXES:
-            key = object_key(metadata, suffix)
-            with contextlib.suppress(RemoteResourceNotFoundError):
-                self._call(key, "delete", functools.partial(obstore.delete, self.store, key))
+        for suffix in (MANIFEST_SUFFIX, *ALL_SUFFIXES):  # the manifest first: no reader is sent on
+            self._delete(object_key(metadata, suffix))
+
+    def _delete(self, key: str) -> None:
+        with contextlib.suppress(RemoteResourceNotFoundError):
+            self._call(key, "delete", functools.partial(obstore.delete, self.store, key))
+
+    def write_manifest(self, metadata: RemoteLogSegmentMetadata) -> None:
+        if metadata.state != SegmentState.COPY_SEGMENT_FINISHED:
+            raise RemoteStorageError(f"remote segment {metadata.segment_id}: a manifest is for a finished "
+                                     f"copy, not {metadata.state.name}")
+        key = object_key(metadata, MANIFEST_SUFFIX)
+        self._put_bytes(key, encode_record(metadata))
+        self._make_manifest_durable(key)
+
+    def delete_manifest(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self._delete(object_key(metadata, MANIFEST_SUFFIX))
+        self._make_manifest_durable(None, object_key(metadata, MANIFEST_SUFFIX))
+
+    def missing_manifests(self, finished: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+        if not finished:
+            return []
+        directory = object_key(finished[0], "").rsplit("/", 1)[0] + "/"
+        present = set(self.list_keys(directory))
+        return [m for m in finished if object_key(m, MANIFEST_SUFFIX) not in present]
+
+    def _make_manifest_durable(self, key: str | None, deleted: str | None = None) -> None:
+        """A store whose put or delete returns before it is durable makes it so here."""
+
+    def get_object(self, key: str) -> bytes:
+        """One whole object (manifests, indexes: small ones)."""
+        return self._call(key, "get", lambda: bytes(obstore.get(self.store, key).bytes()))
+
+    def get_object_range(self, key: str, start: int, length: int) -> bytes:
+        """Bytes [start, start + length) of an object (fewer at its end)."""
+        if length <= 0:
+            return b""
+        return self._call(key, "ranged get",
+                          lambda: bytes(obstore.get_range(self.store, key, start=start, length=length)))
+
+    def object_size(self, key: str) -> int:
+        return int(self._call(key, "head", lambda: obstore.head(self.store, key))["size"])
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        """The `directories` (common prefixes) right under `prefix`."""
+        def listing() -> list[str]:
+            found = obstore.list_with_delimiter(self.store, prefix=prefix or None)
+            return [p.rstrip("/") for p in found["common_prefixes"]]
+        return self._call(prefix, "list", listing)
 
     def list_keys(self, prefix: str = "") -> list[str]:
         """Every object key under `prefix` (tests and tools)."""
@@ -272,6 +339,21 @@ class FileRemoteStorageManager(ObjectStoreRemoteStorageManager):
             fsync_dir(os.path.dirname(directory))
         except OSError as e:
             raise RemoteStorageError(f"remote store {self.location}: fsync of {directory} failed: {e}") from e
+
+
+    def _make_manifest_durable(self, key: str | None, deleted: str | None = None) -> None:
+        path = os.path.join(self.location.prefix, key or deleted or "")
+        try:
+            if key is not None:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            if os.path.isdir(os.path.dirname(path)):
+                fsync_dir(os.path.dirname(path))
+        except OSError as e:
+            raise RemoteStorageError(f"remote store {self.location}: fsync of {path} failed: {e}") from e
 
 
 class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):

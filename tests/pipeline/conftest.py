@@ -43,6 +43,11 @@ SPARK_CONF = {
 def spark():
     from pipeline import local_session
 
+    # The Python workers that plan and read `strata-segments` over moto's S3 server
+    # (tests/pipeline/test_remote_segments.py) take their credentials from the
+    # environment the session starts with, as a user's AWS_* variables.
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     session = local_session("strata-pipeline-tests", "local[2]", SPARK_CONF)
     session.sparkContext.setLogLevel("ERROR")
     yield session

@@ -45,6 +45,15 @@ class PausingStore(RemoteStorageManager):
     def delete_log_segment_data(self, metadata):
         self.inner.delete_log_segment_data(metadata)
 
+    def write_manifest(self, metadata):
+        self.inner.write_manifest(metadata)
+
+    def delete_manifest(self, metadata):
+        self.inner.delete_manifest(metadata)
+
+    def missing_manifests(self, finished):
+        return self.inner.missing_manifests(finished)
+
 
 def main() -> None:
     log_dir, metadata_dir, settings, pause_at, marker = sys.argv[1:6]

@@ -12,6 +12,7 @@ import sys
 import time
 
 from kafka_format import iter_records
+from storage.remote.catalog import list_segments
 from storage.remote.copier import RemotePartition
 from storage.remote.metadata import RemoteLogMetadataStore, SegmentState, uuid_string
 from storage.remote.reader import RemoteLogReader
@@ -66,6 +67,10 @@ def test_kill_9_during_a_copy_loses_nothing_and_reads_no_orphan(tmp_path, remote
     assert any(k.endswith(orphan_key.rsplit("/", 1)[-1]) for k in rsm.list_keys())
     reader = RemoteLogReader(rsm, metadata, cache_bytes=1 << 20, chunk_bytes=4096)
     assert metadata.segment_for_offset(LOG_TP, 120) is None
+    # Offline readers (storage/remote/catalog.py) see the two finished segments only: the
+    # orphan has every object but no manifest.
+    assert [(m.start_offset, m.state) for m in list_segments(rsm)[LOG_TP]] == [
+        (0, SegmentState.COPY_SEGMENT_FINISHED), (50, SegmentState.COPY_SEGMENT_FINISHED)]
 
     # Restart: the log recovers, the copier cleans the orphan and copies the rest once.
     log = open_tiered_log(log_dir)
@@ -79,7 +84,9 @@ def test_kill_9_during_a_copy_loses_nothing_and_reads_no_orphan(tmp_path, remote
     assert orphan.segment_id not in {m.segment_id for m in readable}
     keys = rsm.list_keys()
     assert not any(uuid_string(orphan.segment_id.id) in k for k in keys)
-    assert len(keys) == 6 * 4
+    # Six objects per segment, each segment once, plus one manifest per finished segment.
+    assert len([k for k in keys if not k.endswith(".manifest")]) == 6 * 4
+    assert [m.start_offset for m in list_segments(rsm)[LOG_TP]] == [0, 50, 100, 150]
     offsets = []
     offset = 0
     while offset < end:
