@@ -232,6 +232,13 @@ def checkout_copy(into: Path) -> None:
 
 @pytest.mark.docker
 def test_readme_docker_section_runs_in_order(tmp_path):
+    """The Docker section's blocks, in order, as one user in one shell at the root of a fresh
+    clone: build, run on a volume, wait for ready, produce, stop, run again with a copied and
+    mounted server.properties, consume what was produced, stop, compose up and down. Its fixed
+    host ports, container name and volume are mapped to this run's (also in the copy's
+    compose.yaml; COMPOSE_PROJECT_NAME names the compose project), so that nothing of the
+    machine's is used or removed. Lines that need the user's own files or names are left out
+    (DOCKER_LEFT_OUT)."""
     require()
     root = tmp_path / "strata"
     root.mkdir()
@@ -244,7 +251,8 @@ def test_readme_docker_section_runs_in_order(tmp_path):
     run = uuid.uuid4().hex[:12]
     name, volume, project = f"strata-readme-{run}", f"strata-readme-{run}", f"strata-readme-{run}"
     native, kafka, admin = free_port(), free_port(), free_port()
-    subs = {"localhost:9000": f"127.0.0.1:{native}", "-p 9000:9000": f"-p 127.0.0.1:{native}:9000", "-p 9092:9092": f"-p 127.0.0.1:{kafka}:9092",
+    subs = {"localhost:9000": f"127.0.0.1:{native}",
+            "-p 9000:9000": f"-p 127.0.0.1:{native}:9000", "-p 9092:9092": f"-p 127.0.0.1:{kafka}:9092",
             "PLAINTEXT://localhost:9092": f"PLAINTEXT://127.0.0.1:{kafka}",
             "strata-data:/var/lib/strata": f"{volume}:/var/lib/strata",
             "--name strata ": f"--name {name} ", "docker stop strata": f"docker stop {name}",

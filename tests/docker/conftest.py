@@ -43,6 +43,8 @@ def image(request):
     finally:
         # The image and the layers this build added (the builder stage, cache entries); layers
         # that were there before are a cache this build reused, and stay.
+        # The tag goes in any case (a build that was all cache hits tags an image that was there).
         ours = [i for i, names in image_ids().items() if i not in before and set(names) <= {tag}]
         if ours:
             podman("rmi", "-f", *ours, check=False, timeout=300)
+        podman("rmi", tag, check=False)
