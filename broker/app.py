@@ -198,6 +198,7 @@ class BrokerApp:
             for server, listener in zip(servers, self.listeners, strict=True):
                 await _bind(server, listener.spec.host, listener.spec.port)
             self.address = self.server.address
+            handlers.listeners = self.listeners  # DESCRIBE_LISTENERS answers their bound addresses
             if kafka is not None and self.kafka_server is not None:
                 self.kafka_address = self.kafka_server.address
                 kafka.advertised = self.listeners[servers.index(self.kafka_server)].advertised

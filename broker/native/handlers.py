@@ -13,6 +13,7 @@ Contract:
       configs.py    DESCRIBE_CONFIG, ALTER_CONFIG
       handshake.py  HANDSHAKE, SASL_AUTHENTICATE (version 2)
       acls.py       DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS
+      listeners.py  DESCRIBE_LISTENERS (where both protocols' listeners are)
 
 - Each connection serves its own `SessionHandlers` (`for_connection(context)`,
   broker/native/session.py), which hands every frame to these shared handlers with
@@ -65,6 +66,7 @@ from protocol import (
     DeleteTopicRequest,
     DescribeAclsRequest,
     DescribeConfigRequest,
+    DescribeListenersRequest,
     ErrorCode,
     FetchOffsetRequest,
     FetchRequest,
@@ -96,6 +98,7 @@ from .base import log
 from .configs import ConfigsApi
 from .fetch import FetchApi
 from .handshake import HandshakeApi
+from .listeners import ListenersApi
 from .offsets import OffsetsApi
 from .produce import ProduceApi
 from .session import NativeSession, SessionHandlers
@@ -113,7 +116,8 @@ TOPIC_OPERATIONS: dict[type, Op] = {
 }
 
 
-class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, HandshakeApi, AclsApi, PerConnection):
+class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, HandshakeApi, AclsApi, ListenersApi,
+               PerConnection):
     """The native protocol's request handlers, shared by the connections of its
     listener; each connection serves a `SessionHandlers` view (`for_connection`)."""
 
@@ -138,6 +142,7 @@ class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, Handshak
             DescribeAclsRequest: self.describe_acls,
             CreateAclsRequest: self.create_acls,
             DeleteAclsRequest: self.delete_acls,
+            DescribeListenersRequest: self.describe_listeners,
         }
 
     # ---- entry point (SessionHandlers, per connection) -------------------------------------------
