@@ -36,7 +36,7 @@ import pytest
 
 from tests.broker_process import ROOT, BrokerProcess
 from tests.docker.runtime import ENV as CONTAINERS_ENV
-from tests.docker.runtime import podman, require
+from tests.docker.runtime import image_ids, podman, require
 
 README = ROOT / "README.md"
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
@@ -271,6 +271,7 @@ def test_readme_docker_section_runs_in_order(tmp_path):
     env.update(PATH=f"{shims}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
                BUILDAH_FORMAT="docker", COMPOSE_PROJECT_NAME=project)
     previous = podman("image", "inspect", "--format", "{{.Id}}", IMAGE, check=False).stdout.strip()
+    before = set(image_ids())
     left_out: list[str] = []
     outputs: list[str] = []
     try:
@@ -307,6 +308,10 @@ def test_readme_docker_section_runs_in_order(tmp_path):
             podman("tag", previous, IMAGE, check=False)
         else:
             podman("rmi", IMAGE, check=False)
+        # the layers the section's builds added and nothing else names (a build that failed midway)
+        ours = [i for i, names in image_ids().items() if i not in before and not names]
+        if ours:
+            podman("rmi", "-f", *ours, check=False, timeout=300)
 
 
 def run_script(commands_: list[str], block: str, root: Path, env: dict[str, str]) -> str:

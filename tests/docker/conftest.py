@@ -10,22 +10,16 @@ and skip where podman or the base image is missing, or fail there under CI
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.docker.runtime import podman, require, say
+from tests.docker.runtime import image_ids, podman, require, say
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 1800
-
-
-def image_ids() -> dict[str, list[str]]:
-    """Every image, intermediate ones included: id -> names."""
-    return {i["Id"]: i.get("Names") or [] for i in json.loads(podman("images", "-a", "--format", "json").stdout)}
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ something is, 1 (fail) when something is under CI.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -60,6 +61,11 @@ def say(config, line: str) -> None:
         return
     with capture.global_and_fixture_disabled():
         reporter.write(f"\n[test_image] {line}\n")
+
+
+def image_ids() -> dict[str, list[str]]:
+    """Every image, intermediate ones included: id -> names."""
+    return {i["Id"]: i.get("Names") or [] for i in json.loads(podman("images", "-a", "--format", "json").stdout)}
 
 
 def missing() -> str | None:
