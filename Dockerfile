@@ -41,12 +41,14 @@ COPY . .
 # --no-deps: exactly the pinned set above, nothing resolved again. pip and setuptools are build
 # tools: out of the runtime venv (about 25 MB). `strata --help` imports every subcommand, so a
 # package missing from the wheel fails here rather than in a user's container.
-# STRATA_REQUIRE_NATIVE: the accelerators must have built and must import (-I: with
-# no current directory on the path, so the sources in /src cannot stand in for the installed package).
+# STRATA_REQUIRE_NATIVE: the C accelerators must have built and must import, so the binding
+# modules (kafka_format/accel.py, storage/accel.py) raise instead of falling back to the
+# pure-Python twins, and both report NATIVE (-I: no current directory on the path, so the
+# sources in /src cannot stand in for the installed package).
 RUN /opt/strata/bin/pip install --no-cache-dir --require-virtualenv --no-deps . \
     && /opt/strata/bin/python -m pip uninstall --yes --quiet pip setuptools \
     && /opt/strata/bin/strata --help > /dev/null \
-    && STRATA_REQUIRE_NATIVE=1 /opt/strata/bin/python -I -c 'import kafka_format.native as n; n.load("kafka_format._crecords"); n.load("storage._ccleaner")'
+    && STRATA_REQUIRE_NATIVE=1 /opt/strata/bin/python -I -c 'import sys, kafka_format.accel as k, storage.accel as s; sys.exit(None if k.NATIVE and s.NATIVE else "C accelerators not in use")'
 
 # ---- runtime ---------------------------------------------------------------------------------
 FROM python:3.11-slim-bookworm

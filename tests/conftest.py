@@ -1,6 +1,29 @@
-"""Shared test fixtures (kept minimal)."""
+"""Shared test fixtures (kept minimal), and the `docker` marker.
+
+Tests marked `docker` build and run the container image (tests/docker/test_image.py, the
+README's Docker section in tests/test_readme.py). They run only when STRATA_IMAGE_TESTS=1,
+which `make test-docker` sets; tests/docker/runtime.py's `require()` then skips them where
+podman or the base image is missing, and fails them under CI.
+"""
+
+import os
 
 import pytest
+
+IMAGE_TESTS_ENV = "STRATA_IMAGE_TESTS"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "docker: builds and runs the container image (make test-docker)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get(IMAGE_TESTS_ENV) == "1":
+        return
+    skip = pytest.mark.skip(reason=f"image tests: run `make test-docker` (sets {IMAGE_TESTS_ENV}=1)")
+    for item in items:
+        if item.get_closest_marker("docker") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

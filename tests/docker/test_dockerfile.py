@@ -126,6 +126,25 @@ def test_dockerfile_shape():
     assert "docker/healthcheck.py /usr/local/lib/strata/healthcheck.py" in copies
 
 
+ACCELERATOR_CHECK = re.compile(r"STRATA_REQUIRE_NATIVE=1 /opt/strata/bin/python -I -c '([^']*)'")
+
+
+def test_the_builds_accelerator_check_runs_against_this_install(tmp_path):
+    """The build stage's last step checks, with `python -I`, that the C accelerators built and
+    import. The same code runs here against this checkout's install (from a directory without
+    the sources, as -I keeps /src off the path in the build), so a check that asks the packages
+    for something they no longer have fails in `make test`, not first in an image build; and
+    with the pure-Python twins chosen it fails with its one line."""
+    (code,) = ACCELERATOR_CHECK.findall(" ".join(args for word, args in instructions() if word == "RUN"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
+    native = subprocess.run([sys.executable, "-I", "-c", code], env={**env, "STRATA_REQUIRE_NATIVE": "1"},
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert native.returncode == 0, native.stderr
+    pure = subprocess.run([sys.executable, "-I", "-c", code], env={**env, "STRATA_PURE_PYTHON": "1"},
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert pure.returncode == 1 and pure.stderr == "C accelerators not in use\n", pure.stderr
+
+
 def test_dockerignore_keeps_every_package_in_the_build_context():
     """An allow-list .dockerignore must not drop a package that pyproject installs."""
     import tomllib
