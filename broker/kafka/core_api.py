@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 from kafka_format.errors import StrataError
 from storage.log import Log
 
-from ..partitions import IsolatedRead
+from ..core import IsolatedRead
 from ..security.authorizer import Op, Resource
 from .acls import allowed
 from .codec import make, nested
@@ -67,7 +67,7 @@ class CoreApiBase:
         self.apis = apis
         self.config = apis.config
         self.registry = apis.registry
-        self.partitions = apis.partitions  # broker/partitions.py: shared with the native listener
+        self.partitions = apis.partitions  # broker/core/service.py: shared with the native listener
         self.state: KafkaState | None = None  # set by the app once the data dir is locked
 
     def _target(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> Target:

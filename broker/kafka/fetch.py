@@ -13,7 +13,7 @@ from typing import Any
 
 from storage.file_records import FileSlice
 
-from ..partitions import READ_COMMITTED, reply_records
+from ..core import READ_COMMITTED, reply_records
 from ..security.authorizer import Op, Resource
 from . import codec, fetch_response
 from .acls import allowed

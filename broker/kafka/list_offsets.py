@@ -12,7 +12,7 @@ from kafka_format.errors import StrataError
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
 from storage.max_timestamp import max_timestamp_offset
 
-from ..partitions import READ_COMMITTED
+from ..core import READ_COMMITTED
 from ..security.authorizer import Op
 from .codec import make
 from .core_api import CoreApiBase, error_code_of

@@ -1,4 +1,4 @@
-"""Produce over the partition service (broker/partitions.py).
+"""Produce over the partition service (broker/core/service.py).
 
 Contract: each partition's records are appended as they arrived (the validator
 restamps base offsets, and timestamps for LogAppendTime), by the partition
@@ -27,7 +27,7 @@ from kafka_format.errors import RecordValidationError, StrataError
 from storage.log import Log
 
 from ..connection import CloseConnection
-from ..partitions import append_outcome, strata_error
+from ..core import append_outcome, strata_error
 from ..security.authorizer import Op, Resource
 from . import produce_response
 from .acls import allowed

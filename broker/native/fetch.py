@@ -47,7 +47,7 @@ from storage.file_records import FileSlice
 from storage.log import Log
 
 from ..connection import Reply
-from ..partitions import release_all
+from ..core import release_all
 from ..security.authorizer import Op, Resource
 from .base import NativeApiBase
 from .session import NativeSession

@@ -35,7 +35,7 @@ Contract:
   ACL types 129-131 manage the ACLs.
 - Every partition-level policy (finding logs, inline versus executor appends and
   the slow-disk back-off, on-loop reads, long polls, error codes) is the
-  partition service's (broker/partitions.py), shared with the Kafka listener.
+  partition service's (broker/core/service.py), shared with the Kafka listener.
   Blocking work (timestamp lookups, topic changes, commits) runs in the executor
   through it; answers from memory (log end, log start, metadata, committed
   offsets) run inline.
@@ -80,9 +80,9 @@ from protocol import (
 )
 
 from ..connection import CloseConnection, PerConnection, Reply
+from ..core import PartitionService
 from ..listeners import ConnectionContext
 from ..log_limiter import BadRequestLog
-from ..partitions import PartitionService
 from ..security.authorizer import (
     CLUSTER_NAME,
     ClusterAuthorizationError,

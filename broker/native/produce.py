@@ -43,7 +43,7 @@ from protocol.requests import PRODUCE_FIXED, PRODUCE_HEAD
 from storage.log import AppendResult
 
 from ..connection import Reply
-from ..partitions import INLINE_APPEND_MAX_BYTES
+from ..core import INLINE_APPEND_MAX_BYTES
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
 from .base import NativeApiBase, log
 from .session import NativeSession, produced

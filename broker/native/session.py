@@ -6,7 +6,7 @@ Contract:
   "Version 2"), whether the HANDSHAKE happened, how many requests the connection
   has begun. `error(code, message)` is an error answer as that version lays it
   out: an empty body in version 1, `message:str?` from version 2 on.
-  `produce_answer` is the PRODUCE answer function (broker/partitions.py's
+  `produce_answer` is the PRODUCE answer function (broker/core/appends.py's
   `Answer`) for that version.
 - `SessionHandlers` is the RequestHandlers (and FastPath) one connection serves
   (`Handlers.for_connection`, broker/connection.py's PerConnection): it counts the
@@ -37,9 +37,9 @@ from protocol import PROTOCOL_VERSION, ErrorCode, RequestType, error_response, p
 from storage.log import AppendResult
 
 from ..connection import CloseAfterReply, FastPath, Frame, Reply
+from ..core import INLINE_APPEND_MAX_BYTES, error_reason
 from ..handler_clock import HandlerClock
 from ..listeners import ConnectionContext
-from ..partitions import INLINE_APPEND_MAX_BYTES, error_reason
 from ..security.sasl import sasl_failure_delay
 
 if TYPE_CHECKING:

@@ -1,0 +1,295 @@
+"""The partition service: the one surface where both protocols' requests meet
+the logs (the role of Kafka's ReplicaManager). The native handlers
+(broker/native/) and the Kafka APIs (broker/kafka/) parse a request, call this
+service and encode its answer.
+
+The service composes the core's parts, one job each, and exposes their methods
+as its own (bound once, so a call costs what a direct call costs):
+- appends (broker/core/appends.py): the one append policy, inline or executor;
+- reads and waiting (reads.py, waiting.py): the isolated read, the one long poll;
+- quotas (charges.py): the one charge rule;
+- errors (errors.py): the code and words answered for what a request met.
+It does itself what needs several of them or the registry: finding a partition's
+log, offset lookups (`list_offset`, by the log's `fetch_offset_by_timestamp`),
+topic deletion and the log start's move.
+
+Finding a partition's log: `open_log` (on the loop; None only for an internal
+topic's partition whose log is not created yet) and `partition_log` (awaits that
+creation in the executor). An unknown topic or partition is
+UNKNOWN_TOPIC_OR_PARTITION; appending to an internal topic
+INVALID_TOPIC_EXCEPTION ("cannot append to internal topic", as Kafka's
+ReplicaManager). Topic auto-creation (`auto_create_topic`, blocking) is what both
+protocols' Metadata does with auto.create.topics.enable; a produce never creates a topic.
+Blocking work (`blocking`) runs in the executor; a cancelled caller (the
+connection died) never cancels the work, which may be an append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any, Literal, TypeVar, overload
+
+import structlog
+
+from kafka_format.errors import (
+    InvalidTopicError,
+    OffsetOutOfRangeError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from kafka_format.topic_names import validate_topic_name
+from storage.log import Log
+from storage.manager import LogManager
+
+from .. import internal_topics
+from ..config import BrokerConfig
+from ..group_offsets import GroupOffsets
+from ..metrics import BrokerMetrics
+from ..quotas import ClientQuotas, MutationQuota
+from ..security.authorizer import Authorizer
+from ..topics import Topic, TopicRegistry
+from .appends import Appends
+from .charges import QuotaCharges
+from .errors import error_code, error_reason
+from .reads import Reads
+from .types import OffsetKind, OffsetQuery, TimestampOffset, TopicPartition
+from .waiting import AppendWatcher, LongPoll, PartitionWaiters, wait_for_append
+
+T = TypeVar("T")
+VALID_NAMES_CACHED = 4096  # `_valid_names` starts over past this many
+
+log = structlog.get_logger("strata.partitions")
+
+
+class PartitionService:
+    """Partitions' logs for both protocols: find, append, read, wait, charge, map errors."""
+
+    def __init__(self, config: BrokerConfig, manager: LogManager, registry: TopicRegistry,
+                 executor: Executor, loop: asyncio.AbstractEventLoop, metrics: BrokerMetrics | None = None,
+                 quotas: ClientQuotas | None = None):
+        self.config = config
+        self.metrics = metrics
+        self.manager = manager
+        self.registry = registry
+        self.executor = executor
+        self.loop = loop
+        self.waiters = PartitionWaiters()
+        # ACLs, checked by both protocols' handlers (broker/security/authorizer.py)
+        self.authorizer = Authorizer.from_config(config.values)
+        self.shutting_down = False
+        self._valid_names: set[str] = set()  # names validate_topic_name accepted (a regex match each)
+
+        self.charges = QuotaCharges(quotas)
+        self.throttle = self.charges.throttle
+        self.mutation_quota = self.charges.mutation_quota
+        self.mutation_throttle = self.charges.mutation_throttle
+        self.ip_connection_quota = self.charges.ip_connection_quota
+        self.fetch_budget = self.charges.fetch_budget
+
+        self.appends = appends = Appends(loop, executor, self.waiters, metrics, self.error_code, self.blocking)
+        self.append_stats = appends.stats
+        self.appends_inline = appends.appends_inline
+        self.try_append_inline = appends.try_append_inline
+        self.append_inline = appends.append_inline
+        self.append_later = appends.append_later
+        self.start_append = appends.start_append
+        self.append = appends.append
+        self.append_txn_marker = appends.append_txn_marker
+
+        self.reads = reads = Reads(metrics)
+        self.read = reads.read
+        self.read_isolated = reads.read_isolated
+        self.read_spec = reads.read_spec
+        self.fetch_isolation = reads.fetch_isolation
+        self.last_stable_offset = reads.last_stable_offset
+        self.aborted_transactions = reads.aborted_transactions
+
+        self.long_poll = LongPoll(loop, self.waiters, manager.get_log)
+        self.watch = self.long_poll.watch
+        self.poll = self.long_poll.poll
+        self.wait_for_append = wait_for_append
+
+        # Committed offsets: records of the internal topic's partitions, shared by both protocols.
+        self.offsets = GroupOffsets(registry, self.internal_log,
+                                    metadata_max_bytes=config.offset_metadata_max_bytes,
+                                    on_append=self.notify_threadsafe)
+
+    # ---- client quotas (charges.py) -------------------------------------------------------------
+
+    @property
+    def quotas(self) -> ClientQuotas | None:
+        """The client quotas (broker/quotas.py); None while the broker runs without them."""
+        return self.charges.quotas
+
+    @quotas.setter
+    def quotas(self, quotas: ClientQuotas | None) -> None:
+        self.charges.quotas = quotas
+
+    @property
+    def request_quotas(self) -> bool:
+        """Whether any `request_percentage` quota is set (QuotaCharges.request_quotas)."""
+        return self.charges.request_quotas
+
+    # ---- the executor --------------------------------------------------------------------------
+
+    async def blocking(self, fn: Callable[..., T], *args: Any,
+                       cleanup: Callable[[Any], None] | None = None) -> T:
+        """Run `fn(*args)` in the executor. If the caller is cancelled, the work still
+        completes (it may be an append) and `cleanup` gets its result."""
+        future = self.loop.run_in_executor(self.executor, fn, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if cleanup is not None:
+                future.add_done_callback(
+                    lambda f: cleanup(f.result()) if not f.cancelled() and f.exception() is None else None)
+            raise
+
+    # ---- finding a partition's log -------------------------------------------------------------
+
+    @overload
+    def open_log(self, topic: str, partition: int, *, produce: Literal[True]) -> Log: ...
+
+    @overload
+    def open_log(self, topic: str, partition: int, *, produce: bool = False) -> Log | None: ...
+
+    def open_log(self, topic: str, partition: int, *, produce: bool = False) -> Log | None:
+        """The live log of a partition, on the loop; None for an internal topic's
+        log not created yet (never for a produce, which internal topics refuse
+        first). Raises the StrataError to answer."""
+        if topic not in self._valid_names:
+            validate_topic_name(topic)
+            if len(self._valid_names) >= VALID_NAMES_CACHED:
+                self._valid_names.clear()
+            self._valid_names.add(topic)
+        known = self.registry.get(topic)
+        if known is None or not 0 <= partition < known.partitions:
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
+        if produce and known.internal:
+            raise InvalidTopicError(f"cannot append to internal topic {topic}")
+        partition_log = self.manager.get_log(topic, partition)
+        if partition_log is None and not known.internal:
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
+        return partition_log
+
+    async def partition_log(self, topic: str, partition: int, *, produce: bool = False) -> Log:
+        """`open_log`, creating an internal topic's log on first use (in the executor)."""
+        partition_log = self.open_log(topic, partition, produce=produce)
+        if partition_log is None:
+            partition_log = await self.blocking(self.internal_log, topic, partition)
+        return partition_log
+
+    def live_log(self, topic: str, partition: int) -> Log | None:
+        """The partition's open log now, or None (no such log, or an internal topic's
+        not created yet); no validation, no error (a cheap lookup for keying requests)."""
+        return self.manager.get_log(topic, partition)
+
+    def internal_log(self, topic: str, partition: int) -> Log:
+        """The log of an internal topic's partition, created on first use (blocking)."""
+        return self.manager.get_or_create_log(topic, partition, self.registry.log_config(topic))
+
+    def auto_create_topic(self, topic: str, quota: MutationQuota | None = None) -> None:
+        """Create `topic` with the broker's defaults (auto.create.topics.enable;
+        blocking). A topic another request created meanwhile is fine. `quota` (a
+        permissive one, as Kafka's Metadata passes) counts its partitions against
+        controller_mutation_rate; the Metadata answer is not throttled for it."""
+        with contextlib.suppress(TopicAlreadyExistsError):  # another connection won the race
+            self.registry.create(topic, -1, (), admit=quota.record if quota is not None else None)
+
+    # ---- errors (errors.py) ---------------------------------------------------------------------
+
+    def error_answer(self, error: BaseException, partition_log: Log | None = None) -> tuple[int, str | None]:
+        """`error_code` and `error_reason` of `error`: the code and the words to answer."""
+        code = self.error_code(error, partition_log)
+        return code, error_reason(code, error)
+
+    def error_code(self, error: BaseException, partition_log: Log | None = None) -> int:
+        """The Kafka code to answer for `error`, met while serving `partition_log`
+        (broker/core/errors.py)."""
+        return error_code(error, partition_log, self.manager.get_log)
+
+    # ---- offsets --------------------------------------------------------------------------------
+
+    async def list_offset(self, partition_log: Log, query: OffsetQuery) -> TimestampOffset | None:
+        """The (timestamp, offset) an offset query names (the log's
+        `fetch_offset_by_timestamp`, Kafka's UnifiedLog.fetchOffsetByTimestamp):
+        the log ends from memory, on the loop; a lookup (a timestamp, the largest
+        timestamp) in the executor. None: no record answers it."""
+        kind = query.kind
+        if kind is OffsetKind.TIMESTAMP or kind is OffsetKind.MAX_TIMESTAMP:
+            return await self.blocking(partition_log.fetch_offset_by_timestamp, query.wire_timestamp,
+                                       query.read_committed)
+        return partition_log.fetch_offset_by_timestamp(query.wire_timestamp, query.read_committed)
+
+    # ---- waiting for data (waiting.py) ----------------------------------------------------------
+
+    def subscribe_appends(self, tp: TopicPartition, watcher: AppendWatcher) -> None:
+        """Tell `watcher` of every append to `tp` (and of its deletion, and of
+        shutdown) until `unsubscribe_appends`: one subscription for good instead of
+        an event per read (a fetch session's partitions)."""
+        self.waiters.subscribe(tp, watcher)
+
+    def unsubscribe_appends(self, tp: TopicPartition, watcher: AppendWatcher) -> None:
+        self.waiters.unsubscribe(tp, watcher)
+
+    def notify_threadsafe(self, topic: str, partition: int) -> None:
+        """Wake the long polls of a partition from any thread (after an append)."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
+            self.loop.call_soon_threadsafe(self.waiters.notify, (topic, partition))
+
+    def begin_shutdown(self) -> None:
+        """Answer every long poll now and make new ones answer at once."""
+        self.shutting_down = True
+        self.long_poll.begin_shutdown()
+
+    # ---- partition-level changes of both protocols ----------------------------------------------
+
+    async def remove_topic(self, name: str, quota: MutationQuota | None = None) -> Topic:
+        """Delete a topic: registry and logs, wake its long polls (they answer
+        "unknown" now), tombstone its committed offsets (`offsets`, the shared
+        GroupOffsets). `quota` counts its partitions once the topic is found
+        deletable (controller_mutation_rate). Raises StrataError."""
+        admit = quota.record if quota is not None else None
+        deleted = await self.blocking(lambda: self.registry.delete(name, admit=admit))
+        if self.metrics is not None:
+            self.metrics.forget_topic(deleted.name)
+        for partition in range(deleted.partitions):
+            self.waiters.notify((deleted.name, partition))
+        try:
+            await self.blocking(self.offsets.delete_topic_offsets, deleted.name)
+        except Exception:
+            log.exception("offsets_cleanup_failed", topic=deleted.name)
+        return deleted
+
+    async def delete_records_before(self, partition_log: Log, offset: int) -> int:
+        """Move the log start to `offset` (-1: the log end; never back); returns the
+        log start offset. Raises OffsetOutOfRangeError, and InvalidTopicError for an
+        internal topic (broker/internal_topics.py)."""
+        internal_topics.check_delete_records(partition_log.topic)
+        end, start = partition_log.log_end_offset, partition_log.log_start_offset
+        target = end if offset == -1 else offset
+        if target < 0 or target > end:
+            raise OffsetOutOfRangeError(f"offset {offset} is out of range [{start}, {end}]")
+        if target > start:
+            start = await self.blocking(self._delete_records, partition_log, target)
+        return start
+
+    def _delete_records(self, partition_log: Log, offset: int) -> int:
+        """Executor side: checkpoint the new log start, then move it in memory
+        (LogManager.set_log_start_offset: a failed write changes nothing, an
+        acknowledged deletion survives a crash); then whole segments below the new
+        start go at once, by retention's path (`.deleted`, files after file.delete.delay.ms)."""
+        try:
+            start = self.manager.set_log_start_offset(partition_log, offset)
+        except OSError as e:
+            raise self.manager.io_errors.failed(e, operation="delete records checkpoint",
+                                                log_name=partition_log.name) from None
+        try:
+            partition_log.delete_segments_below_log_start()
+        except Exception:  # the start is durable; the next retention pass tries again
+            log.exception("delete_records_segments_failed", topic=partition_log.topic,
+                          partition=partition_log.partition)
+        return start
