@@ -91,6 +91,10 @@ class OffsetKind(IntEnum):
     LATEST_TIERED = -5  # nothing is tiered: no offset
 
 
+_SPECIAL = (OffsetKind.LATEST, OffsetKind.EARLIEST, OffsetKind.MAX_TIMESTAMP, OffsetKind.EARLIEST_LOCAL,
+            OffsetKind.LATEST_TIERED)  # by -timestamp - 1
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetQuery:
     """One partition's offset lookup (Kafka's ListOffsets partition, native OFFSETS)."""
@@ -101,11 +105,12 @@ class OffsetQuery:
 
     @classmethod
     def of(cls, timestamp: int, *, read_committed: bool = False) -> OffsetQuery:
-        """The query a request's timestamp asks: a special timestamp's kind, else TIMESTAMP.
-        Raises ValueError for a negative timestamp no kind names."""
-        if timestamp >= 0:
-            return cls(OffsetKind.TIMESTAMP, timestamp, read_committed)
-        return cls(OffsetKind(timestamp), timestamp, read_committed)
+        """The query a request's timestamp asks: a special timestamp's kind, else
+        TIMESTAMP (a negative one no kind names included: the first record at or
+        after it, as Kafka's lookup answers)."""
+        if -len(_SPECIAL) <= timestamp < 0:
+            return cls(_SPECIAL[-timestamp - 1], timestamp, read_committed)
+        return cls(OffsetKind.TIMESTAMP, timestamp, read_committed)
 
     @property
     def wire_timestamp(self) -> int:
