@@ -13,7 +13,7 @@ from typing import Any
 
 from storage.file_records import FileSlice
 
-from ..core import READ_COMMITTED, reply_records
+from ..core import READ_COMMITTED, Wait, reply_records
 from ..security.authorizer import Op, Resource
 from . import codec, fetch_response
 from .acls import allowed
@@ -71,8 +71,9 @@ class FetchApi(CoreApiBase):
           the limits (Kafka's minOneMessage); later partitions get whole batches
           that fit (a lone batch over the rest is cut, as Kafka's slice).
         - Answers at once with any error, with >= min_bytes, or when max_wait <= 0;
-          otherwise waits for an append to one of the partitions (either protocol
-          wakes PartitionWaiters), for max_wait, or for shutdown, then reads again.
+          otherwise waits in the core's one long poll (`PartitionService.poll`) for
+          an append to one of the partitions (either protocol wakes it), for
+          max_wait, or for shutdown, then reads again.
         - The records are FileSlices spliced into kio's encoding and sent with sendfile.
         """
         fetch = FetchParams(req, ctx, self.config.fetch_max_bytes)
@@ -80,28 +81,26 @@ class FetchApi(CoreApiBase):
         session = self.fetch_sessions.context(req, ctx.api_version, privileged=fetch.replica >= 0)
         if session.error:
             return self._fetch_refused(ctx, session.error)
-        loop = self.apis.loop
-        deadline = loop.time() + fetch.max_wait_ms / 1000
-        while True:
+
+        async def attempt(may_wait: bool):
             plan = self._fetch_plan(session.topics(), fetch, ctx)
             flat = [t for _, targets in plan for t in targets]
             for t in flat:
                 if t.log is None and not t.error:
                     await self._create_log(t)
-            may_wait = fetch.max_wait_ms > 0 and not self.apis.shutting_down
             events = self._watch(plan, session, may_wait)
             self._read_all(flat, fetch.budget, fetch.isolation_level)  # on the loop, as native FETCH reads
             plan = self._settle_unchanged(plan, session)
-            remaining = deadline - loop.time()
-            if not may_wait or self._fetch_complete(flat, fetch) or remaining <= 0 or not events:
-                break
-            release_reads(flat)
-            await self.partitions.wait_for_append(events, remaining)
-        try:
-            return self._fetch_response(ctx, plan, fetch.read_committed, session)
-        except BaseException:
-            release_reads(flat)
-            raise
+            if may_wait and events and not self._fetch_complete(flat, fetch):
+                release_reads(flat)
+                return Wait(events)
+            try:
+                return self._fetch_response(ctx, plan, fetch.read_committed, session)
+            except BaseException:
+                release_reads(flat)
+                raise
+
+        return await self.partitions.poll(attempt, fetch.max_wait_ms)
 
     def fetch_now(self, req, ctx):
         """Fetch without waiting (the fast path, KafkaApis.handle_now): the answer

@@ -6,9 +6,11 @@ Contract:
   `FileSlice` the server sends with sendfile; from version 2 on the answer
   carries the high watermark, the last stable offset and the aborted list
   (`PartitionService.fetch_isolation`) before the message set.
-- Long-poll FETCH: at the log end with maxWaitMs > 0 the request waits for an
-  append to the partition (`PartitionService.wait_for_append`), for the timeout,
-  or for shutdown; then it answers what is there (possibly an empty set).
+- Long-poll FETCH: at the log end with maxWaitMs > 0 the request waits in the
+  core's one long poll (`PartitionService.poll`, broker/core/waiting.py) for an
+  append to the partition, for the timeout, or for shutdown; then it answers what
+  is there (possibly an empty set); a topic deleted meanwhile answers
+  UNKNOWN_TOPIC_OR_PARTITION.
   MULTIFETCH never waits.
 - `fetch_now(frame, session)` is the fast path's FETCH (through
   `SessionHandlers.handle_now`): the answer when there is data or nothing to wait for,
@@ -31,7 +33,7 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
 
 from __future__ import annotations
 
-from kafka_format.errors import InvalidRequestError, StrataError, UnknownTopicOrPartitionError
+from kafka_format.errors import InvalidRequestError, StrataError
 from protocol import (
     ErrorCode,
     FetchRequest,
@@ -47,7 +49,7 @@ from storage.file_records import FileSlice
 from storage.log import Log
 
 from ..connection import Reply
-from ..core import release_all
+from ..core import Wait, release_all
 from ..security.authorizer import Op, Resource
 from .base import NativeApiBase
 from .session import NativeSession
@@ -75,22 +77,16 @@ class FetchApi(NativeApiBase):
         partitions = self.partitions
         tp = (req.topic, req.partition)
         partition_log = await partitions.partition_log(req.topic, req.partition)
-        deadline = None
-        while True:
+
+        async def attempt(may_wait: bool) -> Reply | Wait:
             # Take the event before looking at the log end: an append that moves the
             # end after this point sets this very event.
-            event = partitions.watch(tp) if req.max_wait_ms > 0 else None
-            if self._nothing_to_read(partition_log, req, session):
-                if event is None or partitions.shutting_down:
-                    return self._fetch_answer(partition_log, req, session)
-                if deadline is None:
-                    deadline = self.loop.time() + req.max_wait_ms / 1000
-                if not await partitions.wait_for_append([event], deadline - self.loop.time()):
-                    return self._fetch_answer(partition_log, req, session)
-                if partitions.manager.get_log(*tp) is not partition_log:
-                    raise UnknownTopicOrPartitionError(f"{req.topic}-{req.partition} was deleted")
-                continue
+            event = partitions.watch(tp) if may_wait else None
+            if event is not None and self._nothing_to_read(partition_log, req, session):
+                return Wait([event], (partition_log,))
             return self._fetch_answer(partition_log, req, session)
+
+        return await partitions.poll(attempt, req.max_wait_ms)
 
     @staticmethod
     def _nothing_to_read(partition_log: Log, req: FetchRequest, session: NativeSession) -> bool:
