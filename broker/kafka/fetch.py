@@ -14,6 +14,7 @@ from typing import Any
 from storage.file_records import FileSlice
 
 from ..core import READ_COMMITTED, Wait, reply_records
+from ..core.limits import fetch_cap
 from ..security.authorizer import Op, Resource
 from . import codec, fetch_response
 from .acls import allowed
@@ -23,7 +24,7 @@ from .core_api import CoreApiBase, E, Target, release_reads
 from .fetch_response import PartitionRow
 from .fetch_sessions import FetchContext, FetchSessions
 
-INT32_MAX = 2**31 - 1
+FETCH_FRAMING = 1 << 20  # room a Fetch answer keeps for everything but its records
 
 
 def _aborted(AbortedR: type | None, aborted) -> tuple:
@@ -46,7 +47,7 @@ class FetchParams:
         self.by_id = ctx.api_version >= 13
         self.max_wait_ms = int(req.max_wait.total_seconds() * 1000)
         self.min_bytes = req.min_bytes
-        self.budget = min(req.max_bytes if req.max_bytes >= 0 else 0, fetch_max_bytes, INT32_MAX - (1 << 20))
+        self.budget = fetch_cap(req.max_bytes, fetch_max_bytes, FETCH_FRAMING)
         self.isolation_level = getattr(req, "isolation_level", 0)
         self.read_committed = self.isolation_level == READ_COMMITTED
 

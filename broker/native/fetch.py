@@ -50,13 +50,14 @@ from storage.log import Log
 
 from ..connection import Reply
 from ..core import Wait, release_all
+from ..core.limits import fetch_cap
 from ..security.authorizer import Op, Resource
 from .base import NativeApiBase
 from .session import NativeSession
 
-INT32_MAX = 2**31 - 1
 HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend
 ISOLATION_LEVELS = frozenset(int(level) for level in IsolationLevel)
+FETCH_FRAMING = 2  # what a FETCH or MULTIFETCH answer's int32 size counts beside its parts
 FETCH_V2_OFFSETS_BYTES = 28  # a version-2 FETCH answer's highWatermark, lastStableOffset, logStartOffset, abortedCount
 
 
@@ -102,8 +103,8 @@ class FetchApi(NativeApiBase):
         """A FETCH's answer from what the log holds now (no waiting): the message set,
         after the offsets and the aborted list from version 2 on."""
         v2 = session.version >= 2
-        max_bytes = self.partitions.fetch_budget(session.context, session.client_id, min(
-            req.max_bytes, self.config.fetch_max_bytes, INT32_MAX - 2 - (FETCH_V2_OFFSETS_BYTES if v2 else 0)))
+        max_bytes = self.partitions.fetch_budget(session.context, session.client_id, fetch_cap(
+            req.max_bytes, self.config.fetch_max_bytes, FETCH_FRAMING + (FETCH_V2_OFFSETS_BYTES if v2 else 0)))
         try:
             isolated = self.partitions.read_isolated(partition_log, req.offset, max_bytes,
                                                      req.isolation_level if v2 else IsolationLevel.READ_UNCOMMITTED)
@@ -172,7 +173,8 @@ class FetchApi(NativeApiBase):
                 targets.append(e.code)
         # The whole answer must fit an int32 size (and fetch.max.bytes).
         budget = partitions.fetch_budget(session.context, session.client_id,
-                                         min(self.config.fetch_max_bytes, INT32_MAX - 2 - HEADER_SIZE * len(req.items)))
+                                         fetch_cap(self.config.fetch_max_bytes, self.config.fetch_max_bytes,
+                                                   FETCH_FRAMING + HEADER_SIZE * len(req.items)))
         results: list[tuple[int, FileSlice | None]] = []
         try:
             for item, target in zip(req.items, targets, strict=True):

@@ -81,6 +81,7 @@ from protocol import (
 
 from ..connection import CloseConnection, PerConnection, Reply
 from ..core import PartitionService
+from ..core.authorization import may_create_topic
 from ..listeners import ConnectionContext
 from ..log_limiter import BadRequestLog
 from ..security.authorizer import (
@@ -193,8 +194,7 @@ class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, Handshak
                 raise ClusterAuthorizationError(f"not authorized to {operation.name} the cluster's ACLs")
             return frozenset()
         if isinstance(request, CreateTopicRequest):
-            if not (may(conn, Op.CREATE, Resource.CLUSTER, CLUSTER_NAME)
-                    or may(conn, Op.CREATE, Resource.TOPIC, request.topic)):
+            if not may_create_topic(self.authorizer, conn, request.topic):
                 raise TopicAuthorizationError(f"not authorized to create topic {request.topic!r}")
             return frozenset()
         needed = TOPIC_OPERATIONS.get(type(request))
