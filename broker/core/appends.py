@@ -34,11 +34,11 @@ import structlog
 
 from kafka_format.errors import StrataError
 from protocol import ErrorCode
-from storage.log import AppendResult, Log
+from storage.log import AppendResult
 
 from ..metrics import BrokerMetrics
 from .errors import strata_error
-from .types import AppendOutcome
+from .types import AppendOutcome, PartitionLog
 from .waiting import PartitionWaiters
 
 T = TypeVar("T")
@@ -100,7 +100,7 @@ class Appender(Generic[T]):
 
     __slots__ = ("appends", "partition_log", "_items", "_lock", "_running")
 
-    def __init__(self, appends: Appends, partition_log: Log):
+    def __init__(self, appends: Appends, partition_log: PartitionLog):
         self.appends = appends
         self.partition_log = partition_log
         self._items: deque[tuple[Any, asyncio.Future, Answer]] = deque()
@@ -177,10 +177,10 @@ class Appends:
         self.error_code = error_code  # (error, log) -> the Kafka code to answer
         self.blocking = blocking  # the executor, for work a cancelled caller never cancels
         self.stats = AppendStats()
-        self._appenders: dict[Log, Appender] = {}  # logs with executor appends queued or running
+        self._appenders: dict[PartitionLog, Appender] = {}  # logs with executor appends queued or running
         self._inline_backoff_until = 0.0  # loop.time() before which large appends use the executor
 
-    def appends_inline(self, partition_log: Log, size: int, *, ordered_by_caller: bool = False) -> bool:
+    def appends_inline(self, partition_log: PartitionLog, size: int, *, ordered_by_caller: bool = False) -> bool:
         """The policy: an append of `size` bytes runs on the loop when no fsync is due,
         it is at most INLINE_APPEND_MAX_BYTES, or at most LARGE_INLINE_APPEND_MAX_BYTES
         outside a slow-disk back-off, and no earlier append of the partition is still
@@ -195,7 +195,7 @@ class Appends:
         return partition_log.config.flush_messages == LONG_MAX and (
             ordered_by_caller or partition_log not in self._appenders)
 
-    def try_append_inline(self, partition_log: Log, data: Any) -> AppendResult | None:
+    def try_append_inline(self, partition_log: PartitionLog, data: Any) -> AppendResult | None:
         """Append `data` on the loop if the policy allows (`appends_inline`), waking
         long polls; None, with nothing done, when it belongs in the executor
         (`append_later`). Raises StrataError."""
@@ -203,7 +203,7 @@ class Appends:
             return None
         return self.append_inline(partition_log, data)
 
-    def append_inline(self, partition_log: Log, data: Any) -> AppendResult:
+    def append_inline(self, partition_log: PartitionLog, data: Any) -> AppendResult:
         """Append on the loop, the policy already consulted (`appends_inline`; a
         request that checked every partition first appends them all here). Wakes
         long polls; a slow append starts the back-off. Raises StrataError."""
@@ -228,7 +228,7 @@ class Appends:
         self.waiters.notify((partition_log.topic, partition_log.partition))
         return result
 
-    def append_later(self, partition_log: Log, data: Any, answer: Answer[T]) -> asyncio.Future[T]:
+    def append_later(self, partition_log: PartitionLog, data: Any, answer: Answer[T]) -> asyncio.Future[T]:
         """Queue `data` on the partition's appender (the executor), behind every
         append queued before it; the future (never failing) resolves to
         `answer(result, error_code, error)`, called on the executor thread."""
@@ -240,7 +240,7 @@ class Appends:
         appender.submit(data, future, answer)
         return future
 
-    def start_append(self, partition_log: Log, data: Any, answer: Answer[T]) -> asyncio.Future[T] | T:
+    def start_append(self, partition_log: PartitionLog, data: Any, answer: Answer[T]) -> asyncio.Future[T] | T:
         """The one append policy: the answer at once when the append ran inline (or
         failed), else the future of it from the executor (`append_later`)."""
         try:
@@ -251,14 +251,14 @@ class Appends:
             return self.append_later(partition_log, data, answer)
         return answer(result, ErrorCode.NONE, None)
 
-    async def append(self, partition_log: Log, data: Any, answer: Answer[T]) -> T:
+    async def append(self, partition_log: PartitionLog, data: Any, answer: Answer[T]) -> T:
         """`start_append`, awaited."""
         started = self.start_append(partition_log, data, answer)
         if isinstance(started, asyncio.Future):
             return await started
         return started
 
-    async def append_txn_marker(self, partition_log: Log, producer_id: int, producer_epoch: int,
+    async def append_txn_marker(self, partition_log: PartitionLog, producer_id: int, producer_epoch: int,
                                 coordinator_epoch: int, commit: bool) -> AppendResult:
         """Write a COMMIT (`commit`) or ABORT marker closing the producer's transaction
         on the partition (storage: Log.append_txn_marker), on the loop when the append

@@ -16,11 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from storage.file_records import FileSlice
-from storage.log import Log
 from storage.txn_index import AbortedTxn
 
 from ..metrics import BrokerMetrics
-from .types import READ_COMMITTED, READ_UNCOMMITTED, FetchIsolation, FetchSpec, IsolatedRead
+from .types import READ_COMMITTED, READ_UNCOMMITTED, FetchIsolation, FetchSpec, IsolatedRead, PartitionLog
 
 # A read of up to this size goes into a reply as bytes (one pread, the slice
 # released) rather than as a FileSlice for sendfile: a slice costs a send of the
@@ -58,7 +57,7 @@ class Reads:
     def __init__(self, metrics: BrokerMetrics | None):
         self.metrics = metrics
 
-    def read(self, partition_log: Log, offset: int, max_bytes: int, *,
+    def read(self, partition_log: PartitionLog, offset: int, max_bytes: int, *,
              min_one_message: bool = False, isolation_level: int = READ_UNCOMMITTED) -> FileSlice:
         """Up to `max_bytes` of whole batches from `offset`, on the loop (the caller
         releases the slice, or the connection does once sent); READ_COMMITTED stops at
@@ -75,7 +74,7 @@ class Reads:
         counters.read(found.length)
         return found
 
-    def fetch_isolation(self, partition_log: Log, isolation_level: int, fetch_offset: int,
+    def fetch_isolation(self, partition_log: PartitionLog, isolation_level: int, fetch_offset: int,
                         found: FileSlice | None) -> FetchIsolation:
         """The last stable offset of `partition_log` and, under READ_COMMITTED, the
         aborted transactions with data in `found` (read from `fetch_offset` by `read`
@@ -88,18 +87,18 @@ class Reads:
                                          for a in partition_log.aborted_transactions(fetch_offset, upper)))
 
     @staticmethod
-    def last_stable_offset(partition_log: Log) -> int:
+    def last_stable_offset(partition_log: PartitionLog) -> int:
         """The partition's last stable offset: the first offset of its oldest open
         transaction, else the log end (the high watermark, on one node)."""
         return partition_log.last_stable_offset
 
     @staticmethod
-    def aborted_transactions(partition_log: Log, start: int, end: int) -> list[AbortedTxn]:
+    def aborted_transactions(partition_log: PartitionLog, start: int, end: int) -> list[AbortedTxn]:
         """The aborted transactions that overlap offsets [start, end) (Kafka's
         collectAbortedTransactions), each with its producer id and first offset."""
         return partition_log.aborted_transactions(start, end)
 
-    def read_isolated(self, partition_log: Log, offset: int, max_bytes: int, isolation_level: int, *,
+    def read_isolated(self, partition_log: PartitionLog, offset: int, max_bytes: int, isolation_level: int, *,
                       min_one_message: bool = False) -> IsolatedRead:
         """The isolated read of one partition, on the loop: the records (`read` at the
         level), the high watermark, the last stable offset and, under
@@ -115,7 +114,7 @@ class Reads:
         aborted = isolation.aborted if isolation_level == READ_COMMITTED else None
         return IsolatedRead(found, end, isolation.last_stable_offset, aborted)
 
-    def read_spec(self, partition_log: Log, spec: FetchSpec) -> IsolatedRead:
+    def read_spec(self, partition_log: PartitionLog, spec: FetchSpec) -> IsolatedRead:
         """`read_isolated` of a FetchSpec."""
         return self.read_isolated(partition_log, spec.offset, spec.max_bytes, spec.isolation_level,
                                   min_one_message=spec.min_one_message)

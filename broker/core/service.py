@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, cast, overload
 
 import structlog
 
@@ -43,6 +43,7 @@ from kafka_format.errors import (
 from kafka_format.topic_names import validate_topic_name
 from storage.log import Log
 from storage.manager import LogManager
+from storage.producer_state import ProducerStateEntry
 
 from .. import internal_topics
 from ..config import BrokerConfig
@@ -55,7 +56,7 @@ from .appends import Appends
 from .charges import QuotaCharges
 from .errors import error_code, error_reason
 from .reads import Reads
-from .types import OffsetKind, OffsetQuery, TimestampOffset, TopicPartition
+from .types import OffsetKind, OffsetQuery, PartitionLog, TimestampOffset, TopicPartition
 from .waiting import AppendWatcher, LongPoll, PartitionWaiters, wait_for_append
 
 T = TypeVar("T")
@@ -107,6 +108,9 @@ class PartitionService:
         self.last_stable_offset = reads.last_stable_offset
         self.aborted_transactions = reads.aborted_transactions
 
+        # The partition's open log now, or None (no such log, or an internal topic's not
+        # created yet); no validation, no error: a cheap lookup for keying requests.
+        self.live_log: Callable[[str, int], PartitionLog | None] = manager.get_log
         self.long_poll = LongPoll(loop, self.waiters, manager.get_log)
         self.watch = self.long_poll.watch
         self.poll = self.long_poll.poll
@@ -151,12 +155,12 @@ class PartitionService:
     # ---- finding a partition's log -------------------------------------------------------------
 
     @overload
-    def open_log(self, topic: str, partition: int, *, produce: Literal[True]) -> Log: ...
+    def open_log(self, topic: str, partition: int, *, produce: Literal[True]) -> PartitionLog: ...
 
     @overload
-    def open_log(self, topic: str, partition: int, *, produce: bool = False) -> Log | None: ...
+    def open_log(self, topic: str, partition: int, *, produce: bool = False) -> PartitionLog | None: ...
 
-    def open_log(self, topic: str, partition: int, *, produce: bool = False) -> Log | None:
+    def open_log(self, topic: str, partition: int, *, produce: bool = False) -> PartitionLog | None:
         """The live log of a partition, on the loop; None for an internal topic's
         log not created yet (never for a produce, which internal topics refuse
         first). Raises the StrataError to answer."""
@@ -175,17 +179,12 @@ class PartitionService:
             raise UnknownTopicOrPartitionError(f"unknown topic or partition {topic}-{partition}")
         return partition_log
 
-    async def partition_log(self, topic: str, partition: int, *, produce: bool = False) -> Log:
+    async def partition_log(self, topic: str, partition: int, *, produce: bool = False) -> PartitionLog:
         """`open_log`, creating an internal topic's log on first use (in the executor)."""
-        partition_log = self.open_log(topic, partition, produce=produce)
-        if partition_log is None:
-            partition_log = await self.blocking(self.internal_log, topic, partition)
-        return partition_log
-
-    def live_log(self, topic: str, partition: int) -> Log | None:
-        """The partition's open log now, or None (no such log, or an internal topic's
-        not created yet); no validation, no error (a cheap lookup for keying requests)."""
-        return self.manager.get_log(topic, partition)
+        found = self.open_log(topic, partition, produce=produce)
+        if found is None:
+            return await self.blocking(self.internal_log, topic, partition)
+        return found
 
     def internal_log(self, topic: str, partition: int) -> Log:
         """The log of an internal topic's partition, created on first use (blocking)."""
@@ -201,19 +200,20 @@ class PartitionService:
 
     # ---- errors (errors.py) ---------------------------------------------------------------------
 
-    def error_answer(self, error: BaseException, partition_log: Log | None = None) -> tuple[int, str | None]:
+    def error_answer(self, error: BaseException,
+                     partition_log: PartitionLog | None = None) -> tuple[int, str | None]:
         """`error_code` and `error_reason` of `error`: the code and the words to answer."""
         code = self.error_code(error, partition_log)
         return code, error_reason(code, error)
 
-    def error_code(self, error: BaseException, partition_log: Log | None = None) -> int:
+    def error_code(self, error: BaseException, partition_log: PartitionLog | None = None) -> int:
         """The Kafka code to answer for `error`, met while serving `partition_log`
         (broker/core/errors.py)."""
         return error_code(error, partition_log, self.manager.get_log)
 
     # ---- offsets --------------------------------------------------------------------------------
 
-    async def list_offset(self, partition_log: Log, query: OffsetQuery) -> TimestampOffset | None:
+    async def list_offset(self, partition_log: PartitionLog, query: OffsetQuery) -> TimestampOffset | None:
         """The (timestamp, offset) an offset query names (the log's
         `fetch_offset_by_timestamp`, Kafka's UnifiedLog.fetchOffsetByTimestamp):
         the log ends from memory, on the loop; a lookup (a timestamp, the largest
@@ -223,6 +223,18 @@ class PartitionService:
             return await self.blocking(partition_log.fetch_offset_by_timestamp, query.wire_timestamp,
                                        query.read_committed)
         return partition_log.fetch_offset_by_timestamp(query.wire_timestamp, query.read_committed)
+
+    # ---- transactions and producers -------------------------------------------------------------
+
+    @staticmethod
+    def in_transaction(partition_log: PartitionLog, producer_id: int) -> bool:
+        """Whether the producer has a transaction open on the partition."""
+        return producer_id in partition_log.producer_state.ongoing
+
+    @staticmethod
+    def active_producers(partition_log: PartitionLog) -> list[tuple[int, ProducerStateEntry]]:
+        """The partition's producers by id, each with its state (DescribeProducers)."""
+        return sorted(list(partition_log.producer_state.producers.items()))
 
     # ---- waiting for data (waiting.py) ----------------------------------------------------------
 
@@ -264,7 +276,7 @@ class PartitionService:
             log.exception("offsets_cleanup_failed", topic=deleted.name)
         return deleted
 
-    async def delete_records_before(self, partition_log: Log, offset: int) -> int:
+    async def delete_records_before(self, partition_log: PartitionLog, offset: int) -> int:
         """Move the log start to `offset` (-1: the log end; never back); returns the
         log start offset. Raises OffsetOutOfRangeError, and InvalidTopicError for an
         internal topic (broker/internal_topics.py)."""
@@ -277,13 +289,13 @@ class PartitionService:
             start = await self.blocking(self._delete_records, partition_log, target)
         return start
 
-    def _delete_records(self, partition_log: Log, offset: int) -> int:
+    def _delete_records(self, partition_log: PartitionLog, offset: int) -> int:
         """Executor side: checkpoint the new log start, then move it in memory
         (LogManager.set_log_start_offset: a failed write changes nothing, an
         acknowledged deletion survives a crash); then whole segments below the new
         start go at once, by retention's path (`.deleted`, files after file.delete.delay.ms)."""
         try:
-            start = self.manager.set_log_start_offset(partition_log, offset)
+            start = self.manager.set_log_start_offset(cast(Log, partition_log), offset)
         except OSError as e:
             raise self.manager.io_errors.failed(e, operation="delete records checkpoint",
                                                 log_name=partition_log.name) from None

@@ -7,20 +7,24 @@ protocols' adapters hand the core and get back from it.
   ListOffsetsRequest special timestamps), answered by `Log.fetch_offset_by_timestamp`.
 - `AppendOutcome`: what an append answers (its result, the error code, the error).
 - `IsolatedRead`: a read at an isolation level with its aborted transactions.
-- `PartitionLog`: what an adapter may see of a partition's log (its offsets and
-  its name), the storage side of the core that tests fake (tests/broker/core/).
+- `PartitionLog`: a partition's log as the core sees it, the storage side of the
+  core that tests fake (tests/broker/core/); adapters read its name and offsets.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from kafka_format.errors import StrataError
+from storage.config import LogConfig
 from storage.file_records import FileSlice
 from storage.log import AppendResult
+from storage.producer_state import ProducerStateEntry
 from storage.segment import TimestampOffset
+from storage.txn_index import AbortedTxn
 
 TopicPartition = tuple[str, int]
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1  # Kafka's IsolationLevel ids (Fetch, ListOffsets, native FETCH v2)
@@ -29,15 +33,34 @@ READ_UNCOMMITTED, READ_COMMITTED = 0, 1  # Kafka's IsolationLevel ids (Fetch, Li
 RecordSlice = FileSlice
 
 
+class ProducerStates(Protocol):
+    """What the core reads of a partition's producer state (storage/producer_state.py)."""
+
+    @property
+    def producers(self) -> Mapping[int, ProducerStateEntry]: ...
+
+    @property
+    def ongoing(self) -> Mapping[int, int]: ...  # producer id -> first offset of its open transaction
+
+
 class PartitionLog(Protocol):
-    """What the adapters see of a partition's log: its name and offsets, read on
-    the loop. Everything else (appends, reads, lookups) goes through the core."""
+    """A partition's log as the core sees it: the storage-facing protocol of the
+    core (storage/log.py's Log implements it; tests/broker/core/ fakes it in
+    memory). The adapters hold these to hand back to the core and read only the
+    name and the offsets (`topic`, `partition`, `log_end_offset`,
+    `log_start_offset`, `last_stable_offset`) of them."""
 
     @property
     def topic(self) -> str: ...
 
     @property
     def partition(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config(self) -> LogConfig: ...
 
     @property
     def log_end_offset(self) -> int: ...
@@ -47,6 +70,25 @@ class PartitionLog(Protocol):
 
     @property
     def last_stable_offset(self) -> int: ...
+
+    @property
+    def producer_state(self) -> ProducerStates: ...
+
+    def append(self, data: Any, *, in_place: bool = False) -> AppendResult: ...
+
+    def append_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                          commit: bool) -> AppendResult: ...
+
+    def read(self, offset: int, max_bytes: int, min_one_message: bool = False,
+             max_offset: int | None = None) -> FileSlice: ...
+
+    def fetch_upper_bound(self, offset: int, found: FileSlice, limit: int) -> int: ...
+
+    def aborted_transactions(self, start: int, upper_bound: int) -> list[AbortedTxn]: ...
+
+    def fetch_offset_by_timestamp(self, timestamp: int, read_committed: bool = False) -> TimestampOffset | None: ...
+
+    def delete_segments_below_log_start(self) -> Any: ...
 
 
 class FetchSpec(NamedTuple):

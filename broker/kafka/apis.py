@@ -45,10 +45,9 @@ from kio.schema.errors import ErrorCode
 
 from kafka_format.errors import StrataError
 from protocol import ProtocolError
-from storage.log import Log
 
 from ..connection import CloseConnection, FastPath
-from ..core import PartitionService
+from ..core import PartitionLog, PartitionService
 from ..dynamic_broker_configs import DynamicBrokerConfigs
 from ..group_configs import GroupConfigs
 from ..handler_clock import HandlerClock
@@ -261,7 +260,7 @@ class KafkaApis(FastPath):
         """Run blocking storage work in the executor (PartitionService.blocking)."""
         return await self.partitions.blocking(fn, *args, cleanup=cleanup)
 
-    async def log_for(self, topic: str, partition: int, *, produce: bool = False) -> Log:
+    async def log_for(self, topic: str, partition: int, *, produce: bool = False) -> PartitionLog:
         """The live Log of a partition or the StrataError to answer."""
         return await self.partitions.partition_log(topic, partition, produce=produce)
 

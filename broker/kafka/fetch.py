@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from storage.file_records import FileSlice
-
-from ..core import READ_COMMITTED, Wait, reply_records
+from ..core import READ_COMMITTED, RecordSlice, Wait, reply_records
 from ..core.limits import fetch_cap
 from ..security.authorizer import Op, Resource
 from . import codec, fetch_response
@@ -301,7 +299,7 @@ class FetchApi(CoreApiBase):
                      last_stable_offset=row.last_stable_offset, log_start_offset=row.log_start_offset,
                      aborted_transactions=None if row.aborted is None else _aborted(AbortedR, row.aborted),
                      preferred_read_replica=-1,
-                     records=splicer.marker(row.records) if isinstance(row.records, FileSlice) else row.records)
+                     records=splicer.marker(row.records) if isinstance(row.records, RecordSlice) else row.records)
                 for row in rows)
             responses.append(make(TopicR, topic=getattr(topic, "topic", None),
                                   topic_id=getattr(topic, "topic_id", None), partitions=parts))
@@ -315,5 +313,5 @@ class FetchApi(CoreApiBase):
 def _release_rows(topics: list[tuple[Any, list[PartitionRow]]]) -> None:
     for _, rows in topics:
         for row in rows:
-            if isinstance(row.records, FileSlice):
+            if isinstance(row.records, RecordSlice):
                 row.records.release()

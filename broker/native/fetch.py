@@ -3,7 +3,7 @@
 Contract:
 - FETCH reads on the loop through the partition service
   (`PartitionService.read_isolated`) and answers the message set as a
-  `FileSlice` the server sends with sendfile; from version 2 on the answer
+  `RecordSlice` the server sends with sendfile; from version 2 on the answer
   carries the high watermark, the last stable offset and the aborted list
   (`PartitionService.fetch_isolation`) before the message set.
 - Long-poll FETCH: at the log end with maxWaitMs > 0 the request waits in the
@@ -15,7 +15,7 @@ Contract:
 - `fetch_now(frame, session)` is the fast path's FETCH (through
   `SessionHandlers.handle_now`): the answer when there is data or nothing to wait for,
   else None with nothing done.
-- A cancelled handler (the connection died) never leaks a FileSlice: results
+- A cancelled handler (the connection died) never leaks a RecordSlice: results
   that arrive after the cancellation are released.
 
 Decisions where the spec is silent (Kafka's behaviour unless noted):
@@ -45,11 +45,9 @@ from protocol import (
     multifetch_response_parts,
     parse_request,
 )
-from storage.file_records import FileSlice
-from storage.log import Log
 
 from ..connection import Reply
-from ..core import Wait, release_all
+from ..core import PartitionLog, RecordSlice, Wait, release_all
 from ..core.limits import fetch_cap
 from ..security.authorizer import Op, Resource
 from .base import NativeApiBase
@@ -90,7 +88,7 @@ class FetchApi(NativeApiBase):
         return await partitions.poll(attempt, req.max_wait_ms)
 
     @staticmethod
-    def _nothing_to_read(partition_log: Log, req: FetchRequest, session: NativeSession) -> bool:
+    def _nothing_to_read(partition_log: PartitionLog, req: FetchRequest, session: NativeSession) -> bool:
         """Whether a FETCH has nothing to read now: its offset is the log end, or under
         read_committed (version 2) at or past the last stable offset (up to the log end;
         a marker that moves the LSO wakes the long poll, as an append does)."""
@@ -99,7 +97,7 @@ class FetchApi(NativeApiBase):
         return (session.version >= 2 and req.isolation_level == IsolationLevel.READ_COMMITTED
                 and partition_log.last_stable_offset <= req.offset < partition_log.log_end_offset)
 
-    def _fetch_answer(self, partition_log: Log, req: FetchRequest, session: NativeSession) -> Reply:
+    def _fetch_answer(self, partition_log: PartitionLog, req: FetchRequest, session: NativeSession) -> Reply:
         """A FETCH's answer from what the log holds now (no waiting): the message set,
         after the offsets and the aborted list from version 2 on."""
         v2 = session.version >= 2
@@ -159,7 +157,7 @@ class FetchApi(NativeApiBase):
     async def multifetch(self, req: MultiFetchRequest, session: NativeSession,
                          denied: frozenset[int] = frozenset()) -> Reply:
         partitions = self.partitions
-        targets: list[Log | int] = []
+        targets: list[PartitionLog | int] = []
         for index, item in enumerate(req.items):
             if index in denied:
                 targets.append(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -175,10 +173,10 @@ class FetchApi(NativeApiBase):
         budget = partitions.fetch_budget(session.context, session.client_id,
                                          fetch_cap(self.config.fetch_max_bytes, self.config.fetch_max_bytes,
                                                    FETCH_FRAMING + HEADER_SIZE * len(req.items)))
-        results: list[tuple[int, FileSlice | None]] = []
+        results: list[tuple[int, RecordSlice | None]] = []
         try:
             for item, target in zip(req.items, targets, strict=True):
-                if not isinstance(target, Log):
+                if isinstance(target, int):
                     results.append((target, None))
                     continue
                 try:

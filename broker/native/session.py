@@ -34,10 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 from kafka_format.errors import InvalidRequestError, StrataError
 from protocol import PROTOCOL_VERSION, ErrorCode, RequestType, error_response, produce_response
-from storage.log import AppendResult
 
 from ..connection import CloseAfterReply, FastPath, Frame, Reply
-from ..core import INLINE_APPEND_MAX_BYTES, error_reason
+from ..core import INLINE_APPEND_MAX_BYTES, AppendResult, error_reason
 from ..handler_clock import HandlerClock
 from ..listeners import ConnectionContext
 from ..security.sasl import sasl_failure_delay

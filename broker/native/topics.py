@@ -109,7 +109,7 @@ class TopicsApi(NativeApiBase):
                 continue
             partitions = []
             for partition in range(known.partitions):
-                partition_log = self.partitions.manager.get_log(name, partition)
+                partition_log = self.partitions.live_log(name, partition)
                 start, end = ((0, 0) if partition_log is None
                               else (partition_log.log_start_offset, partition_log.log_end_offset))
                 partitions.append(PartitionMetadata(partition, start, end))
