@@ -2,8 +2,13 @@
 broker/quotas.py).
 
 The charge rule, once for both protocols: a produce or fetch request is charged
-once, after its handler ran, with its bytes and its handler's time (`throttle`
-kind produce or fetch); any other request with its handler's time (kind request).
+once, after its handler ran, with its record bytes and its handler's time
+(`throttle` kind produce or fetch): a produce (Kafka Produce, native PRODUCE and
+MULTIPRODUCE) its record batches' bytes, as Kafka's produce quota counted the
+bytes appended; a fetch (Kafka Fetch, native FETCH and MULTIFETCH) the record
+bytes it answers (Kafka's fetch quota counts the whole response; the framing
+around the records is not counted). Any other request is charged its handler's
+time (kind request) while a request_percentage quota is set.
 A throttled fetch is answered empty (KIP-219) and its bytes are taken back
 (Kafka's unrecordQuotaSensor). Mutations (CreateTopics, CreatePartitions,
 DeleteTopics; native CREATE_TOPIC, DELETE_TOPIC) count partitions against

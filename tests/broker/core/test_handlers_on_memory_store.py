@@ -11,13 +11,16 @@ from kio.index import load_request_schema, load_response_schema
 
 from broker.core import OffsetKind, OffsetQuery
 from broker.kafka.codec import make, nested
+from broker.native.session import produce_record_bytes
 from kafka_format import build_batch
 from protocol import (
     ErrorCode,
     FetchRequest,
     HandshakeRequest,
     IsolationLevel,
+    MultiProduceRequest,
     OffsetsRequest,
+    ProduceItem,
     ProduceRequest,
     encode_request,
     parse_response,
@@ -196,3 +199,11 @@ def test_an_offset_query_names_its_kind_by_kafkas_special_timestamps():
     assert OffsetQuery.of(-9).kind is OffsetKind.TIMESTAMP  # no special timestamp: a lookup, as Kafka's
     assert OffsetQuery.of(-3).wire_timestamp == -3 and OffsetQuery.of(42).wire_timestamp == 42
 
+
+
+def test_a_native_produce_is_charged_its_record_bytes_as_a_kafka_produce():
+    one, two = build_batch([(None, b"a" * 10)]), build_batch([(None, b"b" * 30)])
+    assert produce_record_bytes(encode_request(ProduceRequest("topic", 0, one))[4:], 1) == len(one)
+    multi = MultiProduceRequest((ProduceItem("t", 0, one), ProduceItem("u", 3, two)))
+    assert produce_record_bytes(encode_request(multi)[4:], 1) == len(one) + len(two)
+    assert produce_record_bytes(b"\x00\x00garbage", 1) == 0
