@@ -5,8 +5,9 @@ Contract:
   take no lock: they use a snapshot of the segment list and of the log end, so
   they never see a half-written entry nor an entry past the log end.
 - Every call is a bounded piece of blocking work (one validated message set, one
-  fsync, one segment scan). The broker runs them in an executor so that one
-  partition's big append never stalls the event loop.
+  fsync, one segment scan). The broker decides where each runs (broker/core/:
+  reads and small appends with no fsync due on its event loop, the rest in an
+  executor).
 - `append` returns only after the data is written (and fsynced when
   `flush.messages` says so): an acknowledged append survives a process crash.
 - An OSError of an append or a flush (disk full, I/O error) raises
