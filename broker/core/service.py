@@ -186,6 +186,19 @@ class PartitionService:
             return await self.blocking(self.internal_log, topic, partition)
         return found
 
+    def all_logs(self) -> list[PartitionLog]:
+        """Every partition log open on the broker, internal topics' included."""
+        return list(self.manager.logs())
+
+    def log_sizes(self) -> list[tuple[str, int, int]]:
+        """(topic, partition, bytes) of every partition log: the sum of its segments' sizes."""
+        return [(found.topic, found.partition, found.size_in_bytes) for found in self.manager.logs()]
+
+    @property
+    def data_dir(self) -> str:
+        """The one log directory (the data directory)."""
+        return self.manager.data_dir
+
     def internal_log(self, topic: str, partition: int) -> Log:
         """The log of an internal topic's partition, created on first use (blocking)."""
         return self.manager.get_or_create_log(topic, partition, self.registry.log_config(topic))
