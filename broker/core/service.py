@@ -7,7 +7,8 @@ The service composes the core's parts, one job each, and exposes their methods
 as its own (bound once, so a call costs what a direct call costs):
 - appends (broker/core/appends.py): the one append policy, inline or executor;
 - reads and waiting (reads.py, waiting.py): the isolated read, the one long poll;
-- quotas (charges.py): the one charge rule;
+- quotas (charges.py): the one charge rule, asked through the service's
+  `throttle`, `fetch_budget` and `mutation_throttle`;
 - errors (errors.py): the code and words answered for what a request met.
 It does itself what needs several of them or the registry: finding a partition's
 log, offset lookups (`list_offset`, by the log's `fetch_offset_by_timestamp`),
@@ -48,12 +49,13 @@ from storage.producer_state import ProducerStateEntry
 from .. import internal_topics
 from ..config import BrokerConfig
 from ..group_offsets import GroupOffsets
+from ..listeners import ConnectionContext
 from ..metrics import BrokerMetrics
 from ..quotas import ClientQuotas, MutationQuota
 from ..security.authorizer import Authorizer
 from ..topics import Topic, TopicRegistry
+from . import charges
 from .appends import Appends
-from .charges import QuotaCharges
 from .errors import error_code, error_reason
 from .reads import Reads
 from .types import OffsetKind, OffsetQuery, PartitionLog, TimestampOffset, TopicPartition
@@ -83,12 +85,7 @@ class PartitionService:
         self.shutting_down = False
         self._valid_names: set[str] = set()  # names validate_topic_name accepted (a regex match each)
 
-        self.charges = QuotaCharges(quotas)
-        self.throttle = self.charges.throttle
-        self.mutation_quota = self.charges.mutation_quota
-        self.mutation_throttle = self.charges.mutation_throttle
-        self.ip_connection_quota = self.charges.ip_connection_quota
-        self.fetch_budget = self.charges.fetch_budget
+        self.quotas = quotas  # client quotas (broker/quotas.py); None while the broker runs without them
 
         self.appends = appends = Appends(loop, executor, self.waiters, metrics, self.error_code, self.blocking)
         self.append_stats = appends.stats
@@ -121,21 +118,49 @@ class PartitionService:
                                     metadata_max_bytes=config.offset_metadata_max_bytes,
                                     on_append=self.notify_threadsafe)
 
-    # ---- client quotas (charges.py) -------------------------------------------------------------
-
-    @property
-    def quotas(self) -> ClientQuotas | None:
-        """The client quotas (broker/quotas.py); None while the broker runs without them."""
-        return self.charges.quotas
-
-    @quotas.setter
-    def quotas(self, quotas: ClientQuotas | None) -> None:
-        self.charges.quotas = quotas
+    # ---- client quotas (the charge rule: charges.py) -------------------------------------------
 
     @property
     def request_quotas(self) -> bool:
-        """Whether any `request_percentage` quota is set (QuotaCharges.request_quotas)."""
-        return self.charges.request_quotas
+        """Whether any `request_percentage` quota is set: only then do the listeners
+        time their handlers (Kafka records request time only while quotas are on)."""
+        quotas = self.quotas
+        return quotas is not None and quotas.request_quotas
+
+    def throttle(self, connection: ConnectionContext, kind: str, client_id: str | None,
+                 amount: float, handler_seconds: float = 0.0) -> int:
+        """Charge one request to the client's quotas (charges.throttle); the throttle
+        time in ms, 0 without quotas. A throttled request's connection mutes itself
+        that long once the reply is out (KIP-219)."""
+        quotas = self.quotas
+        if quotas is None:
+            return 0
+        return charges.throttle(quotas, connection, kind, client_id, amount, handler_seconds)
+
+    def mutation_quota(self, connection: ConnectionContext, client_id: str | None, *,
+                       strict: bool) -> MutationQuota:
+        """The controller_mutation_rate quota of one CreateTopics / CreatePartitions /
+        DeleteTopics (native CREATE_TOPIC / DELETE_TOPIC) request: its `record` counts
+        each topic's partitions as the topic changes (strict: refusing the topic with
+        ThrottlingQuotaExceededError over the quota); `mutation_throttle` then gives
+        the request's throttle time."""
+        return MutationQuota(self.quotas, connection.principal, client_id, strict)
+
+    def mutation_throttle(self, connection: ConnectionContext, quota: MutationQuota) -> int:
+        """The throttle time (ms) of a request whose mutations `quota` counted (charges.mutation_throttle)."""
+        return charges.mutation_throttle(self.quotas, connection, quota)
+
+    def ip_connection_quota(self, ip: str) -> float | None:
+        """The `connection_creation_rate` quota of an IP (broker/connection_rates.py), None for none."""
+        quotas = self.quotas
+        return quotas.ip_quota(ip) if quotas is not None else None
+
+    def fetch_budget(self, connection: ConnectionContext, client_id: str | None, budget: int) -> int:
+        """A fetch's byte budget under the client's consumer quota (charges.fetch_budget)."""
+        quotas = self.quotas
+        if quotas is None or not quotas.active:
+            return budget
+        return charges.fetch_budget(quotas, connection, client_id, budget)
 
     # ---- the executor --------------------------------------------------------------------------
 
