@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 from storage.file_records import FileSlice
-from storage.txn_index import AbortedTxn
 
 from ..metrics import BrokerMetrics
 from .types import READ_COMMITTED, READ_UNCOMMITTED, FetchIsolation, FetchSpec, IsolatedRead, PartitionLog
@@ -74,7 +73,8 @@ class Reads:
         counters.read(found.length)
         return found
 
-    def fetch_isolation(self, partition_log: PartitionLog, isolation_level: int, fetch_offset: int,
+    @staticmethod
+    def fetch_isolation(partition_log: PartitionLog, isolation_level: int, fetch_offset: int,
                         found: FileSlice | None) -> FetchIsolation:
         """The last stable offset of `partition_log` and, under READ_COMMITTED, the
         aborted transactions with data in `found` (read from `fetch_offset` by `read`
@@ -85,18 +85,6 @@ class Reads:
         upper = partition_log.fetch_upper_bound(fetch_offset, found, lso)
         return FetchIsolation(lso, tuple((a.producer_id, a.first_offset)
                                          for a in partition_log.aborted_transactions(fetch_offset, upper)))
-
-    @staticmethod
-    def last_stable_offset(partition_log: PartitionLog) -> int:
-        """The partition's last stable offset: the first offset of its oldest open
-        transaction, else the log end (the high watermark, on one node)."""
-        return partition_log.last_stable_offset
-
-    @staticmethod
-    def aborted_transactions(partition_log: PartitionLog, start: int, end: int) -> list[AbortedTxn]:
-        """The aborted transactions that overlap offsets [start, end) (Kafka's
-        collectAbortedTransactions), each with its producer id and first offset."""
-        return partition_log.aborted_transactions(start, end)
 
     def read_isolated(self, partition_log: PartitionLog, offset: int, max_bytes: int, isolation_level: int, *,
                       min_one_message: bool = False) -> IsolatedRead:

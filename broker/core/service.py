@@ -101,9 +101,6 @@ class PartitionService:
         self.read = reads.read
         self.read_isolated = reads.read_isolated
         self.read_spec = reads.read_spec
-        self.fetch_isolation = reads.fetch_isolation
-        self.last_stable_offset = reads.last_stable_offset
-        self.aborted_transactions = reads.aborted_transactions
 
         # The partition's open log now, or None (no such log, or an internal topic's not
         # created yet); no validation, no error: a cheap lookup for keying requests.

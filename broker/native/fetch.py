@@ -5,7 +5,7 @@ Contract:
   (`PartitionService.read_isolated`) and answers the message set as a
   `RecordSlice` the server sends with sendfile; from version 2 on the answer
   carries the high watermark, the last stable offset and the aborted list
-  (`PartitionService.fetch_isolation`) before the message set.
+  (the same isolated read's) before the message set.
 - Long-poll FETCH: at the log end with maxWaitMs > 0 the request waits in the
   core's one long poll (`PartitionService.poll`, broker/core/waiting.py) for an
   append to the partition, for the timeout, or for shutdown; then it answers what

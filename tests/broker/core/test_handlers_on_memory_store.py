@@ -9,7 +9,7 @@ import asyncio
 
 from kio.index import load_request_schema, load_response_schema
 
-from broker.core import OffsetKind, OffsetQuery
+from broker.core import READ_COMMITTED, FetchSpec, OffsetKind, OffsetQuery
 from broker.kafka.codec import make, nested
 from broker.native.session import produce_record_bytes
 from kafka_format import build_batch
@@ -207,3 +207,15 @@ def test_a_native_produce_is_charged_its_record_bytes_as_a_kafka_produce():
     multi = MultiProduceRequest((ProduceItem("t", 0, one), ProduceItem("u", 3, two)))
     assert produce_record_bytes(encode_request(multi)[4:], 1) == len(one) + len(two)
     assert produce_record_bytes(b"\x00\x00garbage", 1) == 0
+
+
+async def test_the_isolated_read_answers_its_aborted_transactions_in_one_call(core):
+    [partition_log] = core.store.add_topic("t")
+    core.service.append_inline(partition_log, transactional(b"gone"))
+    await core.service.append_txn_marker(partition_log, PRODUCER, 0, 0, commit=False)
+    core.service.append_inline(partition_log, build_batch([(None, b"kept")]))
+    read = core.service.read_spec(partition_log, FetchSpec(0, 1 << 20, READ_COMMITTED))
+    assert (read.high_watermark, read.last_stable_offset, read.aborted) == (3, 3, ((PRODUCER, 0),))
+    assert read.records.read() == b"".join(b.data for b in partition_log.batches)
+    uncommitted = core.service.read_spec(partition_log, FetchSpec(2, 1 << 20))
+    assert uncommitted.aborted is None and uncommitted.records.read() == partition_log.batches[2].data
