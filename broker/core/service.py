@@ -101,6 +101,7 @@ class PartitionService:
         self.read = reads.read
         self.read_isolated = reads.read_isolated
         self.read_spec = reads.read_spec
+        self.fetch_isolation = reads.fetch_isolation  # the isolation half of a read made by `read`
 
         # The partition's open log now, or None (no such log, or an internal topic's not
         # created yet); no validation, no error: a cheap lookup for keying requests.
