@@ -70,6 +70,7 @@ from .config import BrokerConfig, default_props
 from .connection import PerConnection, RequestHandlers
 from .connection_limits import ConnectionLimits
 from .connection_rates import ConnectionRates
+from .core import PartitionService
 from .dynamic_broker_configs import DynamicBrokerConfigs
 from .group_configs import GroupConfigs
 from .heap import keep_freed_memory
@@ -80,7 +81,6 @@ from .listeners import KAFKA, NATIVE, Listener
 from .log_limiter import BadRequestLog
 from .metrics import BrokerMetrics, CountingExecutor, camel_name
 from .native import Handlers
-from .partitions import PartitionService
 from .quotas import ClientQuotas
 from .request_memory import RequestMemory
 from .security.credentials import ScramCredentialStore

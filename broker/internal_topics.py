@@ -17,7 +17,7 @@ both protocols and by the topic registry:
   committed offsets; with `compact` alone they do not apply (storage/retention.py),
   so retention settings are harmless and allowed.
 - Producing to an internal topic and deleting one are refused elsewhere
-  (broker/partitions.py, broker/topics.py) with Kafka's codes.
+  (broker/core/service.py, broker/topics.py) with Kafka's codes.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Contract:
   them (kafka_<domain>_<type>_<name>, lower case; meters as `_total`); the list is
   in broker/METRICS.md.
 - Hot path, counted where both protocols meet: the partition service
-  (broker/partitions.py) calls `topic(name)` for a topic's `TopicMetrics`, made
+  (broker/core/service.py) calls `topic(name)` for a topic's `TopicMetrics`, made
   once per topic and cached, and counts appends (messages and bytes in, produce
   requests and failures) and reads (bytes out, fetch requests and failures) on
   it on the loop thread (an executor append hands its count over with

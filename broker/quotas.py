@@ -15,7 +15,7 @@ Contract:
   a failed write (a full disk) raises KafkaStorageError and changes nothing.
   A file that cannot be read or decoded fails `open` (one line naming it).
 - `throttle_ms(kind, principal, client_id, amount)` is what the quota policy
-  (broker/partitions.py `PartitionService.throttle`, called by both protocols)
+  (broker/core/charges.py `throttle`, through `PartitionService.throttle`, called by both protocols)
   calls: once per Produce (kind `produce`: bytes of the record sets), per Fetch
   (`fetch`: bytes of records answered) and, while any `request_percentage` quota
   is set (`request_quotas`), per request of any kind (`request`: the seconds its

@@ -5,8 +5,9 @@ Contract:
   take no lock: they use a snapshot of the segment list and of the log end, so
   they never see a half-written entry nor an entry past the log end.
 - Every call is a bounded piece of blocking work (one validated message set, one
-  fsync, one segment scan). The broker runs them in an executor so that one
-  partition's big append never stalls the event loop.
+  fsync, one segment scan). The broker decides where each runs (broker/core/:
+  reads and small appends with no fsync due on its event loop, the rest in an
+  executor).
 - `append` returns only after the data is written (and fsynced when
   `flush.messages` says so): an acknowledged append survives a process crash.
 - An OSError of an append or a flush (disk full, I/O error) raises
@@ -79,6 +80,7 @@ from .file_records import FileSlice
 from .fileutil import segment_file_name
 from .io_errors import StorageErrorEpisodes
 from .loader import LogLoader
+from .max_timestamp import max_timestamp_in
 from .pending_deletions import PendingDeletions
 from .producer_state import ProducerStateManager
 from .producer_state import logger as producer_state_logger
@@ -97,8 +99,12 @@ from .validator import validate_and_assign
 # the space held per partition small, and one fallocate serves many appends.
 RESERVE_AHEAD_BYTES = 2 * 1024 * 1024
 
-EARLIEST_TIMESTAMP = -2
+# ListOffsets' special timestamps (Kafka's ListOffsetsRequest), `fetch_offset_by_timestamp`
 LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 
 
 class AppendResult(NamedTuple):
@@ -431,6 +437,27 @@ class Log:
             if found is not None:
                 return found
         return None
+
+    def fetch_offset_by_timestamp(self, timestamp: int, read_committed: bool = False) -> TimestampOffset | None:
+        """The (timestamp, offset) a ListOffsets `timestamp` names (Kafka's
+        UnifiedLog.fetchOffsetByTimestamp); the special timestamps answer timestamp -1:
+        LATEST_TIMESTAMP the log end (`read_committed`: the last stable offset),
+        EARLIEST_TIMESTAMP and EARLIEST_LOCAL_TIMESTAMP the log start (nothing is
+        tiered), LATEST_TIERED_TIMESTAMP offset -1 (nothing is tiered),
+        MAX_TIMESTAMP the first record holding the largest timestamp
+        (storage/max_timestamp.py), any other the first record whose timestamp is
+        >= it. None: no record answers it. The log ends are read from memory; a
+        lookup reads segments (blocking)."""
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampOffset(-1, self.last_stable_offset if read_committed else self._end.offset)
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return TimestampOffset(-1, self._log_start_offset)
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            return TimestampOffset(-1, -1)
+        if timestamp == MAX_TIMESTAMP:
+            start = self._log_start_offset
+            return max_timestamp_in(self.segments.snapshot(), start)
+        return self.offset_for_timestamp(timestamp)
 
     def increase_log_start_offset(self, new_start: int, persist: Callable[[int], None] | None = None) -> int:
         """Move the log start offset forward to `new_start` (DELETE_RECORDS); records

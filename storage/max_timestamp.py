@@ -9,16 +9,34 @@ log start offset (DeleteRecords) are passed over.
 
 from __future__ import annotations
 
-from .log import Log
-from .segment import TimestampOffset
+from collections.abc import Iterable
+from typing import Protocol
+
+from .segment import LogSegment, TimestampOffset
 
 
-def max_timestamp_offset(log: Log) -> TimestampOffset | None:
+class _SegmentSnapshots(Protocol):
+    def snapshot(self) -> Iterable[LogSegment]: ...
+
+
+class _LogView(Protocol):
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def segments(self) -> _SegmentSnapshots: ...
+
+
+def max_timestamp_offset(log: _LogView) -> TimestampOffset | None:
     """(timestamp, offset) of the first record holding the largest timestamp at or
     after the log start, or None when no record has a timestamp (blocking)."""
-    start = log.log_start_offset
+    return max_timestamp_in(log.segments.snapshot(), log.log_start_offset)
+
+
+def max_timestamp_in(segments: Iterable[LogSegment], start: int) -> TimestampOffset | None:
+    """`max_timestamp_offset` over `segments`, at or after the offset `start`."""
     chosen = None
-    for segment in log.segments.snapshot():
+    for segment in segments:
         ts = segment.max_timestamp_so_far
         if ts >= 0 and segment.offset_of_max_timestamp_so_far >= start and (
                 chosen is None or ts > chosen.max_timestamp_so_far):

@@ -77,9 +77,9 @@ Modules:
         apis.offsets    broker.group_offsets.GroupOffsets: commit(group, topic, partition,
                         offset, metadata) [blocking: run through apis.blocking],
                         fetch(group, topic, partition) -> Committed | None [memory]
-        apis.partitions broker.partitions.PartitionService (logs, appends, reads, long polls,
+        apis.partitions broker.core.PartitionService (logs, appends, reads, long polls,
                         error codes; shared with the native listener)
-        apis.waiters    broker.partitions.PartitionWaiters (long polls)
+        apis.waiters    broker.core.PartitionWaiters (long polls)
         apis.loop, apis.executor
         apis.node_id    this broker's node id (0), also the coordinator for every group
         apis.advertised (host, port) that Metadata/FindCoordinator announce

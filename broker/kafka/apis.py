@@ -2,7 +2,7 @@
 
 Contract (the interface for API modules is in broker/kafka/__init__.py):
 - `KafkaApis(partitions, bad_requests, advertised=...)` serves the broker's
-  `PartitionService` (broker/partitions.py: logs, appends, reads, long polls and
+  `PartitionService` (broker/core/service.py: logs, appends, reads, long polls and
   error codes, shared with the native listener; config, LogManager,
   TopicRegistry, GroupOffsets, executor) and builds its table: the core handlers
   (broker/kafka/handlers.py), then each importable module of EXTENSION_MODULES
@@ -45,15 +45,14 @@ from kio.schema.errors import ErrorCode
 
 from kafka_format.errors import StrataError
 from protocol import ProtocolError
-from storage.log import Log
 
 from ..connection import CloseConnection, FastPath
+from ..core import PartitionLog, PartitionService
 from ..dynamic_broker_configs import DynamicBrokerConfigs
 from ..group_configs import GroupConfigs
 from ..handler_clock import HandlerClock
 from ..listeners import ConnectionContext
 from ..log_limiter import BadRequestLog
-from ..partitions import PartitionService
 from . import codec, request_check
 
 log = structlog.get_logger("strata.kafka")
@@ -191,7 +190,7 @@ class KafkaApis(FastPath):
                  extensions: tuple[str, ...] = EXTENSION_MODULES):
         from .handlers import CoreHandlers  # the core APIs; they use this module's types
 
-        self.partitions = partitions  # what both protocols share (broker/partitions.py)
+        self.partitions = partitions  # what both protocols share (broker/core/service.py)
         self.bad_requests = bad_requests
         self.config = partitions.config
         self.manager = partitions.manager
@@ -261,7 +260,7 @@ class KafkaApis(FastPath):
         """Run blocking storage work in the executor (PartitionService.blocking)."""
         return await self.partitions.blocking(fn, *args, cleanup=cleanup)
 
-    async def log_for(self, topic: str, partition: int, *, produce: bool = False) -> Log:
+    async def log_for(self, topic: str, partition: int, *, produce: bool = False) -> PartitionLog:
         """The live Log of a partition or the StrataError to answer."""
         return await self.partitions.partition_log(topic, partition, produce=produce)
 

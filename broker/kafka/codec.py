@@ -44,8 +44,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import RequestPayload, ResponsePayload
 
 from kafka_format.varint import encode_uvarint as uvarint
-from storage.file_records import FileSlice
 
+from ..core import RecordSlice
 from .request_check import MalformedRequest, check_request
 
 HEADER_PREFIX = struct.Struct(">hhi")  # api_key, api_version, correlation_id
@@ -102,9 +102,9 @@ class RecordsSplicer:
 
     def __init__(self) -> None:
         self._prefix = os.urandom(MARKER_SIZE - 4)
-        self.slices: list[tuple[bytes, FileSlice]] = []
+        self.slices: list[tuple[bytes, RecordSlice]] = []
 
-    def marker(self, found: FileSlice) -> bytes:
+    def marker(self, found: RecordSlice) -> bytes:
         """What to put in a records field for `found` (taken over: released with the reply)."""
         marker = self._prefix + INT32.pack(len(self.slices))
         self.slices.append((marker, found))

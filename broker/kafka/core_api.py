@@ -16,9 +16,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kafka_format.errors import StrataError
-from storage.log import Log
 
-from ..partitions import IsolatedRead
+from ..core import IsolatedRead, PartitionLog
 from ..security.authorizer import Op, Resource
 from .acls import allowed
 from .codec import make, nested
@@ -39,7 +38,7 @@ class Target:
     __slots__ = ("index", "log", "error", "failure", "offset", "max_bytes", "records", "result", "to_create",
                  "isolated")
 
-    def __init__(self, index: int, log: Log | None = None, error: int = 0):
+    def __init__(self, index: int, log: PartitionLog | None = None, error: int = 0):
         self.index = index
         self.log = log
         self.error = error
@@ -67,7 +66,7 @@ class CoreApiBase:
         self.apis = apis
         self.config = apis.config
         self.registry = apis.registry
-        self.partitions = apis.partitions  # broker/partitions.py: shared with the native listener
+        self.partitions = apis.partitions  # broker/core/service.py: shared with the native listener
         self.state: KafkaState | None = None  # set by the app once the data dir is locked
 
     def _target(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> Target:

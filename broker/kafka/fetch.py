@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from storage.file_records import FileSlice
-
-from ..partitions import READ_COMMITTED, reply_records
+from ..core import READ_COMMITTED, RecordSlice, Wait, reply_records
+from ..core.limits import fetch_cap
 from ..security.authorizer import Op, Resource
 from . import codec, fetch_response
 from .acls import allowed
@@ -23,7 +22,7 @@ from .core_api import CoreApiBase, E, Target, release_reads
 from .fetch_response import PartitionRow
 from .fetch_sessions import FetchContext, FetchSessions
 
-INT32_MAX = 2**31 - 1
+FETCH_FRAMING = 1 << 20  # room a Fetch answer keeps for everything but its records
 
 
 def _aborted(AbortedR: type | None, aborted) -> tuple:
@@ -46,7 +45,7 @@ class FetchParams:
         self.by_id = ctx.api_version >= 13
         self.max_wait_ms = int(req.max_wait.total_seconds() * 1000)
         self.min_bytes = req.min_bytes
-        self.budget = min(req.max_bytes if req.max_bytes >= 0 else 0, fetch_max_bytes, INT32_MAX - (1 << 20))
+        self.budget = fetch_cap(req.max_bytes, fetch_max_bytes, FETCH_FRAMING)
         self.isolation_level = getattr(req, "isolation_level", 0)
         self.read_committed = self.isolation_level == READ_COMMITTED
 
@@ -71,8 +70,9 @@ class FetchApi(CoreApiBase):
           the limits (Kafka's minOneMessage); later partitions get whole batches
           that fit (a lone batch over the rest is cut, as Kafka's slice).
         - Answers at once with any error, with >= min_bytes, or when max_wait <= 0;
-          otherwise waits for an append to one of the partitions (either protocol
-          wakes PartitionWaiters), for max_wait, or for shutdown, then reads again.
+          otherwise waits in the core's one long poll (`PartitionService.poll`) for
+          an append to one of the partitions (either protocol wakes it), for
+          max_wait, or for shutdown, then reads again.
         - The records are FileSlices spliced into kio's encoding and sent with sendfile.
         """
         fetch = FetchParams(req, ctx, self.config.fetch_max_bytes)
@@ -80,28 +80,26 @@ class FetchApi(CoreApiBase):
         session = self.fetch_sessions.context(req, ctx.api_version, privileged=fetch.replica >= 0)
         if session.error:
             return self._fetch_refused(ctx, session.error)
-        loop = self.apis.loop
-        deadline = loop.time() + fetch.max_wait_ms / 1000
-        while True:
+
+        async def attempt(may_wait: bool):
             plan = self._fetch_plan(session.topics(), fetch, ctx)
             flat = [t for _, targets in plan for t in targets]
             for t in flat:
                 if t.log is None and not t.error:
                     await self._create_log(t)
-            may_wait = fetch.max_wait_ms > 0 and not self.apis.shutting_down
             events = self._watch(plan, session, may_wait)
             self._read_all(flat, fetch.budget, fetch.isolation_level)  # on the loop, as native FETCH reads
             plan = self._settle_unchanged(plan, session)
-            remaining = deadline - loop.time()
-            if not may_wait or self._fetch_complete(flat, fetch) or remaining <= 0 or not events:
-                break
-            release_reads(flat)
-            await self.partitions.wait_for_append(events, remaining)
-        try:
-            return self._fetch_response(ctx, plan, fetch.read_committed, session)
-        except BaseException:
-            release_reads(flat)
-            raise
+            if may_wait and events and not self._fetch_complete(flat, fetch):
+                release_reads(flat)
+                return Wait(events)
+            try:
+                return self._fetch_response(ctx, plan, fetch.read_committed, session)
+            except BaseException:
+                release_reads(flat)
+                raise
+
+        return await self.partitions.poll(attempt, fetch.max_wait_ms)
 
     def fetch_now(self, req, ctx):
         """Fetch without waiting (the fast path, KafkaApis.handle_now): the answer
@@ -301,7 +299,7 @@ class FetchApi(CoreApiBase):
                      last_stable_offset=row.last_stable_offset, log_start_offset=row.log_start_offset,
                      aborted_transactions=None if row.aborted is None else _aborted(AbortedR, row.aborted),
                      preferred_read_replica=-1,
-                     records=splicer.marker(row.records) if isinstance(row.records, FileSlice) else row.records)
+                     records=splicer.marker(row.records) if isinstance(row.records, RecordSlice) else row.records)
                 for row in rows)
             responses.append(make(TopicR, topic=getattr(topic, "topic", None),
                                   topic_id=getattr(topic, "topic_id", None), partitions=parts))
@@ -315,5 +313,5 @@ class FetchApi(CoreApiBase):
 def _release_rows(topics: list[tuple[Any, list[PartitionRow]]]) -> None:
     for _, rows in topics:
         for row in rows:
-            if isinstance(row.records, FileSlice):
+            if isinstance(row.records, RecordSlice):
                 row.records.release()

@@ -12,7 +12,7 @@ endpoints) are written as absent, as kio writes them at their defaults.
 tests/kafka/test_fetch_response.py checks every version byte for byte against
 kio's encoding of the same answer (codec.encode_response / encode_spliced).
 
-A partition's records are bytes, or a FileSlice that the reply carries as its
+A partition's records are bytes, or a RecordSlice that the reply carries as its
 own part, for sendfile (the rest of the reply is bytes around it).
 """
 
@@ -22,8 +22,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from storage.file_records import FileSlice
-
+from ..core import RecordSlice
 from .primitives import INT32, NO_TAGS, ZERO_UUID, compact_length, topic_name
 
 MIN_VERSION = 7
@@ -39,7 +38,7 @@ _ABORTED = struct.Struct(">qq")  # producer id, first offset
 
 class PartitionRow(NamedTuple):
     """One answered partition: `aborted` None (read uncommitted, or an error) or
-    (producer id, first offset) pairs; `records` bytes or a FileSlice."""
+    (producer id, first offset) pairs; `records` bytes or a RecordSlice."""
 
     partition: int
     error: int
@@ -56,7 +55,7 @@ def supports(version: int) -> bool:
 
 def encode(correlation_id: int, version: int, throttle_ms: int, error: int, session_id: int,
            topics: list[tuple[Any, list[PartitionRow]]]) -> list:
-    """The framed reply as parts (bytes, and a FileSlice per sliced `records`):
+    """The framed reply as parts (bytes, and a RecordSlice per sliced `records`):
     `topics` are (name before v13 / topic id (uuid.UUID) from v13, partition rows)."""
     flexible = version >= FLEXIBLE_FROM
     by_id = version >= TOPIC_IDS_FROM
@@ -92,7 +91,7 @@ def encode(correlation_id: int, version: int, throttle_ms: int, error: int, sess
             records = row.records
             if records is None:
                 out.append(b"\x00" if flexible else b"\xff\xff\xff\xff")
-            elif isinstance(records, FileSlice):
+            elif isinstance(records, RecordSlice):
                 out.append(compact_length(records.length) if flexible else int32(records.length))
                 parts.append(b"".join(out))
                 parts.append(records)
@@ -107,6 +106,6 @@ def encode(correlation_id: int, version: int, throttle_ms: int, error: int, sess
     if flexible:
         out.append(NO_TAGS)  # response: no tagged fields
     parts.append(b"".join(out))
-    size = sum(p.length if isinstance(p, FileSlice) else len(p) for p in parts)
+    size = sum(p.length if isinstance(p, RecordSlice) else len(p) for p in parts)
     parts[0] = INT32.pack(size) + parts[0]
     return parts

@@ -32,18 +32,17 @@ class LogDirHandlers:
         wanted: set[tuple[str, int]] | None = None
         if req.topics is not None:
             wanted = {(t.topic, p) for t in req.topics for p in t.partitions}
-        by_topic: dict[str, list] = {}
-        for partition_log in self.apis.manager.logs():
-            parts = by_topic.setdefault(partition_log.topic, [])
-            if wanted is None or (partition_log.topic, partition_log.partition) in wanted:
-                parts.append(partition_log)
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for topic, partition, size in self.apis.partitions.log_sizes():
+            parts = by_topic.setdefault(topic, [])
+            if wanted is None or (topic, partition) in wanted:
+                parts.append((partition, size))
         topics = tuple(
             make(TopicR, name=name, partitions=tuple(
-                make(PartR, partition_index=partition_log.partition,
-                     partition_size=partition_log.size_in_bytes, offset_lag=0, is_future_key=False)
-                for partition_log in sorted(logs, key=lambda partition_log: partition_log.partition)))
-            for name, logs in sorted(by_topic.items()))
-        path = os.path.abspath(self.apis.manager.data_dir)
+                make(PartR, partition_index=partition, partition_size=size, offset_lag=0, is_future_key=False)
+                for partition, size in sorted(sizes)))
+            for name, sizes in sorted(by_topic.items()))
+        path = os.path.abspath(self.apis.partitions.data_dir)
         total, usable = await self.apis.blocking(_space, path)
         result = make(ResultR, error_code=0, log_dir=path, topics=topics, total_bytes=total,
                       usable_bytes=usable, is_cordoned=False)

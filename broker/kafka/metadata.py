@@ -16,9 +16,10 @@ from typing import Any
 from kafka_format.errors import InvalidRequestError, StrataError
 from kafka_format.topic_names import validate_topic_name
 
+from ..core.authorization import may_create_topic
 from ..security.authorizer import Op, Resource
 from . import codec
-from .acls import allowed, allowed_cluster
+from .acls import allowed
 from .authorized import CLUSTER_NAME, ResourceType
 from .authorized import requested as authorized_field
 from .codec import make, nested
@@ -68,8 +69,8 @@ class MetadataApi(CoreApiBase):
                                    partitions=()))
                 continue
             known = self.registry.get(name)
-            if known is None and allow_auto and not (allowed_cluster(ctx, Op.CREATE)
-                                                     or allowed(ctx, Op.CREATE, Resource.TOPIC, name)):
+            if known is None and allow_auto and not may_create_topic(self.partitions.authorizer, ctx.connection,
+                                                                      name):
                 topics.append(make(TopicR, error_code=E.topic_authorization_failed, name=name,
                                    topic_id=codec.ZERO_UUID, partitions=()))
                 continue

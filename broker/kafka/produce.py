@@ -1,4 +1,4 @@
-"""Produce over the partition service (broker/partitions.py).
+"""Produce over the partition service (broker/core/service.py).
 
 Contract: each partition's records are appended as they arrived (the validator
 restamps base offsets, and timestamps for LogAppendTime), by the partition
@@ -24,10 +24,9 @@ import structlog
 
 from kafka_format.batch import ATTRIBUTES_OFFSET, FIELD_OFFSET, PRODUCER_ID_OFFSET, TRANSACTIONAL_BIT
 from kafka_format.errors import RecordValidationError, StrataError
-from storage.log import Log
 
 from ..connection import CloseConnection
-from ..partitions import append_outcome, strata_error
+from ..core import PartitionLog, append_outcome, strata_error
 from ..security.authorizer import Op, Resource
 from . import produce_response
 from .acls import allowed
@@ -87,7 +86,7 @@ class ProduceApi(CoreApiBase):
             plan.append((topic, targets))
         return plan
 
-    def _verify_transactional(self, transactional_id: str, partition_log: Log | None, records) -> int:
+    def _verify_transactional(self, transactional_id: str, partition_log: PartitionLog | None, records) -> int:
         """The transaction coordinator's check of a transactional first write to a
         partition (broker/kafka/transactions: verify_produce); 0 for anything else."""
         transactions = getattr(self.apis, "transactions", None)
@@ -95,7 +94,7 @@ class ProduceApi(CoreApiBase):
                 or len(records) < ATTRIBUTES_OFFSET + TXN_FIELDS.size or records[MAGIC_OFFSET] != 2:
             return 0
         attributes, producer_id, epoch = TXN_FIELDS.unpack_from(records, ATTRIBUTES_OFFSET)
-        if not attributes & TRANSACTIONAL_BIT or producer_id in partition_log.producer_state.ongoing:
+        if not attributes & TRANSACTIONAL_BIT or self.partitions.in_transaction(partition_log, producer_id):
             return 0
         return transactions.verify_produce(transactional_id, producer_id, epoch, partition_log.topic,
                                            partition_log.partition)

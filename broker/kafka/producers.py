@@ -52,7 +52,7 @@ class ProducerHandlers:
                                  last_sequence=entry.last_seq, last_timestamp=entry.last_timestamp,
                                  coordinator_epoch=entry.coordinator_epoch,
                                  current_txn_start_offset=entry.current_txn_first_offset)
-                            for pid, entry in sorted(list(partition_log.producer_state.producers.items())))
+                            for pid, entry in self.apis.partitions.active_producers(partition_log))
                     except StrataError as e:
                         code = e.code
                 parts.append(make(PartR, partition_index=index, error_code=code, error_message=None,

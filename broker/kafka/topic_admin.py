@@ -20,8 +20,9 @@ from __future__ import annotations
 from kafka_format.errors import InvalidRequestError, StrataError
 from storage.config import LogConfig
 
+from ..core.authorization import may_create_topic
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
-from .acls import allowed, allowed_cluster
+from .acls import allowed
 from .codec import has_field, make, nested
 from .configs import topic_config_source
 from .core_api import CoreApiBase, E, error_code_of
@@ -49,7 +50,7 @@ class TopicAdminApi(CoreApiBase):
             try:
                 if names.count(topic.name) > 1:
                     raise InvalidRequestError(f"topic {topic.name!r} appears more than once in the request")
-                if not (allowed_cluster(ctx, Op.CREATE) or allowed(ctx, Op.CREATE, Resource.TOPIC, topic.name)):
+                if not may_create_topic(self.partitions.authorizer, ctx.connection, topic.name):
                     raise TopicAuthorizationError(f"not authorized to create topic {topic.name!r}")
                 partitions = self._partitions_to_create(topic)
                 configs = tuple((c.name, c.value) for c in topic.configs)

@@ -5,7 +5,7 @@ authorizer, committed offsets, loop) and the ACL question `_may`.
 Contract: the per-job modules (produce.py, fetch.py, offsets.py, topics.py,
 configs.py, handshake.py, acls.py) subclass `NativeApiBase`; handlers.py composes
 them into `Handlers`, which the native listener serves. Every partition-level
-policy is the partition service's (broker/partitions.py); these modules parse,
+policy is the partition service's (broker/core/service.py); these modules parse,
 call it and encode.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import structlog
 
+from ..core import PartitionService
 from ..group_offsets import GroupOffsets
 from ..listeners import ConnectionContext
 from ..log_limiter import BadRequestLog
-from ..partitions import PartitionService
 from ..security.authorizer import Op, Resource
 
 log = structlog.get_logger("strata.handlers")

@@ -3,17 +3,19 @@
 Contract:
 - FETCH reads on the loop through the partition service
   (`PartitionService.read_isolated`) and answers the message set as a
-  `FileSlice` the server sends with sendfile; from version 2 on the answer
+  `RecordSlice` the server sends with sendfile; from version 2 on the answer
   carries the high watermark, the last stable offset and the aborted list
-  (`PartitionService.fetch_isolation`) before the message set.
-- Long-poll FETCH: at the log end with maxWaitMs > 0 the request waits for an
-  append to the partition (`PartitionService.wait_for_append`), for the timeout,
-  or for shutdown; then it answers what is there (possibly an empty set).
+  (the same isolated read's) before the message set.
+- Long-poll FETCH: at the log end with maxWaitMs > 0 the request waits in the
+  core's one long poll (`PartitionService.poll`, broker/core/waiting.py) for an
+  append to the partition, for the timeout, or for shutdown; then it answers what
+  is there (possibly an empty set); a topic deleted meanwhile answers
+  UNKNOWN_TOPIC_OR_PARTITION.
   MULTIFETCH never waits.
 - `fetch_now(frame, session)` is the fast path's FETCH (through
   `SessionHandlers.handle_now`): the answer when there is data or nothing to wait for,
   else None with nothing done.
-- A cancelled handler (the connection died) never leaks a FileSlice: results
+- A cancelled handler (the connection died) never leaks a RecordSlice: results
   that arrive after the cancellation are released.
 
 Decisions where the spec is silent (Kafka's behaviour unless noted):
@@ -31,7 +33,7 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
 
 from __future__ import annotations
 
-from kafka_format.errors import InvalidRequestError, StrataError, UnknownTopicOrPartitionError
+from kafka_format.errors import InvalidRequestError, StrataError
 from protocol import (
     ErrorCode,
     FetchRequest,
@@ -43,18 +45,17 @@ from protocol import (
     multifetch_response_parts,
     parse_request,
 )
-from storage.file_records import FileSlice
-from storage.log import Log
 
 from ..connection import Reply
-from ..partitions import release_all
+from ..core import PartitionLog, RecordSlice, Wait, release_all
+from ..core.limits import fetch_cap
 from ..security.authorizer import Op, Resource
 from .base import NativeApiBase
 from .session import NativeSession
 
-INT32_MAX = 2**31 - 1
 HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend
 ISOLATION_LEVELS = frozenset(int(level) for level in IsolationLevel)
+FETCH_FRAMING = 2  # what a FETCH or MULTIFETCH answer's int32 size counts beside its parts
 FETCH_V2_OFFSETS_BYTES = 28  # a version-2 FETCH answer's highWatermark, lastStableOffset, logStartOffset, abortedCount
 
 
@@ -75,25 +76,19 @@ class FetchApi(NativeApiBase):
         partitions = self.partitions
         tp = (req.topic, req.partition)
         partition_log = await partitions.partition_log(req.topic, req.partition)
-        deadline = None
-        while True:
+
+        async def attempt(may_wait: bool) -> Reply | Wait:
             # Take the event before looking at the log end: an append that moves the
             # end after this point sets this very event.
-            event = partitions.watch(tp) if req.max_wait_ms > 0 else None
-            if self._nothing_to_read(partition_log, req, session):
-                if event is None or partitions.shutting_down:
-                    return self._fetch_answer(partition_log, req, session)
-                if deadline is None:
-                    deadline = self.loop.time() + req.max_wait_ms / 1000
-                if not await partitions.wait_for_append([event], deadline - self.loop.time()):
-                    return self._fetch_answer(partition_log, req, session)
-                if partitions.manager.get_log(*tp) is not partition_log:
-                    raise UnknownTopicOrPartitionError(f"{req.topic}-{req.partition} was deleted")
-                continue
+            event = partitions.watch(tp) if may_wait else None
+            if event is not None and self._nothing_to_read(partition_log, req, session):
+                return Wait([event], (partition_log,))
             return self._fetch_answer(partition_log, req, session)
 
+        return await partitions.poll(attempt, req.max_wait_ms)
+
     @staticmethod
-    def _nothing_to_read(partition_log: Log, req: FetchRequest, session: NativeSession) -> bool:
+    def _nothing_to_read(partition_log: PartitionLog, req: FetchRequest, session: NativeSession) -> bool:
         """Whether a FETCH has nothing to read now: its offset is the log end, or under
         read_committed (version 2) at or past the last stable offset (up to the log end;
         a marker that moves the LSO wakes the long poll, as an append does)."""
@@ -102,12 +97,12 @@ class FetchApi(NativeApiBase):
         return (session.version >= 2 and req.isolation_level == IsolationLevel.READ_COMMITTED
                 and partition_log.last_stable_offset <= req.offset < partition_log.log_end_offset)
 
-    def _fetch_answer(self, partition_log: Log, req: FetchRequest, session: NativeSession) -> Reply:
+    def _fetch_answer(self, partition_log: PartitionLog, req: FetchRequest, session: NativeSession) -> Reply:
         """A FETCH's answer from what the log holds now (no waiting): the message set,
         after the offsets and the aborted list from version 2 on."""
         v2 = session.version >= 2
-        max_bytes = self.partitions.fetch_budget(session.context, session.client_id, min(
-            req.max_bytes, self.config.fetch_max_bytes, INT32_MAX - 2 - (FETCH_V2_OFFSETS_BYTES if v2 else 0)))
+        max_bytes = self.partitions.fetch_budget(session.context, session.client_id, fetch_cap(
+            req.max_bytes, self.config.fetch_max_bytes, FETCH_FRAMING + (FETCH_V2_OFFSETS_BYTES if v2 else 0)))
         try:
             isolated = self.partitions.read_isolated(partition_log, req.offset, max_bytes,
                                                      req.isolation_level if v2 else IsolationLevel.READ_UNCOMMITTED)
@@ -162,7 +157,7 @@ class FetchApi(NativeApiBase):
     async def multifetch(self, req: MultiFetchRequest, session: NativeSession,
                          denied: frozenset[int] = frozenset()) -> Reply:
         partitions = self.partitions
-        targets: list[Log | int] = []
+        targets: list[PartitionLog | int] = []
         for index, item in enumerate(req.items):
             if index in denied:
                 targets.append(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -176,11 +171,12 @@ class FetchApi(NativeApiBase):
                 targets.append(e.code)
         # The whole answer must fit an int32 size (and fetch.max.bytes).
         budget = partitions.fetch_budget(session.context, session.client_id,
-                                         min(self.config.fetch_max_bytes, INT32_MAX - 2 - HEADER_SIZE * len(req.items)))
-        results: list[tuple[int, FileSlice | None]] = []
+                                         fetch_cap(self.config.fetch_max_bytes, self.config.fetch_max_bytes,
+                                                   FETCH_FRAMING + HEADER_SIZE * len(req.items)))
+        results: list[tuple[int, RecordSlice | None]] = []
         try:
             for item, target in zip(req.items, targets, strict=True):
-                if not isinstance(target, Log):
+                if isinstance(target, int):
                     results.append((target, None))
                     continue
                 try:

@@ -36,7 +36,7 @@ Contract:
   ACL types 129-131 manage the ACLs.
 - Every partition-level policy (finding logs, inline versus executor appends and
   the slow-disk back-off, on-loop reads, long polls, error codes) is the
-  partition service's (broker/partitions.py), shared with the Kafka listener.
+  partition service's (broker/core/service.py), shared with the Kafka listener.
   Blocking work (timestamp lookups, topic changes, commits) runs in the executor
   through it; answers from memory (log end, log start, metadata, committed
   offsets) run inline.
@@ -82,9 +82,10 @@ from protocol import (
 )
 
 from ..connection import CloseConnection, PerConnection, Reply
+from ..core import PartitionService
+from ..core.authorization import may_create_topic
 from ..listeners import ConnectionContext
 from ..log_limiter import BadRequestLog
-from ..partitions import PartitionService
 from ..security.authorizer import (
     CLUSTER_NAME,
     ClusterAuthorizationError,
@@ -198,8 +199,7 @@ class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, Handshak
                 raise ClusterAuthorizationError(f"not authorized to {operation.name} the cluster's ACLs")
             return frozenset()
         if isinstance(request, CreateTopicRequest):
-            if not (may(conn, Op.CREATE, Resource.CLUSTER, CLUSTER_NAME)
-                    or may(conn, Op.CREATE, Resource.TOPIC, request.topic)):
+            if not may_create_topic(self.authorizer, conn, request.topic):
                 raise TopicAuthorizationError(f"not authorized to create topic {request.topic!r}")
             return frozenset()
         needed = TOPIC_OPERATIONS.get(type(request))

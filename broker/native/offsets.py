@@ -1,8 +1,9 @@
 """OFFSETS (a partition's offsets by time), COMMIT_OFFSET and FETCH_OFFSET (a group's
 committed offsets).
 
-Contract: OFFSETS answers the log end and log start from memory and looks a
-timestamp up in the executor (`PartitionService.blocking`); commits go to the
+Contract: OFFSETS asks the core's offset lookup (`PartitionService.list_offset`,
+the log's `fetch_offset_by_timestamp`: the log ends from memory, a timestamp in
+the executor); commits go to the
 executor, fetching a committed offset is answered from memory (GroupOffsets,
 broker/group_offsets.py, shared with the Kafka listener's OffsetCommit/OffsetFetch).
 
@@ -32,6 +33,7 @@ from protocol import (
 )
 
 from ..connection import Reply
+from ..core import OffsetQuery
 from .base import NativeApiBase
 from .session import NativeSession
 
@@ -45,12 +47,8 @@ class OffsetsApi(NativeApiBase):
             raise InvalidRequestError(f"time {req.time} is neither -1, -2 nor a timestamp")
         if req.max_number <= 0:
             offsets: tuple[int, ...] = ()
-        elif req.time == OffsetsRequest.LATEST:
-            offsets = (partition_log.log_end_offset,)
-        elif req.time == OffsetsRequest.EARLIEST:
-            offsets = (partition_log.log_start_offset,)
         else:
-            found = await self.partitions.blocking(partition_log.offset_for_timestamp, req.time)
+            found = await self.partitions.list_offset(partition_log, OffsetQuery.of(req.time))
             offsets = () if found is None else (found.offset,)
         return [encode_response(OffsetsResponse(ErrorCode.NONE, offsets))]
 

@@ -40,10 +40,9 @@ from protocol import (
     parse_produce,
 )
 from protocol.requests import PRODUCE_FIXED, PRODUCE_HEAD
-from storage.log import AppendResult
 
 from ..connection import Reply
-from ..partitions import INLINE_APPEND_MAX_BYTES
+from ..core import INLINE_APPEND_MAX_BYTES, AppendResult
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
 from .base import NativeApiBase, log
 from .session import NativeSession, produced
@@ -118,7 +117,7 @@ class ProduceApi(NativeApiBase):
             return None  # malformed: `handle` answers it alone
         topic = bytes(frame[PRODUCE_HEAD.size:at])
         partition, set_size = PRODUCE_FIXED.unpack_from(frame, at)
-        partition_log = self.partitions.manager.get_log(topic.decode("utf-8", "replace"), partition)
+        partition_log = self.partitions.live_log(topic.decode("utf-8", "replace"), partition)
         # Not keyed when inline: the connection starts it after every earlier reply.
         if partition_log is None or self.partitions.appends_inline(partition_log, set_size, ordered_by_caller=True):
             return None  # inline (or an error `handle` answers)

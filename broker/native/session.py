@@ -6,7 +6,7 @@ Contract:
   "Version 2"), whether the HANDSHAKE happened, how many requests the connection
   has begun. `error(code, message)` is an error answer as that version lays it
   out: an empty body in version 1, `message:str?` from version 2 on.
-  `produce_answer` is the PRODUCE answer function (broker/partitions.py's
+  `produce_answer` is the PRODUCE answer function (broker/core/appends.py's
   `Answer`) for that version.
 - `SessionHandlers` is the RequestHandlers (and FastPath) one connection serves
   (`Handlers.for_connection`, broker/connection.py's PerConnection): it counts the
@@ -33,13 +33,21 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from kafka_format.errors import InvalidRequestError, StrataError
-from protocol import PROTOCOL_VERSION, ErrorCode, RequestType, error_response, produce_response
-from storage.log import AppendResult
+from protocol import (
+    PROTOCOL_VERSION,
+    ErrorCode,
+    ProtocolError,
+    RequestType,
+    error_response,
+    parse_produce,
+    parse_request,
+    produce_response,
+)
 
 from ..connection import CloseAfterReply, FastPath, Frame, Reply
+from ..core import INLINE_APPEND_MAX_BYTES, AppendResult, error_reason
 from ..handler_clock import HandlerClock
 from ..listeners import ConnectionContext
-from ..partitions import INLINE_APPEND_MAX_BYTES, error_reason
 from ..security.sasl import sasl_failure_delay
 
 if TYPE_CHECKING:
@@ -60,6 +68,19 @@ PRODUCE, FETCH = int(RequestType.PRODUCE), int(RequestType.FETCH)  # the fast pa
 
 # Requests a connection on a SASL listener may send before it has authenticated.
 BEFORE_AUTHENTICATION = frozenset({RequestType.HANDSHAKE, RequestType.SASL_AUTHENTICATE})
+
+
+def produce_record_bytes(frame: Frame, version: int) -> int:
+    """The record bytes of a PRODUCE or MULTIPRODUCE frame: its message sets' bytes,
+    what the produce quota charges (broker/core/charges.py); 0 for a frame that
+    does not parse (it appends nothing)."""
+    try:
+        if frame[1] == PRODUCE:
+            return len(parse_produce(frame)[2])
+        request = parse_request(frame, version)
+    except ProtocolError:
+        return 0
+    return sum(len(item.message_set) for item in getattr(request, "items", ()))
 
 
 def produced(result: AppendResult) -> Reply:
@@ -228,8 +249,8 @@ class SessionHandlers(FastPath):
         return session.clock
 
     def _count_quota(self, frame: Frame, conn: ConnectionContext) -> None:
-        """Client quotas (broker/quotas.py, the partition service's one policy): a
-        PRODUCE or MULTIPRODUCE counts its request bytes and its handler's time;
+        """Client quotas (broker/core/charges.py, the one charge rule): a PRODUCE or
+        MULTIPRODUCE counts its record bytes and its handler's time;
         FETCH and MULTIFETCH charge their own (broker/native/fetch.py: a throttled one
         answers no records); any other request its handler's time. The native
         layouts have no throttle field: a throttled connection is muted instead
@@ -242,7 +263,8 @@ class SessionHandlers(FastPath):
         clock = session.clock
         seconds = clock.elapsed() if clock is not None else 0.0
         if len(frame) >= 2 and not frame[0] and frame[1] in (RequestType.PRODUCE, RequestType.MULTIPRODUCE):
-            partitions.throttle(conn, "produce", session.client_id, len(frame), seconds)
+            partitions.throttle(conn, "produce", session.client_id, produce_record_bytes(frame, session.version),
+                                seconds)
         elif clock is not None:
             partitions.throttle(conn, "request", session.client_id, seconds)
 

@@ -43,7 +43,8 @@ from protocol import (
 )
 
 from ..connection import Reply
-from ..security.authorizer import CLUSTER_NAME, Op, Resource
+from ..core.authorization import may_create_topic
+from ..security.authorizer import Op, Resource
 from .base import NativeApiBase
 from .session import NativeSession
 
@@ -92,9 +93,7 @@ class TopicsApi(NativeApiBase):
                 topics.append(TopicMetadata(name, e.code))
                 continue
             known = self.registry.get(name)
-            if known is None and auto_create and checked and not (
-                    self._may(conn, Op.CREATE, Resource.CLUSTER, CLUSTER_NAME)
-                    or self._may(conn, Op.CREATE, Resource.TOPIC, name)):
+            if known is None and auto_create and checked and not may_create_topic(self.authorizer, conn, name):
                 topics.append(TopicMetadata(name, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
                 continue
             if known is None and auto_create:
@@ -110,7 +109,7 @@ class TopicsApi(NativeApiBase):
                 continue
             partitions = []
             for partition in range(known.partitions):
-                partition_log = self.partitions.manager.get_log(name, partition)
+                partition_log = self.partitions.live_log(name, partition)
                 start, end = ((0, 0) if partition_log is None
                               else (partition_log.log_start_offset, partition_log.log_end_offset))
                 partitions.append(PartitionMetadata(partition, start, end))

@@ -19,8 +19,8 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from broker import partitions as partitions_module
 from broker import server as server_module
+from broker.core import appends as appends_module
 from kafka_format import build_batch, iter_records
 from protocol import (
     CreateTopicRequest,
@@ -197,7 +197,7 @@ def test_fetches_with_data_are_answered_at_once_and_long_polls_wait_on_the_task(
 
 
 def test_a_slow_inline_append_sends_large_appends_to_the_executor_for_a_while(inprocess, monkeypatch):
-    monkeypatch.setattr(partitions_module, "SLOW_INLINE_APPEND_S", 0.0)  # every inline append is "slow"
+    monkeypatch.setattr(appends_module, "SLOW_INLINE_APPEND_S", 0.0)  # every inline append is "slow"
     stats = inprocess.app.partitions.append_stats
     with capture_logs() as logs, NativeClient(*inprocess.address) as c:
         assert c.call(CreateTopicRequest("slow", 1)).error == ErrorCode.NONE

@@ -3,9 +3,9 @@ which frames a connection may key for an early begin."""
 
 from __future__ import annotations
 
+from broker.core import INLINE_APPEND_MAX_BYTES
 from broker.listeners import ConnectionContext
 from broker.native import SessionHandlers
-from broker.partitions import INLINE_APPEND_MAX_BYTES
 
 KEY = ("t", 0)
 FRAME = b"f" * (INLINE_APPEND_MAX_BYTES + 1)  # only a PRODUCE over this size is ever keyed

@@ -1,4 +1,4 @@
-"""broker.partitions: the partition service both protocols share.
+"""broker.core.PartitionService: the partition service both protocols share.
 
 Appender: a partition's executor appends run in the order submitted, one job at a
 time, each answer resolved as its append finishes, errors answered per append, and a
@@ -17,10 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from broker import partitions as partitions_module
 from broker.config import BrokerConfig
-from broker.native import produce_answer
-from broker.partitions import (
+from broker.core import (
     APPENDS_PER_JOB,
     INLINE_APPEND_MAX_BYTES,
     LARGE_INLINE_APPEND_MAX_BYTES,
@@ -29,6 +27,8 @@ from broker.partitions import (
     PartitionWaiters,
     append_outcome,
 )
+from broker.core import appends as appends_module
+from broker.native import produce_answer
 from broker.topics import TopicRegistry
 from kafka_format import build_batch
 from kafka_format.errors import (
@@ -288,7 +288,7 @@ def test_an_append_never_overtakes_one_queued_in_the_executor(tmp_path):
 
 
 def test_a_slow_inline_append_backs_large_appends_off_to_the_executor(tmp_path, monkeypatch):
-    monkeypatch.setattr(partitions_module, "SLOW_INLINE_APPEND_S", -1.0)  # every inline append is "slow"
+    monkeypatch.setattr(appends_module, "SLOW_INLINE_APPEND_S", -1.0)  # every inline append is "slow"
 
     async def test(broker):
         service = broker.service

@@ -15,8 +15,8 @@ import time
 import pytest
 import structlog
 
-from broker import partitions as partitions_module
 from broker import server as server_module
+from broker.core import appends as appends_module
 from kafka_format import build_batch, iter_records
 from protocol import (
     CreateTopicRequest,
@@ -163,7 +163,7 @@ def big_batch(tag: int) -> bytes:
 def executor_appends(monkeypatch):
     """Appends over INLINE_APPEND_MAX_BYTES go to the executor (as during an inline
     back-off), so big_batch() PRODUCEs stream through the partition's appender."""
-    monkeypatch.setattr(partitions_module, "LARGE_INLINE_APPEND_MAX_BYTES", partitions_module.INLINE_APPEND_MAX_BYTES)
+    monkeypatch.setattr(appends_module, "LARGE_INLINE_APPEND_MAX_BYTES", appends_module.INLINE_APPEND_MAX_BYTES)
 
 
 def test_pipelined_large_produces_are_begun_early_and_answered_in_order(inprocess, executor_appends):
@@ -230,7 +230,7 @@ def test_a_large_frame_split_across_many_reads_is_whole(inprocess):
 @pytest.mark.parametrize("path", ["inline", "executor"])
 def test_a_flood_of_large_produces_holds_bounded_state_and_is_answered_in_order(inprocess, path, monkeypatch):
     if path == "executor":
-        monkeypatch.setattr(partitions_module, "LARGE_INLINE_APPEND_MAX_BYTES", partitions_module.INLINE_APPEND_MAX_BYTES)
+        monkeypatch.setattr(appends_module, "LARGE_INLINE_APPEND_MAX_BYTES", appends_module.INLINE_APPEND_MAX_BYTES)
     with NativeClient(*inprocess.address) as c:
         assert c.call(CreateTopicRequest("flood", 1)).error == ErrorCode.NONE
     count = 100

@@ -54,3 +54,17 @@ def test_log_append_time_and_no_timestamps(open_log):
 
 def test_empty_log(open_log):
     assert max_timestamp_offset(open_log()) is None
+
+
+def test_fetch_offset_by_timestamp_answers_every_special_timestamp(open_log):
+    log = open_log()
+    log.append(build_batch([(b"k", b"v", t) for t in (10, 50, 20)]))
+    log.append(build_batch([(b"k", b"v", 70)], producer_id=9, producer_epoch=0, base_sequence=0,
+                           is_transactional=True))  # open: the last stable offset stays at 3
+    assert log.fetch_offset_by_timestamp(-1) == (-1, 4)  # latest: the log end
+    assert log.fetch_offset_by_timestamp(-1, True) == (-1, 3)  # read_committed: the last stable offset
+    assert log.fetch_offset_by_timestamp(-2) == log.fetch_offset_by_timestamp(-4) == (-1, 0)
+    assert log.fetch_offset_by_timestamp(-3) == max_timestamp_offset(log) == (70, 3)
+    assert log.fetch_offset_by_timestamp(-5) == (-1, -1)  # latest tiered: nothing is tiered
+    assert log.fetch_offset_by_timestamp(30) == log.offset_for_timestamp(30)
+    assert log.fetch_offset_by_timestamp(100) is None

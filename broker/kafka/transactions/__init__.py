@@ -11,7 +11,7 @@
 calls its `start()` once the data directory is open (it reads the state log and
 finishes what a crash left half-done). FindCoordinator with key type TRANSACTION
 names this broker (broker/kafka/groups/handlers.py). The markers themselves are
-written by PartitionService.append_txn_marker (broker/partitions.py).
+written by PartitionService.append_txn_marker (broker/core/appends.py).
 Settings: transaction.state.log.num.partitions, transaction.max.timeout.ms,
 transaction.abort.timed.out.transaction.cleanup.interval.ms,
 transactional.id.expiration.ms, transaction.remove.expired.transaction.cleanup.interval.ms.

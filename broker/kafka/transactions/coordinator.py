@@ -156,7 +156,7 @@ class TransactionCoordinator:
         """Read `__transaction_state` back (when it exists), finish the transactions
         that were completing, start the timeout and expiration tasks."""
         if self.registry.get(TRANSACTION_STATE_TOPIC) is not None:
-            self.states = await self.apis.blocking(self.state_log.load, self.apis.manager.logs())
+            self.states = await self.apis.blocking(self.state_log.load, self.apis.partitions.all_logs())
         self._ready.set()
         for meta in list(self.states.values()):
             if meta.state.completing:

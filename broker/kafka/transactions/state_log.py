@@ -29,8 +29,8 @@ from collections.abc import Callable
 import structlog
 
 from kafka_format import build_batch, iter_entries
-from storage.log import Log
 
+from ...core import PartitionLog
 from ...group_offsets import partition_for
 from ...internal_records import FieldReader, encode_uvarint
 from ...internal_topics import TRANSACTION_STATE_TOPIC
@@ -130,7 +130,7 @@ def decode_value(transactional_id: str, raw: bytes) -> TxnMetadata:
 class TransactionStateLog:
     """Appends and reads `__transaction_state` (blocking methods: run them in the executor)."""
 
-    def __init__(self, get_log: Callable[[str, int], Log], partition_count: Callable[[], int],
+    def __init__(self, get_log: Callable[[str, int], PartitionLog], partition_count: Callable[[], int],
                  on_append: Callable[[str, int], None]):
         self._get_log = get_log  # (topic, partition) -> Log, creating the partition's log on first use
         self._partition_count = partition_count
@@ -167,7 +167,7 @@ class TransactionStateLog:
         self._get_log(TRANSACTION_STATE_TOPIC, partition).append(batch)
         self._on_append(TRANSACTION_STATE_TOPIC, partition)
 
-    def load(self, logs: list[Log]) -> dict[str, TxnMetadata]:
+    def load(self, logs: list[PartitionLog]) -> dict[str, TxnMetadata]:
         """Every transactional id's latest state, from the topic's existing logs."""
         states: dict[str, TxnMetadata] = {}
         records = 0
@@ -177,7 +177,7 @@ class TransactionStateLog:
         log.info("transaction_state_loaded", transactional_ids=len(states), records=records)
         return states
 
-    def _load_partition(self, partition_log: Log, states: dict[str, TxnMetadata]) -> int:
+    def _load_partition(self, partition_log: PartitionLog, states: dict[str, TxnMetadata]) -> int:
         records = 0
         offset, end = partition_log.log_start_offset, partition_log.log_end_offset
         while offset < end:
