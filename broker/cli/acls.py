@@ -44,7 +44,8 @@ from client import Admin
 from protocol import AclBinding, AclBindingFilter
 
 from . import UsageError
-from .client_support import add_bootstrap_arg, client_errors, command_config, native_address
+from .addresses import native_address
+from .client_support import add_bootstrap_arg, client_errors, command_config
 
 RESOURCE_TYPES = {1: "ANY", 2: "TOPIC", 3: "GROUP", 4: "CLUSTER", 5: "TRANSACTIONAL_ID"}
 PATTERNS = {"any": 1, "match": 2, "literal": 3, "prefixed": 4}

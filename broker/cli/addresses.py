@@ -54,6 +54,9 @@ from protocol import (
 )
 
 from . import CliError
+from .client_support import KAFKA_BOOTSTRAP_ENV, check_bootstrap, command_config
+from .kafka_admin import KafkaAdmin
+from .kafka_call import ASSUMED
 
 NATIVE, KAFKA = "native", "kafka"
 PROBE_TIMEOUT_S = 5.0  # a live listener answers either probe at once: this bounds a silent one
@@ -170,8 +173,6 @@ def _memo(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _probed(args: argparse.Namespace) -> tuple[str | None, str]:
-    from .client_support import check_bootstrap, command_config
-
     memo = _memo(args)
     if "probe" not in memo:
         memo["probe"] = probe(check_bootstrap(args.bootstrap_server), command_config(args))
@@ -180,8 +181,6 @@ def _probed(args: argparse.Namespace) -> tuple[str | None, str]:
 
 def native_address(args: argparse.Namespace) -> str:
     """The native listener's address for these arguments (see the module contract)."""
-    from .client_support import command_config
-
     memo = _memo(args)
     if "native" not in memo:
         kind, reached = _probed(args)
@@ -192,8 +191,6 @@ def native_address(args: argparse.Namespace) -> str:
 
 def kafka_address(args: argparse.Namespace) -> str:
     """The Kafka listener's address for these arguments (see the module contract)."""
-    from .client_support import KAFKA_BOOTSTRAP_ENV, check_bootstrap, command_config
-
     explicit = args.kafka_bootstrap_server or os.environ.get(KAFKA_BOOTSTRAP_ENV)
     if explicit:
         return check_bootstrap(explicit)
@@ -205,8 +202,6 @@ def kafka_address(args: argparse.Namespace) -> str:
         elif kind == NATIVE:
             memo["kafka"] = _kafka_from_native(reached, command_config(args))
         else:
-            from .kafka_call import ASSUMED
-
             memo["kafka"] = format_address(parse_bootstrap(reached)[0][0], KAFKA_PORT)
             ASSUMED[memo["kafka"]] = args.bootstrap_server
     return memo["kafka"]
@@ -269,8 +264,6 @@ def listeners_from_configs(values: dict[str, str | None]) -> list[ListenerInfo]:
 
 
 def _native_from_kafka(reached: str, security: dict[str, str] | None) -> str:
-    from .kafka_admin import KafkaAdmin
-
     hint = "give --bootstrap-server the native listener's address"
     try:
         values = KafkaAdmin(reached, security).broker_config_values(NODE_ID, LISTENER_KEYS)

@@ -3,10 +3,8 @@
 Contract: `add_bootstrap_arg` registers `--bootstrap-server HOST:PORT` (either
 listener of the broker), by default $STRATA_BOOTSTRAP_SERVER or localhost:9000;
 `add_kafka_bootstrap_arg` registers `--kafka-bootstrap-server HOST:PORT` (the
-Kafka listener, for what only a Kafka request does). `native_address(args)` and
-`kafka_address(args)` find the listener a command needs from them
-(broker/cli/addresses.py: the protocol answering at --bootstrap-server, and the
-broker's word on where the other listener is); `add_topic_args`
+Kafka listener, for what only a Kafka request does); broker/cli/addresses.py finds
+the listener a command needs from them; `add_topic_args`
 registers a topic given as positional TOPIC or `--topic TOPIC` (Kafka's tools take
 the option) and `topic_arg(args)` returns it (a UsageError when it is missing or
 given twice differently); `client_errors()` is a context manager that turns every client
@@ -88,20 +86,6 @@ def add_kafka_bootstrap_arg(parser: argparse._ActionsContainer, purpose: str = "
     parser.add_argument("--kafka-bootstrap-server", metavar="HOST:PORT",
                         help=f"the broker's Kafka listener{purpose} (default: ${KAFKA_BOOTSTRAP_ENV}, else "
                              f"--bootstrap-server when it is the Kafka listener, else the one the broker names)")
-
-
-def kafka_address(args: argparse.Namespace) -> str:
-    """The Kafka listener's "HOST:PORT" for these arguments (broker/cli/addresses.py)."""
-    from .addresses import kafka_address as find
-
-    return find(args)
-
-
-def native_address(args: argparse.Namespace) -> str:
-    """The native listener's "HOST:PORT" for these arguments (broker/cli/addresses.py)."""
-    from .addresses import native_address as find
-
-    return find(args)
 
 
 def add_topic_args(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:

@@ -45,12 +45,12 @@ from typing import Any
 from client import Consumer
 
 from . import CliError, UsageError
+from .addresses import native_address
 from .client_support import (
     add_bootstrap_arg,
     add_topic_args,
     client_errors,
     command_config,
-    native_address,
     topic_arg,
 )
 

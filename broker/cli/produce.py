@@ -49,12 +49,12 @@ from dataclasses import dataclass
 from client import COMPRESSION_CODECS, Producer, StrataClientError
 
 from . import CliError, UsageError
+from .addresses import native_address
 from .client_support import (
     add_bootstrap_arg,
     add_topic_args,
     client_errors,
     command_config,
-    native_address,
     topic_arg,
 )
 

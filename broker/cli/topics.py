@@ -71,6 +71,7 @@ from kio.schema.errors import ErrorCode
 from client import Admin, StrataClientError
 
 from . import CliError, UsageError
+from .addresses import kafka_address, native_address
 from .client_support import (
     add_bootstrap_arg,
     add_kafka_bootstrap_arg,
@@ -78,8 +79,6 @@ from .client_support import (
     check_bootstrap,
     client_errors,
     command_config,
-    kafka_address,
-    native_address,
     parse_config_args,
     topic_arg,
 )
