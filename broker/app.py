@@ -66,7 +66,7 @@ from storage.manager import LogManager
 from storage.open_files import OPEN_FILES, raise_nofile_limit
 
 from .admin_http import AdminServer
-from .config import BrokerConfig, default_props
+from .config import BrokerConfig, default_props, is_secret
 from .connection import PerConnection, RequestHandlers
 from .connection_limits import ConnectionLimits
 from .connection_rates import ConnectionRates
@@ -413,13 +413,9 @@ def _describe(listener: Listener) -> dict[str, str]:
             "address": format_address(*address) if address else ""}
 
 
-_SECRET_SUFFIXES = ("password", "sasl.jaas.config", "ssl.keystore.key", "ssl.keystore.certificate.chain",
-                    "ssl.truststore.certificates")
-
-
 def _loggable(settings: dict[str, str]) -> dict[str, str]:
     """The explicit settings for the startup log, passwords and inline keys hidden."""
-    return {k: "[hidden]" if k.endswith(_SECRET_SUFFIXES) else v for k, v in settings.items()}
+    return {k: "[hidden]" if is_secret(k) else v for k, v in settings.items()}
 
 
 async def _bind(server: BrokerServer | AdminServer, host: str, port: int) -> tuple[str, int]:

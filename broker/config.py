@@ -364,6 +364,16 @@ def config_text(value: Any) -> str:
     return str(value)
 
 
+# Keys whose values are secrets (passwords, JAAS configs, inline PEM keys and certificates):
+# logged as "[hidden]".
+SECRET_SUFFIXES = ("password", "sasl.jaas.config", "ssl.keystore.key", "ssl.keystore.certificate.chain",
+                   "ssl.truststore.certificates")
+
+
+def is_secret(key: str) -> bool:
+    return key.endswith(SECRET_SUFFIXES)
+
+
 def default_props() -> dict[str, str]:
     """Every setting's default as Kafka describes it (DEFAULT_CONFIG), settings without
     one left out: the broker keys' and the log.* names' (broker_name_defaults)."""

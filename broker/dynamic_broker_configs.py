@@ -29,8 +29,13 @@ Contract:
   reads the file, or starts empty when there is none; an unreadable file (or a stored log default
   that is no longer valid) is InvalidConfigError. `static_log_props`: the broker-level log.*
   settings given at start ({name: value}); `default_props`: Kafka's defaults by name (broker/config.py).
-- `overrides(name)`: {key: value} set on that resource itself (what APPEND/SUBTRACT extend, and
-  what DescribeConfigs lists for "0" over "", with the synonyms).
+- `overrides(name)`: {key: value} set on that resource itself (what DescribeConfigs lists for "0"
+  over "", with the synonyms).
+- `list_start(name, key)`: the value IncrementalAlterConfigs' APPEND / SUBTRACT start from on
+  resource `name`, as Kafka's ConfigurationControlManager (getParts): that resource's own value,
+  else Kafka's default of the key (not the cluster default's value nor the static one). So
+  `APPEND log.cleanup.policy compact` on "0" with no override stores `delete,compact`, and the
+  `SUBTRACT compact` after it stores `delete`.
 - `alter(name, changes, replace=False, validate_only=False)` (blocking): `changes` are
   (key, value or None = remove); `replace` drops the overrides not listed (legacy
   AlterConfigs). Checked whole before anything changes (Kafka's DynamicBrokerConfig
@@ -39,7 +44,9 @@ Contract:
   write is KafkaStorageError): a failure changes nothing. When the topic defaults change,
   `apply(defaults, commit)` is called with the new LogConfig under the lock: first with
   commit=False before the write (it checks every topic and raises StrataError to refuse), then
-  with commit=True after it (it swaps the new configs into the topics).
+  with commit=True after it (it swaps the new configs into the topics). Every key whose value
+  changes is logged once written (`broker_config_changed`: resource, key, old and new value, None
+  for unset; the values of secret keys, broker/config.py's `is_secret`, as "[hidden]").
 - `log_defaults()`: the topic defaults (LogConfig) by the rule of precedence above.
 - `log_source(topic_key)`: where topic config `topic_key`'s default comes from: "dynamic_broker",
   "dynamic_default", "static" or "default"; `log_synonyms(topic_key)`: the broker settings that
@@ -56,11 +63,15 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import structlog
+
 from kafka_format.errors import InvalidConfigError, InvalidRequestError, StrataError
 from storage.config import BROKER_NAMES, LogConfig, broker_log_defaults
 
-from .config import ALL_KEYS
+from .config import ALL_KEYS, is_secret
 from .json_files import read_string_maps, write_document
+
+log = structlog.get_logger("strata.broker_configs")
 
 CONFIG_FILE = "broker-configs.json"
 FORMAT_VERSION = 1
@@ -101,6 +112,9 @@ NO_EFFECT: dict[str, str] = {
 # Kafka's DynamicLogConfig keys Strata implements: the first broker synonym of each topic config
 # it has (broker name -> topic config name).
 LOG_KEYS: dict[str, str] = {candidates[0][0]: topic_key for topic_key, candidates in BROKER_NAMES.items()}
+# Kafka's defaults of the list-typed NO_EFFECT keys (what APPEND / SUBTRACT start from when the
+# resource does not set the key; the LOG_KEYS' defaults are broker/config.py's default_props).
+LIST_DEFAULTS: dict[str, str] = {"metric.reporters": "", "sasl.kerberos.principal.to.local.rules": "DEFAULT"}
 # Keys Kafka takes only for one broker, never at the cluster default (its PerBrokerConfigs).
 PER_BROKER = frozenset(k for k in NO_EFFECT if k.startswith("sasl."))
 INT_RANGES = {"short": (-(2**15), 2**15 - 1), "int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
@@ -266,6 +280,15 @@ class DynamicBrokerConfigs:
         self._check_name(name)
         return dict(self._brokers.get(name, {}))
 
+    def list_start(self, name: str, key: str) -> str | None:
+        """What APPEND / SUBTRACT of `key` on resource `name` start from: the resource's own
+        value, else Kafka's default (None: the key has none)."""
+        self._check_name(name)
+        own = self._brokers.get(name, {}).get(key)
+        if own is not None:
+            return own
+        return self._kafka_defaults.get(key, LIST_DEFAULTS.get(key))
+
     def alter(self, name: str, changes: Iterable[tuple[str, str | None]], *, replace: bool = False,
               validate_only: bool = False,
               apply: Callable[[LogConfig, bool], None] | None = None) -> None:
@@ -309,6 +332,20 @@ class DynamicBrokerConfigs:
             if brokers != self._brokers:
                 doc = {"version": FORMAT_VERSION, "brokers": brokers}
                 write_document(self.path, "dynamic broker configs", doc, sort_keys=True)
+            previous = self._brokers.get(name, {})
             self._brokers, self._defaults = brokers, defaults
             if changed and apply is not None:
                 apply(defaults, True)
+        _log_changes(name, previous, merged)
+
+
+def _log_changes(name: str, old: Mapping[str, str], new: Mapping[str, str]) -> None:
+    """One `broker_config_changed` event per key of resource `name` whose value changed."""
+    resource = "cluster default" if name == CLUSTER_DEFAULT else f"broker {name}"
+    for key in sorted(old.keys() | new.keys()):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if is_secret(key):
+            before, after = (None if v is None else "[hidden]" for v in (before, after))
+        log.info("broker_config_changed", resource=resource, key=key, old=before, new=after)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kafka_format.errors import InvalidConfigError, InvalidRequestError, StrataError
-from storage.config import BROKER_NAMES
+from storage.config import BROKER_NAMES, LogConfig
 from storage.config import KEYS as TOPIC_KEYS
 from storage.config import KEYS_BY_NAME as TOPIC_KEY_DEFS
 
@@ -50,6 +50,7 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 SOURCE_CODES = {"dynamic_broker": DYNAMIC_BROKER_CONFIG, "dynamic_default": DYNAMIC_DEFAULT_BROKER_CONFIG,
                 "static": STATIC_BROKER_CONFIG, "default": DEFAULT_CONFIG}
 TOPIC_KINDS = {k.name: k.kind for k in TOPIC_KEYS}
+TOPIC_DEFAULTS = LogConfig().to_props()  # Kafka's topic defaults: what APPEND / SUBTRACT start from
 
 
 def topic_config_source(broker_configs: DynamicBrokerConfigs | None, config, topic, key: str) -> int:
@@ -120,10 +121,13 @@ def listed_values(configs) -> dict[str, str]:
 def incremental_changes(configs, kind: Callable[[str], str | None],
                         current: Callable[[str], str | None]) -> list[tuple[str, str | None]]:
     """One IncrementalAlterConfigs resource's operations as (key, new value, or None to
-    delete), as Kafka's ConfigAdminManager reads them: SET needs a value, DELETE drops
-    the key, APPEND / SUBTRACT add or remove comma-separated items of a list key's
-    `current` value. `kind(key)` is the key's ConfigDef type ("list" allows APPEND /
-    SUBTRACT), or None for a key its owner refuses by name (its value passes as given).
+    delete), as Kafka's ConfigurationControlManager reads them: SET needs a value, DELETE
+    drops the key, APPEND / SUBTRACT add or remove comma-separated items of a list key's
+    `current` value: the resource's own value, else Kafka's default of the key (getParts;
+    neither a broker default nor the cluster default's value), so APPEND of `compact` to a
+    `cleanup.policy` the resource does not set gives `delete,compact`. `kind(key)` is the
+    key's ConfigDef type ("list" allows APPEND / SUBTRACT), or None for a key its owner
+    refuses by name (its value passes as given).
     A key named twice or an unknown operation is INVALID_REQUEST; APPEND / SUBTRACT on
     a key that is not a list INVALID_CONFIG."""
     changes: dict[str, str | None] = {}
@@ -286,8 +290,8 @@ class ConfigsApi(CoreApiBase):
             for c in resource.configs:
                 if c.name not in TOPIC_KINDS:
                     raise InvalidConfigError(f"unknown topic config {c.name!r}")
-            effective = topic.log_config.to_props()
-            changes = incremental_changes(resource.configs, TOPIC_KINDS.get, effective.get)
+            changes = incremental_changes(resource.configs, TOPIC_KINDS.get,
+                                          lambda name: topic.configs.get(name, TOPIC_DEFAULTS.get(name)))
             await self.apis.blocking(self._alter, resource.resource_name, changes, req.validate_only)
 
         async def alter_group(resource) -> None:
@@ -296,12 +300,13 @@ class ConfigsApi(CoreApiBase):
                                      req.validate_only)
 
         async def alter_broker(resource) -> None:
-            current = self._broker_configs().overrides(resource.resource_name)
+            configs = self._broker_configs()
 
             def kind(name: str) -> str | None:  # None: a key DynamicBrokerConfigs.alter refuses by name
                 return broker_key_kind(name) if name in NO_EFFECT or name in LOG_KEYS else None
 
-            changes = incremental_changes(resource.configs, kind, current.get)
+            changes = incremental_changes(resource.configs, kind,
+                                          lambda name: configs.list_start(resource.resource_name, name))
             await self.apis.blocking(self._alter_broker, resource.resource_name, changes, False,
                                      req.validate_only)
         return await self._alter_each(req, ctx, alter_topic, alter_group, alter_broker)

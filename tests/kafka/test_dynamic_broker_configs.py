@@ -9,7 +9,9 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 from kio.index import load_request_schema
+from structlog.testing import capture_logs
 
+from broker.dynamic_broker_configs import _log_changes
 from broker.kafka.codec import make, nested
 from tests.broker_process import run_serve
 from tests.kafka.wire import KafkaWire
@@ -117,3 +119,13 @@ def test_a_damaged_file_stops_the_start_with_one_line_naming_it(tmp_path):
     assert code != 0
     assert "cannot read dynamic broker configs" in stderr and "broker-configs.json" in stderr
     assert "Traceback" not in stderr
+
+
+def test_a_change_of_a_secret_key_is_logged_without_its_values():
+    with capture_logs() as events:
+        _log_changes("0", {"listener.name.x.ssl.keystore.password": "old-secret", "metric.reporters": "a"},
+                     {"listener.name.x.ssl.keystore.password": "new-secret", "metric.reporters": "a"})
+        _log_changes("", {}, {"sasl.jaas.config": "secret"})
+    assert [(e["resource"], e["key"], e["old"], e["new"]) for e in events] == [
+        ("broker 0", "listener.name.x.ssl.keystore.password", "[hidden]", "[hidden]"),
+        ("cluster default", "sasl.jaas.config", None, "[hidden]")]

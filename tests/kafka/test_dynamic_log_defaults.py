@@ -248,3 +248,68 @@ def test_a_stored_default_that_is_no_longer_valid_stops_the_start_naming_the_fil
     assert code != 0
     assert "broker-configs.json" in stderr and "min.compaction.lag.ms" in stderr
     assert "Traceback" not in stderr
+
+
+def produce_keyless(broker, topic: str) -> list:
+    """Three records without a key (a compacted topic refuses them): the delivery errors."""
+    errors: list = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for _ in range(3):
+        producer.produce(topic, b"no key", on_delivery=lambda err, _msg: errors.append(err))
+    assert producer.flush(TIMEOUT) == 0
+    return [e for e in errors if e is not None]
+
+
+def changes_logged(broker, key: str) -> list[tuple[str, str | None, str | None]]:
+    return [(e["resource"], e["old"], e["new"]) for e in broker.log_events()
+            if e.get("event") == "broker_config_changed" and e.get("key") == key]
+
+
+def test_append_then_subtract_on_this_broker_start_from_kafkas_default(broker):
+    """librdkafka's 0081_admin: APPEND then SUBTRACT of `compact` on broker "0", which does not set
+    log.cleanup.policy, works on Kafka's default `delete` (as Kafka's controller) and leaves topics
+    created afterwards deleting, not compacting."""
+    alter(broker, "0", ("background.threads", "9", AlterConfigOpType.SET),
+          ("log.cleanup.policy", "compact", AlterConfigOpType.APPEND))
+    assert entry(broker, BROKER, "0", "log.cleanup.policy") == (
+        "delete,compact", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    alter(broker, "0", ("background.threads", None, AlterConfigOpType.DELETE),
+          ("log.cleanup.policy", "compact", AlterConfigOpType.SUBTRACT))
+    assert entry(broker, BROKER, "0", "log.cleanup.policy") == (
+        "delete", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+
+    create(broker, "after-subtract", {})
+    assert entry(broker, TOPIC, "after-subtract", "cleanup.policy")[0] == "delete"
+    assert produce_keyless(broker, "after-subtract") == []
+
+    # every change is logged, naming the resource, the key and both values
+    assert changes_logged(broker, "log.cleanup.policy")[-2:] == [
+        ("broker 0", None, "delete,compact"), ("broker 0", "delete,compact", "delete")]
+    assert changes_logged(broker, "background.threads")[-2:] == [("broker 0", None, "9"), ("broker 0", "9", None)]
+    alter(broker, "0", ("log.cleanup.policy", None, AlterConfigOpType.DELETE))
+    assert changes_logged(broker, "log.cleanup.policy")[-1] == ("broker 0", "delete", None)
+
+
+def test_append_starts_from_the_resources_own_value_else_kafkas_default(broker):
+    """Kafka's ConfigurationControlManager.getParts: the cluster default "" and topics too; the
+    value a resource inherits (the cluster default's, a broker default) is not where they start."""
+    alter(broker, "", ("log.cleanup.policy", "compact", AlterConfigOpType.APPEND))
+    assert raw_synonyms(broker, "", "log.cleanup.policy")[0] == (
+        "log.cleanup.policy", "delete,compact", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    alter(broker, "", ("log.cleanup.policy", "compact", AlterConfigOpType.SET))
+    # broker "0" sets nothing: its APPEND starts from Kafka's default, not the cluster default's value
+    alter(broker, "0", ("log.cleanup.policy", "delete", AlterConfigOpType.APPEND))
+    assert entry(broker, BROKER, "0", "log.cleanup.policy") == ("delete", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    alter(broker, "0", ("log.cleanup.policy", None, AlterConfigOpType.DELETE))
+
+    # a topic without its own policy, compacted by the cluster default: APPEND starts from `delete`
+    create(broker, "inherits-compact", {})
+    assert entry(broker, TOPIC, "inherits-compact", "cleanup.policy")[0] == "compact"
+    resource = ConfigResource(TOPIC, "inherits-compact", incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])
+    client = admin(broker)
+    client.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+    assert entry(broker, TOPIC, "inherits-compact", "cleanup.policy") == (
+        "delete,compact", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    alter(broker, "", ("log.cleanup.policy", None, AlterConfigOpType.DELETE))
+    assert changes_logged(broker, "log.cleanup.policy")[-1] == ("cluster default", "compact", None)

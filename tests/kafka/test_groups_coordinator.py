@@ -132,6 +132,64 @@ async def test_second_member_triggers_a_rebalance_that_completes_once_everyone_r
     assert coord.groups["g"].state == c.STABLE
 
 
+async def test_the_leaders_own_join_completes_the_generation_after_answering_the_followers():
+    """Kafka answers every member of a generation in one pass; the JoinGroup that completes the
+    join phase (here the leader's) goes out after the parked followers', never ahead of them."""
+    coord = make()
+    leader, *followers = await stable_group(coord, "g", 3)
+    newcomer = await new_member(coord, "g")
+    order: list[str] = []
+
+    async def rejoin(member_id: str) -> c.JoinResult:
+        result = await join(coord, "g", member_id)
+        order.append(member_id)
+        return result
+
+    parked = [asyncio.ensure_future(rejoin(m)) for m in followers]
+    await asyncio.sleep(0)
+    newcomer_done = asyncio.ensure_future(newcomer)
+    newcomer_done.add_done_callback(lambda t: order.append(t.result().member_id))
+    assert not any(t.done() for t in parked)
+    results = await done(asyncio.gather(rejoin(leader), *parked, newcomer_done))
+    assert {r.generation_id for r in results} == {coord.groups["g"].generation_id}
+    assert results[0].leader == leader and results[0].members
+    assert order[-1] == leader and len(order) == 4
+
+
+async def test_followers_sync_before_a_leader_that_syncs_and_rejoins_at_once():
+    """librdkafka's cooperative consumers (0113): the leader, answered, syncs, revokes and rejoins
+    straight away; each follower syncs as soon as it is answered. Answered first, the followers'
+    SyncGroups are parked when the leader's assignments arrive and every member gets its own."""
+    coord = make()
+    leader, *followers = await stable_group(coord, "g", 3)
+    synced: dict[str, c.SyncResult] = {}
+    rejoined: list[asyncio.Future] = []
+
+    async def follower(member_id: str, protocols=PROTOCOLS) -> None:
+        answer = await join(coord, "g", member_id, protocols=protocols)
+        synced[member_id] = await coord.sync("g", answer.generation_id, member_id)
+
+    async def eager_leader() -> None:
+        answer = await coord.join("g", leader, protocol_type="consumer", protocols=PROTOCOLS,
+                                  session_timeout_ms=SESSION, rebalance_timeout_ms=5_000)
+        synced[leader] = await coord.sync("g", answer.generation_id, leader,
+                                          assignments=[(m, m.encode()) for m, _, _ in answer.members])
+        rejoined.append(join(coord, "g", leader))  # revoked at once: rejoins, starting the next rebalance
+
+    # a follower's new subscription starts the rebalance; the leader rejoins last
+    changed = [("range", b"new-subscription"), ("roundrobin", b"new-subscription")]
+    rebalance = [asyncio.ensure_future(follower(followers[0], changed))]
+    await asyncio.sleep(0)
+    rebalance += [asyncio.ensure_future(follower(m)) for m in followers[1:]]
+    await asyncio.sleep(0)
+    assert coord.groups["g"].state == c.PREPARING_REBALANCE
+    await done(asyncio.gather(eager_leader(), *rebalance))
+    assert {m: (r.error, r.assignment) for m, r in synced.items()} == {
+        m: (0, m.encode()) for m in [leader, *followers]}
+    assert coord.groups["g"].state == c.PREPARING_REBALANCE
+    rejoined[0].cancel()
+
+
 async def test_members_that_do_not_rejoin_within_the_rebalance_timeout_are_removed():
     coord = make()
     a, b = await stable_group(coord, "g", 2, rebalance=300, session=5_000)

@@ -126,9 +126,13 @@ class GroupCoordinator(ClassicGroupListing, GroupMembership):
         request = JoinRequest(group_id, member_id, group_instance_id, session_timeout_ms,
                               rebalance_timeout_ms, protocol_type, list(protocols), client_id or "",
                               client_host, require_known_member_id, supports_skip_assignment, reason)
+        # shield: a client that disconnects must not cancel the member's parked future. Taken
+        # before the join runs, so a JoinGroup that completes the join phase itself is answered
+        # through the same callbacks as the parked ones, in the order rebalance.py answers them
+        # (followers first), instead of going out ahead of them
+        answer = asyncio.shield(future)
         self._join(request, future)
-        # shield: a client that disconnects must not cancel the member's parked future
-        return await asyncio.shield(future)
+        return await answer
 
     def _join(self, req: JoinRequest, future: asyncio.Future) -> None:
         def fail(error: int, member_id: str = req.member_id) -> None:

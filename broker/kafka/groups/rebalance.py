@@ -13,9 +13,12 @@ Semantics (Kafka's GroupMetadataManager/ClassicGroup, classic protocol):
   member is pending), or the rebalance timeout passes (timers.py); then dynamic
   members that did not rejoin are removed, the generation goes up, the protocol
   is chosen by vote among the protocols every member supports, and every parked
-  JoinGroup is answered (the leader also gets the members and their metadata):
-  CompletingRebalance. A rebalance that starts while the group is
-  CompletingRebalance first answers the parked SyncGroups REBALANCE_IN_PROGRESS.
+  JoinGroup is answered in one pass, the followers first and the leader (who also
+  gets the members and their metadata) last: CompletingRebalance. The JoinGroup
+  that completes the join phase, the leader's own included, is answered in that
+  pass like the parked ones (coordinator.py), so it never goes out before them.
+  A rebalance that starts while the group is CompletingRebalance first answers
+  the parked SyncGroups REBALANCE_IN_PROGRESS.
   Static members that do not rejoin are not removed at the end of the join phase
   (only by session timeout or LeaveGroup).
 - SyncGroup in CompletingRebalance: the member parks; the leader's assignments
@@ -116,7 +119,11 @@ class GroupRebalance(GroupTimers):
             return
         log.info("group_generation", group=group.group_id, generation=group.generation_id,
                  protocol=group.protocol_name, leader=group.leader_id, members=len(group.members))
-        for member in list(group.members.values()):
+        # followers first, the leader last, in this one pass: each parked JoinGroup wakes its
+        # request in the order answered, so the followers' answers are written before the
+        # leader's and their SyncGroups reach the group before a leader that syncs, revokes
+        # and rejoins at once can start the next rebalance
+        for member in sorted(group.members.values(), key=lambda m: group.is_leader(m.member_id)):
             result = self._join_result(group, member, with_members=group.is_leader(member.member_id))
             future, member.join_future = member.join_future, None
             complete(future, result)
