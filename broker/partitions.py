@@ -364,7 +364,8 @@ class PartitionService:
     """Partitions' logs for both protocols: find, append, read, wait, map errors."""
 
     def __init__(self, config: BrokerConfig, manager: LogManager, registry: TopicRegistry,
-                 executor: Executor, loop: asyncio.AbstractEventLoop, metrics: BrokerMetrics | None = None):
+                 executor: Executor, loop: asyncio.AbstractEventLoop, metrics: BrokerMetrics | None = None, *,
+                 authorizer: Authorizer | None = None, quotas: ClientQuotas | None = None):
         self.config = config
         self.metrics = metrics
         self.manager = manager
@@ -373,7 +374,7 @@ class PartitionService:
         self.loop = loop
         self.waiters = PartitionWaiters()
         # ACLs, checked by both protocols' handlers (broker/security/authorizer.py)
-        self.authorizer = Authorizer.from_config(config.values)
+        self.authorizer = authorizer or Authorizer.from_config(config.values)
         self.append_stats = AppendStats()
         self.shutting_down = False
         self._appenders: dict[Log, Appender] = {}  # logs with executor appends queued or running
@@ -383,8 +384,8 @@ class PartitionService:
         self.offsets = GroupOffsets(registry, self.internal_log,
                                     metadata_max_bytes=config.offset_metadata_max_bytes,
                                     on_append=self.notify_threadsafe)
-        # Client quotas (broker/quotas.py), set by the app once the data dir is locked.
-        self.quotas: ClientQuotas | None = None
+        # Client quotas (broker/quotas.py); None: no quota is ever set.
+        self.quotas = quotas
 
     # ---- client quotas -------------------------------------------------------------------------
 

@@ -88,6 +88,7 @@ Modules:
         apis.shutting_down                       True once shutdown began
 """
 
-from .apis import EXTENSION_MODULES, KafkaApis, RequestContext
+from .apis import KafkaApis
+from .request_types import RequestContext
 
-__all__ = ["EXTENSION_MODULES", "KafkaApis", "RequestContext"]
+__all__ = ["KafkaApis", "RequestContext"]

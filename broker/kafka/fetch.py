@@ -16,12 +16,12 @@ from storage.file_records import FileSlice
 from ..partitions import READ_COMMITTED, reply_records
 from ..security.authorizer import Op, Resource
 from . import codec, fetch_response
-from .acls import allowed
-from .apis import DECLINE
+from .allowed import allowed
 from .codec import RecordsSplicer, has_field, make, nested
 from .core_api import CoreApiBase, E, Target, release_reads
 from .fetch_response import PartitionRow
 from .fetch_sessions import FetchContext, FetchSessions
+from .request_types import DECLINE
 
 INT32_MAX = 2**31 - 1
 

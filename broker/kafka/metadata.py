@@ -18,7 +18,7 @@ from kafka_format.topic_names import validate_topic_name
 
 from ..security.authorizer import Op, Resource
 from . import codec
-from .acls import allowed, allowed_cluster
+from .allowed import allowed, allowed_cluster
 from .authorized import CLUSTER_NAME, ResourceType
 from .authorized import requested as authorized_field
 from .codec import make, nested

@@ -21,7 +21,7 @@ from kafka_format.errors import InvalidRequestError, StrataError
 from storage.config import LogConfig
 
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
-from .acls import allowed, allowed_cluster
+from .allowed import allowed, allowed_cluster
 from .codec import has_field, make, nested
 from .configs import topic_config_source
 from .core_api import CoreApiBase, E, error_code_of

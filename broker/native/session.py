@@ -30,7 +30,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kafka_format.errors import InvalidRequestError, StrataError
 from protocol import PROTOCOL_VERSION, ErrorCode, RequestType, error_response, produce_response
@@ -41,9 +41,6 @@ from ..handler_clock import HandlerClock
 from ..listeners import ConnectionContext
 from ..partitions import INLINE_APPEND_MAX_BYTES, error_reason
 from ..security.sasl import sasl_failure_delay
-
-if TYPE_CHECKING:
-    from .handlers import Handlers
 
 MESSAGE_VERSION = 2  # error answers carry their message from this version on
 
@@ -116,10 +113,30 @@ class NativeSession:
         return self.version
 
 
+class SharedHandlers(Protocol):
+    """What a connection's SessionHandlers hands its frames to: the listener's shared
+    `Handlers` (broker/native/handlers.py)."""
+
+    partitions: Any  # broker/partitions.py's PartitionService
+    loop: asyncio.AbstractEventLoop
+
+    async def handle(self, frame: Frame, session: NativeSession) -> Reply: ...
+
+    def produce_now(self, frame: Frame, session: NativeSession) -> Reply | None: ...
+
+    def fetch_now(self, frame: Frame, session: NativeSession) -> Reply | None: ...
+
+    def run_key(self, frame: Frame) -> Any: ...
+
+    def begin(self, frame: Frame, session: NativeSession) -> asyncio.Future: ...
+
+    def begin_shutdown(self) -> None: ...
+
+
 class SessionHandlers(FastPath):
     """The handlers one native connection serves: its session, the shared Handlers."""
 
-    def __init__(self, shared: Handlers, context: ConnectionContext):
+    def __init__(self, shared: SharedHandlers, context: ConnectionContext):
         self.shared = shared
         self.partitions = shared.partitions
         self.session = NativeSession(context)

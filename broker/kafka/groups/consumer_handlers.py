@@ -32,7 +32,7 @@ import structlog
 from kafka_format.errors import StrataError
 
 from ...security.authorizer import Op, Resource
-from ..acls import allowed
+from ..allowed import allowed
 from ..authorized import ResourceType, requested
 from ..codec import make, nested
 from .assignors import Partition
