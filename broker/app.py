@@ -18,6 +18,12 @@ Contract:
   recovery is done and the listeners serve (`ready`); its /metrics renders the
   one `BrokerMetrics` (broker/metrics.py) that the partition service and every
   listener's connections count on. With admin.port -1 nothing is counted.
+  The order: the listeners' TLS contexts, the bound ports (broker/server.py
+  `BoundPort`: a busy port fails before any storage work), the admin port, the
+  state files read (`StateFiles`), the data directory opened, then the object
+  graph, built in one place by broker/compose.py with each object given its
+  state, then the committed offsets and transaction state loaded and the ports
+  served. BrokerApp keeps the life cycle; compose.py the wiring.
   Every expected failure raises `StartupError` with a one-line message (the data
   directory is locked, the port is in use, the registry is damaged, ...), after
   releasing whatever had been opened.

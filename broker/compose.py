@@ -163,7 +163,7 @@ def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, ad
     """The Kafka listener's request handling: its coordinators, KafkaApis and every API
     module's handlers, registered in order."""
     classic_groups, consumer_groups = groups.coordinators(partitions.config, partitions.loop, partitions.registry,
-                                                          partitions.offsets, group_configs)
+                                                          partitions.offsets, group_configs, partitions.blocking)
     apis = KafkaApis(partitions, bad_requests, advertised=advertised, state=state, group_configs=group_configs,
                      broker_configs=broker_configs, authenticator=authenticator, groups=classic_groups,
                      consumer_groups=consumer_groups)

@@ -41,6 +41,8 @@ group.initial.rebalance.delay.ms, group.max.size (broker/config.py).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ...config import BrokerConfig
 from ...group_configs import GroupConfigs
@@ -54,14 +56,16 @@ from .handlers import GroupHandlers
 
 def coordinators(config: BrokerConfig, loop: asyncio.AbstractEventLoop, registry: TopicRegistry,
                  offsets: GroupOffsets, group_configs: GroupConfigs | None,
-                 ) -> tuple[GroupCoordinator, ConsumerGroupCoordinator]:
+                 blocking: Callable[..., Awaitable[Any]]) -> tuple[GroupCoordinator, ConsumerGroupCoordinator]:
     """The classic coordinator and the consumer-protocol one (which converts groups
-    between the protocols, so it is given the classic one)."""
+    between the protocols, so it is given the classic one, and writes its groups'
+    records to `__consumer_offsets` through `blocking`, the executor)."""
     coordinator = GroupCoordinator.from_config(config, loop=loop)
     consumer = ConsumerGroupCoordinator(
         config, loop, lambda: _partition_counts(registry), lambda group: _group_settings(config, group_configs, group),
         classic_groups=coordinator, records=offsets.group_records, topic_id=registry.topic_id,
-        topic_name=lambda topic_id: getattr(registry.by_id(topic_id), "name", None))
+        topic_name=lambda topic_id: getattr(registry.by_id(topic_id), "name", None),
+        write_records=lambda group_id, rows: blocking(offsets.write_records, group_id, rows))
     return coordinator, consumer
 
 
