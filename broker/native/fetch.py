@@ -50,7 +50,7 @@ from ..connection import Reply
 from ..partitions import release_all
 from ..security.authorizer import Op, Resource
 from .base import NativeApiBase
-from .session import NativeSession
+from .session_state import NativeSession
 
 INT32_MAX = 2**31 - 1
 HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend

@@ -5,7 +5,8 @@ Contract:
   listener serves (broker/app.py):
 
       base.py       what they share: the partition service's state, the ACL question
-      session.py    one connection's session (version, SASL gate, quotas): `SessionHandlers`
+      session_state.py  one connection's session (the version in force): `NativeSession`
+      session.py    one connection's dispatch (SASL gate, quotas, fast path): `SessionHandlers`
       produce.py    PRODUCE, MULTIPRODUCE, the PRODUCE fast path and streamed executor appends
       fetch.py      FETCH (long polls, isolation levels), MULTIFETCH, the FETCH fast path
       offsets.py    OFFSETS, COMMIT_OFFSET, FETCH_OFFSET
@@ -98,7 +99,8 @@ from .fetch import FetchApi
 from .handshake import HandshakeApi
 from .offsets import OffsetsApi
 from .produce import ProduceApi
-from .session import NativeSession, SessionHandlers
+from .session import SessionHandlers
+from .session_state import NativeSession
 from .topics import TopicsApi
 
 # The topic operation each one-topic request needs (the Kafka request's).

@@ -46,7 +46,7 @@ from ..connection import Reply
 from ..partitions import INLINE_APPEND_MAX_BYTES
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
 from .base import NativeApiBase, log
-from .session import NativeSession, produced
+from .session_state import NativeSession, produced
 
 
 def produce_result(result: AppendResult | None, code: int, error: StrataError | None) -> ProduceResult:

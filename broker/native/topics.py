@@ -45,7 +45,7 @@ from protocol import (
 from ..connection import Reply
 from ..security.authorizer import CLUSTER_NAME, Op, Resource
 from .base import NativeApiBase
-from .session import NativeSession
+from .session_state import NativeSession
 
 
 class TopicsApi(NativeApiBase):
