@@ -122,7 +122,7 @@ class AclHandlers:
             for acls in removed))
 
 
-# ---- whole-request checks (KafkaApis.guards) ---------------------------------------------------
+# ---- whole-request checks (KafkaApis.guard) ---------------------------------------------------
 
 
 def _group_guard(operation: Op):
