@@ -117,7 +117,7 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
     listeners = [Listener(setup.spec, setup.tls, address=port.address, sasl=setup.sasl,
                           authenticator=authenticator if setup.sasl is not None else None,
                           principal_mapper=setup.principal_mapper) for setup, port in ports]
-    handlers = Handlers(partitions, bad_requests)
+    handlers = Handlers(partitions, bad_requests, listeners)
     kafka = txn = None
     kafka_listeners = [listener for listener in listeners if listener.spec.protocol == KAFKA]
     if kafka_listeners:

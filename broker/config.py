@@ -23,8 +23,8 @@ Contract:
   programs, such as the `strata` client commands); it is reported in `ignored_env`
   so the broker can log a warning, unless it names a key accepted without effect
   (`STRATA_BROKER_ID=0`), which is treated as that key.
-- Listeners and TLS: `listeners`, `native.listeners`, `advertised.listeners` and
-  `listener.security.protocol.map` become `listeners` (ListenerSpecs, checked
+- Listeners and TLS: `listeners`, `native.listeners`, `advertised.listeners`,
+  `native.advertised.listeners` and `listener.security.protocol.map` become `listeners` (ListenerSpecs, checked
   here: broker/listeners.py); the ssl.* keys are read per listener by
   broker/tls.py. Besides the keys below, `listener.name.<listener>.ssl.*` (and
   `.sasl.*`, `.connections.max.reauth.ms`, `.max.connection.creation.rate`,
@@ -144,6 +144,11 @@ KEYS: tuple[BrokerKey, ...] = (
               "what Metadata/FindCoordinator tell a client connected to each Kafka listener, "
               "NAME://HOST:PORT,...; a listener without one advertises its bound address (a wildcard "
               "host replaced by this machine's canonical name); port 0 = the bound port"),
+    BrokerKey("native.advertised.listeners", "string", "", list_complaint,
+              "Strata: the address clients reach each native listener at, NAME://HOST:PORT,... as "
+              "advertised.listeners (e.g. a container's published port); a listener without one tells its "
+              "bound address; port 0 = the bound port. The `strata` command line reads it (DESCRIBE_LISTENERS, "
+              "DescribeConfigs of the broker) to go from one listener to the other"),
     BrokerKey("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP, map_complaint,
               "listener name -> security protocol, NAME:PROTOCOL,... (PLAINTEXT, SSL, SASL_PLAINTEXT, "
               "SASL_SSL)"),

@@ -17,10 +17,14 @@ Contract:
     listener without one advertises its bound address (a wildcard host replaced by
     this machine's canonical name), port 0 = the bound port. Names must be
     Kafka listeners.
+  - `native.advertised.listeners`: the same per native listener: the address
+    clients reach it at (DESCRIBE_LISTENERS answers it). Names must be native
+    listeners.
   Names are unique within a protocol (case-insensitive, kept upper-case); a
   native and a Kafka listener may share a name, and then share its
   `listener.name.<name>.ssl.*` settings.
-- `Listener`: a spec at run time, with the bound address, what it advertises,
+- `Listener`: a spec at run time, with the bound address, what it advertises
+  (`advertised`, Metadata's answer; `described`, DESCRIBE_LISTENERS' answer),
   (SSL) its TLS context source (broker/tls.py) and principal mapper, and
   (SASL_*) its SASL settings and the broker's SaslAuthenticator
   (broker/security/sasl.py).
@@ -128,7 +132,7 @@ class ListenerSpec:
     host: str  # "" = every address
     port: int  # 0 = any free port
     security_protocol: str  # PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
-    advertised: tuple[str, int] | None = None  # Kafka: advertised.listeners' entry, port 0 = bound
+    advertised: tuple[str, int] | None = None  # [native.]advertised.listeners' entry, port 0 = bound
 
     @property
     def tls(self) -> bool:
@@ -149,11 +153,13 @@ def listener_specs(values: Mapping[str, Any], sources: Mapping[str, str]) -> tup
     if not native:
         native = [("PLAINTEXT", host, values["port"])]
     advertised = {name: (h, p) for name, h, p in parse_listener_list(values["advertised.listeners"])}
-    kafka_names = {name for name, _, _ in kafka}
-    for name in advertised:
-        if name not in kafka_names:
-            raise fail("advertised.listeners",
-                       f"listener {name} is not one of the Kafka listeners ({', '.join(sorted(kafka_names))})")
+    native_advertised = {name: (h, p) for name, h, p in parse_listener_list(values["native.advertised.listeners"])}
+    for key, entries, told, which in (("advertised.listeners", kafka, advertised, "Kafka"),
+                                      ("native.advertised.listeners", native, native_advertised, "native")):
+        names = {name for name, _, _ in entries}
+        for name in told:
+            if name not in names:
+                raise fail(key, f"listener {name} is not one of the {which} listeners ({', '.join(sorted(names))})")
     specs: list[ListenerSpec] = []
     for protocol, entries, key in ((KAFKA, kafka, "listeners"), (NATIVE, native, "native.listeners")):
         for name, h, p in entries:
@@ -162,13 +168,16 @@ def listener_specs(values: Mapping[str, Any], sources: Mapping[str, str]) -> tup
                 raise fail("listener.security.protocol.map",
                            f"no security protocol for listener {name} (of {key})")
             specs.append(ListenerSpec(protocol, name, h, p, security,
-                                      advertised.get(name) if protocol == KAFKA else None))
+                                      (advertised if protocol == KAFKA else native_advertised).get(name)))
     return tuple(specs)
+
+
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
 def canonical_host(host: str) -> str:
     """A wildcard bind address (empty, 0.0.0.0, ::) is advertised as this machine's name."""
-    return socket.getfqdn() if host in ("", "0.0.0.0", "::") else host
+    return socket.getfqdn() if host in WILDCARD_HOSTS else host
 
 
 @dataclass(eq=False)
@@ -196,6 +205,15 @@ class Listener:
         assert self.address is not None, "not bound yet"
         host, port = self.spec.advertised or self.address
         return canonical_host(host), port or self.address[1]
+
+    @property
+    def described(self) -> tuple[str, int]:
+        """What DESCRIBE_LISTENERS answers for this listener: its advertised entry (port 0 =
+        the bound port), else the bound address; a host of "" (an advertised entry without
+        one, or a listener on every address) stands for the host the client reached."""
+        assert self.address is not None, "not bound yet"
+        host, port = self.spec.advertised or (self.spec.host, self.address[1])
+        return ("" if host in WILDCARD_HOSTS else host), port or self.address[1]
 
 
 @dataclass(eq=False, slots=True)
@@ -238,5 +256,6 @@ class ConnectionContext:
 
 
 __all__ = ["ConnectionContext", "DEFAULT_PROTOCOL_MAP", "KAFKA", "Listener", "ListenerSpec", "NATIVE",
-           "SECURITY_PROTOCOLS", "canonical_host", "listener_specs", "parse_listener", "parse_listener_list",
+           "SECURITY_PROTOCOLS", "WILDCARD_HOSTS",
+           "canonical_host", "listener_specs", "parse_listener", "parse_listener_list",
            "parse_protocol_map"]

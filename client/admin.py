@@ -16,6 +16,9 @@ Contract:
   an error that names it and says the broker does not create topics on use.
 - `last_stable_offset()` answers a partition's last stable offset (what
   "latest" is under read_committed) through a FETCH version 2.
+- `describe_listeners()` answers where the broker's listeners of both protocols
+  are (DESCRIBE_LISTENERS, a project extension): `ListenerInfo`s, host "" standing
+  for the host this client reached the broker at.
 - `Admin` has the same methods, blocking, run on the shared client loop thread.
 """
 
@@ -35,9 +38,11 @@ from protocol import (
     DeleteTopicRequest,
     DescribeAclsRequest,
     DescribeConfigRequest,
+    DescribeListenersRequest,
     ErrorCode,
     FetchOffsetRequest,
     FetchRequest,
+    ListenerInfo,
     MetadataRequest,
     OffsetsRequest,
     PartitionMetadata,
@@ -142,6 +147,13 @@ class AsyncAdmin:
         response = await self._session.call(DeleteAclsRequest(tuple(filters)), "delete ACLs")
         return [list(d.acls) for d in response.deleted]
 
+    # ---- listeners (a project extension) ---------------------------------------------
+
+    async def describe_listeners(self) -> list[ListenerInfo]:
+        """Every listener of the broker, both protocols, Kafka's first."""
+        response = await self._read(DescribeListenersRequest(), "describe listeners")
+        return list(response.listeners)
+
     # ---- offsets ---------------------------------------------------------------
 
     async def delete_records(self, topic: str, partition: int, offset: int = -1) -> int:
@@ -232,6 +244,9 @@ class Admin:
 
     def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[list[AclBinding]]:
         return self._loop.run(self._admin.delete_acls(filters))
+
+    def describe_listeners(self) -> list[ListenerInfo]:
+        return self._loop.run(self._admin.describe_listeners())
 
     def delete_records(self, topic: str, partition: int, offset: int = -1) -> int:
         return self._loop.run(self._admin.delete_records(topic, partition, offset))

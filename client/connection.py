@@ -20,7 +20,9 @@ Contract:
   otherwise be matched to the next request. Bytes that are not a valid
   response fail everything with StrataClientError(CORRUPT_MESSAGE).
 - Version: `open` first sends a HANDSHAKE (the codec's PROTOCOL_VERSION) and
-  speaks the version the broker answers (`conn.version`); a broker of version 1
+  speaks the version the broker answers (`conn.version`); a peer that closes the
+  connection instead (a Kafka listener does) raises BrokerUnreachable asking
+  whether the address is the native listener; a broker of version 1
   answers the unknown type with INVALID_REQUEST and the connection stays at
   version 1. From version 2 on, error responses carry the broker's reason
   (`response.message`).
@@ -206,7 +208,11 @@ class AsyncConnection:
 
     async def _handshake(self) -> None:
         """Settle the version with the broker (see the module contract)."""
-        response = await self.request(HandshakeRequest(PROTOCOL_VERSION, CLIENT_ID))
+        try:
+            response = await self.request(HandshakeRequest(PROTOCOL_VERSION, CLIENT_ID))
+        except BrokerUnreachable as e:
+            raise BrokerUnreachable(f"{e}: it closed the connection at the first request, as a Kafka listener "
+                                    f"does; is {self.address} the broker's native listener?") from None
         if response.error != ErrorCode.NONE:
             return  # a version-1 broker: HANDSHAKE is a type it does not know
         self._protocol.version = response.version

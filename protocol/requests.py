@@ -86,7 +86,8 @@ __all__ = [
     "DeleteTopicRequest", "MetadataRequest", "DescribeConfigRequest", "AlterConfigRequest",
     "DeleteRecordsRequest", "CommitOffsetRequest", "FetchOffsetRequest", "HandshakeRequest",
     "SaslAuthenticateRequest", "AclBinding", "AclBindingFilter", "DescribeAclsRequest", "CreateAclsRequest",
-    "DeleteAclsRequest", "ACL_BINDING", "ACL_FILTER", "IsolationLevel", "PROTOCOL_VERSION", "parse_request",
+    "DeleteAclsRequest", "DescribeListenersRequest",
+    "ACL_BINDING", "ACL_FILTER", "IsolationLevel", "PROTOCOL_VERSION", "parse_request",
     "parse_produce", "encode_request",
 ]
 
@@ -115,6 +116,8 @@ class RequestType(IntEnum):
     DESCRIBE_ACLS = 129
     CREATE_ACLS = 130
     DELETE_ACLS = 131
+    # Project extension (NATIVE.md "Listeners"): 100 + Kafka's DescribeCluster (60).
+    DESCRIBE_LISTENERS = 160
 
 
 class IsolationLevel(IntEnum):
@@ -349,11 +352,17 @@ class DeleteAclsRequest:
         object.__setattr__(self, "filters", tuple(self.filters))
 
 
+@dataclass(frozen=True, slots=True)
+class DescribeListenersRequest:
+    """Where the broker's listeners of both protocols are (no fields)."""
+    TYPE: ClassVar[RequestType] = RequestType.DESCRIBE_LISTENERS
+
+
 Request = (ProduceRequest | FetchRequest | MultiFetchRequest | MultiProduceRequest | OffsetsRequest |
           CreateTopicRequest | DeleteTopicRequest | MetadataRequest | DescribeConfigRequest |
           AlterConfigRequest | DeleteRecordsRequest | CommitOffsetRequest | FetchOffsetRequest |
           HandshakeRequest | SaslAuthenticateRequest | DescribeAclsRequest | CreateAclsRequest |
-          DeleteAclsRequest)
+          DeleteAclsRequest | DescribeListenersRequest)
 
 
 # ---- the layouts: each body declared once, parsed and built by its compiled code ----
@@ -409,6 +418,7 @@ LAYOUTS: dict[RequestType, Record] = {
                                     "acls" / Items("count", ACL_BINDING)),
     RequestType.DELETE_ACLS: Record(DeleteAclsRequest, "count" / Rebuild(Int16sb, len_(this.filters)),
                                     "filters" / Items("count", ACL_FILTER)),
+    RequestType.DESCRIBE_LISTENERS: Record(DescribeListenersRequest),
 }
 
 LAYOUTS_V2: dict[RequestType, Record] = {

@@ -93,7 +93,8 @@ __all__ = [
     "ProduceResult", "MultiProduceResponse", "OffsetsResponse", "EmptyResponse",
     "PartitionMetadata", "TopicMetadata", "MetadataResponse", "DescribeConfigResponse",
     "DeleteRecordsResponse", "FetchOffsetResponse",
-    "DescribeAclsResponse", "DeleteAclsResponse", "DeletedAcls", "HandshakeResponse", "SaslAuthenticateResponse",
+    "DescribeAclsResponse", "DeleteAclsResponse", "ListenerInfo", "DescribeListenersResponse",
+    "DeletedAcls", "HandshakeResponse", "SaslAuthenticateResponse",
     "AbortedTransaction", "FetchResponseV2",
     "encode_response", "error_response", "fetch_response_header", "fetch_v2_response_header",
     "multifetch_response_parts", "produce_response", "parse_response",
@@ -276,6 +277,27 @@ class DeleteAclsResponse:
         object.__setattr__(self, "deleted", tuple(DeletedAcls(tuple(d[0])) for d in self.deleted))
 
 
+class ListenerInfo(NamedTuple):
+    """One listener as DESCRIBE_LISTENERS answers it: `protocol` "kafka" or "native",
+    its name and security protocol, and the address clients use (host "" = the
+    listener takes every address: the host the client reached the broker at)."""
+    protocol: str
+    name: str
+    security_protocol: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeListenersResponse:
+    error: int
+    listeners: tuple[ListenerInfo, ...] = ()
+    message: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "listeners", tuple(ListenerInfo(*item) for item in self.listeners))
+
+
 class AbortedTransaction(NamedTuple):
     """An aborted transaction whose data a version-2 FETCH answer holds."""
     producer_id: int
@@ -300,7 +322,7 @@ class FetchResponseV2:
 
 Response = (ProduceResponse | FetchResponse | MultiFetchResponse | MultiProduceResponse | OffsetsResponse |
            EmptyResponse | MetadataResponse | DescribeConfigResponse | DeleteRecordsResponse | DescribeAclsResponse |
-           DeleteAclsResponse |
+           DeleteAclsResponse | DescribeListenersResponse |
            FetchOffsetResponse | HandshakeResponse | SaslAuthenticateResponse | FetchResponseV2)
 
 
@@ -355,6 +377,11 @@ LAYOUTS: dict[RequestType, Record] = {
         DeleteAclsResponse, "count" / Rebuild(Int16sb, len_(this.deleted)),
         "deleted" / Items("count", Record(DeletedAcls, "matched" / Rebuild(Int32sb, len_(this.acls)),
                                           "acls" / Items("matched", ACL_BINDING))), leading=NONE),
+    RequestType.DESCRIBE_LISTENERS: Record(
+        DescribeListenersResponse, "count" / Rebuild(Int16sb, len_(this.listeners)),
+        "listeners" / Items("count", Record(ListenerInfo, "protocol" / Str, "name" / Str,
+                                            "securityProtocol" / Str, "host" / Str, "port" / Int32sb)),
+        leading=NONE),
 }
 
 LAYOUTS_V2: dict[RequestType, Record] = {

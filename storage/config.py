@@ -64,6 +64,10 @@ def _gzip_level(v: int) -> str | None:
     return None if v == -1 or 1 <= v <= 9 else "must be between 1 and 9, or -1 (the codec's default, 6)"
 
 
+def _no_check(v: Any) -> str | None:
+    return None
+
+
 def _policies(v: tuple[str, ...]) -> str | None:
     if not v:
         return "must name at least one of delete, compact"
@@ -93,6 +97,12 @@ KEYS: tuple[ConfigKey, ...] = (
               "fsync when the last flush is older than this"),
     ConfigKey("index.interval.bytes", "index_interval_bytes", "int", 4096, _at_least(0),
               "bytes between offset index entries"),
+    ConfigKey("local.retention.bytes", "local_retention_bytes", "long", -2, _at_least(-2),
+              "largest size of the local part of a tiered partition log before copied segments go "
+              "from the local disk (-2: retention.bytes, -1: no limit)"),
+    ConfigKey("local.retention.ms", "local_retention_ms", "long", -2, _at_least(-2),
+              "age after which copied segments of a tiered topic go from the local disk "
+              "(-2: retention.ms, -1: keep forever)"),
     ConfigKey("max.compaction.lag.ms", "max_compaction_lag_ms", "long", LONG_MAX, _at_least(1),
               "a record stays uncompacted at most this long"),
     ConfigKey("max.message.bytes", "max_message_bytes", "int", 1_048_588, _at_least(0),
@@ -111,6 +121,13 @@ KEYS: tuple[ConfigKey, ...] = (
               _between(0.0, 1.0), "dirty share of the log that makes it eligible for cleaning"),
     ConfigKey("min.compaction.lag.ms", "min_compaction_lag_ms", "long", 0, _at_least(0),
               "a record stays uncompacted at least this long"),
+    ConfigKey("remote.log.copy.disable", "remote_log_copy_disable", "boolean", False, _no_check,
+              "a tiered topic copies no more segments; what is in the remote store stays readable"),
+    ConfigKey("remote.log.delete.on.disable", "remote_log_delete_on_disable", "boolean", False, _no_check,
+              "turning remote.storage.enable off deletes the topic's remote data"),
+    ConfigKey("remote.storage.enable", "remote_storage_enable", "boolean", False, _no_check,
+              "tiered storage: rolled segments are copied to the remote store (needs the broker's "
+              "remote.log.storage.system.enable)"),
     ConfigKey("retention.bytes", "retention_bytes", "long", -1, _at_least(-1),
               "largest size of the partition log before old segments go (-1: no limit)"),
     ConfigKey("retention.ms", "retention_ms", "long", 604_800_000, _at_least(-1),
@@ -193,6 +210,11 @@ class LogConfig:
     segment_index_bytes: int = 10_485_760
     segment_jitter_ms: int = 0
     segment_ms: int = 604_800_000
+    local_retention_bytes: int = -2
+    local_retention_ms: int = -2
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
+    remote_storage_enable: bool = False
 
     # ---- building ---------------------------------------------------------------
 
@@ -277,11 +299,74 @@ class LogConfig:
     def max_index_entries_bytes(self) -> int:
         return self.segment_index_bytes
 
+    @property
+    def effective_local_retention_ms(self) -> int:
+        """local.retention.ms, or retention.ms where it is -2 (Kafka's localRetentionMs)."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """local.retention.bytes, or retention.bytes where it is -2 (Kafka's localRetentionBytes)."""
+        return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
+
 
 def _check_together(config: LogConfig) -> None:
     """Rules across keys (one key's own rules are in its ConfigKey)."""
     if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
         raise InvalidConfigError("min.compaction.lag.ms must not be larger than max.compaction.lag.ms")
+    if config.remote_storage_enable:
+        _check_tiered(config)
+
+
+def _invalid_value(name: str, value: int, message: str) -> InvalidConfigError:
+    """Kafka's ConfigException(name, value, message) text."""
+    return InvalidConfigError(f"Invalid value {value} for configuration {name}: {message}")
+
+
+def _check_tiered(config: LogConfig) -> None:
+    """Kafka's LogConfig rules for a topic with remote.storage.enable=true (its
+    validateTopicLogConfigValues): no compaction, local retention within total
+    retention, and with remote.log.copy.disable local retention equal to the total.
+    Whether the broker allows tiering at all (remote.log.storage.system.enable) and
+    turning tiering off are checked by `check_remote_storage_change`, which knows the broker
+    and the topic's previous config."""
+    if config.compact:
+        raise InvalidConfigError("Remote log storage is unsupported for the compacted topics")
+    for name, local, total_name, total, forever in (
+            ("local.retention.bytes", config.local_retention_bytes, "retention.bytes", config.retention_bytes,
+             config.retention_bytes <= -1),
+            ("local.retention.ms", config.local_retention_ms, "retention.ms", config.retention_ms,
+             config.retention_ms == -1)):
+        if forever or local == -2:
+            continue
+        if local == -1:
+            raise _invalid_value(name, local, f"Value must not be -1 as {total_name} value is set as {total}.")
+        if local > total:
+            raise _invalid_value(name, local, f"Value must not be more than {total_name} property value: {total}")
+    if config.remote_log_copy_disable:
+        for local_name, local, total_name, total in (
+                ("local.retention.bytes", config.local_retention_bytes, "retention.bytes", config.retention_bytes),
+                ("local.retention.ms", config.local_retention_ms, "retention.ms", config.retention_ms)):
+            if local != -2 and local != total:
+                raise InvalidConfigError(
+                    f"When `remote.log.copy.disable` is set to true, the `{local_name}` and `{total_name}` must be "
+                    "set to the identical value because there will be no more logs copied to the remote storage.")
+
+
+def check_remote_storage_change(config: LogConfig, *, system_enabled: bool, was_enabled: bool) -> None:
+    """The broker's part of Kafka's topic validation, for a create (was_enabled False) or
+    an alter of a topic's config: remote.storage.enable needs the broker's
+    remote.log.storage.system.enable, and turning it off needs
+    remote.log.delete.on.disable. Raises InvalidConfigError with Kafka's texts."""
+    if config.remote_storage_enable and not system_enabled:
+        raise InvalidConfigError("Tiered Storage functionality is disabled in the broker. "
+                                 "Topic cannot be configured with remote log storage.")
+    if was_enabled and not config.remote_storage_enable and not config.remote_log_delete_on_disable:
+        raise InvalidConfigError(
+            "It is invalid to disable remote storage without deleting remote data. If you want to keep the "
+            "remote data and turn to read only, please set `remote.storage.enable=true,remote.log.copy.disable=true`. "
+            "If you want to disable remote storage and delete all remote data, please set "
+            "`remote.storage.enable=false,remote.log.delete.on.disable=true`.")
 
 
 # Broker-level names that set a topic-level default. Where several broker names

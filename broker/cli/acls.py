@@ -44,7 +44,8 @@ from client import Admin
 from protocol import AclBinding, AclBindingFilter
 
 from . import UsageError
-from .client_support import add_bootstrap_arg, check_bootstrap, client_errors
+from .addresses import native_address
+from .client_support import add_bootstrap_arg, client_errors, command_config
 
 RESOURCE_TYPES = {1: "ANY", 2: "TOPIC", 3: "GROUP", 4: "CLUSTER", 5: "TRANSACTIONAL_ID"}
 PATTERNS = {"any": 1, "match": 2, "literal": 3, "prefixed": 4}
@@ -125,7 +126,7 @@ def _resources(args: argparse.Namespace) -> list[tuple[int, str]]:
 
 
 def _admin(args: argparse.Namespace) -> Admin:
-    return Admin(check_bootstrap(args.bootstrap_server), retries=2)
+    return Admin(native_address(args), retries=2, security=command_config(args))
 
 
 def _pattern(resource_type: int, name: str, pattern_type: int) -> str:

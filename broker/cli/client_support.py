@@ -1,11 +1,12 @@
 """What the client subcommands (topics, produce, consume) share.
 
-Contract: `add_bootstrap_arg` registers `--bootstrap-server HOST:PORT` (the
-native listener), by default $STRATA_BOOTSTRAP_SERVER or localhost:9000;
+Contract: `add_bootstrap_arg` registers `--bootstrap-server HOST:PORT` (either
+listener of the broker), by default $STRATA_BOOTSTRAP_SERVER or localhost:9000;
 `add_kafka_bootstrap_arg` registers `--kafka-bootstrap-server HOST:PORT` (the
-Kafka listener, for what only a Kafka request does) and `kafka_address(args)`
-resolves it: the option, else $STRATA_KAFKA_BOOTSTRAP_SERVER, else the
---bootstrap-server host on port 9092 (`kafka.port`'s default); `add_topic_args`
+Kafka listener, for what only a Kafka request does); broker/cli/addresses.py's
+`native_address(args)` and `kafka_address(args)` find the listener a command needs
+from them (the protocol answering at --bootstrap-server, and the broker's word on
+where the other listener is); `add_topic_args`
 registers a topic given as positional TOPIC or `--topic TOPIC` (Kafka's tools take
 the option) and `topic_arg(args)` returns it (a UsageError when it is missing or
 given twice differently); `client_errors()` is a context manager that turns every client
@@ -36,14 +37,13 @@ from . import CliError, UsageError
 BOOTSTRAP_ENV = "STRATA_BOOTSTRAP_SERVER"
 KAFKA_BOOTSTRAP_ENV = "STRATA_KAFKA_BOOTSTRAP_SERVER"
 DEFAULT_BOOTSTRAP = "localhost:9000"  # port's default
-DEFAULT_KAFKA_PORT = 9092  # kafka.port's default
 
 
-def add_bootstrap_arg(parser: argparse.ArgumentParser) -> None:
+def add_bootstrap_arg(parser: argparse._ActionsContainer) -> None:
     parser.add_argument("--bootstrap-server", metavar="HOST:PORT",
                         default=os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP,
-                        help=f"the broker's native listener (default: ${BOOTSTRAP_ENV} "
-                             f"or {DEFAULT_BOOTSTRAP})")
+                        help=f"the broker: its native or its Kafka listener, the other one is asked of it "
+                             f"(default: ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})")
     parser.add_argument("--command-config", metavar="FILE",
                         help="client properties, as Kafka's tools take them: security.protocol, ssl.*, "
                              "sasl.mechanism, sasl.username/sasl.password or sasl.jaas.config")
@@ -84,19 +84,10 @@ def command_config(args: argparse.Namespace) -> dict[str, str]:
     return settings
 
 
-def add_kafka_bootstrap_arg(parser: argparse.ArgumentParser, purpose: str = "") -> None:
+def add_kafka_bootstrap_arg(parser: argparse._ActionsContainer, purpose: str = "") -> None:
     parser.add_argument("--kafka-bootstrap-server", metavar="HOST:PORT",
-                        help=f"the broker's Kafka listener{purpose} (default: ${KAFKA_BOOTSTRAP_ENV}, "
-                             f"else the --bootstrap-server host on port {DEFAULT_KAFKA_PORT})")
-
-
-def kafka_address(args: argparse.Namespace) -> str:
-    """The Kafka listener's "HOST:PORT" for these arguments (see the module contract)."""
-    explicit = args.kafka_bootstrap_server or os.environ.get(KAFKA_BOOTSTRAP_ENV)
-    if explicit:
-        return check_bootstrap(explicit)
-    host = parse_bootstrap(check_bootstrap(args.bootstrap_server))[0][0]
-    return f"[{host}]:{DEFAULT_KAFKA_PORT}" if ":" in host else f"{host}:{DEFAULT_KAFKA_PORT}"
+                        help=f"the broker's Kafka listener{purpose} (default: ${KAFKA_BOOTSTRAP_ENV}, else "
+                             f"--bootstrap-server when it is the Kafka listener, else the one the broker names)")
 
 
 def add_topic_args(parser: argparse.ArgumentParser, *, optional: bool = False) -> None:

@@ -3,10 +3,22 @@
 Contract:
 - Prints each message's value on its own line, bytes as they are; with
   `--print-key` prints `key<TAB>value`. A null key or value prints as `null`.
+- `--property KEY=VALUE` (repeatable) takes the console consumer's formatter
+  properties (Kafka's DefaultMessageFormatter): print.timestamp (`CreateTime:MS`
+  or `LogAppendTime:MS`), print.partition (`Partition:N`), print.offset
+  (`Offset:N`), print.headers (`k:v,k2:v2`, `NO_HEADERS` when there are none),
+  print.key, print.value (default true), in that order, each followed by
+  key.separator (default TAB) but the last, which is followed by line.separator
+  (default newline); headers.separator (default `,`) and null.literal (default
+  `null`). A boolean is true when its value is `true`, any case. Other keys are
+  ignored with one note on stderr (key/value/headers.deserializer silently: the
+  bytes are printed as they are).
 - Start: with `--group G` and an offset committed by G, from there; otherwise
   from the log start with `--from-beginning`, else from the log end (only
   messages produced from now on), as Kafka's console consumer does.
-- `--partition N` reads only partition N; otherwise every partition.
+- `--partition N` reads only partition N; otherwise every partition. With it,
+  `--offset earliest|latest|N` starts there (Kafka's console consumer's rules:
+  --offset needs --partition and excludes --from-beginning).
 - With `--group G` the consumed positions are committed for G (periodically
   and on exit), so a later run with the same group resumes after the last
   message printed.
@@ -23,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import threading
@@ -32,16 +45,74 @@ from typing import Any
 from client import Consumer
 
 from . import CliError, UsageError
-from .client_support import (
-    add_bootstrap_arg,
-    add_topic_args,
-    check_bootstrap,
-    client_errors,
-    command_config,
-    topic_arg,
-)
+from .addresses import native_address
+from .client_support import add_bootstrap_arg, add_topic_args, client_errors, command_config, topic_arg
 
 POLL_SLICE_MS = 500  # the longest single poll, so --timeout-ms and Ctrl-C stay prompt
+BOOLEANS = ("print.timestamp", "print.partition", "print.offset", "print.headers", "print.key", "print.value")
+SEPARATORS = {"key.separator": "\t", "line.separator": "\n", "headers.separator": ",", "null.literal": "null"}
+SILENTLY_IGNORED = ("key.deserializer", "value.deserializer", "headers.deserializer")
+TIMESTAMP_TYPES = {0: "CreateTime", 1: "LogAppendTime"}
+
+
+def parse_properties(pairs: list[str] | None, option: str = "--property") -> dict[str, str]:
+    """Kafka's CommandLineUtils.parseKeyValueArgs: `k=v` (a value may hold '='), `k` alone is `k=`."""
+    properties = {}
+    for pair in pairs or ():
+        key, _, value = pair.partition("=")
+        if not key:
+            raise UsageError(f"bad {option} {pair!r}: expected KEY=VALUE")
+        properties[key] = value
+    return properties
+
+
+class Formatter:
+    """Kafka's DefaultMessageFormatter over Strata's records (see the module contract)."""
+
+    def __init__(self, properties: dict[str, str], print_key: bool = False):
+        flags = {k: properties[k].strip().lower() == "true" for k in BOOLEANS if k in properties}
+        self.timestamp = flags.get("print.timestamp", False)
+        self.partition = flags.get("print.partition", False)
+        self.offset = flags.get("print.offset", False)
+        self.headers = flags.get("print.headers", False)
+        self.key = flags.get("print.key", print_key)
+        self.value = flags.get("print.value", True)
+        text = {k: properties.get(k, default).encode() for k, default in SEPARATORS.items()}
+        self.column, self.line = text["key.separator"], text["line.separator"]
+        self.header_separator, self.null = text["headers.separator"], text["null.literal"]
+        self.unknown = sorted(k for k in properties if k not in BOOLEANS and k not in SEPARATORS
+                              and not k.startswith(SILENTLY_IGNORED))
+
+    def format(self, record) -> bytes:
+        fields: list[bytes] = []
+        if self.timestamp:
+            kind = TIMESTAMP_TYPES.get(record.timestamp_type)
+            fields.append(b"NO_TIMESTAMP" if record.timestamp < 0 or kind is None
+                          else f"{kind}:{record.timestamp}".encode())
+        if self.partition:
+            fields.append(b"Partition:%d" % record.partition)
+        if self.offset:
+            fields.append(b"Offset:%d" % record.offset)
+        if self.headers:
+            fields.append(self.header_separator.join(
+                k.encode() + b":" + (self.null if v is None else bytes(v)) for k, v in record.headers)
+                if record.headers else b"NO_HEADERS")
+        if self.key:
+            fields.append(self.null if record.key is None else bytes(record.key))
+        if self.value:
+            fields.append(self.null if record.value is None else bytes(record.value))
+        return self.column.join(fields) + self.line if fields else b""
+
+
+def start_offset(text: str) -> str | int:
+    """--offset as Kafka's console consumer reads it: earliest, latest or a non-negative number."""
+    lowered = text.lower()
+    if lowered in ("earliest", "latest"):
+        return lowered
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    raise UsageError(f"The provided offset value '{text}' is incorrect. Valid values are 'earliest', "
+                     f"'latest', or a non-negative long.")
 
 
 def add_parser(subparsers) -> None:
@@ -53,7 +124,13 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--group", metavar="G", help="consumer group: commit and resume positions")
     parser.add_argument("--max-messages", type=int, metavar="N", help="exit after N messages")
     parser.add_argument("--partition", type=int, metavar="N", help="read only partition N")
+    parser.add_argument("--offset", metavar="OFFSET",
+                        help="with --partition: start at earliest, latest or offset N (a non-negative number)")
     parser.add_argument("--print-key", action="store_true", help="print key<TAB>value")
+    parser.add_argument("--property", action="append", metavar="KEY=VALUE",
+                        help="a console consumer formatter property: print.key, print.timestamp, print.partition, "
+                             "print.offset, print.headers, print.value, key.separator, line.separator, "
+                             "headers.separator, null.literal; repeat for more")
     parser.add_argument("--timeout-ms", type=int, metavar="T",
                         help="exit after T ms without a message")
     parser.set_defaults(func=run)
@@ -98,10 +175,20 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-messages must be at least 0")
     if args.timeout_ms is not None and args.timeout_ms < 0:
         raise UsageError("--timeout-ms must be at least 0")
+    if args.offset is not None:
+        if args.partition is None:
+            raise UsageError("The partition is required when offset is specified.")
+        if args.from_beginning:
+            raise UsageError("Options from-beginning and offset cannot be specified together.")
+        args.offset = start_offset(args.offset)
+    args.formatter = Formatter(parse_properties(args.property), args.print_key)
+    if args.formatter.unknown:
+        print(f"strata: --property {', '.join(args.formatter.unknown)}: not a console consumer property; ignored",
+              file=sys.stderr)
     progress = Progress()
     try:
         with client_errors():
-            consumer = Consumer(check_bootstrap(args.bootstrap_server), group=args.group,
+            consumer = Consumer(native_address(args), group=args.group,
                                 auto_offset_reset="earliest" if args.from_beginning else "latest",
                                 retries=2, security=command_config(args))
             try:
@@ -129,6 +216,12 @@ def _consume(consumer: Consumer, args: argparse.Namespace, progress: Progress) -
             raise CliError(f"topic {args.topic!r} has no partition {args.partition} "
                            f"(it has {count})")
         consumer.assign(args.topic, [args.partition])
+        if args.offset == "earliest":
+            consumer.seek_to_beginning(args.topic, args.partition)
+        elif args.offset == "latest":
+            consumer.seek_to_end(args.topic, args.partition)
+        elif args.offset is not None:
+            consumer.seek(args.topic, args.partition, args.offset)
     else:
         consumer.subscribe(args.topic)
     consumer.assignment()  # looks the topic up now: an unknown topic fails before any wait
@@ -154,15 +247,7 @@ def _print_messages(consumer: Consumer, args: argparse.Namespace, progress: Prog
         if not records:
             continue
         last_message = time.monotonic()
-        lines = []
-        for record in records:
-            value = b"null" if record.value is None else record.value
-            if args.print_key:
-                key = b"null" if record.key is None else record.key
-                lines.append(key + b"\t" + value + b"\n")
-            else:
-                lines.append(value + b"\n")
-        out.write(b"".join(lines))
+        out.write(b"".join(map(args.formatter.format, records)))
         out.flush()
         printed += len(records)
         progress.printed = printed

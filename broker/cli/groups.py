@@ -6,7 +6,7 @@ either group protocol (classic, and KIP-848's `group.protocol=consumer`, describ
 through ConsumerGroupDescribe; see kafka_admin.py). Every request goes to
 the broker's Kafka listener (its admin APIs ListGroups, DescribeGroups, OffsetFetch,
 ListOffsets, OffsetCommit, DeleteGroups; see kafka_admin.py), at
---kafka-bootstrap-server (client_support.kafka_address says the default).
+--kafka-bootstrap-server (addresses.kafka_address says the default).
 
 Contract (stdout; errors are one `strata: ...` line on stderr, exit 1; arguments that
 do not go together print the subcommand's usage, exit 2). GROUP may also be given as
@@ -48,7 +48,8 @@ from datetime import datetime
 from kio.schema.errors import ErrorCode
 
 from . import CliError, UsageError
-from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, command_config, kafka_address
+from .addresses import kafka_address
+from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, command_config
 from .kafka_admin import EARLIEST, LATEST, Group, KafkaAdmin, TopicPartition
 
 INACTIVE_STATES = ("Empty", "Dead")

@@ -62,6 +62,30 @@ class TopicConfig:
 
 
 @dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    leader: int  # -1: none
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    topic_id: str | None  # Kafka's text form of the id (Uuid.toString); None for the zero id
+    partitions: tuple[PartitionInfo, ...]
+
+
+def kafka_uuid(value) -> str | None:
+    """Kafka's Uuid.toString: the 16 bytes in URL-safe base64 without padding; None for zero."""
+    import base64
+
+    if value is None or not value.int:
+        return None
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")
+
+
+@dataclass(frozen=True)
 class Group:
     group_id: str
     state: str
@@ -194,6 +218,19 @@ class KafkaAdmin:
         _check(found.error_code, f"topic {topic!r}")
         return len(found.partitions)
 
+    def describe_topics(self, topics: list[str]) -> dict[str, TopicInfo]:
+        """Kafka's Metadata of the named topics: id, and each partition's leader, replicas
+        and in-sync replicas; a topic Kafka's Metadata does not know is left out."""
+        from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+
+        response = self.call(MetadataRequest(
+            topics=tuple(MetadataRequestTopic(topic_id=None, name=TopicName(t)) for t in topics),
+            allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+        return {t.name: TopicInfo(t.name, kafka_uuid(t.topic_id), tuple(sorted(
+                    (PartitionInfo(p.partition_index, p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes))
+                     for p in t.partitions), key=lambda p: p.partition)))
+                for t in response.topics if t.error_code == ErrorCode.none and t.name is not None}
+
     def list_offsets(self, partitions: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
         """Kafka's ListOffsets for each partition: LATEST (the log end), EARLIEST (the log
         start) or a timestamp in ms (the first offset at or after it, -1 when none)."""
@@ -230,13 +267,13 @@ class KafkaAdmin:
         _check(response.error_code, "describe log dirs")
         return response.results
 
-    def _describe_configs(self, resource_type: int, names: list[str], what: str,
-                          synonyms: bool = False) -> dict[str, list[TopicConfig]]:
+    def _describe_configs(self, resource_type: int, names: list[str], what: str, synonyms: bool = False,
+                          keys: tuple[str, ...] | None = None) -> dict[str, list[TopicConfig]]:
         from kio.schema.describe_configs.v4 import request as dc
 
         request = dc.DescribeConfigsRequest(
             resources=tuple(dc.DescribeConfigsResource(resource_type=i8(resource_type), resource_name=name,
-                                                       configuration_keys=None) for name in names),
+                                                       configuration_keys=keys) for name in names),
             include_synonyms=synonyms, include_documentation=False)
         out = {}
         for result in self.call(request).results:
@@ -254,6 +291,10 @@ class KafkaAdmin:
         """Every config of broker `name` ("" = the cluster-wide defaults) with its source
         and synonyms, sorted by name."""
         return self._describe_configs(BROKER_RESOURCE, [name], "broker", synonyms=True)[name]
+
+    def broker_config_values(self, name: str, keys: tuple[str, ...]) -> dict[str, str | None]:
+        """{key: value} of those of `keys` broker `name` describes."""
+        return {c.name: c.value for c in self._describe_configs(BROKER_RESOURCE, [name], "broker", keys=keys)[name]}
 
     def alter_broker_configs(self, name: str, set_values: dict[str, str], deletes: list[str]) -> None:
         """IncrementalAlterConfigs of broker `name` ("" = the cluster-wide defaults): SET

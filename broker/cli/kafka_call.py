@@ -6,7 +6,8 @@ listener at "HOST:PORT", sends the kio request (header v1, or v2 for flexible
 versions, as kio's `__header_schema__` says), and returns the decoded kio response
 of the same API and version. Every failure (unreachable, closed, undecodable) is a
 CliError with one line naming the address (when unreachable, also the option and the
-environment variable that set it). `security` (--command-config's
+environment variable that set it, and, for an address assumed because nothing
+answered at --bootstrap-server (`ASSUMED`), that address). `security` (--command-config's
 settings) adds TLS (SSL, SASL_SSL) and SASL (SASL_*: SaslHandshake v1 then
 SaslAuthenticate v1 rounds, client/sasl.py) before the request; a failed
 authentication is a CliError with the broker's reason.
@@ -32,6 +33,10 @@ from .client_support import KAFKA_BOOTSTRAP_ENV
 SIZE = struct.Struct(">i")
 CLIENT_ID = "strata-cli"
 CORRELATION_ID = 1
+# Kafka addresses assumed (kafka.port's default on the --bootstrap-server host) because
+# nothing answered at --bootstrap-server: address -> that --bootstrap-server, so the
+# error for an unreachable one says both (broker/cli/addresses.py fills it).
+ASSUMED: dict[str, str] = {}
 
 
 def _encode(request) -> bytes:
@@ -110,5 +115,8 @@ def kafka_call(address: str, request, timeout: float = 30.0, security: dict[str,
     except ssl.SSLError as e:
         raise CliError(f"TLS with the Kafka listener at {address} failed: {e.reason or e}") from None
     except OSError as e:
-        raise CliError(f"cannot reach the Kafka listener at {address}: {e.strerror or e} (where the broker's "
-                       f"Kafka listener is: --kafka-bootstrap-server or ${KAFKA_BOOTSTRAP_ENV})") from None
+        given = ASSUMED.get(address)
+        what = (f"a broker at {given} (--bootstrap-server) nor a Kafka listener at {address} (kafka.port's "
+                f"default)" if given else f"the Kafka listener at {address}")
+        raise CliError(f"cannot reach {what}: {e.strerror or e} (where the broker's Kafka listener is: "
+                       f"--kafka-bootstrap-server or ${KAFKA_BOOTSTRAP_ENV})") from None

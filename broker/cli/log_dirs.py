@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, command_config, kafka_address
+from .addresses import kafka_address
+from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, command_config
 from .kafka_admin import KafkaAdmin
 
 BROKER_ID = 0  # the one node (Kafka's node.id)

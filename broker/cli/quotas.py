@@ -32,7 +32,8 @@ import argparse
 from kio.static.primitive import f64, i8
 
 from . import CliError, UsageError
-from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, command_config, kafka_address
+from .addresses import kafka_address
+from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, command_config
 from .kafka_admin import KafkaAdmin
 
 ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}  # kafka-configs' -> the protocol's

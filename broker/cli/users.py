@@ -38,7 +38,8 @@ from ..security.credentials import DataDirectoryInUse, ScramCredentialStore, app
 from ..security.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential, credential_from_password
 from ..security.scram import MECHANISMS as SCRAM
 from . import CliError, UsageError
-from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, command_config, kafka_address
+from .addresses import kafka_address
+from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, command_config
 from .kafka_admin import KafkaAdmin
 
 MECHANISMS = {"SCRAM-SHA-256": (1, "sha256"), "SCRAM-SHA-512": (2, "sha512")}

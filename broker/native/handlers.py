@@ -14,6 +14,7 @@ Contract:
       configs.py    DESCRIBE_CONFIG, ALTER_CONFIG
       handshake.py  HANDSHAKE, SASL_AUTHENTICATE (version 2)
       acls.py       DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS
+      listeners.py  DESCRIBE_LISTENERS (where both protocols' listeners are)
 
 - Each connection serves its own `SessionHandlers` (`for_connection(context)`,
   broker/native/session.py), which hands every frame to these shared handlers with
@@ -52,7 +53,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from kafka_format.errors import StrataError
@@ -66,6 +67,7 @@ from protocol import (
     DeleteTopicRequest,
     DescribeAclsRequest,
     DescribeConfigRequest,
+    DescribeListenersRequest,
     ErrorCode,
     FetchOffsetRequest,
     FetchRequest,
@@ -81,7 +83,7 @@ from protocol import (
 )
 
 from ..connection import CloseConnection, PerConnection, Reply
-from ..listeners import ConnectionContext
+from ..listeners import ConnectionContext, Listener
 from ..log_limiter import BadRequestLog
 from ..partitions import PartitionService
 from ..security.authorizer import (
@@ -97,6 +99,7 @@ from .base import log
 from .configs import ConfigsApi
 from .fetch import FetchApi
 from .handshake import HandshakeApi
+from .listeners import ListenersApi
 from .offsets import OffsetsApi
 from .produce import ProduceApi
 from .session import SessionHandlers
@@ -115,12 +118,15 @@ TOPIC_OPERATIONS: dict[type, Op] = {
 }
 
 
-class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, HandshakeApi, AclsApi, PerConnection):
+class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, HandshakeApi, AclsApi, ListenersApi,
+               PerConnection):
     """The native protocol's request handlers, shared by the connections of its
     listener; each connection serves a `SessionHandlers` view (`for_connection`)."""
 
-    def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog):
+    def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog,
+                 listeners: Sequence[Listener] = ()):
         super().__init__(partitions, bad_requests)
+        self.listeners = list(listeners)  # every listener of the broker, bound (DESCRIBE_LISTENERS)
         self._dispatch: dict[type, Callable[[Any, NativeSession], Awaitable[Reply]]] = {
             ProduceRequest: self.produce,
             FetchRequest: self.fetch,
@@ -140,6 +146,7 @@ class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, Handshak
             DescribeAclsRequest: self.describe_acls,
             CreateAclsRequest: self.create_acls,
             DeleteAclsRequest: self.delete_acls,
+            DescribeListenersRequest: self.describe_listeners,
         }
 
     # ---- entry point (SessionHandlers, per connection) -------------------------------------------

@@ -34,7 +34,7 @@ def line_of(described: str, key: str) -> str:
 
 
 def topic_configs(broker, topic: str) -> dict[str, str]:
-    described = ok(cli(broker, "topics", "describe", topic)).splitlines()
+    described = ok(cli(broker, "topics", "describe", topic, "--details")).splitlines()
     start = described.index("Configs:") + 1
     return dict(line.strip().split("=", 1) for line in described[start:])
 

@@ -102,13 +102,13 @@ def test_describe_every_topic_marks_overrides(broker):
     server = (*native, "--kafka-bootstrap-server", broker.bootstrap)
     name = unique("all")
     ok(strata("topics", "create", name, "--config", "retention.ms=5000", *native))
-    out = ok(strata("topics", "describe", *server))
+    out = ok(strata("topics", "describe", "--details", *server))
     assert f"Topic: {name}\tPartitionCount: 3" in out
     block = out[out.index(f"Topic: {name}"):]
     block = block[:block.index("\nTopic: ")] if "\nTopic: " in block else block
     assert "\tretention.ms=5000 (overridden)\n" in block and "\tsegment.bytes=1073741824\n" in block
     # Without a Kafka listener to ask, the settings are printed unmarked, with a note.
-    result = strata("topics", "describe", name, "--bootstrap-server", f"{broker.host}:{broker.port}",
+    result = strata("topics", "describe", name, "--details", "--bootstrap-server", f"{broker.host}:{broker.port}",
                     "--kafka-bootstrap-server", "127.0.0.1:1")
     assert result.returncode == 0 and "\tretention.ms=5000\n" in result.stdout.decode()
     assert result.stderr.decode().startswith("strata: overridden settings are not marked: cannot reach")

@@ -53,7 +53,7 @@ def test_topics_create_list_describe_alter_delete(live_broker):
                      "--config", "cleanup.policy=compact", *server)) == f"Created topic {name}.\n"
     assert name in ok(strata("topics", "list", *server)).splitlines()
 
-    described = ok(strata("topics", "describe", name, *kafka, *server)).splitlines()
+    described = ok(strata("topics", "describe", name, "--details", *kafka, *server)).splitlines()
     assert described[0] == f"Topic: {name}\tPartitionCount: 3"
     assert described[1:4] == [f"\tPartition: {p}\tLogStartOffset: 0\tLogEndOffset: 0"
                               for p in range(3)]
@@ -65,10 +65,10 @@ def test_topics_create_list_describe_alter_delete(live_broker):
     assert ok(strata("topics", "alter", name, "--config", "retention.ms=1234", "--config",
                      "cleanup.policy=", *server)) == \
         f"Completed updating config for topic {name}.\n"
-    described = ok(strata("topics", "describe", name, *kafka, *server))
+    described = ok(strata("topics", "describe", name, "--details", *kafka, *server))
     assert "\tretention.ms=1234 (overridden)\n" in described and "\tcleanup.policy=delete\n" in described
     ok(strata("topics", "alter", name, "--delete-config", "retention.ms", *server))
-    assert "\tretention.ms=604800000\n" in ok(strata("topics", "describe", name, *kafka, *server))
+    assert "\tretention.ms=604800000\n" in ok(strata("topics", "describe", name, "--details", *kafka, *server))
 
     assert ok(strata("topics", "delete", name, *server)) == f"Deleted topic {name}.\n"
     assert name not in ok(strata("topics", "list", *server)).splitlines()

@@ -13,7 +13,7 @@ def test_alter_partitions_grows_the_topic(live_broker):
     assert ok(strata("topics", "alter", name, "--partitions", 4, "--config", "retention.ms=777", *kafka,
                      *server)) == (f"Completed increasing the partition count of topic {name} to 4.\n"
                                    f"Completed updating config for topic {name}.\n")
-    described = ok(strata("topics", "describe", name, *kafka, *server)).splitlines()
+    described = ok(strata("topics", "describe", name, "--details", *kafka, *server)).splitlines()
     assert described[0] == f"Topic: {name}\tPartitionCount: 4"
     assert "\tretention.ms=777 (overridden)" in described
     with Admin(live_broker.address) as admin:

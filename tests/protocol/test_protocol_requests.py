@@ -12,6 +12,7 @@ from protocol import (
     CreateAclsRequest,
     CreateTopicRequest,
     DeleteAclsRequest,
+    DescribeListenersRequest,
     DeleteRecordsRequest,
     DeleteTopicRequest,
     DescribeAclsRequest,
@@ -80,6 +81,7 @@ GOLDEN = [
     (CreateAclsRequest([AclBinding(2, "t", 3, "User:a", "*", 3, 3)]),
      h("00000016 0082 0001 02 000174 03 0006 557365723a61 00012a 03 03")),
     (DeleteAclsRequest([AclBindingFilter(2, "t")]), h("0000000f 0083 0001 02 000174 01 ffff ffff 01 01")),
+    (DescribeListenersRequest(), h("00000002 00a0")),
 ]
 IDS = [f"{req.TYPE.name}-{i}" for i, (req, _) in enumerate(GOLDEN)]
 

@@ -5,6 +5,7 @@ import pytest
 from protocol import (
     AclBinding,
     DeleteAclsResponse,
+    DescribeListenersResponse,
     DeletedAcls,
     DeleteRecordsResponse,
     DescribeAclsResponse,
@@ -97,6 +98,8 @@ GOLDEN = [
     (T.CREATE_ACLS, EmptyResponse(ErrorCode.NONE), h("00000002 0000")),
     (T.DELETE_ACLS, DeleteAclsResponse(ErrorCode.NONE, [DeletedAcls((ACL,))]),
      h("0000001a 0000 0001 00000001 02 000174 03 0006 557365723a61 00012a 03 03")),
+    (T.DESCRIBE_LISTENERS, DescribeListenersResponse(ErrorCode.NONE, [("native", "EXTERNAL", "SSL", "h", 19000)]),
+     h("00000022 0000 0001 0006 6e6174697665 0008 45585445524e414c 0003 53534c 0001 68 00004a38")),
 ]
 IDS = [f"{t.name}-{i}" for i, (t, _, _) in enumerate(GOLDEN)]
 

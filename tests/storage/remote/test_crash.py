@@ -1,0 +1,91 @@
+"""kill -9 of a copier in the middle of a copy: after a restart nothing is lost,
+the interrupted copy's objects are never read and are cleaned up, and every
+segment ends up in the store once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from kafka_format import iter_records
+from storage.remote.copier import RemotePartition
+from storage.remote.metadata import RemoteLogMetadataStore, SegmentState, uuid_string
+from storage.remote.reader import RemoteLogReader
+from tests.storage.remote.conftest import open_rsm
+from tests.storage.remote.helpers import LOG_TP, fill, open_tiered_log
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def settings_of(config) -> dict:
+    props = {"remote.log.storage.system.enable": "true", "rsm.config.url": str(config.location)}
+    if config.s3_endpoint:
+        props["rsm.config.s3.endpoint"] = config.s3_endpoint
+    return props
+
+
+def test_kill_9_during_a_copy_loses_nothing_and_reads_no_orphan(tmp_path, remote_config):
+    log_dir, metadata_dir = tmp_path / "clicks-0", tmp_path / "__remote_log_metadata-0"
+    log = open_tiered_log(log_dir)
+    fill(log, 4)
+    end = log.log_end_offset
+    log.close()
+    marker = tmp_path / "paused"
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    process = subprocess.Popen([sys.executable, "-m", "tests.storage.remote.copier_process", str(log_dir),
+                                str(metadata_dir), json.dumps(settings_of(remote_config)), "100", str(marker)],
+                               cwd=REPO, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert process.poll() is None, f"the copier exited with {process.returncode} before pausing"
+            assert time.monotonic() < deadline, "the copier did not reach the pause"
+            time.sleep(0.05)
+        os.kill(process.pid, signal.SIGKILL)
+        assert process.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    orphan_key = marker.read_text()
+
+    # After the crash: two segments finished, the third is COPY_SEGMENT_STARTED and its
+    # objects (all of them, .log included) are in the store, but nothing reads them.
+    rsm = open_rsm(remote_config)
+    metadata = RemoteLogMetadataStore(str(metadata_dir))
+    states = {m.start_offset: m.state for m in metadata.segments(LOG_TP)}
+    assert states == {0: SegmentState.COPY_SEGMENT_FINISHED, 50: SegmentState.COPY_SEGMENT_FINISHED,
+                      100: SegmentState.COPY_SEGMENT_STARTED}
+    orphan = next(m for m in metadata.segments(LOG_TP) if m.state == SegmentState.COPY_SEGMENT_STARTED)
+    assert uuid_string(orphan.segment_id.id) in orphan_key
+    assert any(k.endswith(orphan_key.rsplit("/", 1)[-1]) for k in rsm.list_keys())
+    reader = RemoteLogReader(rsm, metadata, cache_bytes=1 << 20, chunk_bytes=4096)
+    assert metadata.segment_for_offset(LOG_TP, 120) is None
+
+    # Restart: the log recovers, the copier cleans the orphan and copies the rest once.
+    log = open_tiered_log(log_dir)
+    assert log.log_end_offset == end
+    partition = RemotePartition(log, LOG_TP, rsm, metadata)
+    result = partition.copy_pass()
+    assert result.cleaned == 1 and [m.start_offset for m in result.copied] == [100, 150]
+    assert partition.copy_pass().copied == []
+    readable = metadata.readable_segments(LOG_TP)
+    assert [(m.start_offset, m.end_offset) for m in readable] == [(0, 49), (50, 99), (100, 149), (150, 199)]
+    assert orphan.segment_id not in {m.segment_id for m in readable}
+    keys = rsm.list_keys()
+    assert not any(uuid_string(orphan.segment_id.id) in k for k in keys)
+    assert len(keys) == 6 * 4
+    offsets = []
+    offset = 0
+    while offset < end:
+        got = [r.offset for r in iter_records(reader.read(LOG_TP, offset, 4000)) if r.offset >= offset]
+        offsets += got
+        offset = got[-1] + 1
+    assert offsets == list(range(end))
+    log.close()
+    metadata.close()
