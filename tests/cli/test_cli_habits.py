@@ -185,7 +185,7 @@ def test_produce_names_only_the_oversized_line_of_a_batch(broker):
 
 def test_kafka_listener_address_defaults(monkeypatch):
     from broker.cli import build_parser
-    from broker.cli.client_support import kafka_address
+    from broker.cli.addresses import kafka_address
 
     monkeypatch.delenv("STRATA_KAFKA_BOOTSTRAP_SERVER", raising=False)
     args = build_parser().parse_args(["groups", "list", "--bootstrap-server", "example:1234"])
