@@ -48,8 +48,8 @@ clean:
 
 # ---- Gates ---------------------------------------------------------------------------------------
 # The gates, each over every package: ruff's full rule set, mypy with no errors (its settings and
-# the packages it checks are pyproject's [tool.mypy]), and the import-layer contracts (pyproject's
-# [tool.importlinter]).
+# the packages it checks are pyproject's [tool.mypy]), the import-layer contracts (pyproject's
+# [tool.importlinter]) and no import cycles, lazy imports counted (tests/test_import_cycles.py).
 PACKAGES := kafka_format/ protocol/ storage/ broker/ client/ pipeline/
 LINT_STAMP := $(VENV)/.lint-installed
 $(LINT_STAMP): $(STAMP) pyproject.toml
@@ -60,6 +60,7 @@ lint: $(LINT_STAMP)
 	$(VENV)/bin/ruff check $(PACKAGES)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_import_cycles.py
 
 # ---- Docker ------------------------------------------------------------------------------------
 # Podman's state and the local stand-in base image come from ../shared/tools/containers-setup

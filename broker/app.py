@@ -18,6 +18,12 @@ Contract:
   recovery is done and the listeners serve (`ready`); its /metrics renders the
   one `BrokerMetrics` (broker/metrics.py) that the partition service and every
   listener's connections count on. With admin.port -1 nothing is counted.
+  The order: the listeners' TLS contexts, the bound ports (broker/server.py
+  `BoundPort`: a busy port fails before any storage work), the admin port, the
+  state files read (`StateFiles`), the data directory opened, then the object
+  graph, built in one place by broker/compose.py with each object given its
+  state, then the committed offsets and transaction state loaded and the ports
+  served. BrokerApp keeps the life cycle; compose.py the wiring.
   Every expected failure raises `StartupError` with a one-line message (the data
   directory is locked, the port is in use, the registry is damaged, ...), after
   releasing whatever had been opened.
@@ -54,39 +60,37 @@ import gc
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import structlog
 
 from kafka_format.errors import StrataError
-from protocol import RequestType
 from storage.log_cleaner import LogCleaner
 from storage.manager import LogManager
 from storage.open_files import OPEN_FILES, raise_nofile_limit
 
+from . import compose
 from .admin_http import AdminServer
+from .compose import ListenerSetup, StateFiles
 from .config import BrokerConfig, default_props, is_secret
-from .connection import PerConnection, RequestHandlers
-from .connection_limits import ConnectionLimits
-from .connection_rates import ConnectionRates
 from .core import PartitionService
 from .dynamic_broker_configs import DynamicBrokerConfigs
 from .group_configs import GroupConfigs
 from .heap import keep_freed_memory
-from .kafka import KafkaApis
-from .kafka.apis import NODE_ID, ApiKey
+from .kafka.apis import KafkaApis
+from .kafka.request_types import NODE_ID
 from .kafka.state import KafkaState
 from .listeners import KAFKA, NATIVE, Listener
-from .log_limiter import BadRequestLog
-from .metrics import BrokerMetrics, CountingExecutor, camel_name
+from .metrics import BrokerMetrics, CountingExecutor
 from .native import Handlers
 from .quotas import ClientQuotas
-from .request_memory import RequestMemory
+from .security.authorizer import Authorizer
 from .security.credentials import ScramCredentialStore
 from .security.principal import SslPrincipalMapper
 from .security.sasl import SaslAuthenticator, listener_sasl
-from .server import BrokerServer, format_address, sendfile_stats
+from .server import BoundPort, BrokerServer, format_address, sendfile_stats
 from .tls import ServerTls
 from .topics import TopicRegistry
 
@@ -109,6 +113,7 @@ class BrokerApp:
         self.servers: list[BrokerServer] = []  # every listener, Kafka's first (broker/listeners.py)
         self.listeners: list[Listener] = []
         self.kafka: KafkaApis | None = None
+        self.authenticator: SaslAuthenticator | None = None
         self.executor: ThreadPoolExecutor | None = None
         self.address: tuple[str, int] | None = None
         self.kafka_address: tuple[str, int] | None = None
@@ -128,8 +133,11 @@ class BrokerApp:
     async def start(self) -> tuple[str, int]:
         config = self.config
         loop = asyncio.get_running_loop()
-        self.listeners = _listeners(config)  # TLS contexts first: a bad keystore fails before any work
+        setups = _listener_setups(config)  # TLS contexts first: a bad keystore fails before any work
         open_files = _set_open_files_limit(config.max_open_files)
+        if config.admin_port >= 0:
+            self.metrics = BrokerMetrics()
+        metrics = self.metrics
         # With metrics, the I/O threads count their jobs (broker/metrics.py).
         executor_class = CountingExecutor if config.admin_port >= 0 else ThreadPoolExecutor
         self.executor = executor_class(config.num_io_threads, thread_name_prefix="strata-io")
@@ -137,71 +145,15 @@ class BrokerApp:
         def blocking(fn, *args):
             return loop.run_in_executor(self.executor, fn, *args)
 
-        registry = TopicRegistry(config.data_dir, config.log_defaults, num_partitions=config.num_partitions)
-        manager = LogManager(config.data_dir, config_for=registry.log_config,
-                             recovery_threads=config.num_recovery_threads_per_data_dir)
-        if config.admin_port >= 0:
-            self.metrics = BrokerMetrics()
-        metrics = self.metrics
-        self.partitions = partitions = PartitionService(config, manager, registry, self.executor, loop,
-                                                        metrics=metrics)
-        # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
-        bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
-        # SASL, broker-wide: the SCRAM credentials (opened with the data directory), the
-        # failure delay and the failed-login log; each SASL_* listener points at it.
-        self.authenticator = authenticator = SaslAuthenticator(
-            loop, bad_requests, config["connection.failed.authentication.delay.ms"])
-        for listener in self.listeners:
-            if listener.sasl is not None:
-                listener.authenticator = authenticator
-        self.handlers = handlers = Handlers(partitions, bad_requests)
-        # One memory pool, one set of connection limits and one bad-request log for
-        # both listeners (Kafka's queued.max.request.bytes and ConnectionQuotas are
-        # broker-wide).
-        memory = RequestMemory(config.queued_max_request_bytes)
-        connection_limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip,
-                                             config.max_connections_per_ip_overrides)
-        connection_rates = ConnectionRates(
-            partitions.ip_connection_quota, config.values["max.connection.creation.rate"],
-            config.listener_connection_rates([listener.name for listener in self.listeners]),
-            window_samples=config.values["quota.window.num"],
-            window_seconds=config.values["quota.window.size.seconds"])
-        native_stats = kafka_stats = None
-        if metrics is not None:
-            native_stats = metrics.requests_for("native", {t.value: camel_name(t.name) for t in RequestType})
-            kafka_stats = metrics.requests_for("kafka", {k.value: camel_name(k.name) for k in ApiKey})
-        kafka = self.kafka = (KafkaApis(partitions, bad_requests)
-                              if any(spec.protocol == KAFKA for spec in config.listeners) else None)
-        if kafka is not None:
-            kafka.authenticator = authenticator
-
-        def server_for(listener: Listener) -> BrokerServer:
-            api: RequestHandlers | PerConnection = handlers
-            stats = native_stats
-            if kafka is not None and listener.spec.protocol == KAFKA:
-                api, stats = kafka, kafka_stats
-            return BrokerServer(api, listener=listener, request_stats=stats,
-                                max_frame_bytes=config.socket_request_max_bytes,
-                                max_queued_requests=config.max_queued_requests,
-                                write_buffer_high=config.write_buffer_high, bad_requests=bad_requests,
-                                memory=memory, limits=connection_limits, rates=connection_rates,
-                                idle_ms=config.connections_max_idle_ms)
-
-        servers = self.servers = [server_for(listener) for listener in self.listeners]
-        by_protocol = {protocol: [s for s, listener in zip(servers, self.listeners, strict=True)
-                                  if listener.spec.protocol == protocol] for protocol in (KAFKA, NATIVE)}
-        self.server = by_protocol[NATIVE][0]  # config always has a native listener
-        self.kafka_server = by_protocol[KAFKA][0] if by_protocol[KAFKA] else None
+        kafka = any(spec.protocol == KAFKA for spec in config.listeners)
+        ports: list[tuple[ListenerSetup, BoundPort]] = []
+        servers: list[BrokerServer] = []
+        manager: LogManager | None = None
         opened = False
         try:
             # The ports first: a busy port fails at once, before any recovery work.
-            for server, listener in zip(servers, self.listeners, strict=True):
-                await _bind(server, listener.spec.host, listener.spec.port)
-            self.address = self.server.address
-            handlers.listeners = self.listeners  # DESCRIBE_LISTENERS answers their bound addresses
-            if kafka is not None and self.kafka_server is not None:
-                self.kafka_address = self.kafka_server.address
-                kafka.advertised = self.listeners[servers.index(self.kafka_server)].advertised
+            for setup in setups:
+                ports.append((setup, await _bind_port(setup)))
             if config.admin_port >= 0:
                 # Serving at once: /health/live answers, /health/ready says 503 during recovery.
                 self.admin = AdminServer(metrics, lambda: self.ready)
@@ -210,53 +162,52 @@ class BrokerApp:
                 # The state files first (reads only): a damaged one fails the start at
                 # once, before the logs are locked and recovered. Files they lack are
                 # created once the directory is locked.
-                broker_configs = await blocking(DynamicBrokerConfigs.open, config.data_dir, NODE_ID,
-                                                config.log_props(), default_props())
-                registry.defaults = broker_configs.log_defaults()
-                await blocking(registry.load)
-                authenticator.store = await blocking(ScramCredentialStore.open, config.data_dir)
-                partitions.quotas = await blocking(
-                    lambda: ClientQuotas.open(
-                        config.data_dir, window_samples=config.values["quota.window.num"],
-                        window_seconds=config.values["quota.window.size.seconds"],
-                        mutation_window_samples=config.values["controller.quota.window.num"],
-                        mutation_window_seconds=config.values["controller.quota.window.size.seconds"]))
-                await blocking(partitions.authorizer.load, config.data_dir)
-                kafka_state = None
-                if self.kafka is not None:
-                    self.kafka.group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
-                    kafka_state = await blocking(KafkaState.read, config.data_dir)
-                    self.kafka.broker_configs = broker_configs
+                state = await _read_state_files(config, blocking, kafka=kafka)
+                registry = state.registry
+                manager = LogManager(config.data_dir, config_for=registry.log_config,
+                                     recovery_threads=config.num_recovery_threads_per_data_dir)
                 await blocking(manager.startup, registry.owns)
                 opened = True
                 _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line
                 await blocking(registry.reconcile, manager)
                 await blocking(registry.ensure_internal_topic, config.offsets_topic_num_partitions)
-                await blocking(partitions.offsets.load, manager.logs())
-                if self.kafka is not None:
-                    self.kafka.core.state = kafka_state or await blocking(KafkaState.create, config.data_dir)
-                    transactions = getattr(self.kafka, "transactions", None)
-                    if transactions is not None:
-                        await transactions.start()
+                if kafka and state.kafka_state is None:
+                    state = dataclasses.replace(state, kafka_state=await blocking(KafkaState.create,
+                                                                                  config.data_dir))
+                broker = compose.build(config, loop, self.executor, metrics, manager, state, ports)
+                servers = broker.servers
+                await blocking(broker.partitions.offsets.load, manager.logs())
+                if broker.transactions is not None:
+                    await broker.transactions.start()
             except StrataError as e:
                 raise StartupError(str(e)) from None
             except OSError as e:
                 raise StartupError(f"cannot use data directory {config.data_dir}: {os_error_text(e)}"
                                    f"{ownership_hint(config.data_dir, e)}") from None
+            self.partitions, self.handlers, self.kafka = broker.partitions, broker.handlers, broker.kafka
+            self.authenticator = broker.authenticator
+            self.listeners, self.servers = broker.listeners, servers
+            by_protocol = {protocol: [s for s, listener in zip(servers, self.listeners, strict=True)
+                                      if listener.spec.protocol == protocol] for protocol in (KAFKA, NATIVE)}
+            self.server = by_protocol[NATIVE][0]  # config always has a native listener
+            self.kafka_server = by_protocol[KAFKA][0] if by_protocol[KAFKA] else None
+            self.address = self.server.address
+            if self.kafka_server is not None:
+                self.kafka_address = self.kafka_server.address
             if metrics is not None:
-                metrics.attach(manager=manager, offsets=partitions.offsets,
+                metrics.attach(manager=manager, offsets=broker.partitions.offsets,
                                servers={(listener.spec.protocol, listener.name): server
                                         for server, listener in zip(servers, self.listeners, strict=True)},
-                               memory=memory, cleaner=lambda: self.cleaner, executor=self.executor,
-                               quotas=partitions.quotas)
+                               memory=broker.memory, cleaner=lambda: self.cleaner, executor=self.executor,
+                               quotas=broker.partitions.quotas)
             for server in servers:
                 await server.start_serving()
         except BaseException:
-            for server in servers:
-                server.close()
+            for _, port in ports:
+                port.close()
             if self.admin is not None:
                 self.admin.close()
-            if opened:
+            if manager is not None and opened:
                 await blocking(manager.shutdown)
             self.executor.shutdown(wait=True)
             raise
@@ -382,7 +333,7 @@ class BrokerApp:
                  appends=appends)
 
 
-def _listeners(config: BrokerConfig) -> list[Listener]:
+def _listener_setups(config: BrokerConfig) -> list[ListenerSetup]:
     """The configured listeners, each SSL one with its TLS context built (a bad
     keystore, truststore or TLS setting fails the start with a one-line message)."""
     from kafka_format.errors import InvalidConfigError
@@ -402,8 +353,32 @@ def _listeners(config: BrokerConfig) -> list[Listener]:
             sasl = listener_sasl(config.values, spec.name, spec.security_protocol)
         except (InvalidConfigError, ValueError) as e:
             raise StartupError(f"invalid configuration: {e} ({where})") from None
-        out.append(Listener(spec, tls, sasl=sasl, principal_mapper=mapper))
+        out.append(ListenerSetup(spec, tls, sasl=sasl, principal_mapper=mapper))
     return out
+
+
+async def _read_state_files(config: BrokerConfig, blocking: Callable[..., Awaitable[Any]], *,
+                            kafka: bool) -> StateFiles:
+    """The state files, read only (the data directory is not locked yet): dynamic broker
+    configs, the topic registry, SCRAM credentials, client quotas, ACLs and, with a
+    Kafka listener, group configs and the Kafka listener state."""
+    broker_configs = await blocking(DynamicBrokerConfigs.open, config.data_dir, NODE_ID,
+                                    config.log_props(), default_props())
+    registry = TopicRegistry(config.data_dir, broker_configs.log_defaults(), num_partitions=config.num_partitions)
+    await blocking(registry.load)
+    credentials = await blocking(ScramCredentialStore.open, config.data_dir)
+    quotas = await blocking(lambda: ClientQuotas.open(
+        config.data_dir, window_samples=config.values["quota.window.num"],
+        window_seconds=config.values["quota.window.size.seconds"],
+        mutation_window_samples=config.values["controller.quota.window.num"],
+        mutation_window_seconds=config.values["controller.quota.window.size.seconds"]))
+    authorizer = Authorizer.from_config(config.values)
+    await blocking(authorizer.load, config.data_dir)
+    group_configs = kafka_state = None
+    if kafka:
+        group_configs = await blocking(GroupConfigs.open, config.data_dir, config.values)
+        kafka_state = await blocking(KafkaState.read, config.data_dir)
+    return StateFiles(broker_configs, registry, credentials, quotas, authorizer, group_configs, kafka_state)
 
 
 def _describe(listener: Listener) -> dict[str, str]:
@@ -418,12 +393,24 @@ def _loggable(settings: dict[str, str]) -> dict[str, str]:
     return {k: "[hidden]" if is_secret(k) else v for k, v in settings.items()}
 
 
-async def _bind(server: BrokerServer | AdminServer, host: str, port: int) -> tuple[str, int]:
+async def _bind(server: AdminServer, host: str, port: int) -> tuple[str, int]:
     try:
         return await server.bind(host, port)
     except OSError as e:
-        reason = os.strerror(e.errno) if e.errno else str(e)
-        raise StartupError(f"cannot listen on {format_address(host, port)}: {reason}") from None
+        raise _cannot_listen(host, port, e) from None
+
+
+async def _bind_port(setup: ListenerSetup) -> BoundPort:
+    host, port = setup.spec.host, setup.spec.port
+    try:
+        return await BoundPort.bind(host, port, setup.tls)
+    except OSError as e:
+        raise _cannot_listen(host, port, e) from None
+
+
+def _cannot_listen(host: str, port: int, error: OSError) -> StartupError:
+    reason = os.strerror(error.errno) if error.errno else str(error)
+    return StartupError(f"cannot listen on {format_address(host, port)}: {reason}")
 
 
 # ---- the process ------------------------------------------------------------------------------

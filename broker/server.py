@@ -35,6 +35,7 @@ import contextlib
 import gc
 import socket
 from dataclasses import dataclass, fields
+from typing import Any
 
 import structlog
 
@@ -82,6 +83,42 @@ class ServerStats:
 
 
 
+class BoundPort:
+    """A listening address bound before the broker is built, so a busy port fails the
+    start before any storage work; it accepts nothing until `serve` names the
+    BrokerServer its connections belong to."""
+
+    def __init__(self, server: asyncio.Server, serving: list[BrokerServer]):
+        self._server = server
+        self._serving = serving  # the BrokerServer, once `serve` named it
+
+    @classmethod
+    async def bind(cls, host: str, port: int, tls: Any = None) -> BoundPort:
+        """Bind and listen on (host, port), with TLS when `tls` (broker.tls.ServerTls) is given."""
+        serving: list[BrokerServer] = []
+        server = await asyncio.get_running_loop().create_server(
+            lambda: Connection(serving[0]), host, port, reuse_address=True, backlog=LISTEN_BACKLOG,
+            start_serving=False, ssl=tls.context if tls is not None else None,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls is not None else None)
+        return cls(server, serving)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        sockname = self._server.sockets[0].getsockname()
+        return sockname[0], sockname[1]
+
+    async def serve(self, server: BrokerServer) -> None:
+        """Accept connections, each served by `server`."""
+        self._serving.append(server)
+        await self._server.start_serving()
+
+    def close(self) -> None:
+        self._server.close()
+
+    async def wait_closed(self) -> None:
+        await self._server.wait_closed()
+
+
 class BrokerServer:
     """The listening socket and every open connection."""
 
@@ -89,7 +126,7 @@ class BrokerServer:
                  write_buffer_high: int, bad_requests: BadRequestLog | None = None,
                  memory: RequestMemory | None = None, limits: ConnectionLimits | None = None,
                  rates: ConnectionRates | None = None, idle_ms: int = -1, listener: Listener | None = None,
-                 request_stats: list[RequestStats] | None = None):
+                 request_stats: list[RequestStats] | None = None, port: BoundPort | None = None):
         self.handlers = handlers
         # The listener this server serves (name, security protocol, TLS context);
         # every connection's ConnectionContext names it.
@@ -118,34 +155,21 @@ class BrokerServer:
         self.frame_pool = FramePool()  # large frames' buffers, shared by the connections
         self.stats = ServerStats()
         self.closing = False
-        self._server: asyncio.Server | None = None
-
-    async def bind(self, host: str, port: int) -> tuple[str, int]:
-        """Bind and listen, but accept nothing until `start_serving` (so a busy port
-        fails the start before any storage work)."""
-        tls = self.listener.tls if self.listener is not None else None
-        self._server = await self.loop.create_server(
-            lambda: Connection(self), host, port, reuse_address=True, backlog=LISTEN_BACKLOG,
-            start_serving=False, ssl=tls.context if tls is not None else None,
-            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if tls is not None else None)
-        if self.listener is not None:
-            self.listener.address = self.address
-        return self.address
+        self._port = port  # the listening address (BoundPort.bind), serving from `start_serving` on
 
     async def start_serving(self) -> None:
-        assert self._server is not None
-        await self._server.start_serving()
+        assert self._port is not None
+        await self._port.serve(self)
 
     def close(self) -> None:
         """Give the port back (startup failed before serving)."""
-        if self._server is not None:
-            self._server.close()
+        if self._port is not None:
+            self._port.close()
 
     @property
     def address(self) -> tuple[str, int]:
-        assert self._server is not None
-        sockname = self._server.sockets[0].getsockname()
-        return sockname[0], sockname[1]
+        assert self._port is not None
+        return self._port.address
 
     def admit(self, conn: Connection) -> Admission | None:
         """Count a new connection against the connection rates, then max.connections(.per.ip)
@@ -249,8 +273,8 @@ class BrokerServer:
             if timer is not None:
                 timer.cancel()
         self._idle_timer = self._trim_timer = None
-        if self._server is not None:
-            self._server.close()
+        if self._port is not None:
+            self._port.close()
         self.handlers.begin_shutdown()
         for transport in list(self.held):
             transport.abort()
@@ -266,9 +290,9 @@ class BrokerServer:
                     if not conn.closed.done():
                         conn.abort()
                 await asyncio.wait([c.closed for c in connections], timeout=5)
-        if self._server is not None:
+        if self._port is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
+                await asyncio.wait_for(self._port.wait_closed(), 5)
 
 
 def format_address(host: str, port: int) -> str:

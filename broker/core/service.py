@@ -72,7 +72,7 @@ class PartitionService:
 
     def __init__(self, config: BrokerConfig, manager: LogManager, registry: TopicRegistry,
                  executor: Executor, loop: asyncio.AbstractEventLoop, metrics: BrokerMetrics | None = None,
-                 quotas: ClientQuotas | None = None):
+                 *, authorizer: Authorizer | None = None, quotas: ClientQuotas | None = None):
         self.config = config
         self.metrics = metrics
         self.manager = manager
@@ -81,7 +81,7 @@ class PartitionService:
         self.loop = loop
         self.waiters = PartitionWaiters()
         # ACLs, checked by both protocols' handlers (broker/security/authorizer.py)
-        self.authorizer = Authorizer.from_config(config.values)
+        self.authorizer = authorizer or Authorizer.from_config(config.values)
         self.shutting_down = False
         self._valid_names: set[str] = set()  # names validate_topic_name accepted (a regex match each)
 

@@ -13,30 +13,34 @@ INTERFACE FOR API MODULES (consumer groups: broker/kafka/groups.py)
 -------------------------------------------------------------------
 
 Modules:
-    broker/kafka/apis.py      KafkaApis (dispatch table + shared state), RequestContext,
-                              EXTENSION_MODULES
+    broker/kafka/request_types.py  ApiKey, RequestContext, DECLINE: what every API module uses
+    broker/kafka/allowed.py   allowed(ctx, ...): the ACL check of a request's connection
+    broker/kafka/apis.py      KafkaApis (dispatch table + shared state)
     broker/kafka/codec.py     request-header parsing, kio decode/encode, fetch splicing
     broker/kafka/handlers.py  CoreHandlers: registers the core APIs (ApiVersions, Metadata,
                               Produce, Fetch, ...), one module each (its docstring lists them)
-    broker/kafka/server.py    KafkaServer: the listener (broker.server.BrokerServer with
-                              KafkaApis as its handlers)
+    broker/compose.py         builds KafkaApis and calls every module's `register`, in order
 
-1. Registration. `KafkaApis` builds its dispatch table at construction: the core
-   handlers first, then every module named in `apis.EXTENSION_MODULES`
-   (("broker.kafka.groups",)) that can be imported: its module-level function
+API modules import the small modules above, never apis.py (no import cycles:
+tests/test_import_cycles.py).
 
-        def register(apis: KafkaApis) -> None
+1. Registration. `KafkaApis` starts with an empty table; the composition
+   (broker/compose.py `build_kafka`) makes what the modules share (the group and
+   transaction coordinators, the producer-id allocator) and calls each module's
 
-   is called once per broker. It creates whatever per-broker state it needs
-   (a group coordinator) and registers its handlers:
+        def register(apis: KafkaApis, ...) -> None
+
+   once per broker, in order, passing what the module needs beside `apis` (the
+   groups module its coordinators). It registers its handlers:
 
         apis.register(api_key, handler, min_version, max_version)
 
    e.g. `apis.register(ApiKey.JOIN_GROUP, coordinator.join_group, 0, 9)` (ApiKey:
-   broker/kafka/apis.py). Optional `now=handler_now`: a synchronous
+   broker/kafka/request_types.py), and whole-request checks with
+   `apis.guard(api_key, guard)`. Optional `now=handler_now`: a synchronous
    `handler_now(request, ctx)` that answers on the loop when nothing needs waiting
    (the connection's fast path: Produce appended inline, Fetch with data) or
-   returns `apis.DECLINE` having done nothing; the async handler answers then. Every version in the range
+   returns `DECLINE` having done nothing; the async handler answers then. Every version in the range
    must have kio schemas (ValueError otherwise). ApiVersions advertises exactly
    what is registered (plus ApiVersions itself); a request for an unregistered
    key or version is answered as Kafka does (see KAFKA.md). `apis.on_shutdown(cb)`
@@ -70,7 +74,8 @@ Modules:
    answered the same with UNKNOWN_SERVER_ERROR (-1). Raise
    broker.server.CloseConnection to close the connection without an answer.
 
-4. Shared state, all on the KafkaApis passed to `register` (and `ctx.apis`):
+4. Shared state, all on the KafkaApis passed to `register` (and `ctx.apis`), each
+   given to KafkaApis when it is made:
         apis.config     broker.config.BrokerConfig (group.* settings: add keys there)
         apis.manager    storage.manager.LogManager
         apis.registry   broker.topics.TopicRegistry (topic ids: registry.topic_id(name))
@@ -82,12 +87,18 @@ Modules:
         apis.waiters    broker.core.PartitionWaiters (long polls)
         apis.loop, apis.executor
         apis.node_id    this broker's node id (0), also the coordinator for every group
-        apis.advertised (host, port) that Metadata/FindCoordinator announce
+        apis.advertised (host, port) a connection without a listener is answered (a
+                        listener's connections get its advertised address: ctx.advertised)
+        apis.state      broker.kafka.state.KafkaState (cluster id, producer id blocks)
+        apis.group_configs, apis.broker_configs   per-group and dynamic broker configs
+        apis.authenticator                        the SASL authenticator (SCRAM credentials)
+        apis.groups, apis.consumer_groups         the classic and KIP-848 group coordinators
         await apis.blocking(fn, *args)           run blocking storage work in the executor
         await apis.log_for(topic, partition)     the live Log or raises StrataError
         apis.shutting_down                       True once shutdown began
 """
 
-from .apis import EXTENSION_MODULES, KafkaApis, RequestContext
+from .apis import KafkaApis
+from .request_types import RequestContext
 
-__all__ = ["EXTENSION_MODULES", "KafkaApis", "RequestContext"]
+__all__ = ["KafkaApis", "RequestContext"]

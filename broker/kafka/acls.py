@@ -1,9 +1,9 @@
 """ACLs on the Kafka listener: CreateAcls (30), DescribeAcls (29), DeleteAcls (31)
 (versions 1-3), what `kafka-acls` and the AdminClients send, over the broker's one
-authorizer (broker/security/authorizer.py), and `allowed(ctx, ...)`, the check
-every Kafka handler makes for its request's connection. The checks of whole
-requests (classic group APIs, cluster APIs, KIP-848's heartbeat, the
-transaction APIs' WRITE on their transactional id) are `KafkaApis.guards`
+authorizer (broker/security/authorizer.py); `allowed(ctx, ...)`, the check
+every Kafka handler makes for its request's connection, is allowed.py. The checks
+of whole requests (classic group APIs, cluster APIs, KIP-848's heartbeat, the
+transaction APIs' WRITE on their transactional id) are guards (`KafkaApis.guard`)
 registered here; the per-topic, per-group and per-id ones are in the handlers.
 
 As Kafka: DescribeAcls needs DESCRIBE on the cluster (else the response's
@@ -20,9 +20,10 @@ from typing import Any
 
 from kafka_format.errors import StrataError
 
-from ..security.authorizer import CLUSTER_NAME, Acl, AclFilter, Authorizer, Op, Resource
-from .apis import ApiKey
+from ..security.authorizer import Acl, AclFilter, Authorizer, Op, Resource
+from .allowed import allowed, allowed_cluster
 from .codec import error_response, has_field, make, nested
+from .request_types import ApiKey
 
 TOPIC_AUTHORIZATION_FAILED = 29
 GROUP_AUTHORIZATION_FAILED = 30
@@ -32,16 +33,6 @@ SECURITY_DISABLED = 54
 INVALID_REQUEST = 42
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 CLUSTER_DENIED = "Cluster authorization failed."
-
-
-def allowed(ctx: Any, operation: int, resource_type: int, name: str) -> bool:
-    """Whether the request's connection may perform `operation` on the resource."""
-    authorizer = ctx.apis.partitions.authorizer
-    return not authorizer.enabled or authorizer.authorize(ctx.connection, operation, resource_type, name)
-
-
-def allowed_cluster(ctx: Any, operation: int) -> bool:
-    return allowed(ctx, operation, Resource.CLUSTER, CLUSTER_NAME)
 
 
 def _filter(item: Any, *, resource: str = "resource_type_filter", name: str = "resource_name_filter",
@@ -131,7 +122,7 @@ class AclHandlers:
             for acls in removed))
 
 
-# ---- whole-request checks (KafkaApis.guards) ---------------------------------------------------
+# ---- whole-request checks (KafkaApis.guard) ---------------------------------------------------
 
 
 def _group_guard(operation: Op):
@@ -323,11 +314,11 @@ GUARDS = {
 
 def register(apis) -> None:
     for api_key, guard in GUARDS.items():
-        apis.guards[api_key] = guard
+        apis.guard(api_key, guard)
     handlers = AclHandlers(apis)
     apis.register(ApiKey.DESCRIBE_ACLS, handlers.describe_acls, 1, 3)
     apis.register(ApiKey.CREATE_ACLS, handlers.create_acls, 1, 3)
     apis.register(ApiKey.DELETE_ACLS, handlers.delete_acls, 1, 3)
 
 
-__all__ = ["AclHandlers", "allowed", "allowed_cluster", "register"]
+__all__ = ["AclHandlers", "register"]

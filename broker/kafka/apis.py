@@ -1,12 +1,14 @@
 """The Kafka listener's request handling: a dispatch table api_key -> async handler.
 
 Contract (the interface for API modules is in broker/kafka/__init__.py):
-- `KafkaApis(partitions, bad_requests, advertised=...)` serves the broker's
+- `KafkaApis(partitions, bad_requests, ...)` serves the broker's
   `PartitionService` (broker/core/service.py: logs, appends, reads, long polls and
   error codes, shared with the native listener; config, LogManager,
-  TopicRegistry, GroupOffsets, executor) and builds its table: the core handlers
-  (broker/kafka/handlers.py), then each importable module of EXTENSION_MODULES
-  through its `register(apis)`. API keys are `ApiKey` members.
+  TopicRegistry, GroupOffsets, executor) with the Kafka listener's state it is
+  given (KafkaState, group and dynamic broker configs, the SASL authenticator,
+  the group coordinators). Its table starts empty: the composition
+  (broker/compose.py) calls each API module's `register(apis, ...)` in order.
+  API keys are `ApiKey` members (broker/kafka/request_types.py).
 - It is what `broker.server.BrokerServer` serves (its `RequestHandlers`): `handle`
   takes one frame (`header | body`, size stripped) and returns the framed reply
   parts, None for no reply (acks=0), or raises CloseConnection.
@@ -19,7 +21,7 @@ Contract (the interface for API modules is in broker/kafka/__init__.py):
   first (request_check.py: null arrays where the schema forbids null, counts
   larger than the frame). Each is logged through the broker's BadRequestLog
   (rate-limited per connection and reason, broker-wide cap).
-- `guards[api_key]`, optional, runs before the handler (not for `now` handlers,
+- `guard(api_key, guard)`, optional, runs before the handler (not for `now` handlers,
   which check their own): a response that refuses the whole request
   (broker/kafka/acls.py: the authorization of group and cluster APIs) or None.
 - Requests on one connection are handled one at a time, in order (the server's
@@ -32,11 +34,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-import importlib
 import inspect
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from enum import IntEnum
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -54,99 +54,11 @@ from ..handler_clock import HandlerClock
 from ..listeners import ConnectionContext
 from ..log_limiter import BadRequestLog
 from . import codec, request_check
+from .api_versions import unsupported_api_versions
+from .request_types import API_VERSIONS, BEFORE_AUTHENTICATION, DECLINE, NODE_ID, Handler, HandlerNow, RequestContext
+from .state import KafkaState
 
 log = structlog.get_logger("strata.kafka")
-
-
-class ApiKey(IntEnum):
-    """Kafka's API keys (org.apache.kafka.common.protocol.ApiKeys) that Strata serves."""
-
-    PRODUCE = 0
-    FETCH = 1
-    LIST_OFFSETS = 2
-    METADATA = 3
-    OFFSET_COMMIT = 8
-    OFFSET_FETCH = 9
-    FIND_COORDINATOR = 10
-    JOIN_GROUP = 11
-    HEARTBEAT = 12
-    LEAVE_GROUP = 13
-    SYNC_GROUP = 14
-    DESCRIBE_GROUPS = 15
-    LIST_GROUPS = 16
-    SASL_HANDSHAKE = 17
-    API_VERSIONS = 18
-    CREATE_TOPICS = 19
-    DELETE_TOPICS = 20
-    DELETE_RECORDS = 21
-    INIT_PRODUCER_ID = 22
-    OFFSET_FOR_LEADER_EPOCH = 23
-    ADD_PARTITIONS_TO_TXN = 24
-    ADD_OFFSETS_TO_TXN = 25
-    END_TXN = 26
-    TXN_OFFSET_COMMIT = 28
-    DESCRIBE_CONFIGS = 32
-    ALTER_CONFIGS = 33
-    DESCRIBE_ACLS = 29
-    CREATE_ACLS = 30
-    DELETE_ACLS = 31
-    DESCRIBE_LOG_DIRS = 35
-    SASL_AUTHENTICATE = 36
-    CREATE_PARTITIONS = 37
-    DELETE_GROUPS = 42
-    ELECT_LEADERS = 43
-    INCREMENTAL_ALTER_CONFIGS = 44
-    ALTER_PARTITION_REASSIGNMENTS = 45
-    LIST_PARTITION_REASSIGNMENTS = 46
-    OFFSET_DELETE = 47
-    DESCRIBE_CLIENT_QUOTAS = 48
-    ALTER_CLIENT_QUOTAS = 49
-    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
-    ALTER_USER_SCRAM_CREDENTIALS = 51
-    DESCRIBE_CLUSTER = 60
-    DESCRIBE_PRODUCERS = 61
-    DESCRIBE_TRANSACTIONS = 65
-    LIST_TRANSACTIONS = 66
-    GET_TELEMETRY_SUBSCRIPTIONS = 71
-    DESCRIBE_TOPIC_PARTITIONS = 75
-
-
-API_VERSIONS = ApiKey.API_VERSIONS
-# What a connection on a SASL listener may send before it has authenticated (Kafka's
-# SaslServerAuthenticator); anything else closes the connection.
-BEFORE_AUTHENTICATION = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
-NODE_ID = 0
-# Modules whose `register(apis)` adds handlers (consumer groups, DescribeCluster, admin APIs).
-EXTENSION_MODULES: tuple[str, ...] = (
-    "broker.kafka.groups",
-    "broker.kafka.transactions",
-    "broker.kafka.cluster",
-    "broker.kafka.partitions",
-    "broker.kafka.log_dirs",
-    "broker.kafka.producers",
-    "broker.kafka.leader_epochs",
-    "broker.kafka.replicas",
-    "broker.kafka.topic_partitions",
-    "broker.kafka.telemetry",
-    "broker.kafka.sasl",
-    "broker.kafka.client_quotas",
-    "broker.kafka.acls",
-)
-
-Handler = Callable[[Any, "RequestContext"], Awaitable[Any]]
-HandlerNow = Callable[[Any, "RequestContext"], Any]
-
-
-class _Decline:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "DECLINE"
-
-
-# What a `now` handler returns when the request needs waiting (the executor, a long
-# poll): it has done nothing, and the request goes to the async handler.
-DECLINE = _Decline()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,36 +72,11 @@ class ApiEntry:
     handler_now: HandlerNow | None = None
 
 
-@dataclass(slots=True)
-class RequestContext:
-    header: Any  # kio RequestHeader (v1 or v2)
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    peer: Any
-    apis: KafkaApis
-    response_class: type = field(repr=False)
-    connection: ConnectionContext  # listener, security protocol, client certificate
-    # request_percentage quotas (broker/handler_clock.py): the handler's time on the loop,
-    # None while no such quota is set; `charged` once a handler (Produce, Fetch) charged it.
-    clock: HandlerClock | None = None
-    charged: bool = False
-
-    @property
-    def advertised(self) -> tuple[str, int]:
-        """(host, port) Metadata and FindCoordinator answer: the advertised address of
-        the listener the client connected to, as Kafka does."""
-        listener = self.connection.listener
-        return listener.advertised if listener is not None else self.apis.advertised
-
-
 class KafkaApis(FastPath):
     def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog, *,
-                 advertised: tuple[str, int] | None = None,
-                 extensions: tuple[str, ...] = EXTENSION_MODULES):
-        from .handlers import CoreHandlers  # the core APIs; they use this module's types
-
+                 advertised: tuple[str, int] | None = None, state: KafkaState | None = None,
+                 group_configs: GroupConfigs | None = None, broker_configs: DynamicBrokerConfigs | None = None,
+                 authenticator: Any = None, groups: Any = None, consumer_groups: Any = None):
         self.partitions = partitions  # what both protocols share (broker/core/service.py)
         self.bad_requests = bad_requests
         self.config = partitions.config
@@ -200,10 +87,14 @@ class KafkaApis(FastPath):
         self.executor = partitions.executor
         self.loop = partitions.loop
         self.node_id = NODE_ID
+        # (host, port) answered to a connection without a listener (a listener answers its own)
         self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
-        self.group_configs: GroupConfigs | None = None  # set by the app once the data dir is locked
-        self.broker_configs: DynamicBrokerConfigs | None = None  # likewise
-        self.authenticator: Any = None  # broker.security.sasl.SaslAuthenticator, set by the app
+        self.state = state  # the cluster id and producer id blocks (broker/kafka/state.py)
+        self.group_configs = group_configs  # per-group settings (broker/group_configs.py)
+        self.broker_configs = broker_configs  # AlterConfigs of the broker (broker/dynamic_broker_configs.py)
+        self.authenticator = authenticator  # broker.security.sasl.SaslAuthenticator: the SCRAM credentials
+        self.groups = groups  # broker/kafka/groups: the classic GroupCoordinator
+        self.consumer_groups = consumer_groups  # and KIP-848's ConsumerGroupCoordinator
         self._table: dict[int, ApiEntry] = {}
         # api_key -> guard(request, ctx): the response that refuses the request (an
         # authorization failure of the whole request), or None to handle it.
@@ -213,20 +104,6 @@ class KafkaApis(FastPath):
         # so `handle` does not decode the same frame again.
         self._declined: tuple[Any, Any, Any] | None = None
         self.shutting_down = False
-        self.core = CoreHandlers(self)
-        self.core.register_all()
-        for name in extensions:
-            try:
-                module = importlib.import_module(name)
-            except ModuleNotFoundError as e:
-                if e.name != name:
-                    raise
-                continue
-            register = getattr(module, "register", None)
-            if register is None:
-                log.warning("kafka_extension_without_register", module=name)
-                continue
-            register(self)
 
     # ---- the table ------------------------------------------------------------------------------
 
@@ -246,6 +123,11 @@ class KafkaApis(FastPath):
                 raise ValueError(f"kio has no schema for api {api_key} v{version}: {e}") from None
             request_check.plan(requests[version])  # a schema it cannot check fails here, not later
         self._table[api_key] = ApiEntry(api_key, handler, min_version, max_version, requests, responses, now)
+
+    def guard(self, api_key: int, guard: Callable[[Any, RequestContext], Any]) -> None:
+        """Run `guard(request, ctx)` before `api_key`'s handler: the response that refuses
+        the whole request (its authorization), or None to handle it."""
+        self.guards[api_key] = guard
 
     def supported(self) -> list[tuple[int, int, int]]:
         """(api_key, min, max) of every registered API, ApiVersions included."""
@@ -295,26 +177,21 @@ class KafkaApis(FastPath):
         entry = self._table.get(api_key)
         if entry is None or not entry.min_version <= api_version <= entry.max_version:
             if api_key == API_VERSIONS:
-                return [self.core.unsupported_api_versions(correlation_id)]
+                return [unsupported_api_versions(self.supported(), correlation_id)]
             self.bad_requests.record(peer, "kafka_unsupported_request", api_key=api_key,
                                      api_version=api_version, peer=peer)
             raise CloseConnection()
-        request_class = entry.request_classes[api_version]
         declined, self._declined = self._declined, None
         if declined is not None and declined[0] is frame:
             header, request = declined[1], declined[2]
         else:
             try:
-                header, request = codec.decode_request(frame, request_class)
+                header, request = codec.decode_request(frame, entry.request_classes[api_version])
             except codec.MalformedRequest as e:
                 self.bad_requests.record(peer, "kafka_bad_request", api_key=api_key,
                                          api_version=api_version, error=str(e), peer=peer)
                 raise CloseConnection() from None
-        response_class = entry.response_classes[api_version]
-        ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, conn.peer,
-                             self, response_class, conn)
-        if self.partitions.request_quotas:
-            ctx.clock = HandlerClock()
+        ctx = self._context(entry, header, api_version, correlation_id, conn)
         try:
             guard = self.guards.get(api_key)
             refused = guard(request, ctx) if guard is not None else None
@@ -328,16 +205,38 @@ class KafkaApis(FastPath):
             raise
         except CloseConnection:
             raise
-        except StrataError as e:
-            response = codec.error_response(response_class, e.code)
-        except Exception:
-            log.exception("kafka_request_failed", api_key=api_key, api_version=api_version)
-            response = codec.error_response(response_class, ErrorCode.unknown_server_error)
+        except Exception as e:
+            response = self._failed(ctx, e)
+        return self._reply(ctx, response)
+
+    # ---- the envelope both `handle` and `handle_now` use ------------------------------------------
+
+    def _context(self, entry: ApiEntry, header: Any, api_version: int, correlation_id: int,
+                 conn: ConnectionContext) -> RequestContext:
+        """The handler's RequestContext, with a clock while a request_percentage quota is set."""
+        ctx = RequestContext(header, entry.api_key, api_version, correlation_id, header.client_id, conn.peer,
+                             self, entry.response_classes[api_version], conn)
+        if self.partitions.request_quotas:
+            ctx.clock = HandlerClock()
+        return ctx
+
+    def _failed(self, ctx: RequestContext, error: Exception) -> Any:
+        """The answer to a handler's exception (called in its `except`): a StrataError's
+        code, anything else logged and UNKNOWN_SERVER_ERROR, in the response's top-level
+        error fields."""
+        if isinstance(error, StrataError):
+            return codec.error_response(ctx.response_class, error.code)
+        log.exception("kafka_request_failed", api_key=ctx.api_key, api_version=ctx.api_version)
+        return codec.error_response(ctx.response_class, ErrorCode.unknown_server_error)
+
+    def _reply(self, ctx: RequestContext, response: Any) -> list | None:
+        """The handler's response charged to the request quotas and framed: None for no
+        answer (acks=0); a list is already framed (Fetch)."""
         if ctx.clock is not None and not ctx.charged:
             response = self._charge_request_time(ctx, response)
         if response is None or isinstance(response, list):
-            return response  # no answer (acks=0), or already framed (Fetch)
-        return [codec.encode_response(correlation_id, response)]
+            return response
+        return [codec.encode_response(ctx.correlation_id, response)]
 
     def _charge_request_time(self, ctx: RequestContext, response: Any) -> Any:
         """request_percentage quotas: charge the handler's time to the client (the
@@ -385,29 +284,20 @@ class KafkaApis(FastPath):
             header, request = codec.decode_request(frame, entry.request_classes[api_version])
         except codec.MalformedRequest:
             return None
-        response_class = entry.response_classes[api_version]
-        ctx = RequestContext(header, api_key, api_version, correlation_id, header.client_id, conn.peer,
-                             self, response_class, conn)
-        clock = ctx.clock = HandlerClock() if self.partitions.request_quotas else None
+        ctx = self._context(entry, header, api_version, correlation_id, conn)
+        clock = ctx.clock
         if clock is not None:
             clock.start()
         try:
             response = entry.handler_now(request, ctx)
-        except StrataError as e:
-            response = codec.error_response(response_class, e.code)
-        except Exception:
-            log.exception("kafka_request_failed", api_key=api_key, api_version=api_version)
-            response = codec.error_response(response_class, ErrorCode.unknown_server_error)
+        except Exception as e:
+            response = self._failed(ctx, e)
         if response is DECLINE:
             self._declined = (frame, header, request)
             return None
         if clock is not None:
             clock.stop()
-            if not ctx.charged:
-                response = self._charge_request_time(ctx, response)
-        if isinstance(response, list):
-            return response  # already framed (Fetch)
-        return [codec.encode_response(correlation_id, response)]
+        return self._reply(ctx, response)
 
     def run_key(self, frame) -> None:
         return None  # no Kafka request is begun before its turn
@@ -416,4 +306,4 @@ class KafkaApis(FastPath):
         raise NotImplementedError("KafkaApis keys no frames (run_key is always None)")
 
 
-__all__ = ["API_VERSIONS", "ApiKey", "DECLINE", "EXTENSION_MODULES", "KafkaApis", "NODE_ID", "RequestContext"]
+__all__ = ["ApiEntry", "KafkaApis"]

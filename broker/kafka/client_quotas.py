@@ -16,8 +16,8 @@ from __future__ import annotations
 from kafka_format.errors import InvalidRequestError, StrataError
 
 from ..quotas import ClientQuotas, Entity, entity_of
-from .apis import ApiKey
 from .codec import make, nested
+from .request_types import ApiKey
 
 
 class ClientQuotaHandlers:

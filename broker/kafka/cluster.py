@@ -9,9 +9,9 @@ unknown endpoint type UNSUPPORTED_ENDPOINT_TYPE, as Kafka's brokers do.
 
 from __future__ import annotations
 
-from .apis import ApiKey
 from .authorized import CLUSTER_NAME, ResourceType, requested
 from .codec import make, nested
+from .request_types import ApiKey
 
 BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2
 MISMATCHED_ENDPOINT_TYPE = 114
@@ -25,7 +25,7 @@ class ClusterHandlers:
     async def describe_cluster(self, req, ctx):
         R = ctx.response_class
         endpoint = getattr(req, "endpoint_type", BROKER_ENDPOINT)
-        state = self.apis.core.state
+        state = self.apis.state
         cluster_id = state.cluster_id if state is not None else ""
         if endpoint != BROKER_ENDPOINT:
             code = MISMATCHED_ENDPOINT_TYPE if endpoint == CONTROLLER_ENDPOINT else UNSUPPORTED_ENDPOINT_TYPE

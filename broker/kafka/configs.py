@@ -36,7 +36,7 @@ from ..security.authorizer import (
     Resource,
     TopicAuthorizationError,
 )
-from .acls import allowed, allowed_cluster
+from .allowed import allowed, allowed_cluster
 from .codec import has_field, make, nested
 from .core_api import CoreApiBase, E, error_code_of
 

@@ -19,7 +19,7 @@ from kafka_format.errors import StrataError
 
 from ..core import IsolatedRead, PartitionLog
 from ..security.authorizer import Op, Resource
-from .acls import allowed
+from .allowed import allowed
 from .codec import make, nested
 from .state import KafkaState
 
@@ -67,7 +67,7 @@ class CoreApiBase:
         self.config = apis.config
         self.registry = apis.registry
         self.partitions = apis.partitions  # broker/core/service.py: shared with the native listener
-        self.state: KafkaState | None = None  # set by the app once the data dir is locked
+        self.state: KafkaState | None = apis.state  # the cluster id, producer id blocks
 
     def _target(self, name: str | None, topic_id, partition: int, *, produce: bool = False) -> Target:
         """A partition by topic name, or by topic id (name None), on the loop: the Log

@@ -15,12 +15,12 @@ from ..core import READ_COMMITTED, RecordSlice, Wait, reply_records
 from ..core.limits import fetch_cap
 from ..security.authorizer import Op, Resource
 from . import codec, fetch_response
-from .acls import allowed
-from .apis import DECLINE
+from .allowed import allowed
 from .codec import RecordsSplicer, has_field, make, nested
 from .core_api import CoreApiBase, E, Target, release_reads
 from .fetch_response import PartitionRow
 from .fetch_sessions import FetchContext, FetchSessions
+from .request_types import DECLINE
 
 FETCH_FRAMING = 1 << 20  # room a Fetch answer keeps for everything but its records
 

@@ -5,10 +5,13 @@ response class of that version with `codec.make` (fields a version lacks are
 dropped), so one body serves every supported version. See KAFKA.md for the
 supported versions and the decisions.
 
-Contract: `CoreHandlers` composes the per-API modules, one job each, and
-registers their handlers with KafkaApis (`register_all`); apis.py keeps it as
-`apis.core`, whose `state`, `init_producer_id`, `next_producer_id` and
-`unsupported_api_versions` other modules use.
+Contract: `CoreHandlers(apis, producer_ids=..., transactions=...)` composes the
+per-API modules, one job each; `register(apis, ...)` (called by broker/compose.py)
+makes it and registers its handlers with KafkaApis, and returns it: the
+transaction handlers answer a non-transactional InitProducerId with its
+`init_producer_id`. `producer_ids` is the producer-id allocator
+(producer_ids.py); `transactions` the TransactionCoordinator that checks a
+transactional first write to a partition (None: no check).
 
     core_api.py      what they share: the state, `Target` (a partition resolved), quotas' throttle
     api_versions.py  ApiVersions
@@ -23,21 +26,28 @@ registers their handlers with KafkaApis (`register_all`); apis.py keeps it as
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import produce_response
 from .api_versions import ApiVersionsApi
-from .apis import ApiKey
 from .configs import ConfigsApi
 from .fetch import FetchApi
 from .list_offsets import ListOffsetsApi
 from .metadata import MetadataApi
 from .produce import ProduceApi
-from .producer_ids import ProducerIdsApi
+from .producer_ids import ProducerIdAllocator, ProducerIdsApi
+from .request_types import ApiKey
 from .topic_admin import TopicAdminApi
 
 
 class CoreHandlers(ApiVersionsApi, MetadataApi, ProduceApi, FetchApi, ListOffsetsApi, TopicAdminApi, ConfigsApi,
                    ProducerIdsApi):
     """The core APIs, registered as one."""
+
+    def __init__(self, apis, *, producer_ids: ProducerIdAllocator, transactions: Any = None):
+        self.producer_ids = producer_ids
+        self.transactions = transactions
+        super().__init__(apis)
 
     def register_all(self) -> None:
         r = self.apis.register
@@ -56,4 +66,10 @@ class CoreHandlers(ApiVersionsApi, MetadataApi, ProduceApi, FetchApi, ListOffset
         r(ApiKey.INIT_PRODUCER_ID, self.init_producer_id, 0, 5)
 
 
-__all__ = ["CoreHandlers"]
+def register(apis, *, producer_ids: ProducerIdAllocator, transactions: Any = None) -> CoreHandlers:
+    core = CoreHandlers(apis, producer_ids=producer_ids, transactions=transactions)
+    core.register_all()
+    return core
+
+
+__all__ = ["CoreHandlers", "register"]

@@ -18,9 +18,9 @@ from __future__ import annotations
 from kafka_format.errors import StrataError
 
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
-from .acls import allowed, allowed_cluster
-from .apis import ApiKey
+from .allowed import allowed, allowed_cluster
 from .codec import make, nested
+from .request_types import ApiKey
 
 LEADER_EPOCH = 0
 UNDEFINED = -1

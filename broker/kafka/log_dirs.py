@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 
-from .apis import ApiKey
 from .codec import make, nested
+from .request_types import ApiKey
 
 
 class LogDirHandlers:

@@ -19,7 +19,7 @@ from kafka_format.topic_names import validate_topic_name
 from ..core.authorization import may_create_topic
 from ..security.authorizer import Op, Resource
 from . import codec
-from .acls import allowed
+from .allowed import allowed
 from .authorized import CLUSTER_NAME, ResourceType
 from .authorized import requested as authorized_field
 from .codec import make, nested

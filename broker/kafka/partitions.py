@@ -28,9 +28,9 @@ from kafka_format.errors import InvalidRequestError, StrataError
 
 from ..quotas import MutationQuota
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
-from .acls import allowed
-from .apis import ApiKey
+from .allowed import allowed
 from .codec import make, nested
+from .request_types import ApiKey
 
 INVALID_REPLICA_ASSIGNMENT = 39
 STRICT_SINCE_VERSION = 3  # the first version that can answer THROTTLING_QUOTA_EXCEEDED

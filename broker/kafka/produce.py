@@ -29,11 +29,11 @@ from ..connection import CloseConnection
 from ..core import PartitionLog, append_outcome, strata_error
 from ..security.authorizer import Op, Resource
 from . import produce_response
-from .acls import allowed
-from .apis import DECLINE
+from .allowed import allowed
 from .codec import has_field
 from .core_api import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CoreApiBase, E, Target
 from .produce_response import PartitionRow
+from .request_types import DECLINE
 
 log = structlog.get_logger("strata.kafka")
 
@@ -54,6 +54,9 @@ def _record_errors(failure: StrataError | None) -> tuple[tuple[tuple[int, str | 
 
 class ProduceApi(CoreApiBase):
     """Produce, with its fast path `produce_now`."""
+
+    # broker/kafka/transactions' TransactionCoordinator (verify_produce), given by CoreHandlers
+    transactions: Any
 
     def _produce_plan(self, req, ctx) -> list[tuple[Any, list[Target]]]:
         """Every partition of a Produce resolved, on the loop (a produce never creates
@@ -89,7 +92,7 @@ class ProduceApi(CoreApiBase):
     def _verify_transactional(self, transactional_id: str, partition_log: PartitionLog | None, records) -> int:
         """The transaction coordinator's check of a transactional first write to a
         partition (broker/kafka/transactions: verify_produce); 0 for anything else."""
-        transactions = getattr(self.apis, "transactions", None)
+        transactions = self.transactions
         if transactions is None or partition_log is None \
                 or len(records) < ATTRIBUTES_OFFSET + TXN_FIELDS.size or records[MAGIC_OFFSET] != 2:
             return 0

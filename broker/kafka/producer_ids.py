@@ -13,15 +13,18 @@ it has no block: a retriable code, so producers try again once there is room.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 
 from kafka_format.errors import KafkaStorageError, StrataError
 
 from ..security.authorizer import Op, Resource
-from .acls import allowed, allowed_cluster
+from .allowed import allowed, allowed_cluster
 from .codec import make
 from .core_api import TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CoreApiBase, E
+from .state import KafkaState
 
 log = structlog.get_logger("strata.kafka")
 
@@ -32,12 +35,36 @@ class ProducerIdsUnavailable(StrataError):
     code = 14  # COORDINATOR_LOAD_IN_PROGRESS
 
 
-class ProducerIdsApi(CoreApiBase):
-    """InitProducerId (idempotent producers) and `next_producer_id`."""
+class ProducerIdAllocator:
+    """Producer ids from KafkaState's blocks, for InitProducerId and the transaction
+    coordinator; `blocking` runs a block's claim in the executor."""
 
-    def __init__(self, apis):
-        super().__init__(apis)
+    def __init__(self, state: KafkaState, blocking: Callable[..., Awaitable[Any]]):
+        self.state = state
+        self.blocking = blocking
         self._claiming: asyncio.Lock | None = None
+
+    async def next_producer_id(self) -> int:
+        """The next producer id; ProducerIdsUnavailable when a block must be claimed
+        and cannot be (a full disk)."""
+        while True:
+            value = self.state.next_producer_id()
+            if value is not None:
+                return value
+            if self._claiming is None:
+                self._claiming = asyncio.Lock()
+            async with self._claiming:
+                try:
+                    await self.blocking(self.state.claim_block)
+                except KafkaStorageError as e:
+                    log.warning("producer_id_block_unavailable", error=str(e))
+                    raise ProducerIdsUnavailable(str(e)) from None
+
+
+class ProducerIdsApi(CoreApiBase):
+    """InitProducerId (idempotent producers)."""
+
+    producer_ids: ProducerIdAllocator  # given by CoreHandlers
     async def init_producer_id(self, req, ctx):
         R = ctx.response_class
         if req.transactional_id is not None and not allowed(ctx, Op.WRITE, Resource.TRANSACTIONAL_ID,
@@ -61,21 +88,7 @@ class ProducerIdsApi(CoreApiBase):
         return make(R, throttle_time=0, error_code=E.none, producer_id=producer_id, producer_epoch=0)
 
     async def next_producer_id(self) -> int:
-        """The next producer id; ProducerIdsUnavailable when a block must be claimed
-        and cannot be (a full disk)."""
-        assert self.state is not None
-        while True:
-            value = self.state.next_producer_id()
-            if value is not None:
-                return value
-            if self._claiming is None:
-                self._claiming = asyncio.Lock()
-            async with self._claiming:
-                try:
-                    await self.apis.blocking(self.state.claim_block)
-                except KafkaStorageError as e:
-                    log.warning("producer_id_block_unavailable", error=str(e))
-                    raise ProducerIdsUnavailable(str(e)) from None
+        return await self.producer_ids.next_producer_id()
 
 
 def may_write_idempotently(ctx) -> bool:

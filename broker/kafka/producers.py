@@ -16,9 +16,9 @@ from kafka_format.errors import StrataError, UnknownTopicOrPartitionError
 from kafka_format.topic_names import validate_topic_name
 
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
-from .acls import allowed
-from .apis import ApiKey
+from .allowed import allowed
 from .codec import make, nested
+from .request_types import ApiKey
 
 
 class ProducerHandlers:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from kafka_format.errors import InvalidRequestError
 
-from .apis import ApiKey
 from .codec import make, nested
+from .request_types import ApiKey
 
 PREFERRED, UNCLEAN = 0, 1
 UNKNOWN_TOPIC_OR_PARTITION = 3

@@ -42,9 +42,9 @@ from ..security.errors import SaslAuthenticationFailedError
 from ..security.sasl import sasl_failure_delay
 from ..security.scram import BY_TYPE, MAX_ITERATIONS, MIN_ITERATIONS, credential_from_salted
 from . import codec
-from .acls import allowed_cluster
-from .apis import ApiKey
+from .allowed import allowed_cluster
 from .codec import make, nested
+from .request_types import ApiKey
 
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34
@@ -243,5 +243,5 @@ def register(apis) -> None:
     apis.register(ApiKey.SASL_AUTHENTICATE, handlers.sasl_authenticate, 0, 2)
     apis.register(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, handlers.describe_user_scram_credentials, 0, 0)
     apis.register(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, handlers.alter_user_scram_credentials, 0, 0)
-    apis.guards[ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS] = _describe_scram_guard
-    apis.guards[ApiKey.ALTER_USER_SCRAM_CREDENTIALS] = _alter_scram_guard
+    apis.guard(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, _describe_scram_guard)
+    apis.guard(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, _alter_scram_guard)

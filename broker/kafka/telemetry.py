@@ -14,8 +14,8 @@ import uuid
 
 from crc32c import crc32c
 
-from .apis import ApiKey
 from .codec import make
+from .request_types import ApiKey
 
 PUSH_INTERVAL_MS = 300_000  # Kafka's ClientMetricsConfigs.DEFAULT_INTERVAL_MS
 TELEMETRY_MAX_BYTES = 1_048_576  # Kafka's telemetry.max.bytes default

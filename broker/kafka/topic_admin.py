@@ -22,7 +22,7 @@ from storage.config import LogConfig
 
 from ..core.authorization import may_create_topic
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
-from .acls import allowed
+from .allowed import allowed
 from .codec import has_field, make, nested
 from .configs import topic_config_source
 from .core_api import CoreApiBase, E, error_code_of

@@ -25,10 +25,10 @@ from kafka_format.errors import InvalidRequestError, StrataError
 from kafka_format.topic_names import validate_topic_name
 
 from ..security.authorizer import Op, Resource
-from .acls import allowed
-from .apis import ApiKey
+from .allowed import allowed
 from .authorized import OMITTED, ResourceType, authorized_operations
 from .codec import make, nested
+from .request_types import ApiKey
 
 TOPIC_AUTHORIZATION_FAILED = 29
 

@@ -6,6 +6,7 @@ listener serves; `SessionHandlers` (session.py) is one connection's view of it.
 from __future__ import annotations
 
 from .handlers import Handlers
-from .session import NativeSession, SessionHandlers, produce_answer
+from .session import SessionHandlers
+from .session_state import NativeSession, produce_answer
 
 __all__ = ["Handlers", "NativeSession", "SessionHandlers", "produce_answer"]

@@ -26,7 +26,7 @@ from protocol import (
 from ..connection import Reply
 from ..security.authorizer import Acl, AclFilter, SecurityDisabledError
 from .base import NativeApiBase
-from .session import NativeSession
+from .session_state import NativeSession
 
 
 class AclsApi(NativeApiBase):

@@ -18,7 +18,7 @@ from protocol import (
 
 from ..connection import Reply
 from .base import NativeApiBase
-from .session import NativeSession
+from .session_state import NativeSession
 
 
 class ConfigsApi(NativeApiBase):

@@ -51,7 +51,7 @@ from ..core import PartitionLog, RecordSlice, Wait, release_all
 from ..core.limits import fetch_cap
 from ..security.authorizer import Op, Resource
 from .base import NativeApiBase
-from .session import NativeSession
+from .session_state import NativeSession
 
 HEADER_SIZE = 6  # size:int32 | error:int16, in front of every MessageSetSend
 ISOLATION_LEVELS = frozenset(int(level) for level in IsolationLevel)

@@ -5,7 +5,8 @@ Contract:
   listener serves (broker/app.py):
 
       base.py       what they share: the partition service's state, the ACL question
-      session.py    one connection's session (version, SASL gate, quotas): `SessionHandlers`
+      session_state.py  one connection's session (the version in force): `NativeSession`
+      session.py    one connection's dispatch (SASL gate, quotas, fast path): `SessionHandlers`
       produce.py    PRODUCE, MULTIPRODUCE, the PRODUCE fast path and streamed executor appends
       fetch.py      FETCH (long polls, isolation levels), MULTIFETCH, the FETCH fast path
       offsets.py    OFFSETS, COMMIT_OFFSET, FETCH_OFFSET
@@ -52,7 +53,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from kafka_format.errors import StrataError
@@ -84,7 +85,7 @@ from protocol import (
 from ..connection import CloseConnection, PerConnection, Reply
 from ..core import PartitionService
 from ..core.authorization import may_create_topic
-from ..listeners import ConnectionContext
+from ..listeners import ConnectionContext, Listener
 from ..log_limiter import BadRequestLog
 from ..security.authorizer import (
     CLUSTER_NAME,
@@ -102,7 +103,8 @@ from .handshake import HandshakeApi
 from .listeners import ListenersApi
 from .offsets import OffsetsApi
 from .produce import ProduceApi
-from .session import NativeSession, SessionHandlers
+from .session import SessionHandlers
+from .session_state import NativeSession
 from .topics import TopicsApi
 
 # The topic operation each one-topic request needs (the Kafka request's).
@@ -122,8 +124,10 @@ class Handlers(ProduceApi, FetchApi, OffsetsApi, TopicsApi, ConfigsApi, Handshak
     """The native protocol's request handlers, shared by the connections of its
     listener; each connection serves a `SessionHandlers` view (`for_connection`)."""
 
-    def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog):
+    def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog,
+                 listeners: Sequence[Listener] = ()):
         super().__init__(partitions, bad_requests)
+        self.listeners = list(listeners)  # every listener of the broker, bound (DESCRIBE_LISTENERS)
         self._dispatch: dict[type, Callable[[Any, NativeSession], Awaitable[Reply]]] = {
             ProduceRequest: self.produce,
             FetchRequest: self.fetch,

@@ -28,7 +28,7 @@ from ..connection import CloseAfterReply, Reply
 from ..security.errors import IllegalSaslStateError, SaslAuthenticationFailedError, UnsupportedSaslMechanismError
 from ..security.sasl import sasl_failure_delay
 from .base import NativeApiBase
-from .session import NativeSession, listener_sasl_mechanisms
+from .session_state import NativeSession, listener_sasl_mechanisms
 
 
 class HandshakeApi(NativeApiBase):

@@ -1,8 +1,8 @@
 """DESCRIBE_LISTENERS (type 160, a project extension, NATIVE.md "Listeners"): where the
 broker's listeners of both protocols are, so a client that reached one finds the other.
 
-Contract: `ListenersApi.listeners` is every listener of the broker, Kafka's first
-(broker/app.py sets it once they are bound). `describe_listeners` answers each as
+Contract: `ListenersApi.listeners` is every listener of the broker, Kafka's first,
+bound (`Handlers` is given them by broker/compose.py). `describe_listeners` answers each as
 (protocol "kafka" or "native", name, security protocol, host, port): the address its
 `[native.]advertised.listeners` entry gives (port 0 = the bound port), else the bound
 address; a host of "" stands for the host the client reached the broker at (a
@@ -18,13 +18,13 @@ from protocol import DescribeListenersRequest, DescribeListenersResponse, ErrorC
 from ..connection import Reply
 from ..listeners import Listener
 from .base import NativeApiBase
-from .session import NativeSession
+from .session_state import NativeSession
 
 
 class ListenersApi(NativeApiBase):
     """DESCRIBE_LISTENERS."""
 
-    listeners: list[Listener] = []
+    listeners: list[Listener]  # given to Handlers
 
     async def describe_listeners(self, req: DescribeListenersRequest, session: NativeSession) -> Reply:
         infos = tuple(ListenerInfo(listener.spec.protocol, listener.name, listener.security_protocol,

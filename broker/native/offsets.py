@@ -35,7 +35,7 @@ from protocol import (
 from ..connection import Reply
 from ..core import OffsetQuery
 from .base import NativeApiBase
-from .session import NativeSession
+from .session_state import NativeSession
 
 
 class OffsetsApi(NativeApiBase):

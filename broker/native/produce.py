@@ -45,7 +45,7 @@ from ..connection import Reply
 from ..core import INLINE_APPEND_MAX_BYTES, AppendResult
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
 from .base import NativeApiBase, log
-from .session import NativeSession, produced
+from .session_state import NativeSession, produced
 
 
 def produce_result(result: AppendResult | None, code: int, error: StrataError | None) -> ProduceResult:

@@ -1,68 +1,32 @@
-"""One native connection's session: the protocol version in force, and the handlers it serves.
+"""One native connection's request handling: `SessionHandlers`, the handlers it serves.
 
 Contract:
-- `NativeSession` holds what the native protocol keeps per connection: the
-  version in force (1 until a HANDSHAKE settles on another, NATIVE-PROTOCOL.md
-  "Version 2"), whether the HANDSHAKE happened, how many requests the connection
-  has begun. `error(code, message)` is an error answer as that version lays it
-  out: an empty body in version 1, `message:str?` from version 2 on.
-  `produce_answer` is the PRODUCE answer function (broker/core/appends.py's
-  `Answer`) for that version.
 - `SessionHandlers` is the RequestHandlers (and FastPath) one connection serves
-  (`Handlers.for_connection`, broker/connection.py's PerConnection): it counts the
-  connection's requests in its session and hands each to the shared `Handlers`
-  with the session. The first request of a connection always goes through
-  `handle` (never the fast path), so a HANDSHAKE is always seen as the first.
-- `NativeSession.agree(requested)` is the HANDSHAKE rule: only as the first
-  request, once; the version in force is the lower of the client's and
-  PROTOCOL_VERSION; a version below 1 is INVALID_REQUEST.
-- SASL: `listener_sasl_mechanisms(context)` is the one place that says which
-  SASL mechanisms a connection's listener requires (its ListenerSasl,
-  broker/security/sasl.py; none on a listener without SASL); a HANDSHAKE
-  answers it. On a SASL listener, until the connection's SaslSession succeeds
+  (`Handlers.for_connection`, broker/connection.py's PerConnection): it keeps the
+  connection's `NativeSession` (session_state.py), counts the connection's
+  requests in it and hands each to the shared `Handlers` with the session. The
+  first request of a connection always goes through `handle` (never the fast
+  path), so a HANDSHAKE is always seen as the first.
+- SASL: on a SASL listener, until the connection's SaslSession succeeds
   (`context.authenticated`), `SessionHandlers` answers only HANDSHAKE and
   SASL_AUTHENTICATE: any other request is answered SASL_AUTHENTICATION_FAILED
   with its reason and the connection is closed (NATIVE-PROTOCOL.md "Version
   2"); the fast path and early begins are off while it is unauthenticated.
-  `session.context` is the connection's ConnectionContext (`for_connection(context)`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from kafka_format.errors import InvalidRequestError, StrataError
-from protocol import (
-    PROTOCOL_VERSION,
-    ErrorCode,
-    ProtocolError,
-    RequestType,
-    error_response,
-    parse_produce,
-    parse_request,
-    produce_response,
-)
+from protocol import ErrorCode, ProtocolError, RequestType, error_response, parse_produce, parse_request
 
 from ..connection import CloseAfterReply, FastPath, Frame, Reply
-from ..core import INLINE_APPEND_MAX_BYTES, AppendResult, error_reason
+from ..core import INLINE_APPEND_MAX_BYTES
 from ..handler_clock import HandlerClock
 from ..listeners import ConnectionContext
 from ..security.sasl import sasl_failure_delay
-
-if TYPE_CHECKING:
-    from .handlers import Handlers
-
-MESSAGE_VERSION = 2  # error answers carry their message from this version on
-
-
-def listener_sasl_mechanisms(context: ConnectionContext) -> tuple[str, ...]:
-    """The SASL mechanisms the connection's listener requires, in the order a
-    HANDSHAKE lists them (Kafka's [listener.name.<listener>.]sasl.enabled.mechanisms);
-    none on a listener without SASL."""
-    sasl = context.sasl
-    return sasl.mechanisms if sasl is not None else ()
-
+from .session_state import NativeSession
 
 PRODUCE, FETCH = int(RequestType.PRODUCE), int(RequestType.FETCH)  # the fast path's types (frame[1])
 
@@ -83,64 +47,30 @@ def produce_record_bytes(frame: Frame, version: int) -> int:
     return sum(len(item.message_set) for item in getattr(request, "items", ()))
 
 
-def produced(result: AppendResult) -> Reply:
-    """A successful PRODUCE's reply, the same in every version."""
-    return [produce_response(result.first_offset, result.log_append_time)]
+class SharedHandlers(Protocol):
+    """What a connection's SessionHandlers hands its frames to: the listener's shared
+    `Handlers` (broker/native/handlers.py)."""
 
+    partitions: Any  # broker/core/service.py's PartitionService
+    loop: asyncio.AbstractEventLoop
 
-def produce_answer(result: AppendResult | None, code: int, error: StrataError | None) -> Reply:
-    """A version-1 PRODUCE's reply from its append's outcome (runs where the append
-    ran): the code, no words."""
-    if result is None:
-        return [error_response(code)]
-    return produced(result)
+    async def handle(self, frame: Frame, session: NativeSession) -> Reply: ...
 
+    def produce_now(self, frame: Frame, session: NativeSession) -> Reply | None: ...
 
-def produce_answer_v2(result: AppendResult | None, code: int, error: StrataError | None) -> Reply:
-    """`produce_answer` from version 2 on: an error carries its reason."""
-    if result is None:
-        return [error_response(code, error_reason(code, error), MESSAGE_VERSION)]
-    return produced(result)
+    def fetch_now(self, frame: Frame, session: NativeSession) -> Reply | None: ...
 
+    def run_key(self, frame: Frame) -> Any: ...
 
-class NativeSession:
-    """The per-connection state of the native protocol (see the module contract)."""
+    def begin(self, frame: Frame, session: NativeSession) -> asyncio.Future: ...
 
-    __slots__ = ("version", "handshaken", "seen", "produce_answer", "context", "client_id", "clock", "charged")
-
-    def __init__(self, context: ConnectionContext) -> None:
-        self.version = 1
-        self.handshaken = False
-        self.seen = 0  # requests begun on the connection, the one being handled included
-        self.produce_answer = produce_answer
-        self.context = context  # the connection's ConnectionContext
-        self.client_id: str | None = None  # the HANDSHAKE's clientId (client quotas)
-        # request_percentage quotas: the clock of the request being handled (None while no
-        # such quota is set) and whether its handler charged the quotas itself (FETCH).
-        self.clock: HandlerClock | None = None
-        self.charged = False
-
-    def error(self, code: int, message: str | None = None) -> Reply:
-        return [error_response(code, message, self.version)]
-
-    def agree(self, requested: int) -> int:
-        """The HANDSHAKE rule: the version in force from now on. Raises InvalidRequestError
-        for a HANDSHAKE that is not the connection's first request, or a second one."""
-        if self.handshaken or self.seen != 1:
-            raise InvalidRequestError("HANDSHAKE is answered once, as the first request of a connection")
-        self.handshaken = True
-        if requested < 1:
-            raise InvalidRequestError(f"version {requested} is below 1, the lowest native protocol version")
-        self.version = min(requested, PROTOCOL_VERSION)
-        if self.version >= MESSAGE_VERSION:
-            self.produce_answer = produce_answer_v2
-        return self.version
+    def begin_shutdown(self) -> None: ...
 
 
 class SessionHandlers(FastPath):
     """The handlers one native connection serves: its session, the shared Handlers."""
 
-    def __init__(self, shared: Handlers, context: ConnectionContext):
+    def __init__(self, shared: SharedHandlers, context: ConnectionContext):
         self.shared = shared
         self.partitions = shared.partitions
         self.session = NativeSession(context)

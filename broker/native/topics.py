@@ -46,7 +46,7 @@ from ..connection import Reply
 from ..core.authorization import may_create_topic
 from ..security.authorizer import Op, Resource
 from .base import NativeApiBase
-from .session import NativeSession
+from .session_state import NativeSession
 
 
 class TopicsApi(NativeApiBase):

@@ -113,11 +113,12 @@ async def sasl_failure_delay(session: SaslSession) -> None:
 class SaslAuthenticator:
     """Broker-wide SASL: credentials, failure delay and logging (see the module contract)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, bad_requests: Any, failure_delay_ms: int = 100):
+    def __init__(self, loop: asyncio.AbstractEventLoop, bad_requests: Any, failure_delay_ms: int = 100,
+                 store: ScramCredentialStore | None = None):
         self.loop = loop
         self.bad_requests = bad_requests
         self.failure_delay_s = max(0, failure_delay_ms) / 1000
-        self.store: ScramCredentialStore | None = None  # once the data directory is locked
+        self.store = store  # the SCRAM credentials (None: every SCRAM login fails)
         self.failures = 0  # failed authentications since the start
 
     def failed(self, context: Any, mechanism: str | None, message: str) -> None:

@@ -10,7 +10,7 @@ import pytest
 from kio.index import load_response_schema
 
 from broker.kafka import fetch_response
-from broker.kafka.apis import ApiKey
+from broker.kafka.request_types import ApiKey
 from broker.kafka.codec import RecordsSplicer, encode_response, encode_spliced, has_field, make, nested
 from broker.kafka.fetch_response import PartitionRow
 from storage.file_records import FileRecords

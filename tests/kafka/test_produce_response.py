@@ -9,7 +9,7 @@ import pytest
 from kio.index import load_response_schema
 
 from broker.kafka import produce_response
-from broker.kafka.apis import ApiKey
+from broker.kafka.request_types import ApiKey
 from broker.kafka.codec import encode_response, has_field, make, nested
 from broker.kafka.produce_response import PartitionRow
 

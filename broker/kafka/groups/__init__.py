@@ -1,10 +1,12 @@
 """Consumer groups on the Kafka listener: Kafka's classic group protocol and the
 consumer group protocol of KIP-848 (consumer_coordinator.py, consumer_handlers.py).
 
-`register(apis)` (called by KafkaApis for EXTENSION_MODULES) makes one
-GroupCoordinator per broker (`apis.groups`), registers the group APIs and closes
-the coordinator when the broker begins its shutdown, so parked JoinGroup and
-SyncGroup requests are answered at once.
+`coordinators(...)` makes the broker's classic GroupCoordinator and its KIP-848
+ConsumerGroupCoordinator (KafkaApis is given both: `apis.groups`,
+`apis.consumer_groups`); `register(apis, coordinator, consumer)` registers the
+group APIs over them and closes them when the broker begins its shutdown, so
+parked JoinGroup and SyncGroup requests are answered at once. The composition
+(broker/compose.py) calls both.
 
 APIs and versions (what kio has schemas for, from Kafka 4's lower bounds: KIP-896):
     FindCoordinator 10  v0-6   this broker for every group (v4+ batches of keys);
@@ -38,30 +40,44 @@ group.initial.rebalance.delay.ms, group.max.size (broker/config.py).
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ...config import BrokerConfig
+from ...group_configs import GroupConfigs
+from ...group_offsets import GroupOffsets
+from ...topics import TopicRegistry
 from .consumer_coordinator import ConsumerGroupCoordinator
 from .consumer_handlers import ConsumerGroupHandlers
 from .coordinator import GroupCoordinator
 from .handlers import GroupHandlers
 
 
-def register(apis) -> None:
-    coordinator = GroupCoordinator.from_config(apis.config, loop=apis.loop)
-    registry = apis.registry
+def coordinators(config: BrokerConfig, loop: asyncio.AbstractEventLoop, registry: TopicRegistry,
+                 offsets: GroupOffsets, group_configs: GroupConfigs | None,
+                 blocking: Callable[..., Awaitable[Any]]) -> tuple[GroupCoordinator, ConsumerGroupCoordinator]:
+    """The classic coordinator and the consumer-protocol one (which converts groups
+    between the protocols, so it is given the classic one, and writes its groups'
+    records to `__consumer_offsets` through `blocking`, the executor)."""
+    coordinator = GroupCoordinator.from_config(config, loop=loop)
     consumer = ConsumerGroupCoordinator(
-        apis.config, apis.loop, lambda: _partition_counts(apis), lambda group: _group_settings(apis, group),
-        classic_groups=coordinator, records=apis.offsets.group_records, topic_id=registry.topic_id,
-        topic_name=lambda topic_id: getattr(registry.by_id(topic_id), "name", None))
+        config, loop, lambda: _partition_counts(registry), lambda group: _group_settings(config, group_configs, group),
+        classic_groups=coordinator, records=offsets.group_records, topic_id=registry.topic_id,
+        topic_name=lambda topic_id: getattr(registry.by_id(topic_id), "name", None),
+        write_records=lambda group_id, rows: blocking(offsets.write_records, group_id, rows))
+    return coordinator, consumer
+
+
+def register(apis, coordinator: GroupCoordinator, consumer: ConsumerGroupCoordinator) -> None:
     handlers = GroupHandlers(apis, coordinator, consumer)
     handlers.register_all()
     ConsumerGroupHandlers(apis, consumer).register_all()
-    apis.groups = coordinator
-    apis.consumer_groups = consumer
     apis.on_shutdown(coordinator.close)
     apis.on_shutdown(consumer.close)
 
 
-def _partition_counts(apis) -> dict[str, int]:
-    registry = apis.registry
+def _partition_counts(registry: TopicRegistry) -> dict[str, int]:
     counts = {}
     for name in registry.names():
         topic = registry.get(name)
@@ -70,11 +86,11 @@ def _partition_counts(apis) -> dict[str, int]:
     return counts
 
 
-def _group_settings(apis, group: str) -> dict[str, int]:
-    if apis.group_configs is not None:
-        return apis.group_configs.effective(group)
-    return {"consumer.session.timeout.ms": apis.config["group.consumer.session.timeout.ms"],
-            "consumer.heartbeat.interval.ms": apis.config["group.consumer.heartbeat.interval.ms"]}
+def _group_settings(config: BrokerConfig, group_configs: GroupConfigs | None, group: str) -> dict[str, int]:
+    if group_configs is not None:
+        return group_configs.effective(group)
+    return {"consumer.session.timeout.ms": config["group.consumer.session.timeout.ms"],
+            "consumer.heartbeat.interval.ms": config["group.consumer.heartbeat.interval.ms"]}
 
 
-__all__ = ["ConsumerGroupCoordinator", "GroupCoordinator", "GroupHandlers", "register"]
+__all__ = ["ConsumerGroupCoordinator", "GroupCoordinator", "GroupHandlers", "coordinators", "register"]

@@ -69,6 +69,8 @@ from dataclasses import dataclass
 
 import structlog
 
+from kafka_format.errors import StrataError
+
 from . import assignors, consumer_classic, consumer_records
 from .assignors import Partition
 from .consumer_classic_members import ClassicJoinRequest, ClassicMembers
@@ -141,20 +143,23 @@ class ConsumerGroupCoordinator(ClassicMembers):
                  group_settings: Callable[[str], Mapping[str, int]], classic_groups=None, *,
                  records: Callable[[], Mapping[bytes, bytes]] = dict,
                  topic_id: Callable[[str], str | None] = lambda name: None,
-                 topic_name: Callable[[str], str | None] = lambda topic_id: None):
+                 topic_name: Callable[[str], str | None] = lambda topic_id: None,
+                 write_records: Callable[[str, list], Awaitable[None]] | None = None):
         """`topics()`: partition count of every non-internal topic; `group_settings(group)`:
         its consumer.session.timeout.ms and consumer.heartbeat.interval.ms;
         `classic_groups`: the classic GroupCoordinator (ids are shared); `records()`:
         the stored group records, read on first use; `topic_id`/`topic_name` map
-        topic names and ids for them."""
+        topic names and ids for them; `write_records(group_id, rows)` stores a group's
+        changed records (None: they stay pending)."""
         self.config = config
         self.loop = loop
         self.topics = topics
         self.group_settings = group_settings
         self.classic = classic_groups
         self.closed = False
-        self.on_change: Callable[[], None] = lambda: None  # called when a timer or a deletion changed a group
-        self.write: Callable[[], Awaitable[None]] = _nothing  # writes the changed groups' records (the handlers')
+        self._write_records = write_records
+        self._write_lock = asyncio.Lock()
+        self._write_tasks: set[asyncio.Task] = set()
         self._records = records
         self._topic_id = topic_id
         self._topic_name = topic_name
@@ -217,7 +222,32 @@ class ConsumerGroupCoordinator(ClassicMembers):
         so the writer is told (`on_change`)."""
         self._dirty.add(group_id)
         if from_timer:
-            self.on_change()
+            self._write_later()
+
+    async def write(self) -> None:
+        """Write the records of every changed group (raises StrataError when a write
+        fails); the handlers call it after a request changed groups."""
+        if self._write_records is None:
+            return
+        async with self._write_lock:
+            for group_id, rows, records in self.pending():
+                if rows:
+                    await self._write_records(group_id, rows)
+                self.written(group_id, records)
+
+    def _write_later(self) -> None:
+        """A timer or a deletion changed a group and no request will write it: write now."""
+        if self._write_records is None:
+            return
+        task = self.loop.create_task(self._write_logged())
+        self._write_tasks.add(task)
+        task.add_done_callback(self._write_tasks.discard)
+
+    async def _write_logged(self) -> None:
+        try:
+            await self.write()
+        except (StrataError, OSError, RuntimeError) as e:  # RuntimeError: the executor is shut down
+            log.warning("consumer_group_records_not_written", error=str(e))
 
     # ---- settings ----------------------------------------------------------------------------
 
@@ -694,10 +724,6 @@ _JAVA_WHITESPACE = "".join(map(chr, range(0x21)))  # what Java's String.trim() s
 def _blank(text: str) -> bool:
     """Empty once trimmed as Kafka's throwIfEmptyString trims."""
     return not text.strip(_JAVA_WHITESPACE)
-
-
-async def _nothing() -> None:
-    return None
 
 
 _NOT_RE2 = re.compile(r"\(\?<?[=!]|\(\?\(|\(\?P=|\\[1-9]")

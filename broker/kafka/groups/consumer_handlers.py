@@ -20,7 +20,6 @@ change). Changes made by timers and deletions are flushed by a task.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import functools
 import os
@@ -32,7 +31,7 @@ import structlog
 from kafka_format.errors import StrataError
 
 from ...security.authorizer import Op, Resource
-from ..acls import allowed
+from ..allowed import allowed
 from ..authorized import ResourceType, requested
 from ..codec import make, nested
 from .assignors import Partition
@@ -55,29 +54,10 @@ class ConsumerGroupHandlers:
     def __init__(self, apis, coordinator: ConsumerGroupCoordinator):
         self.apis = apis
         self.coordinator = coordinator
-        self._write_lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task] = set()
-        coordinator.on_change = self._flush_later
-        coordinator.write = self.flush  # classic members' JoinGroup and LeaveGroup (handlers.py)
 
     async def flush(self) -> None:
         """Write the records of every changed group (raises StrataError when a write fails)."""
-        async with self._write_lock:
-            for group_id, rows, records in self.coordinator.pending():
-                if rows:
-                    await self.apis.blocking(self.apis.offsets.write_records, group_id, rows)
-                self.coordinator.written(group_id, records)
-
-    def _flush_later(self) -> None:
-        task = self.apis.loop.create_task(self._flush_logged())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _flush_logged(self) -> None:
-        try:
-            await self.flush()
-        except (StrataError, OSError, RuntimeError) as e:  # RuntimeError: the executor is shut down
-            log.warning("consumer_group_records_not_written", error=str(e))
+        await self.coordinator.write()
 
     def register_all(self) -> None:
         self.apis.register(CONSUMER_GROUP_HEARTBEAT, self.heartbeat, 0, 1)

@@ -17,10 +17,10 @@ from typing import Any
 from kafka_format.errors import StrataError
 
 from ...security.authorizer import Op, Resource
-from ..acls import allowed
-from ..apis import ApiKey
+from ..allowed import allowed
 from ..authorized import OMITTED, ResourceType, requested
 from ..codec import has_field, make, nested
+from ..request_types import ApiKey
 from .consumer_coordinator import ClassicJoinRequest, ConsumerGroupCoordinator
 from .coordinator import GroupCoordinator
 from .group import GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, NON_EMPTY_GROUP, NONE, JoinResult, SyncResult

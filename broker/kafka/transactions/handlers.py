@@ -39,14 +39,16 @@ from __future__ import annotations
 
 import datetime
 import re
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from kafka_format.errors import KafkaStorageError, StrataError
 
 from ...internal_topics import is_internal
 from ...security.authorizer import Op, Resource
-from ..acls import allowed
-from ..apis import ApiKey
+from ..allowed import allowed
 from ..codec import make, nested
+from ..request_types import ApiKey
 from .coordinator import (
     INVALID_PRODUCER_EPOCH,
     INVALID_TXN_STATE,
@@ -87,9 +89,11 @@ def _millis(value) -> int:
 
 
 class TransactionHandlers:
-    def __init__(self, apis, coordinator: TransactionCoordinator):
+    def __init__(self, apis, coordinator: TransactionCoordinator,
+                 init_producer_id: Callable[[Any, Any], Awaitable[Any]]):
         self.apis = apis
         self.coordinator = coordinator
+        self._init_idempotent = init_producer_id  # InitProducerId without a transactional id (the core's)
 
     def register_all(self) -> None:
         r = self.apis.register
@@ -103,7 +107,7 @@ class TransactionHandlers:
 
     async def init_producer_id(self, req, ctx):
         if req.transactional_id is None:
-            return await self.apis.core.init_producer_id(req, ctx)
+            return await self._init_idempotent(req, ctx)
         R = ctx.response_class
         if not req.transactional_id:
             return make(R, throttle_time=0, error_code=INVALID_REQUEST, producer_id=-1, producer_epoch=-1)

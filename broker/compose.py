@@ -1,0 +1,189 @@
+"""The composition root: the broker's object graph, built in order, each object given
+what it needs when it is made.
+
+`build(...)` runs once the listening ports are bound, the state files read and the data
+directory open (BrokerApp.start, broker/app.py, keeps that order and the life cycle):
+the partition service both protocols share, the SASL authenticator, the listeners, the
+native handlers, the Kafka side (`build_kafka`), and one BrokerServer per listener.
+`build_kafka` makes the Kafka listener's coordinators and KafkaApis, then calls every
+Kafka API module's `register` in order (a later module's key replaces an earlier one's:
+the transaction handlers' InitProducerId replaces the core's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from protocol import RequestType
+from storage.manager import LogManager
+
+from .config import BrokerConfig
+from .connection import PerConnection, RequestHandlers
+from .connection_limits import ConnectionLimits
+from .connection_rates import ConnectionRates
+from .core import PartitionService
+from .dynamic_broker_configs import DynamicBrokerConfigs
+from .group_configs import GroupConfigs
+from .kafka import (
+    acls,
+    client_quotas,
+    cluster,
+    groups,
+    leader_epochs,
+    log_dirs,
+    producers,
+    replicas,
+    sasl,
+    telemetry,
+    topic_partitions,
+    transactions,
+)
+from .kafka import handlers as core_handlers
+from .kafka import partitions as create_partitions
+from .kafka.apis import KafkaApis
+from .kafka.producer_ids import ProducerIdAllocator
+from .kafka.request_types import ApiKey
+from .kafka.state import KafkaState
+from .kafka.transactions import TransactionCoordinator
+from .listeners import KAFKA, Listener, ListenerSpec
+from .log_limiter import BadRequestLog
+from .metrics import BrokerMetrics, camel_name
+from .native import Handlers
+from .quotas import ClientQuotas
+from .request_memory import RequestMemory
+from .security.authorizer import Authorizer
+from .security.credentials import ScramCredentialStore
+from .security.sasl import SaslAuthenticator
+from .server import BoundPort, BrokerServer
+from .topics import TopicRegistry
+
+
+@dataclass(frozen=True)
+class ListenerSetup:
+    """A configured listener checked before anything starts: its TLS contexts
+    (broker.tls.ServerTls), SASL settings and SSL principal mapper."""
+
+    spec: ListenerSpec
+    tls: Any = None
+    sasl: Any = None
+    principal_mapper: Any = None
+
+
+@dataclass(frozen=True)
+class StateFiles:
+    """The state files as read before the data directory is locked (the Kafka ones only
+    with a Kafka listener); `kafka_state` is created once it is locked, when missing."""
+
+    broker_configs: DynamicBrokerConfigs
+    registry: TopicRegistry
+    credentials: ScramCredentialStore
+    quotas: ClientQuotas
+    authorizer: Authorizer
+    group_configs: GroupConfigs | None = None
+    kafka_state: KafkaState | None = None
+
+
+@dataclass(frozen=True)
+class Broker:
+    """What `build` made."""
+
+    partitions: PartitionService
+    bad_requests: BadRequestLog
+    authenticator: SaslAuthenticator
+    listeners: list[Listener]
+    handlers: Handlers  # the native protocol's
+    kafka: KafkaApis | None  # None without a Kafka listener
+    transactions: TransactionCoordinator | None
+    servers: list[BrokerServer]  # one per listener, in `listeners`' order
+    memory: RequestMemory
+
+
+def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Executor,
+          metrics: BrokerMetrics | None, manager: LogManager, state: StateFiles,
+          ports: list[tuple[ListenerSetup, BoundPort]]) -> Broker:
+    partitions = PartitionService(config, manager, state.registry, executor, loop, metrics=metrics,
+                                  authorizer=state.authorizer, quotas=state.quotas)
+    # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
+    bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
+    # SASL, broker-wide: the SCRAM credentials, the failure delay and the failed-login
+    # log; each SASL_* listener points at it.
+    authenticator = SaslAuthenticator(loop, bad_requests, config["connection.failed.authentication.delay.ms"],
+                                      store=state.credentials)
+    listeners = [Listener(setup.spec, setup.tls, address=port.address, sasl=setup.sasl,
+                          authenticator=authenticator if setup.sasl is not None else None,
+                          principal_mapper=setup.principal_mapper) for setup, port in ports]
+    handlers = Handlers(partitions, bad_requests, listeners)
+    kafka = txn = None
+    kafka_listeners = [listener for listener in listeners if listener.spec.protocol == KAFKA]
+    if kafka_listeners:
+        assert state.kafka_state is not None
+        kafka, txn = build_kafka(partitions, bad_requests, advertised=kafka_listeners[0].advertised,
+                                 state=state.kafka_state, group_configs=state.group_configs,
+                                 broker_configs=state.broker_configs, authenticator=authenticator)
+    # One memory pool, one set of connection limits and one bad-request log for
+    # both listeners (Kafka's queued.max.request.bytes and ConnectionQuotas are
+    # broker-wide).
+    memory = RequestMemory(config.queued_max_request_bytes)
+    connection_limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip,
+                                         config.max_connections_per_ip_overrides)
+    connection_rates = ConnectionRates(
+        partitions.ip_connection_quota, config.values["max.connection.creation.rate"],
+        config.listener_connection_rates([listener.name for listener in listeners]),
+        window_samples=config.values["quota.window.num"],
+        window_seconds=config.values["quota.window.size.seconds"])
+    native_stats = kafka_stats = None
+    if metrics is not None:
+        native_stats = metrics.requests_for("native", {t.value: camel_name(t.name) for t in RequestType})
+        kafka_stats = metrics.requests_for("kafka", {k.value: camel_name(k.name) for k in ApiKey})
+
+    def server_for(listener: Listener, port: BoundPort) -> BrokerServer:
+        api: RequestHandlers | PerConnection = handlers
+        stats = native_stats
+        if kafka is not None and listener.spec.protocol == KAFKA:
+            api, stats = kafka, kafka_stats
+        return BrokerServer(api, listener=listener, port=port, request_stats=stats,
+                            max_frame_bytes=config.socket_request_max_bytes,
+                            max_queued_requests=config.max_queued_requests,
+                            write_buffer_high=config.write_buffer_high, bad_requests=bad_requests,
+                            memory=memory, limits=connection_limits, rates=connection_rates,
+                            idle_ms=config.connections_max_idle_ms)
+
+    servers = [server_for(listener, port) for listener, (_, port) in zip(listeners, ports, strict=True)]
+    return Broker(partitions, bad_requests, authenticator, listeners, handlers, kafka, txn, servers, memory)
+
+
+def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, advertised: tuple[str, int],
+                state: KafkaState, group_configs: GroupConfigs | None, broker_configs: DynamicBrokerConfigs | None,
+                authenticator: SaslAuthenticator | None) -> tuple[KafkaApis, TransactionCoordinator]:
+    """The Kafka listener's request handling: its coordinators, KafkaApis and every API
+    module's handlers, registered in order."""
+    classic_groups, consumer_groups = groups.coordinators(partitions.config, partitions.loop, partitions.registry,
+                                                          partitions.offsets, group_configs, partitions.blocking)
+    apis = KafkaApis(partitions, bad_requests, advertised=advertised, state=state, group_configs=group_configs,
+                     broker_configs=broker_configs, authenticator=authenticator, groups=classic_groups,
+                     consumer_groups=consumer_groups)
+    producer_ids = ProducerIdAllocator(state, partitions.blocking)
+    coordinator = TransactionCoordinator(apis, producer_ids.next_producer_id)
+    core = core_handlers.register(apis, producer_ids=producer_ids, transactions=coordinator)
+    groups.register(apis, classic_groups, consumer_groups)
+    transactions.register(apis, coordinator, init_producer_id=core.init_producer_id)
+    cluster.register(apis)
+    create_partitions.register(apis)
+    log_dirs.register(apis)
+    producers.register(apis)
+    leader_epochs.register(apis)
+    replicas.register(apis)
+    topic_partitions.register(apis)
+    telemetry.register(apis)
+    sasl.register(apis)
+    client_quotas.register(apis)
+    acls.register(apis)
+    return apis, coordinator
+
+
+__all__ = ["Broker", "ListenerSetup", "StateFiles", "build", "build_kafka"]
