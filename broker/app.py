@@ -76,6 +76,7 @@ from .admin_http import AdminServer
 from .compose import ListenerSetup, StateFiles
 from .config import BrokerConfig, default_props, is_secret
 from .core import PartitionService
+from .core.tiering import RESERVED_DIRS, Tiering
 from .dynamic_broker_configs import DynamicBrokerConfigs
 from .group_configs import GroupConfigs
 from .heap import keep_freed_memory
@@ -124,6 +125,7 @@ class BrokerApp:
         self._stop = asyncio.Event()
         self._force = False
         self._tasks: list[asyncio.Task] = []
+        self.tiering: Tiering | None = None  # tiered storage (broker/core/tiering.py)
         self.cleaner: LogCleaner | None = None
         self._cleaner_executor: ThreadPoolExecutor | None = None
         self._stopped = False
@@ -164,8 +166,11 @@ class BrokerApp:
                 # created once the directory is locked.
                 state = await _read_state_files(config, blocking, kafka=kafka)
                 registry = state.registry
+                remote_config = compose.remote_log_config(config)  # a bad rsm.config.* fails before recovery
                 manager = LogManager(config.data_dir, config_for=registry.log_config,
                                      recovery_threads=config.num_recovery_threads_per_data_dir)
+                if remote_config.system_enable:
+                    manager.reserved_dirs = RESERVED_DIRS
                 await blocking(manager.startup, registry.owns)
                 opened = True
                 _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line
@@ -174,7 +179,8 @@ class BrokerApp:
                 if kafka and state.kafka_state is None:
                     state = dataclasses.replace(state, kafka_state=await blocking(KafkaState.create,
                                                                                   config.data_dir))
-                broker = compose.build(config, loop, self.executor, metrics, manager, state, ports)
+                self.tiering = await blocking(compose.open_tiering, config, manager, registry)
+                broker = compose.build(config, loop, self.executor, metrics, manager, state, ports, self.tiering)
                 servers = broker.servers
                 await blocking(broker.partitions.offsets.load, manager.logs())
                 if broker.transactions is not None:
@@ -207,6 +213,9 @@ class BrokerApp:
                 port.close()
             if self.admin is not None:
                 self.admin.close()
+            if self.tiering is not None:
+                await blocking(self.tiering.close)
+                self.tiering = None
             if manager is not None and opened:
                 await blocking(manager.shutdown)
             self.executor.shutdown(wait=True)
@@ -223,6 +232,10 @@ class BrokerApp:
             loop.create_task(self._every("delete-files", min(config.retention_check_interval_ms, 1000),
                                          manager.delete_due_files)),
         ]
+        if self.tiering is not None:
+            # Copying, local and remote retention of tiered partitions (broker/core/tiering.py).
+            self._tasks.append(loop.create_task(self._every("tiering", self.tiering.config.task_interval_ms,
+                                                            self.tiering.run_pass)))
         if config.cleaner_enable:
             self._tasks.append(loop.create_task(self._clean_logs(manager)))
         if any(listener.tls is not None for listener in self.listeners):
@@ -322,6 +335,8 @@ class BrokerApp:
             await loop.run_in_executor(None, self._cleaner_executor.shutdown, True)
         if self.executor is not None:
             await loop.run_in_executor(None, self.executor.shutdown, True)
+        if self.tiering is not None:
+            await loop.run_in_executor(None, self.tiering.close)
         if self.manager is not None:
             await loop.run_in_executor(None, self.manager.shutdown)
         if self.handlers is not None:
@@ -364,7 +379,8 @@ async def _read_state_files(config: BrokerConfig, blocking: Callable[..., Awaita
     Kafka listener, group configs and the Kafka listener state."""
     broker_configs = await blocking(DynamicBrokerConfigs.open, config.data_dir, NODE_ID,
                                     config.log_props(), default_props())
-    registry = TopicRegistry(config.data_dir, broker_configs.log_defaults(), num_partitions=config.num_partitions)
+    registry = TopicRegistry(config.data_dir, broker_configs.log_defaults(), num_partitions=config.num_partitions,
+                             remote_storage_system_enable=config["remote.log.storage.system.enable"])
     await blocking(registry.load)
     credentials = await blocking(ScramCredentialStore.open, config.data_dir)
     quotas = await blocking(lambda: ClientQuotas.open(

@@ -83,7 +83,7 @@ from kafka_format.errors import (
     UnknownTopicOrPartitionError,
 )
 from kafka_format.topic_names import validate_topic_name
-from storage.config import LogConfig
+from storage.config import LogConfig, check_remote_storage_change
 from storage.fileutil import atomic_write
 from storage.manager import LogManager
 
@@ -133,10 +133,14 @@ def new_topic_id() -> str:
 
 
 class TopicRegistry:
-    def __init__(self, data_dir: str, defaults: LogConfig, *, num_partitions: int = 1):
+    def __init__(self, data_dir: str, defaults: LogConfig, *, num_partitions: int = 1,
+                 remote_storage_system_enable: bool = False):
         self.path = os.path.join(data_dir, REGISTRY_FILE)
         self.defaults = defaults
         self.num_partitions = num_partitions
+        # The broker's remote.log.storage.system.enable: whether a topic may be tiered
+        # (check_remote_storage_change on create and alter, both protocols).
+        self.remote_storage_system_enable = remote_storage_system_enable
         self._topics: Mapping[str, Topic] = MappingProxyType({})
         self._deleting: tuple[str, ...] = ()
         self._lock = threading.RLock()
@@ -324,6 +328,8 @@ class TopicRegistry:
             if name in self._topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
             internal_topics.check_config(name, log_config)
+            check_remote_storage_change(log_config, system_enabled=self.remote_storage_system_enable,
+                                        was_enabled=False)
             self._finish_deletions()
             if name in self._deleting:
                 raise TopicAlreadyExistsError(f"topic {name!r} is marked for deletion")
@@ -407,6 +413,8 @@ class TopicRegistry:
                     overrides[key] = value
             log_config = LogConfig.from_props(overrides, self.defaults)
             internal_topics.check_config(name, log_config)
+            check_remote_storage_change(log_config, system_enabled=self.remote_storage_system_enable,
+                                        was_enabled=topic.log_config.remote_storage_enable)
             altered = replace(topic, configs=MappingProxyType(overrides), log_config=log_config)
             if validate_only:
                 return altered
