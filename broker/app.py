@@ -158,7 +158,7 @@ class BrokerApp:
                 ports.append((setup, await _bind_port(setup)))
             if config.admin_port >= 0:
                 # Serving at once: /health/live answers, /health/ready says 503 during recovery.
-                self.admin = AdminServer(metrics, lambda: self.ready)
+                self.admin = AdminServer(metrics, lambda: self.ready, self._ready_detail)
                 self.admin_address = await _bind(self.admin, config.host, config.admin_port)
             try:
                 # The state files first (reads only): a damaged one fails the start at
@@ -205,7 +205,7 @@ class BrokerApp:
                                servers={(listener.spec.protocol, listener.name): server
                                         for server, listener in zip(servers, self.listeners, strict=True)},
                                memory=broker.memory, cleaner=lambda: self.cleaner, executor=self.executor,
-                               quotas=broker.partitions.quotas)
+                               quotas=broker.partitions.quotas, tiering=self.tiering)
             for server in servers:
                 await server.start_serving()
         except BaseException:
@@ -249,6 +249,19 @@ class BrokerApp:
                  data_dir=config.data_dir,
                  topics=len(registry.names()), settings=_loggable(config.explicit()))
         return self.address
+
+    def _ready_detail(self) -> list[str]:
+        """/health/ready's detail: tiered storage's copy lag and the store's state."""
+        tiering = self.tiering
+        if tiering is None:
+            return []
+        totals = tiering.totals()
+        line = (f"tiered_storage partitions={totals.partitions} copy_lag_segments={totals.copy_lag_segments} "
+                f"copy_lag_bytes={totals.copy_lag_bytes} remote_size_bytes={totals.remote_size_bytes} "
+                f"local_size_bytes={totals.local_size_bytes} failing_partitions={totals.failing_partitions}")
+        if totals.last_error:
+            line += f" last_error={totals.last_error!r}"
+        return [line]
 
     async def _every(self, name: str, interval_ms: int, work: Callable[[], object]) -> None:
         loop = asyncio.get_running_loop()

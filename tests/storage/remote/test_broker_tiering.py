@@ -1,0 +1,236 @@
+"""Tiered storage through the real broker process: a tiered topic with small
+segments and small local retention copies its rolled segments to the store (a
+directory, or moto's S3 server on loopback), deletes them locally, and serves
+them again to confluent-kafka (Kafka listener) and the native client; ListOffsets
+-2 answers the remote start and -4 the local one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+
+import pytest
+
+from client import Admin, Consumer, Producer
+from tests.broker_process import BrokerProcess
+
+from .conftest import S3Server
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+TOPIC_CONFIGS = {"remote.storage.enable": "true", "segment.bytes": "2048", "local.retention.bytes": "1",
+                 "retention.ms": "-1", "retention.bytes": "-1"}
+VALUES = [b"record-%05d-" % i + b"x" * 200 for i in range(200)]
+WAIT_S = 90.0  # a guard against hangs, not a speed assumption
+
+
+def tiered_broker(data_dir, store_args: list[str], env: dict[str, str] | None = None) -> BrokerProcess:
+    return BrokerProcess(data_dir, "--set", "remote.log.storage.system.enable=true",
+                         "--set", "remote.log.manager.task.interval.ms=100",
+                         "--set", "remote.log.manager.task.retry.backoff.ms=100",
+                         "--set", "remote.log.manager.task.retry.backoff.max.ms=500",
+                         "--set", "log.initial.task.delay.ms=0", *store_args, env=env)
+
+
+@pytest.fixture(params=["file", "s3"])
+def store(request, tmp_path):
+    """(serve arguments, environment, the S3 server or None) of a fresh store."""
+    if request.param == "file":
+        yield ["--set", f"rsm.config.url=file://{tmp_path / 'store'}"], None, None
+        return
+    server = request.getfixturevalue("s3_server")
+    if server.process is None:
+        server.start()
+    bucket = f"tier-{uuid.uuid4().hex[:12]}"
+    server.create_bucket(bucket)
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    yield ["--set", f"rsm.config.url=s3://{bucket}/cluster", "--set", f"rsm.config.s3.endpoint={server.endpoint}",
+           "--set", "rsm.config.s3.region=us-east-1"], env, server
+
+
+def produce(broker: BrokerProcess, topic: str, values: list[bytes]) -> None:
+    with Producer(broker.address, linger_ms=0) as producer:
+        for value in values:
+            producer.send_and_wait(topic, value)
+
+
+def wait_for(condition, what: str):
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def offsets(broker: BrokerProcess, topic: str) -> tuple[int, int, int]:
+    with Admin(broker.address) as admin:
+        return (admin.offsets(topic, 0, -2)[0], admin.offsets(topic, 0, -4)[0], admin.offsets(topic, 0, -1)[0])
+
+
+def consume_native(broker: BrokerProcess, topic: str, count: int) -> list[tuple[int, bytes]]:
+    got: list = []
+    with Consumer(broker.address, auto_offset_reset="earliest") as consumer:
+        consumer.assign(topic, [0])
+        consumer.seek(topic, 0, 0)
+        deadline = time.monotonic() + WAIT_S
+        while len(got) < count and time.monotonic() < deadline:
+            got += consumer.poll(500)
+    return [(r.offset, r.value) for r in got]
+
+
+def consume_kafka(broker: BrokerProcess, topic: str, count: int) -> list[tuple[int, bytes]]:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
+                                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+        got = []
+        deadline = time.monotonic() + WAIT_S
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            got.append((message.offset(), message.value()))
+        return got
+    finally:
+        consumer.close()
+
+
+def kafka_list_offsets(broker: BrokerProcess, topic: str) -> dict[int, int]:
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    tp = confluent_kafka.TopicPartition(topic, 0)
+    out = {}
+    for code, spec in ((-2, OffsetSpec.earliest()), (-1, OffsetSpec.latest())):
+        out[code] = admin.list_offsets({tp: spec})[tp].result(30).offset
+    return out
+
+
+def local_segments(broker: BrokerProcess, topic: str) -> list[str]:
+    return sorted(n for n in os.listdir(os.path.join(broker.data_dir, f"{topic}-0")) if n.endswith(".log"))
+
+
+def test_tiered_topic_is_copied_deleted_locally_and_read_back_on_both_protocols(tmp_path, store):
+    args, env, _server = store
+    topic = f"tiered-{uuid.uuid4().hex[:8]}"
+    with tiered_broker(tmp_path / "data", args, env).start() as broker:
+        with Admin(broker.address) as admin:
+            admin.create_topic(topic, 1, TOPIC_CONFIGS)
+        produce(broker, topic, VALUES)
+        remote_start, local_start, end = wait_for(
+            lambda: (o := offsets(broker, topic))[1] > 0 and o, "copy and local deletion")
+        assert remote_start == 0 and end == len(VALUES) and local_start > 0
+        expected = list(enumerate(VALUES))
+        assert consume_native(broker, topic, len(VALUES)) == expected
+        assert consume_kafka(broker, topic, len(VALUES)) == expected
+        assert kafka_list_offsets(broker, topic) == {-2: 0, -1: len(VALUES)}
+        # The metadata directory is not taken for a partition (no topic of that name).
+        with Admin(broker.address) as admin:
+            assert "__remote_log_metadata" not in admin.list_topics()
+        # After a restart the remote data is found again through the metadata.
+        broker.stop()
+        broker.restart()
+        assert offsets(broker, topic)[0] == 0
+        assert consume_native(broker, topic, len(VALUES)) == expected
+
+
+def test_tiering_needs_the_broker_setting(tmp_path):
+    with BrokerProcess(tmp_path / "data").start() as broker, Admin(broker.address) as admin:
+        with pytest.raises(Exception, match="remote.log.storage.system.enable|remote log storage"):
+            admin.create_topic("t-refused", 1, {"remote.storage.enable": "true"})
+        admin.create_topic("t-plain", 1)
+        with pytest.raises(Exception, match="remote log storage"):
+            admin.alter_config("t-plain", {"remote.storage.enable": "true"})
+
+
+def test_store_down_at_start_serves_local_data_and_deletes_nothing(tmp_path, s3_server):
+    if s3_server.process is None:
+        s3_server.start()
+    bucket = f"tier-{uuid.uuid4().hex[:12]}"
+    s3_server.create_bucket(bucket)
+    # An S3 endpoint where nothing listens: the store is down.
+    down = S3Server(str(tmp_path / "unused.log"))
+    args = ["--set", f"rsm.config.url=s3://{bucket}/c", "--set", f"rsm.config.s3.endpoint={down.endpoint}"]
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    topic = f"down-{uuid.uuid4().hex[:8]}"
+    with tiered_broker(tmp_path / "data", args, env).start() as broker:
+        with Admin(broker.address) as admin:
+            admin.create_topic(topic, 1, TOPIC_CONFIGS)
+        produce(broker, topic, VALUES)
+        segments = local_segments(broker, topic)
+        assert len(segments) > 2
+        import urllib.request
+
+        def lag_reported():
+            with urllib.request.urlopen(broker.admin_url("/metrics"), timeout=10) as response:
+                text = response.read().decode()
+            lines = [line for line in text.splitlines() if line.startswith("kafka_server_brokertopicmetrics_remotecopylagbytes{")]
+            return lines and float(lines[0].split()[-1]) > 0 and text
+
+        wait_for(lag_reported, "copy lag in metrics")
+        with urllib.request.urlopen(broker.admin_url("/health/ready"), timeout=10) as response:
+            detail = response.read().decode()
+        assert "copy_lag_bytes=" in detail and "failing_partitions=1" in detail
+        assert local_segments(broker, topic) == segments  # nothing deleted that is not in the store
+        assert offsets(broker, topic)[:2] == (0, 0)
+        assert consume_native(broker, topic, len(VALUES)) == list(enumerate(VALUES))
+
+
+def test_kill_during_copy_then_restart_loses_nothing(tmp_path, store):
+    args, env, _server = store
+    topic = f"crash-{uuid.uuid4().hex[:8]}"
+    broker = tiered_broker(tmp_path / "data", args, env).start()
+    try:
+        with Admin(broker.address) as admin:
+            admin.create_topic(topic, 1, TOPIC_CONFIGS)
+        produce(broker, topic, VALUES)
+        wait_for(lambda: offsets(broker, topic)[1] > 0, "a first copy")
+        broker.stop(signal.SIGKILL)
+        broker.restart()
+        produce(broker, topic, [b"after-%d" % i for i in range(50)])
+        expected = list(enumerate(VALUES + [b"after-%d" % i for i in range(50)]))
+        assert consume_native(broker, topic, len(expected)) == expected
+        assert consume_kafka(broker, topic, len(expected)) == expected
+    finally:
+        broker.close()
+
+
+def test_a_missing_remote_object_is_a_clear_fetch_error(tmp_path):
+    store_dir = tmp_path / "store"
+    topic = f"gone-{uuid.uuid4().hex[:8]}"
+    with tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{store_dir}"]).start() as broker:
+        with Admin(broker.address) as admin:
+            admin.create_topic(topic, 1, TOPIC_CONFIGS)
+        produce(broker, topic, VALUES)
+        wait_for(lambda: offsets(broker, topic)[1] > 0, "copy and local deletion")
+        removed = [os.path.join(root, name) for root, _, names in os.walk(store_dir) for name in names
+                   if name.endswith(".log")]
+        assert removed
+        for path in removed:
+            os.remove(path)
+        consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-gone",
+                                             "enable.auto.commit": False})
+        try:
+            consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+            error = None
+            deadline = time.monotonic() + WAIT_S
+            while error is None and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is not None:
+                    error = message.error()
+            # librdkafka retries KAFKA_STORAGE_ERROR quietly; the broker's log names it.
+        finally:
+            consumer.close()
+        with pytest.raises(Exception, match="(?i)storage|remote|missing|not found"):
+            with Consumer(broker.address, auto_offset_reset="none") as native:
+                native.assign(topic, [0])
+                native.seek(topic, 0, 0)
+                deadline = time.monotonic() + WAIT_S
+                while time.monotonic() < deadline:
+                    native.poll(500)
+        assert broker.running
