@@ -50,8 +50,13 @@ def store(request, tmp_path):
            "--set", "rsm.config.s3.region=us-east-1"], env, server
 
 
+def native(broker: BrokerProcess) -> str:
+    """The native listener's "host:port" for the client."""
+    return f"{broker.host}:{broker.port}"
+
+
 def produce(broker: BrokerProcess, topic: str, values: list[bytes]) -> None:
-    with Producer(broker.address, linger_ms=0) as producer:
+    with Producer(native(broker), linger_ms=0) as producer:
         for value in values:
             producer.send_and_wait(topic, value)
 
@@ -67,13 +72,16 @@ def wait_for(condition, what: str):
 
 
 def offsets(broker: BrokerProcess, topic: str) -> tuple[int, int, int]:
-    with Admin(broker.address) as admin:
-        return (admin.offsets(topic, 0, -2)[0], admin.offsets(topic, 0, -4)[0], admin.offsets(topic, 0, -1)[0])
+    """(log start, local log start, log end): native OFFSETS -2 and -1, the local
+    start from the first local segment's base offset."""
+    with Admin(native(broker)) as admin:
+        start, end = admin.offsets(topic, 0, -2)[0], admin.offsets(topic, 0, -1)[0]
+    return start, int(local_segments(broker, topic)[0].split(".")[0]), end
 
 
 def consume_native(broker: BrokerProcess, topic: str, count: int) -> list[tuple[int, bytes]]:
     got: list = []
-    with Consumer(broker.address, auto_offset_reset="earliest") as consumer:
+    with Consumer(native(broker), auto_offset_reset="earliest") as consumer:
         consumer.assign(topic, [0])
         consumer.seek(topic, 0, 0)
         deadline = time.monotonic() + WAIT_S
@@ -101,13 +109,24 @@ def consume_kafka(broker: BrokerProcess, topic: str, count: int) -> list[tuple[i
 
 
 def kafka_list_offsets(broker: BrokerProcess, topic: str) -> dict[int, int]:
-    from confluent_kafka.admin import AdminClient, OffsetSpec
+    """ListOffsets v9 over the wire (kio) for -1, -2, -4 and -5: librdkafka refuses
+    to send -4 itself."""
+    from kio.schema.list_offsets.v9 import request as lo
+    from kio.schema.types import BrokerId, TopicName
+    from kio.static.primitive import i8, i32, i64
 
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    tp = confluent_kafka.TopicPartition(topic, 0)
+    from tests.kafka.wire import KafkaWire
+
     out = {}
-    for code, spec in ((-2, OffsetSpec.earliest()), (-1, OffsetSpec.latest())):
-        out[code] = admin.list_offsets({tp: spec})[tp].result(30).offset
+    with KafkaWire(*broker.kafka_address) as conn:
+        for code in (-1, -2, -4, -5):
+            request = lo.ListOffsetsRequest(replica_id=BrokerId(-1), isolation_level=i8(0), topics=(
+                lo.ListOffsetsTopic(name=TopicName(topic), partitions=(
+                    lo.ListOffsetsPartition(partition_index=i32(0), timestamp=i64(code)),)),))
+            response = conn.call(request)
+            partition = response.topics[0].partitions[0]
+            assert partition.error_code == 0, partition
+            out[code] = partition.offset
     return out
 
 
@@ -119,18 +138,21 @@ def test_tiered_topic_is_copied_deleted_locally_and_read_back_on_both_protocols(
     args, env, _server = store
     topic = f"tiered-{uuid.uuid4().hex[:8]}"
     with tiered_broker(tmp_path / "data", args, env).start() as broker:
-        with Admin(broker.address) as admin:
+        with Admin(native(broker)) as admin:
             admin.create_topic(topic, 1, TOPIC_CONFIGS)
         produce(broker, topic, VALUES)
-        remote_start, local_start, end = wait_for(
-            lambda: (o := offsets(broker, topic))[1] > 0 and o, "copy and local deletion")
+        # local.retention.bytes=1: every rolled segment goes once copied; the active one stays.
+        wait_for(lambda: len(local_segments(broker, topic)) == 1, "copy and local deletion")
+        remote_start, local_start, end = offsets(broker, topic)
         assert remote_start == 0 and end == len(VALUES) and local_start > 0
         expected = list(enumerate(VALUES))
         assert consume_native(broker, topic, len(VALUES)) == expected
         assert consume_kafka(broker, topic, len(VALUES)) == expected
-        assert kafka_list_offsets(broker, topic) == {-2: 0, -1: len(VALUES)}
+        listed = kafka_list_offsets(broker, topic)
+        assert listed[-2] == 0 and listed[-1] == len(VALUES) and listed[-4] == local_start
+        assert local_start - 1 <= listed[-5] < len(VALUES)  # the highest copied offset
         # The metadata directory is not taken for a partition (no topic of that name).
-        with Admin(broker.address) as admin:
+        with Admin(native(broker)) as admin:
             assert "__remote_log_metadata" not in admin.list_topics()
         # After a restart the remote data is found again through the metadata.
         broker.stop()
@@ -140,7 +162,7 @@ def test_tiered_topic_is_copied_deleted_locally_and_read_back_on_both_protocols(
 
 
 def test_tiering_needs_the_broker_setting(tmp_path):
-    with BrokerProcess(tmp_path / "data").start() as broker, Admin(broker.address) as admin:
+    with BrokerProcess(tmp_path / "data").start() as broker, Admin(native(broker)) as admin:
         with pytest.raises(Exception, match="remote.log.storage.system.enable|remote log storage"):
             admin.create_topic("t-refused", 1, {"remote.storage.enable": "true"})
         admin.create_topic("t-plain", 1)
@@ -159,7 +181,7 @@ def test_store_down_at_start_serves_local_data_and_deletes_nothing(tmp_path, s3_
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     topic = f"down-{uuid.uuid4().hex[:8]}"
     with tiered_broker(tmp_path / "data", args, env).start() as broker:
-        with Admin(broker.address) as admin:
+        with Admin(native(broker)) as admin:
             admin.create_topic(topic, 1, TOPIC_CONFIGS)
         produce(broker, topic, VALUES)
         segments = local_segments(broker, topic)
@@ -186,7 +208,7 @@ def test_kill_during_copy_then_restart_loses_nothing(tmp_path, store):
     topic = f"crash-{uuid.uuid4().hex[:8]}"
     broker = tiered_broker(tmp_path / "data", args, env).start()
     try:
-        with Admin(broker.address) as admin:
+        with Admin(native(broker)) as admin:
             admin.create_topic(topic, 1, TOPIC_CONFIGS)
         produce(broker, topic, VALUES)
         wait_for(lambda: offsets(broker, topic)[1] > 0, "a first copy")
@@ -204,7 +226,7 @@ def test_a_missing_remote_object_is_a_clear_fetch_error(tmp_path):
     store_dir = tmp_path / "store"
     topic = f"gone-{uuid.uuid4().hex[:8]}"
     with tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{store_dir}"]).start() as broker:
-        with Admin(broker.address) as admin:
+        with Admin(native(broker)) as admin:
             admin.create_topic(topic, 1, TOPIC_CONFIGS)
         produce(broker, topic, VALUES)
         wait_for(lambda: offsets(broker, topic)[1] > 0, "copy and local deletion")
@@ -227,7 +249,7 @@ def test_a_missing_remote_object_is_a_clear_fetch_error(tmp_path):
         finally:
             consumer.close()
         with pytest.raises(Exception, match="(?i)storage|remote|missing|not found"):
-            with Consumer(broker.address, auto_offset_reset="none") as native:
+            with Consumer(native(broker), auto_offset_reset="none") as native:
                 native.assign(topic, [0])
                 native.seek(topic, 0, 0)
                 deadline = time.monotonic() + WAIT_S
