@@ -195,9 +195,12 @@ def test_store_down_at_start_serves_local_data_and_deletes_nothing(tmp_path, s3_
             return lines and float(lines[0].split()[-1]) > 0 and text
 
         wait_for(lag_reported, "copy lag in metrics")
-        with urllib.request.urlopen(broker.admin_url("/health/ready"), timeout=10) as response:
-            detail = response.read().decode()
-        assert "copy_lag_bytes=" in detail and "failing_partitions=1" in detail
+        def ready_detail():
+            with urllib.request.urlopen(broker.admin_url("/health/ready"), timeout=10) as response:
+                return response.read().decode()
+
+        detail = wait_for(lambda: "failing_partitions=1" in (d := ready_detail()) and d, "the failure in /health/ready")
+        assert "copy_lag_bytes=" in detail and "last_error=" in detail
         assert local_segments(broker, topic) == segments  # nothing deleted that is not in the store
         assert offsets(broker, topic)[:2] == (0, 0)
         assert consume_native(broker, topic, len(VALUES)) == list(enumerate(VALUES))
@@ -235,24 +238,27 @@ def test_a_missing_remote_object_is_a_clear_fetch_error(tmp_path):
         assert removed
         for path in removed:
             os.remove(path)
-        consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-gone",
-                                             "enable.auto.commit": False})
-        try:
-            consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
-            error = None
-            deadline = time.monotonic() + WAIT_S
-            while error is None and time.monotonic() < deadline:
-                message = consumer.poll(0.5)
-                if message is not None and message.error() is not None:
-                    error = message.error()
-            # librdkafka retries KAFKA_STORAGE_ERROR quietly; the broker's log names it.
-        finally:
-            consumer.close()
+        # The Kafka listener: Fetch v4 over the wire answers KAFKA_STORAGE_ERROR (56).
+        import datetime
+
+        from kio.schema.fetch.v4 import request as fetch
+        from kio.schema.types import TopicName
+        from kio.static.primitive import i32, i32Timedelta, i64
+
+        from tests.kafka.wire import KafkaWire
+
+        with KafkaWire(*broker.kafka_address) as conn:
+            response = conn.call(fetch.FetchRequest(
+                max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=0)), min_bytes=i32(1), topics=(
+                    fetch.FetchTopic(topic=TopicName(topic), partitions=(fetch.FetchPartition(
+                        partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(1 << 20)),)),)))
+            assert response.responses[0].partitions[0].error_code == 56
+        # The native client: the fetch's error names the problem.
         with pytest.raises(Exception, match="(?i)storage|remote|missing|not found"):
-            with Consumer(native(broker), auto_offset_reset="none") as native:
-                native.assign(topic, [0])
-                native.seek(topic, 0, 0)
+            with Consumer(native(broker), auto_offset_reset="none") as reader:
+                reader.assign(topic, [0])
+                reader.seek(topic, 0, 0)
                 deadline = time.monotonic() + WAIT_S
                 while time.monotonic() < deadline:
-                    native.poll(500)
+                    reader.poll(500)
         assert broker.running
