@@ -163,13 +163,15 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
 
 
 def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, advertised: tuple[str, int],
-                native_bound: str, state: KafkaState, group_configs: GroupConfigs | None, broker_configs: DynamicBrokerConfigs | None,
+                native_bound: str, state: KafkaState, group_configs: GroupConfigs | None,
+                broker_configs: DynamicBrokerConfigs | None,
                 authenticator: SaslAuthenticator | None) -> tuple[KafkaApis, TransactionCoordinator]:
     """The Kafka listener's request handling: its coordinators, KafkaApis and every API
     module's handlers, registered in order."""
     classic_groups, consumer_groups = groups.coordinators(partitions.config, partitions.loop, partitions.registry,
                                                           partitions.offsets, group_configs, partitions.blocking)
-    apis = KafkaApis(partitions, bad_requests, advertised=advertised, native_bound=native_bound, state=state, group_configs=group_configs,
+    apis = KafkaApis(partitions, bad_requests, advertised=advertised, native_bound=native_bound, state=state,
+                     group_configs=group_configs,
                      broker_configs=broker_configs, authenticator=authenticator, groups=classic_groups,
                      consumer_groups=consumer_groups)
     producer_ids = ProducerIdAllocator(state, partitions.blocking)
