@@ -388,6 +388,9 @@ class PartitionService:
             await self.blocking(self.offsets.delete_topic_offsets, deleted.name)
         except Exception:
             log.exception("offsets_cleanup_failed", topic=deleted.name)
+        if self.tiering is not None:  # its remote data, in the background (the store may be slow)
+            self.loop.run_in_executor(self.executor, self.tiering.delete_topic, deleted.name, deleted.topic_id,
+                                      deleted.partitions)
         return deleted
 
     async def delete_records_before(self, partition_log: PartitionLog, offset: int) -> int:

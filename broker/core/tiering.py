@@ -21,6 +21,8 @@ Contract:
   RemoteLogReader (chunked ranged reads, a bounded cache of index and data
   chunks); `offset_for_timestamp` searches the remote segments. A missing or
   corrupt object raises RemoteStorageError (KAFKA_STORAGE_ERROR).
+- `delete_topic(topic, topic_id, partitions)` (blocking, after a topic deletion)
+  deletes the topic's remote segments and records the partitions' deletion.
 - `log_start_offset(log)`: the partition's log start including remote data
   (ListOffsets EARLIEST, fetch answers); the local one is the log's own.
 - `stats()` / `totals()`: per-partition TierStats and their sums (copy lag,
@@ -31,6 +33,7 @@ Contract:
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +44,15 @@ from storage.log import Log
 from storage.manager import LogManager
 from storage.remote.config import RemoteLogConfig
 from storage.remote.copier import RemotePartition, TierStats
-from storage.remote.metadata import METADATA_TOPIC, RemoteLogMetadataStore, TopicIdPartition
+from storage.remote.metadata import (
+    METADATA_TOPIC,
+    PartitionDeleteState,
+    RemoteLogMetadataStore,
+    RemoteLogSegmentMetadataUpdate,
+    RemotePartitionDeleteMetadata,
+    SegmentState,
+    TopicIdPartition,
+)
 from storage.remote.reader import RemoteLogReader
 from storage.remote.store import RemoteStorageManager, open_remote_storage
 
@@ -150,6 +161,42 @@ class Tiering:
                 remote.remote_retention_pass()
             except Exception:  # one failing partition does not stop the pass
                 log.exception("tiering_pass_failed", log=partition_log.name)
+
+    # ---- topic deletion ----------------------------------------------------------------------
+
+    def delete_topic(self, topic: str, topic_id: str, partitions: int) -> None:
+        """Delete a deleted topic's remote data (blocking; Kafka's partition deletion
+        through RemotePartitionDeleteMetadata): per partition with remote segments,
+        DELETE_PARTITION_STARTED, each segment's manifest, DELETE_SEGMENT_STARTED,
+        its objects, DELETE_SEGMENT_FINISHED, then DELETE_PARTITION_FINISHED. A
+        failure is logged and leaves the partition STARTED in the metadata."""
+        if not topic_id:
+            return
+        with self._lock:
+            for partition in range(partitions):
+                self._partitions.pop((topic, partition), None)
+        for partition in range(partitions):
+            tp = TopicIdPartition(topic, uuid.UUID(topic_id), partition)
+            segments = [m for m in self.metadata.segments(tp) if m.state != SegmentState.DELETE_SEGMENT_FINISHED]
+            if not segments:
+                continue
+            try:
+                self.metadata.put_partition_delete(RemotePartitionDeleteMetadata(
+                    tp, PartitionDeleteState.DELETE_PARTITION_STARTED, int(time.time() * 1000), 0))
+                for metadata in segments:
+                    if metadata.state == SegmentState.COPY_SEGMENT_FINISHED:
+                        self.rsm.delete_manifest(metadata)
+                    if metadata.state != SegmentState.DELETE_SEGMENT_STARTED:
+                        metadata = self.metadata.update_segment(RemoteLogSegmentMetadataUpdate(
+                            metadata.segment_id, int(time.time() * 1000), SegmentState.DELETE_SEGMENT_STARTED, 0))
+                    self.rsm.delete_log_segment_data(metadata)
+                    self.metadata.update_segment(RemoteLogSegmentMetadataUpdate(
+                        metadata.segment_id, int(time.time() * 1000), SegmentState.DELETE_SEGMENT_FINISHED, 0))
+                self.metadata.put_partition_delete(RemotePartitionDeleteMetadata(
+                    tp, PartitionDeleteState.DELETE_PARTITION_FINISHED, int(time.time() * 1000), 0))
+                log.info("remote_partition_deleted", partition=str(tp), segments=len(segments))
+            except Exception:
+                log.exception("remote_partition_delete_failed", partition=str(tp))
 
     # ---- reads ------------------------------------------------------------------------------
 

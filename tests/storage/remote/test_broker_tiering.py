@@ -136,7 +136,7 @@ def local_segments(broker: BrokerProcess, topic: str) -> list[str]:
 
 
 def test_tiered_topic_is_copied_deleted_locally_and_read_back_on_both_protocols(tmp_path, store):
-    args, env, _server = store
+    args, env, server = store
     topic = f"tiered-{uuid.uuid4().hex[:8]}"
     with tiered_broker(tmp_path / "data", args, env).start() as broker:
         with Admin(native(broker)) as admin:
@@ -160,6 +160,15 @@ def test_tiered_topic_is_copied_deleted_locally_and_read_back_on_both_protocols(
         broker.restart()
         assert offsets(broker, topic)[0] == 0
         assert consume_native(broker, topic, len(VALUES)) == expected
+        # Deleting the topic deletes its remote segments.
+        with Admin(native(broker)) as admin:
+            admin.delete_topic(topic)
+        if server is None:
+            def remote_logs():
+                return [name for _, _, names in os.walk(tmp_path / "store") for name in names
+                        if name.endswith((".log", ".manifest"))]
+
+            wait_for(lambda: not remote_logs(), "the remote segments deleted")
 
 
 def test_tiering_needs_the_broker_setting(tmp_path):
