@@ -123,6 +123,8 @@ def open_tiering(config: BrokerConfig, manager: LogManager, registry: TopicRegis
         return None
     tiering = Tiering.open(remote, config.data_dir, manager, registry.topic_id)
     manager.retention_elsewhere = tiering.retention_elsewhere
+    registry.remote_storage_disabled = lambda topic: tiering.delete_topic(topic.name, topic.topic_id,
+                                                                          topic.partitions)
     return tiering
 
 

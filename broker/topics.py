@@ -141,6 +141,10 @@ class TopicRegistry:
         # The broker's remote.log.storage.system.enable: whether a topic may be tiered
         # (check_remote_storage_change on create and alter, both protocols).
         self.remote_storage_system_enable = remote_storage_system_enable
+        # Called (blocking) once a topic's remote.storage.enable is turned off (with
+        # remote.log.delete.on.disable, which check_remote_storage_change requires):
+        # tiered storage deletes the topic's remote data (broker/compose.py).
+        self.remote_storage_disabled: Callable[[Topic], None] | None = None
         self._topics: Mapping[str, Topic] = MappingProxyType({})
         self._deleting: tuple[str, ...] = ()
         self._lock = threading.RLock()
@@ -424,6 +428,9 @@ class TopicRegistry:
                 if partition_log is not None:
                     partition_log.update_config(log_config)
         log.info("topic_altered", topic=name, configs=dict(changes))
+        if (topic.log_config.remote_storage_enable and not log_config.remote_storage_enable
+                and self.remote_storage_disabled is not None):
+            self.remote_storage_disabled(altered)  # remote.log.delete.on.disable: its remote data goes
         return altered
 
     def set_defaults(self, defaults: LogConfig, *, validate_only: bool = False) -> None:

@@ -275,3 +275,21 @@ def test_a_missing_remote_object_is_a_clear_fetch_error(tmp_path):
         assert caught.value.code == 56, caught.value
         assert "is missing" in str(caught.value)
         assert broker.running
+
+
+def test_turning_tiering_off_needs_delete_on_disable_and_deletes_the_remote_data(tmp_path):
+    store_dir = tmp_path / "store"
+    topic = f"off-{uuid.uuid4().hex[:8]}"
+    with tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{store_dir}"]).start() as broker:
+        with Admin(native(broker)) as admin:
+            admin.create_topic(topic, 1, TOPIC_CONFIGS)
+        produce(broker, topic, VALUES)
+        wait_for(lambda: len(local_segments(broker, topic)) == 1, "copy and local deletion")
+        local_start = offsets(broker, topic)[1]
+        with Admin(native(broker)) as admin:
+            with pytest.raises(Exception, match="remote.log.delete.on.disable"):
+                admin.alter_config(topic, {"remote.storage.enable": "false"})
+            admin.alter_config(topic, {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
+        assert not [name for _, _, names in os.walk(store_dir) for name in names if name.endswith(".log")]
+        assert offsets(broker, topic)[0] == local_start  # the log starts locally again
+        assert kafka_list_offsets(broker, topic)[-2] == local_start
