@@ -313,23 +313,28 @@ class PartitionService:
         `max_bytes` (the first batch whole with `min_one_message`) and at most to the
         segment's end, as a MemorySlice; the high watermark and last stable offset of
         the log. Copied segments are below the last stable offset when copied, so
-        READ_COMMITTED reads them whole; their aborted transactions are not listed.
+        READ_COMMITTED reads them whole and lists the aborted transactions of the
+        range read (the remote transaction indexes, then the local ones).
         Raises StrataError (RemoteStorageError, KAFKA_STORAGE_ERROR, for a missing or
         corrupt object)."""
         tiering = self.tiering
         assert tiering is not None and isinstance(partition_log, Log)
         counters = self.metrics.topic(partition_log.topic) if self.metrics is not None else None
+        committed = isolation_level == READ_COMMITTED
         try:
-            data = await self.blocking(tiering.read, partition_log, offset, max_bytes, min_one_message)
+            if committed:
+                data, aborted = await self.blocking(tiering.read_committed, partition_log, offset, max_bytes,
+                                                    min_one_message)
+            else:
+                data = await self.blocking(tiering.read, partition_log, offset, max_bytes, min_one_message)
         except Exception:
             if counters is not None:
                 counters.read_failed()
             raise
         if counters is not None:
             counters.read(len(data))
-        aborted = () if isolation_level == READ_COMMITTED else None
         return IsolatedRead(MemorySlice(data), partition_log.log_end_offset, partition_log.last_stable_offset,
-                            aborted)
+                            aborted if committed else None)
 
     def log_start_offset(self, partition_log: PartitionLog) -> int:
         """The partition's log start as fetch answers give it: including remote data."""

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from kafka_format.reader import iter_entries
 from storage.log import Log
 from storage.manager import LogManager
 from storage.remote.config import RemoteLogConfig
@@ -54,7 +55,8 @@ from storage.remote.metadata import (
     TopicIdPartition,
 )
 from storage.remote.reader import RemoteLogReader
-from storage.remote.store import RemoteStorageManager, open_remote_storage
+from storage.remote.store import IndexType, RemoteStorageManager, open_remote_storage
+from storage.txn_index import AbortedTxn, decode_entries
 
 log = structlog.get_logger("strata.tiering")
 
@@ -223,6 +225,45 @@ class Tiering:
             raise OffsetOutOfRangeError(f"offset {offset} of {partition_log.name} is below its log start "
                                         f"{partition_log.log_start_offset}")
         return self.reader.read(remote.tp, offset, max_bytes, min_one_message)
+
+    def read_committed(self, partition_log: Log, offset: int, max_bytes: int,
+                       min_one_message: bool) -> tuple[bytes, tuple[tuple[int, int], ...]]:
+        """`read`, and the aborted transactions overlapping what it returned, as
+        (producer id, first offset) (Kafka's collectAbortedTransactions over remote
+        segments): from the remote segments' transaction indexes, from the segment
+        read on, then the local segments', until an entry shows that no later one
+        can overlap. Blocking."""
+        data = self.read(partition_log, offset, max_bytes, min_one_message)
+        if not data:
+            return data, ()
+        last = -1
+        for entry in iter_entries(data):
+            last = entry.last_offset
+        upper = last + 1
+        remote = self.partition(partition_log)
+        assert remote is not None
+        found: list[AbortedTxn] = []
+        complete = False
+        for metadata in self.metadata.readable_segments(remote.tp):
+            if metadata.end_offset < offset:
+                continue
+            key = (metadata.segment_id.id, "txnindex")
+            entries = self.reader.cache.get(key)
+            if entries is None:
+                raw = self.rsm.fetch_index(metadata, IndexType.TRANSACTION)
+                entries = decode_entries(raw, str(metadata.segment_id))
+                self.reader.cache.put(key, entries, len(raw) + 64)
+            for txn in entries:
+                if txn.last_offset >= offset and txn.first_offset < upper:
+                    found.append(txn)
+                if txn.last_stable_offset >= upper:
+                    complete = True
+                    break
+            if complete:
+                break
+        if not complete:
+            found += partition_log.aborted_transactions(offset, upper)
+        return data, tuple((txn.producer_id, txn.first_offset) for txn in found)
 
     def offset_for_timestamp(self, partition_log: Log, timestamp: int) -> tuple[int, int] | None:
         """(timestamp, offset) of the first remote record at or after `timestamp`, or None."""

@@ -293,3 +293,46 @@ def test_turning_tiering_off_needs_delete_on_disable_and_deletes_the_remote_data
         assert not [name for _, _, names in os.walk(store_dir) for name in names if name.endswith(".log")]
         assert offsets(broker, topic)[0] == local_start  # the log starts locally again
         assert kafka_list_offsets(broker, topic)[-2] == local_start
+
+
+def test_read_committed_from_the_store_drops_aborted_transactions(tmp_path):
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    with tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{tmp_path / 'store'}"]).start() as broker:
+        with Admin(native(broker)) as admin:
+            admin.create_topic(topic, 1, TOPIC_CONFIGS)
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tiered-txn",
+                                             "batch.num.messages": 4, "linger.ms": 0})  # batches under segment.bytes
+        producer.init_transactions(30)
+        kept = []
+        for round_ in range(6):
+            producer.begin_transaction()
+            values = [b"t%d-%03d-" % (round_, i) + b"y" * 200 for i in range(20)]
+            for value in values:
+                producer.produce(topic, value=value)
+            producer.flush(30)
+            if round_ % 2:
+                producer.abort_transaction(30)
+            else:
+                producer.commit_transaction(30)
+                kept += values
+        produce(broker, topic, VALUES[:40])  # the last transaction's segment rolls and is copied
+        kept += VALUES[:40]
+        wait_for(lambda: len(local_segments(broker, topic)) == 1, "copy and local deletion")
+        assert offsets(broker, topic)[0] == 0
+        consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-txn",
+                                             "enable.auto.commit": False, "isolation.level": "read_committed"})
+        try:
+            consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+            got = []
+            deadline = time.monotonic() + WAIT_S
+            while len(got) < len(kept) and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None:
+                    assert message.error() is None, message.error()
+                    got.append(message.value())
+            time.sleep(0.5)
+            extra = consumer.poll(0.5)
+        finally:
+            consumer.close()
+        assert got == kept
+        assert extra is None
