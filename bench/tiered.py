@@ -68,8 +68,8 @@ def start_store(kind: str, work: str):
 def start_broker(work: str, store_args: list[str], env, interval_ms: int) -> BrokerProcess:
     return BrokerProcess(os.path.join(work, "data"), "--set", "remote.log.storage.system.enable=true",
                          "--set", f"remote.log.manager.task.interval.ms={interval_ms}",
-                         "--set", "log.initial.task.delay.ms=0", "--set", "rsm.config.cache.bytes=268435456",
-                         "--set", "rsm.config.fetch.chunk.bytes=4194304", *store_args, env=env).start()
+                         "--set", "log.initial.task.delay.ms=0", "--set", "rsm.config.cache.bytes=67108864",
+                         *store_args, env=env).start()
 
 
 def create_topic(broker: BrokerProcess, segment_mib: int) -> str:
@@ -123,7 +123,7 @@ def read_kafka(broker: BrokerProcess, topic: str, below: int) -> tuple[int, floa
     started = time.monotonic()
     try:
         while True:
-            for message in consumer.consume(10_000, 1.0):
+            for message in consumer.consume(256, 1.0):  # returns once 256 are in (or after 1 s)
                 if message.error():
                     raise RuntimeError(str(message.error()))
                 if message.offset() >= below:

@@ -19,8 +19,10 @@ Contract:
   min_one_message)` answers the records of the remote segment holding `offset`
   (a fetch below the local log start), up to that segment's end, through one
   RemoteLogReader (chunked ranged reads, a bounded cache of index and data
-  chunks); `offset_for_timestamp` searches the remote segments. A missing or
-  corrupt object raises RemoteStorageError (KAFKA_STORAGE_ERROR).
+  chunks), then reads the next `max_bytes` ahead into the cache on its own
+  thread (one read-ahead at a time); `offset_for_timestamp` searches the remote
+  segments. A missing or corrupt object raises RemoteStorageError
+  (KAFKA_STORAGE_ERROR).
 - `delete_topic(topic, topic_id, partitions)` (blocking, after a topic deletion)
   deletes the topic's remote segments and records the partitions' deletion.
 - `log_start_offset(log)`: the partition's log start including remote data
@@ -36,6 +38,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import structlog
@@ -49,6 +52,7 @@ from storage.remote.metadata import (
     METADATA_TOPIC,
     PartitionDeleteState,
     RemoteLogMetadataStore,
+    RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemotePartitionDeleteMetadata,
     SegmentState,
@@ -92,6 +96,8 @@ class Tiering:
                                       chunk_bytes=config.fetch_chunk_bytes)
         self._partitions: dict[tuple[str, int], RemotePartition] = {}
         self._lock = threading.Lock()
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="strata-remote-ahead")
+        self._reading_ahead = threading.Lock()
 
     @classmethod
     def open(cls, config: RemoteLogConfig, data_dir: str, manager: LogManager,
@@ -224,7 +230,22 @@ class Tiering:
 
             raise OffsetOutOfRangeError(f"offset {offset} of {partition_log.name} is below its log start "
                                         f"{partition_log.log_start_offset}")
-        return self.reader.read(remote.tp, offset, max_bytes, min_one_message)
+        data, metadata, end = self.reader.read_with_end(remote.tp, offset, max_bytes, min_one_message)
+        if data and not self._reading_ahead.locked():
+            # The next sequential fetch's chunks, read ahead on the read-ahead thread (one at a time).
+            self._ahead.submit(self._read_ahead, remote.tp, metadata, end, max_bytes)
+        return data
+
+    def _read_ahead(self, tp: TopicIdPartition, metadata: RemoteLogSegmentMetadata, position: int,
+                    length: int) -> None:
+        if not self._reading_ahead.acquire(blocking=False):
+            return
+        try:
+            self.reader.prefetch(tp, metadata, position, length)
+        except Exception as e:  # the fetch that needs the data meets the error itself
+            log.debug("remote_read_ahead_failed", partition=str(tp), error=str(e))
+        finally:
+            self._reading_ahead.release()
 
     def read_committed(self, partition_log: Log, offset: int, max_bytes: int,
                        min_one_message: bool) -> tuple[bytes, tuple[tuple[int, int], ...]]:
@@ -315,6 +336,7 @@ class Tiering:
             failing_partitions=sum(1 for s in stats.values() if s.failures), last_error=errors[0] if errors else None)
 
     def close(self) -> None:
+        self._ahead.shutdown(wait=True, cancel_futures=True)
         try:
             self.rsm.close()
         finally:
