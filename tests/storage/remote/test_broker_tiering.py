@@ -336,3 +336,20 @@ def test_read_committed_from_the_store_drops_aborted_transactions(tmp_path):
             consumer.close()
         assert got == kept
         assert extra is None
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    (["remote.log.storage.system.enable=true"], "rsm.config.url must be set when remote.log.storage.system.enable"),
+    (["remote.log.storage.system.enable=true", "rsm.config.url=ftp://x"], "must start with s3:// or file://"),
+    (["remote.log.manager.task.interval.ms=0"], "remote.log.manager.task.interval.ms"),
+])
+def test_bad_tiered_storage_settings_fail_the_start_with_one_line(tmp_path, settings, message):
+    from tests.broker_process import run_serve
+
+    args = ["--data-dir", str(tmp_path / "data"), "--host", "127.0.0.1", "--port", "0", "--kafka-port", "0",
+            "--admin-port", "-1"]
+    for setting in settings:
+        args += ["--set", setting]
+    code, _out, err = run_serve(*args)
+    assert code != 0
+    assert message in err and "Traceback" not in err
