@@ -2,21 +2,22 @@
 (--profile) the Python calls behind it.
 
     .venv/bin/python bench/request_cpu.py [--requests 20000] [--request KIND] [--tree DIR]
+                                          [--records 1] [--value-bytes 100] [--fetch-bytes 1024]
+                                          [--warmup 2000]
                                           [--profile | --instructions | --side-by-side REV]
 
 The broker is the real `python -m broker serve` process (fresh data directory);
 one connection sends the same request over and over, one in flight, after a
-warm-up of 2,000 one-record native PRODUCE requests (which also fill the log the
-FETCH requests read). --request chooses the request:
+warm-up of --warmup native PRODUCE requests of the batch below (which also fill
+the log the FETCH requests read). The batch is --records records (key "key",
+a --value-bytes value; one record of 100 B is the frame bench/broker.py's
+latency part sends). --request chooses the request:
 
-- produce: a native PRODUCE of one record (a 100 B value, the frame
-  bench/broker.py's latency part sends) (the default);
-- fetch: a native FETCH from offset 0 with maxBytes 1 KiB (a few of the warm-up's
-  batches);
-- kafka-produce: the same record batch as a Kafka Produce v9 (acks=1) on the
-  Kafka listener;
+- produce: a native PRODUCE of the batch (the default);
+- fetch: a native FETCH from offset 0 with maxBytes --fetch-bytes;
+- kafka-produce: the batch as a Kafka Produce v9 (acks=1) on the Kafka listener;
 - kafka-fetch: a Kafka Fetch v12 (no session, max_wait 0) of partition 0 from
-  offset 0 with partition_max_bytes 1 KiB.
+  offset 0 with partition_max_bytes and max_bytes --fetch-bytes.
 
 --tree DIR runs the broker of another checkout (its tests/broker_process.py,
 its packages and its C accelerators built in place, this venv's interpreter)
@@ -68,7 +69,6 @@ from kafka_format import build_batch  # noqa: E402
 from protocol import CreateTopicRequest, FetchRequest, FrameDecoder, ProduceRequest, encode_request  # noqa: E402
 
 REQUESTS = ("produce", "fetch", "kafka-produce", "kafka-fetch")
-FETCH_BYTES = 1024
 
 WARMUP = 2_000
 BATCH = 1_000  # requests per turn in --side-by-side
@@ -88,12 +88,12 @@ def _load(name: str, path: str):
     return module
 
 
-def request_frame(kind: str, batch: bytes) -> bytes:
+def request_frame(kind: str, batch: bytes, fetch_bytes: int) -> bytes:
     """The frame one request of KIND sends (see the module doc)."""
     if kind == "produce":
         return encode_request(ProduceRequest("request-cpu", 0, batch))
     if kind == "fetch":
-        return encode_request(FetchRequest("request-cpu", 0, 0, FETCH_BYTES, 0))
+        return encode_request(FetchRequest("request-cpu", 0, 0, fetch_bytes, 0))
     from kio.index import load_request_schema
 
     from broker.kafka.codec import make, nested
@@ -106,10 +106,10 @@ def request_frame(kind: str, batch: bytes) -> bytes:
                                make(part, index=0, records=batch),)),)), 1)
     cls = load_request_schema(1, 12)
     topic, part = nested(cls, "topics"), nested(nested(cls, "topics"), "partitions")
-    return encode(make(cls, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=FETCH_BYTES, isolation_level=0,
+    return encode(make(cls, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=fetch_bytes, isolation_level=0,
                        session_id=0, session_epoch=-1,
                        topics=(make(topic, topic="request-cpu", partitions=(
-                           make(part, partition=0, fetch_offset=0, partition_max_bytes=FETCH_BYTES),)),),
+                           make(part, partition=0, fetch_offset=0, partition_max_bytes=fetch_bytes),)),),
                        forgotten_topics_data=(), rack_id=""), 1)
 
 
@@ -126,11 +126,11 @@ async def any_round_trips(sock, frame: bytes, count: int) -> None:
             decoder.feed(data)
 
 
-async def prepare(bench, broker, kind: str, warmup_frame: bytes, frame: bytes):
+async def prepare(bench, broker, kind: str, warmup_frame: bytes, frame: bytes, warmup: int = WARMUP):
     """Create the topic, warm up with native PRODUCEs, open the measured connection."""
     await bench.admin(broker.port, CreateTopicRequest("request-cpu", 1))
     sock = await bench.connect(broker.port)
-    await bench.round_trips(sock, FrameDecoder(), warmup_frame, WARMUP, None)
+    await bench.round_trips(sock, FrameDecoder(), warmup_frame, warmup, None)
     if kind.startswith("kafka"):
         sock.close()
         sock = await bench.connect(broker.kafka_port)
@@ -217,6 +217,10 @@ def main() -> int:
     parser.add_argument("--side-by-side", metavar="REV", help="run REV's broker alongside, in alternating batches")
     parser.add_argument("--request", choices=REQUESTS, default="produce", help="the request measured")
     parser.add_argument("--tree", metavar="DIR", help="run the broker of the checkout in DIR")
+    parser.add_argument("--records", type=int, default=1, help="records in the produced batch (default 1)")
+    parser.add_argument("--value-bytes", type=int, default=100, help="bytes of each record's value (default 100)")
+    parser.add_argument("--fetch-bytes", type=int, default=1024, help="a FETCH's maxBytes (default 1024)")
+    parser.add_argument("--warmup", type=int, default=WARMUP, help="native PRODUCEs before the measured requests")
     args = parser.parse_args()
     bench = _bench_broker()
     work = tempfile.mkdtemp(prefix="strata-request-cpu-")
@@ -231,9 +235,10 @@ def main() -> int:
     elif args.instructions:
         process.serve_command = lambda *a: ["valgrind", "--tool=callgrind", "--instr-atstart=no", "-q",
                                             f"--callgrind-out-file={callgrind_out}", *plain(*a)]
-    batch = build_batch([(b"key", b"v" * 100, int(time.time() * 1000))])
-    warmup_frame = request_frame("produce", batch)
-    frame = request_frame(args.request, batch)
+    now_ms = int(time.time() * 1000)
+    batch = build_batch([(b"key", b"v" * args.value_bytes, now_ms)] * args.records)
+    warmup_frame = request_frame("produce", batch, args.fetch_bytes)
+    frame = request_frame(args.request, batch, args.fetch_bytes)
     if args.side_by_side:
         try:
             return side_by_side(args.side_by_side, args.requests, args.request, warmup_frame, frame, work)
@@ -242,7 +247,7 @@ def main() -> int:
     broker = process.BrokerProcess(os.path.join(work, "data")).start(timeout=600)
     try:
         async def run() -> tuple[float, float]:
-            sock = await prepare(bench, broker, args.request, warmup_frame, frame)
+            sock = await prepare(bench, broker, args.request, warmup_frame, frame, args.warmup)
             if args.instructions:
                 subprocess.run(["callgrind_control", "-i", "on", str(broker.pid)], check=True, capture_output=True)
             cpu_before, started = bench.cpu_seconds(broker.pid), time.perf_counter()
