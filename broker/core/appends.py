@@ -15,7 +15,7 @@ one) goes to the partition's `Appender`: one executor job at a time per partitio
 runs the appends queued for it in order. So an append never overtakes an earlier
 one of its partition. Transaction markers (`append_txn_marker`) follow the same
 policy. Every append wakes the partition's long polls and counts its topic's
-messages and bytes in (broker/metrics.py), or a failed produce.
+messages and bytes in (broker/admin/metrics.py), or a failed produce.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
+from broker.admin.metrics import BrokerMetrics
 from kafka_format.errors import StrataError
 from protocol import ErrorCode
 from storage.log import AppendResult
 
-from ..metrics import BrokerMetrics
 from .errors import strata_error
 from .types import AppendOutcome, PartitionLog
 from .waiting import PartitionWaiters

@@ -72,14 +72,14 @@ tests/test_import_cycles.py).
    `codec.error_response` (so catch per-partition errors yourself when the
    response has no top-level error field); anything else escaping is logged and
    answered the same with UNKNOWN_SERVER_ERROR (-1). Raise
-   broker.server.CloseConnection to close the connection without an answer.
+   broker.net.request_handlers.CloseConnection to close the connection without an answer.
 
 4. Shared state, all on the KafkaApis passed to `register` (and `ctx.apis`), each
    given to KafkaApis when it is made:
-        apis.config     broker.config.BrokerConfig (group.* settings: add keys there)
+        apis.config     broker.config.broker_config.BrokerConfig (group.* settings: keys in broker.config.keys)
         apis.manager    storage.manager.LogManager
-        apis.registry   broker.topics.TopicRegistry (topic ids: registry.topic_id(name))
-        apis.offsets    broker.group_offsets.GroupOffsets: commit(group, topic, partition,
+        apis.registry   broker.state.topic_registry.TopicRegistry (topic ids: registry.topic_id(name))
+        apis.offsets    broker.state.group_offsets.GroupOffsets: commit(group, topic, partition,
                         offset, metadata) [blocking: run through apis.blocking],
                         fetch(group, topic, partition) -> Committed | None [memory]
         apis.partitions broker.core.PartitionService (logs, appends, reads, long polls,

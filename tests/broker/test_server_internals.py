@@ -1,7 +1,7 @@
 """The server's own state, observed in-process: zero-copy FETCH and flow-control bounds.
 
 The broker runs in a thread of the test process (tests/broker/inprocess.py) so the
-tests can read `broker.server.sendfile_stats` (counted at the one os.sendfile call)
+tests can read `broker.net.server.sendfile_stats` (counted at the one os.sendfile call)
 and each connection's queue and write buffer. Nothing is mocked.
 """
 

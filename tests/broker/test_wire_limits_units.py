@@ -12,7 +12,7 @@ import pytest
 from kio.index import load_request_schema
 
 from broker.kafka import codec, request_check
-from broker.log_limiter import BadRequestLog
+from broker.net.bad_request_log import BadRequestLog
 from tests.robust.wire_fuzz import Mutator, sample_requests
 
 # The APIs whose handlers met None for a null array before the check (issue 14, item 5).
@@ -155,8 +155,8 @@ def test_unreported_counts_of_a_closed_connection_reach_the_summary():
 
 # ---- request memory and frames that grow as bytes arrive ---------------------------------------
 
-from broker.connection_limits import ConnectionLimits, parse_overrides  # noqa: E402
-from broker.request_memory import RequestMemory, give_back_memory  # noqa: E402
+from broker.net.connection_limits import ConnectionLimits, parse_overrides  # noqa: E402
+from broker.net.request_memory import RequestMemory, give_back_memory  # noqa: E402
 from protocol.framing import INITIAL_FRAME_BYTES, WHOLE_FRAME_BYTES, FramePool, FrameReader  # noqa: E402
 
 

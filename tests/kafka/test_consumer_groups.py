@@ -387,7 +387,7 @@ def test_uniform_heterogeneous_rebalances_a_skewed_current_assignment():
 
 
 def test_group_consumer_settings_defaults_and_checks(tmp_path):
-    from broker.config import BrokerConfig
+    from broker.config.broker_config import BrokerConfig
     from kafka_format.errors import InvalidConfigError
 
     values = BrokerConfig.load(overrides=[], data_dir=str(tmp_path)).values
