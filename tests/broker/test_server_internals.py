@@ -15,8 +15,8 @@ import time
 import pytest
 import structlog
 
-from broker import server as server_module
 from broker.core import appends as appends_module
+from broker.net import server as server_module
 from kafka_format import build_batch, iter_records
 from protocol import (
     CreateTopicRequest,

@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from broker import topics as topics_module
+from broker.state import topic_registry as topics_module
 from broker.state.internal_topics import OFFSETS_TOPIC, check_delete_records
 from broker.state.topic_registry import REGISTRY_FILE, TopicRegistry
 from kafka_format.errors import InvalidConfigError, InvalidTopicError, KafkaStorageError, TopicAlreadyExistsError

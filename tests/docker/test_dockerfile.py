@@ -36,9 +36,9 @@ NATIVE_PORT = 9000
 
 
 def native_default_port() -> int:
-    """The broker's own default port, when broker/config/broker_config.py says; else the documented 9000."""
+    """The broker's own default port, when broker/config/keys.py says; else the documented 9000."""
     try:
-        from broker import config  # noqa: PLC0415
+        from broker.config import keys as config  # noqa: PLC0415
     except ImportError:
         return NATIVE_PORT
     for name in ("DEFAULT_PORT", "NATIVE_PORT", "DEFAULT_NATIVE_PORT"):

@@ -12,7 +12,7 @@ import pytest
 
 from broker.kafka.groups import assignors
 from broker.kafka.groups import consumer_coordinator as cc
-from broker.kafka.groups.consumer_coordinator import ConsumerGroupCoordinator, HeartbeatRequest
+from broker.kafka.groups.consumer_coordinator import ConsumerGroupCoordinator
 from broker.kafka.groups.consumer_group import (
     MEMBER_STABLE,
     UNRELEASED_PARTITIONS,
@@ -20,6 +20,7 @@ from broker.kafka.groups.consumer_group import (
     ConsumerMember,
     reconcile,
 )
+from broker.kafka.groups.consumer_heartbeat import HeartbeatRequest
 
 
 def parts(topic: str, *indexes: int) -> set[tuple[str, int]]:
