@@ -6,7 +6,8 @@ unset) and no earlier append of its partition still queued runs inline on the
 loop: a copy into the page cache, a few microseconds up to
 INLINE_APPEND_MAX_BYTES (64 KiB) and a fraction of a millisecond up to
 LARGE_INLINE_APPEND_MAX_BYTES (1 MiB), cheaper in all than the hand-off to a
-thread and back (figures in broker/SERVER.md). If an inline append takes over
+thread and back (the frame read by another core, GIL and futex hand-offs); the
+price is that a 1 MiB append holds the loop for that time. If an inline append takes over
 SLOW_INLINE_APPEND_S (20 ms: writeback throttling, a page cache that waits for
 the disk), appends over 64 KiB go to the executor for INLINE_BACKOFF_S (10 s), so
 the loop waits for a slow disk at most once per back-off. Every other append (an

@@ -9,16 +9,17 @@ message schemas); record bytes are appended as they arrive (restamped) and
 fetched bytes go to the socket with sendfile. KAFKA.md in this directory lists
 the supported APIs and versions and the decisions.
 
-INTERFACE FOR API MODULES (consumer groups: broker/kafka/groups.py)
--------------------------------------------------------------------
+INTERFACE FOR API MODULES (e.g. consumer groups: broker/kafka/groups/)
+---------------------------------------------------------------------
 
 Modules:
     broker/kafka/request_types.py  ApiKey, RequestContext, DECLINE: what every API module uses
     broker/kafka/allowed.py   allowed(ctx, ...): the ACL check of a request's connection
     broker/kafka/apis.py      KafkaApis (dispatch table + shared state)
     broker/kafka/codec.py     request-header parsing, kio decode/encode, fetch splicing
-    broker/kafka/handlers.py  CoreHandlers: registers the core APIs (ApiVersions, Metadata,
-                              Produce, Fetch, ...), one module each (its docstring lists them)
+    broker/kafka/handlers.py  CoreHandlers: registers the core APIs (ApiVersions, Metadata, Produce,
+                              Fetch, ...), one module each (its docstring lists them)
+    broker/kafka/core_api.py  CoreApiBase: what those core API modules share
     broker/compose.py         builds KafkaApis and calls every module's `register`, in order
 
 API modules import the small modules above, never apis.py (no import cycles:
