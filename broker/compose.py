@@ -122,8 +122,13 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
     kafka_listeners = [listener for listener in listeners if listener.spec.protocol == KAFKA]
     if kafka_listeners:
         assert state.kafka_state is not None
+        # The native listeners as bound, in native.advertised.listeners' form: what DescribeConfigs
+        # says of that key when it is not set, so a client that reached the Kafka listener finds
+        # a native listener that took any free port (broker/cli/addresses.py).
+        native_bound = ",".join(f"{listener.name}://{':'.join(map(str, listener.described))}"
+                                for listener in listeners if listener.spec.protocol != KAFKA)
         kafka, txn = build_kafka(partitions, bad_requests, advertised=kafka_listeners[0].advertised,
-                                 state=state.kafka_state, group_configs=state.group_configs,
+                                 native_bound=native_bound, state=state.kafka_state, group_configs=state.group_configs,
                                  broker_configs=state.broker_configs, authenticator=authenticator)
     # One memory pool, one set of connection limits and one bad-request log for
     # both listeners (Kafka's queued.max.request.bytes and ConnectionQuotas are
@@ -158,13 +163,15 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
 
 
 def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, advertised: tuple[str, int],
-                state: KafkaState, group_configs: GroupConfigs | None, broker_configs: DynamicBrokerConfigs | None,
+                native_bound: str, state: KafkaState, group_configs: GroupConfigs | None,
+                broker_configs: DynamicBrokerConfigs | None,
                 authenticator: SaslAuthenticator | None) -> tuple[KafkaApis, TransactionCoordinator]:
     """The Kafka listener's request handling: its coordinators, KafkaApis and every API
     module's handlers, registered in order."""
     classic_groups, consumer_groups = groups.coordinators(partitions.config, partitions.loop, partitions.registry,
                                                           partitions.offsets, group_configs, partitions.blocking)
-    apis = KafkaApis(partitions, bad_requests, advertised=advertised, state=state, group_configs=group_configs,
+    apis = KafkaApis(partitions, bad_requests, advertised=advertised, native_bound=native_bound, state=state,
+                     group_configs=group_configs,
                      broker_configs=broker_configs, authenticator=authenticator, groups=classic_groups,
                      consumer_groups=consumer_groups)
     producer_ids = ProducerIdAllocator(state, partitions.blocking)

@@ -74,7 +74,8 @@ class ApiEntry:
 
 class KafkaApis(FastPath):
     def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog, *,
-                 advertised: tuple[str, int] | None = None, state: KafkaState | None = None,
+                 advertised: tuple[str, int] | None = None, native_bound: str = "",
+                 state: KafkaState | None = None,
                  group_configs: GroupConfigs | None = None, broker_configs: DynamicBrokerConfigs | None = None,
                  authenticator: Any = None, groups: Any = None, consumer_groups: Any = None):
         self.partitions = partitions  # what both protocols share (broker/core/service.py)
@@ -89,6 +90,7 @@ class KafkaApis(FastPath):
         self.node_id = NODE_ID
         # (host, port) answered to a connection without a listener (a listener answers its own)
         self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
+        self.native_bound = native_bound  # the native listeners as bound (NAME://HOST:PORT,...)
         self.state = state  # the cluster id and producer id blocks (broker/kafka/state.py)
         self.group_configs = group_configs  # per-group settings (broker/config/group_configs.py)
         self.broker_configs = broker_configs  # AlterConfigs of the broker (broker/config/dynamic_broker_configs.py)

@@ -269,6 +269,8 @@ class ConfigsApi(CoreApiBase):
             found = config_synonyms(k, layers)
             more[k] = [(synonym, value, SOURCE_CODES[source]) for synonym, value, source in found]
             value, source = (found[0][1], SOURCE_CODES[found[0][2]]) if found else (None, DEFAULT_CONFIG)
+            if k == "native.advertised.listeners" and not value and name:
+                value = self.apis.native_bound  # unset: the native listeners as bound
             entries.append((k, value, source, k not in settable, describe_kind(k, settable)))
         return entries
 

@@ -238,10 +238,15 @@ def test_nothing_listening_is_one_line():
         strata("topics", "list", "--bootstrap-server", "127.0.0.1:1"))
 
 
-def test_an_ephemeral_native_port_is_named_not_guessed(live_broker):
-    """The test brokers take any free port (port 0): the configuration cannot tell it."""
-    err = one_error_line(strata("topics", "list", "--bootstrap-server", live_broker.process.bootstrap))
-    assert "does not tell its native listener's port" in err and "native.advertised.listeners" in err
+def test_an_ephemeral_native_port_is_found_through_the_kafka_listener(live_broker):
+    """The test brokers take any free port (port 0): DescribeConfigs of the broker describes
+    an unset native.advertised.listeners as the native listeners as bound."""
+    process = live_broker.process
+    name = unique("ephemeral")
+    ok(strata("topics", "create", name, "--partitions", 1, "--bootstrap-server", process.bootstrap))
+    assert name in ok(strata("topics", "list", "--bootstrap-server", process.bootstrap)).splitlines()
+    described = ok(strata("configs", "describe", "--broker", "--bootstrap-server", process.bootstrap))
+    assert f"native.advertised.listeners=PLAINTEXT://127.0.0.1:{process.port}" in described
 
 
 def test_choosing_the_other_listener():
