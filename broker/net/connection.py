@@ -1,63 +1,31 @@
 """One client connection: frames in, replies out, in request order.
 
-Contract:
-- `Connection` is an asyncio.BufferedProtocol: the transport receives straight
-  into a `FrameReader` (protocol/framing.py), so the bytes of a large frame land
-  once, by the kernel, in the buffer the frame keeps (one of the server's
-  `FramePool`, reused once nothing refers to it). Frames queue up and one task per
-  connection handles them strictly one after another and writes each reply before
-  the next one starts: responses are in request order, and a request sees the
-  effects of every earlier request on the same connection (as Kafka, which mutes a
-  channel while its request is in flight). A long-poll FETCH therefore delays later
-  responses of its own connection, never other connections.
-- Its collaborators, one job each: `FlowControl` (broker/net/flow_control.py) pauses
-  and resumes reading and tracks the write buffer; `SendfileWriter`
-  (broker/net/sendfile.py) writes the reply parts, segment bytes by sendfile; the
-  `RequestHandlers` (the native `Handlers` or `broker.kafka.KafkaApis`) answer
-  requests. What it needs of its server (limits, pools, stats, the shared
-  RequestMemory and BadRequestLog, admit / connection_made / connection_lost) is
-  `ConnectionHost`.
-- Fast path, streaming of keyed frames and per-connection handlers: the interfaces
-  in broker/net/request_handlers.py, which say what the connection does with each.
-- A frame over `socket.request.max.bytes` is answered with `fatal_reply` (after
-  the responses to the requests before it) and the connection is closed. Bad
-  frames are logged through the broker's `BadRequestLog` (rate-limited per
-  connection and reason, with a broker-wide cap: broker/net/bad_request_log.py). A frame
-  the codec cannot parse is answered by the handlers and the connection stays
-  open. A handler may answer nothing (None: Kafka's acks=0, order kept) or raise
-  CloseConnection (earlier replies are flushed, then the connection closes), or
-  CloseAfterReply(reply) (its reply is written, then the connection closes).
-- Client quotas: a handler that throttles a request (broker/core/quotas.py, through
-  the partition service) sets `ConnectionContext.throttle_ms`; once that
-  request's reply is handed to the socket the connection is muted for that time
-  (Kafka's channel mute, KIP-219: answer first, then throttle): it reads nothing
-  and handles no queued request until the time has passed, for both protocols
-  (the native one has no throttle field: the delayed reads are its throttle).
-  `stats.throttle_mutes` / `throttle_mute_ms` count them.
-- Half-close: after the client's EOF, queued requests are still answered, then
-  the connection closes. `drain()` (shutdown) reads nothing more, answers what is
-  queued, then closes.
-- Metrics (when the server has `request_stats`, broker/admin/metrics.py): every request
-  answered is timed, from the start of its handling to its reply handed to the
-  socket, on the RequestStats of its type (the frame's first two bytes: the native
-  request type or the Kafka api key), for both protocols.
+- `Connection` is an asyncio.BufferedProtocol: the transport receives straight into a
+  `FrameReader` (protocol/framing.py), so a large frame's bytes land once, in the
+  buffer the frame keeps (one of the server's `FramePool`). One task per connection
+  handles the queued frames strictly one after another and writes each reply before
+  the next one starts: responses are in request order and a request sees the effects
+  of every earlier one on its connection (as Kafka mutes a channel while a request is
+  in flight); a long-poll FETCH delays only its own connection.
+- Collaborators: `FlowControl` (broker/net/flow_control.py: when to read, when to wait
+  before writing), `SendfileWriter` (broker/net/sendfile.py: reply parts, segment bytes
+  by sendfile), the `RequestHandlers` (broker/net/request_handlers.py: the native
+  `Handlers` or `broker.kafka.KafkaApis`, with their fast path, streaming of keyed
+  frames and per-connection state), and `ConnectionHost`, what it needs of its server.
+- A frame over `socket.request.max.bytes` is answered with `fatal_reply` after the
+  earlier replies, then the connection closes; bad frames are logged through the
+  `BadRequestLog` (broker/net/bad_request_log.py). A handler may answer None (Kafka's
+  acks=0), raise CloseConnection (earlier replies flushed, then close) or
+  CloseAfterReply(reply).
+- A throttled request (`ConnectionContext.throttle_ms`, broker/core/quotas.py) mutes
+  the connection after its reply is handed to the socket (KIP-219), for both protocols.
+- After the client's EOF queued requests are still answered, then the connection
+  closes; `drain()` (shutdown) reads nothing more, answers what is queued, closes.
+- Every request answered is timed on the RequestStats of its type (broker/admin/metrics.py).
 
-Flow control (a slow or stalled reader never makes the broker buffer without bound):
-- Reading pauses while `connection.max.queued.requests` requests (default 16) are
-  read but not yet answered: frames are only taken out of the decoder while there
-  is room, so a chunk full of tiny pipelined requests stays as raw bytes in the
-  decoder (at most one socket read, 256 KiB in uvloop).
-- Reading also pauses while the transport is paused for writing: its write buffer
-  is above `connection.write.buffer.bytes` (default 256 KiB; resume at a quarter).
-  The request task waits for the drain before writing more (and the fast path
-  stops at the high-water mark: the next frames queue), so per connection the
-  broker holds at most: one socket read + the queued frames + one reply in memory
-  + the write buffer (<= high-water mark + the largest single write).
-- Reading also pauses while a frame of 16 KiB or more cannot begin because the
-  broker-wide `RequestMemory` (queued.max.request.bytes) is spent; it resumes
-  when answered requests (or closed connections) give memory back. A frame's
-  reservation is released once every request read on its connection is
-  answered. Buffers grow as bytes arrive (protocol/framing.py).
+Flow control (reading pauses for `connection.max.queued.requests` unanswered requests,
+a write buffer over `connection.write.buffer.bytes`, or spent `queued.max.request.bytes`),
+the fast path and memory under abuse: broker/SERVER.md.
 """
 
 from __future__ import annotations

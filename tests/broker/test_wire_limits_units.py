@@ -1,4 +1,4 @@
-"""Unit checks of the wire limits (issue 14, items 5-7): the Kafka request check,
+"""Unit checks of the wire limits: the Kafka request check,
 the bad-request log limiter, the request memory pool, frame buffers that grow as
 bytes arrive, and the connection limits."""
 
@@ -15,7 +15,7 @@ from broker.kafka import codec, request_check
 from broker.net.bad_request_log import BadRequestLog
 from tests.robust.wire_fuzz import Mutator, sample_requests
 
-# The APIs whose handlers met None for a null array before the check (issue 14, item 5).
+# The APIs whose handlers met None for a null array before the check.
 NULL_ARRAY_APIS = [(0, 3, 13), (19, 2, 7), (20, 1, 6), (32, 1, 4), (2, 1, 10), (21, 0, 2), (15, 0, 6),
                    (42, 0, 2)]
 
