@@ -9,7 +9,7 @@ Contract (the interface for API modules is in broker/kafka/__init__.py):
   the group coordinators). Its table starts empty: the composition
   (broker/compose.py) calls each API module's `register(apis, ...)` in order.
   API keys are `ApiKey` members (broker/kafka/request_types.py).
-- It is what `broker.server.BrokerServer` serves (its `RequestHandlers`): `handle`
+- It is what `broker.net.server.BrokerServer` serves (its `RequestHandlers`): `handle`
   takes one frame (`header | body`, size stripped) and returns the framed reply
   parts, None for no reply (acks=0), or raises CloseConnection.
 - Unsupported requests, as Kafka's SocketServer/KafkaApis: ApiVersions of a version
@@ -43,16 +43,16 @@ import structlog
 from kio.index import UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
+from broker.config.dynamic_broker_configs import DynamicBrokerConfigs
+from broker.config.group_configs import GroupConfigs
+from broker.net.bad_request_log import BadRequestLog
+from broker.net.handler_clock import HandlerClock
+from broker.net.listeners import ConnectionContext
+from broker.net.request_handlers import CloseConnection, FastPath
 from kafka_format.errors import StrataError
 from protocol import ProtocolError
 
-from ..connection import CloseConnection, FastPath
 from ..core import PartitionLog, PartitionService
-from ..dynamic_broker_configs import DynamicBrokerConfigs
-from ..group_configs import GroupConfigs
-from ..handler_clock import HandlerClock
-from ..listeners import ConnectionContext
-from ..log_limiter import BadRequestLog
 from . import codec, request_check
 from .api_versions import unsupported_api_versions
 from .request_types import API_VERSIONS, BEFORE_AUTHENTICATION, DECLINE, NODE_ID, Handler, HandlerNow, RequestContext
@@ -92,8 +92,8 @@ class KafkaApis(FastPath):
         self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
         self.native_bound = native_bound  # the native listeners as bound (NAME://HOST:PORT,...)
         self.state = state  # the cluster id and producer id blocks (broker/kafka/state.py)
-        self.group_configs = group_configs  # per-group settings (broker/group_configs.py)
-        self.broker_configs = broker_configs  # AlterConfigs of the broker (broker/dynamic_broker_configs.py)
+        self.group_configs = group_configs  # per-group settings (broker/config/group_configs.py)
+        self.broker_configs = broker_configs  # AlterConfigs of the broker (broker/config/dynamic_broker_configs.py)
         self.authenticator = authenticator  # broker.security.sasl.SaslAuthenticator: the SCRAM credentials
         self.groups = groups  # broker/kafka/groups: the classic GroupCoordinator
         self.consumer_groups = consumer_groups  # and KIP-848's ConsumerGroupCoordinator
@@ -148,7 +148,7 @@ class KafkaApis(FastPath):
         """The live Log of a partition or the StrataError to answer."""
         return await self.partitions.partition_log(topic, partition, produce=produce)
 
-    # ---- RequestHandlers (broker.server) --------------------------------------------------------
+    # ---- RequestHandlers (broker.net.request_handlers) --------------------------------------------------------
 
     def bad_frame_reply(self, error: ProtocolError) -> None:
         return None  # too short for a header: close, as Kafka
@@ -266,7 +266,7 @@ class KafkaApis(FastPath):
         sasl.authenticator.failed(conn, None, message)
         raise CloseConnection()
 
-    # ---- FastPath (broker.connection) -----------------------------------------------------------
+    # ---- FastPath (broker.net.request_handlers) -----------------------------------------------------------
 
     def handle_now(self, frame, conn: ConnectionContext):
         """The reply to `frame` made right now on the loop, by its API's `now` handler

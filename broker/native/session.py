@@ -2,7 +2,7 @@
 
 Contract:
 - `SessionHandlers` is the RequestHandlers (and FastPath) one connection serves
-  (`Handlers.for_connection`, broker/connection.py's PerConnection): it keeps the
+  (`Handlers.for_connection`, broker/net/connection.py's PerConnection): it keeps the
   connection's `NativeSession` (session_state.py), counts the connection's
   requests in it and hands each to the shared `Handlers` with the session. The
   first request of a connection always goes through `handle` (never the fast
@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from broker.net.handler_clock import HandlerClock
+from broker.net.listeners import ConnectionContext
+from broker.net.request_handlers import CloseAfterReply, FastPath, Frame, Reply
 from protocol import ErrorCode, ProtocolError, RequestType, error_response, parse_produce, parse_request
 
-from ..connection import CloseAfterReply, FastPath, Frame, Reply
 from ..core import INLINE_APPEND_MAX_BYTES
-from ..handler_clock import HandlerClock
-from ..listeners import ConnectionContext
 from ..security.sasl import sasl_failure_delay
 from .session_state import NativeSession
 

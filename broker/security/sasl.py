@@ -12,7 +12,7 @@ Contract:
   without SASL.
 - `SaslAuthenticator` is broker-wide: the SCRAM credential store (set once the
   data directory is locked), `connection.failed.authentication.delay.ms`, and
-  the rate-limited log of failed logins (broker/log_limiter.py, keyed by the
+  the rate-limited log of failed logins (broker/net/bad_request_log.py, keyed by the
   client's address, with the broker-wide cap). `session(context)` gives a
   connection its `SaslSession`.
 - `SaslSession` is one connection's SASL state, driven by both protocols:

@@ -281,7 +281,7 @@ def test_listeners_from_the_broker_configs():
 
 
 def test_native_advertised_listeners_name_native_listeners(tmp_path):
-    from broker.config import BrokerConfig
+    from broker.config.broker_config import BrokerConfig
     from kafka_format.errors import InvalidConfigError
 
     config = BrokerConfig.load(overrides=["native.advertised.listeners=PLAINTEXT://published:19000"],
