@@ -49,6 +49,7 @@ from broker.net.bad_request_log import BadRequestLog
 from broker.net.handler_clock import HandlerClock
 from broker.net.listeners import ConnectionContext
 from broker.net.request_handlers import CloseConnection, FastPath
+from broker.security.sasl import SaslGate
 from kafka_format.errors import StrataError
 from protocol import ProtocolError
 
@@ -59,6 +60,14 @@ from .request_types import API_VERSIONS, BEFORE_AUTHENTICATION, DECLINE, NODE_ID
 from .state import KafkaState
 
 log = structlog.get_logger("strata.kafka")
+
+# The SASL gate (broker/security/sasl.py) with Kafka's admitted requests and its words
+# (SaslServerAuthenticator): a refused request closes the connection unanswered.
+SASL_GATE = SaslGate(
+    BEFORE_AUTHENTICATION,
+    unauthenticated=lambda api_key: f"Unexpected Kafka request of type {api_key} during SASL handshake",
+    expired=lambda api_key: (f"api {api_key} after the SASL session expired (connections.max.reauth.ms) "
+                             "without re-authentication"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +183,8 @@ class KafkaApis(FastPath):
         except codec.MalformedRequest as e:
             self.bad_requests.record(peer, "kafka_bad_request", error=str(e), peer=peer)
             raise CloseConnection() from None
-        if not conn.authenticated and api_key not in BEFORE_AUTHENTICATION:
-            self._refuse_unauthenticated(conn, api_key)
+        if not conn.authenticated and SASL_GATE.refusal(conn, api_key) is not None:
+            raise CloseConnection()
         entry = self._table.get(api_key)
         if entry is None or not entry.min_version <= api_version <= entry.max_version:
             if api_key == API_VERSIONS:
@@ -255,16 +264,6 @@ class KafkaApis(FastPath):
             throttle_time = max(datetime.timedelta(milliseconds=throttle), response.throttle_time)
             response = dataclasses.replace(response, throttle_time=throttle_time)
         return response
-
-    def _refuse_unauthenticated(self, conn: ConnectionContext, api_key: int) -> None:
-        """The SASL gate: a request other than ApiVersions/SaslHandshake/SaslAuthenticate
-        before authentication (or after the session expired) closes the connection."""
-        sasl = conn.sasl
-        message = (f"api {api_key} after the SASL session expired (connections.max.reauth.ms) without "
-                   "re-authentication" if sasl.expired else
-                   f"Unexpected Kafka request of type {api_key} during SASL handshake")
-        sasl.authenticator.failed(conn, None, message)
-        raise CloseConnection()
 
     # ---- FastPath (broker.net.request_handlers) -----------------------------------------------------------
 
