@@ -37,7 +37,7 @@ import datetime
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 from kio.index import UnknownEntity, load_request_schema, load_response_schema
@@ -51,7 +51,8 @@ from broker.net.listeners import ConnectionContext
 from broker.net.request_handlers import CloseConnection, FastPath
 from broker.security.sasl import SaslGate
 from kafka_format.errors import StrataError
-from protocol import ProtocolError
+from protocol import HandshakeRequest, ProtocolError
+from protocol import parse_request as parse_native_request
 
 from ..core import PartitionLog, PartitionService
 from . import codec, request_check
@@ -60,6 +61,14 @@ from .request_types import API_VERSIONS, BEFORE_AUTHENTICATION, DECLINE, NODE_ID
 from .state import KafkaState
 
 log = structlog.get_logger("strata.kafka")
+
+def is_native_handshake(frame) -> bool:
+    """Whether `frame` is a native-protocol HANDSHAKE (NATIVE-PROTOCOL.md), exactly."""
+    try:
+        return isinstance(parse_native_request(frame, 1), HandshakeRequest)
+    except ProtocolError:
+        return False
+
 
 # The SASL gate (broker/security/sasl.py) with Kafka's admitted requests and its words
 # (SaslServerAuthenticator): a refused request closes the connection unanswered.
@@ -189,9 +198,7 @@ class KafkaApis(FastPath):
         if entry is None or not entry.min_version <= api_version <= entry.max_version:
             if api_key == API_VERSIONS:
                 return [unsupported_api_versions(self.supported(), correlation_id)]
-            self.bad_requests.record(peer, "kafka_unsupported_request", api_key=api_key,
-                                     api_version=api_version, peer=peer)
-            raise CloseConnection()
+            self._bad_request(frame, peer, "kafka_unsupported_request", api_key=api_key, api_version=api_version)
         declined, self._declined = self._declined, None
         if declined is not None and declined[0] is frame:
             header, request = declined[1], declined[2]
@@ -199,9 +206,8 @@ class KafkaApis(FastPath):
             try:
                 header, request = codec.decode_request(frame, entry.request_classes[api_version])
             except codec.MalformedRequest as e:
-                self.bad_requests.record(peer, "kafka_bad_request", api_key=api_key,
-                                         api_version=api_version, error=str(e), peer=peer)
-                raise CloseConnection() from None
+                self._bad_request(frame, peer, "kafka_bad_request", api_key=api_key, api_version=api_version,
+                                  error=str(e))
         ctx = self._context(entry, header, api_version, correlation_id, conn)
         try:
             guard = self.guards.get(api_key)
@@ -264,6 +270,16 @@ class KafkaApis(FastPath):
             throttle_time = max(datetime.timedelta(milliseconds=throttle), response.throttle_time)
             response = dataclasses.replace(response, throttle_time=throttle_time)
         return response
+
+    def _bad_request(self, frame, peer, event: str, **fields) -> NoReturn:
+        """Close the connection of a request this listener cannot serve: logged as a bad
+        request (rate-limited), except a native-protocol HANDSHAKE, which is how the command
+        line asks a listener which protocol it speaks (broker/cli/addresses.py)."""
+        if is_native_handshake(frame):
+            log.info("kafka_listener_native_handshake", peer=peer)
+        else:
+            self.bad_requests.record(peer, event, **fields, peer=peer)
+        raise CloseConnection()
 
     # ---- FastPath (broker.net.request_handlers) -----------------------------------------------------------
 
