@@ -19,18 +19,26 @@ from typing import Any
 
 import structlog
 
+from broker.admin.metrics import BrokerMetrics, camel_name
+from broker.config.broker_config import BrokerConfig
+from broker.config.dynamic_broker_configs import DynamicBrokerConfigs
+from broker.config.group_configs import GroupConfigs
+from broker.core.quotas import ClientQuotas
+from broker.kafka import create_partitions
+from broker.net.bad_request_log import BadRequestLog
+from broker.net.connection_limits import ConnectionLimits
+from broker.net.connection_rates import ConnectionRates
+from broker.net.listeners import KAFKA, Listener, ListenerSpec
+from broker.net.request_handlers import PerConnection, RequestHandlers
+from broker.net.request_memory import RequestMemory
+from broker.net.server import BoundPort, BrokerServer
+from broker.state.topic_registry import TopicRegistry
 from protocol import RequestType
 from storage.manager import LogManager
 from storage.remote.config import RemoteLogConfig
 
-from .config import BrokerConfig
-from .connection import PerConnection, RequestHandlers
-from .connection_limits import ConnectionLimits
-from .connection_rates import ConnectionRates
 from .core import PartitionService
 from .core.tiering import Tiering
-from .dynamic_broker_configs import DynamicBrokerConfigs
-from .group_configs import GroupConfigs
 from .kafka import (
     acls,
     client_quotas,
@@ -46,29 +54,21 @@ from .kafka import (
     transactions,
 )
 from .kafka import handlers as core_handlers
-from .kafka import partitions as create_partitions
 from .kafka.apis import KafkaApis
 from .kafka.producer_ids import ProducerIdAllocator
 from .kafka.request_types import ApiKey
 from .kafka.state import KafkaState
 from .kafka.transactions import TransactionCoordinator
-from .listeners import KAFKA, Listener, ListenerSpec
-from .log_limiter import BadRequestLog
-from .metrics import BrokerMetrics, camel_name
 from .native import Handlers
-from .quotas import ClientQuotas
-from .request_memory import RequestMemory
 from .security.authorizer import Authorizer
 from .security.credentials import ScramCredentialStore
 from .security.sasl import SaslAuthenticator
-from .server import BoundPort, BrokerServer
-from .topics import TopicRegistry
 
 
 @dataclass(frozen=True)
 class ListenerSetup:
     """A configured listener checked before anything starts: its TLS contexts
-    (broker.tls.ServerTls), SASL settings and SSL principal mapper."""
+    (broker.net.tls.ServerTls), SASL settings and SSL principal mapper."""
 
     spec: ListenerSpec
     tls: Any = None
@@ -133,7 +133,7 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
           ports: list[tuple[ListenerSetup, BoundPort]], tiering: Tiering | None = None) -> Broker:
     partitions = PartitionService(config, manager, state.registry, executor, loop, metrics=metrics,
                                   authorizer=state.authorizer, quotas=state.quotas, tiering=tiering)
-    # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
+    # Bad requests of both listeners, logged rate-limited (broker/net/bad_request_log.py).
     bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
     # SASL, broker-wide: the SCRAM credentials, the failure delay and the failed-login
     # log; each SASL_* listener points at it.

@@ -249,6 +249,17 @@ def test_an_ephemeral_native_port_is_found_through_the_kafka_listener(live_broke
     assert f"native.advertised.listeners=PLAINTEXT://127.0.0.1:{process.port}" in described
 
 
+def test_the_kafka_listener_takes_the_probe_as_no_bad_request(live_broker):
+    """The command line's first words to a Kafka listener are a native HANDSHAKE: the
+    listener closes that connection with an info line, not a bad-request warning."""
+    process = live_broker.process
+    before = len(process.log_events())  # the broker is shared: only what this command caused
+    ok(strata("topics", "list", "--bootstrap-server", process.bootstrap))
+    events = process.log_events()[before:]
+    assert any(e.get("event") == "kafka_listener_native_handshake" for e in events)
+    assert not [e for e in events if e.get("event") in ("kafka_bad_request", "kafka_unsupported_request")]
+
+
 def test_choosing_the_other_listener():
     listeners = [ListenerInfo(KAFKA, "INTERNAL", "PLAINTEXT", "kafka-0", 29092),
                  ListenerInfo(KAFKA, "EXTERNAL", "PLAINTEXT", "", 19092),
@@ -281,7 +292,7 @@ def test_listeners_from_the_broker_configs():
 
 
 def test_native_advertised_listeners_name_native_listeners(tmp_path):
-    from broker.config import BrokerConfig
+    from broker.config.broker_config import BrokerConfig
     from kafka_format.errors import InvalidConfigError
 
     config = BrokerConfig.load(overrides=["native.advertised.listeners=PLAINTEXT://published:19000"],

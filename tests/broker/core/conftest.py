@@ -11,14 +11,14 @@ from dataclasses import dataclass
 import pytest_asyncio
 import structlog
 
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from broker.core import PartitionService
 from broker.kafka import handlers as core_handlers
 from broker.kafka.apis import KafkaApis
 from broker.kafka.producer_ids import ProducerIdAllocator
-from broker.listeners import ConnectionContext
-from broker.log_limiter import BadRequestLog
 from broker.native import Handlers, SessionHandlers
+from broker.net.bad_request_log import BadRequestLog
+from broker.net.listeners import ConnectionContext
 
 from .memory_store import MemoryStore
 
