@@ -39,6 +39,7 @@ from .kafka import (
     producers,
     replicas,
     sasl,
+    share_groups,
     telemetry,
     topic_partitions,
     transactions,
@@ -183,6 +184,7 @@ def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, ad
     sasl.register(apis)
     client_quotas.register(apis)
     acls.register(apis)
+    share_groups.register(apis)
     return apis, coordinator
 
 
