@@ -43,6 +43,7 @@ from ..share.errors import (
     GROUP_AUTHORIZATION_FAILED,
     GROUP_ID_NOT_FOUND,
     INVALID_REQUEST,
+    NON_EMPTY_GROUP,
     UNKNOWN_TOPIC_ID,
     ShareError,
 )
@@ -527,17 +528,112 @@ class ShareGroups:
             out.append(make(G, group_id=group.group_id, topics=tuple(topics), error_code=0, error_message=None))
         return make(R, throttle_time=0, groups=tuple(out))
 
+    # ---- AlterShareGroupOffsets / DeleteShareGroupOffsets --------------------------------
 
-def register(apis) -> ShareGroups:
-    """Register the share-group APIs at Kafka 4.2's versions; the ShareGroups made."""
-    shares = ShareGroups(apis)
+    def _offsets_refusal(self, ctx, group_id: str, operation: int) -> ShareError | None:
+        """Kafka's checks of both: READ on the group, a share group, and no members."""
+        if not allowed(ctx, operation, Resource.GROUP, group_id):
+            return ShareError(GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
+        group = self.groups.get(group_id)
+        if group is not None and not group.deleted and group.members:
+            return ShareError(NON_EMPTY_GROUP, f"share group {group_id} has members")
+        return None
+
+    async def alter_offsets(self, req, ctx):
+        R = ctx.response_class
+        T = nested(R, "responses")
+        P = nested(T, "partitions")
+        await self._ready()
+        refused = self._offsets_refusal(ctx, req.group_id, Op.READ)
+        if refused is not None:
+            return make(R, throttle_time=0, error_code=refused.code, error_message=refused.message, responses=())
+        out = []
+        for topic in req.topics:
+            info = self._topic_info(topic.topic_name)
+            rows = []
+            for part in topic.partitions:
+                code, message = 0, None
+                if info is None:
+                    code = 3
+                elif not allowed(ctx, Op.READ, Resource.TOPIC, topic.topic_name):
+                    code = TOPIC_AUTHORIZATION_FAILED
+                elif not 0 <= part.partition_index < info.partitions:
+                    code = 3
+                else:
+                    try:
+                        await self.apis.blocking(self.manager.alter_start_offset, req.group_id,
+                                                 TopicIdPartition(info.topic_id, part.partition_index),
+                                                 part.start_offset)
+                    except ShareError as e:
+                        code, message = e.code, e.message
+                    except StrataError as e:
+                        code, message = int(e.code), str(e)
+                rows.append(make(P, partition_index=part.partition_index, error_code=code, error_message=message))
+            out.append(make(T, topic_name=topic.topic_name, topic_id=info.topic_id if info else uuid.UUID(int=0),
+                            partitions=tuple(rows)))
+        self.group(req.group_id)
+        return make(R, throttle_time=0, error_code=0, error_message=None, responses=tuple(out))
+
+    async def delete_offsets(self, req, ctx):
+        R = ctx.response_class
+        T = nested(R, "responses")
+        await self._ready()
+        refused = self._offsets_refusal(ctx, req.group_id, Op.DELETE)
+        if refused is not None:
+            return make(R, throttle_time=0, error_code=refused.code, error_message=refused.message, responses=())
+        if req.group_id not in self.share_group_ids():
+            return make(R, throttle_time=0, error_code=GROUP_ID_NOT_FOUND,
+                        error_message=f"Group {req.group_id} not found.", responses=())
+        out = []
+        for topic in req.topics:
+            info = self._topic_info(topic.topic_name)
+            code, message = 0, None
+            if info is None:
+                code = 3
+            elif not allowed(ctx, Op.READ, Resource.TOPIC, topic.topic_name):
+                code = TOPIC_AUTHORIZATION_FAILED
+            else:
+                for key in self.store.keys(req.group_id):
+                    if key.topic_id == info.topic_id:
+                        await self.apis.blocking(self.manager.delete_state, req.group_id,
+                                                 TopicIdPartition(key.topic_id, key.partition))
+            out.append(make(T, topic_name=topic.topic_name, topic_id=info.topic_id if info else uuid.UUID(int=0),
+                            error_code=code, error_message=message))
+        return make(R, throttle_time=0, error_code=0, error_message=None, responses=tuple(out))
+
+    # ---- the groups APIs (ListGroups, DescribeGroups, DeleteGroups) -----------------------
+
+    def list_groups(self) -> list[tuple[str, str]]:
+        """(group id, state) of every share group, for ListGroups."""
+        out = []
+        for group_id in self.share_group_ids():
+            group = self.groups.get(group_id)
+            out.append((group_id, group.state if group is not None else "Empty"))
+        return out
+
+    def delete_group(self, group_id: str) -> int:
+        """DeleteGroups of a share group (blocking: its state is deleted): an error code."""
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            return NON_EMPTY_GROUP
+        for key in self.store.keys(group_id):
+            self.manager.delete_state(group_id, TopicIdPartition(key.topic_id, key.partition))
+        if group is not None:
+            group.delete()
+        self.groups.pop(group_id, None)
+        return 0
+
+
+def register(apis, shares: ShareGroups) -> None:
+    """Register the share-group APIs of `shares` at Kafka 4.2's versions."""
     apis.register(ApiKey.SHARE_GROUP_HEARTBEAT, shares.heartbeat, 1, 1)
     apis.register(ApiKey.SHARE_GROUP_DESCRIBE, shares.describe, 1, 1)
     apis.register(ApiKey.SHARE_FETCH, shares.share_fetch, 1, 2)
     apis.register(ApiKey.SHARE_ACKNOWLEDGE, shares.share_acknowledge, 1, 2)
     apis.register(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, shares.describe_offsets, 0, 1)
+    apis.register(ApiKey.ALTER_SHARE_GROUP_OFFSETS, shares.alter_offsets, 0, 0)
+    apis.register(ApiKey.DELETE_SHARE_GROUP_OFFSETS, shares.delete_offsets, 0, 0)
     apis.on_shutdown(shares.close)
-    return shares
 
 
 __all__ = ["ShareGroups", "register"]
