@@ -143,7 +143,9 @@ class ShareGroups:
         if group is None or group.deleted:
             max_size = int(self._broker_settings().get("group.share.max.size", 200))
             group = self.groups[group_id] = ShareGroup(group_id, settings, max_size)
-        group.settings = settings
+        if group.settings != settings:
+            group.settings = settings
+            self.manager.apply_settings(group_id)
         return group
 
     def share_group_ids(self) -> list[str]:

@@ -378,3 +378,25 @@ def test_restart_keeps_answered_acknowledgements_and_redelivers_acquired(tmp_pat
             assert resp.groups[0].topics[0].partitions[0].start_offset == 4
     finally:
         broker.close()
+
+
+def test_group_config_share_auto_offset_reset_earliest(bootstrap):
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = create_topic(bootstrap, unique_name("sq"), 1)
+    group = unique_name("sg")
+    produce(bootstrap, topic, 5)  # before the group exists
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.GROUP, group)])
+    found = next(iter(described.values())).result(30)
+    assert found["share.auto.offset.reset"].value == "earliest"
+    c = share_consumer(bootstrap, group)
+    try:
+        c.subscribe([topic])
+        got = poll_values([c], 5)
+        assert sorted(got[0]) == sorted(b"m%d" % i for i in range(5))
+    finally:
+        c.close()
