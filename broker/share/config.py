@@ -187,5 +187,5 @@ def resolve(broker: Mapping[str, object] | None = None, group: Mapping[str, str]
 
 __all__ = ["AUTO_OFFSET_RESET", "BROKER_DEFAULTS", "BY_DURATION", "DELIVERY_COUNT_LIMIT", "EARLIEST",
            "GROUP_DEFAULT_KEYS", "GROUP_KEYS", "HEARTBEAT_INTERVAL", "ISOLATION_LEVEL", "LATEST", "MAX_RECORD_LOCKS",
-           "READ_COMMITTED", "READ_UNCOMMITTED", "RECORD_LOCK_DURATION", "SESSION_TIMEOUT", "AutoOffsetReset", "ShareGroupSettings",
-           "parse_duration_ms", "resolve", "validate"]
+           "READ_COMMITTED", "READ_UNCOMMITTED", "RECORD_LOCK_DURATION", "SESSION_TIMEOUT", "AutoOffsetReset",
+           "ShareGroupSettings", "parse_duration_ms", "resolve", "validate"]
