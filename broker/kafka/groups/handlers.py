@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import struct
 import typing
+import uuid
 from functools import cache
 from typing import Any
 
@@ -139,6 +140,8 @@ class GroupHandlers:
             host, port = ctx.advertised
             return NONE, None, self.apis.node_id, host, port
         if key_type == SHARE_KEY and self.shares is not None:  # the share coordinator: this node
+            if not _share_partition_key(key):
+                return INVALID_REQUEST, f"share coordinator key {key!r} is not groupId:topicId:partition", -1, "", -1
             host, port = ctx.advertised
             return NONE, None, self.apis.node_id, host, port
         if key_type == SHARE_KEY:
@@ -557,6 +560,18 @@ def _with_consumer_groups(rows: list[tuple[str, str, str, str]], consumer_rows: 
             if not wanted_states or state.lower() in wanted_states:
                 found[gid] = (gid, CONSUMER_PROTOCOL, state, CONSUMER_PROTOCOL)
     return [row for _, row in sorted(found.items())]
+
+
+def _share_partition_key(key: str) -> bool:
+    """Whether `key` has the form of Kafka's SharePartitionKey: groupId:topicId:partition."""
+    parts = key.split(":")
+    if len(parts) < 3 or not ":".join(parts[:-2]):
+        return False
+    try:
+        uuid.UUID(parts[-2])
+        return int(parts[-1]) >= 0
+    except ValueError:
+        return False
 
 
 def _with_share_groups(rows: list[tuple[str, str, str, str]], share_rows: list[tuple[str, str]],
