@@ -174,6 +174,8 @@ def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, ad
     # Share groups (KIP-932): the share-state store and SharePartitionManager live in
     # ShareGroups; the groups APIs list, describe and delete share groups through it.
     shares = share_groups.ShareGroups(apis)
+    if partitions.metrics is not None:
+        partitions.metrics.attach(shares=shares)  # the share-group metrics (broker/metrics.py)
     groups.register(apis, classic_groups, consumer_groups, shares)
     transactions.register(apis, coordinator, init_producer_id=core.init_producer_id)
     cluster.register(apis)

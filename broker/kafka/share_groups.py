@@ -605,6 +605,17 @@ class ShareGroups:
 
     # ---- the groups APIs (ListGroups, DescribeGroups, DeleteGroups) -----------------------
 
+    def metric_rows(self) -> list[tuple[str, str, int, Any, int]]:
+        """(group, topic, partition, Counters, lag) of every loaded share partition (the metrics)."""
+        rows = []
+        for key, counters in self.manager.counters():
+            name = self._topic_name(key.topic_id)
+            if name is None:
+                continue
+            _, lag = self.manager.summary(key.group_id, TopicIdPartition(key.topic_id, key.partition))
+            rows.append((key.group_id, name, key.partition, counters, lag))
+        return rows
+
     def list_groups(self) -> list[tuple[str, str]]:
         """(group id, state) of every share group, for ListGroups."""
         out = []

@@ -231,7 +231,20 @@ def test_released_record_is_delivered_again_and_rejected_is_not(bootstrap):
 # ---- the wire ----------------------------------------------------------------------------------------
 
 
-def test_share_session_epochs_and_acknowledgements_on_the_wire(bootstrap, wire):
+def scrape(broker) -> dict[str, float]:
+    import urllib.request
+
+    with urllib.request.urlopen(broker.admin_url("/metrics"), timeout=30) as response:
+        text = response.read().decode()
+    found = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            found[name] = float(value)
+    return found
+
+
+def test_share_session_epochs_and_acknowledgements_on_the_wire(kafka_broker, bootstrap, wire):
     topic = create_topic(bootstrap, unique_name("sq"), 1)
     group = unique_name("sg")
     w = wire()
@@ -260,6 +273,14 @@ def test_share_session_epochs_and_acknowledgements_on_the_wire(bootstrap, wire):
     resp = w.call(make(R, groups=(make(G, group_id=group, topics=(make(T, topic_name=topic, partitions=(0,)),)),)))
     row = resp.groups[0].topics[0].partitions[0]
     assert row.error_code == 0 and row.start_offset == 2
+    # the share-group metrics count what happened
+    metrics = scrape(kafka_broker)
+    labels = f'partition="0",sharegroup="{group}",topic="{topic}"'
+    assert metrics[f"strata_share_group_records_acquired_total{{{labels}}}"] == 6.0  # 0-4, then 2 again
+    assert metrics[f"strata_share_group_records_acknowledged_total{{{labels}}}"] == 2.0
+    assert metrics[f"strata_share_group_records_released_total{{{labels}}}"] == 1.0
+    assert metrics[f"strata_share_group_records_rejected_total{{{labels}}}"] == 1.0
+    assert metrics[f"strata_share_group_lag{{{labels}}}"] == 2.0  # 2 and 4: delivered, not done
     # an unknown topic id is answered per partition
     bogus = share_fetch(w, group, member, epoch, uuid.uuid4())
     assert bogus.error_code == 0
