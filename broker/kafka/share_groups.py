@@ -390,7 +390,7 @@ class ShareGroups:
         isolation = READ_COMMITTED if settings.read_committed else READ_UNCOMMITTED
         max_records = req.max_records if getattr(req, "max_records", 0) and req.max_records > 0 else 500
         strict = getattr(req, "share_acquire_mode", 0) == 1
-        max_bytes = req.max_bytes if req.max_bytes > 0 else 52_428_800
+        max_bytes = max(0, req.max_bytes)  # 0: nothing is read, nothing acquired (as Kafka)
         errors: dict[TopicIdPartition, tuple[int, str | None]] = {}
         readable: list[tuple[TopicIdPartition, str]] = []
         for tp in fetch_from:
@@ -422,7 +422,7 @@ class ShareGroups:
                     got[tp] = found
                     budget -= len(found[0])
                     left -= sum(r.last_offset - r.first_offset + 1 for r in found[1])
-            if got or errors or not may_wait or req.min_bytes <= 0 and not readable:
+            if got or errors or not may_wait or max_bytes == 0:
                 return got
             return Wait(events)
 
