@@ -214,8 +214,11 @@ class ShareGroups:
             return make(R, throttle_time=0, error_code=e.code, error_message=e.message, member_id=None,
                         member_epoch=0, heartbeat_interval=0, assignment=None)
         for member_id in result.removed:
-            self.sessions.remove(req.group_id, member_id)
-            await self.apis.blocking(self.manager.release_member, req.group_id, member_id)
+            # A member that leaves with a share session open closes it next (its final
+            # ShareAcknowledge or ShareFetch applies its last acknowledgements, then releases
+            # what it still holds); without one, its records are released now.
+            if self.sessions.get(req.group_id, member_id) is None:
+                await self.apis.blocking(self.manager.release_member, req.group_id, member_id)
         self._wake.set()
         assignment = None
         if result.assignment is not None:
@@ -386,6 +389,9 @@ class ShareGroups:
             fetch_from: list[TopicIdPartition] = []
         else:
             fetch_from = sorted(context.session.partitions, key=lambda tp: (str(tp.topic_id), tp.partition))
+            if fetch_from:  # each answer starts at the next partition: none waits behind a busy one
+                turn = context.session.epoch % len(fetch_from)
+                fetch_from = fetch_from[turn:] + fetch_from[:turn]
         settings = self.settings_for(group_id)
         isolation = READ_COMMITTED if settings.read_committed else READ_UNCOMMITTED
         max_records = req.max_records if getattr(req, "max_records", 0) and req.max_records > 0 else 500
@@ -420,8 +426,7 @@ class ShareGroups:
                     continue
                 if found is not None:
                     got[tp] = found
-                    budget -= len(found[0])
-                    left -= sum(r.last_offset - r.first_offset + 1 for r in found[1])
+                    break  # one partition's records per answer, as Kafka's share fetch answers
             if got or errors or not may_wait or max_bytes == 0:
                 return got
             return Wait(events)
