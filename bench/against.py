@@ -17,8 +17,11 @@ progress prefix that carry a figure: msgs/s, MiB/s, MB/s, us, ratio). The
 report pairs each summary line of head with the same line of base (by its
 position and first words) and prints the ratio of their first figure, head
 over base, per round, with the benchmark's own target where the line states
-one. For throughput a ratio above 1 is head faster; for lines whose first
-figure is a time (us, ms, p50/p99) a ratio below 1 is head faster.
+one. With more than one round, each benchmark ends with the median of each
+line's figure over the rounds for head and for base and their ratio, which one
+round that other work on the machine slowed does not move. For throughput a
+ratio above 1 is head faster; for lines whose first figure is a time (us, ms,
+p50/p99) a ratio below 1 is head faster.
 
 The default set is what the one-core restructuring (issue 13) promised to hold:
 native produce, fetch and p99 (bench/broker.py), storage append and recovery
@@ -33,6 +36,7 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,7 +115,9 @@ def first_number(line: str) -> float | None:
     return None
 
 
-def compare(base: Summary, head: Summary) -> list[str]:
+def compare(base: Summary, head: Summary, figures: dict[str, list[tuple[float, float]]] | None = None) -> list[str]:
+    """The report lines pairing HEAD's summary lines with BASE's; each pair's first
+    figures (head, base) are also added to FIGURES under the pair's key."""
     base_by_key: dict[str, list[str]] = {}
     for section, line in base.lines:
         base_by_key.setdefault(key_of(section, line), []).append(line)
@@ -127,7 +133,21 @@ def compare(base: Summary, head: Summary) -> list[str]:
             continue
         ours, theirs = first_number(line), first_number(candidates[index])
         ratio = f"{ours / theirs:6.2f}x" if ours and theirs else "   n/a "
+        if figures is not None and ours is not None and theirs is not None:
+            figures.setdefault(key, []).append((ours, theirs))
         report.append(f"  {ratio}  {key}\n           head: {line}\n           base: {candidates[index]}")
+    return report
+
+
+def medians(name: str, figures: dict[str, list[tuple[float, float]]]) -> list[str]:
+    """Per summary line over all rounds: the median head figure, the median base figure
+    and their ratio (head over base), which one slow round does not move."""
+    report = [f"\n== {name}, medians over the rounds (head / base)"]
+    for key, pairs in figures.items():
+        ours = statistics.median(head for head, _ in pairs)
+        theirs = statistics.median(base for _, base in pairs)
+        ratio = f"{ours / theirs:6.2f}x" if theirs else "   n/a "
+        report.append(f"  {ratio}  {key}: head {ours:g}, base {theirs:g} ({len(pairs)} rounds)")
     return report
 
 
@@ -151,6 +171,7 @@ def main() -> int:
           f"{args.rounds} rounds of {', '.join(names)}")
     try:
         for name in names:
+            figures: dict[str, list[tuple[float, float]]] = {}
             for round_number in range(args.rounds):
                 order = [("base", base_tree), ("head", ROOT)]
                 if round_number % 2:
@@ -158,7 +179,9 @@ def main() -> int:
                 results = {side: run_bench(tree, BENCHES[name]) for side, tree in order}
                 print(f"\n== {name}, round {round_number + 1} ({' then '.join(s for s, _ in order)}, "
                       f"load {os.getloadavg()[0]:.1f})")
-                print("\n".join(compare(results["base"], results["head"])), flush=True)
+                print("\n".join(compare(results["base"], results["head"], figures)), flush=True)
+            if args.rounds > 1:
+                print("\n".join(medians(name, figures)), flush=True)
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/kafka.py [--messages-100 400000] [--messages-1k 150000] [--runs 2]
                                     [--set KEY=VALUE ...] [--consumer-set KEY=VALUE ...]
+                                    [--instructions] [--tree DIR]
 
 The broker is the real `python -m broker serve` process on 127.0.0.1 (fresh data
 directory, Kafka listener on a free port); the client is confluent-kafka in this
@@ -25,14 +26,24 @@ There is no Kafka broker on the machine to measure a same-run baseline against;
 the client's CPU is the reference: librdkafka is C, so where the broker spends
 more CPU per message than the client, the broker is the bottleneck. At the end
 the share of fetched bytes that went through sendfile (from the broker's log).
+
+--instructions runs the broker under valgrind's callgrind, counting only while
+the producer or the consumer runs (callgrind_control), and prints the machine
+instructions the broker executes per message instead of the rates: a figure
+that other work on the machine does not move, for comparing two trees on a busy
+machine (with fewer messages: callgrind is about 50 times slower). --tree DIR
+runs the broker of another checkout (its tests/broker_process.py and packages)
+under the same client.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +52,7 @@ from dataclasses import dataclass
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 
-from tests.broker_process import BrokerProcess, BrokerStartFailed  # noqa: E402
+from tests.broker_process import BrokerProcess  # noqa: E402
 
 
 def _bench_broker():
@@ -137,6 +148,31 @@ def line(what: str, count: int, size: int, s: Sample) -> str:
             f"({s.client_cpu / count * 1e6:5.1f} us/msg)")
 
 
+def instructions(pid: int, dumps: str, work) -> int:
+    """Machine instructions the broker (under callgrind, counting off) executes during `work`."""
+    for flags in (["-z"], ["-i", "on"]):
+        subprocess.run(["callgrind_control", *flags, str(pid)], check=True, capture_output=True)
+    work()
+    for flags in (["-i", "off"], ["-d"]):
+        subprocess.run(["callgrind_control", *flags, str(pid)], check=True, capture_output=True)
+    total = 0
+    for path in glob.glob(dumps + ".*"):
+        with open(path) as counts:
+            total += next(int(row.split()[1]) for row in counts if row.startswith("totals:"))
+        os.remove(path)
+    return total
+
+
+def instructions_size(broker: BrokerProcess, dumps: str, size: int, count: int) -> None:
+    topic = f"bench-{size}"
+    create_topic(broker.bootstrap, topic)
+    p = instructions(broker.pid, dumps, lambda: produce(broker.bootstrap, topic, b"v" * size, count))
+    c = instructions(broker.pid, dumps, lambda: consume(broker.bootstrap, topic, count))
+    print(f"\n== {size} B messages: {count}, broker under callgrind")
+    print(f"produce  {p / count:10.0f} instructions per message (broker)")
+    print(f"consume  {c / count:10.0f} instructions per message (broker)")
+
+
 def bench_size(broker: BrokerProcess, size: int, count: int, runs: int) -> None:
     value = b"v" * size
     print(f"\n== {size} B messages: {count} per run, best of {runs}")
@@ -164,6 +200,9 @@ def main() -> int:
                         help="a broker setting, passed to `serve --set` (repeatable)")
     parser.add_argument("--consumer-set", metavar="KEY=VALUE", action="append", default=[],
                         dest="consumer_settings", help="a librdkafka setting of the consumer (repeatable)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="run the broker under callgrind: its instructions per message")
+    parser.add_argument("--tree", metavar="DIR", help="run the broker of the checkout in DIR")
     args = parser.parse_args()
     for kv in args.consumer_settings:
         key, sep, value = kv.partition("=")
@@ -176,18 +215,34 @@ def main() -> int:
 
     os.makedirs(os.path.join(ROOT, ".bench"), exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="kafka-", dir=os.path.join(ROOT, ".bench"))
-    broker = BrokerProcess(os.path.join(workdir, "data"), *(a for kv in args.settings for a in ("--set", kv)))
+    process = sys.modules[BrokerProcess.__module__]
+    if args.tree:
+        spec = importlib.util.spec_from_file_location(
+            "tree_broker_process", os.path.join(os.path.abspath(args.tree), "tests", "broker_process.py"))
+        assert spec is not None and spec.loader is not None
+        process = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(process)
+    dumps = os.path.join(workdir, "callgrind.out")
+    if args.instructions:
+        plain = process.serve_command
+        process.serve_command = lambda *a: ["valgrind", "--tool=callgrind", "--instr-atstart=no", "-q",
+                                            f"--callgrind-out-file={dumps}", *plain(*a)]
+    broker = process.BrokerProcess(os.path.join(workdir, "data"), *(a for kv in args.settings for a in ("--set", kv)))
     print(f"strata kafka bench: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
           f"confluent-kafka {confluent_kafka.version()} (librdkafka {confluent_kafka.libversion()[0]})")
     try:
         try:
-            broker.start()
-        except BrokerStartFailed as e:
+            broker.start(timeout=600 if args.instructions else process.START_TIMEOUT)
+        except process.BrokerStartFailed as e:
             print(f"error: the broker could not start: {e}", file=sys.stderr)
             return 1
         print(f"broker pid {broker.pid}, Kafka listener {broker.bootstrap}")
-        bench_size(broker, 100, args.messages_100, args.runs)
-        bench_size(broker, 1024, args.messages_1k, args.runs)
+        if args.instructions:
+            instructions_size(broker, dumps, 100, args.messages_100)
+            instructions_size(broker, dumps, 1024, args.messages_1k)
+        else:
+            bench_size(broker, 100, args.messages_100, args.runs)
+            bench_size(broker, 1024, args.messages_1k, args.runs)
         code = broker.stop()
         if code != 0:
             print(f"warning: the broker exited with code {code}")

@@ -27,7 +27,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 
 from broker.app import BrokerApp  # noqa: E402
-from broker.config import BrokerConfig  # noqa: E402
+from broker.config.broker_config import BrokerConfig  # noqa: E402
 from broker.kafka.transactions.state import TxnState  # noqa: E402
 
 TRANSACTIONAL_ID = "bench"

@@ -48,8 +48,9 @@ def serve_with_request_log() -> int:
     """The broker's `serve`, every request's (api, start, end) appended to $TXN_TIMELINE_REQUEST_LOG."""
     import atexit
 
-    from broker import metrics, sendfile
+    from broker.admin import metrics
     from broker.cli import main
+    from broker.net import sendfile
 
     out = open(os.environ[LOG_ENV], "w", buffering=1 << 20)  # noqa: SIM115 - closed at exit
     atexit.register(out.close)

@@ -1,1 +1,2 @@
-"""The Strata broker: asyncio + uvloop server, request routing, the `strata` command."""
+"""The Strata broker: its life cycle (app.py) and object graph (compose.py); the folders
+by job are listed in broker/SERVER.md ("Where things are")."""

@@ -8,17 +8,17 @@ Contract:
   before the logs are touched), opens the data directory (LogManager.startup: lock,
   recovery), reconciles the registry with the directories,
   registers `__consumer_offsets`, rebuilds committed offsets from it, then listens:
-  every listener of both protocols (broker/listeners.py: `native.listeners`,
+  every listener of both protocols (broker/net/listeners.py: `native.listeners`,
   `listeners`, or the host.name/port/kafka.port shorthands), all over the same
   LogManager, TopicRegistry, GroupOffsets and PartitionWaiters; SSL listeners
-  with their TLS contexts (broker/tls.py), whose keystore and truststore files
+  with their TLS contexts (broker/net/tls.py), whose keystore and truststore files
   are checked every ssl.reload.interval.ms and reloaded when they change.
-  Unless admin.port is -1, the HTTP admin port (broker/admin_http.py) listens
+  Unless admin.port is -1, the HTTP admin port (broker/admin/http_port.py) listens
   first, before recovery, so /health/live answers and /health/ready says 503 until
   recovery is done and the listeners serve (`ready`); its /metrics renders the
-  one `BrokerMetrics` (broker/metrics.py) that the partition service and every
+  one `BrokerMetrics` (broker/admin/metrics.py) that the partition service and every
   listener's connections count on. With admin.port -1 nothing is counted.
-  The order: the listeners' TLS contexts, the bound ports (broker/server.py
+  The order: the listeners' TLS contexts, the bound ports (broker/net/server.py
   `BoundPort`: a busy port fails before any storage work), the admin port, the
   state files read (`StateFiles`), the data directory opened, then the object
   graph, built in one place by broker/compose.py with each object given its
@@ -66,33 +66,34 @@ from typing import Any
 
 import structlog
 
+from broker.admin.http_port import AdminServer
+from broker.admin.metrics import BrokerMetrics, CountingExecutor
+from broker.config.broker_config import BrokerConfig
+from broker.config.dynamic_broker_configs import DynamicBrokerConfigs
+from broker.config.group_configs import GroupConfigs
+from broker.config.keys import default_props, is_secret
+from broker.core.quotas import ClientQuotas
+from broker.net.heap import keep_freed_memory
+from broker.net.listeners import KAFKA, NATIVE, Listener
+from broker.net.server import BoundPort, BrokerServer, format_address, sendfile_stats
+from broker.net.tls import ServerTls
+from broker.state.topic_registry import TopicRegistry
 from kafka_format.errors import StrataError
 from storage.log_cleaner import LogCleaner
 from storage.manager import LogManager
 from storage.open_files import OPEN_FILES, raise_nofile_limit
 
 from . import compose
-from .admin_http import AdminServer
 from .compose import ListenerSetup, StateFiles
-from .config import BrokerConfig, default_props, is_secret
 from .core import PartitionService
-from .dynamic_broker_configs import DynamicBrokerConfigs
-from .group_configs import GroupConfigs
-from .heap import keep_freed_memory
 from .kafka.apis import KafkaApis
 from .kafka.request_types import NODE_ID
 from .kafka.state import KafkaState
-from .listeners import KAFKA, NATIVE, Listener
-from .metrics import BrokerMetrics, CountingExecutor
 from .native import Handlers
-from .quotas import ClientQuotas
 from .security.authorizer import Authorizer
 from .security.credentials import ScramCredentialStore
 from .security.principal import SslPrincipalMapper
 from .security.sasl import SaslAuthenticator, listener_sasl
-from .server import BoundPort, BrokerServer, format_address, sendfile_stats
-from .tls import ServerTls
-from .topics import TopicRegistry
 
 log = structlog.get_logger("strata.app")
 
@@ -110,7 +111,7 @@ class BrokerApp:
         self.handlers: Handlers | None = None
         self.server: BrokerServer | None = None
         self.kafka_server: BrokerServer | None = None  # the first Kafka listener
-        self.servers: list[BrokerServer] = []  # every listener, Kafka's first (broker/listeners.py)
+        self.servers: list[BrokerServer] = []  # every listener, Kafka's first (broker/net/listeners.py)
         self.listeners: list[Listener] = []
         self.kafka: KafkaApis | None = None
         self.authenticator: SaslAuthenticator | None = None
@@ -138,7 +139,7 @@ class BrokerApp:
         if config.admin_port >= 0:
             self.metrics = BrokerMetrics()
         metrics = self.metrics
-        # With metrics, the I/O threads count their jobs (broker/metrics.py).
+        # With metrics, the I/O threads count their jobs (broker/admin/metrics.py).
         executor_class = CountingExecutor if config.admin_port >= 0 else ThreadPoolExecutor
         self.executor = executor_class(config.num_io_threads, thread_name_prefix="strata-io")
 
@@ -251,7 +252,7 @@ class BrokerApp:
 
     async def _reload_certificates(self) -> None:
         """Every ssl.reload.interval.ms: a TLS listener whose keystore or truststore
-        file changed loads it again, for new connections (broker/tls.py)."""
+        file changed loads it again, for new connections (broker/net/tls.py)."""
         loop = asyncio.get_running_loop()
         interval = self.config.values["ssl.reload.interval.ms"] / 1000
         while True:
@@ -336,9 +337,8 @@ class BrokerApp:
 def _listener_setups(config: BrokerConfig) -> list[ListenerSetup]:
     """The configured listeners, each SSL one with its TLS context built (a bad
     keystore, truststore or TLS setting fails the start with a one-line message)."""
+    from broker.net.tls import settings_for
     from kafka_format.errors import InvalidConfigError
-
-    from .tls import settings_for
 
     out = []
     for spec in config.listeners:
@@ -513,7 +513,7 @@ def run_broker(config: BrokerConfig, *, ready: Callable[[str], None] | None = No
 
     configure_logging(config.log_format, config.log_level)
     log_starting(config)
-    keep_freed_memory()  # request-sized buffers are reused, not page-faulted in anew (broker/heap.py)
+    keep_freed_memory()  # request-sized buffers are reused, not page-faulted in anew (broker/net/heap.py)
     for name in config.ignored_env:
         log.warning("unknown_environment_setting", variable=name)
     for key, origin, reason in config.ignored:

@@ -19,16 +19,24 @@ from typing import Any
 
 import structlog
 
+from broker.admin.metrics import BrokerMetrics, camel_name
+from broker.config.broker_config import BrokerConfig
+from broker.config.dynamic_broker_configs import DynamicBrokerConfigs
+from broker.config.group_configs import GroupConfigs
+from broker.core.quotas import ClientQuotas
+from broker.kafka import create_partitions
+from broker.net.bad_request_log import BadRequestLog
+from broker.net.connection_limits import ConnectionLimits
+from broker.net.connection_rates import ConnectionRates
+from broker.net.listeners import KAFKA, Listener, ListenerSpec
+from broker.net.request_handlers import PerConnection, RequestHandlers
+from broker.net.request_memory import RequestMemory
+from broker.net.server import BoundPort, BrokerServer
+from broker.state.topic_registry import TopicRegistry
 from protocol import RequestType
 from storage.manager import LogManager
 
-from .config import BrokerConfig
-from .connection import PerConnection, RequestHandlers
-from .connection_limits import ConnectionLimits
-from .connection_rates import ConnectionRates
 from .core import PartitionService
-from .dynamic_broker_configs import DynamicBrokerConfigs
-from .group_configs import GroupConfigs
 from .kafka import (
     acls,
     client_quotas,
@@ -45,29 +53,21 @@ from .kafka import (
     transactions,
 )
 from .kafka import handlers as core_handlers
-from .kafka import partitions as create_partitions
 from .kafka.apis import KafkaApis
 from .kafka.producer_ids import ProducerIdAllocator
 from .kafka.request_types import ApiKey
 from .kafka.state import KafkaState
 from .kafka.transactions import TransactionCoordinator
-from .listeners import KAFKA, Listener, ListenerSpec
-from .log_limiter import BadRequestLog
-from .metrics import BrokerMetrics, camel_name
 from .native import Handlers
-from .quotas import ClientQuotas
-from .request_memory import RequestMemory
 from .security.authorizer import Authorizer
 from .security.credentials import ScramCredentialStore
 from .security.sasl import SaslAuthenticator
-from .server import BoundPort, BrokerServer
-from .topics import TopicRegistry
 
 
 @dataclass(frozen=True)
 class ListenerSetup:
     """A configured listener checked before anything starts: its TLS contexts
-    (broker.tls.ServerTls), SASL settings and SSL principal mapper."""
+    (broker.net.tls.ServerTls), SASL settings and SSL principal mapper."""
 
     spec: ListenerSpec
     tls: Any = None
@@ -109,7 +109,7 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
           ports: list[tuple[ListenerSetup, BoundPort]]) -> Broker:
     partitions = PartitionService(config, manager, state.registry, executor, loop, metrics=metrics,
                                   authorizer=state.authorizer, quotas=state.quotas)
-    # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
+    # Bad requests of both listeners, logged rate-limited (broker/net/bad_request_log.py).
     bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
     # SASL, broker-wide: the SCRAM credentials, the failure delay and the failed-login
     # log; each SASL_* listener points at it.
@@ -123,8 +123,13 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
     kafka_listeners = [listener for listener in listeners if listener.spec.protocol == KAFKA]
     if kafka_listeners:
         assert state.kafka_state is not None
+        # The native listeners as bound, in native.advertised.listeners' form: what DescribeConfigs
+        # says of that key when it is not set, so a client that reached the Kafka listener finds
+        # a native listener that took any free port (broker/cli/addresses.py).
+        native_bound = ",".join(f"{listener.name}://{':'.join(map(str, listener.described))}"
+                                for listener in listeners if listener.spec.protocol != KAFKA)
         kafka, txn = build_kafka(partitions, bad_requests, advertised=kafka_listeners[0].advertised,
-                                 state=state.kafka_state, group_configs=state.group_configs,
+                                 native_bound=native_bound, state=state.kafka_state, group_configs=state.group_configs,
                                  broker_configs=state.broker_configs, authenticator=authenticator)
     # One memory pool, one set of connection limits and one bad-request log for
     # both listeners (Kafka's queued.max.request.bytes and ConnectionQuotas are
@@ -159,13 +164,15 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
 
 
 def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, advertised: tuple[str, int],
-                state: KafkaState, group_configs: GroupConfigs | None, broker_configs: DynamicBrokerConfigs | None,
+                native_bound: str, state: KafkaState, group_configs: GroupConfigs | None,
+                broker_configs: DynamicBrokerConfigs | None,
                 authenticator: SaslAuthenticator | None) -> tuple[KafkaApis, TransactionCoordinator]:
     """The Kafka listener's request handling: its coordinators, KafkaApis and every API
     module's handlers, registered in order."""
     classic_groups, consumer_groups = groups.coordinators(partitions.config, partitions.loop, partitions.registry,
                                                           partitions.offsets, group_configs, partitions.blocking)
-    apis = KafkaApis(partitions, bad_requests, advertised=advertised, state=state, group_configs=group_configs,
+    apis = KafkaApis(partitions, bad_requests, advertised=advertised, native_bound=native_bound, state=state,
+                     group_configs=group_configs,
                      broker_configs=broker_configs, authenticator=authenticator, groups=classic_groups,
                      consumer_groups=consumer_groups)
     producer_ids = ProducerIdAllocator(state, partitions.blocking)

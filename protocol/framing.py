@@ -257,7 +257,7 @@ class ScratchBuffers:
 
 
 class RequestMemoryPool(Protocol):
-    """What FrameReader reserves a large frame's bytes from (broker/request_memory.py)."""
+    """What FrameReader reserves a large frame's bytes from (broker/net/request_memory.py)."""
 
     def reserve(self, n: int) -> bool: ...
 
@@ -292,7 +292,7 @@ class FrameReader:
       time it is full, up to the announced size, so a connection that announces
       100 MB and sends nothing costs 256 KiB, not 100 MB (each growth copies
       what arrived: under one extra copy in all).
-    - `memory` (optional, broker/request_memory.py): a large frame's announced size
+    - `memory` (optional, broker/net/request_memory.py): a large frame's announced size
       is reserved there before its buffer is made (`reserve(size)`, as Kafka's
       NetworkReceive allocates from the request memory pool); when it refuses,
       `waiting_for_memory` is True, nothing more is received, and the owner pauses

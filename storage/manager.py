@@ -93,7 +93,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
-DEFAULT_RECOVERY_THREADS = 1  # num.recovery.threads.per.data.dir (see broker/config.py)
+DEFAULT_RECOVERY_THREADS = 1  # num.recovery.threads.per.data.dir (see broker/config/broker_config.py)
 PROGRESS_STEPS = 10  # logs_recovered lines per start: one per tenth of the logs
 
 log = structlog.get_logger("strata.storage")

@@ -241,7 +241,7 @@ def _kafka_from_native(reached: str, security: dict[str, str] | None) -> str:
 def listeners_from_configs(values: dict[str, str | None]) -> list[ListenerInfo]:
     """Both protocols' listeners as a broker's configuration describes them (`LISTENER_KEYS`),
     each at its advertised address, else its configured one (a wildcard host as "")."""
-    from broker.listeners import DEFAULT_PROTOCOL_MAP, WILDCARD_HOSTS, parse_listener_list, parse_protocol_map
+    from broker.net.listeners import DEFAULT_PROTOCOL_MAP, WILDCARD_HOSTS, parse_listener_list, parse_protocol_map
 
     def text(key: str) -> str:
         return values.get(key) or ""

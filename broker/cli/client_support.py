@@ -54,7 +54,7 @@ _IGNORED_SECURITY = ("ssl.truststore.type", "ssl.truststore.location", "ssl.trus
 
 def command_config(args: argparse.Namespace) -> dict[str, str]:
     """The security settings of --command-config (see the module contract)."""
-    from broker.config import parse_properties
+    from broker.config.properties import parse_properties
 
     path = getattr(args, "command_config", None)
     if not path:

@@ -3,7 +3,7 @@
 Contract: `strata serve [--data-dir DIR] [--host H] [--port P] [--kafka-port P] [--admin-port P]
 [--config FILE] [--set KEY=VALUE ...] [--strict]` loads the configuration (precedence:
 command line > STRATA_* environment > properties file > defaults; see
-broker/config.py), prints one line to stdout once the sockets listen,
+broker/config/broker_config.py), prints one line to stdout once the sockets listen,
 `strata listening on HOST:PORT` (the real port when --port 0), then, unless the
 Kafka listener is off (kafka.port -1), a second one,
 `strata kafka listening on HOST:PORT` (the bound address, real port when
@@ -48,7 +48,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     # Imported here so that the other subcommands do not pay for uvloop and storage.
     from broker.app import StartupError, run_broker
-    from broker.config import BrokerConfig
+    from broker.config.broker_config import BrokerConfig
     from kafka_format.errors import InvalidConfigError
 
     try:
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"strata kafka listening on {address}", flush=True)
 
     def listener_ready(listener) -> None:
-        from broker.server import format_address
+        from broker.net.server import format_address
 
         print(f"strata listener {listener.spec.protocol} {listener.name} {listener.security_protocol} "
               f"on {format_address(*listener.address)}", flush=True)

@@ -6,7 +6,8 @@ unset) and no earlier append of its partition still queued runs inline on the
 loop: a copy into the page cache, a few microseconds up to
 INLINE_APPEND_MAX_BYTES (64 KiB) and a fraction of a millisecond up to
 LARGE_INLINE_APPEND_MAX_BYTES (1 MiB), cheaper in all than the hand-off to a
-thread and back (figures in broker/SERVER.md). If an inline append takes over
+thread and back (the frame read by another core, GIL and futex hand-offs); the
+price is that a 1 MiB append holds the loop for that time. If an inline append takes over
 SLOW_INLINE_APPEND_S (20 ms: writeback throttling, a page cache that waits for
 the disk), appends over 64 KiB go to the executor for INLINE_BACKOFF_S (10 s), so
 the loop waits for a slow disk at most once per back-off. Every other append (an
@@ -15,7 +16,7 @@ one) goes to the partition's `Appender`: one executor job at a time per partitio
 runs the appends queued for it in order. So an append never overtakes an earlier
 one of its partition. Transaction markers (`append_txn_marker`) follow the same
 policy. Every append wakes the partition's long polls and counts its topic's
-messages and bytes in (broker/metrics.py), or a failed produce.
+messages and bytes in (broker/admin/metrics.py), or a failed produce.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
+from broker.admin.metrics import BrokerMetrics
 from kafka_format.errors import StrataError
 from protocol import ErrorCode
 from storage.log import AppendResult
 
-from ..metrics import BrokerMetrics
 from .errors import strata_error
 from .types import AppendOutcome, PartitionLog
 from .waiting import PartitionWaiters

@@ -5,7 +5,8 @@ written once here.
 
 from __future__ import annotations
 
-from ..listeners import ConnectionContext
+from broker.net.listeners import ConnectionContext
+
 from ..security.authorizer import CLUSTER_NAME, Authorizer, Op, Resource
 
 

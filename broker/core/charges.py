@@ -1,5 +1,5 @@
 """Client quotas as both protocols charge them (the quotas themselves:
-broker/quotas.py).
+broker/core/quotas.py).
 
 The charge rule, once for both protocols: a produce or fetch request is charged
 once, after its handler ran, with its record bytes and its handler's time
@@ -19,8 +19,8 @@ request's connection mutes itself that long once its reply is out (KIP-219).
 
 from __future__ import annotations
 
-from ..listeners import ConnectionContext
-from ..quotas import MUTATION, ClientQuotas, MutationQuota
+from broker.core.quotas import MUTATION, ClientQuotas, MutationQuota
+from broker.net.listeners import ConnectionContext
 
 
 def throttle(quotas: ClientQuotas, connection: ConnectionContext, kind: str, client_id: str | None,

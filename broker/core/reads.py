@@ -8,16 +8,16 @@ offset of the oldest open transaction, else the log end) and answers, in the sam
 call, the aborted transactions of the range read (from the `.txnindex` files);
 READ_UNCOMMITTED reads to the log end with no list. Both answer the last stable
 offset and the high watermark (the log end, one node). Every read counts its
-bytes out, or a failed fetch, on the topic's counters (broker/metrics.py).
+bytes out, or a failed fetch, on the topic's counters (broker/admin/metrics.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from broker.admin.metrics import BrokerMetrics
 from storage.file_records import FileSlice
 
-from ..metrics import BrokerMetrics
 from .types import READ_COMMITTED, READ_UNCOMMITTED, FetchIsolation, FetchSpec, IsolatedRead, PartitionLog
 
 # A read of up to this size goes into a reply as bytes (one pread, the slice

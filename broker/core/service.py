@@ -35,6 +35,13 @@ from typing import Any, Literal, TypeVar, cast, overload
 
 import structlog
 
+from broker.admin.metrics import BrokerMetrics
+from broker.config.broker_config import BrokerConfig
+from broker.core.quotas import ClientQuotas, MutationQuota
+from broker.net.listeners import ConnectionContext
+from broker.state import internal_topics
+from broker.state.group_offsets import GroupOffsets
+from broker.state.topic_registry import Topic, TopicRegistry
 from kafka_format.errors import (
     InvalidTopicError,
     OffsetOutOfRangeError,
@@ -46,14 +53,7 @@ from storage.log import Log
 from storage.manager import LogManager
 from storage.producer_state import ProducerStateEntry
 
-from .. import internal_topics
-from ..config import BrokerConfig
-from ..group_offsets import GroupOffsets
-from ..listeners import ConnectionContext
-from ..metrics import BrokerMetrics
-from ..quotas import ClientQuotas, MutationQuota
 from ..security.authorizer import Authorizer
-from ..topics import Topic, TopicRegistry
 from . import charges
 from .appends import Appends
 from .errors import error_code, error_reason
@@ -85,7 +85,7 @@ class PartitionService:
         self.shutting_down = False
         self._valid_names: set[str] = set()  # names validate_topic_name accepted (a regex match each)
 
-        self.quotas = quotas  # client quotas (broker/quotas.py); None while the broker runs without them
+        self.quotas = quotas  # client quotas (broker/core/quotas.py); None while the broker runs without them
 
         self.appends = appends = Appends(loop, executor, self.waiters, metrics, self.error_code, self.blocking)
         self.append_stats = appends.stats
@@ -149,7 +149,7 @@ class PartitionService:
         return charges.mutation_throttle(self.quotas, connection, quota)
 
     def ip_connection_quota(self, ip: str) -> float | None:
-        """The `connection_creation_rate` quota of an IP (broker/connection_rates.py), None for none."""
+        """The `connection_creation_rate` quota of an IP (broker/net/connection_rates.py), None for none."""
         quotas = self.quotas
         return quotas.ip_quota(ip) if quotas is not None else None
 
@@ -315,7 +315,7 @@ class PartitionService:
     async def delete_records_before(self, partition_log: PartitionLog, offset: int) -> int:
         """Move the log start to `offset` (-1: the log end; never back); returns the
         log start offset. Raises OffsetOutOfRangeError, and InvalidTopicError for an
-        internal topic (broker/internal_topics.py)."""
+        internal topic (broker/state/internal_topics.py)."""
         internal_topics.check_delete_records(partition_log.topic)
         end, start = partition_log.log_end_offset, partition_log.log_start_offset
         target = end if offset == -1 else offset

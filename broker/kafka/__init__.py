@@ -9,16 +9,17 @@ message schemas); record bytes are appended as they arrive (restamped) and
 fetched bytes go to the socket with sendfile. KAFKA.md in this directory lists
 the supported APIs and versions and the decisions.
 
-INTERFACE FOR API MODULES (consumer groups: broker/kafka/groups.py)
--------------------------------------------------------------------
+INTERFACE FOR API MODULES (e.g. consumer groups: broker/kafka/groups/)
+---------------------------------------------------------------------
 
 Modules:
     broker/kafka/request_types.py  ApiKey, RequestContext, DECLINE: what every API module uses
     broker/kafka/allowed.py   allowed(ctx, ...): the ACL check of a request's connection
     broker/kafka/apis.py      KafkaApis (dispatch table + shared state)
     broker/kafka/codec.py     request-header parsing, kio decode/encode, fetch splicing
-    broker/kafka/handlers.py  CoreHandlers: registers the core APIs (ApiVersions, Metadata,
-                              Produce, Fetch, ...), one module each (its docstring lists them)
+    broker/kafka/handlers.py  CoreHandlers: registers the core APIs (ApiVersions, Metadata, Produce,
+                              Fetch, ...), one module each (its docstring lists them)
+    broker/kafka/core_api.py  CoreApiBase: what those core API modules share
     broker/compose.py         builds KafkaApis and calls every module's `register`, in order
 
 API modules import the small modules above, never apis.py (no import cycles:
@@ -72,14 +73,14 @@ tests/test_import_cycles.py).
    `codec.error_response` (so catch per-partition errors yourself when the
    response has no top-level error field); anything else escaping is logged and
    answered the same with UNKNOWN_SERVER_ERROR (-1). Raise
-   broker.server.CloseConnection to close the connection without an answer.
+   broker.net.request_handlers.CloseConnection to close the connection without an answer.
 
 4. Shared state, all on the KafkaApis passed to `register` (and `ctx.apis`), each
    given to KafkaApis when it is made:
-        apis.config     broker.config.BrokerConfig (group.* settings: add keys there)
+        apis.config     broker.config.broker_config.BrokerConfig (group.* settings: keys in broker.config.keys)
         apis.manager    storage.manager.LogManager
-        apis.registry   broker.topics.TopicRegistry (topic ids: registry.topic_id(name))
-        apis.offsets    broker.group_offsets.GroupOffsets: commit(group, topic, partition,
+        apis.registry   broker.state.topic_registry.TopicRegistry (topic ids: registry.topic_id(name))
+        apis.offsets    broker.state.group_offsets.GroupOffsets: commit(group, topic, partition,
                         offset, metadata) [blocking: run through apis.blocking],
                         fetch(group, topic, partition) -> Committed | None [memory]
         apis.partitions broker.core.PartitionService (logs, appends, reads, long polls,

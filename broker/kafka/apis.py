@@ -9,7 +9,7 @@ Contract (the interface for API modules is in broker/kafka/__init__.py):
   the group coordinators). Its table starts empty: the composition
   (broker/compose.py) calls each API module's `register(apis, ...)` in order.
   API keys are `ApiKey` members (broker/kafka/request_types.py).
-- It is what `broker.server.BrokerServer` serves (its `RequestHandlers`): `handle`
+- It is what `broker.net.server.BrokerServer` serves (its `RequestHandlers`): `handle`
   takes one frame (`header | body`, size stripped) and returns the framed reply
   parts, None for no reply (acks=0), or raises CloseConnection.
 - Unsupported requests, as Kafka's SocketServer/KafkaApis: ApiVersions of a version
@@ -37,28 +37,46 @@ import datetime
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 from kio.index import UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
+from broker.config.dynamic_broker_configs import DynamicBrokerConfigs
+from broker.config.group_configs import GroupConfigs
+from broker.net.bad_request_log import BadRequestLog
+from broker.net.handler_clock import HandlerClock
+from broker.net.listeners import ConnectionContext
+from broker.net.request_handlers import CloseConnection, FastPath
+from broker.security.sasl import SaslGate
 from kafka_format.errors import StrataError
-from protocol import ProtocolError
+from protocol import HandshakeRequest, ProtocolError
+from protocol import parse_request as parse_native_request
 
-from ..connection import CloseConnection, FastPath
 from ..core import PartitionLog, PartitionService
-from ..dynamic_broker_configs import DynamicBrokerConfigs
-from ..group_configs import GroupConfigs
-from ..handler_clock import HandlerClock
-from ..listeners import ConnectionContext
-from ..log_limiter import BadRequestLog
 from . import codec, request_check
 from .api_versions import unsupported_api_versions
 from .request_types import API_VERSIONS, BEFORE_AUTHENTICATION, DECLINE, NODE_ID, Handler, HandlerNow, RequestContext
 from .state import KafkaState
 
 log = structlog.get_logger("strata.kafka")
+
+def is_native_handshake(frame) -> bool:
+    """Whether `frame` is a native-protocol HANDSHAKE (NATIVE-PROTOCOL.md), exactly."""
+    try:
+        return isinstance(parse_native_request(frame, 1), HandshakeRequest)
+    except ProtocolError:
+        return False
+
+
+# The SASL gate (broker/security/sasl.py) with Kafka's admitted requests and its words
+# (SaslServerAuthenticator): a refused request closes the connection unanswered.
+SASL_GATE = SaslGate(
+    BEFORE_AUTHENTICATION,
+    unauthenticated=lambda api_key: f"Unexpected Kafka request of type {api_key} during SASL handshake",
+    expired=lambda api_key: (f"api {api_key} after the SASL session expired (connections.max.reauth.ms) "
+                             "without re-authentication"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +92,8 @@ class ApiEntry:
 
 class KafkaApis(FastPath):
     def __init__(self, partitions: PartitionService, bad_requests: BadRequestLog, *,
-                 advertised: tuple[str, int] | None = None, state: KafkaState | None = None,
+                 advertised: tuple[str, int] | None = None, native_bound: str = "",
+                 state: KafkaState | None = None,
                  group_configs: GroupConfigs | None = None, broker_configs: DynamicBrokerConfigs | None = None,
                  authenticator: Any = None, groups: Any = None, consumer_groups: Any = None):
         self.partitions = partitions  # what both protocols share (broker/core/service.py)
@@ -89,9 +108,10 @@ class KafkaApis(FastPath):
         self.node_id = NODE_ID
         # (host, port) answered to a connection without a listener (a listener answers its own)
         self.advertised: tuple[str, int] = advertised or ("localhost", 9092)
+        self.native_bound = native_bound  # the native listeners as bound (NAME://HOST:PORT,...)
         self.state = state  # the cluster id and producer id blocks (broker/kafka/state.py)
-        self.group_configs = group_configs  # per-group settings (broker/group_configs.py)
-        self.broker_configs = broker_configs  # AlterConfigs of the broker (broker/dynamic_broker_configs.py)
+        self.group_configs = group_configs  # per-group settings (broker/config/group_configs.py)
+        self.broker_configs = broker_configs  # AlterConfigs of the broker (broker/config/dynamic_broker_configs.py)
         self.authenticator = authenticator  # broker.security.sasl.SaslAuthenticator: the SCRAM credentials
         self.groups = groups  # broker/kafka/groups: the classic GroupCoordinator
         self.consumer_groups = consumer_groups  # and KIP-848's ConsumerGroupCoordinator
@@ -146,7 +166,7 @@ class KafkaApis(FastPath):
         """The live Log of a partition or the StrataError to answer."""
         return await self.partitions.partition_log(topic, partition, produce=produce)
 
-    # ---- RequestHandlers (broker.server) --------------------------------------------------------
+    # ---- RequestHandlers (broker.net.request_handlers) --------------------------------------------------------
 
     def bad_frame_reply(self, error: ProtocolError) -> None:
         return None  # too short for a header: close, as Kafka
@@ -172,15 +192,13 @@ class KafkaApis(FastPath):
         except codec.MalformedRequest as e:
             self.bad_requests.record(peer, "kafka_bad_request", error=str(e), peer=peer)
             raise CloseConnection() from None
-        if not conn.authenticated and api_key not in BEFORE_AUTHENTICATION:
-            self._refuse_unauthenticated(conn, api_key)
+        if not conn.authenticated and SASL_GATE.refusal(conn, api_key) is not None:
+            raise CloseConnection()
         entry = self._table.get(api_key)
         if entry is None or not entry.min_version <= api_version <= entry.max_version:
             if api_key == API_VERSIONS:
                 return [unsupported_api_versions(self.supported(), correlation_id)]
-            self.bad_requests.record(peer, "kafka_unsupported_request", api_key=api_key,
-                                     api_version=api_version, peer=peer)
-            raise CloseConnection()
+            self._bad_request(frame, peer, "kafka_unsupported_request", api_key=api_key, api_version=api_version)
         declined, self._declined = self._declined, None
         if declined is not None and declined[0] is frame:
             header, request = declined[1], declined[2]
@@ -188,9 +206,8 @@ class KafkaApis(FastPath):
             try:
                 header, request = codec.decode_request(frame, entry.request_classes[api_version])
             except codec.MalformedRequest as e:
-                self.bad_requests.record(peer, "kafka_bad_request", api_key=api_key,
-                                         api_version=api_version, error=str(e), peer=peer)
-                raise CloseConnection() from None
+                self._bad_request(frame, peer, "kafka_bad_request", api_key=api_key, api_version=api_version,
+                                  error=str(e))
         ctx = self._context(entry, header, api_version, correlation_id, conn)
         try:
             guard = self.guards.get(api_key)
@@ -254,17 +271,17 @@ class KafkaApis(FastPath):
             response = dataclasses.replace(response, throttle_time=throttle_time)
         return response
 
-    def _refuse_unauthenticated(self, conn: ConnectionContext, api_key: int) -> None:
-        """The SASL gate: a request other than ApiVersions/SaslHandshake/SaslAuthenticate
-        before authentication (or after the session expired) closes the connection."""
-        sasl = conn.sasl
-        message = (f"api {api_key} after the SASL session expired (connections.max.reauth.ms) without "
-                   "re-authentication" if sasl.expired else
-                   f"Unexpected Kafka request of type {api_key} during SASL handshake")
-        sasl.authenticator.failed(conn, None, message)
+    def _bad_request(self, frame, peer, event: str, **fields) -> NoReturn:
+        """Close the connection of a request this listener cannot serve: logged as a bad
+        request (rate-limited), except a native-protocol HANDSHAKE, which is how the command
+        line asks a listener which protocol it speaks (broker/cli/addresses.py)."""
+        if is_native_handshake(frame):
+            log.info("kafka_listener_native_handshake", peer=peer)
+        else:
+            self.bad_requests.record(peer, event, **fields, peer=peer)
         raise CloseConnection()
 
-    # ---- FastPath (broker.connection) -----------------------------------------------------------
+    # ---- FastPath (broker.net.request_handlers) -----------------------------------------------------------
 
     def handle_now(self, frame, conn: ConnectionContext):
         """The reply to `frame` made right now on the loop, by its API's `now` handler

@@ -1,5 +1,5 @@
 """DescribeClientQuotas (API 48) and AlterClientQuotas (API 49), versions 0-1, over
-the broker's one ClientQuotas (broker/quotas.py, on the partition service).
+the broker's one ClientQuotas (broker/core/quotas.py, on the partition service).
 
 - Alter: each entry is checked on its own (an entity Kafka refuses, an unknown
   key, a value that is not positive or, for byte rates, not whole: INVALID_REQUEST
@@ -13,9 +13,9 @@ the broker's one ClientQuotas (broker/quotas.py, on the partition service).
 
 from __future__ import annotations
 
+from broker.core.quotas import ClientQuotas, Entity, entity_of
 from kafka_format.errors import InvalidRequestError, StrataError
 
-from ..quotas import ClientQuotas, Entity, entity_of
 from .codec import make, nested
 from .request_types import ApiKey
 

@@ -3,12 +3,12 @@
 Contract: topics' configs are dynamic (the topic registry persists them), groups'
 configs live in GroupConfigs, the broker's are static (described; altering one is
 INVALID_REQUEST naming server.properties) but for Kafka's dynamic keys that do nothing
-on one node and the log.* topic defaults (broker/dynamic_broker_configs.py, which also
+on one node and the log.* topic defaults (broker/config/dynamic_broker_configs.py, which also
 holds the rule of precedence a topic config's value and source follow; a changed
 default is swapped into every topic by TopicRegistry.set_defaults). Each resource needs DESCRIBE_CONFIGS /
 ALTER_CONFIGS on itself (a broker's or its loggers': on the cluster); a refused
 or invalid resource is answered alone and changes nothing. DescribeConfigs describes
-every key Kafka 4.0 describes for a topic and for broker "0" (broker/kafka_config_keys.py),
+every key Kafka 4.0 describes for a topic and for broker "0" (broker/config/kafka_keys.py),
 read-only unless Strata takes the key at runtime, passwords sensitive and null.
 """
 
@@ -17,18 +17,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from broker.config.dynamic_broker_configs import (
+    LOG_KEYS,
+    NO_EFFECT,
+    DynamicBrokerConfigs,
+    config_synonyms,
+    dynamic_keys,
+)
+from broker.config.group_configs import GroupConfigs
+from broker.config.kafka_keys import BROKER_KEYS as KAFKA_BROKER_KEYS
+from broker.config.kafka_keys import ONE_NODE_VALUES, broker_key_type
+from broker.config.kafka_keys import TOPIC_KEYS as KAFKA_TOPIC_KEYS
+from broker.config.keys import KEYS_BY_NAME as BROKER_KEY_DEFS
+from broker.config.keys import config_text, default_props
 from kafka_format.errors import InvalidConfigError, InvalidRequestError, StrataError
 from storage.config import BROKER_NAMES, LogConfig
 from storage.config import KEYS as TOPIC_KEYS
 from storage.config import KEYS_BY_NAME as TOPIC_KEY_DEFS
 
-from ..config import KEYS_BY_NAME as BROKER_KEY_DEFS
-from ..config import config_text, default_props
-from ..dynamic_broker_configs import LOG_KEYS, NO_EFFECT, DynamicBrokerConfigs, config_synonyms, dynamic_keys
-from ..group_configs import GroupConfigs
-from ..kafka_config_keys import BROKER_KEYS as KAFKA_BROKER_KEYS
-from ..kafka_config_keys import ONE_NODE_VALUES, broker_key_type
-from ..kafka_config_keys import TOPIC_KEYS as KAFKA_TOPIC_KEYS
 from ..security.authorizer import (
     ClusterAuthorizationError,
     GroupAuthorizationError,
@@ -93,7 +99,7 @@ def documentation(resource_type: int, name: str) -> str:
             return "Kafka's topic config, described with its value on one node; Strata does not implement it"
         return ""
     if resource_type == GROUP_RESOURCE:
-        return "group config of Kafka's GroupConfig (broker/group_configs.py)"
+        return "group config of Kafka's GroupConfig (broker/config/group_configs.py)"
     key = BROKER_KEY_DEFS.get(name)
     if key is not None:
         return key.doc
@@ -263,6 +269,8 @@ class ConfigsApi(CoreApiBase):
             found = config_synonyms(k, layers)
             more[k] = [(synonym, value, SOURCE_CODES[source]) for synonym, value, source in found]
             value, source = (found[0][1], SOURCE_CODES[found[0][2]]) if found else (None, DEFAULT_CONFIG)
+            if k == "native.advertised.listeners" and not value and name:
+                value = self.apis.native_bound  # unset: the native listeners as bound
             entries.append((k, value, source, k not in settable, describe_kind(k, settable)))
         return entries
 

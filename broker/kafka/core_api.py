@@ -133,7 +133,7 @@ class CoreApiBase:
         return tuple(out)
 
     def _throttle(self, ctx, kind: str, nbytes: int) -> int:
-        """Client quotas (broker/quotas.py, through the partition service's one
+        """Client quotas (broker/core/quotas.py, through the partition service's one
         policy): the throttle time of this Produce (`nbytes`: its record bytes) or
         Fetch (the record bytes it would answer), byte rate and request time
         together; the connection mutes itself that long after the reply."""

@@ -22,10 +22,10 @@ from typing import Any
 
 import structlog
 
+from broker.net.request_handlers import CloseConnection
 from kafka_format.batch import ATTRIBUTES_OFFSET, FIELD_OFFSET, PRODUCER_ID_OFFSET, TRANSACTIONAL_BIT
 from kafka_format.errors import RecordValidationError, StrataError
 
-from ..connection import CloseConnection
 from ..core import PartitionLog, append_outcome, strata_error
 from ..security.authorizer import Op, Resource
 from . import produce_response

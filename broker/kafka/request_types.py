@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from ..handler_clock import HandlerClock
-from ..listeners import ConnectionContext
+from broker.net.handler_clock import HandlerClock
+from broker.net.listeners import ConnectionContext
 
 
 class ApiKey(IntEnum):
@@ -108,7 +108,7 @@ class RequestContext:
     apis: Any  # the KafkaApis serving it (broker/kafka/apis.py)
     response_class: type = field(repr=False)
     connection: ConnectionContext  # listener, security protocol, client certificate
-    # request_percentage quotas (broker/handler_clock.py): the handler's time on the loop,
+    # request_percentage quotas (broker/net/handler_clock.py): the handler's time on the loop,
     # None while no such quota is set; `charged` once a handler (Produce, Fetch) charged it.
     clock: HandlerClock | None = None
     charged: bool = False

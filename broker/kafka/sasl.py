@@ -36,7 +36,8 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from ..connection import CloseAfterReply
+from broker.net.request_handlers import CloseAfterReply
+
 from ..security.authorizer import Op
 from ..security.errors import SaslAuthenticationFailedError
 from ..security.sasl import sasl_failure_delay

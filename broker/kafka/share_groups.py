@@ -36,7 +36,6 @@ from kafka_format.errors import StrataError
 
 from ..core.types import READ_COMMITTED, READ_UNCOMMITTED
 from ..core.waiting import Wait
-from ..internal_topics import SHARE_GROUP_STATE_TOPIC
 from ..security.authorizer import Op, Resource
 from ..share import config as share_config
 from ..share.errors import (
@@ -53,6 +52,7 @@ from ..share.manager import SharePartitionManager
 from ..share.partition import AckBatch
 from ..share.session import ShareSessionCache, TopicIdPartition
 from ..share.state_store import DEFAULT_PARTITIONS, ShareStateStore
+from ..state.internal_topics import SHARE_GROUP_STATE_TOPIC
 from .allowed import allowed
 from .codec import make, nested
 from .request_types import NODE_ID, ApiKey

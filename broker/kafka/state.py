@@ -37,10 +37,9 @@ import os
 import threading
 import uuid
 
+from broker.state.json_files import damaged, encode_document, read_document
 from kafka_format.errors import InvalidConfigError, KafkaStorageError
 from storage.fileutil import atomic_write
-
-from ..json_files import damaged, encode_document, read_document
 
 STATE_FILE = "strata-kafka.json"
 # Without it the cluster id would change and producer ids already in the logs be handed out again.

@@ -101,7 +101,7 @@ class TopicAdminApi(CoreApiBase):
         """Executor side; returns the Topic (what it would be with validate_only)."""
         if validate_only:
             self.registry.create(name, partitions, configs, validate_only=True, admit=admit)
-            from ..topics import Topic
+            from broker.state.topic_registry import Topic
             overrides = dict(configs)
             return Topic(name, self.registry.num_partitions if partitions == -1 else partitions,
                          overrides, False, LogConfig.from_props(overrides, self.registry.defaults))

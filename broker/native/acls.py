@@ -10,6 +10,7 @@ cluster) is `Handlers`' check, as for every request.
 
 from __future__ import annotations
 
+from broker.net.request_handlers import Reply
 from protocol import (
     AclBinding,
     CreateAclsRequest,
@@ -23,7 +24,6 @@ from protocol import (
     encode_response,
 )
 
-from ..connection import Reply
 from ..security.authorizer import Acl, AclFilter, SecurityDisabledError
 from .base import NativeApiBase
 from .session_state import NativeSession

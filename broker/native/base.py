@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import structlog
 
+from broker.net.bad_request_log import BadRequestLog
+from broker.net.listeners import ConnectionContext
+from broker.state.group_offsets import GroupOffsets
+
 from ..core import PartitionService
-from ..group_offsets import GroupOffsets
-from ..listeners import ConnectionContext
-from ..log_limiter import BadRequestLog
 from ..security.authorizer import Op, Resource
 
 log = structlog.get_logger("strata.handlers")
@@ -31,7 +32,7 @@ class NativeApiBase:
         self.config = partitions.config
         self.registry = partitions.registry
         self.loop = partitions.loop
-        # Bad requests of both listeners, logged rate-limited (broker/log_limiter.py).
+        # Bad requests of both listeners, logged rate-limited (broker/net/bad_request_log.py).
         self.bad_requests = bad_requests
 
     @property

@@ -1,12 +1,13 @@
 """Topic configs: DESCRIBE_CONFIG and ALTER_CONFIG.
 
-Contract: a topic's configs are the topic registry's (broker/topics.py, which
+Contract: a topic's configs are the topic registry's (broker/state/topic_registry.py, which
 persists them and checks every key and value with Kafka's rules); describing
 answers from memory, altering runs in the executor.
 """
 
 from __future__ import annotations
 
+from broker.net.request_handlers import Reply
 from protocol import (
     AlterConfigRequest,
     DescribeConfigRequest,
@@ -16,7 +17,6 @@ from protocol import (
     encode_response,
 )
 
-from ..connection import Reply
 from .base import NativeApiBase
 from .session_state import NativeSession
 

@@ -33,6 +33,7 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
 
 from __future__ import annotations
 
+from broker.net.request_handlers import Reply
 from kafka_format.errors import InvalidRequestError, StrataError
 from protocol import (
     ErrorCode,
@@ -46,7 +47,6 @@ from protocol import (
     parse_request,
 )
 
-from ..connection import Reply
 from ..core import PartitionLog, RecordSlice, Wait, release_all
 from ..core.limits import fetch_cap
 from ..security.authorizer import Op, Resource

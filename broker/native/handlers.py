@@ -41,7 +41,7 @@ Contract:
   Blocking work (timestamp lookups, topic changes, commits) runs in the executor
   through it; answers from memory (log end, log start, metadata, committed
   offsets) run inline.
-- The server's fast path (`FastPath`, broker/connection.py):
+- The server's fast path (`FastPath`, broker/net/connection.py):
   `SessionHandlers.handle_now(frame)` is `handle` for what needs no waiting (a
   PRODUCE appended inline, `produce_now`; a FETCH with data or nothing to wait
   for, `fetch_now`), called straight from the socket callback when the
@@ -56,6 +56,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from broker.net.bad_request_log import BadRequestLog
+from broker.net.listeners import ConnectionContext, Listener
+from broker.net.request_handlers import CloseConnection, PerConnection, Reply
 from kafka_format.errors import StrataError
 from protocol import (
     AlterConfigRequest,
@@ -82,11 +85,8 @@ from protocol import (
     parse_request,
 )
 
-from ..connection import CloseConnection, PerConnection, Reply
 from ..core import PartitionService
 from ..core.authorization import may_create_topic
-from ..listeners import ConnectionContext, Listener
-from ..log_limiter import BadRequestLog
 from ..security.authorizer import (
     CLUSTER_NAME,
     ClusterAuthorizationError,

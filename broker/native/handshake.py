@@ -14,6 +14,7 @@ Contract:
 
 from __future__ import annotations
 
+from broker.net.request_handlers import CloseAfterReply, Reply
 from kafka_format.errors import StrataError
 from protocol import (
     ErrorCode,
@@ -24,7 +25,6 @@ from protocol import (
     encode_response,
 )
 
-from ..connection import CloseAfterReply, Reply
 from ..security.errors import IllegalSaslStateError, SaslAuthenticationFailedError, UnsupportedSaslMechanismError
 from ..security.sasl import sasl_failure_delay
 from .base import NativeApiBase

@@ -13,10 +13,10 @@ it is answered after authentication, as every request.
 
 from __future__ import annotations
 
+from broker.net.listeners import Listener
+from broker.net.request_handlers import Reply
 from protocol import DescribeListenersRequest, DescribeListenersResponse, ErrorCode, ListenerInfo, encode_response
 
-from ..connection import Reply
-from ..listeners import Listener
 from .base import NativeApiBase
 from .session_state import NativeSession
 

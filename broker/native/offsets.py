@@ -5,7 +5,7 @@ Contract: OFFSETS asks the core's offset lookup (`PartitionService.list_offset`,
 the log's `fetch_offset_by_timestamp`: the log ends from memory, a timestamp in
 the executor); commits go to the
 executor, fetching a committed offset is answered from memory (GroupOffsets,
-broker/group_offsets.py, shared with the Kafka listener's OffsetCommit/OffsetFetch).
+broker/state/group_offsets.py, shared with the Kafka listener's OffsetCommit/OffsetFetch).
 
 Decisions where the spec is silent (Kafka's behaviour unless noted):
 - OFFSETS: a time below -2 (Kafka's newer special timestamps) is INVALID_REQUEST;
@@ -19,6 +19,7 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
 
 from __future__ import annotations
 
+from broker.net.request_handlers import Reply
 from kafka_format.errors import InvalidRequestError
 from kafka_format.topic_names import validate_topic_name
 from protocol import (
@@ -32,7 +33,6 @@ from protocol import (
     encode_response,
 )
 
-from ..connection import Reply
 from ..core import OffsetQuery
 from .base import NativeApiBase
 from .session_state import NativeSession

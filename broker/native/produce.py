@@ -7,7 +7,7 @@ Contract:
   version's layout). MULTIPRODUCE starts every item's append, then answers them
   in order; an item the ACLs refuse (`denied`) is TOPIC_AUTHORIZATION_FAILED.
 - `produce_now(frame, session)` is the fast path's PRODUCE
-  (broker/connection.py's FastPath, through `SessionHandlers.handle_now`): the
+  (broker/net/connection.py's FastPath, through `SessionHandlers.handle_now`): the
   reply when the append runs inline, else None with nothing done.
 - `run_key` / `begin` stream pipelined PRODUCEs that go to the executor into the
   partition's appender, so consecutive PRODUCEs to one partition cost one
@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from broker.net.request_handlers import Reply
 from kafka_format.errors import StrataError
 from protocol import (
     ErrorCode,
@@ -41,7 +42,6 @@ from protocol import (
 )
 from protocol.requests import PRODUCE_FIXED, PRODUCE_HEAD
 
-from ..connection import Reply
 from ..core import INLINE_APPEND_MAX_BYTES, AppendResult
 from ..security.authorizer import Op, Resource, TopicAuthorizationError
 from .base import NativeApiBase, log
@@ -79,7 +79,7 @@ class ProduceApi(NativeApiBase):
         results = tuple([await item if isinstance(item, asyncio.Future) else item for item in started])
         return [encode_response(MultiProduceResponse(ErrorCode.NONE, results))]
 
-    # ---- the fast path (broker.connection.FastPath, through Handlers) ---------------------------
+    # ---- the fast path (broker.net.request_handlers.FastPath, through Handlers) ---------------------------
 
     def produce_now(self, frame, session: NativeSession) -> Reply | None:
         """handle_now for a PRODUCE: the reply when its append runs inline (the

@@ -2,7 +2,7 @@
 
 Contract:
 - `SessionHandlers` is the RequestHandlers (and FastPath) one connection serves
-  (`Handlers.for_connection`, broker/connection.py's PerConnection): it keeps the
+  (`Handlers.for_connection`, broker/net/connection.py's PerConnection): it keeps the
   connection's `NativeSession` (session_state.py), counts the connection's
   requests in it and hands each to the shared `Handlers` with the session. The
   first request of a connection always goes through `handle` (never the fast
@@ -19,19 +19,27 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from broker.net.handler_clock import HandlerClock
+from broker.net.listeners import ConnectionContext
+from broker.net.request_handlers import CloseAfterReply, FastPath, Frame, Reply
 from protocol import ErrorCode, ProtocolError, RequestType, error_response, parse_produce, parse_request
 
-from ..connection import CloseAfterReply, FastPath, Frame, Reply
 from ..core import INLINE_APPEND_MAX_BYTES
-from ..handler_clock import HandlerClock
-from ..listeners import ConnectionContext
-from ..security.sasl import sasl_failure_delay
+from ..security.sasl import SaslGate, sasl_failure_delay
 from .session_state import NativeSession
 
 PRODUCE, FETCH = int(RequestType.PRODUCE), int(RequestType.FETCH)  # the fast path's types (frame[1])
 
 # Requests a connection on a SASL listener may send before it has authenticated.
 BEFORE_AUTHENTICATION = frozenset({RequestType.HANDSHAKE, RequestType.SASL_AUTHENTICATE})
+# The SASL gate (broker/security/sasl.py) with the native protocol's words: a refused
+# request is answered SASL_AUTHENTICATION_FAILED with them, then the connection closes.
+SASL_GATE = SaslGate(
+    BEFORE_AUTHENTICATION,
+    unauthenticated=lambda _type: ("this listener requires SASL authentication: send HANDSHAKE and "
+                                   "SASL_AUTHENTICATE first"),
+    expired=lambda _type: ("the SASL session expired (connections.max.reauth.ms) and the client did not "
+                           "re-authenticate"))
 
 
 def produce_record_bytes(frame: Frame, version: int) -> int:
@@ -98,15 +106,11 @@ class SessionHandlers(FastPath):
 
     async def refuse_unauthenticated(self, frame: Frame, conn: ConnectionContext) -> None:
         """The SASL gate: returns for a HANDSHAKE or SASL_AUTHENTICATE, else raises
-        CloseAfterReply with SASL_AUTHENTICATION_FAILED."""
+        CloseAfterReply with SASL_AUTHENTICATION_FAILED after the failure delay."""
         request_type = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
-        if request_type in BEFORE_AUTHENTICATION:
+        message = SASL_GATE.refusal(conn, request_type)
+        if message is None:
             return
-        expired = conn.sasl.expired
-        message = ("the SASL session expired (connections.max.reauth.ms) and the client did not "
-                   "re-authenticate" if expired else
-                   "this listener requires SASL authentication: send HANDSHAKE and SASL_AUTHENTICATE first")
-        conn.sasl.authenticator.failed(conn, None, message)
         await sasl_failure_delay(conn.sasl)
         raise CloseAfterReply(self.session.error(ErrorCode.SASL_AUTHENTICATION_FAILED, message))
 

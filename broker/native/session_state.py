@@ -20,13 +20,13 @@ The per-connection dispatch (the SASL gate, quotas, the fast path) is session.py
 
 from __future__ import annotations
 
+from broker.net.handler_clock import HandlerClock
+from broker.net.listeners import ConnectionContext
+from broker.net.request_handlers import Reply
 from kafka_format.errors import InvalidRequestError, StrataError
 from protocol import PROTOCOL_VERSION, error_response, produce_response
 
-from ..connection import Reply
 from ..core import AppendResult, error_reason
-from ..handler_clock import HandlerClock
-from ..listeners import ConnectionContext
 
 MESSAGE_VERSION = 2  # error answers carry their message from this version on
 

@@ -1,7 +1,7 @@
 """Topics: CREATE_TOPIC, DELETE_TOPIC, DELETE_RECORDS and METADATA.
 
 Contract: topic changes and record deletion run in the executor through the
-partition service (the topic registry, broker/topics.py; `remove_topic`,
+partition service (the topic registry, broker/state/topic_registry.py; `remove_topic`,
 `delete_records_before`); METADATA answers from memory, except creating the
 missing topics it names (`PartitionService.auto_create_topic`, the Kafka
 Metadata's path). With ACLs on, METADATA filters and refuses topic by topic,
@@ -26,6 +26,7 @@ Decisions where the spec is silent (Kafka's behaviour unless noted):
 
 from __future__ import annotations
 
+from broker.net.request_handlers import Reply
 from kafka_format.errors import StrataError
 from kafka_format.topic_names import validate_topic_name
 from protocol import (
@@ -42,7 +43,6 @@ from protocol import (
     encode_response,
 )
 
-from ..connection import Reply
 from ..core.authorization import may_create_topic
 from ..security.authorizer import Op, Resource
 from .base import NativeApiBase

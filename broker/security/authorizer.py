@@ -6,7 +6,7 @@ Contract:
   of principals) may do everything; `allow.everyone.if.no.acl.found` opens a
   resource that no ACL's pattern matches.
 - `authorize(context, operation, resource_type, name)` -> bool, for a
-  connection's ConnectionContext (broker/listeners.py: `principal`, the peer's
+  connection's ConnectionContext (broker/net/listeners.py: `principal`, the peer's
   host). Off: always True. On, as Kafka's StandardAuthorizer decides:
   super user -> allowed; an ACL applies when its pattern matches the resource
   (LITERAL equal or `*`, PREFIXED a prefix of the name), its principal is the
@@ -34,13 +34,13 @@ from dataclasses import asdict, dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
+from broker.state.json_files import damaged, read_document, write_document
 from kafka_format.errors import InvalidRequestError, StrataError
 
-from ..json_files import damaged, read_document, write_document
 from .principal import ANONYMOUS
 
 if TYPE_CHECKING:
-    from ..listeners import ConnectionContext
+    from broker.net.listeners import ConnectionContext
 
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"

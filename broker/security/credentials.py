@@ -28,11 +28,11 @@ import fcntl
 import os
 from collections.abc import Iterable
 
+from broker.state.json_files import damaged, encode_document, read_document
 from kafka_format.errors import KafkaStorageError
 from storage.fileutil import atomic_write
 from storage.manager import LOCK_FILE
 
-from ..json_files import damaged, encode_document, read_document
 from .scram import MECHANISMS, ScramCredential
 
 CREDENTIALS_FILE = "scram-credentials.json"

@@ -12,7 +12,7 @@ Contract:
   without SASL.
 - `SaslAuthenticator` is broker-wide: the SCRAM credential store (set once the
   data directory is locked), `connection.failed.authentication.delay.ms`, and
-  the rate-limited log of failed logins (broker/log_limiter.py, keyed by the
+  the rate-limited log of failed logins (broker/net/bad_request_log.py, keyed by the
   client's address, with the broker-wide cap). `session(context)` gives a
   connection its `SaslSession`.
 - `SaslSession` is one connection's SASL state, driven by both protocols:
@@ -28,12 +28,17 @@ Contract:
   with the client address, and `failure_delay_s` is how long the caller waits
   before answering and closing. The state per connection is a few fields and at
   most one exchange in progress.
+- `SaslGate` is the one rule of both protocols for a request that comes before a
+  SASL listener's connection has authenticated (or after its session expired):
+  the protocol's authentication requests pass, any other is refused, its failure
+  logged with the authenticator, and the connection closes. Each protocol gives
+  the request types it admits and its own words for the refusal.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +113,25 @@ async def sasl_failure_delay(session: SaslSession) -> None:
     delay = session.authenticator.failure_delay_s
     if delay:
         await asyncio.sleep(delay)
+
+
+@dataclass(frozen=True, slots=True)
+class SaslGate:
+    """What passes before authentication, and the refusal of the rest (see the module contract)."""
+
+    admitted: frozenset[int]  # the protocol's request types that authenticate
+    unauthenticated: Callable[[int], str]  # the refusal's words for request type N
+    expired: Callable[[int], str]  # the same after the session expired (connections.max.reauth.ms)
+
+    def refusal(self, context: Any, request_type: int) -> str | None:
+        """None for a request that passes; else the refusal's message, already recorded as
+        a failed login of the connection (the caller answers, or not, and closes)."""
+        if request_type in self.admitted:
+            return None
+        sasl = context.sasl
+        message = (self.expired if sasl.expired else self.unauthenticated)(request_type)
+        sasl.authenticator.failed(context, None, message)
+        return message
 
 
 class SaslAuthenticator:

@@ -28,8 +28,9 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
-from ..group_offsets import partition_for
-from ..internal_records import FieldReader, encode_uvarint
+from broker.state.group_offsets import partition_for
+from broker.state.internal_records import FieldReader, encode_uvarint
+
 from .partition import StateBatch
 
 SHARE_GROUP_STATE_TOPIC = "__share_group_state"

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from broker.topics import TopicRegistry
+from broker.state.topic_registry import TopicRegistry
 from kafka_format import build_batch
 from protocol import CreateTopicRequest, ErrorCode
 from storage.config import LogConfig

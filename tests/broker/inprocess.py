@@ -1,6 +1,6 @@
 """The broker inside the test process (a thread running uvloop), for tests that
 look at the server's own state: its connections, flow-control counters and
-`broker.server.sendfile_stats`. End-to-end behaviour is tested against the real
+`broker.net.server.sendfile_stats`. End-to-end behaviour is tested against the real
 process (tests/broker_process.py); this harness is for introspection.
 """
 
@@ -12,7 +12,7 @@ import threading
 import uvloop
 
 from broker.app import BrokerApp
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 
 
 class InProcessBroker:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from broker.listeners import ConnectionContext
+from broker.net.listeners import ConnectionContext
 from broker.security.authorizer import Acl, AclFilter, Authorizer, Op, Pattern, Permission, Resource
 from kafka_format.errors import InvalidRequestError
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from kafka_format import build_batch, iter_entries
 from protocol import CreateTopicRequest, ErrorCode, FetchRequest, ProduceRequest
 from tests.broker.wire import NativeClient

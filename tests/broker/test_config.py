@@ -2,7 +2,9 @@
 
 import pytest
 
-from broker.config import DEFAULT_PORT, BrokerConfig, parse_properties
+from broker.config.broker_config import BrokerConfig
+from broker.config.keys import DEFAULT_PORT
+from broker.config.properties import parse_properties
 from kafka_format.errors import InvalidConfigError
 from storage.config import LONG_MAX
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from kafka_format.errors import InvalidConfigError
 from tests.broker_process import BrokerProcess, run_serve
 

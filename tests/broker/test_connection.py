@@ -1,4 +1,4 @@
-"""broker.connection.Connection driven by hand, as uvicorn's tests/protocols do: a
+"""broker.net.connection.Connection driven by hand, as uvicorn's tests/protocols do: a
 mock transport records what is written and whether reading is paused, a mock loop
 runs the request task on the test's loop and lets the test set the clock; the
 handlers are small fakes. The end-to-end behaviour over real sockets is in
@@ -15,9 +15,10 @@ import struct
 
 import pytest
 
-from broker.connection import CloseConnection, Connection, FastPath
-from broker.flow_control import FlowControl
-from broker.server import BrokerServer, ServerStats
+from broker.net.connection import Connection
+from broker.net.flow_control import FlowControl
+from broker.net.request_handlers import CloseConnection, FastPath
+from broker.net.server import BrokerServer, ServerStats
 from storage.file_records import FileSlice
 
 SIZE = struct.Struct(">i")

@@ -19,8 +19,8 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from broker import server as server_module
 from broker.core import appends as appends_module
+from broker.net import server as server_module
 from kafka_format import build_batch, iter_records
 from protocol import (
     CreateTopicRequest,

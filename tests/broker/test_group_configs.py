@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from broker import json_files
-from broker.config import BrokerConfig
-from broker.group_configs import CONFIG_FILE, GroupConfigs
+from broker.config.broker_config import BrokerConfig
+from broker.config.group_configs import CONFIG_FILE, GroupConfigs
+from broker.state import json_files
 from kafka_format.errors import InvalidConfigError, InvalidRequestError, KafkaStorageError
 
 

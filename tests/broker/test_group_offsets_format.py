@@ -1,6 +1,6 @@
 """Kafka's __consumer_offsets layout and group -> partition mapping."""
 
-from broker.group_offsets import (
+from broker.state.group_offsets import (
     decode_key,
     decode_value,
     encode_key,

@@ -1,4 +1,4 @@
-"""broker/heap.py: the broker's glibc heap settings."""
+"""broker/net/heap.py: the broker's glibc heap settings."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import platform
 
 import pytest
 
-from broker.heap import keep_freed_memory
+from broker.net.heap import keep_freed_memory
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the settings exist only with glibc")

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.app import BrokerApp
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from kafka_format import build_batch
 from protocol import CommitOffsetRequest, CreateTopicRequest, FetchRequest, ProduceRequest
 from storage.manager import LogManager

@@ -4,8 +4,8 @@ which frames a connection may key for an early begin."""
 from __future__ import annotations
 
 from broker.core import INLINE_APPEND_MAX_BYTES
-from broker.listeners import ConnectionContext
 from broker.native import SessionHandlers
+from broker.net.listeners import ConnectionContext
 
 KEY = ("t", 0)
 FRAME = b"f" * (INLINE_APPEND_MAX_BYTES + 1)  # only a PRODUCE over this size is ever keyed

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from broker.core import (
     APPENDS_PER_JOB,
     INLINE_APPEND_MAX_BYTES,
@@ -29,7 +29,7 @@ from broker.core import (
 )
 from broker.core import appends as appends_module
 from broker.native import produce_answer
-from broker.topics import TopicRegistry
+from broker.state.topic_registry import TopicRegistry
 from kafka_format import build_batch
 from kafka_format.errors import (
     CorruptRecordError,

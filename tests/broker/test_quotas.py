@@ -1,4 +1,4 @@
-"""broker/quotas.py on its own: Kafka's order of precedence between quota
+"""broker/core/quotas.py on its own: Kafka's order of precedence between quota
 entities, its windowed rate and throttle time, the file the quotas live in."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from broker.quotas import QUOTAS_FILE, ClientQuotas, entity_of
+from broker.core.quotas import QUOTAS_FILE, ClientQuotas, entity_of
 from kafka_format.errors import InvalidConfigError, InvalidRequestError
 
 PRODUCE = "producer_byte_rate"
@@ -97,7 +97,7 @@ def test_the_handler_clock_counts_steps_not_waits():
     import asyncio
     import time
 
-    from broker.handler_clock import HandlerClock
+    from broker.net.handler_clock import HandlerClock
 
     async def handler(gate):
         await gate

@@ -433,7 +433,7 @@ def test_commit_and_fetch_offsets(connect, new_topic):
 
 
 def test_offsets_topic_records_use_kafka_layout(connect, new_topic):
-    from broker.group_offsets import decode_key, decode_value, partition_for
+    from broker.state.group_offsets import decode_key, decode_value, partition_for
     c = connect()
     topic = new_topic()
     group = "layout-group"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from kafka_format import iter_records
 from protocol import CreateTopicRequest, DeleteRecordsRequest, ErrorCode, FetchRequest, OffsetsRequest, ProduceRequest
 from tests.broker.conftest import batch

@@ -1,7 +1,7 @@
 """The server's own state, observed in-process: zero-copy FETCH and flow-control bounds.
 
 The broker runs in a thread of the test process (tests/broker/inprocess.py) so the
-tests can read `broker.server.sendfile_stats` (counted at the one os.sendfile call)
+tests can read `broker.net.server.sendfile_stats` (counted at the one os.sendfile call)
 and each connection's queue and write buffer. Nothing is mocked.
 """
 
@@ -15,8 +15,8 @@ import time
 import pytest
 import structlog
 
-from broker import server as server_module
 from broker.core import appends as appends_module
+from broker.net import server as server_module
 from kafka_format import build_batch, iter_records
 from protocol import (
     CreateTopicRequest,

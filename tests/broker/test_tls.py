@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from client import Admin, Consumer, Producer
 from client.errors import BrokerUnreachable
 from kafka_format.errors import InvalidConfigError
@@ -200,8 +200,8 @@ def test_peer_certificate_subject_on_the_connection(tmp_path, pki):
     """mTLS: the connection context carries the client certificate's subject."""
     import asyncio
 
-    from broker.listeners import ConnectionContext, Listener, ListenerSpec
-    from broker.tls import ServerTls, peer_certificate_subject, settings_for
+    from broker.net.listeners import ConnectionContext, Listener, ListenerSpec
+    from broker.net.tls import ServerTls, peer_certificate_subject, settings_for
 
     values = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki["server_pem"]),
               "ssl.key.password": "keypass", "ssl.truststore.type": "PEM",
@@ -281,7 +281,7 @@ def test_server_context_settings(tmp_path, pki):
     (IANA) cipher suite names; bad input names the key."""
     from cryptography.hazmat.primitives.serialization import BestAvailableEncryption, pkcs12
 
-    from broker.tls import build_server_context, openssl_cipher_name, settings_for
+    from broker.net.tls import build_server_context, openssl_cipher_name, settings_for
 
     issued = pki["ca"].issue("localhost")
     base = {"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": issued.cert_pem().decode(),

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from broker.topics import OFFSETS_TOPIC, REGISTRY_FILE, TopicRegistry
+from broker.state.topic_registry import OFFSETS_TOPIC, REGISTRY_FILE, TopicRegistry
 from kafka_format.errors import (
     InvalidConfigError,
     InvalidPartitionsError,

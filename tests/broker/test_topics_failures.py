@@ -5,7 +5,7 @@ a failed write (EIO, or ENOSPC beyond the space reserve) leaves memory, the
 file and the directories as they were, and answers KAFKA_STORAGE_ERROR (56).
 Deleting a topic on a full disk uses the space reserve. Reconciling at startup
 never fails the start. The offsets topic keeps cleanup.policy=compact
-(broker/internal_topics.py).
+(broker/state/internal_topics.py).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import os
 
 import pytest
 
-from broker import topics as topics_module
-from broker.internal_topics import OFFSETS_TOPIC, check_delete_records
-from broker.topics import REGISTRY_FILE, TopicRegistry
+from broker.state import topic_registry as topics_module
+from broker.state.internal_topics import OFFSETS_TOPIC, check_delete_records
+from broker.state.topic_registry import REGISTRY_FILE, TopicRegistry
 from kafka_format.errors import InvalidConfigError, InvalidTopicError, KafkaStorageError, TopicAlreadyExistsError
 from storage.config import LogConfig
 from storage.manager import LogManager

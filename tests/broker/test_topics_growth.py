@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-import broker.topics as topics_module
-from broker.topics import MAX_PARTITIONS, OFFSETS_TOPIC, REGISTRY_FILE, TopicRegistry
+import broker.state.topic_registry as topics_module
+from broker.state.topic_registry import MAX_PARTITIONS, OFFSETS_TOPIC, REGISTRY_FILE, TopicRegistry
 from kafka_format.errors import (
     InvalidPartitionsError,
     InvalidRequestError,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from broker.internal_topics import TRANSACTION_STATE_TOPIC
 from broker.kafka.transactions.coordinator import (
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_ID_MAPPING,
@@ -21,6 +20,7 @@ from broker.kafka.transactions.coordinator import (
     TransactionCoordinator,
 )
 from broker.kafka.transactions.state import TxnState
+from broker.state.internal_topics import TRANSACTION_STATE_TOPIC
 from kafka_format.errors import KafkaStorageError
 
 

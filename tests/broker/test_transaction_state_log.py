@@ -1,14 +1,12 @@
 """`__transaction_state` in Kafka's TransactionLogKey / TransactionLogValue layouts,
 read back by the coordinator at start; transactional offsets in `__consumer_offsets`
-applied only by their COMMIT marker when read back (broker/group_offsets.py)."""
+applied only by their COMMIT marker when read back (broker/state/group_offsets.py)."""
 
 from __future__ import annotations
 
 import struct
 
-from broker.config import BrokerConfig
-from broker.group_offsets import GroupOffsets
-from broker.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from broker.config.broker_config import BrokerConfig
 from broker.kafka.transactions.state import TxnMetadata, TxnState
 from broker.kafka.transactions.state_log import (
     TransactionStateLog,
@@ -17,7 +15,9 @@ from broker.kafka.transactions.state_log import (
     encode_key,
     encode_value,
 )
-from broker.topics import TopicRegistry
+from broker.state.group_offsets import GroupOffsets
+from broker.state.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from broker.state.topic_registry import TopicRegistry
 from storage.manager import LogManager
 
 
@@ -114,7 +114,7 @@ def test_transactional_offsets_apply_only_when_committed(tmp_path):
 def test_each_id_writes_to_its_partition_under_its_key(tmp_path):
     """Kafka's partitionFor (abs(javaHashCode) % partitions, followed when the count
     changes); a Dead id's tombstone carries the same key."""
-    from broker.group_offsets import partition_for
+    from broker.state.group_offsets import partition_for
 
     _, manager, get_log = _storage(tmp_path)
     count = [2]

@@ -1,4 +1,4 @@
-"""Unit checks of the wire limits (issue 14, items 5-7): the Kafka request check,
+"""Unit checks of the wire limits: the Kafka request check,
 the bad-request log limiter, the request memory pool, frame buffers that grow as
 bytes arrive, and the connection limits."""
 
@@ -12,10 +12,10 @@ import pytest
 from kio.index import load_request_schema
 
 from broker.kafka import codec, request_check
-from broker.log_limiter import BadRequestLog
+from broker.net.bad_request_log import BadRequestLog
 from tests.robust.wire_fuzz import Mutator, sample_requests
 
-# The APIs whose handlers met None for a null array before the check (issue 14, item 5).
+# The APIs whose handlers met None for a null array before the check.
 NULL_ARRAY_APIS = [(0, 3, 13), (19, 2, 7), (20, 1, 6), (32, 1, 4), (2, 1, 10), (21, 0, 2), (15, 0, 6),
                    (42, 0, 2)]
 
@@ -155,8 +155,8 @@ def test_unreported_counts_of_a_closed_connection_reach_the_summary():
 
 # ---- request memory and frames that grow as bytes arrive ---------------------------------------
 
-from broker.connection_limits import ConnectionLimits, parse_overrides  # noqa: E402
-from broker.request_memory import RequestMemory, give_back_memory  # noqa: E402
+from broker.net.connection_limits import ConnectionLimits, parse_overrides  # noqa: E402
+from broker.net.request_memory import RequestMemory, give_back_memory  # noqa: E402
 from protocol.framing import INITIAL_FRAME_BYTES, WHOLE_FRAME_BYTES, FramePool, FrameReader  # noqa: E402
 
 

@@ -238,10 +238,26 @@ def test_nothing_listening_is_one_line():
         strata("topics", "list", "--bootstrap-server", "127.0.0.1:1"))
 
 
-def test_an_ephemeral_native_port_is_named_not_guessed(live_broker):
-    """The test brokers take any free port (port 0): the configuration cannot tell it."""
-    err = one_error_line(strata("topics", "list", "--bootstrap-server", live_broker.process.bootstrap))
-    assert "does not tell its native listener's port" in err and "native.advertised.listeners" in err
+def test_an_ephemeral_native_port_is_found_through_the_kafka_listener(live_broker):
+    """The test brokers take any free port (port 0): DescribeConfigs of the broker describes
+    an unset native.advertised.listeners as the native listeners as bound."""
+    process = live_broker.process
+    name = unique("ephemeral")
+    ok(strata("topics", "create", name, "--partitions", 1, "--bootstrap-server", process.bootstrap))
+    assert name in ok(strata("topics", "list", "--bootstrap-server", process.bootstrap)).splitlines()
+    described = ok(strata("configs", "describe", "--broker", "--bootstrap-server", process.bootstrap))
+    assert f"native.advertised.listeners=PLAINTEXT://127.0.0.1:{process.port}" in described
+
+
+def test_the_kafka_listener_takes_the_probe_as_no_bad_request(live_broker):
+    """The command line's first words to a Kafka listener are a native HANDSHAKE: the
+    listener closes that connection with an info line, not a bad-request warning."""
+    process = live_broker.process
+    before = len(process.log_events())  # the broker is shared: only what this command caused
+    ok(strata("topics", "list", "--bootstrap-server", process.bootstrap))
+    events = process.log_events()[before:]
+    assert any(e.get("event") == "kafka_listener_native_handshake" for e in events)
+    assert not [e for e in events if e.get("event") in ("kafka_bad_request", "kafka_unsupported_request")]
 
 
 def test_choosing_the_other_listener():
@@ -276,7 +292,7 @@ def test_listeners_from_the_broker_configs():
 
 
 def test_native_advertised_listeners_name_native_listeners(tmp_path):
-    from broker.config import BrokerConfig
+    from broker.config.broker_config import BrokerConfig
     from kafka_format.errors import InvalidConfigError
 
     config = BrokerConfig.load(overrides=["native.advertised.listeners=PLAINTEXT://published:19000"],

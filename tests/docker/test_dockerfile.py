@@ -36,9 +36,9 @@ NATIVE_PORT = 9000
 
 
 def native_default_port() -> int:
-    """The broker's own default port, when broker/config.py says; else the documented 9000."""
+    """The broker's own default port, when broker/config/keys.py says; else the documented 9000."""
     try:
-        from broker import config  # noqa: PLC0415
+        from broker.config import keys as config  # noqa: PLC0415
     except ImportError:
         return NATIVE_PORT
     for name in ("DEFAULT_PORT", "NATIVE_PORT", "DEFAULT_NATIVE_PORT"):
@@ -537,7 +537,8 @@ def read_properties(path: Path) -> dict[str, str]:
 
 
 def test_server_properties_loads_and_names_only_known_keys(tmp_path):
-    from broker.config import ALL_KEYS, BrokerConfig
+    from broker.config.broker_config import BrokerConfig
+    from broker.config.keys import ALL_KEYS
 
     props = read_properties(PROPERTIES)
     assert {"num.partitions", "log.retention.hours", "log.segment.bytes"} <= set(props)
@@ -558,7 +559,7 @@ def test_server_properties_loads_and_names_only_known_keys(tmp_path):
 
 def test_image_environment_loads():
     """The ENV the Dockerfile sets is valid broker configuration."""
-    from broker.config import BrokerConfig
+    from broker.config.broker_config import BrokerConfig
 
     env = dict(re.findall(r"(STRATA_[A-Z_]+)=(\S+)", " ".join(a for w, a in final_stage() if w == "ENV")))
     config = BrokerConfig.load(config_file=str(PROPERTIES), environ=env, data_dir="/var/lib/strata")
@@ -590,7 +591,7 @@ def test_compose_matches_the_dockerfile():
 def test_compose_settings_are_broker_settings():
     """Every STRATA_* in compose.yaml (examples in comments too) names a real broker key, and its
     healthcheck timings are the Dockerfile's."""
-    from broker.config import ENV_NAMES
+    from broker.config.keys import ENV_NAMES
 
     text = COMPOSE.read_text()
     names = set(re.findall(r"\b(STRATA_[A-Z0-9_]+):", text))

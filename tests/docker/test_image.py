@@ -96,7 +96,7 @@ class Resources:
 
     def run(self, volume: str, *options: str, args: tuple[str, ...] = ()) -> Broker:
         """`podman run -d` on the volume, both listeners published on free ports of 127.0.0.1
-        and the Kafka listener advertised at its published address."""
+        and each advertised at its published address."""
         for _attempt in range(3):
             name = f"strata-test-{uuid.uuid4().hex[:12]}"
             self.containers.append(name)
@@ -105,6 +105,7 @@ class Resources:
                             "-p", f"127.0.0.1:{broker.native}:{NATIVE_PORT}",
                             "-p", f"127.0.0.1:{broker.kafka}:{KAFKA_PORT}",
                             "-e", f"STRATA_ADVERTISED_LISTENERS=PLAINTEXT://{broker.bootstrap}",
+                            "-e", f"STRATA_NATIVE_ADVERTISED_LISTENERS=PLAINTEXT://{broker.server}",
                             "-v", f"{volume}:/var/lib/strata", *options, self.image, *args, check=False)
             if result.returncode == 0:
                 return broker
@@ -372,6 +373,11 @@ def test_broker_lifecycle_on_a_volume(resources, tmp_path, request):
     (topic,) = call(port, MetadataRequest(("events",))).topics
     assert len(topic.partitions) == 3
     assert sum(p.log_end_offset for p in topic.partitions) == len(messages)
+
+    # One address for every command: the command line finds the other listener at its
+    # published port through the one it is given.
+    assert "events" in cli("topics", "list", "--bootstrap-server", first.bootstrap).splitlines()
+    cli("groups", "list", "--bootstrap-server", server)
 
     # confluent-kafka through the Kafka listener, which advertises its published address.
     assert advertised(first) == [first.bootstrap]

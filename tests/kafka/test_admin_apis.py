@@ -1,4 +1,4 @@
-"""Issue 17 item 9: the admin APIs a single node answers (DescribeLogDirs,
+"""The admin APIs a single node answers (DescribeLogDirs,
 DescribeProducers, OffsetForLeaderEpoch, ElectLeaders, Alter/ListPartitionReassignments,
 DescribeTopicPartitions, GetTelemetrySubscriptions), end to end against the broker
 process with kafka-python's admin client, confluent-kafka's admin client and consumer,

@@ -12,7 +12,7 @@ import pytest
 
 from broker.kafka.groups import assignors
 from broker.kafka.groups import consumer_coordinator as cc
-from broker.kafka.groups.consumer_coordinator import ConsumerGroupCoordinator, HeartbeatRequest
+from broker.kafka.groups.consumer_coordinator import ConsumerGroupCoordinator
 from broker.kafka.groups.consumer_group import (
     MEMBER_STABLE,
     UNRELEASED_PARTITIONS,
@@ -20,6 +20,7 @@ from broker.kafka.groups.consumer_group import (
     ConsumerMember,
     reconcile,
 )
+from broker.kafka.groups.consumer_heartbeat import HeartbeatRequest
 
 
 def parts(topic: str, *indexes: int) -> set[tuple[str, int]]:
@@ -387,7 +388,7 @@ def test_uniform_heterogeneous_rebalances_a_skewed_current_assignment():
 
 
 def test_group_consumer_settings_defaults_and_checks(tmp_path):
-    from broker.config import BrokerConfig
+    from broker.config.broker_config import BrokerConfig
     from kafka_format.errors import InvalidConfigError
 
     values = BrokerConfig.load(overrides=[], data_dir=str(tmp_path)).values

@@ -1,4 +1,4 @@
-"""Issue 17 item 1: CreatePartitions (API 37) end to end against the broker process:
+"""CreatePartitions (API 37) end to end against the broker process:
 confluent-kafka's AdminClient, consumer and producer, kafka-python and aiokafka, the
 native protocol's view of the grown topic, and Kafka's error codes."""
 

@@ -1,4 +1,4 @@
-"""DescribeConfigs describes every key Kafka 4.0 describes (broker/kafka_config_keys.py), with
+"""DescribeConfigs describes every key Kafka 4.0 describes (broker/config/kafka_keys.py), with
 Strata's value and source, read-only where Strata cannot change the key at runtime; tools read
 keys that mean little on one node (KafkaJS's createTopics reads default.replication.factor)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 from kio.index import load_request_schema
 
+from broker.config.kafka_keys import BROKER_KEYS, TOPIC_KEYS
 from broker.kafka.codec import make, nested
-from broker.kafka_config_keys import BROKER_KEYS, TOPIC_KEYS
 from storage.config import KEYS as STRATA_TOPIC_KEYS
 from tests.broker_process import BrokerProcess
 from tests.kafka.conftest import create_topic, unique_name

@@ -1,4 +1,4 @@
-"""AlterConfigs / IncrementalAlterConfigs on the BROKER resource (broker/dynamic_broker_configs.py):
+"""AlterConfigs / IncrementalAlterConfigs on the BROKER resource (broker/config/dynamic_broker_configs.py):
 Kafka's dynamic keys that do nothing on one node are kept and described; the keys Strata reads
 stay static (INVALID_REQUEST naming the restart). librdkafka's 0081_admin alters
 sasl.kerberos.min.time.before.relogin on broker "0" and expects success."""
@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kio.index import load_request_schema
 from structlog.testing import capture_logs
 
-from broker.dynamic_broker_configs import _log_changes
+from broker.config.dynamic_broker_configs import _log_changes
 from broker.kafka.codec import make, nested
 from tests.broker_process import run_serve
 from tests.kafka.wire import KafkaWire

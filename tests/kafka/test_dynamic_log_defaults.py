@@ -1,4 +1,4 @@
-"""Kafka's DynamicLogConfig on one node (broker/dynamic_broker_configs.py LOG_KEYS): log.* topic
+"""Kafka's DynamicLogConfig on one node (broker/config/dynamic_broker_configs.py LOG_KEYS): log.* topic
 defaults set at runtime on the BROKER resource ("" = cluster default, "0" = this broker, which
 wins) apply at once to every topic without an override, are described with their source on the
 broker and on the topics (both protocols show the same value), survive a restart, and fall back

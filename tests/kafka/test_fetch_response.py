@@ -10,9 +10,9 @@ import pytest
 from kio.index import load_response_schema
 
 from broker.kafka import fetch_response
-from broker.kafka.request_types import ApiKey
 from broker.kafka.codec import RecordsSplicer, encode_response, encode_spliced, has_field, make, nested
 from broker.kafka.fetch_response import PartitionRow
+from broker.kafka.request_types import ApiKey
 from storage.file_records import FileRecords
 
 TOPIC_ID = uuid.UUID("6b1f5a2e-3c4d-4e5f-8a9b-0c1d2e3f4a5b")

@@ -20,7 +20,8 @@ from kio.serial import entity_writer
 
 from broker.kafka.groups import consumer_coordinator as cc
 from broker.kafka.groups import consumer_records
-from broker.kafka.groups.consumer_coordinator import ClassicJoinRequest, ConsumerGroupCoordinator, HeartbeatRequest
+from broker.kafka.groups.consumer_coordinator import ClassicJoinRequest, ConsumerGroupCoordinator
+from broker.kafka.groups.consumer_heartbeat import HeartbeatRequest
 from broker.kafka.groups.consumer_protocol import encode_assignment, parse_assignment
 from broker.kafka.groups.coordinator import GroupCoordinator
 

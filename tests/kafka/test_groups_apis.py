@@ -14,11 +14,11 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 
 from broker.app import BrokerApp
-from broker.config import BrokerConfig
-from broker.group_offsets import decode_key, decode_value, partition_for
+from broker.config.broker_config import BrokerConfig
 from broker.kafka.codec import make, nested
-from broker.listeners import ConnectionContext
-from broker.topics import OFFSETS_TOPIC
+from broker.net.listeners import ConnectionContext
+from broker.state.group_offsets import decode_key, decode_value, partition_for
+from broker.state.topic_registry import OFFSETS_TOPIC
 from kafka_format import iter_entries
 from tests.kafka.wire import decode, encode
 

@@ -13,8 +13,8 @@ import pytest
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-import broker.server as server_module
-from broker.config import BrokerConfig
+import broker.net.server as server_module
+from broker.config.broker_config import BrokerConfig
 from broker.kafka import codec
 from broker.kafka.state import PRODUCER_ID_BLOCK_SIZE, STATE_FILE, KafkaState
 from kafka_format import build_batch

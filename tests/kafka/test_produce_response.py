@@ -9,9 +9,9 @@ import pytest
 from kio.index import load_response_schema
 
 from broker.kafka import produce_response
-from broker.kafka.request_types import ApiKey
 from broker.kafka.codec import encode_response, has_field, make, nested
 from broker.kafka.produce_response import PartitionRow
+from broker.kafka.request_types import ApiKey
 
 TOPIC_ID = uuid.UUID("6b1f5a2e-3c4d-4e5f-8a9b-0c1d2e3f4a5b")
 

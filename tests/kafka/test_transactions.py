@@ -1,4 +1,4 @@
-"""The transaction coordinator (issue 18, items 1 and 5) with real clients against
+"""The transaction coordinator with real clients against
 the real broker process: confluent-kafka's and aiokafka's transactional producers,
 read_committed consumers, zombie fencing, transactional offsets, restarts and the
 crash matrix (STRATA_TEST_CRASH_AT kills the broker at an exact step)."""

@@ -1,4 +1,4 @@
-"""Reading transactional data over Kafka's protocol (issue 18, items 2-3): transactional
+"""Reading transactional data over Kafka's protocol: transactional
 batches written with a raw Produce, markers appended through the partition service
 in-process (the coordinator's WriteTxnMarkers step), then real consumers at both
 isolation levels, and ListOffsets READ_COMMITTED."""

@@ -5,11 +5,11 @@ import pytest
 from protocol import (
     AclBinding,
     DeleteAclsResponse,
-    DescribeListenersResponse,
     DeletedAcls,
     DeleteRecordsResponse,
     DescribeAclsResponse,
     DescribeConfigResponse,
+    DescribeListenersResponse,
     EmptyResponse,
     ErrorCode,
     FetchOffsetResponse,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import socket
 import time
 
-from broker.connection_rates import ADMITTED, ConnectionRates
+from broker.net.connection_rates import ADMITTED, ConnectionRates
 from tests.kafka.test_client_quotas import alter, metric
 from tests.kafka.wire import KafkaWire
 

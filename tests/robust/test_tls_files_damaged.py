@@ -13,8 +13,8 @@ import random
 
 import pytest
 
-from broker.config import BrokerConfig
-from broker.tls import ServerTls, settings_for
+from broker.config.broker_config import BrokerConfig
+from broker.net.tls import ServerTls, settings_for
 from tests.tls_certs import CertificateAuthority
 
 

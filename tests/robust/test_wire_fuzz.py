@@ -107,7 +107,7 @@ def test_malformed_kafka_requests_never_break_the_broker(broker):
     assert "Traceback" not in server.stderr_text()
     assert not [e for e in events if e.get("event") in ("kafka_request_failed", "connection_failed",
                                                         "request_failed")]
-    # Bad requests are logged rate-limited (broker/log_limiter.py): a few lines, not thousands.
+    # Bad requests are logged rate-limited (broker/net/bad_request_log.py): a few lines, not thousands.
     bad = [e for e in events if e.get("event", "").startswith(("kafka_bad", "kafka_unsupported",
                                                                  "bad_frame", "bad_requests"))]
     assert 0 < len(bad) <= 200, len(bad)

@@ -5,7 +5,7 @@ client reconnects for every one) and 100,000 bad native frames (answered
 INVALID_REQUEST on one connection, which stays open) go to `strata serve`; its
 log grows by a few dozen lines, not one per frame: bad requests are logged once
 per connection and reason, counted after that, and capped broker-wide
-(broker/log_limiter.py), with a summary line carrying the counts.
+(broker/net/bad_request_log.py), with a summary line carrying the counts.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from broker.tls import build_server_context, settings_for
+from broker.net.tls import build_server_context, settings_for
 from kafka_format.errors import InvalidConfigError
 from tests.broker_process import BrokerProcess, run_serve
 from tests.tls_certs import CertificateAuthority

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from broker.config import BrokerConfig
-from broker.listeners import ConnectionContext, Listener, ListenerSpec
+from broker.config.broker_config import BrokerConfig
+from broker.net.listeners import ConnectionContext, Listener, ListenerSpec
 from broker.security.credentials import ScramCredentialStore
 from broker.security.errors import SaslAuthenticationFailedError
 from broker.security.jaas import parse_jaas, plain_users

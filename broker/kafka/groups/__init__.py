@@ -32,10 +32,10 @@ The classic state machine and its decisions: coordinator.py (the requests) over 
 a group's data (states, members, results, error codes): group.py; what the admin APIs read of
 classic groups: listing.py.
 The wire side: handlers.py.
-Committed offsets are broker.group_offsets.GroupOffsets (Kafka's layout in
+Committed offsets are broker.state.group_offsets.GroupOffsets (Kafka's layout in
 `__consumer_offsets`), shared with the native COMMIT_OFFSET / FETCH_OFFSET.
 Settings: group.min.session.timeout.ms, group.max.session.timeout.ms,
-group.initial.rebalance.delay.ms, group.max.size (broker/config.py).
+group.initial.rebalance.delay.ms, group.max.size (broker/config/broker_config.py).
 """
 
 from __future__ import annotations
@@ -44,10 +44,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...config import BrokerConfig
-from ...group_configs import GroupConfigs
-from ...group_offsets import GroupOffsets
-from ...topics import TopicRegistry
+from broker.config.broker_config import BrokerConfig
+from broker.config.group_configs import GroupConfigs
+from broker.state.group_offsets import GroupOffsets
+from broker.state.topic_registry import TopicRegistry
+
 from .consumer_coordinator import ConsumerGroupCoordinator
 from .consumer_handlers import ConsumerGroupHandlers
 from .coordinator import GroupCoordinator

@@ -1,61 +1,19 @@
 """Kafka's consumer group protocol (KIP-848) as a state machine on the broker's loop.
 
 `ConsumerGroupCoordinator.heartbeat` is ConsumerGroupHeartbeat with plain values
-(partitions are (topic name, index) pairs; the handlers translate topic ids):
+(partitions are (topic name, index) pairs; the handlers, consumer_handlers.py, translate
+topic ids): it joins, fences, rejoins and removes members by their epochs, bumps the
+group epoch when subscriptions, members or the subscribed topics change, computes the
+target assignment with the assignor the members ask for most (assignors.py), and
+reconciles each member (consumer_group.reconcile: revoke before assign). Session and
+rebalance timers remove members that stop heartbeating or keep revoked partitions.
 
-- member epoch 0 joins (a new member, or a static member taking its instance id
-  back after leaving with -2: it keeps its assignment and epoch); a member id
-  already in the group rejoins from nothing. -1 leaves; -2 (static members)
-  leaves for now, keeping the instance id's assignment until the session times
-  out. Other epochs must be the member's epoch, or its previous one when the
-  owned partitions it sends are all still assigned (else FENCED_MEMBER_EPOCH);
-  an unknown member is UNKNOWN_MEMBER_ID. A heartbeat with an instance id is
-  checked against the instance id's member first, as Kafka's: none is
-  UNKNOWN_MEMBER_ID, another member id FENCED_INSTANCE_ID (a static member
-  replaced while it was away). An unknown group (or one of the
-  classic kind) GROUP_ID_NOT_FOUND, as Kafka's getOrMaybeCreateConsumerGroup
-  (a join creates the group).
-- A changed subscription (topic names, or a regex matched with Python's `re`
-  against whole names, internal topics excluded), a member joining or going, and
-  a change of the subscribed topics' partition counts (new topics matching a
-  regex, CreatePartitions) bump the group epoch, as does a change of the topics a
-  member's regex comes to. A regex's matches are only the topics the member may
-  DESCRIBE (`HeartbeatRequest.may_describe`, the heartbeat connection's ACLs,
-  checked again at every refresh, so granting or revoking DESCRIBE takes effect
-  at the next heartbeat). Kafka 4 resolves each regex once per group under the
-  ACLs of the member whose heartbeat refreshed it (filterTopicDescribeAuthorizedTopics);
-  here every member's matches are filtered by its own principal: the same
-  assignment when the members share a principal, and never a topic a member
-  may not describe when they do not. The next heartbeat computes the
-  target assignment with the assignor the members ask for most (else the first
-  of group.consumer.assignors), sticky to the previous target, given the
-  members' rack ids and the partitions' racks (`broker.rack`) as Kafka's
-  assignors are (assignors.Racks).
-- The member is then reconciled (consumer_group.reconcile: revoke before
-  assign). The answer carries the assignment on a full request (epoch 0, or all
-  of rebalance timeout, subscription and owned partitions sent) or when the
-  member's partitions changed.
-- A member whose session timeout (group config consumer.session.timeout.ms, else
-  group.consumer.session.timeout.ms) passes without a heartbeat, or who keeps
-  revoked partitions longer than its rebalance timeout, is removed.
-
-Groups share their ids with classic groups (coordinator.py) and change kind
-online as group.consumer.migration.policy allows (consumer_classic.py): a first
-heartbeat upgrades a classic group (an empty one is dropped, one with members
-converted, else GROUP_ID_NOT_FOUND "is not a consumer group"); a consumer group
-whose last consumer-protocol member leaves or is fenced goes back to the classic
-coordinator with its classic members. Classic members of a consumer group use
-JoinGroup, SyncGroup, Heartbeat and LeaveGroup (`classic_*`, consumer_classic_members.py,
-a part of this class): the broker assigns their partitions as for any member, and a
-heartbeat answered REBALANCE_IN_PROGRESS makes them join again to give partitions
-up or take new ones. The error codes: consumer_errors.py.
-Group state is kept in `__consumer_offsets` as Kafka's ConsumerGroup* records
-(consumer_records.py): every change marks the group dirty, and `pending()` /
-`written()` give the writer (consumer_handlers.py) the records that differ from
-what the log holds; a heartbeat is answered after its records are written. A
-restart loads the groups back (epochs, members, target and current assignments)
-and members carry on with their epochs, or are removed when they do not heartbeat
-within their session timeout.
+The request checks and types: consumer_heartbeat.py. Classic members of a consumer group
+and the change of kind between classic and consumer groups: consumer_classic_members.py
+(a part of this class) and consumer_classic.py. The records kept in `__consumer_offsets`:
+consumer_records.py; `pending()` / `written()` hand the writer (consumer_handlers.py) the
+records that differ from what the log holds. The behaviour and errors as Kafka's:
+broker/kafka/KAFKA.md (ConsumerGroupHeartbeat / ConsumerGroupDescribe).
 """
 
 from __future__ import annotations
@@ -63,9 +21,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 
 import structlog
 
@@ -73,6 +29,7 @@ from kafka_format.errors import StrataError
 
 from . import assignors, consumer_classic, consumer_records
 from .assignors import Partition
+from .consumer_assignment import TargetAssignment
 from .consumer_classic_members import ClassicJoinRequest, ClassicMembers
 from .consumer_errors import (
     FENCED_INSTANCE_ID,
@@ -103,6 +60,7 @@ from .consumer_group import (
     ConsumerMember,
     reconcile,
 )
+from .consumer_heartbeat import HeartbeatRequest, HeartbeatResult, check_request, log_refusal
 
 log = structlog.get_logger("strata.kafka.consumer_groups")
 
@@ -110,35 +68,7 @@ UPGRADE_POLICIES = ("upgrade", "bidirectional")
 DOWNGRADE_POLICIES = ("downgrade", "bidirectional")
 
 
-@dataclass(slots=True)
-class HeartbeatRequest:
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_names: tuple[str, ...] | None = None
-    subscribed_regex: str | None = None
-    server_assignor: str | None = None
-    owned: set[Partition] | None = None
-    client_id: str = ""
-    client_host: str = ""
-    # Whether the caller may DESCRIBE a topic (ACLs); None: every topic.
-    may_describe: Callable[[str], bool] | None = None
-
-
-@dataclass(slots=True)
-class HeartbeatResult:
-    error: int
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: set[Partition] | None = None
-
-
-class ConsumerGroupCoordinator(ClassicMembers):
+class ConsumerGroupCoordinator(ClassicMembers, TargetAssignment):
     def __init__(self, config, loop: asyncio.AbstractEventLoop, topics: Callable[[], Mapping[str, int]],
                  group_settings: Callable[[str], Mapping[str, int]], classic_groups=None, *,
                  records: Callable[[], Mapping[bytes, bytes]] = dict,
@@ -353,73 +283,19 @@ class ConsumerGroupCoordinator(ClassicMembers):
         try:
             result = self._heartbeat(req)
         except HeartbeatError as e:
-            self._log_refusal(req, e)
+            log_refusal(req, e)
             return HeartbeatResult(e.code, e.message)
         self._changed(req.group_id)
         return result
 
-    @staticmethod
-    def _log_refusal(req: HeartbeatRequest, e: HeartbeatError) -> None:
-        """Log a refused heartbeat with its reason: INVALID_REQUEST (a client bug, or a
-        rule Strata applies differently from Kafka) at info with the request's fields,
-        the routine answers of the protocol (fenced, unknown member, ...) at debug."""
-        fields = {"group": req.group_id, "member": req.member_id, "epoch": req.member_epoch,
-                  "error": e.code, "reason": e.message, "client_id": req.client_id, "client_host": req.client_host}
-        if e.code != INVALID_REQUEST:
-            log.debug("consumer_group_heartbeat_refused", **fields)
-            return
-        owned = sorted(req.owned) if req.owned is not None else None
-        log.info("consumer_group_heartbeat_refused", **fields, instance_id=req.instance_id, rack_id=req.rack_id,
-                 rebalance_timeout_ms=req.rebalance_timeout_ms, subscribed_names=req.subscribed_names,
-                 subscribed_regex=req.subscribed_regex, server_assignor=req.server_assignor, owned=owned)
-
     def _validate(self, req: HeartbeatRequest) -> None:
-        """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid: INVALID_REQUEST for a
-        blank id (only whitespace counts as empty, as Java's trim), a join (epoch 0)
-        without its rebalance timeout, without an empty TopicPartitions list, or with
-        neither topic names nor a regex (an empty list and an empty regex are nothing),
-        a static leave (-2) without an instance id, or an epoch below -2."""
+        """NOT_COORDINATOR while shutting down; else consumer_heartbeat.check_request, and the
+        subscribed regex must compile."""
         if self.closed:
             raise HeartbeatError(NOT_COORDINATOR, "the broker is shutting down")
-        if _blank(req.member_id):
-            raise HeartbeatError(INVALID_REQUEST, "MemberId can't be empty.")
-        if _blank(req.group_id):
-            raise HeartbeatError(INVALID_REQUEST, "GroupId can't be empty.")
-        if req.instance_id is not None and _blank(req.instance_id):
-            raise HeartbeatError(INVALID_REQUEST, "InstanceId can't be empty.")
-        if req.rack_id is not None and _blank(req.rack_id):
-            raise HeartbeatError(INVALID_REQUEST, "RackId can't be empty.")
-        if req.member_epoch == 0:
-            if req.rebalance_timeout_ms == -1:
-                raise HeartbeatError(INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request.")
-            if req.owned is None or req.owned:
-                raise HeartbeatError(INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining.")
-            if not req.subscribed_names and not req.subscribed_regex:
-                raise HeartbeatError(INVALID_REQUEST, "SubscribedTopicNames or SubscribedTopicRegex must be "
-                                                      "set in first request.")
-        elif req.member_epoch == LEAVE_STATIC_EPOCH and req.instance_id is None:
-            raise HeartbeatError(INVALID_REQUEST, "InstanceId can't be null.")
-        elif req.member_epoch < LEAVE_STATIC_EPOCH:
-            raise HeartbeatError(INVALID_REQUEST, "MemberEpoch is invalid.")
-        if req.server_assignor is not None and req.server_assignor not in self.assignor_names:
-            raise HeartbeatError(UNSUPPORTED_ASSIGNOR, f"ServerAssignor {req.server_assignor} is not supported. "
-                                                       f"Supported assignors: {', '.join(self.assignor_names)}.")
+        check_request(req, self.assignor_names)
         if req.subscribed_regex:
             self._regex(req.subscribed_regex)
-
-    def _regex(self, text: str) -> re.Pattern:
-        pattern = self._regexes.get(text)
-        if pattern is None:
-            problem = _not_re2(text)
-            try:
-                pattern = re.compile(text)
-            except re.error as e:
-                problem = str(e)
-            if problem is not None or pattern is None:
-                raise HeartbeatError(INVALID_REGULAR_EXPRESSION,
-                                     f"SubscribedTopicRegex `{text}` is not a valid regular expression: {problem}.")
-            self._regexes[text] = pattern
-        return pattern
 
     def _heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
         self._validate(req)
@@ -578,66 +454,6 @@ class ConsumerGroupCoordinator(ClassicMembers):
         self._bump(group, f"member {member_id} {reason}")
         self._changed(group.group_id)
 
-    # ---- epochs and target assignment --------------------------------------------------------
-
-    @staticmethod
-    def _bump(group: ConsumerGroup, reason: str) -> None:
-        group.group_epoch += 1
-        log.debug("consumer_group_epoch", group=group.group_id, epoch=group.group_epoch, reason=reason)
-
-    def subscribed_topics(self, member: ConsumerMember, counts: Mapping[str, int]) -> set[str]:
-        """The existing topics of the member's subscription: its names, and the
-        topics its regex matches that it may describe."""
-        topics = {t for t in member.subscribed_names if t in counts}
-        if member.subscribed_regex:
-            pattern = self._regex(member.subscribed_regex)
-            may_describe = member.may_describe
-            topics.update(t for t in counts if pattern.fullmatch(t) and (may_describe is None or may_describe(t)))
-        return topics
-
-    def _refresh_topics(self, group: ConsumerGroup) -> bool:
-        """Note the subscribed topics' partition counts and ids, and each member's
-        topics; True when any of them changed. A topic deleted and created again (a
-        new id) is new: its partitions leave every assignment, to be assigned
-        afresh, and every member is sent its assignment."""
-        counts = self.topics()
-        wanted: set[str] = set()
-        members_changed = False
-        for m in group.members.values():
-            resolved = frozenset(self.subscribed_topics(m, counts))
-            if resolved != m.resolved_topics:
-                members_changed = members_changed or m.resolved_topics is not None
-                m.resolved_topics = resolved
-            wanted |= resolved
-        current = {t: counts[t] for t in sorted(wanted)}
-        ids = {t: self._topic_id(t) for t in current}
-        recreated = {t for t, tid in ids.items() if group.topic_ids.get(t) not in (None, tid)}
-        if recreated:
-            for m in group.members.values():
-                m.assigned = {p for p in m.assigned if p[0] not in recreated}
-                m.revoking = {p for p in m.revoking if p[0] not in recreated}
-                m.resend = True
-            group.target = {mid: {p for p in parts if p[0] not in recreated} for mid, parts in group.target.items()}
-            log.info("consumer_group_topics_recreated", group=group.group_id, topics=sorted(recreated))
-        group.topic_ids = ids
-        if current == group.topic_partitions and not recreated and not members_changed:
-            return False
-        group.topic_partitions = current
-        return True
-
-    def _compute_target(self, group: ConsumerGroup) -> None:
-        counts = group.topic_partitions
-        subscriptions = {m.member_id: self.subscribed_topics(m, counts) for m in group.members.values()}
-        asked = Counter(m.server_assignor for m in group.members.values() if m.server_assignor)
-        name = asked.most_common(1)[0][0] if asked else self.assignor_names[0]
-        group.target = assignors.assign(name, subscriptions, group.target, counts,
-                                        {m.member_id: m.rack_id for m in group.members.values()},
-                                        self.partition_racks)
-        group.assignor_name = name
-        group.assignment_epoch = group.group_epoch
-        log.info("consumer_group_target_assignment", group=group.group_id, epoch=group.assignment_epoch,
-                 assignor=name, members=len(group.members))
-
     # ---- timers ------------------------------------------------------------------------------
 
     def _schedule_session(self, group: ConsumerGroup, member: ConsumerMember) -> None:
@@ -718,28 +534,7 @@ class ConsumerGroupCoordinator(ClassicMembers):
             group.cancel_timers()
 
 
-_JAVA_WHITESPACE = "".join(map(chr, range(0x21)))  # what Java's String.trim() strips
-
-
-def _blank(text: str) -> bool:
-    """Empty once trimmed as Kafka's throwIfEmptyString trims."""
-    return not text.strip(_JAVA_WHITESPACE)
-
-
-_NOT_RE2 = re.compile(r"\(\?<?[=!]|\(\?\(|\(\?P=|\\[1-9]")
-
-
-def _not_re2(text: str) -> str | None:
-    """What makes `text` something RE2 (Kafka's regex engine) refuses though Python
-    accepts it: lookaround, backreferences, conditionals; None when nothing does."""
-    found = _NOT_RE2.search(text)
-    if found is None:
-        return None
-    return f"`{found.group()}` at {found.start()} (lookaround, backreferences and conditionals are not RE2)"
-
-
 __all__ = ["DEAD", "EMPTY", "FENCED_INSTANCE_ID", "FENCED_MEMBER_EPOCH", "GROUP_ID_NOT_FOUND",
            "GROUP_MAX_SIZE_REACHED", "ILLEGAL_GENERATION", "INCONSISTENT_GROUP_PROTOCOL", "INVALID_REGULAR_EXPRESSION",
            "INVALID_REQUEST", "NONE", "NON_EMPTY_GROUP", "STALE_MEMBER_EPOCH", "UNKNOWN_MEMBER_ID",
-           "UNRELEASED_INSTANCE_ID", "UNSUPPORTED_ASSIGNOR", "ClassicJoinRequest", "ConsumerGroupCoordinator",
-           "HeartbeatRequest", "HeartbeatResult"]
+           "UNRELEASED_INSTANCE_ID", "UNSUPPORTED_ASSIGNOR", "ClassicJoinRequest", "ConsumerGroupCoordinator"]

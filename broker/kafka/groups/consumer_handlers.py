@@ -35,8 +35,9 @@ from ..allowed import allowed
 from ..authorized import ResourceType, requested
 from ..codec import make, nested
 from .assignors import Partition
-from .consumer_coordinator import GROUP_ID_NOT_FOUND, ConsumerGroupCoordinator, HeartbeatRequest
+from .consumer_coordinator import GROUP_ID_NOT_FOUND, ConsumerGroupCoordinator
 from .consumer_group import DEAD
+from .consumer_heartbeat import HeartbeatRequest
 from .handlers import client_host, coordinator_error_code, millis
 
 GROUP_AUTHORIZATION_FAILED = 30

@@ -30,7 +30,8 @@ import struct
 import uuid
 from collections.abc import Callable, Mapping
 
-from ...internal_records import FieldReader, encode_uvarint
+from broker.state.internal_records import FieldReader, encode_uvarint
+
 from .assignors import Partition
 from .consumer_group import (
     MEMBER_STABLE,

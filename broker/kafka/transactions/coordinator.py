@@ -52,8 +52,9 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from ...group_offsets import GroupOffsets
-from ...internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from broker.state.group_offsets import GroupOffsets
+from broker.state.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+
 from .faults import crash_point
 from .state import TopicPartition, TxnMetadata, TxnState
 from .state_log import TransactionStateLog

@@ -42,9 +42,9 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from broker.state.internal_topics import is_internal
 from kafka_format.errors import KafkaStorageError, StrataError
 
-from ...internal_topics import is_internal
 from ...security.authorizer import Op, Resource
 from ..allowed import allowed
 from ..codec import make, nested

@@ -28,12 +28,12 @@ from collections.abc import Callable
 
 import structlog
 
+from broker.state.group_offsets import partition_for
+from broker.state.internal_records import FieldReader, encode_uvarint
+from broker.state.internal_topics import TRANSACTION_STATE_TOPIC
 from kafka_format import build_batch, iter_entries
 
 from ...core import PartitionLog
-from ...group_offsets import partition_for
-from ...internal_records import FieldReader, encode_uvarint
-from ...internal_topics import TRANSACTION_STATE_TOPIC
 from .state import TxnMetadata, TxnState
 
 log = structlog.get_logger("strata.transactions")

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 import pytest_asyncio
 import structlog
 
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from broker.core import PartitionService
+from broker.kafka import handlers as core_handlers
 from broker.kafka.apis import KafkaApis
-from broker.listeners import ConnectionContext
-from broker.log_limiter import BadRequestLog
+from broker.kafka.producer_ids import ProducerIdAllocator
 from broker.native import Handlers, SessionHandlers
+from broker.net.bad_request_log import BadRequestLog
+from broker.net.listeners import ConnectionContext
 
 from .memory_store import MemoryStore
 
@@ -40,5 +42,7 @@ async def core() -> AsyncIterator[Core]:
         service = PartitionService(config, store, store, executor, loop)  # type: ignore[arg-type]
         connection = ConnectionContext(None)
         native = Handlers(service, bad_requests).for_connection(connection)
-        kafka = KafkaApis(service, bad_requests, extensions=())  # the core APIs only
+        kafka = KafkaApis(service, bad_requests)
+        # the core APIs only; no test here allocates a producer id
+        core_handlers.register(kafka, producer_ids=ProducerIdAllocator(None, service.blocking))  # type: ignore[arg-type]
         yield Core(store, service, native, kafka, connection)

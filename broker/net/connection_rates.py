@@ -6,7 +6,7 @@ Contract:
   window_seconds=)`, one per broker (both listeners count against the same
   broker-wide rate, as Kafka's ConnectionQuotas). `ip_quota(ip)` gives an IP's
   `connection_creation_rate` client quota (the `ip` entity of that address, else
-  the default `ip` entity: broker/quotas.py `ClientQuotas.ip_quota`), None for
+  the default `ip` entity: broker/core/quotas.py `ClientQuotas.ip_quota`), None for
   none. `broker_rate` is `max.connection.creation.rate`, `listener_rates` the
   `listener.name.<listener>.max.connection.creation.rate` of each listener that
   sets one (listener names lower-cased); INT_MAX (Kafka's default) is no limit.
@@ -25,7 +25,7 @@ Contract:
     closed after `close_after_ms`, as Kafka's acceptor delays closing a
     throttled connection (ConnectionThrottledException), so that a client that
     reconnects at once cannot go faster than its quota.
-  The rates are Kafka's windowed Rate (broker/quotas.py `WindowedRate`:
+  The rates are Kafka's windowed Rate (broker/core/quotas.py `WindowedRate`:
   `quota.window.num` samples of `quota.window.size.seconds`); a throttle time is
   Kafka's (rate - limit) / limit × window, capped at one sample
   (`quota.window.size.seconds`, Kafka's ConnectionQuotas maxThrottleTimeMs).
@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .quotas import WindowedRate
+from broker.core.quotas import WindowedRate
 
 INT_MAX = 2**31 - 1
 MAX_IP_RATES = 10_000  # IP rates kept before idle ones are dropped

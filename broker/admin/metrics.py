@@ -12,7 +12,7 @@ Contract:
   it on the loop thread (an executor append hands its count over with
   call_soon_threadsafe): plain integers, no lock, no label dict and no
   prometheus_client call per request; `forget_topic` drops a deleted topic's series. The connection
-  shell (broker/connection.py) times every request of both listeners on the
+  shell (broker/net/connection.py) times every request of both listeners on the
   `RequestStats` of its API, from `requests_for(protocol, names)`: plain counters
   and a bucket list updated on the loop thread, rendered at scrape time.
 - Everything that is state (per-partition sizes, offsets and segment counts,
@@ -228,7 +228,7 @@ class BrokerCollector(Collector):
     BrokerMetrics.attach): manager (storage LogManager), offsets (GroupOffsets),
     servers ((protocol, listener name) -> BrokerServer), memory (RequestMemory), cleaner
     (a function returning the LogCleaner or None: it starts after the listeners),
-    executor (the CountingExecutor of the I/O threads), quotas (broker/quotas.py ClientQuotas)."""
+    executor (the CountingExecutor of the I/O threads), quotas (broker/core/quotas.py ClientQuotas)."""
 
     def __init__(self, metrics: BrokerMetrics):
         self.metrics = metrics

@@ -4,9 +4,9 @@ Kafka's DescribeConfigs answers every key of a ConfigDef, set or not (ConfigHelp
 originals and non-internal values): for a topic LogConfig's keys, for a broker the keys of KafkaConfig's
 ConfigDef. Tools read keys that mean little on one node (KafkaJS's createTopics reads
 default.replication.factor). Strata describes each of them: the keys it reads with its own value and
-source (broker/config.py, storage/config.py), the others with the value they have on one node
+source (broker/config/keys.py, storage/config.py), the others with the value they have on one node
 (`ONE_NODE_VALUES`, e.g. every replication factor is 1) or Kafka's default, read-only unless Strata
-takes them at runtime (broker/dynamic_broker_configs.py).
+takes them at runtime (broker/config/dynamic_broker_configs.py).
 
 `BROKER_KEYS`: broker key -> (ConfigDef type, Kafka's default as DescribeConfigs writes it, None: no
 default). `TOPIC_KEYS`: the topic keys Strata does not implement -> (type, default, the broker key that

@@ -40,8 +40,8 @@ Contract:
   the most one Fetch may answer (Kafka's getMaxValueInQuotaWindow: quota ×
   (samples - 1) × sample size), None without a consumer quota.
 - Throttling itself (KIP-219: answer first, then mute) is the connection shell's
-  (broker/connection.py: `ConnectionContext.throttle_ms`).
-- `connection_creation_rate` (ip entities) is enforced by broker/connection_rates.py
+  (broker/net/connection.py: `ConnectionContext.throttle_ms`).
+- `connection_creation_rate` (ip entities) is enforced by broker/net/connection_rates.py
   over `ip_quota(ip)`.
 - `controller_mutation_rate` (KIP-599) is Kafka's ControllerMutationQuotaManager:
   `mutation_quota(principal, client_id, strict)` gives one request its
@@ -68,10 +68,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from broker.security.principal import ANONYMOUS
+from broker.state.json_files import damaged, read_document, write_document
 from kafka_format.errors import InvalidRequestError, StrataError
-
-from .json_files import damaged, read_document, write_document
-from .security.principal import ANONYMOUS
 
 QUOTAS_FILE = "client-quotas.json"
 REMEDY = ("restore it from a backup, or move it away to start with no client quotas "

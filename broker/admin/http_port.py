@@ -4,7 +4,7 @@ Contract:
 - `AdminServer(metrics, ready)` serves HTTP/1.1 with asyncio on the broker's loop
   (one coroutine per connection, no threads), one request per connection
   (`Connection: close`), GET or HEAD:
-  - `/metrics`: the Prometheus text exposition of `metrics` (broker/metrics.py);
+  - `/metrics`: the Prometheus text exposition of `metrics` (broker/admin/metrics.py);
     404 when the broker runs without metrics.
   - `/health/live`: 200 while the process serves HTTP at all.
   - `/health/ready`: 200 once `ready()` is true (recovery done, listeners bound
@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import structlog
 
-from .metrics import CONTENT_TYPE, BrokerMetrics
+from broker.admin.metrics import CONTENT_TYPE, BrokerMetrics
 
 MAX_HEAD_BYTES = 16 * 1024
 HEAD_TIMEOUT_S = 10.0

@@ -1,63 +1,22 @@
-"""Broker configuration: Kafka's broker names and defaults, loaded from four sources.
+"""The broker's configuration keys: Kafka's names, types, defaults and checks (`KEYS`),
+the listener-scoped overrides and the environment names, and how a raw value is parsed.
 
-Contract:
-- `BrokerConfig.load(config_file=..., overrides=[...], cli={...}, environ=...)`
-  builds the configuration from, lowest precedence first:
-      1. the defaults below (Kafka's, where Kafka has the setting);
-      2. a `server.properties` file (Java properties syntax, see `parse_properties`);
-      3. environment variables `STRATA_<NAME>`: the key upper-cased with `.` -> `_`
-         (`log.retention.ms` -> `STRATA_LOG_RETENTION_MS`), for containers;
-      4. the command line: `--set KEY=VALUE` (later wins), then the dedicated flags
-         `--host` (`host.name`), `--port` (`port`) and `--data-dir` (beats `log.dirs`
-         and `log.dir`).
-  So: CLI > environment > file > defaults.
-- Every key is checked: a bad value anywhere raises `InvalidConfigError` with one
-  line naming the key and where it came from. Kafka keys that mean nothing on one
-  node (`broker.id` 0, replication factors of 1, `controller.*`, `process.roles`,
-  ...; broker/config_ignored.py) are accepted and listed in `ignored` (key, origin,
-  reason) for one log line each, their values in `accepted` (described by
-  DescribeConfigs); asking for more than one node (a replication
-  factor above 1, a node id other than 0) is an error. Other unknown keys (file,
-  `--set`) are listed in `unknown` for a warning and otherwise ignored, as Kafka
-  does; `strict=True` (`strata serve --strict`) refuses them. An unknown `STRATA_*`
-  environment variable is not an error (the environment is shared with other
-  programs, such as the `strata` client commands); it is reported in `ignored_env`
-  so the broker can log a warning, unless it names a key accepted without effect
-  (`STRATA_BROKER_ID=0`), which is treated as that key.
-- Listeners and TLS: `listeners`, `native.listeners`, `advertised.listeners`,
-  `native.advertised.listeners` and `listener.security.protocol.map` become `listeners` (ListenerSpecs, checked
-  here: broker/listeners.py); the ssl.* keys are read per listener by
-  broker/tls.py. Besides the keys below, `listener.name.<listener>.ssl.*` (and
-  `.sasl.*`, `.connections.max.reauth.ms`, `.max.connection.creation.rate`,
-  `.<mechanism>.sasl.jaas.config`)
-  overrides one listener's key (stored with the listener name lower-cased,
-  as Kafka looks it up; environment: STRATA_LISTENER_NAME_<LISTENER>_SSL_...).
-- Broker-level `log.*` names that set topic defaults (`log.segment.bytes`,
-  `log.retention.hours`, `message.max.bytes`, ...) are the ones storage maps in
-  `storage.config.BROKER_NAMES`; `log_defaults` is the resulting LogConfig.
-- The result is immutable. Typed attributes cover what the broker reads; `values`
-  holds every key with its parsed value and `source(key)` says where it came from.
-
-Strata-only settings (Kafka has no such name) are marked "Strata" in KEYS; the
-native protocol has its own default port, 9000, so it never clashes with a Kafka
-broker's 9092 on the same host.
+Loading and precedence: broker/config/broker_config.py; the README table of these keys:
+broker/config/readme_table.py.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from broker.net.listeners import DEFAULT_PROTOCOL_MAP, list_complaint, map_complaint
+from broker.security.principal import rules_complaint
+from broker.security.sasl import DEFAULT_MECHANISMS, mechanisms_complaint
+from broker.share.config import BROKER_DEFAULTS as SHARE_BROKER_DEFAULTS
 from kafka_format.errors import InvalidConfigError
-from storage.config import BROKER_NAMES, LONG_MAX, LogConfig, broker_log_defaults, broker_name_defaults
-
-from .config_ignored import ignored_reason, without_controller_listeners
-from .listeners import DEFAULT_PROTOCOL_MAP, ListenerSpec, list_complaint, listener_specs, map_complaint
-from .security.principal import rules_complaint
-from .security.sasl import DEFAULT_MECHANISMS, mechanisms_complaint
-from .share.config import BROKER_DEFAULTS as SHARE_BROKER_DEFAULTS
+from storage.config import BROKER_NAMES, LONG_MAX, broker_name_defaults
 
 INT_MAX = 2**31 - 1
 ENV_PREFIX = "STRATA_"
@@ -102,7 +61,7 @@ def _not_zero_or_below_minus_one(v: int) -> str | None:
 
 
 def _overrides_complaint(v: str) -> str | None:
-    from .connection_limits import parse_overrides
+    from broker.net.connection_limits import parse_overrides
 
     try:
         parse_overrides(v)
@@ -112,7 +71,7 @@ def _overrides_complaint(v: str) -> str | None:
 
 
 def _assignors_complaint(value: str) -> str | None:
-    from .kafka.groups.assignors import ASSIGNORS, CLASS_NAMES, assignor_name
+    from broker.kafka.groups.assignors import ASSIGNORS, CLASS_NAMES, assignor_name
 
     names = [n.strip() for n in value.split(",") if n.strip()]
     if not names:
@@ -162,7 +121,7 @@ KEYS: tuple[BrokerKey, ...] = (
     BrokerKey("listener.security.protocol.map", "string", DEFAULT_PROTOCOL_MAP, map_complaint,
               "listener name -> security protocol, NAME:PROTOCOL,... (PLAINTEXT, SSL, SASL_PLAINTEXT, "
               "SASL_SSL)"),
-    # ---- TLS (broker/tls.py); each also as listener.name.<name>.ssl.* for one listener ----
+    # ---- TLS (broker/net/tls.py); each also as listener.name.<name>.ssl.* for one listener ----
     BrokerKey("ssl.keystore.type", "string", "JKS", _store_type,
               "JKS (Java's keystore, read with pyjks), PKCS12 or PEM"),
     BrokerKey("ssl.keystore.location", "string", None, None,
@@ -238,7 +197,7 @@ KEYS: tuple[BrokerKey, ...] = (
               "new connections per second the broker accepts over both listeners; faster ones wait "
               "(also listener.name.<l>.max.connection.creation.rate for one listener)"),
     BrokerKey("quota.window.num", "int", 11, _at_least(1),
-              "samples client quota rates are measured over (client quotas: broker/quotas.py)"),
+              "samples client quota rates are measured over (client quotas: broker/core/quotas.py)"),
     BrokerKey("quota.window.size.seconds", "int", 1, _at_least(1),
               "length of each client quota rate sample"),
     BrokerKey("controller.quota.window.num", "int", 11, _at_least(1),
@@ -421,7 +380,7 @@ def listener_override(key: str) -> tuple[str, BrokerKey] | None:
     return f"{LISTENER_PREFIX}{name.lower()}.{sub}", setting
 
 
-def _env_listener_key(env_name: str) -> str | None:
+def env_listener_key(env_name: str) -> str | None:
     """STRATA_LISTENER_NAME_<LISTENER>_SSL_KEYSTORE_LOCATION -> listener.name.<listener>.ssl.keystore.location"""
     if not env_name.startswith(ENV_LISTENER_PREFIX):
         return None
@@ -438,7 +397,7 @@ def _env_listener_key(env_name: str) -> str | None:
     return None
 
 
-def _check_group_consumer(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+def check_group_consumer(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
     """Kafka's GroupCoordinatorConfig checks: each group.consumer.* default lies
     within its min..max, and the heartbeat interval is below the session timeout."""
     def fail(key: str, message: str) -> None:
@@ -455,88 +414,9 @@ def _check_group_consumer(values: Mapping[str, Any], sources: Mapping[str, str])
         fail("group.consumer.heartbeat.interval.ms", "must be less than group.consumer.session.timeout.ms")
 
 
-# ---- Java properties ---------------------------------------------------------------
-
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
-    """(line number, logical line) with continuations joined, as java.util.Properties."""
-    physical = text.splitlines()
-    i = 0
-    while i < len(physical):
-        number = i + 1
-        line = physical[i].lstrip(" \t\f")
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while _continues(line) and i < len(physical):
-            line = line[:-1] + physical[i].lstrip(" \t\f")
-            i += 1
-        if _continues(line):
-            line = line[:-1]  # a continuation at the end of the file: drop the backslash
-        yield number, line
-
-
-def _continues(line: str) -> bool:
-    """An odd number of trailing backslashes continues the line."""
-    count = len(line) - len(line.rstrip("\\"))
-    return count % 2 == 1
-
-
-def _unescape(raw: str) -> str:
-    out = []
-    i = 0
-    while i < len(raw):
-        c = raw[i]
-        if c != "\\" or i + 1 >= len(raw):
-            out.append(c)
-            i += 1
-            continue
-        nxt = raw[i + 1]
-        if nxt == "u":
-            digits = raw[i + 2:i + 6]
-            if len(digits) != 4 or any(d not in "0123456789abcdefABCDEF" for d in digits):
-                raise ValueError(f"malformed \\u escape {raw[i:i + 6]!r}")
-            out.append(chr(int(digits, 16)))
-            i += 6
-            continue
-        out.append(_ESCAPES.get(nxt, nxt))
-        i += 2
-    return "".join(out)
-
-
-def parse_properties(text: str, origin: str = "properties") -> dict[str, str]:
-    """Parse Java properties text: `key=value`, `key: value` or `key value`; `#` and
-    `!` comments; backslash continuations and escapes (`\\t`, `\\n`, `\\uXXXX`, `\\=`).
-    Later duplicates win, as in java.util.Properties."""
-    props: dict[str, str] = {}
-    for number, line in _logical_lines(text):
-        key_end = len(line)
-        i = 0
-        while i < len(line):
-            c = line[i]
-            if c == "\\":
-                i += 2
-                continue
-            if c in "=: \t\f":
-                key_end = i
-                break
-            i += 1
-        rest = line[key_end:].lstrip(" \t\f")
-        if rest[:1] in ("=", ":"):
-            rest = rest[1:].lstrip(" \t\f")
-        try:
-            key, value = _unescape(line[:key_end]), _unescape(rest)
-        except ValueError as e:
-            raise InvalidConfigError(f"{origin}, line {number}: {e}") from None
-        props[key] = value
-    return props
-
-
 # ---- values ------------------------------------------------------------------------------
 
-def _parse_value(key: BrokerKey, raw: Any, origin: str) -> Any:
+def parse_value(key: BrokerKey, raw: Any, origin: str) -> Any:
     text = raw.strip() if isinstance(raw, str) else raw
     value: int | bool | str
     try:
@@ -562,333 +442,3 @@ def _parse_value(key: BrokerKey, raw: Any, origin: str) -> Any:
     if complaint:
         raise InvalidConfigError(f"{key.name}: {value!r} {complaint} ({origin})")
     return value
-
-
-# ---- the configuration -------------------------------------------------------------
-
-@dataclass(frozen=True)
-class BrokerConfig:
-    values: Mapping[str, Any]
-    sources: Mapping[str, str]
-    log_defaults: LogConfig
-    ignored_env: tuple[str, ...] = ()
-    data_dir: str = field(default="")
-    ignored: tuple[tuple[str, str, str], ...] = ()  # (key, origin, reason): accepted, not read
-    unknown: tuple[tuple[str, str], ...] = ()  # (key, origin): not known, ignored
-    listeners: tuple[ListenerSpec, ...] = ()  # every listener of both protocols (broker/listeners.py)
-    accepted: Mapping[str, str] = field(default_factory=dict)  # the ignored keys' values, as given
-
-    # ---- loading ----
-
-    @classmethod
-    def load(cls, *, config_file: str | None = None, overrides: Iterable[str] = (),
-             cli: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None,
-             data_dir: str | None = None, strict: bool = False) -> BrokerConfig:
-        """See the module contract. `cli` maps keys to values given by dedicated flags
-        (None values are skipped); `data_dir` is `--data-dir`; `strict` refuses
-        unknown keys."""
-        raw: dict[str, tuple[Any, str]] = {}  # key -> (raw value, origin)
-
-        if config_file is not None:
-            try:
-                with open(config_file, encoding="utf-8") as f:
-                    text = f.read()
-            except OSError as e:
-                raise InvalidConfigError(f"cannot read config file {config_file}: {e.strerror}") from None
-            except UnicodeDecodeError:
-                raise InvalidConfigError(f"config file {config_file} is not UTF-8 text") from None
-            for key, value in parse_properties(text, config_file).items():
-                raw[key] = (value, config_file)
-
-        ignored_env: list[str] = []
-        environ = os.environ if environ is None else environ
-        for env_name, value in sorted(environ.items()):
-            if not env_name.startswith(ENV_PREFIX):
-                continue
-            env_key = ENV_NAMES.get(env_name) or _env_listener_key(env_name)
-            if env_key is None:
-                # A Kafka key Strata accepts without reading (STRATA_BROKER_ID=0) is that key.
-                kafka_name = env_name[len(ENV_PREFIX):].lower().replace("_", ".")
-                if ignored_reason(kafka_name, value, f"environment {env_name}") is None:
-                    ignored_env.append(env_name)
-                    continue
-                env_key = kafka_name
-            raw[env_key] = (value, f"environment {env_name}")
-
-        for item in overrides:
-            key, eq, value = item.partition("=")
-            if not eq or not key.strip():
-                raise InvalidConfigError(f"--set expects KEY=VALUE, got {item!r}")
-            raw[key.strip()] = (value, "--set")
-
-        for key, value in (cli or {}).items():
-            if value is not None:
-                raw[key] = (value, "command line")
-
-        controllers = str(raw.get("controller.listener.names", ("CONTROLLER", ""))[0])
-        ignored: list[tuple[str, str, str]] = []
-        accepted: dict[str, str] = {}
-        unknown: list[tuple[str, str]] = []
-        overrides_by_key: dict[str, tuple[str, BrokerKey]] = {}
-        for key, (value, origin) in list(raw.items()):
-            override = listener_override(key)
-            if override is not None:
-                overrides_by_key[key] = override
-                continue
-            if key in ALL_KEYS:
-                continue
-            del raw[key]
-            reason = ignored_reason(key, value, origin)
-            if reason is not None:
-                ignored.append((key, origin, reason))
-                accepted[key] = str(value).strip()
-            elif strict:
-                raise InvalidConfigError(f"unknown setting {key!r} ({origin}; refused by --strict)")
-            else:
-                unknown.append((key, origin))
-        for listener_key in ("listeners", "advertised.listeners"):
-            # KRaft's stock files bind and advertise the controller listener too; it is not
-            # Kafka's data path, so it is neither bound nor advertised.
-            if listener_key not in raw:
-                continue
-            value, origin = raw[listener_key]
-            if isinstance(value, str):
-                kept, dropped = without_controller_listeners(value, controllers)
-                if dropped:
-                    raw[listener_key] = (kept, origin)
-                    ignored.append((f"{listener_key} {','.join(dropped)}", origin,
-                                    "one node: Strata has no KRaft controller quorum"))
-
-        values: dict[str, Any] = {}
-        sources: dict[str, str] = {}
-        for setting in KEYS:
-            if setting.name in raw:
-                value, origin = raw[setting.name]
-                values[setting.name] = _parse_value(setting, value, origin)
-                sources[setting.name] = origin
-            else:
-                values[setting.name] = setting.default
-                sources[setting.name] = "default"
-        for key, (normalized, setting) in overrides_by_key.items():
-            value, origin = raw[key]
-            parsed = _parse_value(setting, value, origin)
-            values[normalized] = parsed
-            sources[normalized] = origin
-        _check_group_consumer(values, sources)
-        listeners = listener_specs(values, sources)
-        log_props = {}
-        for name in LOG_DEFAULT_KEYS:
-            if name in raw:
-                log_props[name] = raw[name][0]
-                values[name] = raw[name][0]
-                sources[name] = raw[name][1]
-        try:
-            log_defaults = broker_log_defaults(log_props)
-        except InvalidConfigError as e:
-            bad = str(e).split(":", 1)[0]
-            bad_origin = raw.get(bad, (None, None))[1]
-            raise InvalidConfigError(f"{e} ({bad_origin})" if bad_origin else str(e)) from None
-
-        if data_dir is not None:
-            chosen, origin = data_dir, "--data-dir"
-        elif values["log.dirs"] is not None:
-            chosen, origin = values["log.dirs"], sources["log.dirs"]
-        elif values["log.dir"] is not None:
-            chosen, origin = values["log.dir"], sources["log.dir"]
-        else:
-            raise InvalidConfigError("no data directory: pass --data-dir or set log.dirs")
-        dirs = [d.strip() for d in str(chosen).split(",") if d.strip()]
-        if len(dirs) != 1:
-            raise InvalidConfigError(
-                f"log.dirs: Strata uses exactly one data directory, got {chosen!r} ({origin})")
-        values["log.dirs"] = dirs[0]
-        sources["log.dirs"] = origin
-        return cls(values=values, sources=sources, log_defaults=log_defaults,
-                   ignored_env=tuple(ignored_env), data_dir=os.path.abspath(dirs[0]),
-                   ignored=tuple(ignored), unknown=tuple(unknown), listeners=listeners, accepted=accepted)
-
-    # ---- reading ----
-
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key]
-
-    def source(self, key: str) -> str:
-        return self.sources.get(key, "default")
-
-    def log_props(self) -> dict[str, Any]:
-        """The broker-level log.* settings given (the static topic defaults)."""
-        return {k: self.values[k] for k in LOG_DEFAULT_KEYS if self.source(k) != "default"}
-
-
-    def explicit(self) -> dict[str, str]:
-        """Settings that are not defaults, for the startup log."""
-        return {k: str(self.values[k]) for k in sorted(self.values) if self.sources.get(k) != "default"}
-
-    @property
-    def host(self) -> str:
-        return self.values["host.name"]
-
-    @property
-    def port(self) -> int:
-        return self.values["port"]
-
-    @property
-    def kafka_port(self) -> int:
-        """The Kafka listener's port; -1 when there is none."""
-        return self.values["kafka.port"]
-
-    @property
-    def admin_port(self) -> int:
-        """The HTTP admin port (metrics, health); -1 when off."""
-        return self.values["admin.port"]
-
-    def kafka_advertised(self, bound_host: str, bound_port: int) -> tuple[str, int]:
-        """(host, port) Metadata announces on the first Kafka listener, bound at
-        (bound_host, bound_port): see broker/listeners.py."""
-        from .listeners import KAFKA, Listener
-
-        spec = next(s for s in self.listeners if s.protocol == KAFKA)
-        return Listener(spec, address=(bound_host, bound_port)).advertised
-
-    @property
-    def socket_request_max_bytes(self) -> int:
-        return self.values["socket.request.max.bytes"]
-
-    @property
-    def queued_max_request_bytes(self) -> int:
-        return self.values["queued.max.request.bytes"]
-
-    @property
-    def connections_max_idle_ms(self) -> int:
-        return self.values["connections.max.idle.ms"]
-
-    @property
-    def max_connections(self) -> int:
-        return self.values["max.connections"]
-
-    @property
-    def max_connections_per_ip(self) -> int:
-        return self.values["max.connections.per.ip"]
-
-    @property
-    def max_connections_per_ip_overrides(self) -> str:
-        return self.values["max.connections.per.ip.overrides"]
-
-    def listener_connection_rates(self, names: list[str]) -> dict[str, int]:
-        """listener.name.<l>.max.connection.creation.rate of each listener that sets it."""
-        rates = {}
-        for name in names:
-            value = self.values.get(f"{LISTENER_PREFIX}{name.lower()}.max.connection.creation.rate")
-            if value is not None:
-                rates[name.lower()] = int(value)
-        return rates
-
-    @property
-    def num_partitions(self) -> int:
-        return self.values["num.partitions"]
-
-    @property
-    def auto_create_topics(self) -> bool:
-        return self.values["auto.create.topics.enable"]
-
-    @property
-    def offsets_topic_num_partitions(self) -> int:
-        return self.values["offsets.topic.num.partitions"]
-
-    @property
-    def offset_metadata_max_bytes(self) -> int:
-        return self.values["offset.metadata.max.bytes"]
-
-    @property
-    def group_min_session_timeout_ms(self) -> int:
-        return self.values["group.min.session.timeout.ms"]
-
-    @property
-    def group_max_session_timeout_ms(self) -> int:
-        return self.values["group.max.session.timeout.ms"]
-
-    @property
-    def group_initial_rebalance_delay_ms(self) -> int:
-        return self.values["group.initial.rebalance.delay.ms"]
-
-    @property
-    def group_max_size(self) -> int:
-        return self.values["group.max.size"]
-
-    @property
-    def fetch_max_bytes(self) -> int:
-        return self.values["fetch.max.bytes"]
-
-    @property
-    def max_incremental_fetch_session_cache_slots(self) -> int:
-        return self.values["max.incremental.fetch.session.cache.slots"]
-
-    @property
-    def min_incremental_fetch_session_eviction_ms(self) -> int:
-        return self.values["min.incremental.fetch.session.eviction.ms"]
-
-    @property
-    def max_open_files(self) -> int:
-        return self.values["log.max.open.files"]
-
-    @property
-    def num_io_threads(self) -> int:
-        return self.values["num.io.threads"]
-
-    @property
-    def num_recovery_threads_per_data_dir(self) -> int:
-        return self.values["num.recovery.threads.per.data.dir"]
-
-    @property
-    def max_queued_requests(self) -> int:
-        return self.values["connection.max.queued.requests"]
-
-    @property
-    def write_buffer_high(self) -> int:
-        return self.values["connection.write.buffer.bytes"]
-
-    @property
-    def shutdown_timeout_s(self) -> float:
-        return self.values["shutdown.timeout.ms"] / 1000
-
-    @property
-    def flush_interval_ms(self) -> int:
-        """log.flush.scheduler.interval.ms, run at least every second (Kafka's
-        default, Long.MAX, would mean never checking flush.ms at all)."""
-        return min(self.values["log.flush.scheduler.interval.ms"], 1000)
-
-    @property
-    def checkpoint_interval_ms(self) -> int:
-        return self.values["log.flush.offset.checkpoint.interval.ms"]
-
-    @property
-    def retention_check_interval_ms(self) -> int:
-        return self.values["log.retention.check.interval.ms"]
-
-    @property
-    def initial_task_delay_ms(self) -> int:
-        return self.values["log.initial.task.delay.ms"]
-
-    @property
-    def cleaner_enable(self) -> bool:
-        return self.values["log.cleaner.enable"]
-
-    @property
-    def cleaner_backoff_ms(self) -> int:
-        return self.values["log.cleaner.backoff.ms"]
-
-    @property
-    def cleaner_dedupe_buffer_size(self) -> int:
-        return self.values["log.cleaner.dedupe.buffer.size"]
-
-    @property
-    def cleaner_io_buffer_size(self) -> int:
-        return self.values["log.cleaner.io.buffer.size"]
-
-    @property
-    def log_format(self) -> str:
-        return self.values["log.format"]
-
-    @property
-    def log_level(self) -> str:
-        return self.values["log.level"]

@@ -1,7 +1,7 @@
 """Internal topics: what no request, on either protocol, may do to them.
 
 Strata has two internal topics, `__consumer_offsets`, the log of committed
-offsets (broker/group_offsets.py), and `__transaction_state`, the transaction
+offsets (broker/state/group_offsets.py), and `__transaction_state`, the transaction
 coordinator's log (broker/kafka/transactions/). Their records are state, and
 only compaction may remove them: a record is gone only once a newer one for the
 same key (or a tombstone) replaces it. Kafka's rules, applied by the handlers of
@@ -17,7 +17,7 @@ both protocols and by the topic registry:
   committed offsets; with `compact` alone they do not apply (storage/retention.py),
   so retention settings are harmless and allowed.
 - Producing to an internal topic and deleting one are refused elsewhere
-  (broker/core/service.py, broker/topics.py) with Kafka's codes.
+  (broker/core/service.py, broker/state/topic_registry.py) with Kafka's codes.
 """
 
 from __future__ import annotations

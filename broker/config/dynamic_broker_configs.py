@@ -3,7 +3,7 @@
 Kafka lets AlterConfigs / IncrementalAlterConfigs change part of a running broker's settings
 (its DynamicBrokerConfig set) on a BROKER resource: "0" for this broker, "" for the cluster
 default. Strata reads its own settings once, at start; of Kafka's dynamic keys it takes at
-runtime only the ones it does not read (NO_EFFECT minus broker/config.py's ALL_KEYS: thread pools it
+runtime only the ones it does not read (NO_EFFECT minus broker/config/keys.py's ALL_KEYS: thread pools it
 does not have, Kerberos and SASL login refresh, metric reporters, ...). They are kept and
 described as Kafka describes them and change nothing. Any other key is refused with
 INVALID_REQUEST, the answer Kafka gives for a key it cannot change at runtime: a key Strata reads
@@ -15,7 +15,7 @@ topic defaults and apply at once to every topic without an override of its own. 
 holds the one rule of precedence for those defaults (`log_defaults`, `log_source`), which both
 protocols' config paths use: dynamic per-broker > dynamic cluster default > static
 (server.properties, STRATA_*, --set) > Kafka's default; a topic's override beats them all
-(broker/topics.py lays the overrides over `log_defaults()`). The synonyms Kafka keeps static
+(broker/state/topic_registry.py lays the overrides over `log_defaults()`). The synonyms Kafka keeps static
 (log.retention.hours/minutes, log.roll.hours, log.roll.jitter.hours) stay static here too; where
 a dynamic log.retention.ms and a static log.retention.hours are both set, the first synonym wins,
 as in Kafka.
@@ -28,7 +28,7 @@ Contract:
 - `DynamicBrokerConfigs.open(data_dir, node_id, static_log_props, default_props)` (blocking)
   reads the file, or starts empty when there is none; an unreadable file (or a stored log default
   that is no longer valid) is InvalidConfigError. `static_log_props`: the broker-level log.*
-  settings given at start ({name: value}); `default_props`: Kafka's defaults by name (broker/config.py).
+  settings given at start ({name: value}); `default_props`: Kafka's defaults by name (broker/config/broker_config.py).
 - `overrides(name)`: {key: value} set on that resource itself (what DescribeConfigs lists for "0"
   over "", with the synonyms).
 - `list_start(name, key)`: the value IncrementalAlterConfigs' APPEND / SUBTRACT start from on
@@ -46,7 +46,7 @@ Contract:
   commit=False before the write (it checks every topic and raises StrataError to refuse), then
   with commit=True after it (it swaps the new configs into the topics). Every key whose value
   changes is logged once written (`broker_config_changed`: resource, key, old and new value, None
-  for unset; the values of secret keys, broker/config.py's `is_secret`, as "[hidden]").
+  for unset; the values of secret keys, broker/config/keys.py's `is_secret`, as "[hidden]").
 - `log_defaults()`: the topic defaults (LogConfig) by the rule of precedence above.
 - `log_source(topic_key)`: where topic config `topic_key`'s default comes from: "dynamic_broker",
   "dynamic_default", "static" or "default"; `log_synonyms(topic_key)`: the broker settings that
@@ -65,11 +65,10 @@ from typing import Any
 
 import structlog
 
+from broker.config.keys import ALL_KEYS, is_secret
+from broker.state.json_files import read_string_maps, write_document
 from kafka_format.errors import InvalidConfigError, InvalidRequestError, StrataError
 from storage.config import BROKER_NAMES, LogConfig, broker_log_defaults
-
-from .config import ALL_KEYS, is_secret
-from .json_files import read_string_maps, write_document
 
 log = structlog.get_logger("strata.broker_configs")
 
@@ -113,7 +112,7 @@ NO_EFFECT: dict[str, str] = {
 # it has (broker name -> topic config name).
 LOG_KEYS: dict[str, str] = {candidates[0][0]: topic_key for topic_key, candidates in BROKER_NAMES.items()}
 # Kafka's defaults of the list-typed NO_EFFECT keys (what APPEND / SUBTRACT start from when the
-# resource does not set the key; the LOG_KEYS' defaults are broker/config.py's default_props).
+# resource does not set the key; the LOG_KEYS' defaults are broker/config/keys.py's default_props).
 LIST_DEFAULTS: dict[str, str] = {"metric.reporters": "", "sasl.kerberos.principal.to.local.rules": "DEFAULT"}
 # Keys Kafka takes only for one broker, never at the cluster default (its PerBrokerConfigs).
 PER_BROKER = frozenset(k for k in NO_EFFECT if k.startswith("sasl."))

@@ -1,5 +1,5 @@
 """How long a request's handler runs on the event loop: the request time that
-`request_percentage` quotas limit (broker/quotas.py).
+`request_percentage` quotas limit (broker/core/quotas.py).
 
 Contract:
 - Kafka's ClientRequestQuotaManager counts the time a request spends on the

@@ -39,9 +39,8 @@ from dataclasses import dataclass, fields
 
 import structlog
 
+from broker.net.flow_control import FlowControl
 from storage.file_records import FileSlice
-
-from .flow_control import FlowControl
 
 SENDFILE_FALLBACK_CHUNK = 16 * 1024
 COPY_CHUNK = 1024 * 1024  # TLS: segment bytes copied per write through the transport

@@ -58,13 +58,12 @@ from typing import NamedTuple
 
 import structlog
 
+from broker.state.internal_records import FieldReader
+from broker.state.topic_registry import OFFSETS_TOPIC, TopicRegistry
 from kafka_format import build_batch, iter_entries
 from kafka_format.batch import PRODUCER_ID_OFFSET
 from kafka_format.errors import StrataError, UnknownTopicOrPartitionError
 from storage.log import Log
-
-from .internal_records import FieldReader
-from .topics import OFFSETS_TOPIC, TopicRegistry
 
 KEY_VERSION = 1
 VALUE_VERSION = 3

@@ -40,10 +40,10 @@ Contract:
   grown count, file and memory alike, and the next start creates the rest).
 - `reconcile` never fails the start: a partition it cannot delete or create, or a
   registry it cannot write, is logged and left for the next start.
-- Internal topics follow broker/internal_topics.py: a change or a creation that
+- Internal topics follow broker/state/internal_topics.py: a change or a creation that
   would break the offsets log is InvalidConfigError.
 - Effective topic config = overrides laid over the broker's `log.*` defaults
-  (`defaults`, broker/dynamic_broker_configs.py's rule of precedence).
+  (`defaults`, broker/config/dynamic_broker_configs.py's rule of precedence).
   `set_defaults` swaps new defaults in at runtime (a dynamic broker config changed):
   every topic's LogConfig is rebuilt and swapped into its live logs; the overrides
   and the registry file do not change. It checks every topic first (internal topics'
@@ -72,6 +72,9 @@ from types import MappingProxyType
 
 import structlog
 
+from broker.state import internal_topics
+from broker.state.internal_topics import INTERNAL_TOPIC_CONFIGS, OFFSETS_TOPIC
+from broker.state.json_files import damaged, encode_document, read_document
 from kafka_format.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -86,10 +89,6 @@ from kafka_format.topic_names import validate_topic_name
 from storage.config import LogConfig
 from storage.fileutil import atomic_write
 from storage.manager import LogManager
-
-from . import internal_topics
-from .internal_topics import INTERNAL_TOPIC_CONFIGS, OFFSETS_TOPIC
-from .json_files import damaged, encode_document, read_document
 
 REGISTRY_FILE = "strata-topics.json"
 REMEDY = "restore it from a backup (topic configs and topic ids cannot be rebuilt from the logs)"

@@ -1,19 +1,19 @@
 """The TCP listener: the listening socket, its connections, and what they share.
 
 Contract:
-- `BrokerServer(handlers, ..., listener=...)` is one listener (broker/listeners.py)
+- `BrokerServer(handlers, ..., listener=...)` is one listener (broker/net/listeners.py)
   of one protocol: the native `Handlers` (a `PerConnection`, which gives each
   connection its own RequestHandlers) or the Kafka listener's
-  `broker.kafka.KafkaApis` (a `RequestHandlers`; both in broker/connection.py). An SSL
-  listener listens with its TLS context (broker/tls.py): connections begin once the
+  `broker.kafka.KafkaApis` (a `RequestHandlers`; both in broker/net/connection.py). An SSL
+  listener listens with its TLS context (broker/net/tls.py): connections begin once the
   handshake is done, and a failed handshake closes the socket without reaching the
   handlers. Each accepted socket is a `Connection`
-  (broker/connection.py: frames in, replies out, in order), with its own
-  `FlowControl` (broker/flow_control.py) and `SendfileWriter` (broker/sendfile.py).
+  (broker/net/connection.py: frames in, replies out, in order), with its own
+  `FlowControl` (broker/net/flow_control.py) and `SendfileWriter` (broker/net/sendfile.py).
   The server holds what the connections share: limits, the `FramePool` of large
   frames' buffers, scratch buffers, `stats`, and the broker-wide RequestMemory,
   ConnectionLimits and BadRequestLog (both listeners get the same ones).
-- Connections: `ConnectionRates` (broker/connection_rates.py: the IP's
+- Connections: `ConnectionRates` (broker/net/connection_rates.py: the IP's
   `connection_creation_rate` quota, max.connection.creation.rate and its
   listener override, shared by both listeners) may make a new connection wait
   before it is read, or hold it unread and close it after a throttle time (not
@@ -39,16 +39,16 @@ from typing import Any
 
 import structlog
 
+from broker.admin.metrics import RequestStats
+from broker.net.bad_request_log import BadRequestLog
+from broker.net.connection import Connection
+from broker.net.connection_limits import ConnectionLimits
+from broker.net.connection_rates import ADMITTED, Admission, ConnectionRates
+from broker.net.listeners import Listener
+from broker.net.request_handlers import CloseConnection, FastPath, PerConnection, RequestHandlers
+from broker.net.request_memory import RequestMemory, give_back_memory
+from broker.net.sendfile import SENDFILE_FALLBACK_CHUNK, SendfileStats, sendfile_stats
 from protocol.framing import FramePool, ScratchBuffers
-
-from .connection import CloseConnection, Connection, FastPath, PerConnection, RequestHandlers
-from .connection_limits import ConnectionLimits
-from .connection_rates import ADMITTED, Admission, ConnectionRates
-from .listeners import Listener
-from .log_limiter import BadRequestLog
-from .metrics import RequestStats
-from .request_memory import RequestMemory, give_back_memory
-from .sendfile import SENDFILE_FALLBACK_CHUNK, SendfileStats, sendfile_stats
 
 LISTEN_BACKLOG = 1024
 TRIM_AFTER_CLOSES = 64  # connections closed before the C heap's free memory is given back
@@ -94,7 +94,7 @@ class BoundPort:
 
     @classmethod
     async def bind(cls, host: str, port: int, tls: Any = None) -> BoundPort:
-        """Bind and listen on (host, port), with TLS when `tls` (broker.tls.ServerTls) is given."""
+        """Bind and listen on (host, port), with TLS when `tls` (broker.net.tls.ServerTls) is given."""
         serving: list[BrokerServer] = []
         server = await asyncio.get_running_loop().create_server(
             lambda: Connection(serving[0]), host, port, reuse_address=True, backlog=LISTEN_BACKLOG,

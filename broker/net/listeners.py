@@ -1,7 +1,7 @@
 """Listeners as Kafka names them, for both protocols, and what a connection knows of its own.
 
 Contract:
-- `listener_specs(values, sources)` reads the configuration (broker/config.py) and
+- `listener_specs(values, sources)` reads the configuration (broker/config/broker_config.py) and
   returns every listener to open, `ListenerSpec`s, Kafka's first, or raises
   InvalidConfigError naming the key:
   - `listeners`: Kafka-protocol listeners, `NAME://HOST:PORT,...` (HOST empty =
@@ -25,7 +25,7 @@ Contract:
   `listener.name.<name>.ssl.*` settings.
 - `Listener`: a spec at run time, with the bound address, what it advertises
   (`advertised`, Metadata's answer; `described`, DESCRIBE_LISTENERS' answer),
-  (SSL) its TLS context source (broker/tls.py) and principal mapper, and
+  (SSL) its TLS context source (broker/net/tls.py) and principal mapper, and
   (SASL_*) its SASL settings and the broker's SaslAuthenticator
   (broker/security/sasl.py).
 - `ConnectionContext`: what one connection knows of itself, for the request
@@ -37,7 +37,7 @@ Contract:
   until the SASL exchange succeeds (and again once its session expires) and
   `sasl` is the connection's SaslSession; elsewhere `authenticated` is True and
   `sasl` None. `throttle_ms`: the throttle time its current request earned under
-  client quotas (broker/quotas.py).
+  client quotas (broker/core/quotas.py).
 """
 
 from __future__ import annotations
@@ -47,9 +47,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from broker.security.principal import ANONYMOUS
 from kafka_format.errors import InvalidConfigError
-
-from .security.principal import ANONYMOUS
 
 KAFKA = "kafka"
 NATIVE = "native"
@@ -185,7 +184,7 @@ class Listener:
     """A listener at run time: its spec, the bound address and (SSL) its TLS contexts."""
 
     spec: ListenerSpec
-    tls: Any = None  # broker.tls.ServerTls when the listener is SSL
+    tls: Any = None  # broker.net.tls.ServerTls when the listener is SSL
     address: tuple[str, int] | None = None  # bound (host, port)
     sasl: Any = None  # broker.security.sasl.ListenerSasl on a SASL_* listener
     authenticator: Any = None  # broker.security.sasl.SaslAuthenticator (SASL_* listeners)
@@ -225,7 +224,7 @@ class ConnectionContext:
     peer_certificate_subject: str | None = None  # RFC 4514, when the client sent a certificate
     # Client quotas: the throttle time (ms) a handler gave the request being answered;
     # the connection mutes itself that long once the reply is out (KIP-219), then
-    # sets it back to 0 (broker/connection.py, broker/quotas.py).
+    # sets it back to 0 (broker/net/connection.py, broker/core/quotas.py).
     throttle_ms: int = 0
     principal: str = ANONYMOUS  # "User:<name>" once known
     authenticated: bool = True  # False on a SASL listener until the exchange succeeds

@@ -24,13 +24,12 @@ leader's assignment covers them, and keyed records map by the new count.
 
 from __future__ import annotations
 
+from broker.core.quotas import MutationQuota
+from broker.kafka.allowed import allowed
+from broker.kafka.codec import make, nested
+from broker.kafka.request_types import ApiKey
+from broker.security.authorizer import Op, Resource, TopicAuthorizationError
 from kafka_format.errors import InvalidRequestError, StrataError
-
-from ..quotas import MutationQuota
-from ..security.authorizer import Op, Resource, TopicAuthorizationError
-from .allowed import allowed
-from .codec import make, nested
-from .request_types import ApiKey
 
 INVALID_REPLICA_ASSIGNMENT = 39
 STRICT_SINCE_VERSION = 3  # the first version that can answer THROTTLING_QUOTA_EXCEEDED

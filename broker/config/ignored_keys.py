@@ -3,13 +3,13 @@
 A Kafka `server.properties` (the stock `config/server.properties` or
 `config/kraft/server.properties`) names settings that mean nothing on one node
 (replication, the KRaft controller quorum, ZooKeeper) or that Strata does not
-serve. `broker/config.py` asks `ignored_reason(key, value)` about every key it
+serve. `broker/config/broker_config.py` asks `ignored_reason(key, value)` about every key it
 does not read: a reason means "accepted, logged once as ignored"; None means the
 key is unknown (a warning, or an error under `--strict`). Keys whose value
 would change what a Kafka broker does on one node (a replication factor other
 than 1, a node id other than 0) raise InvalidConfigError naming the key.
 
-A key that `broker/config.py` reads (its KEYS table) is never asked about here,
+A key that `broker/config/keys.py` reads (its KEYS table) is never asked about here,
 so a key listed below that a later change implements simply starts being read.
 """
 

@@ -41,11 +41,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from broker.state.json_files import read_string_maps, write_document
 from kafka_format.errors import InvalidConfigError, InvalidRequestError
 
-from .json_files import read_string_maps, write_document
-from .share import config as share_config
-from .share.errors import ShareError
+from ..share import config as share_config
+from ..share.errors import ShareError
 
 CONFIG_FILE = "group-configs.json"
 REMEDY = ("restore it from a backup, or move it away to start with the broker's defaults "

@@ -1,115 +1,62 @@
 """One client connection: frames in, replies out, in request order.
 
-Contract:
-- `Connection` is an asyncio.BufferedProtocol: the transport receives straight
-  into a `FrameReader` (protocol/framing.py), so the bytes of a large frame land
-  once, by the kernel, in the buffer the frame keeps (one of the server's
-  `FramePool`, reused once nothing refers to it). Frames queue up and one task per
-  connection handles them strictly one after another and writes each reply before
-  the next one starts: responses are in request order, and a request sees the
-  effects of every earlier request on the same connection (as Kafka, which mutes a
-  channel while its request is in flight). A long-poll FETCH therefore delays later
-  responses of its own connection, never other connections.
-- Its collaborators, one job each: `FlowControl` (broker/flow_control.py) pauses
-  and resumes reading and tracks the write buffer; `SendfileWriter`
-  (broker/sendfile.py) writes the reply parts, segment bytes by sendfile; the
-  `RequestHandlers` (the native `Handlers` or `broker.kafka.KafkaApis`) answer
-  requests. What it needs of its server (limits, pools, stats, the shared
-  RequestMemory and BadRequestLog, admit / connection_made / connection_lost) is
-  `ConnectionHost`.
-- Fast path (`FastPath`, an interface a RequestHandlers class declares by
-  subclassing it): while a connection is idle (nothing queued, nothing being
-  handled, the write buffer under its limit, not draining), a frame just read is
-  handled right in the socket callback: `handle_now` (native: a PRODUCE appended
-  inline, a FETCH that need not wait) answers it synchronously and the reply is
-  written at once, a FileSlice by sendfile while the socket takes it (the rest, if
-  any, goes to the task), so a request costs no task wake-up, no future, no Event
-  (an asyncio.Event wait also costs a getpid). A frame `handle_now` declines
-  (None) queues for the task as before; a keyed frame is begun at once. Since the
-  connection was idle, every earlier request is answered by then: order and
-  visibility are those of the task.
-- Streaming: a frame the handlers key with `run_key` (native: a PRODUCE for the
-  executor, keyed by partition) is handled with `begin`, which starts it at once
-  and returns the future of its reply. While every request from the one being
-  answered to the last one read is begun with the same key, a new frame with that
-  key is begun as soon as it is read, before its turn: its append queues behind
-  the earlier ones (the partition's appender runs them in order), so a stream of
-  pipelined PRODUCEs keeps the append thread busy while replies still go out in
-  order, each one when its own append is done. Any other request breaks the
-  streak and waits for every earlier reply, as before. `stats.begun_early` counts
-  them.
-- Per-connection state (`PerConnection`, declared like FastPath by subclassing):
-  handlers that keep state per connection (native: the protocol version settled
-  by a HANDSHAKE) give each Connection its own view, `for_connection()`, which it
-  serves instead of the shared handlers.
-- A frame over `socket.request.max.bytes` is answered with `fatal_reply` (after
-  the responses to the requests before it) and the connection is closed. Bad
-  frames are logged through the broker's `BadRequestLog` (rate-limited per
-  connection and reason, with a broker-wide cap: broker/log_limiter.py). A frame
-  the codec cannot parse is answered by the handlers and the connection stays
-  open. A handler may answer nothing (None: Kafka's acks=0, order kept) or raise
-  CloseConnection (earlier replies are flushed, then the connection closes), or
-  CloseAfterReply(reply) (its reply is written, then the connection closes).
-- Client quotas: a handler that throttles a request (broker/quotas.py, through
-  the partition service) sets `ConnectionContext.throttle_ms`; once that
-  request's reply is handed to the socket the connection is muted for that time
-  (Kafka's channel mute, KIP-219: answer first, then throttle): it reads nothing
-  and handles no queued request until the time has passed, for both protocols
-  (the native one has no throttle field: the delayed reads are its throttle).
-  `stats.throttle_mutes` / `throttle_mute_ms` count them.
-- Half-close: after the client's EOF, queued requests are still answered, then
-  the connection closes. `drain()` (shutdown) reads nothing more, answers what is
-  queued, then closes.
-- Metrics (when the server has `request_stats`, broker/metrics.py): every request
-  answered is timed, from the start of its handling to its reply handed to the
-  socket, on the RequestStats of its type (the frame's first two bytes: the native
-  request type or the Kafka api key), for both protocols.
+- `Connection` is an asyncio.BufferedProtocol: the transport receives straight into a
+  `FrameReader` (protocol/framing.py), so a large frame's bytes land once, in the
+  buffer the frame keeps (one of the server's `FramePool`). One task per connection
+  handles the queued frames strictly one after another and writes each reply before
+  the next one starts: responses are in request order and a request sees the effects
+  of every earlier one on its connection (as Kafka mutes a channel while a request is
+  in flight); a long-poll FETCH delays only its own connection.
+- Collaborators: `FlowControl` (broker/net/flow_control.py: when to read, when to wait
+  before writing), `SendfileWriter` (broker/net/sendfile.py: reply parts, segment bytes
+  by sendfile), the `RequestHandlers` (broker/net/request_handlers.py: the native
+  `Handlers` or `broker.kafka.KafkaApis`, with their fast path, streaming of keyed
+  frames and per-connection state), and `ConnectionHost`, what it needs of its server.
+- A frame over `socket.request.max.bytes` is answered with `fatal_reply` after the
+  earlier replies, then the connection closes; bad frames are logged through the
+  `BadRequestLog` (broker/net/bad_request_log.py). A handler may answer None (Kafka's
+  acks=0), raise CloseConnection (earlier replies flushed, then close) or
+  CloseAfterReply(reply).
+- A throttled request (`ConnectionContext.throttle_ms`, broker/core/quotas.py) mutes
+  the connection after its reply is handed to the socket (KIP-219), for both protocols.
+- After the client's EOF queued requests are still answered, then the connection
+  closes; `drain()` (shutdown) reads nothing more, answers what is queued, closes.
+- Every request answered is timed on the RequestStats of its type (broker/admin/metrics.py).
 
-Flow control (a slow or stalled reader never makes the broker buffer without bound):
-- Reading pauses while `connection.max.queued.requests` requests (default 16) are
-  read but not yet answered: frames are only taken out of the decoder while there
-  is room, so a chunk full of tiny pipelined requests stays as raw bytes in the
-  decoder (at most one socket read, 256 KiB in uvloop).
-- Reading also pauses while the transport is paused for writing: its write buffer
-  is above `connection.write.buffer.bytes` (default 256 KiB; resume at a quarter).
-  The request task waits for the drain before writing more (and the fast path
-  stops at the high-water mark: the next frames queue), so per connection the
-  broker holds at most: one socket read + the queued frames + one reply in memory
-  + the write buffer (<= high-water mark + the largest single write).
-- Reading also pauses while a frame of 16 KiB or more cannot begin because the
-  broker-wide `RequestMemory` (queued.max.request.bytes) is spent; it resumes
-  when answered requests (or closed connections) give memory back. A frame's
-  reservation is released once every request read on its connection is
-  answered. Buffers grow as bytes arrive (protocol/framing.py).
+Flow control (reading pauses for `connection.max.queued.requests` unanswered requests,
+a write buffer over `connection.write.buffer.bytes`, or spent `queued.max.request.bytes`),
+the fast path and memory under abuse: broker/SERVER.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-from abc import ABC, abstractmethod
 from collections import deque
 from time import perf_counter
 from typing import Any, Protocol
 
 import structlog
 
+from broker.admin.metrics import UNKNOWN_API, RequestStats
+from broker.net.bad_request_log import BadRequestLog
+from broker.net.connection_rates import Admission
+from broker.net.flow_control import FlowControl, PauseCounters
+from broker.net.listeners import ConnectionContext, Listener
+from broker.net.request_handlers import (
+    NO_FAST_PATH,
+    CloseAfterReply,
+    CloseConnection,
+    FastPath,
+    Frame,
+    PerConnection,
+    RequestHandlers,
+)
+from broker.net.request_memory import RequestMemory
+from broker.net.sendfile import CORK_FRAME_LIMIT, ConnectionClosed, SendfileWriter
+from broker.net.tls import peer_certificate_subject
+from broker.security.principal import NoMatchingRule
 from protocol import FrameTooLarge, ProtocolError
 from protocol.framing import FramePool, FrameReader, ScratchBuffers
-from storage.file_records import FileSlice
-
-from .connection_rates import Admission
-from .flow_control import FlowControl, PauseCounters
-from .listeners import ConnectionContext, Listener
-from .log_limiter import BadRequestLog
-from .metrics import UNKNOWN_API, RequestStats
-from .request_memory import RequestMemory
-from .security.principal import NoMatchingRule
-from .sendfile import CORK_FRAME_LIMIT, ConnectionClosed, SendfileWriter
-from .tls import peer_certificate_subject
-
-Part = bytes | FileSlice
-Reply = list[Part]
-Frame = memoryview | bytes  # one request frame, size stripped
 
 log = structlog.get_logger("strata.server")
 
@@ -144,100 +91,6 @@ def api_slot(frame: Frame) -> int:
 QueueItem = memoryview | bytes | list | _Fatal | _Begun
 
 
-class CloseConnection(Exception):
-    """Raised by `handle` when the protocol says to close without an answer (Kafka: a
-    request it cannot parse, an unsupported API version). Earlier replies are flushed."""
-
-
-class CloseAfterReply(CloseConnection):
-    """Raised by `handle` to answer `reply` and then close (a failed SASL authentication)."""
-
-    def __init__(self, reply: list):
-        super().__init__()
-        self.reply = reply
-
-
-class RequestHandlers(Protocol):
-    """What a connection serves: the native `Handlers` or `broker.kafka.KafkaApis`.
-
-    - `handle(frame, conn)`: `conn` is the connection's ConnectionContext
-      (broker/listeners.py: listener, security protocol, peer address, client
-      certificate subject). The reply parts in order (bytes, or FileSlices sent with
-      sendfile and released by the connection), None for no reply at all (Kafka's
-      acks=0), or raise CloseConnection. Must not raise anything else.
-    - `bad_frame_reply(error)`: the reply to a frame the decoder refused while the
-      framing is still in step (too short); None closes the connection instead.
-    - `fatal_reply(error)`: the bytes to write before closing after a frame over
-      socket.request.max.bytes (may be empty), straight to the transport.
-    - `begin_shutdown()`: answer long polls now.
-    A class that also answers without a task declares it by subclassing `FastPath`."""
-
-    loop: asyncio.AbstractEventLoop
-
-    async def handle(self, frame: Frame, conn: ConnectionContext) -> Reply | None: ...
-
-    def bad_frame_reply(self, error: ProtocolError) -> Reply | None: ...
-
-    def fatal_reply(self, error: ProtocolError) -> list[bytes]: ...
-
-    def begin_shutdown(self) -> None: ...
-
-
-class FastPath(ABC):
-    """The requests a RequestHandlers class answers without the connection's task.
-
-    - `handle_now(frame, conn)`: the reply if it can be made at once with no waiting
-      (same answer as `handle`), or None, having done nothing, to send the frame to
-      `handle`. Never raises. Called only when every earlier request on the
-      connection is answered.
-    - `run_key(frame)` and `begin(frame, conn)`: a frame with a run key (not None)
-      is handled by `begin`, which starts the work and returns a future of the reply
-      (never raises; the future never fails). Work begun for frames of the same key
-      takes effect in the order begun (native: large PRODUCEs, keyed by partition,
-      appended in order by the partition's appender). So the connection may begin a
-      keyed frame before its turn, as soon as it is read, when every request before
-      it on the connection is already begun with the same key."""
-
-    @abstractmethod
-    def handle_now(self, frame: Frame, conn: ConnectionContext) -> Reply | None: ...
-
-    @abstractmethod
-    def run_key(self, frame: Frame) -> Any: ...
-
-    @abstractmethod
-    def begin(self, frame: Frame, conn: ConnectionContext) -> asyncio.Future: ...
-
-
-class _NoFastPath(FastPath):
-    """The fast path of handlers that declare none: every frame goes to `handle`."""
-
-    def handle_now(self, frame: Frame, conn: Any = None) -> Reply | None:
-        return None
-
-    def run_key(self, frame: Frame) -> Any:
-        return None
-
-    def begin(self, frame: Frame, conn: Any = None) -> asyncio.Future:
-        raise AssertionError("begin() on a frame without a run key")
-
-
-_NO_FAST_PATH = _NoFastPath()
-
-
-class PerConnection(ABC):
-    """Handlers that keep state per connection: each Connection serves the
-    RequestHandlers (maybe a FastPath) `for_connection(context)` returns, made when
-    the connection is; the server's shared instance gets `begin_shutdown`."""
-
-    loop: asyncio.AbstractEventLoop
-
-    @abstractmethod
-    def for_connection(self, context: ConnectionContext) -> RequestHandlers: ...
-
-    @abstractmethod
-    def begin_shutdown(self) -> None: ...
-
-
 class ConnectionStats(PauseCounters, Protocol):
     requests: int
     frames_too_large: int
@@ -249,7 +102,7 @@ class ConnectionStats(PauseCounters, Protocol):
 
 
 class ConnectionHost(Protocol):
-    """What a Connection needs of its server (broker.server.BrokerServer)."""
+    """What a Connection needs of its server (broker.net.server.BrokerServer)."""
 
     handlers: RequestHandlers | PerConnection
     loop: asyncio.AbstractEventLoop
@@ -297,7 +150,7 @@ class Connection(asyncio.BufferedProtocol):
         # one): the transport calls it with no pass-through call per read.
         self.get_buffer = self.decoder.get_buffer  # type: ignore[method-assign]
         # The fast path, if the handlers declare it (bound once: a Python call less per frame).
-        fast = self.handlers if isinstance(self.handlers, FastPath) else _NO_FAST_PATH
+        fast = self.handlers if isinstance(self.handlers, FastPath) else NO_FAST_PATH
         self._run_key = fast.run_key
         self._begin = fast.begin
         self._handle_now = fast.handle_now
@@ -559,7 +412,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _mute_if_throttled(self) -> None:
         """A handler gave the request just answered a throttle time (client quotas,
-        broker/quotas.py): read and handle nothing more on this connection for that
+        broker/core/quotas.py): read and handle nothing more on this connection for that
         long (Kafka's channel mute, KIP-219: the reply goes out first)."""
         throttle_ms = self.context.throttle_ms
         if not throttle_ms or self.lost:
