@@ -71,6 +71,8 @@ BROKER_SETTINGS = (
     "num.partitions=4",
     "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     "allow.everyone.if.no.acl.found=true",
+    # The share-consumer tests (0170-0185) set share.record.lock.duration.ms=3000 on their groups.
+    "group.share.min.record.lock.duration.ms=1000",
 )
 
 # Tests one Strata broker cannot serve, and why. "rf 3": the test creates its topics with

@@ -49,6 +49,7 @@ from .kafka import (
     producers,
     replicas,
     sasl,
+    share_groups,
     telemetry,
     topic_partitions,
     transactions,
@@ -203,7 +204,12 @@ def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, ad
     producer_ids = ProducerIdAllocator(state, partitions.blocking)
     coordinator = TransactionCoordinator(apis, producer_ids.next_producer_id)
     core = core_handlers.register(apis, producer_ids=producer_ids, transactions=coordinator)
-    groups.register(apis, classic_groups, consumer_groups)
+    # Share groups (KIP-932): the share-state store and SharePartitionManager live in
+    # ShareGroups; the groups APIs list, describe and delete share groups through it.
+    shares = share_groups.ShareGroups(apis)
+    if partitions.metrics is not None:
+        partitions.metrics.attach(shares=shares)  # the share-group metrics (broker/metrics.py)
+    groups.register(apis, classic_groups, consumer_groups, shares)
     transactions.register(apis, coordinator, init_producer_id=core.init_producer_id)
     cluster.register(apis)
     create_partitions.register(apis)
@@ -216,6 +222,7 @@ def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, ad
     sasl.register(apis)
     client_quotas.register(apis)
     acls.register(apis)
+    share_groups.register(apis, shares)
     return apis, coordinator
 
 

@@ -212,6 +212,17 @@ class BrokerMetrics:
         return generate_latest(self.registry)
 
 
+# Share groups (KIP-932): (Counters field, metric name, documentation), per share partition.
+SHARE_COUNTERS = (
+    ("acquired", "records_acquired", "Records acquired by share consumers (each delivery counts)"),
+    ("acknowledged", "records_acknowledged", "Records accepted by share consumers"),
+    ("released", "records_released", "Records released by share consumers (delivered again)"),
+    ("rejected", "records_rejected", "Records rejected by share consumers (archived)"),
+    ("archived", "records_archived", "Records archived: rejected, or at the delivery count limit"),
+    ("lock_timeouts", "lock_timeouts", "Acquisition locks that timed out (the records became available)"),
+)
+
+
 class BrokerCollector(Collector):
     """The gauges of broker state, computed when scraped. `sources` (set by
     BrokerMetrics.attach): manager (storage LogManager), offsets (GroupOffsets),
@@ -240,6 +251,9 @@ class BrokerCollector(Collector):
         if offsets is not None and manager is not None:
             yield from self._group_lag(offsets, manager)
         yield from self._network()
+        shares = self.sources.get("shares")
+        if shares is not None:
+            yield from self._share_groups(shares)
 
     def _topics(self) -> Iterator[Metric]:
         families = [CounterMetricFamily(name, documentation, labels=["topic"])
@@ -372,6 +386,25 @@ class BrokerCollector(Collector):
             current.add_metric(key, committed.offset)
             lag.add_metric(key, max(partition_log.log_end_offset - committed.offset, 0))
         yield current
+        yield lag
+
+    def _share_groups(self, shares) -> Iterator[Metric]:
+        """Per share partition (broker/kafka/share_groups.py ShareGroups.metric_rows): the
+        records acquired, acknowledged, released, rejected, archived, the lock timeouts, and
+        the lag (the records not yet acknowledged or archived)."""
+        labels = ["sharegroup", "topic", "partition"]
+        families = [(field, CounterMetricFamily(f"strata_share_group_{name}", documentation, labels=labels))
+                    for field, name, documentation in SHARE_COUNTERS]
+        lag = GaugeMetricFamily("strata_share_group_lag", "Records of the share partition not yet acknowledged "
+                                "or archived (high watermark - start offset - records done past it)", labels=labels)
+        for group, topic, partition, counters, records_lag in shares.metric_rows():
+            key = [group, topic, str(partition)]
+            for field, family in families:
+                family.add_metric(key, getattr(counters, field))
+            if records_lag >= 0:
+                lag.add_metric(key, records_lag)
+        for _, family in families:
+            yield family
         yield lag
 
     def _network(self) -> Iterator[Metric]:

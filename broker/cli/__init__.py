@@ -16,8 +16,8 @@ import importlib
 import sys
 
 # Subcommand modules, in the order `strata --help` lists them.
-SUBCOMMANDS = ("serve", "topics", "produce", "consume", "groups", "log_dirs", "configs", "acls", "users",
-               "quotas", "dump_log")
+SUBCOMMANDS = ("serve", "topics", "produce", "consume", "groups", "share_groups", "log_dirs", "configs", "acls",
+               "users", "quotas", "dump_log")
 
 
 class CliError(Exception):

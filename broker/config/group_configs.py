@@ -8,9 +8,12 @@ broker's group.consumer.* settings:
     consumer.heartbeat.interval.ms  default group.consumer.heartbeat.interval.ms,
                                     within group.consumer.{min,max}.heartbeat.interval.ms
 
-and the session timeout must stay above the heartbeat interval. Any group name
-may carry configs, whether or not the group exists (as in Kafka). The share.*
-keys (share groups, which Strata does not have) are unknown names here.
+and the session timeout must stay above the heartbeat interval; and the share-group
+keys (broker/share/config.py: share.auto.offset.reset, share.isolation.level,
+share.record.lock.duration.ms, share.delivery.count.limit, share.session.timeout.ms,
+share.heartbeat.interval.ms, share.partition.max.record.locks) with their defaults
+and bounds from the broker's group.share.* settings. Any group name may carry
+configs, whether or not the group exists (as in Kafka).
 
 Stored in `<data-dir>/group-configs.json`, replaced whole (write-temp, fsync,
 rename: storage.fileutil.atomic_write):
@@ -40,6 +43,9 @@ from typing import Any
 
 from broker.state.json_files import read_string_maps, write_document
 from kafka_format.errors import InvalidConfigError, InvalidRequestError
+
+from ..share import config as share_config
+from ..share.errors import ShareError
 
 CONFIG_FILE = "group-configs.json"
 REMEDY = ("restore it from a backup, or move it away to start with the broker's defaults "
@@ -102,8 +108,20 @@ class GroupConfigs:
     def describe(self, group: str) -> list[tuple[str, str, bool]]:
         _check_name(group)
         own = self._overrides.get(group, {})
-        return [(k.name, str(_parse_int(k.name, own[k.name])) if k.name in own else str(self._default(k)),
-                 k.name in own) for k in sorted(KEYS, key=lambda k: k.name)]
+        rows = [(k.name, str(_parse_int(k.name, own[k.name])) if k.name in own else str(self._default(k)),
+                 k.name in own) for k in KEYS]
+        rows += [(name, own[name] if name in own else self._share_default(name), name in own)
+                 for name in share_config.GROUP_KEYS]
+        return sorted(rows)
+
+    def _share_default(self, name: str) -> str:
+        """The broker's default of a share.* key (its group.share.* setting, else Kafka's)."""
+        if name == share_config.AUTO_OFFSET_RESET:
+            return share_config.LATEST
+        if name == share_config.ISOLATION_LEVEL:
+            return share_config.READ_UNCOMMITTED
+        default_key = share_config.GROUP_DEFAULT_KEYS[name]
+        return str(self._broker.get(default_key, share_config.BROKER_DEFAULTS[default_key]))
 
     def effective(self, group: str) -> dict[str, int]:
         own = self._overrides.get(group, {})
@@ -120,12 +138,14 @@ class GroupConfigs:
         with self._lock:
             merged = {} if replace else dict(self._overrides.get(group, {}))
             for name, value in changes:
-                if name not in KEYS_BY_NAME:
+                if name not in KEYS_BY_NAME and name not in share_config.GROUP_KEYS:
                     raise InvalidConfigError(f"Unknown group config name: {name}")
                 if value is None:
                     merged.pop(name, None)
-                else:
+                elif name in KEYS_BY_NAME:
                     merged[name] = str(_parse_int(name, value))
+                else:
+                    merged[name] = value.strip()
             self._validate(merged)
             if validate_only:
                 return
@@ -149,6 +169,10 @@ class GroupConfigs:
                 raise InvalidConfigError(f"{k.name} must be less than or equal to {k.max_key}")
         if values[SESSION_TIMEOUT] <= values[HEARTBEAT_INTERVAL]:
             raise InvalidConfigError(f"{SESSION_TIMEOUT} must be greater than {HEARTBEAT_INTERVAL}")
+        try:
+            share_config.validate(self._broker, {k: v for k, v in merged.items() if k in share_config.GROUP_KEYS})
+        except ShareError as e:
+            raise InvalidConfigError(e.message) from None
 
 
 def _check_name(group: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from broker.net.listeners import DEFAULT_PROTOCOL_MAP, list_complaint, map_complaint
 from broker.security.principal import rules_complaint
 from broker.security.sasl import DEFAULT_MECHANISMS, mechanisms_complaint
+from broker.share.config import BROKER_DEFAULTS as SHARE_BROKER_DEFAULTS
 from kafka_format.errors import InvalidConfigError
 from storage.config import BROKER_NAMES, LONG_MAX, broker_name_defaults
 
@@ -94,6 +95,14 @@ AUTHORIZER_CLASSES = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                       "kafka.security.authorizer.AclAuthorizer")
 
 
+_SHARE_DOCS = {
+    "group.share.record.lock.duration.ms": "default of the group config share.record.lock.duration.ms",
+    "group.share.min.record.lock.duration.ms": "smallest share.record.lock.duration.ms a group config may set",
+    "group.share.max.record.lock.duration.ms": "largest share.record.lock.duration.ms a group config may set",
+    "group.share.delivery.count.limit": "default of share.delivery.count.limit (deliveries before archiving)",
+    "group.share.max.size": "most members a share group may have (else GROUP_MAX_SIZE_REACHED)",
+    "group.share.max.share.sessions": "most share sessions of the broker (else SHARE_SESSION_LIMIT_REACHED)",
+}
 KEYS: tuple[BrokerKey, ...] = (
     # ---- listening ----
     BrokerKey("host.name", "string", "0.0.0.0", _non_empty,
@@ -276,6 +285,10 @@ KEYS: tuple[BrokerKey, ...] = (
               "smallest consumer.heartbeat.interval.ms a group config may set"),
     BrokerKey("group.consumer.max.heartbeat.interval.ms", "int", 15_000, _at_least(1),
               "largest consumer.heartbeat.interval.ms a group config may set"),
+    # Share groups (KIP-932): the defaults and bounds of the share.* group configs
+    # (broker/share/config.py) and the share coordinator's snapshot interval.
+    *(BrokerKey(name, "int", default, _at_least(1), _SHARE_DOCS.get(name, "share groups (KIP-932): Kafka's setting"))
+      for name, default in SHARE_BROKER_DEFAULTS.items()),
     BrokerKey("group.consumer.assignors", "string", "uniform,range", _assignors_complaint,
               "server-side assignors of consumer-protocol groups, the first the default: uniform, range or "
               "Kafka's class names of them (org.apache.kafka.coordinator.group.assignor.UniformAssignor, "

@@ -7,6 +7,8 @@ broker does not know is answered v0 with UNSUPPORTED_VERSION
 
 from __future__ import annotations
 
+import dataclasses
+
 from kio.index import load_response_schema
 
 from . import codec
@@ -20,12 +22,35 @@ def _api_keys(response_class: type, supported: list[tuple[int, int, int]]) -> tu
     return tuple(make(key_class, api_key=k, min_version=lo, max_version=hi) for k, lo, hi in supported)
 
 
+# The features (KIP-584) Strata finalizes, as Kafka 4.2 names them: share.version 1 while
+# the share-group APIs are served (KIP-932).
+SHARE_VERSION = ("share.version", 1)
+FEATURES_EPOCH = 1
+
+
+def _features(response_class: type, supported: list[tuple[int, int, int]]) -> dict:
+    """ApiVersions v3+'s feature fields (SupportedFeatures, FinalizedFeatures)."""
+    if "supported_features" not in {f.name for f in dataclasses.fields(response_class)}:
+        return {}
+    features = [SHARE_VERSION] if any(k == ApiKey.SHARE_FETCH for k, _, _ in supported) else []
+    supported_class = nested(response_class, "supported_features")
+    finalized_class = nested(response_class, "finalized_features")
+    return dict(
+        supported_features=tuple(make(supported_class, name=n, min_version=0, max_version=level)
+                                 for n, level in features),
+        finalized_features_epoch=FEATURES_EPOCH if features else -1,
+        finalized_features=tuple(make(finalized_class, name=n, max_version_level=level, min_version_level=level)
+                                 for n, level in features))
+
+
 class ApiVersionsApi(CoreApiBase):
     """ApiVersions."""
 
     async def api_versions(self, req, ctx):
+        supported = self.apis.supported()
         return make(ctx.response_class, error_code=E.none,
-                    api_keys=_api_keys(ctx.response_class, self.apis.supported()), throttle_time=0)
+                    api_keys=_api_keys(ctx.response_class, supported), throttle_time=0,
+                    **_features(ctx.response_class, supported))
 
 
 def unsupported_api_versions(supported: list[tuple[int, int, int]], correlation_id: int) -> bytes:

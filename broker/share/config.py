@@ -63,6 +63,8 @@ _INT_KEYS: dict[str, tuple[str, str | int, str | int]] = {
     MAX_RECORD_LOCKS: ("group.share.partition.max.record.locks", 100, 10_000),
 }
 GROUP_KEYS = (*_INT_KEYS, AUTO_OFFSET_RESET, ISOLATION_LEVEL)
+# share.* int key -> the group.share.* broker setting that is its default
+GROUP_DEFAULT_KEYS = {key: default for key, (default, _, _) in _INT_KEYS.items()}
 
 EARLIEST, LATEST, BY_DURATION = "earliest", "latest", "by_duration"
 READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
@@ -184,6 +186,6 @@ def resolve(broker: Mapping[str, object] | None = None, group: Mapping[str, str]
 
 
 __all__ = ["AUTO_OFFSET_RESET", "BROKER_DEFAULTS", "BY_DURATION", "DELIVERY_COUNT_LIMIT", "EARLIEST",
-           "GROUP_KEYS", "HEARTBEAT_INTERVAL", "ISOLATION_LEVEL", "LATEST", "MAX_RECORD_LOCKS", "READ_COMMITTED",
-           "READ_UNCOMMITTED", "RECORD_LOCK_DURATION", "SESSION_TIMEOUT", "AutoOffsetReset", "ShareGroupSettings",
-           "parse_duration_ms", "resolve", "validate"]
+           "GROUP_DEFAULT_KEYS", "GROUP_KEYS", "HEARTBEAT_INTERVAL", "ISOLATION_LEVEL", "LATEST", "MAX_RECORD_LOCKS",
+           "READ_COMMITTED", "READ_UNCOMMITTED", "RECORD_LOCK_DURATION", "SESSION_TIMEOUT", "AutoOffsetReset",
+           "ShareGroupSettings", "parse_duration_ms", "resolve", "validate"]

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Sequence
 from .config import ShareGroupSettings
 from .errors import UNKNOWN_TOPIC_OR_PARTITION, ShareError
 from .log_view import LogRead, ShareLog
-from .partition import AckBatch, AcquiredRecords, SharePartition
+from .partition import AckBatch, AcquiredRecords, Counters, SharePartition
 from .session import TopicIdPartition
 from .state_records import ShareStateKey
 from .state_store import ShareGroupOffset, ShareStateStore
@@ -101,6 +101,10 @@ class SharePartitionManager:
             for key, sp in self._partitions.items():
                 if key.group_id == group_id:
                     self._configure(sp, settings)
+
+    def counters(self) -> list[tuple[ShareStateKey, Counters]]:
+        """The counters (records acquired, acknowledged, ...) of every loaded share partition."""
+        return [(key, sp.counters) for key, sp in list(self._partitions.items())]
 
     def loaded(self, group_id: str | None = None) -> list[ShareStateKey]:
         return [k for k in self._partitions if group_id is None or k.group_id == group_id]

@@ -27,13 +27,17 @@ from storage.config import LogConfig
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+SHARE_GROUP_STATE_TOPIC = "__share_group_state"  # the share coordinator's log (broker/share/)
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_GROUP_STATE_TOPIC})
 # Kafka's offsets.topic.segment.bytes default; offsets.topic.compression.codec is none.
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 # Kafka's transaction.state.log.segment.bytes default.
 TRANSACTION_STATE_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
+# Kafka's share.coordinator.state.topic.segment.bytes default.
+SHARE_GROUP_STATE_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": "104857600"}
 INTERNAL_TOPIC_CONFIGS = {OFFSETS_TOPIC: OFFSETS_TOPIC_CONFIGS,
-                          TRANSACTION_STATE_TOPIC: TRANSACTION_STATE_TOPIC_CONFIGS}
+                          TRANSACTION_STATE_TOPIC: TRANSACTION_STATE_TOPIC_CONFIGS,
+                          SHARE_GROUP_STATE_TOPIC: SHARE_GROUP_STATE_TOPIC_CONFIGS}
 REQUIRED_CLEANUP_POLICY = ("compact",)
 
 

@@ -16,8 +16,12 @@ def broker_values(tmp_path, *overrides: str) -> dict:
 
 def test_defaults_come_from_the_broker(tmp_path):
     configs = GroupConfigs.open(str(tmp_path), broker_values(tmp_path, "group.consumer.session.timeout.ms=50000"))
-    assert configs.describe("g") == [("consumer.heartbeat.interval.ms", "5000", False),
-                                     ("consumer.session.timeout.ms", "50000", False)]
+    described = configs.describe("g")
+    assert [row for row in described if row[0].startswith("consumer.")] == [
+        ("consumer.heartbeat.interval.ms", "5000", False), ("consumer.session.timeout.ms", "50000", False)]
+    # the share-group keys, with the broker's group.share.* defaults
+    assert ("share.record.lock.duration.ms", "30000", False) in described
+    assert ("share.auto.offset.reset", "latest", False) in described
     assert configs.effective("g") == {"consumer.heartbeat.interval.ms": 5000, "consumer.session.timeout.ms": 50000}
     assert not (tmp_path / CONFIG_FILE).exists()  # nothing written until something is set
 
@@ -42,7 +46,9 @@ def test_alter_persists_and_replace_drops_unlisted(tmp_path):
     ([("consumer.heartbeat.interval.ms", "15001")], "less than or equal to group.consumer.max.heartbeat"),
     ([("consumer.session.timeout.ms", "x")], "Not a number of type INT"),
     ([("consumer.session.timeout.ms", "0")], "at least 1"),
-    ([("share.session.timeout.ms", "45000")], "Unknown group config name"),
+    ([("share.no.such.key", "45000")], "Unknown group config name"),
+    ([("share.session.timeout.ms", "1000")], "not within"),
+    ([("share.auto.offset.reset", "soon")], "share.auto.offset.reset"),
 ])
 def test_bad_values_change_nothing(tmp_path, changes, words):
     configs = GroupConfigs.open(str(tmp_path), broker_values(tmp_path))

@@ -53,9 +53,12 @@ def test_group_configs_default_alter_validate_and_survive_a_restart(tmp_path):
         broker.start()
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         found = describe_group(admin, "g-conf")  # any group name, existing or not
-        assert {k: (v.value, v.source) for k, v in found.items()} == {
+        assert {k: (v.value, v.source) for k, v in found.items() if k.startswith("consumer.")} == {
             "consumer.session.timeout.ms": ("45000", ConfigSource.DEFAULT_CONFIG.value),
             "consumer.heartbeat.interval.ms": ("5000", ConfigSource.DEFAULT_CONFIG.value)}
+        # the share-group keys (KIP-932) with the broker's group.share.* defaults
+        assert (found["share.record.lock.duration.ms"].value, found["share.auto.offset.reset"].value) == \
+            ("30000", "latest")
 
         alter_group(admin, "g-conf", ("consumer.session.timeout.ms", "80000", SET),
                     ("consumer.heartbeat.interval.ms", "7000", SET))
@@ -69,7 +72,8 @@ def test_group_configs_default_alter_validate_and_survive_a_restart(tmp_path):
         for bad, words in ((("consumer.session.timeout.ms", "95000", SET), "less than or equal"),
                            (("consumer.heartbeat.interval.ms", "1000", SET), "greater than or equal"),
                            (("consumer.session.timeout.ms", "soon", SET), "Not a number"),
-                           (("share.record.lock.duration.ms", "30000", SET), "Unknown group config"),
+                           (("share.record.lock.duration.ms", "1000", SET), "not within"),
+                           (("share.no.such.key", "1", SET), "Unknown group config"),
                            (("consumer.session.timeout.ms", "1", AlterConfigOpType.APPEND), "append is not allowed")):
             try:
                 alter_group(admin, "g-conf", bad)

@@ -98,7 +98,10 @@ async def test_find_coordinator_every_version(app):
             txn = await call(broker, request(FIND_COORDINATOR, version, key_type=1, coordinator_keys=("t",)))
             assert [(x.node_id, x.host, x.port, x.error_code) for x in txn.coordinators] == [(0, host, port, 0)]
             share = await call(broker, request(FIND_COORDINATOR, version, key_type=2, coordinator_keys=("s",)))
-            assert share.coordinators[0].error_code == 15  # COORDINATOR_NOT_AVAILABLE
+            assert share.coordinators[0].error_code == 42  # INVALID_REQUEST: not groupId:topicId:partition
+            key = f"g1:{uuid.uuid4()}:0"  # the share coordinator of a share partition: this node
+            share = await call(broker, request(FIND_COORDINATOR, version, key_type=2, coordinator_keys=(key,)))
+            assert [(x.node_id, x.host, x.port, x.error_code) for x in share.coordinators] == [(0, host, port, 0)]
         else:
             response = await call(broker, request(FIND_COORDINATOR, version, key="g1", key_type=0))
             assert (response.error_code, response.node_id, response.host, response.port) == (0, 0, host, port)

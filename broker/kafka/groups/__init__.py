@@ -70,8 +70,8 @@ def coordinators(config: BrokerConfig, loop: asyncio.AbstractEventLoop, registry
     return coordinator, consumer
 
 
-def register(apis, coordinator: GroupCoordinator, consumer: ConsumerGroupCoordinator) -> None:
-    handlers = GroupHandlers(apis, coordinator, consumer)
+def register(apis, coordinator: GroupCoordinator, consumer: ConsumerGroupCoordinator, shares: Any = None) -> None:
+    handlers = GroupHandlers(apis, coordinator, consumer, shares)
     handlers.register_all()
     ConsumerGroupHandlers(apis, consumer).register_all()
     apis.on_shutdown(coordinator.close)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import struct
 import typing
+import uuid
 from functools import cache
 from typing import Any
 
@@ -29,6 +30,7 @@ TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORI
 
 # FindCoordinator key types
 GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2
+SHARE_TYPE = "share"  # ListGroups' protocol type and group type of a share group
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 INVALID_SESSION_TIMEOUT = 26
@@ -93,10 +95,17 @@ def subscribed_topics(metadata: bytes) -> set[str] | None:
 
 
 class GroupHandlers:
-    def __init__(self, apis, coordinator: GroupCoordinator, consumer: ConsumerGroupCoordinator | None = None):
+    def __init__(self, apis, coordinator: GroupCoordinator, consumer: ConsumerGroupCoordinator | None = None,
+                 shares: Any = None):
         self.apis = apis
         self.coordinator = coordinator
         self.consumer = consumer  # the consumer-protocol groups (KIP-848), which share group ids
+        # The share groups (broker/kafka/share_groups.py ShareGroups): listed, described as
+        # share groups and deleted here, as Kafka's group coordinator does.
+        self.shares = shares
+
+    def _is_share_group(self, group_id: str) -> bool:
+        return self.shares is not None and group_id in self.shares.share_group_ids()
 
     def _consumer_for(self, group_id: str) -> ConsumerGroupCoordinator | None:
         """The consumer-protocol coordinator when `group_id` is one of its groups."""
@@ -128,6 +137,11 @@ class GroupHandlers:
         if key_type == TRANSACTION_KEY and not allowed(ctx, Op.DESCRIBE, Resource.TRANSACTIONAL_ID, key):
             return TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None, -1, "", -1
         if key_type in (GROUP_KEY, TRANSACTION_KEY):  # the transaction coordinator: broker/kafka/transactions
+            host, port = ctx.advertised
+            return NONE, None, self.apis.node_id, host, port
+        if key_type == SHARE_KEY and self.shares is not None:  # the share coordinator: this node
+            if not _share_partition_key(key):
+                return INVALID_REQUEST, f"share coordinator key {key!r} is not groupId:topicId:partition", -1, "", -1
             host, port = ctx.advertised
             return NONE, None, self.apis.node_id, host, port
         if key_type == SHARE_KEY:
@@ -386,6 +400,8 @@ class GroupHandlers:
         rows = self.coordinator.list_groups(self.apis.offsets.groups(), states, types)
         if self.consumer is not None:
             rows = _with_consumer_groups(rows, self.consumer.list_groups(), states, types)
+        if self.shares is not None:
+            rows = _with_share_groups(rows, self.shares.list_groups(), states, types)
         # As Kafka: DESCRIBE on the cluster lists every group, else those the connection may DESCRIBE.
         if not allowed(ctx, Op.DESCRIBE, Resource.CLUSTER, "kafka-cluster"):
             rows = [row for row in rows if allowed(ctx, Op.DESCRIBE, Resource.GROUP, row[0])]
@@ -411,7 +427,8 @@ class GroupHandlers:
                                 group_id=group_id, group_state="", protocol_type="", protocol_data="",
                                 members=(), authorized_operations=OMITTED))
                 continue
-            if self._consumer_for(group_id) is not None:  # as Kafka 4: DescribeGroups describes classic groups only
+            if self._consumer_for(group_id) is not None or self._is_share_group(group_id):
+                # as Kafka 4: DescribeGroups describes classic groups only
                 out.append(make(GroupR, error_code=GROUP_ID_NOT_FOUND if ctx.api_version >= 6 else NONE,
                                 error_message=f"Group {group_id} is not a classic group."
                                 if ctx.api_version >= 6 else None,
@@ -448,6 +465,13 @@ class GroupHandlers:
                 continue
             has_offsets = group_id in self.apis.offsets.groups()
             consumer = self._consumer_for(group_id)
+            if consumer is None and self._is_share_group(group_id):
+                try:
+                    error = await self.apis.blocking(self.shares.delete_group, group_id)
+                except StrataError as e:
+                    error = coordinator_error_code(e)
+                results.append(make(ResultR, group_id=group_id, error_code=error))
+                continue
             if consumer is not None:
                 error = consumer.validate_delete(group_id)
             else:
@@ -535,6 +559,32 @@ def _with_consumer_groups(rows: list[tuple[str, str, str, str]], consumer_rows: 
         for gid, state in consumer_rows:
             if not wanted_states or state.lower() in wanted_states:
                 found[gid] = (gid, CONSUMER_PROTOCOL, state, CONSUMER_PROTOCOL)
+    return [row for _, row in sorted(found.items())]
+
+
+def _share_partition_key(key: str) -> bool:
+    """Whether `key` has the form of Kafka's SharePartitionKey: groupId:topicId:partition."""
+    parts = key.split(":")
+    if len(parts) < 3 or not ":".join(parts[:-2]):
+        return False
+    try:
+        uuid.UUID(parts[-2])
+        return int(parts[-1]) >= 0
+    except ValueError:
+        return False
+
+
+def _with_share_groups(rows: list[tuple[str, str, str, str]], share_rows: list[tuple[str, str]],
+                       states, types) -> list[tuple[str, str, str, str]]:
+    """ListGroups rows with the share groups: protocol type and type "share"."""
+    wanted_states = {s.lower() for s in states}
+    wanted_types = {t.lower() for t in types}
+    share_ids = {gid for gid, _ in share_rows}
+    found = {row[0]: row for row in rows if row[0] not in share_ids}
+    if not wanted_types or SHARE_TYPE in wanted_types:
+        for gid, state in share_rows:
+            if not wanted_states or state.lower() in wanted_states:
+                found[gid] = (gid, SHARE_TYPE, state, SHARE_TYPE)
     return [row for _, row in sorted(found.items())]
 
 
