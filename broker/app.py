@@ -86,6 +86,7 @@ from storage.open_files import OPEN_FILES, raise_nofile_limit
 from . import compose
 from .compose import ListenerSetup, StateFiles
 from .core import PartitionService
+from .core.tiering import RESERVED_DIRS, Tiering
 from .kafka.apis import KafkaApis
 from .kafka.request_types import NODE_ID
 from .kafka.state import KafkaState
@@ -125,6 +126,7 @@ class BrokerApp:
         self._stop = asyncio.Event()
         self._force = False
         self._tasks: list[asyncio.Task] = []
+        self.tiering: Tiering | None = None  # tiered storage (broker/core/tiering.py)
         self.cleaner: LogCleaner | None = None
         self._cleaner_executor: ThreadPoolExecutor | None = None
         self._stopped = False
@@ -157,7 +159,7 @@ class BrokerApp:
                 ports.append((setup, await _bind_port(setup)))
             if config.admin_port >= 0:
                 # Serving at once: /health/live answers, /health/ready says 503 during recovery.
-                self.admin = AdminServer(metrics, lambda: self.ready)
+                self.admin = AdminServer(metrics, lambda: self.ready, self._ready_detail)
                 self.admin_address = await _bind(self.admin, config.host, config.admin_port)
             try:
                 # The state files first (reads only): a damaged one fails the start at
@@ -165,8 +167,11 @@ class BrokerApp:
                 # created once the directory is locked.
                 state = await _read_state_files(config, blocking, kafka=kafka)
                 registry = state.registry
+                remote_config = compose.remote_log_config(config)  # a bad rsm.config.* fails before recovery
                 manager = LogManager(config.data_dir, config_for=registry.log_config,
                                      recovery_threads=config.num_recovery_threads_per_data_dir)
+                if remote_config.system_enable:
+                    manager.reserved_dirs = RESERVED_DIRS
                 await blocking(manager.startup, registry.owns)
                 opened = True
                 _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line
@@ -175,7 +180,8 @@ class BrokerApp:
                 if kafka and state.kafka_state is None:
                     state = dataclasses.replace(state, kafka_state=await blocking(KafkaState.create,
                                                                                   config.data_dir))
-                broker = compose.build(config, loop, self.executor, metrics, manager, state, ports)
+                self.tiering = await blocking(compose.open_tiering, config, manager, registry)
+                broker = compose.build(config, loop, self.executor, metrics, manager, state, ports, self.tiering)
                 servers = broker.servers
                 await blocking(broker.partitions.offsets.load, manager.logs())
                 if broker.transactions is not None:
@@ -200,7 +206,7 @@ class BrokerApp:
                                servers={(listener.spec.protocol, listener.name): server
                                         for server, listener in zip(servers, self.listeners, strict=True)},
                                memory=broker.memory, cleaner=lambda: self.cleaner, executor=self.executor,
-                               quotas=broker.partitions.quotas)
+                               quotas=broker.partitions.quotas, tiering=self.tiering)
             for server in servers:
                 await server.start_serving()
         except BaseException:
@@ -208,6 +214,9 @@ class BrokerApp:
                 port.close()
             if self.admin is not None:
                 self.admin.close()
+            if self.tiering is not None:
+                await blocking(self.tiering.close)
+                self.tiering = None
             if manager is not None and opened:
                 await blocking(manager.shutdown)
             self.executor.shutdown(wait=True)
@@ -224,6 +233,10 @@ class BrokerApp:
             loop.create_task(self._every("delete-files", min(config.retention_check_interval_ms, 1000),
                                          manager.delete_due_files)),
         ]
+        if self.tiering is not None:
+            # Copying, local and remote retention of tiered partitions (broker/core/tiering.py).
+            self._tasks.append(loop.create_task(self._every("tiering", self.tiering.config.task_interval_ms,
+                                                            self.tiering.run_pass)))
         if config.cleaner_enable:
             self._tasks.append(loop.create_task(self._clean_logs(manager)))
         if any(listener.tls is not None for listener in self.listeners):
@@ -237,6 +250,19 @@ class BrokerApp:
                  data_dir=config.data_dir,
                  topics=len(registry.names()), settings=_loggable(config.explicit()))
         return self.address
+
+    def _ready_detail(self) -> list[str]:
+        """/health/ready's detail: tiered storage's copy lag and the store's state."""
+        tiering = self.tiering
+        if tiering is None:
+            return []
+        totals = tiering.totals()
+        line = (f"tiered_storage partitions={totals.partitions} copy_lag_segments={totals.copy_lag_segments} "
+                f"copy_lag_bytes={totals.copy_lag_bytes} remote_size_bytes={totals.remote_size_bytes} "
+                f"local_size_bytes={totals.local_size_bytes} failing_partitions={totals.failing_partitions}")
+        if totals.last_error:
+            line += f" last_error={totals.last_error!r}"
+        return [line]
 
     async def _every(self, name: str, interval_ms: int, work: Callable[[], object]) -> None:
         loop = asyncio.get_running_loop()
@@ -323,6 +349,8 @@ class BrokerApp:
             await loop.run_in_executor(None, self._cleaner_executor.shutdown, True)
         if self.executor is not None:
             await loop.run_in_executor(None, self.executor.shutdown, True)
+        if self.tiering is not None:
+            await loop.run_in_executor(None, self.tiering.close)
         if self.manager is not None:
             await loop.run_in_executor(None, self.manager.shutdown)
         if self.handlers is not None:
@@ -364,7 +392,8 @@ async def _read_state_files(config: BrokerConfig, blocking: Callable[..., Awaita
     Kafka listener, group configs and the Kafka listener state."""
     broker_configs = await blocking(DynamicBrokerConfigs.open, config.data_dir, NODE_ID,
                                     config.log_props(), default_props())
-    registry = TopicRegistry(config.data_dir, broker_configs.log_defaults(), num_partitions=config.num_partitions)
+    registry = TopicRegistry(config.data_dir, broker_configs.log_defaults(), num_partitions=config.num_partitions,
+                             remote_storage_system_enable=config["remote.log.storage.system.enable"])
     await blocking(registry.load)
     credentials = await blocking(ScramCredentialStore.open, config.data_dir)
     quotas = await blocking(lambda: ClientQuotas.open(

@@ -35,8 +35,10 @@ from broker.net.server import BoundPort, BrokerServer
 from broker.state.topic_registry import TopicRegistry
 from protocol import RequestType
 from storage.manager import LogManager
+from storage.remote.config import RemoteLogConfig
 
 from .core import PartitionService
+from .core.tiering import Tiering
 from .kafka import (
     acls,
     client_quotas,
@@ -102,13 +104,36 @@ class Broker:
     transactions: TransactionCoordinator | None
     servers: list[BrokerServer]  # one per listener, in `listeners`' order
     memory: RequestMemory
+    tiering: Tiering | None = None  # with remote.log.storage.system.enable
+
+
+def remote_log_config(config: BrokerConfig) -> RemoteLogConfig:
+    """The broker's remote.log.* and rsm.config.* settings (storage/remote/config.py).
+    Raises InvalidConfigError."""
+    return RemoteLogConfig.from_props(config.values)
+
+
+def open_tiering(config: BrokerConfig, manager: LogManager, registry: TopicRegistry) -> Tiering | None:
+    """Tiered storage (broker/core/tiering.py), blocking: the remote log metadata and
+    the remote store client, after the data directory is open; None when
+    remote.log.storage.system.enable is false. The LogManager leaves the metadata's
+    directory alone (`reserved_dirs`, set before its startup) and skips the
+    retention of tiered topics, which the Tiering's pass runs."""
+    remote = remote_log_config(config)
+    if not remote.system_enable:
+        return None
+    tiering = Tiering.open(remote, config.data_dir, manager, registry.topic_id)
+    manager.retention_elsewhere = tiering.retention_elsewhere
+    registry.remote_storage_disabled = lambda topic: tiering.delete_topic(topic.name, topic.topic_id,
+                                                                          topic.partitions)
+    return tiering
 
 
 def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Executor,
           metrics: BrokerMetrics | None, manager: LogManager, state: StateFiles,
-          ports: list[tuple[ListenerSetup, BoundPort]]) -> Broker:
+          ports: list[tuple[ListenerSetup, BoundPort]], tiering: Tiering | None = None) -> Broker:
     partitions = PartitionService(config, manager, state.registry, executor, loop, metrics=metrics,
-                                  authorizer=state.authorizer, quotas=state.quotas)
+                                  authorizer=state.authorizer, quotas=state.quotas, tiering=tiering)
     # Bad requests of both listeners, logged rate-limited (broker/net/bad_request_log.py).
     bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
     # SASL, broker-wide: the SCRAM credentials, the failure delay and the failed-login
@@ -160,7 +185,8 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
                             idle_ms=config.connections_max_idle_ms)
 
     servers = [server_for(listener, port) for listener, (_, port) in zip(listeners, ports, strict=True)]
-    return Broker(partitions, bad_requests, authenticator, listeners, handlers, kafka, txn, servers, memory)
+    return Broker(partitions, bad_requests, authenticator, listeners, handlers, kafka, txn, servers, memory,
+                  tiering)
 
 
 def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, advertised: tuple[str, int],
@@ -200,4 +226,4 @@ def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, ad
     return apis, coordinator
 
 
-__all__ = ["Broker", "ListenerSetup", "StateFiles", "build", "build_kafka"]
+__all__ = ["Broker", "ListenerSetup", "StateFiles", "build", "build_kafka", "open_tiering", "remote_log_config"]

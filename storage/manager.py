@@ -124,6 +124,13 @@ class LogManager:
         # Totals of the retention passes (delete_old_segments), for the broker's metrics.
         self.retention_deleted_segments = 0
         self.retention_deleted_bytes = 0
+        # Directories of the data directory that are not partition logs although named
+        # like one (the remote log metadata's `__remote_log_metadata-0`): never opened,
+        # adopted or set aside by the scan.
+        self.reserved_dirs: frozenset[str] = frozenset()
+        # Logs whose retention runs elsewhere (a tiered topic's, by its RemotePartition's
+        # local retention pass): skipped by `delete_old_segments`.
+        self.retention_elsewhere: Callable[[Log], bool] = lambda _log: False
 
     # ---- start and stop ------------------------------------------------------------
 
@@ -156,7 +163,7 @@ class LogManager:
         found: list[tuple[str, TopicPartition]] = []
         for name in sorted(os.listdir(self.data_dir)):
             path = os.path.join(self.data_dir, name)
-            if not os.path.isdir(path):
+            if not os.path.isdir(path) or name in self.reserved_dirs:
                 continue
             if name.endswith(DELETE_DIR_SUFFIX):
                 shutil.rmtree(path, ignore_errors=True)
@@ -439,6 +446,8 @@ class LogManager:
         logs = self.logs()
         results = []
         for partition_log in logs:
+            if self.retention_elsewhere(partition_log):
+                continue
             try:
                 results.append(partition_log.delete_old_segments(now))
             except Exception:  # one failing log does not stop the pass

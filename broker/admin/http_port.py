@@ -8,7 +8,8 @@ Contract:
     404 when the broker runs without metrics.
   - `/health/live`: 200 while the process serves HTTP at all.
   - `/health/ready`: 200 once `ready()` is true (recovery done, listeners bound
-    and serving), 503 before and while shutting down.
+    and serving), 503 before and while shutting down; the body's lines after the
+    first are `detail()`'s (tiered storage's copy lag and store errors).
   Anything else: 404 (unknown path), 405 (another method), 400 (not HTTP, or a
   request head over MAX_HEAD_BYTES or slower than HEAD_TIMEOUT_S).
 - `bind(host, port)` listens (port 0: any free port) and returns the bound
@@ -35,9 +36,11 @@ log = structlog.get_logger("strata.admin")
 class AdminServer:
     """Metrics and health over HTTP on the broker's loop (see the module contract)."""
 
-    def __init__(self, metrics: BrokerMetrics | None, ready: Callable[[], bool]):
+    def __init__(self, metrics: BrokerMetrics | None, ready: Callable[[], bool],
+                 detail: Callable[[], list[str]] | None = None):
         self.metrics = metrics
         self.ready = ready
+        self.detail = detail
         self._server: asyncio.Server | None = None
         self._clients: set[asyncio.Task] = set()
 
@@ -95,6 +98,7 @@ class AdminServer:
             return 200, b"live\n", text, head_only
         if target == b"/health/ready":
             if self.ready():
-                return 200, b"ready\n", text, head_only
+                lines = ["ready", *(self.detail() if self.detail is not None else ())]
+                return 200, "".join(line + "\n" for line in lines).encode(), text, head_only
             return 503, b"not ready\n", text, head_only
         return 404, b"not found: /metrics, /health/live, /health/ready\n", text, head_only

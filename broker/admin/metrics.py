@@ -228,7 +228,8 @@ class BrokerCollector(Collector):
     BrokerMetrics.attach): manager (storage LogManager), offsets (GroupOffsets),
     servers ((protocol, listener name) -> BrokerServer), memory (RequestMemory), cleaner
     (a function returning the LogCleaner or None: it starts after the listeners),
-    executor (the CountingExecutor of the I/O threads), quotas (broker/core/quotas.py ClientQuotas)."""
+    executor (the CountingExecutor of the I/O threads), quotas (broker/core/quotas.py ClientQuotas),
+    tiering (broker/core/tiering.py Tiering, with tiered storage)."""
 
     def __init__(self, metrics: BrokerMetrics):
         self.metrics = metrics
@@ -243,6 +244,9 @@ class BrokerCollector(Collector):
             yield from self._retention(manager)
             yield from self._disk(manager.data_dir)
         yield from self._cleaner()
+        tiering = self.sources.get("tiering")
+        if tiering is not None:
+            yield from self._tiering(tiering)
         offsets = self.sources.get("offsets")
         if offsets is not None and manager is not None:
             yield from self._group_lag(offsets, manager)
@@ -297,6 +301,37 @@ class BrokerCollector(Collector):
         yield from (size, segments, start, end, under)
         yield GaugeMetricFamily("kafka_server_replicamanager_underreplicatedpartitions",
                                 "Under-replicated partitions (one node: always 0)", value=0)
+
+    def _tiering(self, tiering) -> Iterator[Metric]:
+        """Tiered partitions (broker/core/tiering.py): Kafka's RemoteCopyLagBytes,
+        RemoteCopyLagSegments and RemoteLogSizeBytes per partition, the local size,
+        and the failing partitions."""
+        labels = ["topic", "partition"]
+        lag_bytes = GaugeMetricFamily("kafka_server_brokertopicmetrics_remotecopylagbytes",
+                                      "Bytes of rolled segments not yet copied to the remote store "
+                                      "(RemoteCopyLagBytes)", labels=labels)
+        lag_segments = GaugeMetricFamily("kafka_server_brokertopicmetrics_remotecopylagsegments",
+                                         "Rolled segments not yet copied to the remote store (RemoteCopyLagSegments)",
+                                         labels=labels)
+        remote_size = GaugeMetricFamily("kafka_server_brokertopicmetrics_remotelogsizebytes",
+                                        "Bytes of the partition in the remote store (RemoteLogSizeBytes)",
+                                        labels=labels)
+        local_size = GaugeMetricFamily("strata_tiered_local_log_size_bytes",
+                                       "Bytes of a tiered partition's local segments", labels=labels)
+        remote_start = GaugeMetricFamily("strata_tiered_remote_log_start_offset",
+                                         "The first offset in the remote store (-1: none)", labels=labels)
+        failures = GaugeMetricFamily("strata_tiered_store_failures",
+                                     "Consecutive failed remote store operations of the partition", labels=labels)
+        for (topic, partition), stats in tiering.stats().items():
+            key = [topic, str(partition)]
+            lag_bytes.add_metric(key, stats.copy_lag_bytes)
+            lag_segments.add_metric(key, stats.copy_lag_segments)
+            remote_size.add_metric(key, stats.remote_size_bytes)
+            local_size.add_metric(key, stats.local_size_bytes)
+            remote_start.add_metric(key, -1 if stats.remote_log_start_offset is None
+                                    else stats.remote_log_start_offset)
+            failures.add_metric(key, stats.failures)
+        yield from (lag_bytes, lag_segments, remote_size, local_size, remote_start, failures)
 
     def _retention(self, manager) -> Iterator[Metric]:
         yield CounterMetricFamily("kafka_log_logmanager_retentiondeletedsegments",

@@ -44,6 +44,14 @@ def _between(low: int, high: int) -> Callable[[Any], str | None]:
     return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
 
 
+def _jitter_complaint(v: str) -> str | None:
+    try:
+        value = float(v)
+    except ValueError:
+        return "is not a valid double"
+    return None if 0.0 <= value <= 0.5 else "must be between 0.0 and 0.5"
+
+
 def _one_of(*choices: str) -> Callable[[Any], str | None]:
     return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
 
@@ -302,6 +310,28 @@ KEYS: tuple[BrokerKey, ...] = (
               "delay before the first periodic task runs"),
     BrokerKey("log.retention.check.interval.ms", "long", 300_000, _at_least(1),
               "how often the retention pass runs over every log"),
+    # ---- tiered storage (storage/remote/, broker/core/tiering.py) ----
+    BrokerKey("remote.log.storage.system.enable", "boolean", False, None,
+              "tiered storage on this broker: topics may set remote.storage.enable (needs rsm.config.url)"),
+    BrokerKey("remote.log.manager.task.interval.ms", "long", 30_000, _at_least(1),
+              "how often each tiered partition's rolled segments are copied to the remote store and its "
+              "local and remote retention run"),
+    BrokerKey("remote.log.manager.task.retry.backoff.ms", "long", 500, _at_least(1),
+              "first delay before a failed remote store operation is tried again"),
+    BrokerKey("remote.log.manager.task.retry.backoff.max.ms", "long", 30_000, _at_least(1),
+              "longest delay between tries of a failed remote store operation"),
+    BrokerKey("remote.log.manager.task.retry.jitter", "string", "0.2", _jitter_complaint,
+              "random fraction added to or taken from each retry delay (0.0 to 0.5)"),
+    BrokerKey("rsm.config.url", "string", "", None,
+              "where the remote store is: s3://bucket/prefix, or file:///path for a mounted volume"),
+    BrokerKey("rsm.config.s3.endpoint", "string", "", None,
+              "an S3-compatible server's http(s) URL (MinIO, moto); empty for AWS"),
+    BrokerKey("rsm.config.s3.region", "string", "", None,
+              "the S3 region (empty: AWS_REGION, AWS_DEFAULT_REGION, else us-east-1)"),
+    BrokerKey("rsm.config.fetch.chunk.bytes", "long", 1024 * 1024, _at_least(4096),
+              "Strata: size of the ranged reads a fetch of remote data makes"),
+    BrokerKey("rsm.config.cache.bytes", "long", 64 * 1024 * 1024, _at_least(4096),
+              "Strata: memory for cached remote index and data chunks"),
     # ---- log compaction (storage/log_cleaner.py) ----
     BrokerKey("log.cleaner.enable", "boolean", True, None,
               "run the log cleaner, which compacts topics whose cleanup.policy contains compact"),

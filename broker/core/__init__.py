@@ -17,7 +17,7 @@ from .appends import (
     append_outcome,
 )
 from .errors import error_reason, strata_error
-from .reads import INLINE_READ_BYTES, release_all, reply_records
+from .reads import INLINE_READ_BYTES, MemorySlice, release_all, reply_part, reply_records
 from .service import PartitionService
 from .types import (
     READ_COMMITTED,
@@ -38,7 +38,7 @@ from .waiting import AppendWatcher, PartitionWaiters, Wait
 
 __all__ = ["APPENDS_PER_JOB", "Answer", "AppendOutcome", "AppendResult", "AppendStats", "AppendWatcher", "Appender",
            "FetchIsolation", "FetchSpec", "INLINE_APPEND_MAX_BYTES", "INLINE_BACKOFF_S", "INLINE_READ_BYTES",
-           "IsolatedRead", "LARGE_INLINE_APPEND_MAX_BYTES", "OffsetKind", "OffsetQuery", "PartitionLog",
+           "IsolatedRead", "LARGE_INLINE_APPEND_MAX_BYTES", "MemorySlice", "OffsetKind", "OffsetQuery", "PartitionLog",
            "PartitionService", "PartitionWaiters", "READ_COMMITTED", "READ_UNCOMMITTED", "RecordSlice",
            "SLOW_INLINE_APPEND_S", "TimestampOffset", "TopicPartition", "Wait", "append_outcome", "error_reason",
-           "release_all", "reply_records", "strata_error"]
+           "release_all", "reply_part", "reply_records", "strata_error"]

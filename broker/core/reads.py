@@ -30,9 +30,45 @@ from .types import READ_COMMITTED, READ_UNCOMMITTED, FetchIsolation, FetchSpec, 
 INLINE_READ_BYTES = 16 * 1024
 
 
+class MemorySlice(FileSlice):
+    """Records held in memory (a read of the remote store, broker/core/tiering.py) in
+    a read's place: `length`, `read()` and a no-op `release()` as a FileSlice's.
+    Replies carry its bytes (`reply_records`, `reply_part`), never the slice: it
+    has no file to send."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.records = None  # type: ignore[assignment]
+        self.position = 0
+        self.length = len(data)
+        self._released = True
+
+    def fileno(self) -> int:
+        raise ValueError("records read from the remote store have no file")
+
+    def read(self) -> bytes:
+        return self.data
+
+    def release(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"MemorySlice(length={self.length})"
+
+
+def reply_part(found: FileSlice) -> bytes | FileSlice:
+    """A read as a reply part for the connection's writer: a FileSlice as it is
+    (sendfile), the bytes of a MemorySlice."""
+    return found.data if isinstance(found, MemorySlice) else found
+
+
 def reply_records(found: FileSlice) -> bytes | FileSlice:
-    """A read as a reply part: the bytes of a small read (the slice released), else
-    the slice itself, for sendfile (the reply takes it over)."""
+    """A read as a reply part: the bytes of a small read (the slice released) or of a
+    read in memory, else the slice itself, for sendfile (the reply takes it over)."""
+    if isinstance(found, MemorySlice):
+        return found.data
     if found.length > INLINE_READ_BYTES:
         return found
     try:

@@ -57,8 +57,17 @@ from ..security.authorizer import Authorizer
 from . import charges
 from .appends import Appends
 from .errors import error_code, error_reason
-from .reads import Reads
-from .types import OffsetKind, OffsetQuery, PartitionLog, TimestampOffset, TopicPartition
+from .reads import MemorySlice, Reads
+from .tiering import Tiering
+from .types import (
+    READ_COMMITTED,
+    IsolatedRead,
+    OffsetKind,
+    OffsetQuery,
+    PartitionLog,
+    TimestampOffset,
+    TopicPartition,
+)
 from .waiting import AppendWatcher, LongPoll, PartitionWaiters, wait_for_append
 
 T = TypeVar("T")
@@ -72,8 +81,11 @@ class PartitionService:
 
     def __init__(self, config: BrokerConfig, manager: LogManager, registry: TopicRegistry,
                  executor: Executor, loop: asyncio.AbstractEventLoop, metrics: BrokerMetrics | None = None,
-                 *, authorizer: Authorizer | None = None, quotas: ClientQuotas | None = None):
+                 *, authorizer: Authorizer | None = None, quotas: ClientQuotas | None = None,
+                 tiering: Tiering | None = None):
         self.config = config
+        # Tiered storage (tiering.py), None without remote.log.storage.system.enable.
+        self.tiering = tiering
         self.metrics = metrics
         self.manager = manager
         self.registry = registry
@@ -255,10 +267,81 @@ class PartitionService:
         the log ends from memory, on the loop; a lookup (a timestamp, the largest
         timestamp) in the executor. None: no record answers it."""
         kind = query.kind
+        tiering = self.tiering
+        if tiering is not None and isinstance(partition_log, Log) and tiering.is_tiered(partition_log):
+            return await self._tiered_offset(tiering, partition_log, query)
         if kind is OffsetKind.TIMESTAMP or kind is OffsetKind.MAX_TIMESTAMP:
             return await self.blocking(partition_log.fetch_offset_by_timestamp, query.wire_timestamp,
                                        query.read_committed)
         return partition_log.fetch_offset_by_timestamp(query.wire_timestamp, query.read_committed)
+
+    async def _tiered_offset(self, tiering: Tiering, partition_log: Log,
+                             query: OffsetQuery) -> TimestampOffset | None:
+        """A tiered partition's offset query (Kafka's fetchOffsetByTimestamp with
+        remote storage): EARLIEST the log start including remote data,
+        EARLIEST_LOCAL the local log start, LATEST_TIERED the highest copied
+        offset, a timestamp searched in the remote segments first, then locally."""
+        kind = query.kind
+        if kind is OffsetKind.EARLIEST:
+            return TimestampOffset(-1, await self.blocking(tiering.log_start_offset_of, partition_log))
+        if kind is OffsetKind.EARLIEST_LOCAL:
+            return TimestampOffset(-1, partition_log.log_start_offset)
+        if kind is OffsetKind.LATEST_TIERED:
+            return TimestampOffset(-1, await self.blocking(tiering.highest_copied_offset, partition_log))
+        if kind is OffsetKind.TIMESTAMP:
+            found = await self.blocking(tiering.offset_for_timestamp, partition_log, query.timestamp)
+            if found is not None:
+                return TimestampOffset(found[0], found[1])
+        if kind is OffsetKind.TIMESTAMP or kind is OffsetKind.MAX_TIMESTAMP:
+            return await self.blocking(partition_log.fetch_offset_by_timestamp, query.wire_timestamp,
+                                       query.read_committed)
+        return partition_log.fetch_offset_by_timestamp(query.wire_timestamp, query.read_committed)
+
+    # ---- tiered storage (tiering.py) -----------------------------------------------------------
+
+    def reads_remotely(self, partition_log: PartitionLog | None, offset: int) -> bool:
+        """Whether a fetch at `offset` is served from the remote store (below the local
+        log start of a tiered partition, within its remote data); in memory, on the loop."""
+        tiering = self.tiering
+        return (tiering is not None and partition_log is not None and offset < partition_log.log_start_offset
+                and isinstance(partition_log, Log) and tiering.serves_remotely(partition_log, offset))
+
+    async def read_remote(self, partition_log: PartitionLog, offset: int, max_bytes: int, isolation_level: int, *,
+                          min_one_message: bool = False) -> IsolatedRead:
+        """The isolated read of `offset` from the remote store, in the executor: the
+        records of its remote segment from the batch holding `offset`, up to
+        `max_bytes` (the first batch whole with `min_one_message`) and at most to the
+        segment's end, as a MemorySlice; the high watermark and last stable offset of
+        the log. Copied segments are below the last stable offset when copied, so
+        READ_COMMITTED reads them whole and lists the aborted transactions of the
+        range read (the remote transaction indexes, then the local ones).
+        Raises StrataError (RemoteStorageError, KAFKA_STORAGE_ERROR, for a missing or
+        corrupt object)."""
+        tiering = self.tiering
+        assert tiering is not None and isinstance(partition_log, Log)
+        counters = self.metrics.topic(partition_log.topic) if self.metrics is not None else None
+        committed = isolation_level == READ_COMMITTED
+        try:
+            if committed:
+                data, aborted = await self.blocking(tiering.read_committed, partition_log, offset, max_bytes,
+                                                    min_one_message)
+            else:
+                data = await self.blocking(tiering.read, partition_log, offset, max_bytes, min_one_message)
+        except Exception:
+            if counters is not None:
+                counters.read_failed()
+            raise
+        if counters is not None:
+            counters.read(len(data))
+        return IsolatedRead(MemorySlice(data), partition_log.log_end_offset, partition_log.last_stable_offset,
+                            aborted if committed else None)
+
+    def log_start_offset(self, partition_log: PartitionLog) -> int:
+        """The partition's log start as fetch answers give it: including remote data."""
+        tiering = self.tiering
+        if tiering is None or not isinstance(partition_log, Log):
+            return partition_log.log_start_offset
+        return tiering.log_start_offset(partition_log)
 
     # ---- transactions and producers -------------------------------------------------------------
 
@@ -310,6 +393,9 @@ class PartitionService:
             await self.blocking(self.offsets.delete_topic_offsets, deleted.name)
         except Exception:
             log.exception("offsets_cleanup_failed", topic=deleted.name)
+        if self.tiering is not None:  # its remote data, in the background (the store may be slow)
+            self.loop.run_in_executor(self.executor, self.tiering.delete_topic, deleted.name, deleted.topic_id,
+                                      deleted.partitions)
         return deleted
 
     async def delete_records_before(self, partition_log: PartitionLog, offset: int) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..core import READ_COMMITTED, RecordSlice, Wait, reply_records
+from ..core import READ_COMMITTED, MemorySlice, RecordSlice, Wait, reply_records, strata_error
 from ..core.limits import fetch_cap
 from ..security.authorizer import Op, Resource
 from . import codec, fetch_response
@@ -88,7 +88,9 @@ class FetchApi(CoreApiBase):
                 if t.log is None and not t.error:
                     await self._create_log(t)
             events = self._watch(plan, session, may_wait)
-            self._read_all(flat, fetch.budget, fetch.isolation_level)  # on the loop, as native FETCH reads
+            # Below the local log start of a tiered partition: the remote store, in the executor.
+            budget = await self._read_remote(flat, fetch.budget, fetch.isolation_level)
+            self._read_all(flat, budget, fetch.isolation_level)  # on the loop, as native FETCH reads
             plan = self._settle_unchanged(plan, session)
             if may_wait and events and not self._fetch_complete(flat, fetch):
                 release_reads(flat)
@@ -114,6 +116,8 @@ class FetchApi(CoreApiBase):
         flat = [t for _, targets in plan for t in targets]
         if any(t.log is None and not t.error for t in flat):
             return DECLINE  # an internal topic's log to create: in the executor
+        if any(not t.error and self.partitions.reads_remotely(t.log, t.offset) for t in flat):
+            return DECLINE  # a read of the remote store: in the executor
         self._watch(plan, session, False)
         self._read_all(flat, fetch.budget, fetch.isolation_level)
         plan = self._settle_unchanged(plan, session)
@@ -215,12 +219,39 @@ class FetchApi(CoreApiBase):
         total = sum(t.result.length for t in flat if t.result is not None)
         return total >= fetch.min_bytes or any(t.error for t in flat)
 
+    async def _read_remote(self, flat: list[Target], budget: int, isolation_level: int) -> int:
+        """Read, from the remote store, every partition whose fetch offset is below its
+        local log start (the partition service's `read_remote`, in the executor);
+        the budget left. `_read_all` keeps these reads."""
+        for t in flat:
+            t.isolated = None
+        min_one = True
+        for t in flat:
+            if t.error or t.log is None or not self.partitions.reads_remotely(t.log, t.offset):
+                continue
+            try:
+                t.isolated = await self.partitions.read_remote(t.log, t.offset, min(t.max_bytes, budget),
+                                                               isolation_level, min_one_message=min_one)
+            except Exception as e:
+                t.error = self.partitions.error_code(e, t.log)
+                t.failure = strata_error(e)
+                continue
+            found = t.isolated.records
+            if found.length:
+                budget = max(budget - found.length, 0)
+                min_one = False
+                t.result = found
+        return budget
+
     def _read_all(self, flat: list[Target], budget: int, isolation_level: int) -> None:
         """Read every partition in order from the budget (on the loop: the partition
-        service's read at the fetch's isolation level)."""
+        service's read at the fetch's isolation level); a partition `_read_remote`
+        read keeps that read."""
         min_one = True
         for t in flat:
             if t.error or t.log is None:
+                continue
+            if t.isolated is not None and isinstance(t.isolated.records, MemorySlice):
                 continue
             t.isolated = None
             try:
@@ -260,7 +291,7 @@ class FetchApi(CoreApiBase):
                     else:  # nothing read: at the log end
                         lso = t.log.last_stable_offset
                         end, aborted = t.log.log_end_offset, None
-                    log_start = t.log.log_start_offset
+                    log_start = self.partitions.log_start_offset(t.log)
                     if not session.include(topic, part, t.result is not None, E.none, end, lso, log_start):
                         release_reads([t])
                         continue

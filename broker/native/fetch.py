@@ -47,7 +47,7 @@ from protocol import (
     parse_request,
 )
 
-from ..core import PartitionLog, RecordSlice, Wait, release_all
+from ..core import IsolatedRead, PartitionLog, RecordSlice, Wait, release_all, reply_part
 from ..core.limits import fetch_cap
 from ..security.authorizer import Op, Resource
 from .base import NativeApiBase
@@ -83,6 +83,8 @@ class FetchApi(NativeApiBase):
             event = partitions.watch(tp) if may_wait else None
             if event is not None and self._nothing_to_read(partition_log, req, session):
                 return Wait([event], (partition_log,))
+            if partitions.reads_remotely(partition_log, req.offset):
+                return await self._remote_fetch_answer(partition_log, req, session)
             return self._fetch_answer(partition_log, req, session)
 
         return await partitions.poll(attempt, req.max_wait_ms)
@@ -97,17 +99,39 @@ class FetchApi(NativeApiBase):
         return (session.version >= 2 and req.isolation_level == IsolationLevel.READ_COMMITTED
                 and partition_log.last_stable_offset <= req.offset < partition_log.log_end_offset)
 
+    def _fetch_max_bytes(self, req: FetchRequest, session: NativeSession) -> int:
+        v2 = session.version >= 2
+        return self.partitions.fetch_budget(session.context, session.client_id, fetch_cap(
+            req.max_bytes, self.config.fetch_max_bytes, FETCH_FRAMING + (FETCH_V2_OFFSETS_BYTES if v2 else 0)))
+
+    async def _remote_fetch_answer(self, partition_log: PartitionLog, req: FetchRequest,
+                                   session: NativeSession) -> Reply:
+        """A FETCH below the local log start of a tiered partition: the records from
+        the remote store (the partition service's `read_remote`, in the executor),
+        answered as `_fetch_answer` answers a local read."""
+        level = req.isolation_level if session.version >= 2 else IsolationLevel.READ_UNCOMMITTED
+        try:
+            isolated = await self.partitions.read_remote(partition_log, req.offset,
+                                                         self._fetch_max_bytes(req, session), level,
+                                                         min_one_message=False)
+        except StrataError as e:
+            return session.error(*self.partitions.error_answer(e, partition_log))
+        return self._answer(partition_log, isolated, session)
+
     def _fetch_answer(self, partition_log: PartitionLog, req: FetchRequest, session: NativeSession) -> Reply:
         """A FETCH's answer from what the log holds now (no waiting): the message set,
         after the offsets and the aborted list from version 2 on."""
         v2 = session.version >= 2
-        max_bytes = self.partitions.fetch_budget(session.context, session.client_id, fetch_cap(
-            req.max_bytes, self.config.fetch_max_bytes, FETCH_FRAMING + (FETCH_V2_OFFSETS_BYTES if v2 else 0)))
+        max_bytes = self._fetch_max_bytes(req, session)
         try:
             isolated = self.partitions.read_isolated(partition_log, req.offset, max_bytes,
                                                      req.isolation_level if v2 else IsolationLevel.READ_UNCOMMITTED)
         except StrataError as e:
             return session.error(*self.partitions.error_answer(e, partition_log))
+        return self._answer(partition_log, isolated, session)
+
+    def _answer(self, partition_log: PartitionLog, isolated: IsolatedRead, session: NativeSession) -> Reply:
+        v2 = session.version >= 2
         found = isolated.records
         length = found.length
         if self._fetch_throttled(session, length):
@@ -116,10 +140,11 @@ class FetchApi(NativeApiBase):
             found.release()
         if v2:
             header = fetch_v2_response_header(isolated.high_watermark, isolated.last_stable_offset,
-                                              partition_log.log_start_offset, isolated.aborted or (), length)
+                                              self.partitions.log_start_offset(partition_log),
+                                              isolated.aborted or (), length)
         else:
             header = fetch_response_header(ErrorCode.NONE, length)
-        return [header, found] if length else [header]
+        return [header, reply_part(found)] if length else [header]
 
     def _fetch_throttled(self, session: NativeSession, nbytes: int) -> bool:
         """Client quotas (the partition service's one policy): charge a FETCH's or
@@ -152,6 +177,8 @@ class FetchApi(NativeApiBase):
         if partition_log is None or (self._nothing_to_read(partition_log, req, session) and req.max_wait_ms > 0
                                      and not self.partitions.shutting_down):
             return None  # an internal log to create, or a long poll: the task waits
+        if self.partitions.reads_remotely(partition_log, req.offset):
+            return None  # a read of the remote store: the task awaits it
         return self._fetch_answer(partition_log, req, session)
 
     async def multifetch(self, req: MultiFetchRequest, session: NativeSession,
@@ -180,7 +207,12 @@ class FetchApi(NativeApiBase):
                     results.append((target, None))
                     continue
                 try:
-                    found = partitions.read(target, item.offset, min(item.max_bytes, budget))
+                    if partitions.reads_remotely(target, item.offset):
+                        found = (await partitions.read_remote(target, item.offset, min(item.max_bytes, budget),
+                                                              IsolationLevel.READ_UNCOMMITTED,
+                                                              min_one_message=False)).records
+                    else:
+                        found = partitions.read(target, item.offset, min(item.max_bytes, budget))
                 except Exception as e:
                     results.append((partitions.error_code(e, target), None))
                     continue
@@ -198,7 +230,7 @@ class FetchApi(NativeApiBase):
             parts.append(header)
             if answer is not None:
                 if answer.length:
-                    parts.append(answer)
+                    parts.append(reply_part(answer))
                 else:
                     answer.release()
         return parts

@@ -86,7 +86,7 @@ from kafka_format.errors import (
     UnknownTopicOrPartitionError,
 )
 from kafka_format.topic_names import validate_topic_name
-from storage.config import LogConfig
+from storage.config import LogConfig, check_remote_storage_change
 from storage.fileutil import atomic_write
 from storage.manager import LogManager
 
@@ -132,10 +132,18 @@ def new_topic_id() -> str:
 
 
 class TopicRegistry:
-    def __init__(self, data_dir: str, defaults: LogConfig, *, num_partitions: int = 1):
+    def __init__(self, data_dir: str, defaults: LogConfig, *, num_partitions: int = 1,
+                 remote_storage_system_enable: bool = False):
         self.path = os.path.join(data_dir, REGISTRY_FILE)
         self.defaults = defaults
         self.num_partitions = num_partitions
+        # The broker's remote.log.storage.system.enable: whether a topic may be tiered
+        # (check_remote_storage_change on create and alter, both protocols).
+        self.remote_storage_system_enable = remote_storage_system_enable
+        # Called (blocking) once a topic's remote.storage.enable is turned off (with
+        # remote.log.delete.on.disable, which check_remote_storage_change requires):
+        # tiered storage deletes the topic's remote data (broker/compose.py).
+        self.remote_storage_disabled: Callable[[Topic], None] | None = None
         self._topics: Mapping[str, Topic] = MappingProxyType({})
         self._deleting: tuple[str, ...] = ()
         self._lock = threading.RLock()
@@ -323,6 +331,8 @@ class TopicRegistry:
             if name in self._topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
             internal_topics.check_config(name, log_config)
+            check_remote_storage_change(log_config, system_enabled=self.remote_storage_system_enable,
+                                        was_enabled=False)
             self._finish_deletions()
             if name in self._deleting:
                 raise TopicAlreadyExistsError(f"topic {name!r} is marked for deletion")
@@ -406,6 +416,8 @@ class TopicRegistry:
                     overrides[key] = value
             log_config = LogConfig.from_props(overrides, self.defaults)
             internal_topics.check_config(name, log_config)
+            check_remote_storage_change(log_config, system_enabled=self.remote_storage_system_enable,
+                                        was_enabled=topic.log_config.remote_storage_enable)
             altered = replace(topic, configs=MappingProxyType(overrides), log_config=log_config)
             if validate_only:
                 return altered
@@ -415,6 +427,9 @@ class TopicRegistry:
                 if partition_log is not None:
                     partition_log.update_config(log_config)
         log.info("topic_altered", topic=name, configs=dict(changes))
+        if (topic.log_config.remote_storage_enable and not log_config.remote_storage_enable
+                and self.remote_storage_disabled is not None):
+            self.remote_storage_disabled(altered)  # remote.log.delete.on.disable: its remote data goes
         return altered
 
     def set_defaults(self, defaults: LogConfig, *, validate_only: bool = False) -> None:

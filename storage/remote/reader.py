@@ -22,6 +22,8 @@ Contract:
   KAFKA_STORAGE_ERROR (56) for the fetch that needs them.
 - `offset_for_timestamp(tp, timestamp)` answers ListOffsets by timestamp from the
   remote segments, through their remote time and offset indexes.
+- `read_with_end` also answers where the read stopped; `prefetch` reads the
+  chunks after it into the cache ahead of the next sequential read.
 """
 
 from __future__ import annotations
@@ -174,6 +176,20 @@ class RemoteLogReader:
             self.cache.put(key, chunk, len(chunk))
         return chunk
 
+    def _prefetch(self, metadata: RemoteLogSegmentMetadata, position: int, length: int) -> None:
+        """Put the chunks of [position, position + length) that the cache lacks into it,
+        read from the store in one call (concurrent ranged reads), at most what the
+        cache holds in half."""
+        end = min(position + length, metadata.segment_size_in_bytes, position + self.cache.capacity // 2)
+        numbers = [n for n in range(position // self.chunk_bytes, -(-end // self.chunk_bytes))
+                   if self.cache.get((metadata.segment_id.id, n)) is None]
+        if len(numbers) < 2:
+            return
+        chunks = self.rsm.read_log_segment_ranges(metadata, [(n * self.chunk_bytes, self.chunk_bytes)
+                                                             for n in numbers])
+        for number, chunk in zip(numbers, chunks, strict=True):
+            self.cache.put((metadata.segment_id.id, number), chunk, len(chunk))
+
     def _read(self, metadata: RemoteLogSegmentMetadata, position: int, length: int) -> bytes:
         """Bytes [position, position + length) of the segment, through the chunk cache."""
         end = min(position + length, metadata.segment_size_in_bytes)
@@ -198,9 +214,16 @@ class RemoteLogReader:
         return metadata
 
     def read(self, tp: TopicIdPartition, offset: int, max_bytes: int, min_one_message: bool = True) -> bytes:
+        return self.read_with_end(tp, offset, max_bytes, min_one_message)[0]
+
+    def read_with_end(self, tp: TopicIdPartition, offset: int, max_bytes: int,
+                      min_one_message: bool = True) -> tuple[bytes, RemoteLogSegmentMetadata, int]:
+        """`read`, with the segment read and the position just past what it returned
+        (where the next sequential read starts: `prefetch` it ahead)."""
         metadata = self.segment_for(tp, offset)
         size = metadata.segment_size_in_bytes
         position = self._offset_index(metadata).lookup(offset)
+        self._prefetch(metadata, position, max_bytes)
         first = None  # (position, size) of the entry holding `offset`
         while position + LOG_OVERHEAD <= size:
             entry_size, last_offset = self._header(metadata, position)
@@ -209,16 +232,28 @@ class RemoteLogReader:
                 break
             position += entry_size
         if first is None:
-            return b""
+            return b"", metadata, size
         start, end = first[0], first[0] + first[1]
         if first[1] > max_bytes and not min_one_message:
-            return b""
+            return b"", metadata, start
         while end + LOG_OVERHEAD <= size:
             entry_size, _ = self._header(metadata, end)
             if end + entry_size - start > max_bytes:
                 break
             end += entry_size
-        return self._read(metadata, start, end - start)
+        return self._read(metadata, start, end - start), metadata, end
+
+    def prefetch(self, tp: TopicIdPartition, metadata: RemoteLogSegmentMetadata, position: int,
+                 length: int) -> None:
+        """Bring [position, position + length) of the segment into the cache (at the
+        segment's end: the start of the next remote segment), for the next
+        sequential read."""
+        if position >= metadata.segment_size_in_bytes:
+            following = self.metadata.segment_for_offset(tp, metadata.end_offset + 1)
+            if following is None:
+                return
+            metadata, position = following, 0
+        self._prefetch(metadata, position, length)
 
     def offset_for_timestamp(self, tp: TopicIdPartition, timestamp: int,
                              starting_offset: int = 0) -> tuple[int, int] | None:
