@@ -16,6 +16,7 @@ import itertools
 import shutil
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from tests.broker_process import BrokerProcess
 from tests.kafka.wire import KafkaWire
@@ -74,3 +75,23 @@ def wire(kafka_broker):
     yield _wire
     for conn in opened:
         conn.close()
+
+
+# A group's committed offsets through confluent-kafka (read and set), for the group tests.
+OFFSETS_TIMEOUT = 30
+
+
+def committed(bootstrap: str, group: str, partitions: list[TopicPartition]) -> list[TopicPartition]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return consumer.committed(partitions, timeout=OFFSETS_TIMEOUT)
+    finally:
+        consumer.close()
+
+
+def commit(bootstrap: str, group: str, partitions: list[TopicPartition]) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=partitions, asynchronous=False)
+    finally:
+        consumer.close()

@@ -3,31 +3,15 @@ end to end with confluent-kafka and on the wire against the broker process."""
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, TopicCollection, TopicPartition
+from confluent_kafka import TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AclOperation,
     AdminClient,
 )
 
-from tests.kafka.conftest import unique_name
+from tests.kafka.conftest import commit, unique_name
 
 TIMEOUT = 30
-
-
-def committed(bootstrap: str, group: str, partitions: list[TopicPartition]) -> list[TopicPartition]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        return consumer.committed(partitions, timeout=TIMEOUT)
-    finally:
-        consumer.close()
-
-
-def commit(bootstrap: str, group: str, partitions: list[TopicPartition]) -> None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=partitions, asynchronous=False)
-    finally:
-        consumer.close()
 
 
 # ---- authorized operations (KIP-430) -----------------------------------------------------------

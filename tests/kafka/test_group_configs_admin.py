@@ -3,7 +3,7 @@ AlterConfigs replacing a group's overrides, against the broker process."""
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -15,22 +15,6 @@ from confluent_kafka.admin import (
 from tests.broker_process import BrokerProcess
 
 TIMEOUT = 30
-
-
-def committed(bootstrap: str, group: str, partitions: list[TopicPartition]) -> list[TopicPartition]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        return consumer.committed(partitions, timeout=TIMEOUT)
-    finally:
-        consumer.close()
-
-
-def commit(bootstrap: str, group: str, partitions: list[TopicPartition]) -> None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=partitions, asynchronous=False)
-    finally:
-        consumer.close()
 
 
 # ---- GROUP configs ---------------------------------------------------------------------------

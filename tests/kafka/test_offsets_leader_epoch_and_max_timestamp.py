@@ -3,7 +3,7 @@ record with the largest timestamp, end to end with confluent-kafka against the b
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     OffsetSpec,
@@ -11,28 +11,13 @@ from confluent_kafka.admin import (
 
 from client import Admin as NativeAdmin
 from tests.broker_process import BrokerProcess
+from tests.kafka.conftest import commit, committed
 
 TIMEOUT = 30
 
 
 def native_bootstrap(broker) -> str:
     return f"{broker.host}:{broker.port}"
-
-
-def committed(bootstrap: str, group: str, partitions: list[TopicPartition]) -> list[TopicPartition]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        return consumer.committed(partitions, timeout=TIMEOUT)
-    finally:
-        consumer.close()
-
-
-def commit(bootstrap: str, group: str, partitions: list[TopicPartition]) -> None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=partitions, asynchronous=False)
-    finally:
-        consumer.close()
 
 
 # ---- the committed leader epoch -------------------------------------------------------------

@@ -28,22 +28,6 @@ def native_bootstrap(broker) -> str:
     return f"{broker.host}:{broker.port}"
 
 
-def committed(bootstrap: str, group: str, partitions: list[TopicPartition]) -> list[TopicPartition]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        return consumer.committed(partitions, timeout=TIMEOUT)
-    finally:
-        consumer.close()
-
-
-def commit(bootstrap: str, group: str, partitions: list[TopicPartition]) -> None:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=partitions, asynchronous=False)
-    finally:
-        consumer.close()
-
-
 # ---- compression.type ------------------------------------------------------------------------
 
 def stored_codecs(broker, topic: str) -> list[int]:
