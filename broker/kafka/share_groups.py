@@ -1,6 +1,6 @@
 """Share groups (KIP-932) on the Kafka listener: ShareGroupHeartbeat (76, v1),
-ShareGroupDescribe (77, v1), ShareFetch (78, v1-2), ShareAcknowledge (79, v1-2)
-and DescribeShareGroupOffsets (90, v0-1), the versions Kafka 4.2 serves.
+ShareGroupDescribe (77, v1), ShareFetch (78, v1-2) and ShareAcknowledge (79, v1-2),
+the versions Kafka 4.2 serves; the offsets APIs (90-92) are share_group_offsets.py's.
 
 The handlers stand on broker/share/ (SHARE.md there): `ShareGroup` membership and
 its SimpleAssignor, the `ShareSessionCache`, and one `SharePartitionManager` over
@@ -56,6 +56,7 @@ from ..state.internal_topics import SHARE_GROUP_STATE_TOPIC
 from .allowed import allowed
 from .codec import make, nested
 from .request_types import NODE_ID, ApiKey
+from .share_group_offsets import ShareGroupOffsets
 
 log = structlog.get_logger("strata.share")
 TOPIC_AUTHORIZATION_FAILED = 29
@@ -120,7 +121,7 @@ class ShareGroups:
         except ShareError:
             return share_config.resolve(self._broker_settings(), {})
 
-    def _topic_info(self, name: str) -> TopicInfo | None:
+    def topic_info(self, name: str) -> TopicInfo | None:
         topic = self.registry.get(name)
         if topic is None or topic.internal or not topic.topic_id:
             return None
@@ -131,7 +132,7 @@ class ShareGroups:
             self.store.load(log_ for log_ in self.partitions.all_logs() if log_.topic == SHARE_GROUP_STATE_TOPIC)
             self._loaded = True
 
-    async def _ready(self) -> None:
+    async def ready(self) -> None:
         if not self._loaded:
             await self.apis.blocking(self._load)
         if self._timer_task is None:
@@ -175,7 +176,7 @@ class ShareGroups:
     async def _expire(self) -> None:
         now = _now_ms()
         for group in list(self.groups.values()):
-            gone = group.expire(now, self._topic_info)
+            gone = group.expire(now, self.topic_info)
             for member_id in gone:
                 self.sessions.remove(group.group_id, member_id)
                 await self.apis.blocking(self.manager.release_member, group.group_id, member_id)
@@ -204,11 +205,11 @@ class ShareGroups:
             for name in req.subscribed_topic_names or ():
                 if not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
                     raise ShareError(TOPIC_AUTHORIZATION_FAILED, f"Topic authorization failed for {name}.")
-            await self._ready()
+            await self.ready()
             group = self.group(req.group_id)
             peer = ctx.peer[0] if isinstance(ctx.peer, tuple) and ctx.peer else str(ctx.peer or "")
             result = group.heartbeat(req.member_id, req.member_epoch, req.subscribed_topic_names, _now_ms(),
-                                     self._topic_info, rack_id=req.rack_id, client_id=ctx.client_id or "",
+                                     self.topic_info, rack_id=req.rack_id, client_id=ctx.client_id or "",
                                      client_host="/" + peer)
         except ShareError as e:
             return make(R, throttle_time=0, error_code=e.code, error_message=e.message, member_id=None,
@@ -239,7 +240,7 @@ class ShareGroups:
         M = nested(G, "members")
         A = nested(M, "assignment")
         TP = nested(A, "topic_partitions")
-        await self._ready()
+        await self.ready()
         out = []
         for group_id in req.group_ids:
             if not allowed(ctx, Op.DESCRIBE, Resource.GROUP, group_id):
@@ -276,7 +277,7 @@ class ShareGroups:
 
     # ---- acknowledgements ----------------------------------------------------------------
 
-    def _topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+    def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
         if topic_id is None:
             return None
         topic = self.registry.by_id(str(topic_id))
@@ -288,7 +289,7 @@ class ShareGroups:
         error code and message per partition."""
         results: dict[TopicIdPartition, tuple[int, str | None]] = {}
         for topic in topics:
-            name = self._topic_name(topic.topic_id)
+            name = self.topic_name(topic.topic_id)
             for part in topic.partitions:
                 tp = TopicIdPartition(topic.topic_id, part.partition_index)
                 if not part.acknowledgement_batches:
@@ -317,7 +318,7 @@ class ShareGroups:
         if tps:
             await self.apis.blocking(self.manager.release_member, group_id, member_id, tps)
             for tp in tps:
-                name = self._topic_name(tp.topic_id)
+                name = self.topic_name(tp.topic_id)
                 if name is not None:
                     self.partitions.waiters.notify((name, tp.partition))
 
@@ -338,7 +339,7 @@ class ShareGroups:
         L = nested(P, "current_leader")
         try:
             self._check_group(ctx, req.group_id, req.member_id)
-            await self._ready()
+            await self.ready()
             context = self.sessions.acknowledge_context(req.group_id, req.member_id, req.share_session_epoch,
                                                         _now_ms())
         except ShareError as e:
@@ -371,7 +372,7 @@ class ShareGroups:
         has_acks = any(p.acknowledgement_batches for t in req.topics for p in t.partitions)
         try:
             self._check_group(ctx, req.group_id, req.member_id)
-            await self._ready()
+            await self.ready()
             context = self.sessions.fetch_context(req.group_id, req.member_id, req.share_session_epoch, wanted,
                                                   forgotten, has_acks, connection_id=str(id(ctx.connection)),
                                                   now_ms=_now_ms())
@@ -400,7 +401,7 @@ class ShareGroups:
         errors: dict[TopicIdPartition, tuple[int, str | None]] = {}
         readable: list[tuple[TopicIdPartition, str]] = []
         for tp in fetch_from:
-            name = self._topic_name(tp.topic_id)
+            name = self.topic_name(tp.topic_id)
             if name is None:
                 errors[tp] = (UNKNOWN_TOPIC_ID, None)
             elif not allowed(ctx, Op.READ, Resource.TOPIC, name):
@@ -486,135 +487,13 @@ class ShareGroups:
         self._wake.set()
         return data, runs
 
-    # ---- DescribeShareGroupOffsets ---------------------------------------------------------
-
-    async def describe_offsets(self, req, ctx):
-        R = ctx.response_class
-        G = nested(R, "groups")
-        T = nested(G, "topics")
-        P = nested(T, "partitions")
-        await self._ready()
-        out = []
-        for group in req.groups:
-            if not allowed(ctx, Op.DESCRIBE, Resource.GROUP, group.group_id):
-                out.append(make(G, group_id=group.group_id, topics=(), error_code=GROUP_AUTHORIZATION_FAILED,
-                                error_message="Group authorization failed."))
-                continue
-            if group.topics is None:
-                wanted: dict[str, list[int]] = {}
-                for key in self.store.keys(group.group_id):
-                    name = self._topic_name(key.topic_id)
-                    if name is not None:
-                        wanted.setdefault(name, []).append(key.partition)
-            else:
-                wanted = {t.topic_name: list(t.partitions) for t in group.topics}
-            topics = []
-            for name, parts in sorted(wanted.items()):
-                info = self._topic_info(name)
-                rows = []
-                for index in sorted(parts):
-                    if info is None or not allowed(ctx, Op.DESCRIBE, Resource.TOPIC, name):
-                        code = 3 if info is None else TOPIC_AUTHORIZATION_FAILED
-                        rows.append(make(P, partition_index=index, start_offset=-1, leader_epoch=-1, lag=-1,
-                                         error_code=code, error_message=None))
-                        continue
-                    try:
-                        stored, lag = await self.apis.blocking(self.manager.summary, group.group_id,
-                                                               TopicIdPartition(info.topic_id, index))
-                    except (ShareError, StrataError, OSError) as e:
-                        code = e.code if isinstance(e, ShareError) else getattr(e, "code", UNKNOWN_SERVER_ERROR)
-                        rows.append(make(P, partition_index=index, start_offset=-1, leader_epoch=-1, lag=-1,
-                                         error_code=int(code), error_message=str(e)))
-                        continue
-                    rows.append(make(P, partition_index=index,
-                                     start_offset=-1 if stored is None else stored.start_offset,
-                                     leader_epoch=-1 if stored is None else stored.leader_epoch, lag=lag,
-                                     error_code=0, error_message=None))
-                topics.append(make(T, topic_name=name, topic_id=info.topic_id if info else uuid.UUID(int=0),
-                                   partitions=tuple(rows)))
-            out.append(make(G, group_id=group.group_id, topics=tuple(topics), error_code=0, error_message=None))
-        return make(R, throttle_time=0, groups=tuple(out))
-
-    # ---- AlterShareGroupOffsets / DeleteShareGroupOffsets --------------------------------
-
-    def _offsets_refusal(self, ctx, group_id: str, operation: int) -> ShareError | None:
-        """Kafka's checks of both: READ on the group, a share group, and no members."""
-        if not allowed(ctx, operation, Resource.GROUP, group_id):
-            return ShareError(GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
-        group = self.groups.get(group_id)
-        if group is not None and not group.deleted and group.members:
-            return ShareError(NON_EMPTY_GROUP, f"share group {group_id} has members")
-        return None
-
-    async def alter_offsets(self, req, ctx):
-        R = ctx.response_class
-        T = nested(R, "responses")
-        P = nested(T, "partitions")
-        await self._ready()
-        refused = self._offsets_refusal(ctx, req.group_id, Op.READ)
-        if refused is not None:
-            return make(R, throttle_time=0, error_code=refused.code, error_message=refused.message, responses=())
-        out = []
-        for topic in req.topics:
-            info = self._topic_info(topic.topic_name)
-            rows = []
-            for part in topic.partitions:
-                code, message = 0, None
-                if info is None:
-                    code = 3
-                elif not allowed(ctx, Op.READ, Resource.TOPIC, topic.topic_name):
-                    code = TOPIC_AUTHORIZATION_FAILED
-                elif not 0 <= part.partition_index < info.partitions:
-                    code = 3
-                else:
-                    try:
-                        await self.apis.blocking(self.manager.alter_start_offset, req.group_id,
-                                                 TopicIdPartition(info.topic_id, part.partition_index),
-                                                 part.start_offset)
-                    except ShareError as e:
-                        code, message = e.code, e.message
-                    except StrataError as e:
-                        code, message = int(e.code), str(e)
-                rows.append(make(P, partition_index=part.partition_index, error_code=code, error_message=message))
-            out.append(make(T, topic_name=topic.topic_name, topic_id=info.topic_id if info else uuid.UUID(int=0),
-                            partitions=tuple(rows)))
-        self.group(req.group_id)
-        return make(R, throttle_time=0, error_code=0, error_message=None, responses=tuple(out))
-
-    async def delete_offsets(self, req, ctx):
-        R = ctx.response_class
-        T = nested(R, "responses")
-        await self._ready()
-        refused = self._offsets_refusal(ctx, req.group_id, Op.DELETE)
-        if refused is not None:
-            return make(R, throttle_time=0, error_code=refused.code, error_message=refused.message, responses=())
-        if req.group_id not in self.share_group_ids():
-            return make(R, throttle_time=0, error_code=GROUP_ID_NOT_FOUND,
-                        error_message=f"Group {req.group_id} not found.", responses=())
-        out = []
-        for topic in req.topics:
-            info = self._topic_info(topic.topic_name)
-            code, message = 0, None
-            if info is None:
-                code = 3
-            elif not allowed(ctx, Op.READ, Resource.TOPIC, topic.topic_name):
-                code = TOPIC_AUTHORIZATION_FAILED
-            else:
-                for key in self.store.keys(req.group_id):
-                    if key.topic_id == info.topic_id:
-                        await self.apis.blocking(self.manager.delete_state, req.group_id,
-                                                 TopicIdPartition(key.topic_id, key.partition))
-            out.append(make(T, topic_name=topic.topic_name, topic_id=info.topic_id if info else uuid.UUID(int=0),
-                            error_code=code, error_message=message))
-        return make(R, throttle_time=0, error_code=0, error_message=None, responses=tuple(out))
-
     # ---- the groups APIs (ListGroups, DescribeGroups, DeleteGroups) -----------------------
 
     def metric_rows(self) -> list[tuple[str, str, int, Any, int]]:
         """(group, topic, partition, Counters, lag) of every loaded share partition (the metrics)."""
         rows = []
         for key, counters in self.manager.counters():
-            name = self._topic_name(key.topic_id)
+            name = self.topic_name(key.topic_id)
             if name is None:
                 continue
             _, lag = self.manager.summary(key.group_id, TopicIdPartition(key.topic_id, key.partition))
@@ -648,9 +527,10 @@ def register(apis, shares: ShareGroups) -> None:
     apis.register(ApiKey.SHARE_GROUP_DESCRIBE, shares.describe, 1, 1)
     apis.register(ApiKey.SHARE_FETCH, shares.share_fetch, 1, 2)
     apis.register(ApiKey.SHARE_ACKNOWLEDGE, shares.share_acknowledge, 1, 2)
-    apis.register(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, shares.describe_offsets, 0, 1)
-    apis.register(ApiKey.ALTER_SHARE_GROUP_OFFSETS, shares.alter_offsets, 0, 0)
-    apis.register(ApiKey.DELETE_SHARE_GROUP_OFFSETS, shares.delete_offsets, 0, 0)
+    offsets = ShareGroupOffsets(shares)
+    apis.register(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, offsets.describe_offsets, 0, 1)
+    apis.register(ApiKey.ALTER_SHARE_GROUP_OFFSETS, offsets.alter_offsets, 0, 0)
+    apis.register(ApiKey.DELETE_SHARE_GROUP_OFFSETS, offsets.delete_offsets, 0, 0)
     apis.on_shutdown(shares.close)
 
 
