@@ -40,7 +40,8 @@ from dataclasses import dataclass, replace
 
 import structlog
 
-from kafka_format import build_batch, iter_entries
+from broker.state.internal_records import replay_keyed_records
+from kafka_format import build_batch
 from storage.log import Log
 
 from .errors import FENCED_LEADER_EPOCH, FENCED_STATE_EPOCH, INVALID_REQUEST, ShareError
@@ -60,7 +61,6 @@ from .state_records import (
 
 log = structlog.get_logger("strata.share")
 
-READ_CHUNK = 1 << 20
 DEFAULT_SNAPSHOT_EVERY = 500  # share.coordinator.snapshot.update.records.per.snapshot
 DEFAULT_PARTITIONS = 50  # share.coordinator.state.topic.num.partitions
 
@@ -264,24 +264,8 @@ class ShareStateStore:
         return records
 
     def _load_partition(self, partition_log: Log) -> int:
-        records = 0
-        offset, end = partition_log.log_start_offset, partition_log.log_end_offset
-        while offset < end:
-            with partition_log.read(offset, READ_CHUNK, min_one_message=True) as chunk:
-                data = chunk.read()
-            advanced = False
-            for entry in iter_entries(data):
-                if entry.last_offset >= offset and not entry.is_control:
-                    for record in entry.records():
-                        if record.offset >= offset and record.key is not None:
-                            records += 1
-                            self._replay(record, partition_log.partition)
-                offset = max(offset, entry.last_offset + 1)
-                advanced = True
-            if not advanced:
-                log.warning("share_group_state_load_stopped", partition=partition_log.partition, offset=offset)
-                break
-        return records
+        return replay_keyed_records(partition_log, lambda record: self._replay(record, partition_log.partition),
+                                    "share_group_state_load_stopped")
 
     def _replay(self, record, partition: int) -> None:
         try:

@@ -5,13 +5,19 @@ numbers, INT16-length strings and, in flexible versions, unsigned varints,
 compact strings and tagged fields. `FieldReader` walks one key or value; a
 length past the end or an over-long varint raises ValueError, a fixed-width
 field past the end struct.error, so a damaged record fails as a whole.
-`encode_uvarint` writes the unsigned varints.
+`encode_uvarint` writes the unsigned varints. `replay_keyed_records` hands each
+keyed record of an internal topic's partition log to a loader, in offset order.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Any
 
+import structlog
+
+from kafka_format import iter_entries
 from kafka_format.varint import encode_uvarint
 
 INT16 = struct.Struct(">h")
@@ -68,3 +74,31 @@ class FieldReader:
         for _ in range(self.uvarint()):
             self.uvarint()
             self.take(self.uvarint())
+
+
+READ_CHUNK = 1 << 20  # bytes read from the log at a time while loading
+
+
+def replay_keyed_records(partition_log: Any, apply: Callable[[Any], None], stopped_event: str) -> int:
+    """Call `apply(record)` for every keyed record of the log's non-control batches,
+    from its start offset to its end, and return how many there were. A read that
+    does not advance (a torn tail) logs `stopped_event` and ends the load there."""
+    records = 0
+    offset, end = partition_log.log_start_offset, partition_log.log_end_offset
+    while offset < end:
+        with partition_log.read(offset, READ_CHUNK, min_one_message=True) as chunk:
+            data = chunk.read()
+        advanced = False
+        for entry in iter_entries(data):
+            if entry.last_offset >= offset and not entry.is_control:
+                for record in entry.records():
+                    if record.offset >= offset and record.key is not None:
+                        records += 1
+                        apply(record)
+            offset = max(offset, entry.last_offset + 1)
+            advanced = True
+        if not advanced:
+            structlog.get_logger("strata.state").warning(stopped_event, partition=partition_log.partition,
+                                                         offset=offset)
+            break
+    return records

@@ -29,9 +29,9 @@ from collections.abc import Callable
 import structlog
 
 from broker.state.group_offsets import partition_for
-from broker.state.internal_records import FieldReader, encode_uvarint
+from broker.state.internal_records import FieldReader, encode_uvarint, replay_keyed_records
 from broker.state.internal_topics import TRANSACTION_STATE_TOPIC
-from kafka_format import build_batch, iter_entries
+from kafka_format import build_batch
 
 from ...core import PartitionLog
 from .state import TxnMetadata, TxnState
@@ -40,7 +40,6 @@ log = structlog.get_logger("strata.transactions")
 
 KEY_VERSION = 0
 VALUE_VERSION = 1
-READ_CHUNK = 1 << 20
 
 INT8 = struct.Struct(">b")
 INT16 = struct.Struct(">h")
@@ -178,24 +177,8 @@ class TransactionStateLog:
         return states
 
     def _load_partition(self, partition_log: PartitionLog, states: dict[str, TxnMetadata]) -> int:
-        records = 0
-        offset, end = partition_log.log_start_offset, partition_log.log_end_offset
-        while offset < end:
-            with partition_log.read(offset, READ_CHUNK, min_one_message=True) as chunk:
-                data = chunk.read()
-            advanced = False
-            for entry in iter_entries(data):
-                if entry.last_offset >= offset and not entry.is_control:
-                    for record in entry.records():
-                        if record.offset >= offset and record.key is not None:
-                            records += 1
-                            self._apply(record, states, partition_log.partition)
-                offset = max(offset, entry.last_offset + 1)
-                advanced = True
-            if not advanced:
-                log.warning("transaction_state_load_stopped", partition=partition_log.partition, offset=offset)
-                break
-        return records
+        return replay_keyed_records(partition_log, lambda record: self._apply(record, states, partition_log.partition),
+                                    "transaction_state_load_stopped")
 
     @staticmethod
     def _apply(record, states: dict[str, TxnMetadata], partition: int) -> None:
