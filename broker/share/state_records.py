@@ -14,11 +14,42 @@ ShareSnapshotKey/Value and ShareUpdateKey/Value coordinator records).
            SnapshotEpoch int32 | LeaderEpoch int32 | StartOffset int64 |
            StateBatches (as above) | tags: 0 DeliveryCompleteCount int32 (when not -1)
     A null value (tombstone) under a ShareSnapshot key deletes the share partition's state.
+    Tagged fields of other numbers (in the value or in a batch) are read past, as
+    Kafka's generated readers do.
 
 The state partition of a key: `abs(javaHashCode("<group>:<topic id>:<partition>"))
 % share.coordinator.state.topic.num.partitions`, as Kafka's SharePartitionKey
 (the topic id in Kafka's base64 form). Decoding a damaged record raises
 ValueError or struct.error.
+
+Where each part comes from (apache/kafka; the 4.2 JSON files themselves were not to
+be had, so the later changes are taken from the pull requests and tests that made them):
+- Key fields, their types and "not flexible": share-coordinator/src/main/resources/
+  common/message/ShareSnapshotKey.json and ShareUpdateKey.json (GroupId string,
+  TopicId uuid, Partition int32, flexibleVersions none). The type prefix 0/1:
+  ShareCoordinator's SHARE_SNAPSHOT_RECORD_KEY_VERSION = 0 and
+  SHARE_UPDATE_RECORD_KEY_VERSION = 1, and DumpLogSegmentsTest's
+  testShareGroupStateMessageParser, which prints the keys as `{"type":"0",...}` and
+  `{"type":"1",...}`, a tombstone under a ShareSnapshot key as `<DELETE>`, and a key
+  whose type is 32767 as an unknown record type.
+- Value version 0 for both values: the same DumpLogSegmentsTest (`"version":"0"` for
+  a ShareSnapshotValue and a ShareUpdateValue) and ShareCoordinatorShardTest, which
+  replays ShareSnapshotValue version 0 records that carry a DeliveryCompleteCount.
+- SnapshotEpoch int32 (it was uint16): PR #20016 "Change snapshot epoch type to int32
+  in schema" (ShareSnapshotValue.json and ShareUpdateValue.json), in 4.1 by #20018.
+- CreateTimestamp and WriteTimestamp, int64, after StartOffset and before
+  StateBatches, in ShareSnapshotValue only: PR #19432 (KAFKA-18170), and the field
+  order of DumpLogSegmentsTest's JSON (snapshotEpoch, stateEpoch, leaderEpoch,
+  startOffset, createTimestamp, writeTimestamp, stateBatches).
+- StateBatches and their four fields: the JSON files; DeliveryState 0 Available,
+  2 Acknowledged, 4 Archived.
+- DeliveryCompleteCount in both values: PR #20810 (KAFKA-19797, KIP-1226, Kafka 4.2);
+  -1 means unknown (ShareGroupOffset.UNINITIALIZED_DELIVERY_COMPLETE_COUNT).
+Not verified from a source: that DeliveryCompleteCount is a tagged field, its tag
+number 0 and its place among the tags (inferred: the value version stayed 0 and
+version 0 records of 4.1 must still read); that CreateTimestamp and WriteTimestamp
+are plain (untagged) fields (inferred from their place in the JSON output, which
+lists fields in schema order).
 """
 
 from __future__ import annotations

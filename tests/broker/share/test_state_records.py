@@ -85,3 +85,55 @@ def test_coordinator_key_and_partition_as_kafka():
     assert kafka_uuid_string(TOPIC_ID) == "ASNFZ4mrze8BI0VniavN7w"
     assert KEY.coordinator_key() == "grp:ASNFZ4mrze8BI0VniavN7w:3"
     assert 0 <= KEY.state_partition(50) < 50
+
+
+# ---- the layout pieces established from Kafka's sources (see the module doc) -----------------
+
+def test_snapshot_epoch_is_an_int32_not_the_old_uint16():
+    """PR #20016 made SnapshotEpoch int32 in both values: four bytes, past 65535 too."""
+    snapshot = encode_value(ShareSnapshot(70000, 1, 2, 3, 4, 5))
+    update = encode_value(ShareUpdate(70000, 2, 3))
+    assert snapshot[2:6] == struct.pack(">i", 70000) and snapshot[6:10] == struct.pack(">i", 1)
+    assert update[2:6] == struct.pack(">i", 70000) and update[6:10] == struct.pack(">i", 2)
+    assert decode_value(SNAPSHOT_TYPE, snapshot).snapshot_epoch == 70000
+
+
+def test_snapshot_timestamps_sit_between_start_offset_and_batches():
+    """Schema order: ..., StartOffset, CreateTimestamp, WriteTimestamp, StateBatches."""
+    raw = encode_value(ShareSnapshot(0, 0, 0, 42, 1_700_000_000_000, 1_700_000_000_123))
+    assert raw[14:22] == struct.pack(">q", 42)
+    assert raw[22:30] == struct.pack(">q", 1_700_000_000_000)
+    assert raw[30:38] == struct.pack(">q", 1_700_000_000_123)
+    assert raw[38:] == b"\x01\x00"  # no batches (compact length 0 + 1), no tags
+    assert len(encode_value(ShareUpdate(0, 0, 42))) == 2 + 4 + 4 + 8 + 1 + 1  # the update has neither
+
+
+def test_both_values_are_version_0_and_keys_carry_the_record_type():
+    assert encode_value(ShareSnapshot(0, 0, 0, 0, 0, 0))[:2] == b"\x00\x00"
+    assert encode_value(ShareUpdate(0, 0, 0))[:2] == b"\x00\x00"
+    assert encode_key(SNAPSHOT_TYPE, KEY)[:2] == b"\x00\x00"
+    assert encode_key(UPDATE_TYPE, KEY)[:2] == b"\x00\x01"
+
+
+def test_delivery_complete_count_unknown_writes_no_tag_and_reads_back_as_minus_one():
+    value = ShareUpdate(1, 2, 3, (StateBatch(3, 3, 0, 1),))
+    raw = encode_value(value)
+    assert raw.endswith(b"\x00\x00")  # the batch's empty tags, then the value's
+    assert decode_value(UPDATE_TYPE, raw).delivery_complete_count == -1
+    zero = encode_value(ShareUpdate(1, 2, 3, (), 0))
+    assert zero.endswith(bytes([1, 0, 4]) + struct.pack(">i", 0))  # 0 is known: written
+
+
+def test_unknown_tags_are_read_past():
+    """A later Kafka may add tagged fields: the value's and a batch's unknown tags are skipped."""
+    raw = (struct.pack(">h", 0) + struct.pack(">iiq", 1, 2, 3) + bytes([2])
+           + struct.pack(">qqbh", 3, 4, 2, 1) + bytes([1, 5, 2]) + b"zz"           # batch: tag 5, 2 bytes
+           + bytes([2, 0, 4]) + struct.pack(">i", 9) + bytes([7, 1]) + b"?")      # tags 0 and 7
+    assert decode_value(UPDATE_TYPE, raw) == ShareUpdate(1, 2, 3, (StateBatch(3, 4, 2, 1),), 9)
+
+
+def test_kafka_dump_log_cases():
+    """DumpLogSegmentsTest's: a ShareSnapshot tombstone, and a key of record type 32767 alone."""
+    assert decode(encode_key(SNAPSHOT_TYPE, KEY), None) is not None
+    assert decode(struct.pack(">h", 32767), b"") is None
+    assert decode_key(struct.pack(">h", 32767)) is None
