@@ -43,13 +43,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime
 
 from kio.schema.errors import ErrorCode
 
-from . import CliError, UsageError
-from .addresses import kafka_address
-from .client_support import add_bootstrap_arg, add_kafka_bootstrap_arg, command_config
+from . import CliError
+from .group_args import (
+    RESET_TARGETS,
+    add_action,
+    add_group_args,
+    add_reset_args,
+    connect,
+    parse_topic,
+    reason,
+    table,
+    timestamp_ms,
+)
 from .kafka_admin import EARLIEST, LATEST, Group, KafkaAdmin, TopicPartition
 
 INACTIVE_STATES = ("Empty", "Dead")
@@ -61,89 +69,29 @@ def add_parser(subparsers) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
 
-    def action(name: str, help: str, func) -> argparse.ArgumentParser:
-        sub = actions.add_parser(name, help=help)
-        add_bootstrap_arg(sub)
-        add_kafka_bootstrap_arg(sub)
-        sub.set_defaults(func=func)
-        return sub
-
-    list_ = action("list", "list consumer groups, one id per line", _list)
+    list_ = add_action(actions, "list", "list consumer groups, one id per line", _list)
     list_.add_argument("--state", action="store_true", help="print each group's state too")
 
-    describe = action("describe", "a group's offsets and lag, or its members", _describe)
-    _group_args(describe)
+    describe = add_action(actions, "describe", "a group's offsets and lag, or its members", _describe)
+    add_group_args(describe)
     view = describe.add_mutually_exclusive_group()
     view.add_argument("--offsets", action="store_true", help="offsets and lag per partition (the default)")
     view.add_argument("--members", action="store_true", help="the group's members")
 
-    reset = action("reset-offsets", "move a group's committed offsets (dry run unless --execute)", _reset)
-    _group_args(reset)
-    target = reset.add_mutually_exclusive_group(required=True)
-    target.add_argument("--to-earliest", action="store_true", help="the log start offset")
-    target.add_argument("--to-latest", action="store_true", help="the log end offset")
-    target.add_argument("--to-offset", type=int, metavar="N", help="offset N")
-    target.add_argument("--to-datetime", metavar="ISO",
-                        help="the first offset at or after a time, e.g. 2026-11-25T10:00:00 "
-                             "(local time unless it names a zone)")
-    target.add_argument("--shift-by", type=int, metavar="N", help="the committed offset plus N (N may be negative)")
-    reset.add_argument("--topic", action="append", metavar="T[:P,P...]",
-                       help="reset only this topic (or these partitions of it); repeat for more "
-                            "(default: every partition the group has committed)")
-    reset.add_argument("--all-topics", action="store_true",
-                       help="every partition the group has committed (the default)")
-    run = reset.add_mutually_exclusive_group()
-    run.add_argument("--dry-run", action="store_true", help="print the new offsets only (the default)")
-    run.add_argument("--execute", action="store_true", help="commit the new offsets")
+    reset = add_action(actions, "reset-offsets", "move a group's committed offsets (dry run unless --execute)",
+                       _reset)
+    add_group_args(reset)
+    add_reset_args(reset, RESET_TARGETS, execute_help="commit the new offsets",
+                   dry_run_help="print the new offsets only (the default)")
 
-    delete = action("delete", "delete groups and their committed offsets", _delete)
-    _group_args(delete, many=True)
-
-
-def _group_args(parser: argparse.ArgumentParser, many: bool = False) -> None:
-    """GROUP as a positional argument or as `--group GROUP` (kafka-consumer-groups' way);
-    `many`: any number of either, `args.groups`; otherwise exactly one, `args.group`."""
-    parser.add_argument("groups", nargs="*" if many else "?", metavar="GROUP")
-    parser.add_argument("--group", dest="group_option", action="append", metavar="GROUP",
-                        help="the group" + ("; repeat for more" if many else ""))
-    parser.set_defaults(resolve_groups=many)
-
-
-def _resolve_groups(args: argparse.Namespace) -> None:
-    positional = args.groups if isinstance(args.groups, list) else [args.groups] if args.groups else []
-    groups = positional + (args.group_option or [])
-    if not groups:
-        raise UsageError("the group is missing: give GROUP or --group GROUP")
-    if args.resolve_groups:
-        args.groups = list(dict.fromkeys(groups))
-    elif len(set(groups)) > 1:
-        raise UsageError(f"one group at a time, not {', '.join(groups)}")
-    else:
-        args.group = groups[0]
-
-
-def _admin(args: argparse.Namespace) -> KafkaAdmin:
-    if hasattr(args, "resolve_groups"):
-        _resolve_groups(args)
-    return KafkaAdmin(kafka_address(args), command_config(args))
-
-
-def _table(header: tuple[str, ...], rows: list[tuple], widths: tuple[int, ...]) -> str:
-    """Left-aligned columns, each at least its `widths` entry wide and as wide as its
-    longest cell, the last one unpadded, after a blank line (Kafka's layout)."""
-    columns = len(header)
-    sizes = [max([widths[i], len(header[i])] + [len(str(r[i])) for r in rows]) for i in range(columns)]
-    lines = [""]
-    for row in [header, *rows]:
-        cells = [str(cell).ljust(sizes[i]) if i < columns - 1 else str(cell) for i, cell in enumerate(row)]
-        lines.append(" ".join(cells).rstrip())
-    return "\n".join(lines)
+    delete = add_action(actions, "delete", "delete groups and their committed offsets", _delete)
+    add_group_args(delete, many=True)
 
 
 def _list(args: argparse.Namespace) -> int:
-    groups = _admin(args).list_groups()
+    groups = connect(args).list_groups()
     if args.state:
-        print(_table(("GROUP", "STATE"), [(group_id, state) for group_id, _, state in groups], (25, 0)).lstrip("\n"))
+        print(table(("GROUP", "STATE"), [(group_id, state) for group_id, _, state in groups], (25, 0)).lstrip("\n"))
         return 0
     for group_id, _, _ in groups:
         print(group_id)
@@ -159,13 +107,13 @@ def _existing_group(admin: KafkaAdmin, group_id: str) -> tuple[Group, dict[Topic
 
 
 def _describe(args: argparse.Namespace) -> int:
-    admin = _admin(args)
+    admin = connect(args)
     group, committed = _existing_group(admin, args.group)
     if not group.members:
         print(f"\nConsumer group '{group.group_id}' has no active members.")
     if args.members:
         members = [(group.group_id, m.member_id, m.host, m.client_id, len(m.assignment)) for m in group.members]
-        print(_table(("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"), members, (15, 15, 15, 15, 12)))
+        print(table(("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"), members, (15, 15, 15, 15, 12)))
         return 0
     owner = {tp: m for m in group.members for tp in m.assignment}
     partitions = sorted(set(committed) | set(owner))
@@ -178,21 +126,9 @@ def _describe(args: argparse.Namespace) -> int:
                      MISSING if current is None else max(0, end - current),
                      member.member_id if member else MISSING, member.host if member else MISSING,
                      member.client_id if member else MISSING))
-    print(_table(("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
+    print(table(("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
                   "HOST", "CLIENT-ID"), rows, (15, 15, 10, 15, 15, 15, 15, 15, 0)))
     return 0
-
-
-def _parse_topic(value: str) -> tuple[str, list[int] | None]:
-    topic, sep, partitions = value.partition(":")
-    if not topic:
-        raise CliError(f"bad --topic {value!r}: expected TOPIC or TOPIC:P,P,...")
-    if not sep:
-        return topic, None
-    try:
-        return topic, [int(p) for p in partitions.split(",")]
-    except ValueError:
-        raise CliError(f"bad --topic {value!r}: partitions are numbers, as in {topic}:0,1") from None
 
 
 def _reset_partitions(admin: KafkaAdmin, args: argparse.Namespace,
@@ -201,21 +137,13 @@ def _reset_partitions(admin: KafkaAdmin, args: argparse.Namespace,
         return sorted(committed)
     chosen: set[TopicPartition] = set()
     for value in args.topic:
-        topic, partitions = _parse_topic(value)
+        topic, partitions = parse_topic(value)
         count = admin.partition_count(topic)
         for p in range(count) if partitions is None else partitions:
             if not 0 <= p < count:
                 raise CliError(f"topic {topic!r} has no partition {p} (it has {count})")
             chosen.add((topic, p))
     return sorted(chosen)
-
-
-def _timestamp_ms(value: str) -> int:
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise CliError(f"bad --to-datetime {value!r}: expected an ISO time such as 2026-11-25T10:00:00") from None
-    return int(moment.timestamp() * 1000)  # a naive time is local time, as Kafka's tool reads it
 
 
 def _targets(admin: KafkaAdmin, args: argparse.Namespace, partitions: list[TopicPartition],
@@ -233,7 +161,7 @@ def _targets(admin: KafkaAdmin, args: argparse.Namespace, partitions: list[Topic
     if args.to_offset is not None:
         return {tp: within(tp, args.to_offset) for tp in partitions}
     if args.to_datetime is not None:
-        found = admin.list_offsets(partitions, _timestamp_ms(args.to_datetime))
+        found = admin.list_offsets(partitions, timestamp_ms(args.to_datetime))
         return {tp: ends[tp] if found[tp] < 0 else found[tp] for tp in partitions}
     targets = {}
     for tp in partitions:
@@ -247,7 +175,7 @@ def _targets(admin: KafkaAdmin, args: argparse.Namespace, partitions: list[Topic
 def _reset(args: argparse.Namespace) -> int:
     if args.topic and args.all_topics:
         raise CliError("give --topic or --all-topics, not both")
-    admin = _admin(args)
+    admin = connect(args)
     group = admin.describe_group(args.group)
     if group.state not in INACTIVE_STATES:
         raise CliError(f"Assignments can only be reset if the group '{args.group}' is inactive, but the "
@@ -262,29 +190,20 @@ def _reset(args: argparse.Namespace) -> int:
     if args.execute:
         admin.commit(args.group, targets)
     rows = [(args.group, tp[0], tp[1], targets[tp]) for tp in partitions]
-    print(_table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"), rows, (30, 30, 10, 0)))
+    print(table(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"), rows, (30, 30, 10, 0)))
     if not args.execute and not args.dry_run:
         print("strata: dry run, nothing committed: add --execute to commit these offsets", file=sys.stderr)
     return 0
 
 
 def _delete(args: argparse.Namespace) -> int:
-    results = _admin(args).delete_groups(args.groups)
+    results = connect(args).delete_groups(args.groups)
     failed = {g: code for g, code in results.items() if code != ErrorCode.none}
     if failed:
-        reasons = "; ".join(f"group '{g}': {_reason(code)}" for g, code in failed.items())
+        reasons = "; ".join(f"group '{g}': {reason(code)}" for g, code in failed.items())
         deleted = [g for g in args.groups if g not in failed]
         done = f" (deleted: {', '.join(deleted)})" if deleted else ""
         raise CliError(f"deletion of some consumer groups failed: {reasons}{done}")
     names = ", ".join(f"'{g}'" for g in args.groups)
     print(f"Deletion of requested consumer groups ({names}) was successful.")
     return 0
-
-
-def _reason(code: ErrorCode) -> str:
-    name = code.name.upper()
-    if code == ErrorCode.non_empty_group:
-        return f"{name}: the group has active members"
-    if code == ErrorCode.group_id_not_found:
-        return f"{name}: the group does not exist"
-    return name

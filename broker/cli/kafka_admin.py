@@ -117,12 +117,13 @@ def consumer_assignment(data: bytes) -> tuple[TopicPartition, ...]:
 
 
 class KafkaAdmin:
-    def __init__(self, address: str, security: dict[str, str] | None = None):
+    def __init__(self, address: str, security: dict[str, str] | None = None, timeout: float = 30.0):
         self.address = address
         self.security = security  # --command-config's settings (TLS, SASL)
+        self.timeout = timeout  # seconds to wait for each answer
 
     def call(self, request):
-        return kafka_call(self.address, request, security=self.security)
+        return kafka_call(self.address, request, self.timeout, security=self.security)
 
     # ---- groups ------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.broker_process import BrokerProcess
-from tests.cli.test_client_commands import ok, one_error_line, strata
+from tests.cli.test_client_commands import ok, one_error_line, strata, usage_error
 from tests.cli.test_groups import rows
 from tests.kafka.conftest import create_topic, unique_name
 from tests.kafka.test_share_groups_e2e import acquire_all, heartbeat, join_member, produce, share_ack, \
@@ -44,7 +44,10 @@ def test_list_describe_reset_delete(broker):
 
         assert group in ok(cli(broker, "list")).split()
         assert [group, "Stable"] in rows(ok(cli(broker, "list", "--state")))
-        assert rows(ok(cli(broker, "describe", group))) == [[group, topic, "0", "0", "2", "4"]]
+        # Kafka 4.2's --offsets view: GROUP TOPIC PARTITION START-OFFSET LAG; --verbose adds LEADER-EPOCH
+        assert rows(ok(cli(broker, "describe", group))) == [[group, topic, "0", "2", "4"]]
+        verbose = rows(ok(cli(broker, "describe", group, "--offsets", "--verbose")))
+        assert verbose == [[group, topic, "0", "0", "2", "4"]]
         members = rows(ok(cli(broker, "describe", "--group", group, "--members")))
         assert members[0][1] == member and members[0][-1] == f"{topic}:0"
         state = rows(ok(cli(broker, "describe", group, "--state", "--verbose")))
@@ -55,12 +58,80 @@ def test_list_describe_reset_delete(broker):
 
         share_fetch(w, group, member, -1, None)
         heartbeat(w, group, member, -1, None)
-    result = cli(broker, "describe", group)
+    result = cli(broker, "describe", group, "--state")
     assert result.returncode == 0 and b"has no active members" in result.stderr
+    assert rows(result.stdout.decode())[0][-2:] == ["Empty", "0"]
     assert rows(ok(cli(broker, "reset-offsets", group, "--to-offset", "1", "--execute"))) == \
         [[group, topic, "0", "1"]]
     result = cli(broker, "describe", group)
-    assert result.returncode == 0 and rows(result.stdout.decode())[0][4] == "1"
+    assert result.returncode == 0 and rows(result.stdout.decode())[0][3] == "1"
     assert f"Deletion of requested share groups ('{group}') was successful." in ok(cli(broker, "delete", group))
     assert group not in ok(cli(broker, "list")).split()
     assert "does not exist" in one_error_line(cli(broker, "describe", group))
+
+
+def header(out: str) -> list[str]:
+    return next(line.split() for line in out.splitlines() if line.startswith("GROUP"))
+
+
+def test_views_filters_dry_run_and_delete_offsets_as_kafka_4_2(broker):
+    topic = create_topic(broker.bootstrap, unique_name("sq"), 2)
+    group, other = unique_name("sg"), unique_name("sg")
+    with KafkaWire(broker.host, broker.kafka_port) as w:
+        tid = topic_id_of(w, topic)
+        member, _ = join_member(w, group, topic)
+        assert share_fetch(w, group, member, 0, tid, partitions=(0, 1)).error_code == 0
+        quiet, _ = join_member(w, other, topic)
+
+        # --members: Kafka's headers, the assignment as topic:0,1
+        out = ok(cli(broker, "describe", group, "--members", "--verbose"))
+        assert header(out) == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "MEMBER-EPOCH",
+                               "ASSIGNMENT"]
+        assert rows(out)[0][4] == "2" and rows(out)[0][-1] == f"{topic}:0,1"
+        # --state: --verbose puts the epochs before #MEMBERS
+        out = ok(cli(broker, "describe", group, "--state", "--verbose"))
+        assert header(out) == ["GROUP", "COORDINATOR", "(ID)", "STATE", "GROUP-EPOCH", "ASSIGNMENT-EPOCH",
+                               "#MEMBERS"]
+        assert rows(out)[0][-1] == "1"
+        assert header(ok(cli(broker, "describe", group, "--state"))) == ["GROUP", "COORDINATOR", "(ID)", "STATE",
+                                                                         "#MEMBERS"]
+        # several groups, and --all-groups, one table each in group order
+        out = ok(cli(broker, "describe", group, "--group", other, "--members"))
+        assert [r[0] for r in rows(out) if r[0] in (group, other)] == sorted([group, other])
+        assert group in ok(cli(broker, "describe", "--all-groups", "--state"))
+        assert "not both" in usage_error(cli(broker, "describe", group, "--all-groups"), "share-groups describe")
+
+        # list --state STATES filters; a state Kafka does not know is an error
+        assert group in [r[0] for r in rows(ok(cli(broker, "list", "--state", "stable,Empty")))]
+        assert group not in ok(cli(broker, "list", "--state", "Empty"))
+        assert "Valid states are: Empty, Stable, Dead" in one_error_line(cli(broker, "list", "--state", "Busy"))
+
+        for m, g in ((member, group), (quiet, other)):
+            share_fetch(w, g, m, -1, None)
+            heartbeat(w, g, m, -1, None)
+    produce(broker.bootstrap, topic, 3)
+
+    # an Empty group: the note on stderr, and no members table
+    result = cli(broker, "describe", group, "--members")
+    assert result.returncode == 0 and b"has no active members" in result.stderr and b"GROUP" not in result.stdout
+    # reset-offsets needs --dry-run or --execute, as kafka-share-groups.sh
+    assert "--dry-run" in usage_error(cli(broker, "reset-offsets", group, "--to-latest"), "share-groups reset-offsets")
+    before = rows(ok(cli(broker, "describe", group)))
+    planned = ok(cli(broker, "reset-offsets", group, "--to-latest", "--dry-run", "--topic", f"{topic}:1"))
+    assert header(planned) == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
+    assert rows(planned) == [[group, topic, "1", "0"]]
+    assert rows(ok(cli(broker, "describe", group))) == before  # nothing written
+    assert "not both" in one_error_line(cli(broker, "reset-offsets", group, "--to-latest", "--execute",
+                                            "--all-topics", "--topic", topic))
+
+    # delete-offsets: a TOPIC STATUS table
+    out = ok(cli(broker, "delete-offsets", group, "--topic", topic))
+    assert [line.split() for line in out.splitlines() if line.strip()] == [["TOPIC", "STATUS"], [topic, "Successful"]]
+    assert f"Share group '{group}' has no offset information." in ok(cli(broker, "describe", group))
+
+    # delete: the groups that can go go; the others are named
+    missing = unique_name("nope")
+    err = one_error_line(cli(broker, "delete", other, missing))
+    assert f"Group '{missing}' is not a share group." in err and f"deleted: {other}" in err
+    assert f"Deletion of requested share groups ('{group}') was successful." in ok(cli(broker, "delete", "--group",
+                                                                                     group))
