@@ -74,7 +74,7 @@ import structlog
 
 from broker.state import internal_topics
 from broker.state.internal_topics import INTERNAL_TOPIC_CONFIGS, OFFSETS_TOPIC
-from broker.state.json_files import damaged, encode_document, read_document
+from broker.state.json_files import damaged, read_document, write_document
 from kafka_format.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -87,7 +87,6 @@ from kafka_format.errors import (
 )
 from kafka_format.topic_names import validate_topic_name
 from storage.config import LogConfig, check_remote_storage_change
-from storage.fileutil import atomic_write
 from storage.manager import LogManager
 
 REGISTRY_FILE = "strata-topics.json"
@@ -550,16 +549,9 @@ class TopicRegistry:
         doc = {"version": FORMAT_VERSION,
                "topics": {name: topics[name].to_json() for name in sorted(topics)},
                "deleting": list(deleting)}
-        data = encode_document(doc)
         manager = self._manager
-        try:
-            if use_reserve and manager is not None:
-                manager.space_reserve.run("topic registry write", lambda: atomic_write(self.path, data))
-            else:
-                atomic_write(self.path, data)
-        except OSError as e:
-            raise KafkaStorageError(
-                f"cannot write the topic registry {self.path}: {e.strerror or e}") from None
+        write_document(self.path, "topic registry", doc,
+                       reserve=manager.space_reserve if use_reserve and manager is not None else None)
 
     def _publish(self, topics: Mapping[str, Topic], deleting: tuple[str, ...]) -> None:
         """Make `topics` and `deleting` the registry's state (lock held)."""
