@@ -174,11 +174,14 @@ class BrokerApp:
                 state = await _read_state_files(config, blocking, kafka=kafka)
                 registry = state.registry
                 remote_config = compose.remote_log_config(config)  # a bad rsm.config.* fails before recovery
+                # With tiered storage the manager leaves the remote log metadata's directory
+                # alone and the retention of tiered topics to the Tiering's pass.
+                tiered = remote_config.system_enable
                 manager = LogManager(config.data_dir, config_for=registry.log_config,
                                      recovery_threads=config.num_recovery_threads_per_data_dir,
-                                     cleaner=_cleaner_config(config))
-                if remote_config.system_enable:
-                    manager.reserved_dirs = RESERVED_DIRS
+                                     cleaner=_cleaner_config(config),
+                                     reserved_dirs=RESERVED_DIRS if tiered else frozenset(),
+                                     retention_elsewhere=Tiering.is_tiered if tiered else None)
                 await blocking(manager.startup, registry.owns)
                 opened = True
                 _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line

@@ -117,14 +117,14 @@ def remote_log_config(config: BrokerConfig) -> RemoteLogConfig:
 def open_tiering(config: BrokerConfig, manager: LogManager, registry: TopicRegistry) -> Tiering | None:
     """Tiered storage (broker/core/tiering.py), blocking: the remote log metadata and
     the remote store client, after the data directory is open; None when
-    remote.log.storage.system.enable is false. The LogManager leaves the metadata's
-    directory alone (`reserved_dirs`, set before its startup) and skips the
-    retention of tiered topics, which the Tiering's pass runs."""
+    remote.log.storage.system.enable is false. The LogManager, made with tiered
+    storage in mind (broker/app.py: `reserved_dirs`, `retention_elsewhere`), leaves
+    the metadata's directory alone and the retention of tiered topics to the
+    Tiering's pass."""
     remote = remote_log_config(config)
     if not remote.system_enable:
         return None
     tiering = Tiering.open(remote, config.data_dir, manager, registry.topic_id)
-    manager.retention_elsewhere = tiering.retention_elsewhere
     registry.remote_storage_disabled = lambda topic: tiering.delete_topic(topic.name, topic.topic_id,
                                                                           topic.partitions)
     return tiering

@@ -105,7 +105,8 @@ TopicPartition = tuple[str, int]
 class LogManager:
     def __init__(self, data_dir: str, *, config_for: Callable[[str], LogConfig],
                  clock: SystemClock = SYSTEM_CLOCK, recovery_threads: int = DEFAULT_RECOVERY_THREADS,
-                 cleaner: CleanerConfig | None = None):
+                 cleaner: CleanerConfig | None = None, reserved_dirs: frozenset[str] = frozenset(),
+                 retention_elsewhere: Callable[[Log], bool] | None = None):
         if recovery_threads < 1:
             raise ValueError(f"recovery_threads must be at least 1, not {recovery_threads}")
         self.data_dir = os.path.abspath(data_dir)
@@ -137,10 +138,10 @@ class LogManager:
         # Directories of the data directory that are not partition logs although named
         # like one (the remote log metadata's `__remote_log_metadata-0`): never opened,
         # adopted or set aside by the scan.
-        self.reserved_dirs: frozenset[str] = frozenset()
+        self.reserved_dirs = reserved_dirs
         # Logs whose retention runs elsewhere (a tiered topic's, by its RemotePartition's
         # local retention pass): skipped by `delete_old_segments`.
-        self.retention_elsewhere: Callable[[Log], bool] = lambda _log: False
+        self.retention_elsewhere: Callable[[Log], bool] = retention_elsewhere or (lambda _log: False)
 
     # ---- start and stop ------------------------------------------------------------
 
