@@ -78,7 +78,7 @@ from broker.net.heap import keep_freed_memory
 from broker.net.listeners import KAFKA, NATIVE, Listener
 from broker.net.server import BoundPort, BrokerServer, HandshakeFailures, ServerStats, format_address, sendfile_stats
 from broker.net.tls import ServerTls
-from broker.state.topic_registry import TopicRegistry
+from broker.state.topic_registry import Topic, TopicRegistry
 from kafka_format.errors import StrataError
 from storage.log_cleaner import CleanerConfig, LogCleaner
 from storage.manager import LogManager
@@ -171,7 +171,8 @@ class BrokerApp:
                 # The state files first (reads only): a damaged one fails the start at
                 # once, before the logs are locked and recovered. Files they lack are
                 # created once the directory is locked.
-                state = await _read_state_files(config, blocking, kafka=kafka)
+                state = await _read_state_files(config, blocking, kafka=kafka,
+                                                remote_storage_disabled=self._remote_storage_disabled)
                 registry = state.registry
                 remote_config = compose.remote_log_config(config)  # a bad rsm.config.* fails before recovery
                 # With tiered storage the manager leaves the remote log metadata's directory
@@ -262,6 +263,12 @@ class BrokerApp:
                  data_dir=config.data_dir,
                  topics=len(registry.names()), settings=_loggable(config.explicit()))
         return self.address
+
+    def _remote_storage_disabled(self, topic: Topic) -> None:
+        """A topic's remote.storage.enable turned off (with remote.log.delete.on.disable;
+        blocking, from the topic registry): tiered storage deletes its remote data."""
+        if self.tiering is not None:
+            self.tiering.delete_topic(topic.name, topic.topic_id, topic.partitions)
 
     def _built(self) -> MetricSources | None:
         """The built broker for the metrics (broker/admin/metrics.py); None until `start` built it."""
@@ -411,14 +418,16 @@ def _listener_setups(config: BrokerConfig, bad_requests: BadRequestLog) -> list[
 
 
 async def _read_state_files(config: BrokerConfig, blocking: Callable[..., Awaitable[Any]], *,
-                            kafka: bool) -> StateFiles:
+                            kafka: bool, remote_storage_disabled: Callable[[Topic], None]) -> StateFiles:
     """The state files, read only (the data directory is not locked yet): dynamic broker
-    configs, the topic registry, SCRAM credentials, client quotas, ACLs and, with a
-    Kafka listener, group configs and the Kafka listener state."""
+    configs, the topic registry (`remote_storage_disabled`: its call when a topic stops
+    being tiered), SCRAM credentials, client quotas, ACLs and, with a Kafka listener,
+    group configs and the Kafka listener state."""
     broker_configs = await blocking(DynamicBrokerConfigs.open, config.data_dir, NODE_ID,
                                     config.log_props(), default_props())
     registry = TopicRegistry(config.data_dir, broker_configs.log_defaults(), num_partitions=config.num_partitions,
-                             remote_storage_system_enable=config["remote.log.storage.system.enable"])
+                             remote_storage_system_enable=config["remote.log.storage.system.enable"],
+                             remote_storage_disabled=remote_storage_disabled)
     await blocking(registry.load)
     credentials = await blocking(ScramCredentialStore.open, config.data_dir)
     quotas = await blocking(lambda: ClientQuotas.open(

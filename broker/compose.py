@@ -5,6 +5,9 @@ what it needs when it is made.
 directory open (BrokerApp.start, broker/app.py, keeps that order and the life cycle):
 the partition service both protocols share, the SASL authenticator, the listeners, the
 native handlers, the Kafka side (`build_kafka`), and one BrokerServer per listener.
+The broker's BadRequestLog and each listener's ServerStats are made before it, with the
+listeners' TLS contexts, which report failed handshakes to them (`_listener_setups`,
+broker/app.py). Nothing here sets an attribute on an object after making it.
 `build_kafka` makes the Kafka listener's coordinators and KafkaApis, then calls every
 Kafka API module's `register` in order (a later module's key replaces an earlier one's:
 the transaction handlers' InitProducerId replaces the core's).
@@ -124,10 +127,7 @@ def open_tiering(config: BrokerConfig, manager: LogManager, registry: TopicRegis
     remote = remote_log_config(config)
     if not remote.system_enable:
         return None
-    tiering = Tiering.open(remote, config.data_dir, manager, registry.topic_id)
-    registry.remote_storage_disabled = lambda topic: tiering.delete_topic(topic.name, topic.topic_id,
-                                                                          topic.partitions)
-    return tiering
+    return Tiering.open(remote, config.data_dir, manager, registry.topic_id)
 
 
 def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Executor,

@@ -79,7 +79,8 @@ def new_topic_id() -> str:
 
 class TopicRegistry:
     def __init__(self, data_dir: str, defaults: LogConfig, *, num_partitions: int = 1,
-                 remote_storage_system_enable: bool = False):
+                 remote_storage_system_enable: bool = False,
+                 remote_storage_disabled: Callable[[Topic], None] | None = None):
         self.path = os.path.join(data_dir, REGISTRY_FILE)
         self.defaults = defaults
         self.num_partitions = num_partitions
@@ -88,8 +89,8 @@ class TopicRegistry:
         self.remote_storage_system_enable = remote_storage_system_enable
         # Called (blocking) once a topic's remote.storage.enable is turned off (with
         # remote.log.delete.on.disable, which check_remote_storage_change requires):
-        # tiered storage deletes the topic's remote data (broker/compose.py).
-        self.remote_storage_disabled: Callable[[Topic], None] | None = None
+        # tiered storage deletes the topic's remote data (broker/app.py).
+        self.remote_storage_disabled = remote_storage_disabled
         self._topics: Mapping[str, Topic] = MappingProxyType({})
         self._deleting: tuple[str, ...] = ()
         self._lock = threading.RLock()
