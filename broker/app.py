@@ -67,19 +67,20 @@ from typing import Any
 import structlog
 
 from broker.admin.http_port import AdminServer
-from broker.admin.metrics import BrokerMetrics, CountingExecutor
+from broker.admin.metrics import BrokerMetrics, CountingExecutor, MetricSources
 from broker.config.broker_config import BrokerConfig
 from broker.config.dynamic_broker_configs import DynamicBrokerConfigs
 from broker.config.group_configs import GroupConfigs
 from broker.config.keys import default_props, is_secret
 from broker.core.quotas import ClientQuotas
+from broker.net.bad_request_log import BadRequestLog
 from broker.net.heap import keep_freed_memory
 from broker.net.listeners import KAFKA, NATIVE, Listener
-from broker.net.server import BoundPort, BrokerServer, format_address, sendfile_stats
+from broker.net.server import BoundPort, BrokerServer, HandshakeFailures, ServerStats, format_address, sendfile_stats
 from broker.net.tls import ServerTls
-from broker.state.topic_registry import TopicRegistry
+from broker.state.topic_registry import Topic, TopicRegistry
 from kafka_format.errors import StrataError
-from storage.log_cleaner import LogCleaner
+from storage.log_cleaner import CleanerConfig, LogCleaner
 from storage.manager import LogManager
 from storage.open_files import OPEN_FILES, raise_nofile_limit
 
@@ -129,6 +130,7 @@ class BrokerApp:
         self.tiering: Tiering | None = None  # tiered storage (broker/core/tiering.py)
         self.cleaner: LogCleaner | None = None
         self._cleaner_executor: ThreadPoolExecutor | None = None
+        self._metric_sources: MetricSources | None = None  # what /metrics reads, once built
         self._stopped = False
 
     # ---- start ------------------------------------------------------------------------------
@@ -136,10 +138,14 @@ class BrokerApp:
     async def start(self) -> tuple[str, int]:
         config = self.config
         loop = asyncio.get_running_loop()
-        setups = _listener_setups(config)  # TLS contexts first: a bad keystore fails before any work
+        # Bad requests of every listener, logged rate-limited (broker/net/bad_request_log.py);
+        # the TLS listeners log their failed handshakes to it.
+        bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
+        # TLS contexts first: a bad keystore fails before any work.
+        setups = _listener_setups(config, bad_requests)
         open_files = _set_open_files_limit(config.max_open_files)
         if config.admin_port >= 0:
-            self.metrics = BrokerMetrics()
+            self.metrics = BrokerMetrics(self._built)
         metrics = self.metrics
         # With metrics, the I/O threads count their jobs (broker/admin/metrics.py).
         executor_class = CountingExecutor if config.admin_port >= 0 else ThreadPoolExecutor
@@ -165,13 +171,18 @@ class BrokerApp:
                 # The state files first (reads only): a damaged one fails the start at
                 # once, before the logs are locked and recovered. Files they lack are
                 # created once the directory is locked.
-                state = await _read_state_files(config, blocking, kafka=kafka)
+                state = await _read_state_files(config, blocking, kafka=kafka,
+                                                remote_storage_disabled=self._remote_storage_disabled)
                 registry = state.registry
                 remote_config = compose.remote_log_config(config)  # a bad rsm.config.* fails before recovery
+                # With tiered storage the manager leaves the remote log metadata's directory
+                # alone and the retention of tiered topics to the Tiering's pass.
+                tiered = remote_config.system_enable
                 manager = LogManager(config.data_dir, config_for=registry.log_config,
-                                     recovery_threads=config.num_recovery_threads_per_data_dir)
-                if remote_config.system_enable:
-                    manager.reserved_dirs = RESERVED_DIRS
+                                     recovery_threads=config.num_recovery_threads_per_data_dir,
+                                     cleaner=_cleaner_config(config),
+                                     reserved_dirs=RESERVED_DIRS if tiered else frozenset(),
+                                     retention_elsewhere=Tiering.is_tiered if tiered else None)
                 await blocking(manager.startup, registry.owns)
                 opened = True
                 _log_open_files_limit(*open_files)  # after the lock: a busy data dir stays one line
@@ -181,7 +192,8 @@ class BrokerApp:
                     state = dataclasses.replace(state, kafka_state=await blocking(KafkaState.create,
                                                                                   config.data_dir))
                 self.tiering = await blocking(compose.open_tiering, config, manager, registry)
-                broker = compose.build(config, loop, self.executor, metrics, manager, state, ports, self.tiering)
+                broker = compose.build(config, loop, self.executor, metrics, manager, state, ports, self.tiering,
+                                       bad_requests=bad_requests)
                 servers = broker.servers
                 await blocking(broker.partitions.offsets.load, manager.logs())
                 if broker.transactions is not None:
@@ -201,12 +213,13 @@ class BrokerApp:
             self.address = self.server.address
             if self.kafka_server is not None:
                 self.kafka_address = self.kafka_server.address
-            if metrics is not None:
-                metrics.attach(manager=manager, offsets=broker.partitions.offsets,
-                               servers={(listener.spec.protocol, listener.name): server
-                                        for server, listener in zip(servers, self.listeners, strict=True)},
-                               memory=broker.memory, cleaner=lambda: self.cleaner, executor=self.executor,
-                               quotas=broker.partitions.quotas, tiering=self.tiering)
+            # The one transition of what /metrics reads: from nothing to the built broker.
+            self._metric_sources = MetricSources(
+                manager=manager, offsets=broker.partitions.offsets,
+                servers={(listener.spec.protocol, listener.name): server
+                         for server, listener in zip(servers, self.listeners, strict=True)},
+                memory=broker.memory, executor=self.executor, quotas=broker.partitions.quotas,
+                tiering=self.tiering, shares=broker.shares)
             for server in servers:
                 await server.start_serving()
         except BaseException:
@@ -221,7 +234,7 @@ class BrokerApp:
                 await blocking(manager.shutdown)
             self.executor.shutdown(wait=True)
             raise
-        self.manager, self.registry = manager, registry
+        self.manager, self.registry, self.cleaner = manager, registry, manager.cleaner
         self._tasks = [
             loop.create_task(self._every("flush", config.flush_interval_ms, manager.flush_due)),
             loop.create_task(self._every("checkpoint", config.checkpoint_interval_ms,
@@ -237,8 +250,8 @@ class BrokerApp:
             # Copying, local and remote retention of tiered partitions (broker/core/tiering.py).
             self._tasks.append(loop.create_task(self._every("tiering", self.tiering.config.task_interval_ms,
                                                             self.tiering.run_pass)))
-        if config.cleaner_enable:
-            self._tasks.append(loop.create_task(self._clean_logs(manager)))
+        if manager.cleaner is not None:  # log.cleaner.enable
+            self._tasks.append(loop.create_task(self._clean_logs(manager.cleaner)))
         if any(listener.tls is not None for listener in self.listeners):
             self._tasks.append(loop.create_task(self._reload_certificates()))
         self.ready = True
@@ -250,6 +263,16 @@ class BrokerApp:
                  data_dir=config.data_dir,
                  topics=len(registry.names()), settings=_loggable(config.explicit()))
         return self.address
+
+    def _remote_storage_disabled(self, topic: Topic) -> None:
+        """A topic's remote.storage.enable turned off (with remote.log.delete.on.disable;
+        blocking, from the topic registry): tiered storage deletes its remote data."""
+        if self.tiering is not None:
+            self.tiering.delete_topic(topic.name, topic.topic_id, topic.partitions)
+
+    def _built(self) -> MetricSources | None:
+        """The built broker for the metrics (broker/admin/metrics.py); None until `start` built it."""
+        return self._metric_sources
 
     def _ready_detail(self) -> list[str]:
         """/health/ready's detail: tiered storage's copy lag and the store's state."""
@@ -292,18 +315,16 @@ class BrokerApp:
                     except Exception:
                         log.exception("periodic_task_failed", task="tls-reload", listener=listener.name)
 
-    async def _clean_logs(self, manager: LogManager) -> None:
+    async def _clean_logs(self, cleaner: LogCleaner) -> None:
         """The log cleaner (storage/log_cleaner.py) on its own thread, so a long clean
         never holds one of the request threads: it cleans while a log qualifies, then
         sleeps log.cleaner.backoff.ms. Shutdown stops it between two reads."""
         loop = asyncio.get_running_loop()
         config = self.config
         self._cleaner_executor = ThreadPoolExecutor(1, thread_name_prefix="strata-cleaner")
-        self.cleaner = manager.cleaner = LogCleaner(manager, dedupe_buffer_size=config.cleaner_dedupe_buffer_size,
-                                                    io_buffer_size=config.cleaner_io_buffer_size)
         while True:
             try:
-                cleaned = await loop.run_in_executor(self._cleaner_executor, self.cleaner.clean_once)
+                cleaned = await loop.run_in_executor(self._cleaner_executor, cleaner.clean_once)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -362,9 +383,18 @@ class BrokerApp:
                  appends=appends)
 
 
-def _listener_setups(config: BrokerConfig) -> list[ListenerSetup]:
+def _cleaner_config(config: BrokerConfig) -> CleanerConfig | None:
+    """The LogManager's cleaner settings; None with log.cleaner.enable false (no cleaner)."""
+    if not config.cleaner_enable:
+        return None
+    return CleanerConfig(dedupe_buffer_size=config.cleaner_dedupe_buffer_size,
+                         io_buffer_size=config.cleaner_io_buffer_size)
+
+
+def _listener_setups(config: BrokerConfig, bad_requests: BadRequestLog) -> list[ListenerSetup]:
     """The configured listeners, each SSL one with its TLS context built (a bad
-    keystore, truststore or TLS setting fails the start with a one-line message)."""
+    keystore, truststore or TLS setting fails the start with a one-line message)
+    and reporting failed handshakes to its listener's stats and `bad_requests`."""
     from broker.net.tls import settings_for
     from kafka_format.errors import InvalidConfigError
 
@@ -372,28 +402,32 @@ def _listener_setups(config: BrokerConfig) -> list[ListenerSetup]:
     for spec in config.listeners:
         tls = mapper = None
         where = f"{spec.protocol} listener {spec.name}"
+        stats = ServerStats()
         try:
             if spec.tls:
-                tls = ServerTls(settings_for(config.values, spec.name), where)
+                tls = ServerTls(settings_for(config.values, spec.name), where,
+                                on_handshake_failure=HandshakeFailures(spec.name, stats, bad_requests))
                 rules = (config.values.get(f"listener.name.{spec.name.lower()}.ssl.principal.mapping.rules")
                          or config["ssl.principal.mapping.rules"])
                 mapper = SslPrincipalMapper(rules)
             sasl = listener_sasl(config.values, spec.name, spec.security_protocol)
         except (InvalidConfigError, ValueError) as e:
             raise StartupError(f"invalid configuration: {e} ({where})") from None
-        out.append(ListenerSetup(spec, tls, sasl=sasl, principal_mapper=mapper))
+        out.append(ListenerSetup(spec, tls, sasl=sasl, principal_mapper=mapper, stats=stats))
     return out
 
 
 async def _read_state_files(config: BrokerConfig, blocking: Callable[..., Awaitable[Any]], *,
-                            kafka: bool) -> StateFiles:
+                            kafka: bool, remote_storage_disabled: Callable[[Topic], None]) -> StateFiles:
     """The state files, read only (the data directory is not locked yet): dynamic broker
-    configs, the topic registry, SCRAM credentials, client quotas, ACLs and, with a
-    Kafka listener, group configs and the Kafka listener state."""
+    configs, the topic registry (`remote_storage_disabled`: its call when a topic stops
+    being tiered), SCRAM credentials, client quotas, ACLs and, with a Kafka listener,
+    group configs and the Kafka listener state."""
     broker_configs = await blocking(DynamicBrokerConfigs.open, config.data_dir, NODE_ID,
                                     config.log_props(), default_props())
     registry = TopicRegistry(config.data_dir, broker_configs.log_defaults(), num_partitions=config.num_partitions,
-                             remote_storage_system_enable=config["remote.log.storage.system.enable"])
+                             remote_storage_system_enable=config["remote.log.storage.system.enable"],
+                             remote_storage_disabled=remote_storage_disabled)
     await blocking(registry.load)
     credentials = await blocking(ScramCredentialStore.open, config.data_dir)
     quotas = await blocking(lambda: ClientQuotas.open(

@@ -5,6 +5,9 @@ what it needs when it is made.
 directory open (BrokerApp.start, broker/app.py, keeps that order and the life cycle):
 the partition service both protocols share, the SASL authenticator, the listeners, the
 native handlers, the Kafka side (`build_kafka`), and one BrokerServer per listener.
+The broker's BadRequestLog and each listener's ServerStats are made before it, with the
+listeners' TLS contexts, which report failed handshakes to them (`_listener_setups`,
+broker/app.py). Nothing here sets an attribute on an object after making it.
 `build_kafka` makes the Kafka listener's coordinators and KafkaApis, then calls every
 Kafka API module's `register` in order (a later module's key replaces an earlier one's:
 the transaction handlers' InitProducerId replaces the core's).
@@ -14,10 +17,8 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-
-import structlog
 
 from broker.admin.metrics import BrokerMetrics, camel_name
 from broker.config.broker_config import BrokerConfig
@@ -31,7 +32,7 @@ from broker.net.connection_rates import ConnectionRates
 from broker.net.listeners import KAFKA, Listener, ListenerSpec
 from broker.net.request_handlers import PerConnection, RequestHandlers
 from broker.net.request_memory import RequestMemory
-from broker.net.server import BoundPort, BrokerServer
+from broker.net.server import BoundPort, BrokerServer, ServerStats
 from broker.state.topic_registry import TopicRegistry
 from protocol import RequestType
 from storage.manager import LogManager
@@ -69,12 +70,14 @@ from .security.sasl import SaslAuthenticator
 @dataclass(frozen=True)
 class ListenerSetup:
     """A configured listener checked before anything starts: its TLS contexts
-    (broker.net.tls.ServerTls), SASL settings and SSL principal mapper."""
+    (broker.net.tls.ServerTls), SASL settings and SSL principal mapper, and the
+    counters its BrokerServer keeps (made first: its TLS counts failed handshakes)."""
 
     spec: ListenerSpec
     tls: Any = None
     sasl: Any = None
     principal_mapper: Any = None
+    stats: ServerStats = field(default_factory=ServerStats)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,7 @@ class Broker:
     servers: list[BrokerServer]  # one per listener, in `listeners`' order
     memory: RequestMemory
     tiering: Tiering | None = None  # with remote.log.storage.system.enable
+    shares: share_groups.ShareGroups | None = None  # with a Kafka listener (its share-group metrics)
 
 
 def remote_log_config(config: BrokerConfig) -> RemoteLogConfig:
@@ -116,26 +120,25 @@ def remote_log_config(config: BrokerConfig) -> RemoteLogConfig:
 def open_tiering(config: BrokerConfig, manager: LogManager, registry: TopicRegistry) -> Tiering | None:
     """Tiered storage (broker/core/tiering.py), blocking: the remote log metadata and
     the remote store client, after the data directory is open; None when
-    remote.log.storage.system.enable is false. The LogManager leaves the metadata's
-    directory alone (`reserved_dirs`, set before its startup) and skips the
-    retention of tiered topics, which the Tiering's pass runs."""
+    remote.log.storage.system.enable is false. The LogManager, made with tiered
+    storage in mind (broker/app.py: `reserved_dirs`, `retention_elsewhere`), leaves
+    the metadata's directory alone and the retention of tiered topics to the
+    Tiering's pass."""
     remote = remote_log_config(config)
     if not remote.system_enable:
         return None
-    tiering = Tiering.open(remote, config.data_dir, manager, registry.topic_id)
-    manager.retention_elsewhere = tiering.retention_elsewhere
-    registry.remote_storage_disabled = lambda topic: tiering.delete_topic(topic.name, topic.topic_id,
-                                                                          topic.partitions)
-    return tiering
+    return Tiering.open(remote, config.data_dir, manager, registry.topic_id)
 
 
 def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Executor,
           metrics: BrokerMetrics | None, manager: LogManager, state: StateFiles,
-          ports: list[tuple[ListenerSetup, BoundPort]], tiering: Tiering | None = None) -> Broker:
+          ports: list[tuple[ListenerSetup, BoundPort]], tiering: Tiering | None = None, *,
+          bad_requests: BadRequestLog) -> Broker:
+    """`bad_requests`: the bad requests of every listener, logged rate-limited
+    (broker/net/bad_request_log.py); made first, as the TLS listeners log failed
+    handshakes to it."""
     partitions = PartitionService(config, manager, state.registry, executor, loop, metrics=metrics,
                                   authorizer=state.authorizer, quotas=state.quotas, tiering=tiering)
-    # Bad requests of both listeners, logged rate-limited (broker/net/bad_request_log.py).
-    bad_requests = BadRequestLog(structlog.get_logger("strata.handlers"), loop=loop)
     # SASL, broker-wide: the SCRAM credentials, the failure delay and the failed-login
     # log; each SASL_* listener points at it.
     authenticator = SaslAuthenticator(loop, bad_requests, config["connection.failed.authentication.delay.ms"],
@@ -144,7 +147,7 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
                           authenticator=authenticator if setup.sasl is not None else None,
                           principal_mapper=setup.principal_mapper) for setup, port in ports]
     handlers = Handlers(partitions, bad_requests, listeners)
-    kafka = txn = None
+    kafka = txn = shares = None
     kafka_listeners = [listener for listener in listeners if listener.spec.protocol == KAFKA]
     if kafka_listeners:
         assert state.kafka_state is not None
@@ -153,7 +156,7 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
         # a native listener that took any free port (broker/cli/addresses.py).
         native_bound = ",".join(f"{listener.name}://{':'.join(map(str, listener.described))}"
                                 for listener in listeners if listener.spec.protocol != KAFKA)
-        kafka, txn = build_kafka(partitions, bad_requests, advertised=kafka_listeners[0].advertised,
+        kafka, txn, shares = build_kafka(partitions, bad_requests, advertised=kafka_listeners[0].advertised,
                                  native_bound=native_bound, state=state.kafka_state, group_configs=state.group_configs,
                                  broker_configs=state.broker_configs, authenticator=authenticator)
     # One memory pool, one set of connection limits and one bad-request log for
@@ -172,7 +175,7 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
         native_stats = metrics.requests_for("native", {t.value: camel_name(t.name) for t in RequestType})
         kafka_stats = metrics.requests_for("kafka", {k.value: camel_name(k.name) for k in ApiKey})
 
-    def server_for(listener: Listener, port: BoundPort) -> BrokerServer:
+    def server_for(listener: Listener, setup: ListenerSetup, port: BoundPort) -> BrokerServer:
         api: RequestHandlers | PerConnection = handlers
         stats = native_stats
         if kafka is not None and listener.spec.protocol == KAFKA:
@@ -182,19 +185,20 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
                             max_queued_requests=config.max_queued_requests,
                             write_buffer_high=config.write_buffer_high, bad_requests=bad_requests,
                             memory=memory, limits=connection_limits, rates=connection_rates,
-                            idle_ms=config.connections_max_idle_ms)
+                            idle_ms=config.connections_max_idle_ms, stats=setup.stats)
 
-    servers = [server_for(listener, port) for listener, (_, port) in zip(listeners, ports, strict=True)]
+    servers = [server_for(listener, setup, port) for listener, (setup, port) in zip(listeners, ports, strict=True)]
     return Broker(partitions, bad_requests, authenticator, listeners, handlers, kafka, txn, servers, memory,
-                  tiering)
+                  tiering, shares)
 
 
 def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, advertised: tuple[str, int],
                 native_bound: str, state: KafkaState, group_configs: GroupConfigs | None,
                 broker_configs: DynamicBrokerConfigs | None,
-                authenticator: SaslAuthenticator | None) -> tuple[KafkaApis, TransactionCoordinator]:
+                authenticator: SaslAuthenticator | None
+                ) -> tuple[KafkaApis, TransactionCoordinator, share_groups.ShareGroups]:
     """The Kafka listener's request handling: its coordinators, KafkaApis and every API
-    module's handlers, registered in order."""
+    module's handlers, registered in order; with the share groups (their metrics)."""
     classic_groups, consumer_groups = groups.coordinators(partitions.config, partitions.loop, partitions.registry,
                                                           partitions.offsets, group_configs, partitions.blocking)
     apis = KafkaApis(partitions, bad_requests, advertised=advertised, native_bound=native_bound, state=state,
@@ -207,8 +211,6 @@ def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, ad
     # Share groups (KIP-932): the share-state store and SharePartitionManager live in
     # ShareGroups; the groups APIs list, describe and delete share groups through it.
     shares = share_groups.ShareGroups(apis)
-    if partitions.metrics is not None:
-        partitions.metrics.attach(shares=shares)  # the share-group metrics (broker/metrics.py)
     groups.register(apis, classic_groups, consumer_groups, shares)
     transactions.register(apis, coordinator, init_producer_id=core.init_producer_id)
     cluster.register(apis)
@@ -223,7 +225,7 @@ def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, ad
     client_quotas.register(apis)
     acls.register(apis)
     share_groups.register(apis, shares)
-    return apis, coordinator
+    return apis, coordinator, shares
 
 
 __all__ = ["Broker", "ListenerSetup", "StateFiles", "build", "build_kafka", "open_tiering", "remote_log_config"]

@@ -1,9 +1,11 @@
 """The log cleaner of a data directory (Kafka's LogCleaner, one cleaner thread).
 
 Contract:
-- `LogCleaner(manager, dedupe_buffer_size=..., io_buffer_size=...)` owns the
+- `LogCleaner(data_dir, logs, dedupe_buffer_size=..., io_buffer_size=...)` owns the
   offset map (memory: the dedupe buffer), one Cleaner and the
-  LogCleanerManager (choice of log, `cleaner-offset-checkpoint`).
+  LogCleanerManager (choice of log, `cleaner-offset-checkpoint`). `logs()` is the
+  data directory's logs by (topic, partition); it is all the cleaner knows of the
+  LogManager, which makes its cleaner from a `CleanerConfig` (storage/manager.py).
 - `clean_once()` cleans the dirtiest compacted log, if one qualifies, and returns
   whether it did; the broker runs it in an executor thread and sleeps
   `log.cleaner.backoff.ms` when it returns False. Each clean logs one
@@ -24,13 +26,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import structlog
 
 from .cleaner import DEFAULT_IO_BUFFER_SIZE, Cleaner, CleaningAborted
 from .cleaner_manager import LogCleanerManager
 from .clock import SYSTEM_CLOCK, SystemClock
+from .log import Log
 from .offset_map import OffsetMap
 from .segment_swap import SwapAborted
 
@@ -41,13 +45,23 @@ DEFAULT_LOAD_FACTOR = 0.9  # log.cleaner.io.buffer.load.factor
 PROGRESS_INTERVAL_S = 10.0  # a clean running longer logs `log_cleaning_progress` this often
 
 
+@dataclass(frozen=True)
+class CleanerConfig:
+    """The log cleaner's settings (Kafka's CleanerConfig): log.cleaner.dedupe.buffer.size,
+    log.cleaner.io.buffer.size and log.cleaner.io.buffer.load.factor."""
+
+    dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE
+    io_buffer_size: int = DEFAULT_IO_BUFFER_SIZE
+    load_factor: float = DEFAULT_LOAD_FACTOR
+
+
 class LogCleaner:
-    def __init__(self, manager, *, dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE,
+    def __init__(self, data_dir: str, logs: Callable[[], Mapping[tuple[str, int], Log]], *,
+                 dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE,
                  io_buffer_size: int = DEFAULT_IO_BUFFER_SIZE, load_factor: float = DEFAULT_LOAD_FACTOR,
                  clock: SystemClock = SYSTEM_CLOCK, step: Callable[[str], None] | None = None):
-        self.manager = manager
         self.clock = clock
-        self.cleaner_manager = LogCleanerManager(manager.data_dir, manager.logs_by_partition)
+        self.cleaner_manager = LogCleanerManager(data_dir, logs)
         self.offset_map = OffsetMap(dedupe_buffer_size, load_factor=load_factor)
         self._step = step or (lambda name: None)
         self.cleaner = Cleaner(self.offset_map, io_buffer_size=io_buffer_size, clock=clock, step=self._step)

@@ -41,6 +41,10 @@ Contract:
   checkpoint never writes a start older than one already written.
 - Topic configuration lives with the caller: `config_for(topic)` gives each
   log its LogConfig.
+- Compaction: given a `CleanerConfig`, the manager makes its `cleaner`
+  (storage/log_cleaner.py), which sees only `data_dir` and `logs_by_partition`,
+  as Kafka's LogManager makes its LogCleaner; `delete_log` aborts a clean of the
+  log first.
 - Retention: `delete_old_segments()` runs one pass over every log and
   `delete_due_files()` removes deleted segments' files once due; the broker
   calls both periodically (storage/retention.py). Log start offsets moved by a
@@ -59,7 +63,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -72,6 +75,7 @@ from .config import LogConfig
 from .fileutil import atomic_write, fsync_dir
 from .io_errors import StorageErrorEpisodes
 from .log import Log
+from .log_cleaner import CleanerConfig, LogCleaner
 from .names import (
     DELETE_DIR_SUFFIX,
     FUTURE_DIR_SUFFIX,
@@ -85,9 +89,6 @@ from .names import (
 from .open_files import OPEN_FILES
 from .retention import RetentionResult
 from .space_reserve import SpaceReserve
-
-if TYPE_CHECKING:
-    from .log_cleaner import LogCleaner
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
@@ -103,7 +104,9 @@ TopicPartition = tuple[str, int]
 
 class LogManager:
     def __init__(self, data_dir: str, *, config_for: Callable[[str], LogConfig],
-                 clock: SystemClock = SYSTEM_CLOCK, recovery_threads: int = DEFAULT_RECOVERY_THREADS):
+                 clock: SystemClock = SYSTEM_CLOCK, recovery_threads: int = DEFAULT_RECOVERY_THREADS,
+                 cleaner: CleanerConfig | None = None, reserved_dirs: frozenset[str] = frozenset(),
+                 retention_elsewhere: Callable[[Log], bool] | None = None):
         if recovery_threads < 1:
             raise ValueError(f"recovery_threads must be at least 1, not {recovery_threads}")
         self.data_dir = os.path.abspath(data_dir)
@@ -117,7 +120,15 @@ class LogManager:
         self.new_data_dir = False  # startup() found no data directory, or an empty one
         self._recovery_points = OffsetCheckpointFile(os.path.join(self.data_dir, RECOVERY_POINT_CHECKPOINT))
         self._log_starts = OffsetCheckpointFile(os.path.join(self.data_dir, LOG_START_OFFSET_CHECKPOINT))
-        self.cleaner: LogCleaner | None = None  # the broker's LogCleaner (storage/log_cleaner.py), when it runs one
+        # The log cleaner (storage/log_cleaner.py), with a CleanerConfig (log.cleaner.enable):
+        # it sees the logs through `logs_by_partition`; the manager aborts its clean of a
+        # log being deleted. The caller runs `cleaner.clean_once` on its own thread.
+        self.cleaner: LogCleaner | None = None
+        if cleaner is not None:
+            self.cleaner = LogCleaner(self.data_dir, self.logs_by_partition,
+                                      dedupe_buffer_size=cleaner.dedupe_buffer_size,
+                                      io_buffer_size=cleaner.io_buffer_size, load_factor=cleaner.load_factor,
+                                      clock=clock)
         self.io_errors = StorageErrorEpisodes(self.data_dir)
         self.space_reserve = SpaceReserve(self.data_dir)
         self._checkpoint_lock = threading.Lock()  # one checkpoint write at a time
@@ -127,10 +138,10 @@ class LogManager:
         # Directories of the data directory that are not partition logs although named
         # like one (the remote log metadata's `__remote_log_metadata-0`): never opened,
         # adopted or set aside by the scan.
-        self.reserved_dirs: frozenset[str] = frozenset()
+        self.reserved_dirs = reserved_dirs
         # Logs whose retention runs elsewhere (a tiered topic's, by its RemotePartition's
         # local retention pass): skipped by `delete_old_segments`.
-        self.retention_elsewhere: Callable[[Log], bool] = lambda _log: False
+        self.retention_elsewhere: Callable[[Log], bool] = retention_elsewhere or (lambda _log: False)
 
     # ---- start and stop ------------------------------------------------------------
 

@@ -17,8 +17,13 @@ Contract:
   and a bucket list updated on the loop thread, rendered at scrape time.
 - Everything that is state (per-partition sizes, offsets and segment counts,
   group lag, connections, queues, the cleaner, retention, disk space) is read at
-  scrape time by `BrokerCollector` from the objects `attach` hands it: nothing is
+  scrape time by `BrokerCollector` from the broker's `MetricSources`: nothing is
   kept up to date on the request path.
+- Wiring rule: the metrics pull. `BrokerMetrics(sources)` is given, when it is made,
+  a function that returns the broker's MetricSources, or None while the broker is
+  not built (the admin port serves /metrics during recovery); the app owns the one
+  transition from None to the built graph (broker/app.py). Nothing hands the
+  metrics an object after they are made.
 - `render()` is the text exposition of every metric (prometheus_client's
   `generate_latest`).
 """
@@ -28,8 +33,9 @@ from __future__ import annotations
 import shutil
 import threading
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -146,14 +152,33 @@ class CountingExecutor(ThreadPoolExecutor):
                 self.busy -= 1
 
 
-class BrokerMetrics:
-    """The broker's metrics registry: hot-path counters and the scrape-time collector."""
+@dataclass(frozen=True)
+class MetricSources:
+    """The built broker, as the collector reads it at scrape time."""
 
-    def __init__(self) -> None:
+    manager: Any  # storage LogManager (partitions, retention, disk, its cleaner)
+    offsets: Any  # GroupOffsets (group lag)
+    servers: Mapping[tuple[str, str], Any]  # (protocol, listener name) -> BrokerServer
+    memory: Any  # RequestMemory
+    executor: Any  # the I/O threads (a CountingExecutor is counted)
+    quotas: Any  # broker/core/quotas.py ClientQuotas
+    tiering: Any = None  # broker/core/tiering.py Tiering, with tiered storage
+    shares: Any = None  # broker/kafka/share_groups.py ShareGroups, with a Kafka listener
+
+
+def not_built() -> MetricSources | None:
+    return None
+
+
+class BrokerMetrics:
+    """The broker's metrics registry: hot-path counters and the scrape-time collector.
+    `sources()` is the built broker, or None before it is built."""
+
+    def __init__(self, sources: Callable[[], MetricSources | None] = not_built) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self._topics: dict[str, TopicMetrics] = {}
         self._requests: dict[str, list[RequestStats]] = {}  # protocol -> stats by API slot
-        self.collector = BrokerCollector(self)
+        self.collector = BrokerCollector(self, sources)
         self.registry.register(self.collector)
 
     # ---- the hot path's handles ----
@@ -202,12 +227,6 @@ class BrokerMetrics:
                 if item.count:
                     yield protocol, item
 
-    # ---- scrape-time state ----
-
-    def attach(self, **sources: Any) -> None:
-        """What the collector reads at scrape time (see BrokerCollector)."""
-        self.collector.sources.update(sources)
-
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -224,36 +243,29 @@ SHARE_COUNTERS = (
 
 
 class BrokerCollector(Collector):
-    """The gauges of broker state, computed when scraped. `sources` (set by
-    BrokerMetrics.attach): manager (storage LogManager), offsets (GroupOffsets),
-    servers ((protocol, listener name) -> BrokerServer), memory (RequestMemory), cleaner
-    (a function returning the LogCleaner or None: it starts after the listeners),
-    executor (the CountingExecutor of the I/O threads), quotas (broker/core/quotas.py ClientQuotas),
-    tiering (broker/core/tiering.py Tiering, with tiered storage)."""
+    """The gauges of broker state, computed when scraped from `sources()` (MetricSources);
+    before the broker is built only the hot-path counters and zeros."""
 
-    def __init__(self, metrics: BrokerMetrics):
+    def __init__(self, metrics: BrokerMetrics, sources: Callable[[], MetricSources | None]):
         self.metrics = metrics
-        self.sources: dict[str, Any] = {}
+        self.sources = sources
 
     def collect(self) -> Iterable[Metric]:
+        built = self.sources()
         yield from self._topics()
         yield from self._requests()
-        manager = self.sources.get("manager")
-        if manager is not None:
-            yield from self._partitions(manager)
-            yield from self._retention(manager)
-            yield from self._disk(manager.data_dir)
-        yield from self._cleaner()
-        tiering = self.sources.get("tiering")
-        if tiering is not None:
-            yield from self._tiering(tiering)
-        offsets = self.sources.get("offsets")
-        if offsets is not None and manager is not None:
-            yield from self._group_lag(offsets, manager)
-        yield from self._network()
-        shares = self.sources.get("shares")
-        if shares is not None:
-            yield from self._share_groups(shares)
+        if built is not None:
+            yield from self._partitions(built.manager)
+            yield from self._retention(built.manager)
+            yield from self._disk(built.manager.data_dir)
+        yield from self._cleaner(built.manager.cleaner if built is not None else None)
+        if built is not None and built.tiering is not None:
+            yield from self._tiering(built.tiering)
+        if built is not None:
+            yield from self._group_lag(built.offsets, built.manager)
+        yield from self._network(built)
+        if built is not None and built.shares is not None:
+            yield from self._share_groups(built.shares)
 
     def _topics(self) -> Iterator[Metric]:
         families = [CounterMetricFamily(name, documentation, labels=["topic"])
@@ -355,9 +367,8 @@ class BrokerCollector(Collector):
         yield free
         yield total
 
-    def _cleaner(self) -> Iterator[Metric]:
-        get_cleaner = self.sources.get("cleaner")
-        cleaner = get_cleaner() if get_cleaner is not None else None
+    def _cleaner(self, cleaner) -> Iterator[Metric]:
+        """The log cleaner's totals (zeros without one: log.cleaner.enable false, or not built)."""
         runs = bytes_read = bytes_written = 0
         dirty = 0.0
         if cleaner is not None:
@@ -407,8 +418,8 @@ class BrokerCollector(Collector):
             yield family
         yield lag
 
-    def _network(self) -> Iterator[Metric]:
-        servers = self.sources.get("servers") or {}
+    def _network(self, built: MetricSources | None) -> Iterator[Metric]:
+        servers = built.servers if built is not None else {}
         connections = GaugeMetricFamily("kafka_server_socketservermetrics_connection_count",
                                         "Open connections, per listener", labels=["listener", "protocol"])
         created = CounterMetricFamily("kafka_server_socketservermetrics_connection_creation",
@@ -442,7 +453,7 @@ class BrokerCollector(Collector):
         yield mute_ms
         yield delayed
         yield throttled
-        quotas = self.sources.get("quotas")
+        quotas = built.quotas if built is not None else None
         if quotas is not None:
             throttled = CounterMetricFamily("kafka_server_quota_throttled_requests",
                                             "Requests a client quota (byte rate, request time or controller "
@@ -459,7 +470,7 @@ class BrokerCollector(Collector):
             yield throttle_ms
         yield GaugeMetricFamily("kafka_network_requestchannel_requestqueuesize",
                                 "Requests read and not yet answered, over every connection", value=queued)
-        memory = self.sources.get("memory")
+        memory = built.memory if built is not None else None
         if memory is not None:
             yield GaugeMetricFamily("kafka_network_socketserver_memorypoolused",
                                     "Bytes of queued.max.request.bytes held by requests read", value=memory.used)
@@ -467,7 +478,7 @@ class BrokerCollector(Collector):
                 yield GaugeMetricFamily("kafka_network_socketserver_memorypoolavailable",
                                         "Bytes of queued.max.request.bytes still free",
                                         value=max(memory.max_bytes - memory.used, 0))
-        executor = self.sources.get("executor")
+        executor = built.executor if built is not None else None
         if isinstance(executor, CountingExecutor):
             yield GaugeMetricFamily("kafka_server_kafkarequesthandlerpool_threads",
                                     "I/O threads (num.io.threads)", value=executor.threads)

@@ -1,66 +1,10 @@
 """`strata dump-log FILE...`: print and check segment files, like kafka-dump-log.
 
-Works on the files alone (no broker). Every FILE must exist and end in .log,
-.index, .timeindex or .txnindex, else the command stops before dumping anything with one
-`strata: FILE: ...` line. For each file it prints `Dumping FILE`, then:
-
-Remote segments (tiered storage, storage/remote/) are dumped the same way:
-
-- a FILE may be an object of a remote store, `s3://bucket/prefix/<topic>-<topic
-  id>/<partition>/<start offset>-<uuid>.log` (or its .index, .timeindex or
-  .txnindex), or `file:///...` for a file store; a file store's objects are also
-  plain files whose names (`<20-digit start offset>-<uuid>.log`) give the base
-  offset;
-- `--remote URL --topic T [--partition N]` dumps the `.log` of every finished
-  remote segment of the topic's partitions (those whose manifest the store holds,
-  storage/remote/catalog.py), oldest first.
-
-An S3 object is read into a temporary file first (with the `.log` beside an index,
-for the checks); `--s3-endpoint` and `--s3-region` are the broker's
-rsm.config.s3.endpoint / region, credentials the AWS_* variables. `Dumping` and
-the problem lines name the object's URL.
-
-.log, one line per entry (key names as in Kafka's DumpLogSegments; the
-timestamp key is the entry's timestamp type: CreateTime, LogAppendTime, or
-NoTimestampType for magic 0; compresscodec is NONE, GZIP, SNAPPY, LZ4, ZSTD):
-
-    baseOffset: B lastOffset: L count: C position: P size: S magic: M compresscodec: NONE crc: X isValid: true
-    CreateTime: T   (all on one line)
-
-  and for magic 2 Kafka's batch fields after these: `baseSequence: lastSequence:
-  producerId: producerEpoch: partitionLeaderEpoch: isTransactional: isControl:`.
-  With --deep-iteration or --print-data-log, one line per record after its entry:
-
-    | offset: N CreateTime: T keySize: K valueSize: V sequence: S headerKeys: [a,b] key: K payload: V
-
-  (`sequence` and `headerKeys` for magic 2 only; `key:` and `payload:` only
-  with --print-data-log and only when not null, as Kafka prints them; bytes
-  are shown as UTF-8, undecodable bytes replaced). A transaction marker's
-  record ends with `endTxnMarker: COMMIT coordinatorEpoch: N` (or ABORT), another
-  control record with `controlType: NAME(T)` (Kafka's ControlRecordType names:
-  LEADER_CHANGE, SNAPSHOT_HEADER, SNAPSHOT_FOOTER, KRAFT_VERSION, KRAFT_VOTERS, else
-  UNKNOWN; Kafka prints the KRaft ones' JSON, records a data partition never
-  holds), and never `key:` or `payload:`, as Kafka. Bytes after the last whole
-  entry give Kafka's line `Found N invalid bytes at the end of NAME`.
-
-.index, one line per entry: `offset: N position: P` (stopping, as Kafka does,
-at the zero entries of a preallocated index; a zero first entry counts as
-empty too when the log shows no entry ending at the base offset there, so the
-live index of an active segment with no entries dumps as empty).
-.timeindex, one line per entry: `timestamp: T offset: N`.
-.txnindex, one line per aborted transaction: `version: 0 producerId: P
-firstOffset: F lastOffset: L lastStableOffset: S`.
-
-Checks (each problem is one `FILE: ...` line on stderr; the exit code is 1 when
-any file had one, 0 otherwise): in a .log, entries that fail their CRC or whose
-lengths or codec are wrong (the entry is still listed, `isValid: false`),
-offsets that do not increase or lie below the segment's base offset, a size
-field that makes no sense, a torn tail; in an index, a length that is not a
-whole number of entries, offsets (and positions, timestamps) out of order, and,
-using the .log next to it when there is one, positions past the end of the log
-or entries that do not match the log (Kafka's mismatch check: the entry at an
-index position must end at the indexed offset; a time index entry must name
-the last offset of an entry whose max timestamp is the indexed timestamp).
+Works on the files alone (no broker): a segment's .log, .index, .timeindex and .txnindex,
+local or a remote store's objects (s3://..., file://..., or every finished remote segment
+of a topic with `--remote URL --topic T`). It prints Kafka's DumpLogSegments lines and
+reports each problem found as one `FILE: ...` line on stderr (exit code 1). The output
+and the checks are described in README.md, "The command line" (`strata dump-log`).
 """
 
 from __future__ import annotations

@@ -1,59 +1,12 @@
 """Dynamic broker configs: Kafka's runtime-changeable broker keys, and the topic defaults they set.
 
-Kafka lets AlterConfigs / IncrementalAlterConfigs change part of a running broker's settings
-(its DynamicBrokerConfig set) on a BROKER resource: "0" for this broker, "" for the cluster
-default. Strata reads its own settings once, at start; of Kafka's dynamic keys it takes at
-runtime only the ones it does not read (NO_EFFECT minus broker/config/keys.py's ALL_KEYS: thread pools it
-does not have, Kerberos and SASL login refresh, metric reporters, ...). They are kept and
-described as Kafka describes them and change nothing. Any other key is refused with
-INVALID_REQUEST, the answer Kafka gives for a key it cannot change at runtime: a key Strata reads
-names the restart that changes it (server.properties, STRATA_* or --set).
-
-The exceptions are Kafka's DynamicLogConfig keys (LOG_KEYS: the first broker synonym of each topic
-config, ServerTopicConfigSynonyms.TOPIC_CONFIG_SYNONYMS, that Strata implements): they are the
-topic defaults and apply at once to every topic without an override of its own. This module
-holds the one rule of precedence for those defaults (`log_defaults`, `log_source`), which both
-protocols' config paths use: dynamic per-broker > dynamic cluster default > static
-(server.properties, STRATA_*, --set) > Kafka's default; a topic's override beats them all
-(broker/state/topic_registry.py lays the overrides over `log_defaults()`). The synonyms Kafka keeps static
-(log.retention.hours/minutes, log.roll.hours, log.roll.jitter.hours) stay static here too; where
-a dynamic log.retention.ms and a static log.retention.hours are both set, the first synonym wins,
-as in Kafka.
-
-Stored in `<data-dir>/broker-configs.json`, replaced whole (write-temp, fsync, rename):
-
-    {"version": 1, "brokers": {"0": {"background.threads": "9"}, "": {}}}
-
-Contract:
-- `DynamicBrokerConfigs.open(data_dir, node_id, static_log_props, default_props)` (blocking)
-  reads the file, or starts empty when there is none; an unreadable file (or a stored log default
-  that is no longer valid) is InvalidConfigError. `static_log_props`: the broker-level log.*
-  settings given at start ({name: value}); `default_props`: Kafka's defaults by name (broker/config/broker_config.py).
-- `overrides(name)`: {key: value} set on that resource itself (what DescribeConfigs lists for "0"
-  over "", with the synonyms).
-- `list_start(name, key)`: the value IncrementalAlterConfigs' APPEND / SUBTRACT start from on
-  resource `name`, as Kafka's ConfigurationControlManager (getParts): that resource's own value,
-  else Kafka's default of the key (not the cluster default's value nor the static one). So
-  `APPEND log.cleanup.policy compact` on "0" with no override stores `delete,compact`, and the
-  `SUBTRACT compact` after it stores `delete`.
-- `alter(name, changes, replace=False, validate_only=False)` (blocking): `changes` are
-  (key, value or None = remove); `replace` drops the overrides not listed (legacy
-  AlterConfigs). Checked whole before anything changes (Kafka's DynamicBrokerConfig
-  validation: a key that is not dynamic here, a per-broker key at the cluster default, a value
-  of the wrong type or out of range: InvalidRequestError), written before memory changes (a failed
-  write is KafkaStorageError): a failure changes nothing. When the topic defaults change,
-  `apply(defaults, commit)` is called with the new LogConfig under the lock: first with
-  commit=False before the write (it checks every topic and raises StrataError to refuse), then
-  with commit=True after it (it swaps the new configs into the topics). Every key whose value
-  changes is logged once written (`broker_config_changed`: resource, key, old and new value, None
-  for unset; the values of secret keys, broker/config/keys.py's `is_secret`, as "[hidden]").
-- `log_defaults()`: the topic defaults (LogConfig) by the rule of precedence above.
-- `log_source(topic_key)`: where topic config `topic_key`'s default comes from: "dynamic_broker",
-  "dynamic_default", "static" or "default"; `log_synonyms(topic_key)`: the broker settings that
-  feed it, [(broker name, value, source)] as Kafka describes them (`config_synonyms`: by source,
-  then synonym, from the first broker name's own entry on).
-- `dynamic_layers(per_broker)` and `config_synonyms(name, layers)`: the same rule for DescribeConfigs
-  of the broker (broker/kafka/configs.py adds the static settings and Kafka's defaults).
+`DynamicBrokerConfigs` keeps what AlterConfigs / IncrementalAlterConfigs set on a BROKER
+resource ("0" this broker, "" the cluster default) in `<data-dir>/broker-configs.json`
+(written through broker/state/json_files.py `write_document`): Kafka's DynamicLogConfig
+keys, which are the topic defaults and apply at once, and the dynamic keys Strata does not
+read, kept without effect; any other key is refused. It holds the one rule of precedence
+for topic defaults (`log_defaults`, `log_source`) that both protocols use. The rules are in
+broker/SERVER.md, "Configuration" (dynamic broker configs).
 """
 
 from __future__ import annotations

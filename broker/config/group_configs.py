@@ -16,7 +16,7 @@ and bounds from the broker's group.share.* settings. Any group name may carry
 configs, whether or not the group exists (as in Kafka).
 
 Stored in `<data-dir>/group-configs.json`, replaced whole (write-temp, fsync,
-rename: storage.fileutil.atomic_write):
+rename: broker/state/json_files.py `write_document`):
 
     {"version": 1, "groups": {"my-group": {"consumer.session.timeout.ms": "50000"}}}
 

@@ -1,62 +1,12 @@
 """Client quotas, as Kafka's ClientQuotaManager: one policy for both protocols.
 
-Contract:
-- An entity is a tuple of (entity type, name or None for the default), sorted by
-  type: types `user`, `client-id` (together or alone) or `ip` (alone). Quota keys
-  are Kafka's: `producer_byte_rate`, `consumer_byte_rate`, `request_percentage`,
-  `controller_mutation_rate` for user/client-id entities, and
-  `connection_creation_rate` for ip entities.
-- `ClientQuotas.open(data_dir)` loads `client-quotas.json` (absent: none);
-  `alter(changes, validate_only=)` checks every change of the request first and
-  replaces the file whole (write-temp, fsync, rename) before the new quotas
-  apply, at once, without a restart; `describe(components, strict)` answers
-  DescribeClientQuotas' filter (match types exact 0, default 1, any specified 2).
-  Bad input raises InvalidRequestError naming the problem and changes nothing;
-  a failed write (a full disk) raises KafkaStorageError and changes nothing.
-  A file that cannot be read or decoded fails `open` (one line naming it).
-- `throttle_ms(kind, principal, client_id, amount)` is what the quota policy
-  (broker/core/charges.py `throttle`, through `PartitionService.throttle`, called by both protocols)
-  calls: once per Produce (kind `produce`: bytes of the record sets), per Fetch
-  (`fetch`: bytes of records answered) and, while any `request_percentage` quota
-  is set (`request_quotas`), per request of any kind (`request`: the seconds its
-  handler ran, recorded as Kafka's ClientRequestQuotaManager does, as a
-  percentage of one thread: 1 s of handler time per second is 100). It finds the
-  quota that applies in Kafka's order of precedence (DefaultQuotaCallback:
-  /users/U/clients/C, /users/U/clients/<default>, /users/U,
-  /users/<default>/clients/C, /users/<default>/clients/<default>,
-  /users/<default>, /clients/C, /clients/<default>), records the amount on that
-  quota's rate (one per matched entity with its user and client-id, so a default
-  quota limits each client on its own, as Kafka's metric tags do; a changed quota
-  applies to the rate measured so far), and when the
-  rate is over the quota returns the throttle time Kafka computes
-  ((rate - quota) / quota × the rate's window), else 0. The rate is Kafka's
-  windowed Rate: `quota.window.num` samples of `quota.window.size.seconds`, the
-  window counted as at least (samples - 1) full samples. The time is capped at
-  the whole window (samples × size) for byte rates, at one sample
-  (`quota.window.size.seconds`) for request time, as Kafka's.
-- `unrecord(kind, principal, client_id, amount)` takes back what `throttle_ms`
-  recorded: a throttled Fetch is answered empty (KIP-219), so its bytes do not
-  count (Kafka's unrecordQuotaSensor). `max_fetch_bytes(principal, client_id)` is
-  the most one Fetch may answer (Kafka's getMaxValueInQuotaWindow: quota ×
-  (samples - 1) × sample size), None without a consumer quota.
-- Throttling itself (KIP-219: answer first, then mute) is the connection shell's
-  (broker/net/connection.py: `ConnectionContext.throttle_ms`).
-- `connection_creation_rate` (ip entities) is enforced by broker/net/connection_rates.py
-  over `ip_quota(ip)`.
-- `controller_mutation_rate` (KIP-599) is Kafka's ControllerMutationQuotaManager:
-  `mutation_quota(principal, client_id, strict)` gives one request its
-  MutationQuota, whose `record(permits)` counts the partitions a topic of the
-  request creates or deletes (CreateTopics, CreatePartitions, DeleteTopics, the
-  native CREATE_TOPIC / DELETE_TOPIC) on the entity's token bucket (Kafka's
-  TokenBucket: refilled at the quota per second, up to a burst of quota ×
-  `controller.quota.window.num` × `controller.quota.window.size.seconds`; a new
-  bucket starts full). Strict (the request versions that can answer
-  THROTTLING_QUOTA_EXCEEDED): a bucket already below zero refuses the topic
-  (ThrottlingQuotaExceededError, nothing recorded), else the permits are taken even
-  if that leaves it below zero. Permissive (older versions, the native protocol):
-  the permits are always taken. Either way a bucket below zero gives the time it
-  needs to climb back to zero (-tokens / quota) as the request's throttle time,
-  less the time elapsed since (`MutationQuota.throttle_ms`).
+`ClientQuotas` keeps the quotas of `<data-dir>/client-quotas.json` (user, client-id and
+ip entities, Kafka's keys), changes and describes them (AlterClientQuotas,
+DescribeClientQuotas), and measures clients against them: `throttle_ms`, `unrecord`
+and `max_fetch_bytes` for the byte-rate and request-time quotas (through
+broker/core/charges.py), `ip_quota` for connection_creation_rate, `mutation_quota`
+for controller_mutation_rate (KIP-599). The policy (precedence, windowed rates,
+throttle caps, token buckets) is in broker/SERVER.md, "Client quotas".
 """
 
 from __future__ import annotations

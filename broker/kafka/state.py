@@ -1,6 +1,7 @@
 """The Kafka listener's own durable state: the cluster id and producer id blocks.
 
-`<data-dir>/strata-kafka.json`, replaced whole with storage.fileutil.atomic_write:
+`<data-dir>/strata-kafka.json`, replaced whole through broker/state/json_files.py
+`write_document`:
 
     {"version": 1, "cluster_id": "q1Sh-9_ISia_zwGINzRvyQ", "producer_id_block_end": 2000}
 
@@ -36,12 +37,13 @@ import base64
 import os
 import threading
 import uuid
+from collections.abc import Callable
 
-from broker.state.json_files import damaged, encode_document, read_document
-from kafka_format.errors import InvalidConfigError, KafkaStorageError
-from storage.fileutil import atomic_write
+from broker.state.json_files import damaged, read_document, write_document
+from kafka_format.errors import InvalidConfigError
 
 STATE_FILE = "strata-kafka.json"
+WHAT = "Kafka listener state"
 # Without it the cluster id would change and producer ids already in the logs be handed out again.
 REMEDY = "restore it from a backup (the cluster id and the producer ids given out cannot be rebuilt)"
 FORMAT_VERSION = 1
@@ -68,29 +70,28 @@ class KafkaState:
     def read(cls, data_dir: str) -> KafkaState | None:
         """The stored state, or None when there is no file (reads only)."""
         path = os.path.join(data_dir, STATE_FILE)
-        doc = read_document(path, FORMAT_VERSION, "Kafka listener state", REMEDY)
+        doc = read_document(path, FORMAT_VERSION, WHAT, REMEDY)
         if doc is None:
             return None
         try:
             return cls(path, str(doc["cluster_id"]), int(doc["producer_id_block_end"]))
         except (KeyError, TypeError, ValueError) as e:
-            raise damaged(path, "Kafka listener state", e, REMEDY) from None
+            raise damaged(path, WHAT, e, REMEDY) from None
 
     @classmethod
     def create(cls, data_dir: str) -> KafkaState:
         """A new cluster id, written (after the data directory is locked)."""
         path = os.path.join(data_dir, STATE_FILE)
         state = cls(path, new_cluster_id(), 0)
-        try:
-            state._write()
-        except OSError as e:
-            raise InvalidConfigError(f"cannot write Kafka listener state {path}: {e}") from None
+        state._write(error=lambda e: InvalidConfigError(f"cannot write Kafka listener state {path}: {e}"))
         return state
 
-    def _write(self) -> None:
+    def _write(self, error: Callable[[OSError], BaseException] | None = None) -> None:
+        """Replace the file; a failed write raises KafkaStorageError naming it (the
+        producer id allocator answers COORDINATOR_LOAD_IN_PROGRESS), or `error(e)`."""
         doc = {"version": FORMAT_VERSION, "cluster_id": self.cluster_id,
                "producer_id_block_end": self._block_end}
-        atomic_write(self.path, encode_document(doc))
+        write_document(self.path, WHAT, doc, error=error)
 
     def next_producer_id(self) -> int | None:
         """The next id of the current block, or None when a block must be claimed."""
@@ -109,11 +110,7 @@ class KafkaState:
             start = self._block_end
             self._block_end = start + PRODUCER_ID_BLOCK_SIZE
             try:
-                self._write()
-            except OSError as e:
-                self._block_end = start
-                raise KafkaStorageError(f"cannot write the Kafka listener state {self.path}: "
-                                        f"{e.strerror or e}") from None
+                self._write()  # KafkaStorageError on a failed write
             except BaseException:
                 self._block_end = start
                 raise

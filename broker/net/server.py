@@ -83,6 +83,23 @@ class ServerStats:
 
 
 
+class HandshakeFailures:
+    """A TLS listener's failed handshakes, as its ServerTls reports them (broker/net/tls.py;
+    the TLS layer closed that socket): counted in the listener's ServerStats and logged
+    rate-limited per listener and reason. The peer is not known at that layer. Made
+    before the ServerTls, with the listener's stats and the broker's BadRequestLog."""
+
+    def __init__(self, listener_name: str, stats: ServerStats, bad_requests: BadRequestLog):
+        self.listener_name = listener_name
+        self.stats = stats
+        self.bad_requests = bad_requests
+
+    def __call__(self, reason: str) -> None:
+        self.stats.tls_handshake_failures += 1
+        self.bad_requests.record(("tls", self.listener_name), "tls_handshake_failed",
+                                 listener=self.listener_name, reason=reason)
+
+
 class BoundPort:
     """A listening address bound before the broker is built, so a busy port fails the
     start before any storage work; it accepts nothing until `serve` names the
@@ -126,7 +143,8 @@ class BrokerServer:
                  write_buffer_high: int, bad_requests: BadRequestLog | None = None,
                  memory: RequestMemory | None = None, limits: ConnectionLimits | None = None,
                  rates: ConnectionRates | None = None, idle_ms: int = -1, listener: Listener | None = None,
-                 request_stats: list[RequestStats] | None = None, port: BoundPort | None = None):
+                 request_stats: list[RequestStats] | None = None, port: BoundPort | None = None,
+                 stats: ServerStats | None = None):
         self.handlers = handlers
         # The listener this server serves (name, security protocol, TLS context);
         # every connection's ConnectionContext names it.
@@ -145,15 +163,15 @@ class BrokerServer:
         self._trim_timer: asyncio.TimerHandle | None = None
         # Bad frames are logged rate-limited (shared by the broker's listeners).
         self.bad_requests = bad_requests or BadRequestLog(log, loop=handlers.loop)
-        if listener is not None and listener.tls is not None:
-            listener.tls.on_handshake_failure = self._handshake_failed
         self.loop = handlers.loop
         self.max_frame_bytes = max_frame_bytes
         self.max_queued_requests = max_queued_requests
         self.write_buffer_high = write_buffer_high
         self.connections: set[Connection] = set()
         self.frame_pool = FramePool()  # large frames' buffers, shared by the connections
-        self.stats = ServerStats()
+        # The listener's counters; made before the server when its TLS reports failed
+        # handshakes to them (HandshakeFailures).
+        self.stats = stats if stats is not None else ServerStats()
         self.closing = False
         self._port = port  # the listening address (BoundPort.bind), serving from `start_serving` on
 
@@ -208,14 +226,6 @@ class BrokerServer:
             transport.abort()
 
         self.loop.call_later(delay_ms / 1000, close)
-
-    def _handshake_failed(self, reason: str) -> None:
-        """A TLS handshake failed (the TLS layer closed that socket): logged
-        rate-limited per listener and reason. The peer is not known at that layer."""
-        assert self.listener is not None
-        self.stats.tls_handshake_failures += 1
-        self.bad_requests.record(("tls", self.listener.name), "tls_handshake_failed",
-                                 listener=self.listener.name, reason=reason)
 
     def connection_made(self, conn: Connection) -> None:
         self.connections.add(conn)
@@ -305,5 +315,6 @@ def format_address(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-__all__ = ["BrokerServer", "CloseConnection", "Connection", "FastPath", "RequestHandlers", "SendfileStats",
+__all__ = ["BrokerServer", "CloseConnection", "Connection", "FastPath", "HandshakeFailures", "RequestHandlers",
+           "SendfileStats",
            "ServerStats", "sendfile_stats", "format_address", "SENDFILE_FALLBACK_CHUNK"]

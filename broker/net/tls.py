@@ -34,15 +34,17 @@ Contract:
     or OpenSSL's; empty = OpenSSL's defaults. TLS 1.3 suites cannot be chosen one by
     one through Python's ssl module: a list naming none of them turns TLS 1.3 off, a
     list naming only TLS 1.3 suites turns TLS 1.2 and below off.
-- `ServerTls(settings, where)`: the listener's TLS. `context` is what the server
+- `ServerTls(settings, where, on_handshake_failure)`: the listener's TLS. `context` is what the server
   listens with: an SSLContext whose `wrap_bio` hands every new connection to the
   current real context, so `reload_if_changed()` swaps certificates for new
   connections without touching open ones. A change that fails to load is logged
   and the previous context stays.
 - A failed handshake (a plaintext client, a missing or untrusted client
   certificate, no common protocol or suite) is counted (`handshake_failures`) and
-  passed to `on_handshake_failure(reason)` (the server logs it rate-limited, with
-  OpenSSL's reason, e.g. WRONG_VERSION_NUMBER for a plaintext client).
+  passed to `on_handshake_failure(reason)`, given to the constructor (the
+  broker gives broker/net/server.py's `HandshakeFailures`, which logs it
+  rate-limited, with OpenSSL's reason, e.g. WRONG_VERSION_NUMBER for a plaintext
+  client).
 - `peer_certificate_subject(transport)`: the client certificate's subject in
   RFC 4514 form (CN=...,OU=...), None when the client sent none.
 """
@@ -418,12 +420,13 @@ def _reporting_sslobject(report: Callable[[str], None]) -> type[ssl.SSLObject]:
 class ServerTls:
     """One listener's TLS (see the module contract)."""
 
-    def __init__(self, settings: Mapping[str, Any], where: str):
+    def __init__(self, settings: Mapping[str, Any], where: str,
+                 on_handshake_failure: Callable[[str], None] | None = None):
         self.settings = dict(settings)
         self.where = where
         self.files = watched_files(self.settings)
         self._states = [_file_state(p) for p in self.files]
-        self.on_handshake_failure: Callable[[str], None] | None = None  # set by the server
+        self.on_handshake_failure = on_handshake_failure
         self._sslobject_class = _reporting_sslobject(self._handshake_failed)
         self.context = _SwappableContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.current = self._build()

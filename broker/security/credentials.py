@@ -8,7 +8,7 @@ Contract:
   (memory, on the loop); `describe()` is {user: [(mechanism name, iterations)]}.
 - `apply(upsertions, deletions)` changes several credentials as one: it builds
   the new document, replaces the file whole (write-temp, fsync, rename:
-  storage.fileutil.atomic_write), and only then swaps it into memory, so a disk
+  broker/state/json_files.py `write_document`), and only then swaps it into memory, so a disk
   error changes nothing. It is blocking: callers run it in the executor, one at a
   time (the Kafka handler serializes them with a lock).
 - The file holds, per user and mechanism, salt, StoredKey, ServerKey (base64) and
@@ -28,9 +28,8 @@ import fcntl
 import os
 from collections.abc import Iterable
 
-from broker.state.json_files import damaged, encode_document, read_document
+from broker.state.json_files import damaged, read_document, write_document
 from kafka_format.errors import KafkaStorageError
-from storage.fileutil import atomic_write
 from storage.manager import LOCK_FILE
 
 from .scram import MECHANISMS, ScramCredential
@@ -39,18 +38,19 @@ CREDENTIALS_FILE = "scram-credentials.json"
 REMEDY = ("restore it from a backup, or move it away and set every user again "
           "(strata users set): starting without it would refuse every SCRAM login")
 VERSION = 1
+WHAT = "SCRAM credentials"
 
 Credentials = dict[str, dict[str, ScramCredential]]  # user -> mechanism name -> credential
 
 
-def _encode(credentials: Credentials) -> bytes:
+def _document(credentials: Credentials) -> dict:
     users = {user: {name: {"salt": base64.b64encode(c.salt).decode(),
                            "stored_key": base64.b64encode(c.stored_key).decode(),
                            "server_key": base64.b64encode(c.server_key).decode(),
                            "iterations": c.iterations}
                     for name, c in sorted(by_mechanism.items())}
              for user, by_mechanism in sorted(credentials.items())}
-    return encode_document({"version": VERSION, "users": users})
+    return {"version": VERSION, "users": users}
 
 
 def _decode(doc: dict, path: str) -> Credentials:
@@ -65,7 +65,7 @@ def _decode(doc: dict, path: str) -> Credentials:
                     base64.b64decode(c["salt"], validate=True), base64.b64decode(c["stored_key"], validate=True),
                     base64.b64decode(c["server_key"], validate=True), int(c["iterations"]))
     except (AttributeError, KeyError, TypeError, ValueError, binascii.Error) as e:
-        raise damaged(path, "SCRAM credentials", repr(e), REMEDY) from None
+        raise damaged(path, WHAT, repr(e), REMEDY) from None
     return out
 
 
@@ -77,7 +77,7 @@ class ScramCredentialStore:
     @classmethod
     def open(cls, data_dir: str) -> ScramCredentialStore:
         path = os.path.join(data_dir, CREDENTIALS_FILE)
-        doc = read_document(path, VERSION, "SCRAM credentials", REMEDY)
+        doc = read_document(path, VERSION, WHAT, REMEDY)
         return cls(path, _decode(doc, path) if doc is not None else {})
 
     def lookup(self, mechanism: str, user: str) -> ScramCredential | None:
@@ -96,7 +96,9 @@ class ScramCredentialStore:
         for user, mechanism, credential in upsertions:
             new.setdefault(user, {})[mechanism] = credential
         new = {user: by_mechanism for user, by_mechanism in new.items() if by_mechanism}
-        atomic_write(self.path, _encode(new))
+        # A failed write raises its OSError: the Kafka handler answers KAFKA_STORAGE_ERROR
+        # with its words, `strata users` prints them.
+        write_document(self.path, WHAT, _document(new), error=lambda e: e)
         self.credentials = new
 
 

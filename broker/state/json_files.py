@@ -20,15 +20,23 @@ Contract:
   JSON and a final newline); `write_document(path, what, doc)` replaces the file whole
   with them (storage.fileutil.atomic_write: write-temp, fsync, rename), a failed write
   (a full disk) being KafkaStorageError naming `what` and the path, the old file intact.
+  Every state file above is written through it. Two options, each fixed per file:
+  `reserve` (a change that frees space: the topic registry's deletions) gives up the
+  data directory's space reserve (storage/space_reserve.py) on a full disk and tries
+  once more; `error` makes a failed write raise what the file's caller answers with
+  instead (the Kafka state's first write fails the start with InvalidConfigError;
+  the SCRAM credentials raise the OSError, which their callers word).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from kafka_format.errors import InvalidConfigError, KafkaStorageError
 from storage.fileutil import atomic_write
+from storage.space_reserve import SpaceReserve
 
 
 def read_document(path: str, version: int, what: str, remedy: str) -> dict[str, Any] | None:
@@ -64,8 +72,16 @@ def encode_document(doc: dict[str, Any], *, sort_keys: bool = False) -> bytes:
     return json.dumps(doc, indent=2, sort_keys=sort_keys).encode() + b"\n"
 
 
-def write_document(path: str, what: str, doc: dict[str, Any], *, sort_keys: bool = False) -> None:
+def write_document(path: str, what: str, doc: dict[str, Any], *, sort_keys: bool = False,
+                   reserve: SpaceReserve | None = None,
+                   error: Callable[[OSError], BaseException] | None = None) -> None:
+    data = encode_document(doc, sort_keys=sort_keys)
     try:
-        atomic_write(path, encode_document(doc, sort_keys=sort_keys))
+        if reserve is not None:
+            reserve.run(f"{what} write", lambda: atomic_write(path, data))
+        else:
+            atomic_write(path, data)
     except OSError as e:
+        if error is not None:
+            raise error(e) from None
         raise KafkaStorageError(f"cannot write the {what} {path}: {e.strerror or e}") from None

@@ -1,64 +1,11 @@
-"""The topic registry: which topics exist, their partition counts and config overrides.
+"""The topic registry: which topics exist, their partition counts, ids and config overrides.
 
-Kafka keeps this in its metadata log; Strata keeps it in one JSON file,
-`<data-dir>/strata-topics.json`, replaced whole with `storage.fileutil.atomic_write`:
-
-    {"version": 1,
-     "topics": {"orders": {"partitions": 3, "configs": {"retention.ms": "3600000"},
-                           "id": "4f0c8a9e-...-uuid"},
-                "__consumer_offsets": {"partitions": 50, "internal": true,
-                                       "configs": {"cleanup.policy": "compact", ...}}},
-     "deleting": []}
-
-Contract:
-- Thread-safe: mutations (create, delete, alter) run in the broker's executor and
-  are serialized by one lock; lookups (`partitions`, `log_config`, `names`) take
-  no lock and see either the old or the new state of a topic, never half of it.
-- Every change is committed the same way (`_commit`): the new registry file is
-  written (write-temp, fsync, rename) first and only then does memory change;
-  when the write fails, memory and the file stay as they were.
-- `create` validates everything first (name, collisions, partitions, configs),
-  then creates the partition logs, then writes the registry: a crash in between
-  leaves directories that the next `reconcile` adopts; a failure removes them.
-- `delete` records the topic under "deleting" and drops it from "topics" in one
-  write (the commit point; on a full disk it may use the data directory's space
-  reserve, storage/space_reserve.py), then deletes the logs, then clears
-  "deleting": a crash half-way never brings the topic back; `reconcile` finishes
-  the deletion. After the commit point the deletion has happened: a partition
-  whose directory cannot be removed now is logged and stays under "deleting".
-  A name under "deleting" cannot be created again until its directories are gone.
-- `alter` validates the new overrides, writes them, then swaps the new LogConfig
-  into the live logs (`Log.update_config`); `value None` removes an override.
-- `add_partitions` (Kafka's CreatePartitions) grows a topic: it validates (the
-  topic exists and is not internal, the count grows and stays <= MAX_PARTITIONS),
-  writes the registry with the new count (the commit point), creates the new
-  partition logs, and only then publishes the new count, so lookups never see a
-  partition without its log. A crash after the write leaves a registered
-  partition without a directory, which the next `reconcile` creates; a failure
-  creating a log deletes the logs made so far and writes the old count back, so
-  nothing is left behind (should that write fail as well, the registry keeps the
-  grown count, file and memory alike, and the next start creates the rest).
-- `reconcile` never fails the start: a partition it cannot delete or create, or a
-  registry it cannot write, is logged and left for the next start.
-- Internal topics follow broker/state/internal_topics.py: a change or a creation that
-  would break the offsets log is InvalidConfigError.
-- Effective topic config = overrides laid over the broker's `log.*` defaults
-  (`defaults`, broker/config/dynamic_broker_configs.py's rule of precedence).
-  `set_defaults` swaps new defaults in at runtime (a dynamic broker config changed):
-  every topic's LogConfig is rebuilt and swapped into its live logs; the overrides
-  and the registry file do not change. It checks every topic first (internal topics'
-  rules, keys checked together) and changes nothing when one would be invalid.
-- Errors are kafka_format.errors classes (their `code` is the wire code):
-  InvalidTopicError (bad name, a '.'/'_' collision, an internal topic that cannot
-  be deleted), TopicAlreadyExistsError, InvalidPartitionsError, InvalidConfigError,
-  InvalidRequestError (duplicate config keys), UnknownTopicOrPartitionError.
-- Topic ids (Kafka's, for its protocol: Metadata v10+, Fetch v13+): a random UUID
-  given at creation ("id"); topics from a registry written before ids get one at
-  the next `reconcile`. A re-created topic gets a new id, as in Kafka.
-- The internal topic `__consumer_offsets` is registered by `ensure_internal_topic`
-  (cleanup.policy=compact and Kafka's offsets.topic.segment.bytes, 100 MiB); its
-  partition logs are created on first use. It cannot be deleted (Kafka refuses
-  too) and METADATA for all topics leaves it out (see broker/native/topics.py).
+Kafka keeps these in its metadata log; Strata in `<data-dir>/strata-topics.json`, replaced
+whole through broker/state/json_files.py `write_document`. Thread-safe: mutations run in
+the executor under one lock, lookups take none. Every change writes the file first and
+changes memory only then. Its rules (the commit points of create, delete and
+add_partitions, reconcile, internal topics, config precedence, errors, topic ids) are in
+broker/SERVER.md, "Topics".
 """
 
 from __future__ import annotations
@@ -74,7 +21,7 @@ import structlog
 
 from broker.state import internal_topics
 from broker.state.internal_topics import INTERNAL_TOPIC_CONFIGS, OFFSETS_TOPIC
-from broker.state.json_files import damaged, encode_document, read_document
+from broker.state.json_files import damaged, read_document, write_document
 from kafka_format.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -87,7 +34,6 @@ from kafka_format.errors import (
 )
 from kafka_format.topic_names import validate_topic_name
 from storage.config import LogConfig, check_remote_storage_change
-from storage.fileutil import atomic_write
 from storage.manager import LogManager
 
 REGISTRY_FILE = "strata-topics.json"
@@ -133,7 +79,8 @@ def new_topic_id() -> str:
 
 class TopicRegistry:
     def __init__(self, data_dir: str, defaults: LogConfig, *, num_partitions: int = 1,
-                 remote_storage_system_enable: bool = False):
+                 remote_storage_system_enable: bool = False,
+                 remote_storage_disabled: Callable[[Topic], None] | None = None):
         self.path = os.path.join(data_dir, REGISTRY_FILE)
         self.defaults = defaults
         self.num_partitions = num_partitions
@@ -142,8 +89,8 @@ class TopicRegistry:
         self.remote_storage_system_enable = remote_storage_system_enable
         # Called (blocking) once a topic's remote.storage.enable is turned off (with
         # remote.log.delete.on.disable, which check_remote_storage_change requires):
-        # tiered storage deletes the topic's remote data (broker/compose.py).
-        self.remote_storage_disabled: Callable[[Topic], None] | None = None
+        # tiered storage deletes the topic's remote data (broker/app.py).
+        self.remote_storage_disabled = remote_storage_disabled
         self._topics: Mapping[str, Topic] = MappingProxyType({})
         self._deleting: tuple[str, ...] = ()
         self._lock = threading.RLock()
@@ -550,16 +497,9 @@ class TopicRegistry:
         doc = {"version": FORMAT_VERSION,
                "topics": {name: topics[name].to_json() for name in sorted(topics)},
                "deleting": list(deleting)}
-        data = encode_document(doc)
         manager = self._manager
-        try:
-            if use_reserve and manager is not None:
-                manager.space_reserve.run("topic registry write", lambda: atomic_write(self.path, data))
-            else:
-                atomic_write(self.path, data)
-        except OSError as e:
-            raise KafkaStorageError(
-                f"cannot write the topic registry {self.path}: {e.strerror or e}") from None
+        write_document(self.path, "topic registry", doc,
+                       reserve=manager.space_reserve if use_reserve and manager is not None else None)
 
     def _publish(self, topics: Mapping[str, Topic], deleting: tuple[str, ...]) -> None:
         """Make `topics` and `deleting` the registry's state (lock held)."""

@@ -27,7 +27,11 @@ TIMEOUT = 30
 
 def scrape(broker) -> dict[str, dict[tuple, float]]:
     """name -> {sorted label items: value} of every sample /metrics shows."""
-    with urllib.request.urlopen(broker.admin_url("/metrics"), timeout=TIMEOUT) as response:
+    return scrape_url(broker.admin_url("/metrics"))
+
+
+def scrape_url(url: str) -> dict[str, dict[tuple, float]]:
+    with urllib.request.urlopen(url, timeout=TIMEOUT) as response:
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("text/plain")
         text = response.read().decode()
@@ -199,6 +203,49 @@ async def test_ready_only_after_recovery(tmp_path, monkeypatch):
     app.request_shutdown()
     assert await get("/health/ready") == 503
     await app.shutdown()
+
+
+async def test_metrics_during_recovery_then_of_the_built_broker(tmp_path, monkeypatch):
+    """In process, with recovery held: /metrics answers with the counters and zeros
+    only (nothing of the logs, listeners or I/O threads yet), and with the broker's
+    state once it is built."""
+    release = threading.Event()
+    startup = LogManager.startup
+
+    def held_startup(self, *args, **kwargs):
+        assert release.wait(TIMEOUT)
+        return startup(self, *args, **kwargs)
+
+    monkeypatch.setattr(LogManager, "startup", held_startup)
+    config = BrokerConfig.load(data_dir=str(tmp_path), environ={},
+                               cli={"host.name": "127.0.0.1", "port": "0", "kafka.port": "0", "admin.port": "0"})
+    app = BrokerApp(config)
+    loop = asyncio.get_running_loop()
+    starting = loop.create_task(app.start())
+    deadline = time.monotonic() + TIMEOUT
+    while app.admin_address is None:
+        assert time.monotonic() < deadline and not starting.done()
+        await asyncio.sleep(0.01)
+
+    url = f"http://127.0.0.1:{app.admin_address[1]}/metrics"
+    try:
+        during = await loop.run_in_executor(None, scrape_url, url)
+        assert during["kafka_log_logcleaner_cleanerruns_total"] == {(): 0.0}
+        assert during["kafka_network_requestchannel_requestqueuesize"] == {(): 0.0}
+        for name in ("kafka_log_logmanager_logdirectoryfreebytes", "kafka_server_kafkarequesthandlerpool_threads",
+                     "kafka_network_socketserver_memorypoolused", "kafka_server_socketservermetrics_connection_count"):
+            assert name not in during
+    finally:
+        release.set()
+    await asyncio.wait_for(starting, TIMEOUT)
+    try:
+        built = await loop.run_in_executor(None, scrape_url, url)
+        assert value(built, "kafka_log_logmanager_logdirectoryfreebytes", logdirectory=app.manager.data_dir) > 0
+        assert value(built, "kafka_server_kafkarequesthandlerpool_threads") == config.num_io_threads
+        assert value(built, "kafka_server_socketservermetrics_connection_count", listener="PLAINTEXT",
+                     protocol="kafka") == 0
+    finally:
+        await app.shutdown()
 
 
 def test_admin_port_off(broker):

@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from broker.state import topic_registry as topics_module
+from broker.state import json_files
 from broker.state.internal_topics import OFFSETS_TOPIC, check_delete_records
 from broker.state.topic_registry import REGISTRY_FILE, TopicRegistry
 from kafka_format.errors import InvalidConfigError, InvalidTopicError, KafkaStorageError, TopicAlreadyExistsError
@@ -25,7 +25,7 @@ from storage.manager import LogManager
 from storage.names import special_dir_name
 from storage.space_reserve import RESERVE_FILE
 
-REAL_WRITE = topics_module.atomic_write
+REAL_WRITE = json_files.atomic_write
 
 
 def failing_write(error=errno.EIO):
@@ -42,7 +42,7 @@ def test_failed_registry_writes_change_nothing(open_registry, tmp_path, monkeypa
     registry, manager = open_registry()
     registry.create("keep", 2, [])
     before = registry_file(tmp_path)
-    monkeypatch.setattr(topics_module, "atomic_write", failing_write())
+    monkeypatch.setattr(json_files, "atomic_write", failing_write())
 
     with pytest.raises(KafkaStorageError) as raised:
         registry.create("new", 2, [])
@@ -60,7 +60,7 @@ def test_failed_registry_writes_change_nothing(open_registry, tmp_path, monkeypa
     assert (tmp_path / "keep-0").is_dir()
     assert registry_file(tmp_path) == before
 
-    monkeypatch.setattr(topics_module, "atomic_write", REAL_WRITE)
+    monkeypatch.setattr(json_files, "atomic_write", REAL_WRITE)
     registry.delete("keep")
     assert registry.get("keep") is None and registry_file(tmp_path)["deleting"] == []
 
@@ -75,7 +75,7 @@ def test_delete_on_a_full_disk_uses_the_space_reserve(open_registry, tmp_path, m
             raise OSError(errno.ENOSPC, "No space left on device")
         REAL_WRITE(path, data)
 
-    monkeypatch.setattr(topics_module, "atomic_write", full_until_reserve_released)
+    monkeypatch.setattr(json_files, "atomic_write", full_until_reserve_released)
     registry.delete("big")
     assert registry.get("big") is None and "big" not in registry_file(tmp_path)["topics"]
     assert not (tmp_path / "big-0").exists()
@@ -105,11 +105,11 @@ def test_reconcile_never_fails_the_start(open_registry, tmp_path, monkeypatch):
     registry.load()
     manager = LogManager(str(tmp_path), config_for=registry.log_config)
     manager.startup(registry.owns)
-    monkeypatch.setattr(topics_module, "atomic_write", failing_write(errno.ENOSPC))
+    monkeypatch.setattr(json_files, "atomic_write", failing_write(errno.ENOSPC))
     registry.reconcile(manager)  # cannot write the registry: logged, the start goes on
     assert registry.get("a") is None and "a" not in manager.topics()
     assert not [n for n in os.listdir(tmp_path) if n.endswith("-delete") or n.startswith("a-")]
-    monkeypatch.setattr(topics_module, "atomic_write", REAL_WRITE)
+    monkeypatch.setattr(json_files, "atomic_write", REAL_WRITE)
     manager.shutdown()
 
 

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-import broker.state.topic_registry as topics_module
+import broker.state.json_files as json_files
 from broker.state.topic_registry import MAX_PARTITIONS, OFFSETS_TOPIC, REGISTRY_FILE, TopicRegistry
 from kafka_format.errors import (
     InvalidPartitionsError,
@@ -22,7 +22,7 @@ from kafka_format.errors import (
 from storage.config import LogConfig
 from storage.manager import LogManager
 
-REAL_WRITE = topics_module.atomic_write
+REAL_WRITE = json_files.atomic_write
 
 
 def registered(tmp_path, name: str) -> int:
@@ -96,7 +96,7 @@ def test_a_failed_registry_write_changes_nothing(open_registry, tmp_path, monkey
     def failing_write(path, data):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(topics_module, "atomic_write", failing_write)
+    monkeypatch.setattr(json_files, "atomic_write", failing_write)
     with pytest.raises(KafkaStorageError):
         registry.add_partitions("t", 3)
     assert registry.partitions("t") == 1 and directories(tmp_path, "t") == ["t-0"]

@@ -15,7 +15,7 @@ from storage.checkpoint import OffsetCheckpointFile
 from storage.cleaner import CleaningAborted
 from storage.cleaner_manager import LogCleanerManager, cleanable_offsets, max_compaction_delay
 from storage.config import LogConfig
-from storage.log_cleaner import LogCleaner
+from storage.log_cleaner import CleanerConfig, LogCleaner
 from storage.manager import LogManager
 
 from .test_cleaner import SWAP_STEPS, Crash, latest_by_key, records
@@ -27,6 +27,11 @@ def config(**overrides) -> LogConfig:
     props = {"cleanup.policy": "compact", "segment.bytes": 300}
     props.update({k.replace("_", "."): v for k, v in overrides.items()})
     return LogConfig.from_props(props)
+
+
+def cleaner_of(manager: LogManager, **kwargs) -> LogCleaner:
+    """A LogCleaner over `manager`'s logs with a 1 MiB offset map."""
+    return LogCleaner(manager.data_dir, manager.logs_by_partition, dedupe_buffer_size=1 << 20, **kwargs)
 
 
 @pytest.fixture
@@ -174,7 +179,7 @@ def test_clean_once_cleans_records_the_checkpoint_and_logs_stats(manager, clock)
     log = manager.get_or_create_log("t", 0, config())
     produce(log, clock, 60)
     before = records(log)
-    cleaner = LogCleaner(manager, dedupe_buffer_size=1 << 20, clock=clock)
+    cleaner = cleaner_of(manager, clock=clock)
     import structlog
     with structlog.testing.capture_logs() as logs:
         assert cleaner.clean_once()
@@ -192,7 +197,7 @@ def test_clean_once_cleans_records_the_checkpoint_and_logs_stats(manager, clock)
 def test_a_long_clean_logs_its_progress_and_the_totals_add_up(manager, clock):
     log = manager.get_or_create_log("t", 0, config())
     produce(log, clock, 60)
-    cleaner = LogCleaner(manager, dedupe_buffer_size=1 << 20, clock=clock, io_buffer_size=4096)
+    cleaner = cleaner_of(manager, clock=clock, io_buffer_size=4096)
     cleaner.progress_interval_s = 0  # every check between reads counts as "long"
     import structlog
     with structlog.testing.capture_logs() as logs:
@@ -206,24 +211,27 @@ def test_a_long_clean_logs_its_progress_and_the_totals_add_up(manager, clock):
                                                                             done["bytes_written"])
 
 
-def test_deleting_a_log_aborts_its_clean_and_forgets_its_checkpoint(manager, clock):
+def test_deleting_a_log_aborts_its_clean_and_forgets_its_checkpoint(tmp_path, clock):
+    manager = LogManager(str(tmp_path / "data"), config_for=lambda topic: config(), clock=clock,
+                         cleaner=CleanerConfig(dedupe_buffer_size=1 << 20))
+    manager.startup()
     log = manager.get_or_create_log("t", 0, config())
     produce(log, clock, 60)
-    cleaner = LogCleaner(manager, dedupe_buffer_size=1 << 20, clock=clock)
-    manager.cleaner = cleaner
+    cleaner = manager.cleaner  # made by the manager (CleanerConfig): delete_log aborts its cleans
     assert cleaner.clean_once()
     manager.delete_log("t", 0)
     assert cleaner.cleaner_manager.all_checkpoints() == {}
     again = manager.get_or_create_log("t", 0, config())
     produce(again, clock, 60)
     assert cleaner.clean_once()  # the new log is not paused
+    manager.shutdown()
 
 
 def test_shutdown_stops_a_clean_at_its_next_read(manager, clock):
     log = manager.get_or_create_log("t", 0, config(segment_bytes=100_000))
     produce(log, clock, 200)
     log.roll()
-    cleaner = LogCleaner(manager, dedupe_buffer_size=1 << 20, io_buffer_size=4096, clock=clock)
+    cleaner = cleaner_of(manager, io_buffer_size=4096, clock=clock)
     real = cleaner.cleaner.clean
 
     def clean_then_stop(*args, check_done, **kwargs):
@@ -253,7 +261,7 @@ def test_a_crash_at_each_step_of_a_clean_loses_nothing(tmp_path, clock, crash_at
         if step == crash_at:
             raise Crash(step)
 
-    cleaner = LogCleaner(first, dedupe_buffer_size=1 << 20, clock=clock, step=crash)
+    cleaner = cleaner_of(first, clock=clock, step=crash)
     with pytest.raises(Crash):
         cleaner.clean_once()
     os.close(first._lock_fd)  # the process is gone: its directory lock with it
@@ -263,9 +271,9 @@ def test_a_crash_at_each_step_of_a_clean_loses_nothing(tmp_path, clock, crash_at
     assert not second.had_clean_shutdown
     recovered = second.get_log("t", 0)
     assert latest_by_key(records(recovered)) == before
-    checkpoint = LogCleaner(second, dedupe_buffer_size=1 << 20, clock=clock).cleaner_manager.all_checkpoints()
+    checkpoint = cleaner_of(second, clock=clock).cleaner_manager.all_checkpoints()
     assert checkpoint == ({("t", 0): end} if crash_at == "checkpoint_written" else {})
-    cleaner = LogCleaner(second, dedupe_buffer_size=1 << 20, clock=clock)
+    cleaner = cleaner_of(second, clock=clock)
     assert cleaner.clean_once() == (crash_at != "checkpoint_written")
     assert latest_by_key(records(recovered)) == before
     second.shutdown()
@@ -279,7 +287,7 @@ def test_compact_delete_topics_get_both_compaction_and_retention(manager, clock)
     old_end = log.log_end_offset
     log.roll()
     produce(log, clock, 60, seed=1)
-    cleaner = LogCleaner(manager, dedupe_buffer_size=1 << 20, clock=clock)
+    cleaner = cleaner_of(manager, clock=clock)
     assert cleaner.clean_once()  # compaction, from the log start
     log.delete_old_segments(clock.time_ms())  # retention removes the expired segments
     assert log.log_start_offset >= old_end
