@@ -47,8 +47,9 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so that the other subcommands do not pay for uvloop and storage.
-    from broker.app import StartupError, run_broker
+    from broker.app import StartupError
     from broker.config.broker_config import BrokerConfig
+    from broker.process import run_broker
     from kafka_format.errors import InvalidConfigError
 
     try:
