@@ -14,7 +14,8 @@ Contract:
   log's own retention pass: `retention_elsewhere`) and total retention to the
   remote segments. A failing store leaves the local log as it is; the partition's
   back-off decides when it is tried again. A partition whose log is gone is
-  forgotten.
+  forgotten. First it retries the pending partition deletions (below) whose
+  back-off has passed.
 - Reads (blocking, in the executor): `read(log, offset, max_bytes,
   min_one_message)` answers the records of the remote segment holding `offset`
   (a fetch below the local log start), up to that segment's end, through one
@@ -23,8 +24,15 @@ Contract:
   thread (one read-ahead at a time); `offset_for_timestamp` searches the remote
   segments. A missing or corrupt object raises RemoteStorageError
   (KAFKA_STORAGE_ERROR).
-- `delete_topic(topic, topic_id, partitions)` (blocking, after a topic deletion)
-  deletes the topic's remote segments and records the partitions' deletion.
+- `delete_topic(topic, topic_id, partitions)` (blocking, after a topic deletion
+  or remote.log.delete.on.disable) stops the partitions' passes (waiting for a
+  running copy: no copy uploads alongside or after the deletion, so none leaves
+  an object behind), records DELETE_PARTITION_MARKED in the metadata, then
+  deletes the remote segments (DELETE_PARTITION_STARTED ... FINISHED). A failed
+  deletion stays pending in the metadata (durable: a restart finds it) and is
+  retried by `run_pass` with remote.log.manager.task.retry.backoff.ms doubling up
+  to backoff.max.ms. A partition with a pending deletion is neither copied nor
+  read remotely.
 - `log_start_offset(log)`: the partition's log start including remote data
   (ListOffsets EARLIEST, fetch answers); the local one is the log's own.
 - `stats()` / `totals()`: per-partition TierStats and their sums (copy lag,
@@ -47,7 +55,7 @@ from kafka_format.reader import iter_entries
 from storage.log import Log
 from storage.manager import LogManager
 from storage.remote.config import RemoteLogConfig
-from storage.remote.copier import RemotePartition, TierStats
+from storage.remote.copier import Backoff, RemotePartition, TierStats
 from storage.remote.metadata import (
     METADATA_TOPIC,
     PartitionDeleteState,
@@ -98,6 +106,12 @@ class Tiering:
         self._lock = threading.Lock()
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="strata-remote-ahead")
         self._reading_ahead = threading.Lock()
+        # Partitions being stopped by delete_topic: `partition` makes none for them.
+        self._closing: set[TopicIdPartition] = set()
+        self._deleting = threading.Lock()  # one partition deletion at a time
+        # Failed partition deletions: (consecutive failures, monotonic ms of the next try).
+        self._delete_failures: dict[TopicIdPartition, tuple[int, int]] = {}
+        self._delete_backoff = Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms, config.retry_jitter)
 
     @classmethod
     def open(cls, config: RemoteLogConfig, data_dir: str, manager: LogManager,
@@ -138,13 +152,17 @@ class Tiering:
             if found is not None and found.log is partition_log:
                 return found
             tp = self._tp(partition_log)
-            if tp is None:
+            if tp is None or tp in self._closing or self._delete_pending(tp):
                 return None
             if not self.is_tiered(partition_log) and not self.metadata.segments(tp):
                 return None
             made = RemotePartition(partition_log, tp, self.rsm, self.metadata, config=self.config)
             self._partitions[key] = made
             return made
+
+    def _delete_pending(self, tp: TopicIdPartition) -> bool:
+        event = self.metadata.partition_delete(tp)
+        return event is not None and event.state != PartitionDeleteState.DELETE_PARTITION_FINISHED
 
     def known(self, partition_log: Log) -> RemotePartition | None:
         """The log's RemotePartition if one was made (no store or metadata work)."""
@@ -154,6 +172,7 @@ class Tiering:
     # ---- the periodic pass ----------------------------------------------------------------
 
     def run_pass(self) -> None:
+        self.retry_partition_deletes()
         logs = [partition_log for partition_log in self.manager.logs() if self.is_tiered(partition_log)]
         live = {(partition_log.topic, partition_log.partition) for partition_log in self.manager.logs()}
         with self._lock:
@@ -173,38 +192,89 @@ class Tiering:
     # ---- topic deletion ----------------------------------------------------------------------
 
     def delete_topic(self, topic: str, topic_id: str, partitions: int) -> None:
-        """Delete a deleted topic's remote data (blocking; Kafka's partition deletion
-        through RemotePartitionDeleteMetadata): per partition with remote segments,
-        DELETE_PARTITION_STARTED, each segment's manifest, DELETE_SEGMENT_STARTED,
-        its objects, DELETE_SEGMENT_FINISHED, then DELETE_PARTITION_FINISHED. A
-        failure is logged and leaves the partition STARTED in the metadata."""
+        """Delete a deleted topic's remote data, or a topic's whose remote.storage.enable
+        was turned off (blocking; Kafka's partition deletion through
+        RemotePartitionDeleteMetadata). Each partition's RemotePartition is stopped
+        first (a running pass ends, no later one starts), so no copy runs alongside
+        the deletion. Per partition with remote segments: DELETE_PARTITION_MARKED is
+        recorded, then `_delete_partition`. A failure is logged; the partition stays
+        pending in the metadata and `run_pass` retries it after the back-off, also
+        after a restart."""
         if not topic_id:
             return
+        tps = [TopicIdPartition(topic, uuid.UUID(topic_id), partition) for partition in range(partitions)]
         with self._lock:
-            for partition in range(partitions):
-                self._partitions.pop((topic, partition), None)
-        for partition in range(partitions):
-            tp = TopicIdPartition(topic, uuid.UUID(topic_id), partition)
+            self._closing.update(tps)
+            stopped = [self._partitions.pop((topic, partition), None) for partition in range(partitions)]
+        try:
+            for remote in stopped:
+                if remote is not None:
+                    remote.stop()
+            for tp in tps:
+                if not any(m.state != SegmentState.DELETE_SEGMENT_FINISHED for m in self.metadata.segments(tp)):
+                    continue
+                try:
+                    self.metadata.put_partition_delete(RemotePartitionDeleteMetadata(
+                        tp, PartitionDeleteState.DELETE_PARTITION_MARKED, int(time.time() * 1000), 0))
+                except Exception:
+                    log.exception("remote_partition_delete_failed", partition=str(tp))
+                    continue
+                self._try_delete_partition(tp)
+        finally:
+            with self._lock:
+                self._closing.difference_update(tps)
+
+    def _try_delete_partition(self, tp: TopicIdPartition) -> bool:
+        """`_delete_partition`, a failure logged and counted for the back-off."""
+        try:
+            self._delete_partition(tp)
+        except Exception as e:
+            failures = self._delete_failures.get(tp, (0, 0))[0] + 1
+            delay = self._delete_backoff.delay_ms(failures)
+            self._delete_failures[tp] = (failures, int(time.monotonic() * 1000) + delay)
+            log.warning("remote_partition_delete_failed", partition=str(tp), error=str(e), failures=failures,
+                        retry_in_ms=delay)
+            return False
+        self._delete_failures.pop(tp, None)
+        return True
+
+    def _delete_partition(self, tp: TopicIdPartition) -> None:
+        """DELETE_PARTITION_STARTED, then per segment not yet deleted: its manifest,
+        DELETE_SEGMENT_STARTED, its objects, DELETE_SEGMENT_FINISHED; then
+        DELETE_PARTITION_FINISHED. One deletion at a time (a retry never runs
+        alongside the first try). Raises what the store or the metadata raise."""
+        with self._deleting:
+            if not self._delete_pending(tp):
+                return  # finished by an earlier try
             segments = [m for m in self.metadata.segments(tp) if m.state != SegmentState.DELETE_SEGMENT_FINISHED]
-            if not segments:
+            self.metadata.put_partition_delete(RemotePartitionDeleteMetadata(
+                tp, PartitionDeleteState.DELETE_PARTITION_STARTED, int(time.time() * 1000), 0))
+            for metadata in segments:
+                if metadata.state == SegmentState.COPY_SEGMENT_FINISHED:
+                    self.rsm.delete_manifest(metadata)
+                if metadata.state != SegmentState.DELETE_SEGMENT_STARTED:
+                    metadata = self.metadata.update_segment(RemoteLogSegmentMetadataUpdate(
+                        metadata.segment_id, int(time.time() * 1000), SegmentState.DELETE_SEGMENT_STARTED, 0))
+                self.rsm.delete_log_segment_data(metadata)
+                self.metadata.update_segment(RemoteLogSegmentMetadataUpdate(
+                    metadata.segment_id, int(time.time() * 1000), SegmentState.DELETE_SEGMENT_FINISHED, 0))
+            self.metadata.put_partition_delete(RemotePartitionDeleteMetadata(
+                tp, PartitionDeleteState.DELETE_PARTITION_FINISHED, int(time.time() * 1000), 0))
+            log.info("remote_partition_deleted", partition=str(tp), segments=len(segments))
+
+    def retry_partition_deletes(self) -> None:
+        """Retry each pending partition deletion whose back-off has passed."""
+        now = int(time.monotonic() * 1000)
+        for tp in self.metadata.pending_partition_deletes():
+            with self._lock:
+                if tp in self._closing:
+                    continue  # delete_topic is on it
+            if self._delete_failures.get(tp, (0, 0))[1] > now:
                 continue
-            try:
-                self.metadata.put_partition_delete(RemotePartitionDeleteMetadata(
-                    tp, PartitionDeleteState.DELETE_PARTITION_STARTED, int(time.time() * 1000), 0))
-                for metadata in segments:
-                    if metadata.state == SegmentState.COPY_SEGMENT_FINISHED:
-                        self.rsm.delete_manifest(metadata)
-                    if metadata.state != SegmentState.DELETE_SEGMENT_STARTED:
-                        metadata = self.metadata.update_segment(RemoteLogSegmentMetadataUpdate(
-                            metadata.segment_id, int(time.time() * 1000), SegmentState.DELETE_SEGMENT_STARTED, 0))
-                    self.rsm.delete_log_segment_data(metadata)
-                    self.metadata.update_segment(RemoteLogSegmentMetadataUpdate(
-                        metadata.segment_id, int(time.time() * 1000), SegmentState.DELETE_SEGMENT_FINISHED, 0))
-                self.metadata.put_partition_delete(RemotePartitionDeleteMetadata(
-                    tp, PartitionDeleteState.DELETE_PARTITION_FINISHED, int(time.time() * 1000), 0))
-                log.info("remote_partition_deleted", partition=str(tp), segments=len(segments))
-            except Exception:
-                log.exception("remote_partition_delete_failed", partition=str(tp))
+            self._try_delete_partition(tp)
+
+    def pending_partition_deletes(self) -> int:
+        return len(self.metadata.pending_partition_deletes())
 
     # ---- reads ------------------------------------------------------------------------------
 

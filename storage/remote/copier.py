@@ -41,6 +41,9 @@ Contract:
   metadata is not COPY_SEGMENT_FINISHED); then the
   log start offset moves to the first remote segment left, and local segments
   below it go.
+- `stop()` (a topic deletion, remote.log.delete.on.disable): waits for a running
+  pass to end; every later pass does nothing. After it returns the partition's
+  remote data changes only through whoever stopped it.
 - `stats()`: the copy lag (rolled segments and bytes not yet copied), the remote
   and local sizes, the log start offsets, the last error and the back-off.
 """
@@ -144,6 +147,7 @@ class RemotePartition:
         self._failures = 0
         self._last_error: str | None = None
         self._retry_at: int | None = None
+        self._stopped = False
         self._manifests_checked = False  # the store's manifests were compared with the metadata
         self._manifests_pending: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = {}
 
@@ -175,7 +179,16 @@ class RemotePartition:
 
     def _copy_enabled(self) -> bool:
         config = self.log.config
-        return config.remote_storage_enable and not config.remote_log_copy_disable
+        return not self._stopped and config.remote_storage_enable and not config.remote_log_copy_disable
+
+    def stop(self) -> None:
+        """Wait for a running pass to end and make every later pass do nothing."""
+        with self._lock:
+            self._stopped = True
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
 
     def _backing_off(self) -> bool:
         return self._retry_at is not None and self._clock.monotonic_ms() < self._retry_at
@@ -289,6 +302,8 @@ class RemotePartition:
                                     retention_bytes=config.effective_local_retention_bytes)
         total = retention.RetentionResult(self.log.name, self.log.log_start_offset)
         with self._lock:
+            if self._stopped:
+                return total
             for reason in (retention.RETENTION_BYTES, retention.RETENTION_MS):
                 highest = self.metadata.highest_copied_offset(self.tp)
                 chosen = retention.deletion(reason, self.log.segments.snapshot(), config=local,
@@ -317,7 +332,7 @@ class RemotePartition:
         """Delete remote segments past total retention (see the module contract)."""
         now = self._clock.time_ms() if now_ms is None else now_ms
         with self._lock:
-            if not self.log.config.remote_storage_enable or self._backing_off():
+            if self._stopped or not self.log.config.remote_storage_enable or self._backing_off():
                 return []
             doomed = self._expired_remote_segments(now)
             deleted = []

@@ -26,6 +26,8 @@ Contract:
   `segment_for_offset`); `highest_copied_offset` is the end offset of the last
   finished copy. `unfinished_segments` lists copies that never finished and
   deletions that never finished, for the copier to clean up.
+  `pending_partition_deletes` lists the partitions whose last
+  RemotePartitionDeleteMetadata is MARKED or STARTED (a deletion to finish).
 """
 
 from __future__ import annotations
@@ -446,6 +448,13 @@ class RemoteLogMetadataStore:
     def partition_delete(self, tp: TopicIdPartition) -> RemotePartitionDeleteMetadata | None:
         with self._lock:
             return self._partition_deletes.get(tp)
+
+    def pending_partition_deletes(self) -> list[TopicIdPartition]:
+        """Partitions whose deletion was recorded (DELETE_PARTITION_MARKED or _STARTED)
+        and not finished."""
+        with self._lock:
+            return [tp for tp, event in self._partition_deletes.items()
+                    if event.state != PartitionDeleteState.DELETE_PARTITION_FINISHED]
 
     def partitions(self) -> Iterable[TopicIdPartition]:
         with self._lock:

@@ -353,3 +353,54 @@ def test_bad_tiered_storage_settings_fail_the_start_with_one_line(tmp_path, sett
     code, _out, err = run_serve(*args)
     assert code != 0
     assert message in err and "Traceback" not in err
+
+
+def stored_files(root) -> list[str]:
+    return sorted(os.path.join(path, name) for path, _, names in os.walk(root) for name in names)
+
+
+def metric(broker: BrokerProcess, name: str) -> float | None:
+    """The value of an unlabelled metric in /metrics, None when absent."""
+    import urllib.request
+
+    with urllib.request.urlopen(broker.admin_url("/metrics"), timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+    return None
+
+
+def test_a_failed_remote_deletion_is_retried_and_survives_a_kill(tmp_path):
+    store_dir = tmp_path / "store"
+    topic = f"undead-{uuid.uuid4().hex[:8]}"
+    broker = tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{store_dir}"]).start()
+    try:
+        with Admin(native(broker)) as admin:
+            admin.create_topic(topic, 1, TOPIC_CONFIGS)
+        produce(broker, topic, VALUES)
+        wait_for(lambda: len(local_segments(broker, topic)) == 1, "copy and local deletion")
+        # A directory in the place of one segment's .log object: the store cannot delete it.
+        victim = next(path for path in stored_files(store_dir) if path.endswith(".log"))
+        os.remove(victim)
+        os.mkdir(victim)
+        with open(os.path.join(victim, "blocker"), "w") as f:
+            f.write("x")
+        with Admin(native(broker)) as admin:
+            admin.delete_topic(topic)
+
+        def failures() -> int:
+            return sum(1 for event in broker.log_events() if event.get("event") == "remote_partition_delete_failed")
+
+        wait_for(lambda: failures() >= 2, "the failed deletion retried")
+        assert metric(broker, "strata_tiered_pending_partition_deletions") == 1
+        assert any(path.endswith(".log") and path != victim for path in stored_files(store_dir))
+        # Killed while the deletion is pending; the store heals; the restarted broker finishes it.
+        broker.stop(signal.SIGKILL)
+        import shutil
+
+        shutil.rmtree(victim)
+        broker.restart()
+        wait_for(lambda: not stored_files(store_dir), "the remote data deleted after the restart")
+        wait_for(lambda: metric(broker, "strata_tiered_pending_partition_deletions") == 0, "no deletion pending")
+    finally:
+        broker.close()
