@@ -364,8 +364,12 @@ class Tiering:
         return self.reader.offset_for_timestamp(remote.tp, timestamp)
 
     def log_start_offset(self, partition_log: Log) -> int:
-        """The partition's log start including remote data."""
+        """The partition's log start including remote data (no store work: the
+        RemotePartition of a tiered log is made here when no pass has made it yet,
+        so a restarted broker answers the same start before its first pass)."""
         remote = self.known(partition_log)
+        if remote is None and self.is_tiered(partition_log):
+            remote = self.partition(partition_log)
         if remote is None:
             return partition_log.log_start_offset
         return remote.log_start_offset

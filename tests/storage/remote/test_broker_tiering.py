@@ -27,9 +27,10 @@ VALUES = [b"record-%05d-" % i + b"x" * 200 for i in range(200)]
 WAIT_S = 90.0  # a guard against hangs, not a speed assumption
 
 
-def tiered_broker(data_dir, store_args: list[str], env: dict[str, str] | None = None) -> BrokerProcess:
+def tiered_broker(data_dir, store_args: list[str], env: dict[str, str] | None = None, *,
+                  interval_ms: int = 100) -> BrokerProcess:
     return BrokerProcess(data_dir, "--set", "remote.log.storage.system.enable=true",
-                         "--set", "remote.log.manager.task.interval.ms=100",
+                         "--set", f"remote.log.manager.task.interval.ms={interval_ms}",
                          "--set", "remote.log.manager.task.retry.backoff.ms=100",
                          "--set", "remote.log.manager.task.retry.backoff.max.ms=500",
                          "--set", "log.initial.task.delay.ms=0", *store_args, env=env)
@@ -402,5 +403,70 @@ def test_a_failed_remote_deletion_is_retried_and_survives_a_kill(tmp_path):
         broker.restart()
         wait_for(lambda: not stored_files(store_dir), "the remote data deleted after the restart")
         wait_for(lambda: metric(broker, "strata_tiered_pending_partition_deletions") == 0, "no deletion pending")
+    finally:
+        broker.close()
+
+
+def kafka_fetch(broker: BrokerProcess, topic: str, offset: int) -> tuple[int, int]:
+    """(error code, log start offset) of a Fetch v5 at `offset` over the wire."""
+    import datetime
+
+    from kio.schema.fetch.v5 import request as fetch
+    from kio.schema.types import BrokerId, TopicName
+    from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+    from tests.kafka.wire import KafkaWire
+
+    with KafkaWire(*broker.kafka_address) as conn:
+        response = conn.call(fetch.FetchRequest(
+            replica_id=BrokerId(-1), max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=0)),
+            min_bytes=i32(1), max_bytes=i32(1 << 20), isolation_level=i8(0), topics=(
+                fetch.FetchTopic(topic=TopicName(topic), partitions=(fetch.FetchPartition(
+                    partition=i32(0), fetch_offset=i64(offset), log_start_offset=i64(-1),
+                    partition_max_bytes=i32(1 << 20)),)),)))
+    partition = response.responses[0].partitions[0]
+    return partition.error_code, partition.log_start_offset
+
+
+@pytest.mark.parametrize("stop", ["kill", "clean"])
+def test_the_log_start_total_retention_moved_survives_a_restart(tmp_path, stop):
+    store_dir = tmp_path / "store"
+    topic = f"expire-{uuid.uuid4().hex[:8]}"
+    configs = dict(TOPIC_CONFIGS, **{"retention.bytes": "12000"})
+    broker = tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{store_dir}"]).start()
+    try:
+        with Admin(native(broker)) as admin:
+            admin.create_topic(topic, 1, configs)
+        produce(broker, topic, VALUES)
+        # Total retention deletes the oldest remote segments; the log start follows.
+        def within_retention() -> bool:
+            """Kafka's size rule is met: dropping the oldest remote segment would
+            take the log below retention.bytes."""
+            local = local_segments(broker, topic)
+            remote = sorted(p for p in stored_files(store_dir) if p.endswith(".log"))
+            if len(local) != 1 or not remote:
+                return False
+            size = os.path.getsize(os.path.join(broker.data_dir, f"{topic}-0", local[0]))
+            size += sum(os.path.getsize(p) for p in remote)
+            return size - 12000 < os.path.getsize(remote[0])
+
+        wait_for(within_retention, "remote segments deleted by retention.bytes")
+        start = kafka_list_offsets(broker, topic)[-2]
+        assert start > 0
+        assert kafka_fetch(broker, topic, start - 1)[0] == 1  # OFFSET_OUT_OF_RANGE
+        assert kafka_fetch(broker, topic, start) == (0, start)
+        broker.stop(signal.SIGKILL if stop == "kill" else signal.SIGTERM)
+        broker.close()
+        # Restarted with passes far apart: what the broker answers before its first pass.
+        broker = tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{store_dir}",
+                                                   "--set", "log.initial.task.delay.ms=3600000"],
+                               interval_ms=3_600_000).start()
+        assert kafka_fetch(broker, topic, len(VALUES)) == (0, start)  # a consumer at the end
+        assert kafka_list_offsets(broker, topic)[-2] == start
+        assert offsets(broker, topic)[0] == start
+        assert kafka_fetch(broker, topic, start - 1)[0] == 1
+        assert kafka_fetch(broker, topic, start) == (0, start)
+        expected = list(enumerate(VALUES))[start:]
+        assert consume_kafka(broker, topic, len(expected)) == expected
     finally:
         broker.close()
