@@ -229,6 +229,14 @@ class PartitionService:
         """(topic, partition, bytes) of every partition log: the sum of its segments' sizes."""
         return [(found.topic, found.partition, found.size_in_bytes) for found in self.manager.logs()]
 
+    def remote_log_sizes(self) -> tuple[str, list[tuple[str, int, int]]] | None:
+        """(the remote store's URL, (topic, partition, bytes in the store) of every
+        tiered partition), None without tiered storage (tiering.py)."""
+        tiering = self.tiering
+        if tiering is None:
+            return None
+        return tiering.store_url, tiering.remote_log_sizes()
+
     @property
     def data_dir(self) -> str:
         """The one log directory (the data directory)."""

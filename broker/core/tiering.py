@@ -36,8 +36,8 @@ Contract:
 - `log_start_offset(log)`: the partition's log start including remote data
   (ListOffsets EARLIEST, fetch answers); the local one is the log's own.
 - `stats()` / `totals()`: per-partition TierStats and their sums (copy lag,
-  local and remote sizes, failures) for metrics, /health/ready and
-  DescribeLogDirs.
+  local and remote sizes, failures) for metrics and /health/ready;
+  `remote_log_sizes()` and `store_url` for DescribeLogDirs.
 """
 
 from __future__ import annotations
@@ -397,6 +397,26 @@ class Tiering:
             except Exception:  # a log closed under the call
                 log.debug("tier_stats_failed", partition=f"{key[0]}-{key[1]}", exc_info=True)
         return out
+
+    def remote_log_sizes(self) -> list[tuple[str, int, int]]:
+        """(topic, partition, bytes in the store) of every partition log that is
+        tiered or has remote data: the sizes of its COPY_SEGMENT_FINISHED segments
+        (Kafka's RemoteLogSizeBytes). From memory."""
+        out = []
+        for partition_log in self.manager.logs():
+            tp = self._tp(partition_log)
+            if tp is None or self._delete_pending(tp):
+                continue
+            readable = self.metadata.readable_segments(tp)
+            if readable or self.is_tiered(partition_log):
+                out.append((tp.topic, tp.partition, sum(m.segment_size_in_bytes for m in readable)))
+        return out
+
+    @property
+    def store_url(self) -> str:
+        """The remote store's URL (rsm.config.url's bucket and prefix or directory:
+        never credentials)."""
+        return str(self.config.location)
 
     def totals(self) -> TierTotals:
         stats = self.stats()

@@ -470,3 +470,46 @@ def test_the_log_start_total_retention_moved_survives_a_restart(tmp_path, stop):
         assert consume_kafka(broker, topic, len(expected)) == expected
     finally:
         broker.close()
+
+
+def test_describe_log_dirs_and_the_cli_show_local_and_remote_sizes(tmp_path):
+    import json
+
+    from kafka.admin import KafkaAdminClient
+
+    from tests.cli.test_client_commands import ok, strata
+
+    store_dir = tmp_path / "store"
+    topic = f"sizes-{uuid.uuid4().hex[:8]}"
+    with tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{store_dir}"]).start() as broker:
+        with Admin(native(broker)) as admin:
+            admin.create_topic(topic, 1, TOPIC_CONFIGS)
+            admin.create_topic(f"{topic}-plain", 1)
+        produce(broker, topic, VALUES)
+        wait_for(lambda: len(local_segments(broker, topic)) == 1, "copy and local deletion")
+        local_bytes = os.path.getsize(os.path.join(broker.data_dir, f"{topic}-0", local_segments(broker, topic)[0]))
+        remote_bytes = sum(os.path.getsize(p) for p in stored_files(store_dir) if p.endswith(".log"))
+        admin_client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            (answer,) = admin_client.describe_log_dirs()
+        finally:
+            admin_client.close()
+        by_dir = {d["log_dir"]: d for d in answer["log_dirs"]}
+        local, remote = by_dir[os.path.realpath(broker.data_dir)], by_dir[f"file://{store_dir}"]
+        assert len(by_dir) == 2 and local["error_code"] == remote["error_code"] == 0
+
+        def sizes(log_dir) -> dict[tuple[str, int], int]:
+            return {(t["name"], p["partition_index"]): p["partition_size"]
+                    for t in log_dir["topics"] for p in t["partitions"]}
+
+        assert sizes(local)[(topic, 0)] == local_bytes
+        assert sizes(remote) == {(topic, 0): remote_bytes}  # only tiered partitions, with their store bytes
+        assert remote["total_bytes"] == remote["usable_bytes"] == -1
+        # strata log-dirs describe prints both log dirs, kafka-log-dirs' JSON.
+        printed = ok(strata("log-dirs", "describe", "--topic-list", topic, "--bootstrap-server", native(broker),
+                            "--kafka-bootstrap-server", broker.bootstrap)).splitlines()
+        dirs = {d["logDir"]: d for d in json.loads(printed[2])["brokers"][0]["logDirs"]}
+        assert [(p["partition"], p["size"]) for p in dirs[os.path.realpath(broker.data_dir)]["partitions"]] == [
+            (f"{topic}-0", local_bytes)]
+        assert [(p["partition"], p["size"]) for p in dirs[f"file://{store_dir}"]["partitions"]] == [
+            (f"{topic}-0", remote_bytes)]
