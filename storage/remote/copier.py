@@ -13,6 +13,8 @@ Contract:
   COPY_SEGMENT_STARTED and deletions in DELETE_SEGMENT_STARTED: their objects are
   deleted and their metadata goes to DELETE_SEGMENT_FINISHED; their objects were
   never readable, since a reader only follows COPY_SEGMENT_FINISHED metadata),
+  and, after an interrupted deletion (total retention's), moves the log start past
+  it as `remote_retention_pass` does (local segments below it go);
   then copies each rolled segment above the highest copied offset, oldest first,
   whose records are all below the last stable offset: COPY_SEGMENT_STARTED is
   recorded, the files are put under a new segment uuid, COPY_SEGMENT_FINISHED is
@@ -241,16 +243,23 @@ class RemotePartition:
         return result
 
     def _finish_unfinished(self) -> int:
-        """Delete the objects of copies a crash interrupted and finish interrupted deletions."""
+        """Delete the objects of copies a crash interrupted and finish interrupted
+        deletions; after an interrupted retention deletion the log start moves past
+        it, as the interrupted pass would have moved it."""
         count = 0
+        deleted_end = -1
         for metadata in self.metadata.unfinished_segments(self.tp):
             if metadata.state == SegmentState.COPY_SEGMENT_STARTED:
                 metadata = self._update(metadata, SegmentState.DELETE_SEGMENT_STARTED)
+            elif self.metadata.was_copied(metadata.segment_id):  # not an abandoned copy's cleanup
+                deleted_end = max(deleted_end, metadata.end_offset)
             self.rsm.delete_log_segment_data(metadata)
             self._update(metadata, SegmentState.DELETE_SEGMENT_FINISHED)
             logger.info("remote_segment_cleaned", partition=str(self.tp), segment=str(metadata.segment_id),
                         start_offset=metadata.start_offset)
             count += 1
+        if deleted_end >= 0:
+            self._advance_log_start(deleted_end + 1)
         return count
 
     def _copy_segment(self, segment: LogSegment, end: int) -> RemoteLogSegmentMetadata:
