@@ -15,7 +15,9 @@ Contract:
   remote segments. A failing store leaves the local log as it is; the partition's
   back-off decides when it is tried again. A partition whose log is gone is
   forgotten. First it retries the pending partition deletions (below) whose
-  back-off has passed.
+  back-off has passed; the first pass after a start marks for deletion the
+  remote data of topic ids no topic has any more (a topic deleted just before a
+  crash: `mark_deleted_topics`).
 - Reads (blocking, in the executor): `read(log, offset, max_bytes,
   min_one_message)` answers the records of the remote segment holding `offset`
   (a fetch below the local log start), up to that segment's end, through one
@@ -111,6 +113,7 @@ class Tiering:
         self._deleting = threading.Lock()  # one partition deletion at a time
         # Failed partition deletions: (consecutive failures, monotonic ms of the next try).
         self._delete_failures: dict[TopicIdPartition, tuple[int, int]] = {}
+        self._orphans_checked = False  # mark_deleted_topics ran (the first pass)
         self._delete_backoff = Backoff(config.retry_backoff_ms, config.retry_backoff_max_ms, config.retry_jitter)
 
     @classmethod
@@ -172,6 +175,9 @@ class Tiering:
     # ---- the periodic pass ----------------------------------------------------------------
 
     def run_pass(self) -> None:
+        if not self._orphans_checked:
+            self.mark_deleted_topics()
+            self._orphans_checked = True
         self.retry_partition_deletes()
         logs = [partition_log for partition_log in self.manager.logs() if self.is_tiered(partition_log)]
         live = {(partition_log.topic, partition_log.partition) for partition_log in self.manager.logs()}
@@ -261,6 +267,26 @@ class Tiering:
             self.metadata.put_partition_delete(RemotePartitionDeleteMetadata(
                 tp, PartitionDeleteState.DELETE_PARTITION_FINISHED, int(time.time() * 1000), 0))
             log.info("remote_partition_deleted", partition=str(tp), segments=len(segments))
+
+    def mark_deleted_topics(self) -> None:
+        """Record DELETE_PARTITION_MARKED for every partition in the metadata whose
+        topic id is no topic's any more and whose remote data is not deleted nor
+        marked: a topic deleted just before a crash, before `delete_topic` recorded
+        anything. `retry_partition_deletes` then deletes them."""
+        for tp in self.metadata.partitions():
+            current = self.topic_id(tp.topic)
+            if current and uuid.UUID(current) == tp.topic_id:
+                continue
+            with self._lock:
+                if tp in self._closing:
+                    continue  # delete_topic is on it
+            if self._delete_pending(tp):
+                continue
+            if not any(m.state != SegmentState.DELETE_SEGMENT_FINISHED for m in self.metadata.segments(tp)):
+                continue
+            log.info("remote_partition_of_deleted_topic", partition=str(tp))
+            self.metadata.put_partition_delete(RemotePartitionDeleteMetadata(
+                tp, PartitionDeleteState.DELETE_PARTITION_MARKED, int(time.time() * 1000), 0))
 
     def retry_partition_deletes(self) -> None:
         """Retry each pending partition deletion whose back-off has passed."""

@@ -80,3 +80,38 @@ def test_topic_delete_waits_for_a_running_copy_and_leaves_no_object(tmp_path, fi
     finally:
         manager.shutdown()
         tiering.close()
+
+
+def test_remote_data_of_a_topic_deleted_before_a_crash_is_deleted_by_the_first_pass(tmp_path, file_config):
+    """A topic deleted just before a crash: the registry no longer has it, the metadata
+    holds its copied segments and no deletion. The first pass after the start deletes them."""
+    from broker.core.tiering import Tiering
+
+    data = tmp_path / "data"
+    manager = LogManager(str(data), config_for=lambda topic: tiered_config())
+    manager.startup()
+    partition_log = manager.get_or_create_log(LOG_TP.topic, LOG_TP.partition)
+    fill(partition_log, 2)
+    topic_ids = {LOG_TP.topic: str(LOG_TP.topic_id)}
+    metadata = RemoteLogMetadataStore(str(data / "__remote_log_metadata-0"))
+    tiering = Tiering(file_config, manager, topic_ids.get, open_rsm(file_config), metadata)
+    tiering.run_pass()
+    assert len(metadata.readable_segments(LOG_TP)) == 2 and stored_files(file_config.location.prefix)
+    tiering.close()
+    manager.delete_log(LOG_TP.topic, LOG_TP.partition)  # the topic's deletion, then the crash
+    del topic_ids[LOG_TP.topic]
+    manager.shutdown()
+
+    manager = LogManager(str(data), config_for=lambda topic: tiered_config())
+    manager.startup()
+    metadata = RemoteLogMetadataStore(str(data / "__remote_log_metadata-0"))
+    tiering = Tiering(file_config, manager, topic_ids.get, open_rsm(file_config), metadata)
+    try:
+        tiering.run_pass()
+        assert stored_files(file_config.location.prefix) == []
+        assert {m.state for m in metadata.segments(LOG_TP)} == {SegmentState.DELETE_SEGMENT_FINISHED}
+        event = metadata.partition_delete(LOG_TP)
+        assert event is not None and event.state == PartitionDeleteState.DELETE_PARTITION_FINISHED
+    finally:
+        manager.shutdown()
+        tiering.close()
