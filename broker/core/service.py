@@ -411,13 +411,24 @@ class PartitionService:
         log start offset. Raises OffsetOutOfRangeError, and InvalidTopicError for an
         internal topic (broker/state/internal_topics.py)."""
         internal_topics.check_delete_records(partition_log.topic)
-        end, start = partition_log.log_end_offset, partition_log.log_start_offset
+        end, start = partition_log.log_end_offset, self.log_start_offset(partition_log)
         target = end if offset == -1 else offset
         if target < 0 or target > end:
             raise OffsetOutOfRangeError(f"offset {offset} is out of range [{start}, {end}]")
+        tiering = self.tiering
+        if tiering is not None and isinstance(partition_log, Log) and tiering.is_tiered(partition_log):
+            return await self.blocking(self._delete_tiered_records, tiering, partition_log, target)
         if target > start:
             start = await self.blocking(self._delete_records, partition_log, target)
         return start
+
+    def _delete_tiered_records(self, tiering: Tiering, partition_log: Log, offset: int) -> int:
+        """Executor side, a tiered partition: the local log start moves as for any
+        log when `offset` is above it; the log start including remote data moves to
+        `offset` (tiering.py `delete_records`, durable before it takes effect)."""
+        if offset > partition_log.log_start_offset:
+            self._delete_records(partition_log, offset)
+        return tiering.delete_records(partition_log, offset)
 
     def _delete_records(self, partition_log: PartitionLog, offset: int) -> int:
         """Executor side: checkpoint the new log start, then move it in memory

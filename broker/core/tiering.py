@@ -37,6 +37,12 @@ Contract:
   read remotely.
 - `log_start_offset(log)`: the partition's log start including remote data
   (ListOffsets EARLIEST, fetch answers); the local one is the log's own.
+- `delete_records(log, offset)` (blocking): DeleteRecords below a tiered
+  partition's local start moves its log start into the remote data (Kafka's
+  logStartOffset below localLogStartOffset), durable in
+  `<data dir>/remote-log-start-offsets.json` (written before it takes effect);
+  reads below it answer OFFSET_OUT_OF_RANGE and the remote retention pass deletes
+  the remote segments wholly below it.
 - `stats()` / `totals()`: per-partition TierStats and their sums (copy lag,
   local and remote sizes, failures) for metrics and /health/ready;
   `remote_log_sizes()` and `store_url` for DescribeLogDirs.
@@ -44,6 +50,7 @@ Contract:
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -53,6 +60,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from broker.state.json_files import damaged, read_document, write_document
 from kafka_format.reader import iter_entries
 from storage.log import Log
 from storage.manager import LogManager
@@ -75,6 +83,10 @@ from storage.txn_index import AbortedTxn, decode_entries
 log = structlog.get_logger("strata.tiering")
 
 METADATA_DIR = f"{METADATA_TOPIC}-0"
+# The log starts DeleteRecords moved below tiered partitions' local starts: Kafka keeps
+# them in log-start-offset-checkpoint, whose entries here are the local starts.
+LOG_STARTS_FILE = "remote-log-start-offsets.json"
+LOG_STARTS_VERSION = 1
 RESERVED_DIRS = frozenset({METADATA_DIR})
 
 
@@ -96,8 +108,12 @@ class Tiering:
     """The broker's tiered storage (the module's contract)."""
 
     def __init__(self, config: RemoteLogConfig, manager: LogManager, topic_id: Callable[[str], str | None],
-                 rsm: RemoteStorageManager, metadata: RemoteLogMetadataStore):
+                 rsm: RemoteStorageManager, metadata: RemoteLogMetadataStore, *, log_starts_path: str | None = None):
         self.config = config
+        # The log starts DeleteRecords moved into remote data, durable in `log_starts_path`.
+        self.log_starts_path = log_starts_path or os.path.join(manager.data_dir, LOG_STARTS_FILE)
+        self._log_starts = _read_log_starts(self.log_starts_path)
+        self._log_starts_lock = threading.Lock()
         self.manager = manager
         self.topic_id = topic_id
         self.rsm = rsm
@@ -119,8 +135,6 @@ class Tiering:
     @classmethod
     def open(cls, config: RemoteLogConfig, data_dir: str, manager: LogManager,
              topic_id: Callable[[str], str | None]) -> Tiering:
-        import os
-
         metadata = RemoteLogMetadataStore(os.path.join(data_dir, METADATA_DIR))
         try:
             rsm = open_remote_storage(config)
@@ -128,7 +142,13 @@ class Tiering:
             metadata.close()
             raise
         log.info("tiered_storage_opened", store=str(config.location), interval_ms=config.task_interval_ms)
-        return cls(config, manager, topic_id, rsm, metadata)
+        try:
+            return cls(config, manager, topic_id, rsm, metadata,
+                       log_starts_path=os.path.join(data_dir, LOG_STARTS_FILE))
+        except BaseException:
+            rsm.close()
+            metadata.close()
+            raise
 
     # ---- partitions ---------------------------------------------------------------------
 
@@ -160,6 +180,7 @@ class Tiering:
             if not self.is_tiered(partition_log) and not self.metadata.segments(tp):
                 return None
             made = RemotePartition(partition_log, tp, self.rsm, self.metadata, config=self.config)
+            made.set_log_start_floor(self._log_starts.get(tp, 0))
             self._partitions[key] = made
             return made
 
@@ -229,6 +250,7 @@ class Tiering:
         finally:
             with self._lock:
                 self._closing.difference_update(tps)
+        self._forget_log_starts(tps)
 
     def _try_delete_partition(self, tp: TopicIdPartition) -> bool:
         """`_delete_partition`, a failure logged and counted for the back-off."""
@@ -315,7 +337,7 @@ class Tiering:
         if remote is None:
             return False
         start = self.metadata.remote_log_start_offset(remote.tp)
-        return start is not None and offset >= start
+        return start is not None and offset >= max(start, remote.log_start_offset)
 
     def read(self, partition_log: Log, offset: int, max_bytes: int, min_one_message: bool = True) -> bytes:
         """The records from `offset` in its remote segment (blocking). Raises
@@ -406,6 +428,39 @@ class Tiering:
         remote = self.partition(partition_log)
         return partition_log.log_start_offset if remote is None else remote.log_start_offset
 
+    def delete_records(self, partition_log: Log, offset: int) -> int:
+        """DeleteRecords of a tiered partition at `offset` below its local start
+        (blocking): the new log start is written to `log_starts_path` first (a failed
+        write raises KafkaStorageError and changes nothing), then the partition's
+        RemotePartition takes it as its floor (reads below it answer
+        OFFSET_OUT_OF_RANGE; its remote retention pass deletes the remote segments
+        wholly below it). Returns the log start."""
+        remote = self.partition(partition_log)
+        if remote is None:
+            return partition_log.log_start_offset
+        with self._log_starts_lock:
+            if offset > remote.log_start_offset:
+                starts = dict(self._log_starts)
+                starts[remote.tp] = offset
+                _write_log_starts(self.log_starts_path, starts)
+                self._log_starts = starts
+                remote.set_log_start_floor(offset)
+        return remote.log_start_offset
+
+    def _forget_log_starts(self, tps: list[TopicIdPartition]) -> None:
+        """Drop deleted partitions from `log_starts_path` (a failed write is logged:
+        a deleted topic id's entry is never used)."""
+        with self._log_starts_lock:
+            if not any(tp in self._log_starts for tp in tps):
+                return
+            starts = {tp: offset for tp, offset in self._log_starts.items() if tp not in tps}
+            try:
+                _write_log_starts(self.log_starts_path, starts)
+            except Exception as e:
+                log.warning("remote_log_starts_not_written", path=self.log_starts_path, error=str(e))
+                return
+            self._log_starts = starts
+
     def highest_copied_offset(self, partition_log: Log) -> int:
         """The last offset in the remote store, -1 when none (ListOffsets LATEST_TIERED)."""
         remote = self.partition(partition_log)
@@ -464,3 +519,25 @@ class Tiering:
 
 
 __all__ = ["METADATA_DIR", "RESERVED_DIRS", "TierTotals", "Tiering"]
+
+
+def _read_log_starts(path: str) -> dict[TopicIdPartition, int]:
+    """The log starts in `path` ({"version": 1, "partitions": [{"topic", "topic_id",
+    "partition", "log_start_offset"}]}); none when it does not exist. A damaged file
+    raises InvalidConfigError naming it."""
+    what = "the remote log starts"
+    remedy = "restore it from a backup, or delete it to start those partitions at their remote data"
+    doc = read_document(path, LOG_STARTS_VERSION, what, remedy)
+    if doc is None:
+        return {}
+    try:
+        return {TopicIdPartition(str(entry["topic"]), uuid.UUID(str(entry["topic_id"])), int(entry["partition"])):
+                int(entry["log_start_offset"]) for entry in doc["partitions"]}
+    except (KeyError, TypeError, ValueError) as e:
+        raise damaged(path, what, e, remedy) from None
+
+
+def _write_log_starts(path: str, starts: dict[TopicIdPartition, int]) -> None:
+    write_document(path, "the remote log starts", {"version": LOG_STARTS_VERSION, "partitions": [
+        {"topic": tp.topic, "topic_id": str(tp.topic_id), "partition": tp.partition, "log_start_offset": offset}
+        for tp, offset in sorted(starts.items(), key=lambda item: (item[0].topic, item[0].partition))]})

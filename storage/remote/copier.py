@@ -36,7 +36,8 @@ Contract:
   and time rules; a segment not in the store is never deleted. The broker runs
   this instead of the log's own `delete_old_segments` for a tiered topic.
 - `remote_retention_pass()`: total retention applied to the remote segments
-  (Kafka's RLMExpirationTask): by retention.ms on each segment's max timestamp,
+  (Kafka's RLMExpirationTask): segments wholly below the log start floor
+  DeleteRecords set (`set_log_start_floor`), by retention.ms on each segment's max timestamp,
   by retention.bytes on the remote size plus the local bytes not yet copied. Each goes
   manifest deleted -> DELETE_SEGMENT_STARTED -> objects deleted ->
   DELETE_SEGMENT_FINISHED (a manifest is never present for a segment whose
@@ -150,6 +151,7 @@ class RemotePartition:
         self._last_error: str | None = None
         self._retry_at: int | None = None
         self._stopped = False
+        self._floor = 0  # the log start DeleteRecords set (set_log_start_floor)
         self._manifests_checked = False  # the store's manifests were compared with the metadata
         self._manifests_pending: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = {}
 
@@ -157,11 +159,18 @@ class RemotePartition:
 
     @property
     def log_start_offset(self) -> int:
-        """The partition's log start: the remote start when the store holds the oldest
-        records (Kafka's logStartOffset of a tiered partition), else the local one."""
+        """The partition's log start (Kafka's logStartOffset of a tiered partition): the
+        remote start when the store holds the oldest records, else the local one; at
+        least the floor DeleteRecords set (`set_log_start_floor`)."""
         remote = self.metadata.remote_log_start_offset(self.tp)
         local = self.log.log_start_offset
-        return local if remote is None else min(remote, local)
+        return max(self._floor, local if remote is None else min(remote, local))
+
+    def set_log_start_floor(self, offset: int) -> None:
+        """The log start DeleteRecords moved into the remote data (the caller keeps it
+        durable): records below it are no longer read, and the remote retention pass
+        deletes the remote segments wholly below it."""
+        self._floor = max(self._floor, offset)
 
     @property
     def local_log_start_offset(self) -> int:
@@ -375,9 +384,10 @@ class RemotePartition:
         if config.retention_bytes >= 0:
             breach = only_local + sum(m.segment_size_in_bytes for m in readable) - config.retention_bytes
         for metadata in readable:
+            below_start = metadata.end_offset < self._floor  # Kafka's isSegmentBreachByLogStartOffset
             too_old = config.retention_ms >= 0 and now - metadata.max_timestamp_ms > config.retention_ms
             too_big = breach >= 0 and breach - metadata.segment_size_in_bytes >= 0
-            if not (too_old or too_big):
+            if not (below_start or too_old or too_big):
                 break  # oldest first: the first that stays ends the pass
             doomed.append(metadata)
             breach -= metadata.segment_size_in_bytes

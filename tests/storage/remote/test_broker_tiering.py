@@ -513,3 +513,44 @@ def test_describe_log_dirs_and_the_cli_show_local_and_remote_sizes(tmp_path):
             (f"{topic}-0", local_bytes)]
         assert [(p["partition"], p["size"]) for p in dirs[f"file://{store_dir}"]["partitions"]] == [
             (f"{topic}-0", remote_bytes)]
+
+
+def test_delete_records_into_the_remote_data_moves_the_log_start_durably(tmp_path):
+    store_dir = tmp_path / "store"
+    topic = f"dr-{uuid.uuid4().hex[:8]}"
+    broker = tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{store_dir}"]).start()
+
+    def remote_starts() -> list[int]:
+        return sorted(int(os.path.basename(p).split("-")[0]) for p in stored_files(store_dir) if p.endswith(".log"))
+
+    try:
+        with Admin(native(broker)) as admin:
+            admin.create_topic(topic, 1, TOPIC_CONFIGS)
+        produce(broker, topic, VALUES)
+        wait_for(lambda: len(local_segments(broker, topic)) == 1, "copy and local deletion")
+        first, second = remote_starts()[:2]
+        target = second + 1  # inside the second remote segment: the first one goes whole
+        with Admin(native(broker)) as admin:
+            assert admin.delete_records(topic, 0, target) == target
+        # Kafka's DeleteRecords through the Kafka listener answers the same low watermark.
+        from confluent_kafka.admin import AdminClient
+
+        kafka_admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        (future,) = kafka_admin.delete_records([confluent_kafka.TopicPartition(topic, 0, first)]).values()
+        assert future.result(WAIT_S).low_watermark == target  # never back
+
+        def answers_the_start() -> None:
+            assert kafka_list_offsets(broker, topic)[-2] == target
+            assert offsets(broker, topic)[0] == target
+            assert kafka_fetch(broker, topic, target - 1)[0] == 1  # OFFSET_OUT_OF_RANGE
+            assert kafka_fetch(broker, topic, target) == (0, target)
+            expected = list(enumerate(VALUES))[target:]
+            assert consume_kafka(broker, topic, len(expected)) == expected
+
+        answers_the_start()
+        wait_for(lambda: remote_starts()[0] == second, "the remote segment below the log start deleted")
+        broker.stop(signal.SIGKILL)
+        broker.restart()
+        answers_the_start()
+    finally:
+        broker.close()

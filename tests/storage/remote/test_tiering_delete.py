@@ -1,6 +1,8 @@
 """Deleting a tiered topic's remote data (broker/core/tiering.py) against a real
 LogManager, partition log, metadata store and file store: the deletion waits for
-a copy that is running, so no upload outlives it."""
+a copy that is running, so no upload outlives it; remote data of a topic deleted
+before a crash is deleted by the first pass; a damaged remote log starts file
+(DeleteRecords below the local start) is refused with an error naming it."""
 
 from __future__ import annotations
 
@@ -115,3 +117,23 @@ def test_remote_data_of_a_topic_deleted_before_a_crash_is_deleted_by_the_first_p
     finally:
         manager.shutdown()
         tiering.close()
+
+
+def test_a_damaged_remote_log_starts_file_is_a_clear_error(tmp_path, file_config):
+    import pytest
+
+    from broker.core.tiering import LOG_STARTS_FILE, Tiering
+    from kafka_format.errors import InvalidConfigError
+
+    data = tmp_path / "data"
+    manager = LogManager(str(data), config_for=lambda topic: tiered_config())
+    manager.startup()
+    (data / LOG_STARTS_FILE).write_text('{"version": 1, "partitions": [{"topic": "clicks"}]}')
+    metadata = RemoteLogMetadataStore(str(data / "__remote_log_metadata-0"))
+    try:
+        with pytest.raises(InvalidConfigError, match=LOG_STARTS_FILE) as caught:
+            Tiering(file_config, manager, lambda topic: None, open_rsm(file_config), metadata)
+        assert "remote log starts" in str(caught.value)
+    finally:
+        metadata.close()
+        manager.shutdown()
