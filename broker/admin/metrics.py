@@ -317,7 +317,7 @@ class BrokerCollector(Collector):
     def _tiering(self, tiering) -> Iterator[Metric]:
         """Tiered partitions (broker/core/tiering.py): Kafka's RemoteCopyLagBytes,
         RemoteCopyLagSegments and RemoteLogSizeBytes per partition, the local size,
-        and the failing partitions."""
+        the failing partitions, and the partition deletions still pending."""
         labels = ["topic", "partition"]
         lag_bytes = GaugeMetricFamily("kafka_server_brokertopicmetrics_remotecopylagbytes",
                                       "Bytes of rolled segments not yet copied to the remote store "
@@ -344,6 +344,9 @@ class BrokerCollector(Collector):
                                     else stats.remote_log_start_offset)
             failures.add_metric(key, stats.failures)
         yield from (lag_bytes, lag_segments, remote_size, local_size, remote_start, failures)
+        yield GaugeMetricFamily("strata_tiered_pending_partition_deletions",
+                                "Deleted partitions whose remote data is not deleted yet (retried with back-off)",
+                                value=tiering.pending_partition_deletes())
 
     def _retention(self, manager) -> Iterator[Metric]:
         yield CounterMetricFamily("kafka_log_logmanager_retentiondeletedsegments",

@@ -5,7 +5,9 @@ and prints what kafka-log-dirs prints: two lines saying what it does, then one l
 JSON, {"brokers": [{"broker": 0, "logDirs": [{"logDir": DIR, "error": null,
 "partitions": [{"partition": "TOPIC-P", "size": BYTES, "offsetLag": 0,
 "isFuture": false}, ...]}]}], "version": 1}. `--topic-list T1,T2` keeps those
-topics only (an unknown one is an error).
+topics only (an unknown one is an error). With tiered storage the broker answers a
+second log dir, the remote store's URL, whose sizes are the tiered partitions'
+bytes in the store (broker/kafka/log_dirs.py): both are printed.
 """
 
 from __future__ import annotations

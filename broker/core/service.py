@@ -229,6 +229,14 @@ class PartitionService:
         """(topic, partition, bytes) of every partition log: the sum of its segments' sizes."""
         return [(found.topic, found.partition, found.size_in_bytes) for found in self.manager.logs()]
 
+    def remote_log_sizes(self) -> tuple[str, list[tuple[str, int, int]]] | None:
+        """(the remote store's URL, (topic, partition, bytes in the store) of every
+        tiered partition), None without tiered storage (tiering.py)."""
+        tiering = self.tiering
+        if tiering is None:
+            return None
+        return tiering.store_url, tiering.remote_log_sizes()
+
     @property
     def data_dir(self) -> str:
         """The one log directory (the data directory)."""
@@ -403,13 +411,24 @@ class PartitionService:
         log start offset. Raises OffsetOutOfRangeError, and InvalidTopicError for an
         internal topic (broker/state/internal_topics.py)."""
         internal_topics.check_delete_records(partition_log.topic)
-        end, start = partition_log.log_end_offset, partition_log.log_start_offset
+        end, start = partition_log.log_end_offset, self.log_start_offset(partition_log)
         target = end if offset == -1 else offset
         if target < 0 or target > end:
             raise OffsetOutOfRangeError(f"offset {offset} is out of range [{start}, {end}]")
+        tiering = self.tiering
+        if tiering is not None and isinstance(partition_log, Log) and tiering.is_tiered(partition_log):
+            return await self.blocking(self._delete_tiered_records, tiering, partition_log, target)
         if target > start:
             start = await self.blocking(self._delete_records, partition_log, target)
         return start
+
+    def _delete_tiered_records(self, tiering: Tiering, partition_log: Log, offset: int) -> int:
+        """Executor side, a tiered partition: the local log start moves as for any
+        log when `offset` is above it; the log start including remote data moves to
+        `offset` (tiering.py `delete_records`, durable before it takes effect)."""
+        if offset > partition_log.log_start_offset:
+            self._delete_records(partition_log, offset)
+        return tiering.delete_records(partition_log, offset)
 
     def _delete_records(self, partition_log: PartitionLog, offset: int) -> int:
         """Executor side: checkpoint the new log start, then move it in memory

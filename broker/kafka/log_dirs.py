@@ -10,6 +10,14 @@ kafka-log-dirs.sh prints).
   topics that do not exist are left out.
 - partition_size is the sum of the partition's segment sizes (Kafka's log.size),
   offset_lag 0 (the high watermark is the log end), is_future_key false.
+- With tiered storage, a second result stands for the remote store (Kafka's
+  response has no remote-size field; a second log dir is what its admin client
+  and kafka-log-dirs.sh already list, as for a broker with two log.dirs): its
+  log_dir is the store's URL (rsm.config.url's bucket and prefix or directory,
+  never credentials), total_bytes and usable_bytes -1 (Kafka's
+  UNKNOWN_VOLUME_BYTES), and it lists every tiered partition (the same topic
+  filter) with partition_size the bytes of its finished remote segments (Kafka's
+  RemoteLogSizeBytes). The first result's sizes stay the local ones.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ import os
 
 from .codec import make, nested
 from .request_types import ApiKey
+
+UNKNOWN_VOLUME_BYTES = -1  # Kafka's DescribeLogDirsResponse.UNKNOWN_VOLUME_BYTES
 
 
 class LogDirHandlers:
@@ -32,21 +42,30 @@ class LogDirHandlers:
         wanted: set[tuple[str, int]] | None = None
         if req.topics is not None:
             wanted = {(t.topic, p) for t in req.topics for p in t.partitions}
-        by_topic: dict[str, list[tuple[int, int]]] = {}
-        for topic, partition, size in self.apis.partitions.log_sizes():
-            parts = by_topic.setdefault(topic, [])
-            if wanted is None or (topic, partition) in wanted:
-                parts.append((partition, size))
-        topics = tuple(
-            make(TopicR, name=name, partitions=tuple(
-                make(PartR, partition_index=partition, partition_size=size, offset_lag=0, is_future_key=False)
-                for partition, size in sorted(sizes)))
-            for name, sizes in sorted(by_topic.items()))
+
+        def topics(sizes) -> tuple:
+            by_topic: dict[str, list[tuple[int, int]]] = {}
+            for topic, partition, size in sizes:
+                parts = by_topic.setdefault(topic, [])
+                if wanted is None or (topic, partition) in wanted:
+                    parts.append((partition, size))
+            return tuple(
+                make(TopicR, name=name, partitions=tuple(
+                    make(PartR, partition_index=partition, partition_size=size, offset_lag=0, is_future_key=False)
+                    for partition, size in sorted(found)))
+                for name, found in sorted(by_topic.items()))
+
         path = os.path.abspath(self.apis.partitions.data_dir)
         total, usable = await self.apis.blocking(_space, path)
-        result = make(ResultR, error_code=0, log_dir=path, topics=topics, total_bytes=total,
-                      usable_bytes=usable, is_cordoned=False)
-        return make(R, throttle_time=0, error_code=0, results=(result,))
+        results = [make(ResultR, error_code=0, log_dir=path, topics=topics(self.apis.partitions.log_sizes()),
+                        total_bytes=total, usable_bytes=usable, is_cordoned=False)]
+        remote = self.apis.partitions.remote_log_sizes()
+        if remote is not None:
+            url, sizes = remote
+            results.append(make(ResultR, error_code=0, log_dir=url, topics=topics(sizes),
+                                total_bytes=UNKNOWN_VOLUME_BYTES, usable_bytes=UNKNOWN_VOLUME_BYTES,
+                                is_cordoned=False))
+        return make(R, throttle_time=0, error_code=0, results=tuple(results))
 
 
 def _space(path: str) -> tuple[int, int]:
@@ -54,7 +73,7 @@ def _space(path: str) -> tuple[int, int]:
     try:
         st = os.statvfs(path)
     except OSError:
-        return -1, -1  # Kafka's UNKNOWN_VOLUME_BYTES
+        return UNKNOWN_VOLUME_BYTES, UNKNOWN_VOLUME_BYTES
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 

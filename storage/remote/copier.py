@@ -13,6 +13,8 @@ Contract:
   COPY_SEGMENT_STARTED and deletions in DELETE_SEGMENT_STARTED: their objects are
   deleted and their metadata goes to DELETE_SEGMENT_FINISHED; their objects were
   never readable, since a reader only follows COPY_SEGMENT_FINISHED metadata),
+  and, after an interrupted deletion (total retention's), moves the log start past
+  it as `remote_retention_pass` does (local segments below it go);
   then copies each rolled segment above the highest copied offset, oldest first,
   whose records are all below the last stable offset: COPY_SEGMENT_STARTED is
   recorded, the files are put under a new segment uuid, COPY_SEGMENT_FINISHED is
@@ -34,13 +36,17 @@ Contract:
   and time rules; a segment not in the store is never deleted. The broker runs
   this instead of the log's own `delete_old_segments` for a tiered topic.
 - `remote_retention_pass()`: total retention applied to the remote segments
-  (Kafka's RLMExpirationTask): by retention.ms on each segment's max timestamp,
+  (Kafka's RLMExpirationTask): segments wholly below the log start floor
+  DeleteRecords set (`set_log_start_floor`), by retention.ms on each segment's max timestamp,
   by retention.bytes on the remote size plus the local bytes not yet copied. Each goes
   manifest deleted -> DELETE_SEGMENT_STARTED -> objects deleted ->
   DELETE_SEGMENT_FINISHED (a manifest is never present for a segment whose
   metadata is not COPY_SEGMENT_FINISHED); then the
   log start offset moves to the first remote segment left, and local segments
   below it go.
+- `stop()` (a topic deletion, remote.log.delete.on.disable): waits for a running
+  pass to end; every later pass does nothing. After it returns the partition's
+  remote data changes only through whoever stopped it.
 - `stats()`: the copy lag (rolled segments and bytes not yet copied), the remote
   and local sizes, the log start offsets, the last error and the back-off.
 """
@@ -144,6 +150,8 @@ class RemotePartition:
         self._failures = 0
         self._last_error: str | None = None
         self._retry_at: int | None = None
+        self._stopped = False
+        self._floor = 0  # the log start DeleteRecords set (set_log_start_floor)
         self._manifests_checked = False  # the store's manifests were compared with the metadata
         self._manifests_pending: dict[RemoteLogSegmentId, RemoteLogSegmentMetadata] = {}
 
@@ -151,11 +159,18 @@ class RemotePartition:
 
     @property
     def log_start_offset(self) -> int:
-        """The partition's log start: the remote start when the store holds the oldest
-        records (Kafka's logStartOffset of a tiered partition), else the local one."""
+        """The partition's log start (Kafka's logStartOffset of a tiered partition): the
+        remote start when the store holds the oldest records, else the local one; at
+        least the floor DeleteRecords set (`set_log_start_floor`)."""
         remote = self.metadata.remote_log_start_offset(self.tp)
         local = self.log.log_start_offset
-        return local if remote is None else min(remote, local)
+        return max(self._floor, local if remote is None else min(remote, local))
+
+    def set_log_start_floor(self, offset: int) -> None:
+        """The log start DeleteRecords moved into the remote data (the caller keeps it
+        durable): records below it are no longer read, and the remote retention pass
+        deletes the remote segments wholly below it."""
+        self._floor = max(self._floor, offset)
 
     @property
     def local_log_start_offset(self) -> int:
@@ -175,7 +190,16 @@ class RemotePartition:
 
     def _copy_enabled(self) -> bool:
         config = self.log.config
-        return config.remote_storage_enable and not config.remote_log_copy_disable
+        return not self._stopped and config.remote_storage_enable and not config.remote_log_copy_disable
+
+    def stop(self) -> None:
+        """Wait for a running pass to end and make every later pass do nothing."""
+        with self._lock:
+            self._stopped = True
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
 
     def _backing_off(self) -> bool:
         return self._retry_at is not None and self._clock.monotonic_ms() < self._retry_at
@@ -228,16 +252,23 @@ class RemotePartition:
         return result
 
     def _finish_unfinished(self) -> int:
-        """Delete the objects of copies a crash interrupted and finish interrupted deletions."""
+        """Delete the objects of copies a crash interrupted and finish interrupted
+        deletions; after an interrupted retention deletion the log start moves past
+        it, as the interrupted pass would have moved it."""
         count = 0
+        deleted_end = -1
         for metadata in self.metadata.unfinished_segments(self.tp):
             if metadata.state == SegmentState.COPY_SEGMENT_STARTED:
                 metadata = self._update(metadata, SegmentState.DELETE_SEGMENT_STARTED)
+            elif self.metadata.was_copied(metadata.segment_id):  # not an abandoned copy's cleanup
+                deleted_end = max(deleted_end, metadata.end_offset)
             self.rsm.delete_log_segment_data(metadata)
             self._update(metadata, SegmentState.DELETE_SEGMENT_FINISHED)
             logger.info("remote_segment_cleaned", partition=str(self.tp), segment=str(metadata.segment_id),
                         start_offset=metadata.start_offset)
             count += 1
+        if deleted_end >= 0:
+            self._advance_log_start(deleted_end + 1)
         return count
 
     def _copy_segment(self, segment: LogSegment, end: int) -> RemoteLogSegmentMetadata:
@@ -289,6 +320,8 @@ class RemotePartition:
                                     retention_bytes=config.effective_local_retention_bytes)
         total = retention.RetentionResult(self.log.name, self.log.log_start_offset)
         with self._lock:
+            if self._stopped:
+                return total
             for reason in (retention.RETENTION_BYTES, retention.RETENTION_MS):
                 highest = self.metadata.highest_copied_offset(self.tp)
                 chosen = retention.deletion(reason, self.log.segments.snapshot(), config=local,
@@ -317,7 +350,7 @@ class RemotePartition:
         """Delete remote segments past total retention (see the module contract)."""
         now = self._clock.time_ms() if now_ms is None else now_ms
         with self._lock:
-            if not self.log.config.remote_storage_enable or self._backing_off():
+            if self._stopped or not self.log.config.remote_storage_enable or self._backing_off():
                 return []
             doomed = self._expired_remote_segments(now)
             deleted = []
@@ -351,9 +384,10 @@ class RemotePartition:
         if config.retention_bytes >= 0:
             breach = only_local + sum(m.segment_size_in_bytes for m in readable) - config.retention_bytes
         for metadata in readable:
+            below_start = metadata.end_offset < self._floor  # Kafka's isSegmentBreachByLogStartOffset
             too_old = config.retention_ms >= 0 and now - metadata.max_timestamp_ms > config.retention_ms
             too_big = breach >= 0 and breach - metadata.segment_size_in_bytes >= 0
-            if not (too_old or too_big):
+            if not (below_start or too_old or too_big):
                 break  # oldest first: the first that stays ends the pass
             doomed.append(metadata)
             breach -= metadata.segment_size_in_bytes

@@ -26,6 +26,9 @@ Contract:
   `segment_for_offset`); `highest_copied_offset` is the end offset of the last
   finished copy. `unfinished_segments` lists copies that never finished and
   deletions that never finished, for the copier to clean up.
+  `was_copied` tells a deleted copy from an abandoned one.
+  `pending_partition_deletes` lists the partitions whose last
+  RemotePartitionDeleteMetadata is MARKED or STARTED (a deletion to finish).
 """
 
 from __future__ import annotations
@@ -335,6 +338,7 @@ class RemoteLogMetadataStore:
         self._lock = threading.Lock()
         self._segments: dict[TopicIdPartition, dict[uuid.UUID, RemoteLogSegmentMetadata]] = {}
         self._partition_deletes: dict[TopicIdPartition, RemotePartitionDeleteMetadata] = {}
+        self._copied: set[uuid.UUID] = set()  # segments that reached COPY_SEGMENT_FINISHED
         self.log = Log.open(directory, METADATA_TOPIC, partition, METADATA_LOG_CONFIG)
         self._replay()
 
@@ -379,6 +383,8 @@ class RemoteLogMetadataStore:
     def _commit(self, event: Event, metadata: RemoteLogSegmentMetadata | None) -> None:
         if metadata is not None:
             self._segments.setdefault(metadata.topic_id_partition, {})[metadata.segment_id.id] = metadata
+            if metadata.state == SegmentState.COPY_SEGMENT_FINISHED:
+                self._copied.add(metadata.segment_id.id)
         elif isinstance(event, RemotePartitionDeleteMetadata):
             self._partition_deletes[event.topic_id_partition] = event
 
@@ -424,6 +430,12 @@ class RemoteLogMetadataStore:
         return [m for m in self.segments(tp)
                 if m.state in (SegmentState.COPY_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_STARTED)]
 
+    def was_copied(self, segment_id: RemoteLogSegmentId) -> bool:
+        """Whether the segment reached COPY_SEGMENT_FINISHED (a deletion of copied
+        data, not the cleanup of an abandoned copy)."""
+        with self._lock:
+            return segment_id.id in self._copied
+
     def segment_for_offset(self, tp: TopicIdPartition, offset: int) -> RemoteLogSegmentMetadata | None:
         """The readable segment holding `offset`, or None."""
         for m in self.readable_segments(tp):
@@ -446,6 +458,13 @@ class RemoteLogMetadataStore:
     def partition_delete(self, tp: TopicIdPartition) -> RemotePartitionDeleteMetadata | None:
         with self._lock:
             return self._partition_deletes.get(tp)
+
+    def pending_partition_deletes(self) -> list[TopicIdPartition]:
+        """Partitions whose deletion was recorded (DELETE_PARTITION_MARKED or _STARTED)
+        and not finished."""
+        with self._lock:
+            return [tp for tp, event in self._partition_deletes.items()
+                    if event.state != PartitionDeleteState.DELETE_PARTITION_FINISHED]
 
     def partitions(self) -> Iterable[TopicIdPartition]:
         with self._lock:

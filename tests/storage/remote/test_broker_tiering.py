@@ -27,9 +27,10 @@ VALUES = [b"record-%05d-" % i + b"x" * 200 for i in range(200)]
 WAIT_S = 90.0  # a guard against hangs, not a speed assumption
 
 
-def tiered_broker(data_dir, store_args: list[str], env: dict[str, str] | None = None) -> BrokerProcess:
+def tiered_broker(data_dir, store_args: list[str], env: dict[str, str] | None = None, *,
+                  interval_ms: int = 100) -> BrokerProcess:
     return BrokerProcess(data_dir, "--set", "remote.log.storage.system.enable=true",
-                         "--set", "remote.log.manager.task.interval.ms=100",
+                         "--set", f"remote.log.manager.task.interval.ms={interval_ms}",
                          "--set", "remote.log.manager.task.retry.backoff.ms=100",
                          "--set", "remote.log.manager.task.retry.backoff.max.ms=500",
                          "--set", "log.initial.task.delay.ms=0", *store_args, env=env)
@@ -353,3 +354,203 @@ def test_bad_tiered_storage_settings_fail_the_start_with_one_line(tmp_path, sett
     code, _out, err = run_serve(*args)
     assert code != 0
     assert message in err and "Traceback" not in err
+
+
+def stored_files(root) -> list[str]:
+    return sorted(os.path.join(path, name) for path, _, names in os.walk(root) for name in names)
+
+
+def metric(broker: BrokerProcess, name: str) -> float | None:
+    """The value of an unlabelled metric in /metrics, None when absent."""
+    import urllib.request
+
+    with urllib.request.urlopen(broker.admin_url("/metrics"), timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+    return None
+
+
+def test_a_failed_remote_deletion_is_retried_and_survives_a_kill(tmp_path):
+    store_dir = tmp_path / "store"
+    topic = f"undead-{uuid.uuid4().hex[:8]}"
+    broker = tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{store_dir}"]).start()
+    try:
+        with Admin(native(broker)) as admin:
+            admin.create_topic(topic, 1, TOPIC_CONFIGS)
+        produce(broker, topic, VALUES)
+        wait_for(lambda: len(local_segments(broker, topic)) == 1, "copy and local deletion")
+        # A directory in the place of one segment's .log object: the store cannot delete it.
+        victim = next(path for path in stored_files(store_dir) if path.endswith(".log"))
+        os.remove(victim)
+        os.mkdir(victim)
+        with open(os.path.join(victim, "blocker"), "w") as f:
+            f.write("x")
+        with Admin(native(broker)) as admin:
+            admin.delete_topic(topic)
+
+        def failures() -> int:
+            return sum(1 for event in broker.log_events() if event.get("event") == "remote_partition_delete_failed")
+
+        wait_for(lambda: failures() >= 2, "the failed deletion retried")
+        assert metric(broker, "strata_tiered_pending_partition_deletions") == 1
+        assert any(path.endswith(".log") and path != victim for path in stored_files(store_dir))
+        # Killed while the deletion is pending; the store heals; the restarted broker finishes it.
+        broker.stop(signal.SIGKILL)
+        import shutil
+
+        shutil.rmtree(victim)
+        broker.restart()
+        wait_for(lambda: not stored_files(store_dir), "the remote data deleted after the restart")
+        wait_for(lambda: metric(broker, "strata_tiered_pending_partition_deletions") == 0, "no deletion pending")
+    finally:
+        broker.close()
+
+
+def kafka_fetch(broker: BrokerProcess, topic: str, offset: int) -> tuple[int, int]:
+    """(error code, log start offset) of a Fetch v5 at `offset` over the wire."""
+    import datetime
+
+    from kio.schema.fetch.v5 import request as fetch
+    from kio.schema.types import BrokerId, TopicName
+    from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+    from tests.kafka.wire import KafkaWire
+
+    with KafkaWire(*broker.kafka_address) as conn:
+        response = conn.call(fetch.FetchRequest(
+            replica_id=BrokerId(-1), max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=0)),
+            min_bytes=i32(1), max_bytes=i32(1 << 20), isolation_level=i8(0), topics=(
+                fetch.FetchTopic(topic=TopicName(topic), partitions=(fetch.FetchPartition(
+                    partition=i32(0), fetch_offset=i64(offset), log_start_offset=i64(-1),
+                    partition_max_bytes=i32(1 << 20)),)),)))
+    partition = response.responses[0].partitions[0]
+    return partition.error_code, partition.log_start_offset
+
+
+@pytest.mark.parametrize("stop", ["kill", "clean"])
+def test_the_log_start_total_retention_moved_survives_a_restart(tmp_path, stop):
+    store_dir = tmp_path / "store"
+    topic = f"expire-{uuid.uuid4().hex[:8]}"
+    configs = dict(TOPIC_CONFIGS, **{"retention.bytes": "12000"})
+    broker = tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{store_dir}"]).start()
+    try:
+        with Admin(native(broker)) as admin:
+            admin.create_topic(topic, 1, configs)
+        produce(broker, topic, VALUES)
+        # Total retention deletes the oldest remote segments; the log start follows.
+        def within_retention() -> bool:
+            """Kafka's size rule is met: dropping the oldest remote segment would
+            take the log below retention.bytes."""
+            local = local_segments(broker, topic)
+            remote = sorted(p for p in stored_files(store_dir) if p.endswith(".log"))
+            if len(local) != 1 or not remote:
+                return False
+            size = os.path.getsize(os.path.join(broker.data_dir, f"{topic}-0", local[0]))
+            size += sum(os.path.getsize(p) for p in remote)
+            return size - 12000 < os.path.getsize(remote[0])
+
+        wait_for(within_retention, "remote segments deleted by retention.bytes")
+        start = kafka_list_offsets(broker, topic)[-2]
+        assert start > 0
+        assert kafka_fetch(broker, topic, start - 1)[0] == 1  # OFFSET_OUT_OF_RANGE
+        assert kafka_fetch(broker, topic, start) == (0, start)
+        broker.stop(signal.SIGKILL if stop == "kill" else signal.SIGTERM)
+        broker.close()
+        # Restarted with passes far apart: what the broker answers before its first pass.
+        broker = tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{store_dir}",
+                                                   "--set", "log.initial.task.delay.ms=3600000"],
+                               interval_ms=3_600_000).start()
+        assert kafka_fetch(broker, topic, len(VALUES)) == (0, start)  # a consumer at the end
+        assert kafka_list_offsets(broker, topic)[-2] == start
+        assert offsets(broker, topic)[0] == start
+        assert kafka_fetch(broker, topic, start - 1)[0] == 1
+        assert kafka_fetch(broker, topic, start) == (0, start)
+        expected = list(enumerate(VALUES))[start:]
+        assert consume_kafka(broker, topic, len(expected)) == expected
+    finally:
+        broker.close()
+
+
+def test_describe_log_dirs_and_the_cli_show_local_and_remote_sizes(tmp_path):
+    import json
+
+    from kafka.admin import KafkaAdminClient
+
+    from tests.cli.test_client_commands import ok, strata
+
+    store_dir = tmp_path / "store"
+    topic = f"sizes-{uuid.uuid4().hex[:8]}"
+    with tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{store_dir}"]).start() as broker:
+        with Admin(native(broker)) as admin:
+            admin.create_topic(topic, 1, TOPIC_CONFIGS)
+            admin.create_topic(f"{topic}-plain", 1)
+        produce(broker, topic, VALUES)
+        wait_for(lambda: len(local_segments(broker, topic)) == 1, "copy and local deletion")
+        local_bytes = os.path.getsize(os.path.join(broker.data_dir, f"{topic}-0", local_segments(broker, topic)[0]))
+        remote_bytes = sum(os.path.getsize(p) for p in stored_files(store_dir) if p.endswith(".log"))
+        admin_client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            (answer,) = admin_client.describe_log_dirs()
+        finally:
+            admin_client.close()
+        by_dir = {d["log_dir"]: d for d in answer["log_dirs"]}
+        local, remote = by_dir[os.path.realpath(broker.data_dir)], by_dir[f"file://{store_dir}"]
+        assert len(by_dir) == 2 and local["error_code"] == remote["error_code"] == 0
+
+        def sizes(log_dir) -> dict[tuple[str, int], int]:
+            return {(t["name"], p["partition_index"]): p["partition_size"]
+                    for t in log_dir["topics"] for p in t["partitions"]}
+
+        assert sizes(local)[(topic, 0)] == local_bytes
+        assert sizes(remote) == {(topic, 0): remote_bytes}  # only tiered partitions, with their store bytes
+        assert remote["total_bytes"] == remote["usable_bytes"] == -1
+        # strata log-dirs describe prints both log dirs, kafka-log-dirs' JSON.
+        printed = ok(strata("log-dirs", "describe", "--topic-list", topic, "--bootstrap-server", native(broker),
+                            "--kafka-bootstrap-server", broker.bootstrap)).splitlines()
+        dirs = {d["logDir"]: d for d in json.loads(printed[2])["brokers"][0]["logDirs"]}
+        assert [(p["partition"], p["size"]) for p in dirs[os.path.realpath(broker.data_dir)]["partitions"]] == [
+            (f"{topic}-0", local_bytes)]
+        assert [(p["partition"], p["size"]) for p in dirs[f"file://{store_dir}"]["partitions"]] == [
+            (f"{topic}-0", remote_bytes)]
+
+
+def test_delete_records_into_the_remote_data_moves_the_log_start_durably(tmp_path):
+    store_dir = tmp_path / "store"
+    topic = f"dr-{uuid.uuid4().hex[:8]}"
+    broker = tiered_broker(tmp_path / "data", ["--set", f"rsm.config.url=file://{store_dir}"]).start()
+
+    def remote_starts() -> list[int]:
+        return sorted(int(os.path.basename(p).split("-")[0]) for p in stored_files(store_dir) if p.endswith(".log"))
+
+    try:
+        with Admin(native(broker)) as admin:
+            admin.create_topic(topic, 1, TOPIC_CONFIGS)
+        produce(broker, topic, VALUES)
+        wait_for(lambda: len(local_segments(broker, topic)) == 1, "copy and local deletion")
+        first, second = remote_starts()[:2]
+        target = second + 1  # inside the second remote segment: the first one goes whole
+        with Admin(native(broker)) as admin:
+            assert admin.delete_records(topic, 0, target) == target
+        # Kafka's DeleteRecords through the Kafka listener answers the same low watermark.
+        from confluent_kafka.admin import AdminClient
+
+        kafka_admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        (future,) = kafka_admin.delete_records([confluent_kafka.TopicPartition(topic, 0, first)]).values()
+        assert future.result(WAIT_S).low_watermark == target  # never back
+
+        def answers_the_start() -> None:
+            assert kafka_list_offsets(broker, topic)[-2] == target
+            assert offsets(broker, topic)[0] == target
+            assert kafka_fetch(broker, topic, target - 1)[0] == 1  # OFFSET_OUT_OF_RANGE
+            assert kafka_fetch(broker, topic, target) == (0, target)
+            expected = list(enumerate(VALUES))[target:]
+            assert consume_kafka(broker, topic, len(expected)) == expected
+
+        answers_the_start()
+        wait_for(lambda: remote_starts()[0] == second, "the remote segment below the log start deleted")
+        broker.stop(signal.SIGKILL)
+        broker.restart()
+        answers_the_start()
+    finally:
+        broker.close()
