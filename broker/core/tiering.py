@@ -154,11 +154,9 @@ class Tiering:
 
     @staticmethod
     def is_tiered(partition_log: Log) -> bool:
+        """Whether the log's retention is this object's (a tiered topic's local
+        retention): the LogManager's `retention_elsewhere`."""
         return bool(partition_log.config.remote_storage_enable)
-
-    def retention_elsewhere(self, partition_log: Log) -> bool:
-        """Whether the log's retention is this object's (a tiered topic's local retention)."""
-        return self.is_tiered(partition_log)
 
     def _tp(self, partition_log: Log) -> TopicIdPartition | None:
         topic_id = self.topic_id(partition_log.topic)
