@@ -53,6 +53,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
@@ -424,10 +425,10 @@ async def produce_latency(ports: list[int], frame: bytes, warmup: int, count: in
     decoders = [FrameDecoder() for _ in ports]
     times: list[list[float]] = [[] for _ in ports]
     try:
-        for sock, decoder in zip(socks, decoders):
+        for sock, decoder in zip(socks, decoders, strict=True):
             await round_trips(sock, decoder, frame, warmup, None)
         for done in range(0, count, block):
-            for sock, decoder, out in zip(socks, decoders, times):
+            for sock, decoder, out in zip(socks, decoders, times, strict=True):
                 await round_trips(sock, decoder, frame, min(block, count - done), out)
         return [sorted(t) for t in times]
     finally:
@@ -477,6 +478,14 @@ def message_set(base_ts: int) -> tuple[bytes, int]:
         count -= 1 + (len(data) - MIB) // len(VALUE)
 
 
+def produce_sample(server: ServerProcess | BrokerProcess, frames: list[bytes], workdir: str,
+                   nbytes: int) -> Sample:
+    """Pipeline the produce `frames` to `server` on one connection, after prefaulting
+    `nbytes` of page cache."""
+    prefault_page_cache(workdir, nbytes)
+    return measure(server.pid, partial(produce_pipelined, server.port, frames, PRODUCE_IN_FLIGHT))
+
+
 def pair(run: int, baseline, broker) -> tuple[Sample, Sample]:
     """Measure both sides, baseline first on even runs and broker first on odd ones, so
     neither always runs just after the other's writes: (baseline, broker)."""
@@ -517,17 +526,8 @@ def bench_produce(broker: BrokerProcess, workdir: str, total_mb: int, runs: int)
             to_baseline = [encode_request(ProduceRequest("baseline", 0, data))] * sets
             to_broker = [encode_request(ProduceRequest(topic, 0, data))] * sets
 
-            def on_baseline() -> Sample:
-                prefault_page_cache(workdir, sets * len(data))
-                return measure(baseline.pid, lambda: produce_pipelined(baseline.port, to_baseline,
-                                                                        PRODUCE_IN_FLIGHT))
-
-            def on_broker() -> Sample:
-                prefault_page_cache(workdir, sets * len(data))
-                return measure(broker.pid, lambda: produce_pipelined(broker.port, to_broker,
-                                                                      PRODUCE_IN_FLIGHT))
-
-            base, ours = pair(run, on_baseline, on_broker)
+            base, ours = pair(run, partial(produce_sample, baseline, to_baseline, workdir, sets * len(data)),
+                              partial(produce_sample, broker, to_broker, workdir, sets * len(data)))
             del to_baseline, to_broker
             print(f"  run {run + 1}: broker {mb / ours.elapsed:7.1f} MiB/s | baseline "
                   f"{mb / base.elapsed:7.1f} MiB/s")
@@ -573,10 +573,7 @@ def fetch_ranges(directory: str, max_bytes: int) -> tuple[list[str], list[tuple[
         ends = [end for _, _, end in spans]
         for last, position, end in spans:
             limit = min(size, position + max_bytes)
-            if end > limit:
-                length = limit - position
-            else:
-                length = ends[bisect.bisect_right(ends, limit) - 1] - position
+            length = limit - position if end > limit else ends[bisect.bisect_right(ends, limit) - 1] - position
             entries.append((last, index, position, length))
     end = entries[-1][0] + 1 if entries else 0
     return files, entries, end
@@ -635,7 +632,7 @@ def bench_latency(broker: BrokerProcess, workdir: str, count: int, runs: int) ->
             before = [cpu_seconds(pid) for pid in pids]
             results = uvloop_run(produce_latency(ports, frame, LATENCY_WARMUP, count, block))
             samples = [Sample(0.0, cpu_seconds(pid) - cpu, 0.0, len(t), latencies=t)
-                       for pid, cpu, t in zip(pids, before, results)]
+                       for pid, cpu, t in zip(pids, before, results, strict=True)]
             base, ours = samples[::-1 if run % 2 else 1]
             print(f"  run {run + 1}: broker p50 {ours.p50:7.1f} us p99 {ours.p99:7.1f} us | "
                   f"baseline p50 {base.p50:7.1f} us p99 {base.p99:7.1f} us")

@@ -84,7 +84,8 @@ def build(directory: str, args) -> dict:
     log.flush()
     size = log.size_in_bytes
     log.close()
-    return {"records": written, "keys": args.keys, "bytes": size, "build_seconds": round(time.perf_counter() - started, 1)}
+    return {"records": written, "keys": args.keys, "bytes": size,
+            "build_seconds": round(time.perf_counter() - started, 1)}
 
 
 def plain_copy(directory: str, out_dir: str) -> tuple[float, float]:

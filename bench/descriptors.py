@@ -64,8 +64,10 @@ class FdSampler:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop sampling; a no-op once stopped or if never started."""
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
 
     def _run(self) -> None:
         while not self._stop.wait(0.02):
@@ -202,7 +204,7 @@ def main() -> None:
         print(f"restart after a clean stop: {restart_s:.2f} s")
         print(f"to every partition in turn: produce {ms(produce_s)}; fetch from offset 0 {ms(fetch_s)}")
     finally:
-        sampler.stop() if sampler._thread.is_alive() else None
+        sampler.stop()
         process.close()
         shutil.rmtree(work, ignore_errors=True)
 

@@ -48,6 +48,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
@@ -180,8 +181,8 @@ def bench_size(broker: BrokerProcess, size: int, count: int, runs: int) -> None:
     for run in range(runs):
         topic = f"bench-{size}-{run}"
         create_topic(broker.bootstrap, topic)
-        p = measure(broker.pid, lambda: produce(broker.bootstrap, topic, value, count))
-        c = measure(broker.pid, lambda: consume(broker.bootstrap, topic, count))
+        p = measure(broker.pid, partial(produce, broker.bootstrap, topic, value, count))
+        c = measure(broker.pid, partial(consume, broker.bootstrap, topic, count))
         print(f"  run {run + 1}: produce {count / p.elapsed:9.0f} msgs/s, consume {count / c.elapsed:9.0f} msgs/s")
         if best_produce is None or p.elapsed < best_produce.elapsed:
             best_produce = p

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import partial
 
 # Run as a script, sys.path[0] is bench/, where bench/storage.py would shadow the package.
 sys.path[0] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -31,7 +32,7 @@ def main() -> None:
     baseline = None
     for kind in TYPES:
         config = LogConfig.from_props({"compression.type": kind, "max.message.bytes": str(4 << 20)})
-        took = best_of(lambda: validate_and_assign(source, next_offset=0, now_ms=0, config=config))
+        took = best_of(partial(validate_and_assign, source, next_offset=0, now_ms=0, config=config))
         baseline = baseline or took
         stored = len(validate_and_assign(source, next_offset=0, now_ms=0, config=config).buffer)
         print(f"{kind:>12}: {took * 1000:7.2f} ms/batch {raw / took / 1e6:8.1f} MB/s  "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from functools import partial
 
 # Run as a script, sys.path[0] is bench/, where bench/storage.py would shadow the package.
 sys.path[0] = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -51,13 +52,13 @@ def main() -> None:
     print(f"{'plain bytearray copy':<28} {len(payload) / copy / MIB:9.0f} MB/s")
     for name, data in sets.items():
         cfg = LogConfig(max_message_bytes=4 * MIB, cleanup_policy=("compact",)) if "compact" in name else config
-        t = best_of(lambda: validate_and_assign(data, next_offset=1000, now_ms=1, config=cfg))
-        s = best_of(lambda: scan_entries(data))
+        t = best_of(partial(validate_and_assign, data, next_offset=1000, now_ms=1, config=cfg))
+        s = best_of(partial(scan_entries, data))
         print(f"{name:<28} validate {len(data) / t / MIB:7.0f} MB/s   scan {len(data) / s / MIB:7.0f} MB/s")
     for name, cfg in (("v1 messages, LogAppendTime", LogConfig(max_message_bytes=4 * MIB,
                                                                message_timestamp_type="LogAppendTime")),):
         data = sets["v1 messages"]
-        t = best_of(lambda: validate_and_assign(data, next_offset=1000, now_ms=1, config=cfg))
+        t = best_of(partial(validate_and_assign, data, next_offset=1000, now_ms=1, config=cfg))
         print(f"{name:<28} validate {len(data) / t / MIB:7.0f} MB/s")
 
 

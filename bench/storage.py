@@ -31,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import time
+from functools import partial
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -46,6 +47,7 @@ from storage.config import LogConfig  # noqa: E402
 from storage.file_records import ENTRY_HEAD  # noqa: E402
 from storage.fileutil import reserve_blocks  # noqa: E402
 from storage.log import RESERVE_AHEAD_BYTES, Log  # noqa: E402
+from storage.segment import LogSegment  # noqa: E402
 
 MIB = 1 << 20
 VALUE = b"x" * 1024
@@ -72,51 +74,56 @@ def best_of_each(runs: int, *fns) -> list[float]:
     return best
 
 
+# Every path gets its own copy of the sets, one buffer per set, as the broker
+# receives each request frame into a new buffer. (Writing one 1 MiB buffer
+# over and over writes from a hot cache while the log reads cold frames: not
+# the same work.)
+def plain_write(workdir: str, data: bytes, sets: int, checked: bool = False, reserved: bool = False) -> float:
+    """Baseline: os.write `sets` copies of `data` to a file, optionally checking each
+    batch CRC first or reserving blocks ahead as FileRecords.append does."""
+    path = os.path.join(workdir, "plain.bin")
+    frames = [bytearray(data) for _ in range(sets)]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    reserved_end = written = 0
+    start = time.perf_counter()
+    for frame in frames:
+        if checked:  # the one check no validating append can skip: the batch CRC
+            crc32c(memoryview(frame)[21:])
+        if reserved and written + len(frame) > reserved_end:  # as FileRecords.append
+            reserved_end = written + len(frame) + RESERVE_AHEAD_BYTES
+            reserve_blocks(fd, written, reserved_end - written)
+        written += os.write(fd, frame)
+    elapsed = time.perf_counter() - start
+    os.close(fd)
+    os.unlink(path)
+    return elapsed
+
+
+def append_through_log(workdir: str, magic: int, data: bytes, sets: int) -> float:
+    """Log.append `sets` copies of `data` to a fresh log in workdir/append-v<magic>."""
+    directory = os.path.join(workdir, f"append-v{magic}")
+    shutil.rmtree(directory, ignore_errors=True)
+    log = Log.open(directory, "bench", 0, LogConfig(), clock=SystemClock())
+    # As the broker does: each set arrives in its own request frame,
+    # which the log may patch in place.
+    frames = [bytearray(data) for _ in range(sets)]
+    start = time.perf_counter()
+    for frame in frames:
+        log.append(frame, in_place=True)
+    elapsed = time.perf_counter() - start
+    log.close()
+    return elapsed
+
+
 def bench_append(workdir: str, total_mb: int, runs: int) -> None:
     print(f"\n== append: {total_mb} MiB of 1 KiB messages in 1 MiB sets, best of {runs}")
     for magic in (2, 1):
         data, count = message_set(magic, 1_700_000_000_000)
         sets = max(1, total_mb * MIB // len(data))
-
-        # Every path gets its own copy of the sets, one buffer per set, as the broker
-        # receives each request frame into a new buffer. (Writing one 1 MiB buffer
-        # over and over, as this baseline once did, writes from a hot cache while
-        # the log reads cold frames: not the same work.)
-        def plain(checked: bool = False, reserved: bool = False) -> float:
-            path = os.path.join(workdir, "plain.bin")
-            frames = [bytearray(data) for _ in range(sets)]
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            reserved_end = written = 0
-            start = time.perf_counter()
-            for frame in frames:
-                if checked:  # the one check no validating append can skip: the batch CRC
-                    crc32c(memoryview(frame)[21:])
-                if reserved and written + len(frame) > reserved_end:  # as FileRecords.append
-                    reserved_end = written + len(frame) + RESERVE_AHEAD_BYTES
-                    reserve_blocks(fd, written, reserved_end - written)
-                written += os.write(fd, frame)
-            elapsed = time.perf_counter() - start
-            os.close(fd)
-            os.unlink(path)
-            return elapsed
-
-        def through_log() -> float:
-            directory = os.path.join(workdir, f"append-v{magic}")
-            shutil.rmtree(directory, ignore_errors=True)
-            log = Log.open(directory, "bench", 0, LogConfig(), clock=SystemClock())
-            # As the broker does: each set arrives in its own request frame,
-            # which the log may patch in place.
-            frames = [bytearray(data) for _ in range(sets)]
-            start = time.perf_counter()
-            for frame in frames:
-                log.append(frame, in_place=True)
-            elapsed = time.perf_counter() - start
-            log.close()
-            return elapsed
-
-        fns = [plain, through_log, lambda: plain(reserved=True)]
+        fns = [partial(plain_write, workdir, data, sets), partial(append_through_log, workdir, magic, data, sets),
+               partial(plain_write, workdir, data, sets, reserved=True)]
         if magic == 2:
-            fns.append(lambda: plain(checked=True))
+            fns.append(partial(plain_write, workdir, data, sets, checked=True))
         base, ours, reserved, *floor = best_of_each(runs, *fns)
         mb = sets * len(data) / MIB
         print(f"v{magic}: Log.append {mb / ours:8.1f} MiB/s {sets * count / ours:10.0f} msgs/s | "
@@ -154,6 +161,13 @@ def crc_walk(path: str) -> float:
     return time.perf_counter() - start
 
 
+def timed_recover(segment: LogSegment) -> float:
+    """Seconds the segment's recovery scan takes."""
+    start = time.perf_counter()
+    segment.recover(LogConfig().segment_index_bytes)
+    return time.perf_counter() - start
+
+
 def bench_recovery(workdir: str, runs: int) -> None:
     print(f"\n== recovery scan of the logs written above, best of {runs}")
     for magic in (2, 1):
@@ -163,12 +177,7 @@ def bench_recovery(workdir: str, runs: int) -> None:
         path = segment.log.path
         size = segment.size
 
-        def recover() -> float:
-            start = time.perf_counter()
-            segment.recover(LogConfig().segment_index_bytes)
-            return time.perf_counter() - start
-
-        base, ours = best_of_each(runs, lambda: crc_walk(path), recover)
+        base, ours = best_of_each(runs, partial(crc_walk, path), partial(timed_recover, segment))
         log.close()
         mb = size / MIB
         print(f"v{magic}: recover {mb / ours:8.1f} MiB/s | read+CRC {mb / base:8.1f} MiB/s | "
