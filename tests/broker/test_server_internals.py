@@ -55,7 +55,7 @@ def fill(b, topic: str, batches: int) -> int:
     with NativeClient(*b.address) as c:
         assert c.call(CreateTopicRequest(topic, 1)).error == ErrorCode.NONE
         size = 0
-        for i in range(batches):
+        for _ in range(batches):
             data = build_batch([(None, RECORD)] * 5)
             assert c.call(ProduceRequest(topic, 0, data)).error == ErrorCode.NONE
             size += len(data)
@@ -143,14 +143,17 @@ def test_an_unexpected_failure_answers_unknown_server_error_and_keeps_the_connec
     async def broken(request, session):
         raise RuntimeError("a bug")
 
-    original = handlers._dispatch[MetadataRequest]
-    handlers._dispatch[MetadataRequest] = broken
+    # A handler that fails as a bug would: swapped into the request type's dispatch entry,
+    # which Handlers builds once and offers no public way to replace.
+    dispatch = handlers._dispatch  # noqa: SLF001
+    original = dispatch[MetadataRequest]
+    dispatch[MetadataRequest] = broken
     try:
         with NativeClient(*inprocess.address) as c:
             assert c.call(MetadataRequest()).error == ErrorCode.UNKNOWN_SERVER_ERROR
             assert c.call(CreateTopicRequest("still-fine", 1)).error == ErrorCode.NONE
     finally:
-        handlers._dispatch[MetadataRequest] = original
+        dispatch[MetadataRequest] = original
 
 
 # ---- large PRODUCEs: received into pooled buffers, streamed through the partition's appender ----

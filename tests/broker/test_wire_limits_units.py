@@ -157,7 +157,7 @@ def test_unreported_counts_of_a_closed_connection_reach_the_summary():
 
 from broker.net.connection_limits import ConnectionLimits, parse_overrides  # noqa: E402
 from broker.net.request_memory import RequestMemory, give_back_memory  # noqa: E402
-from protocol.framing import INITIAL_FRAME_BYTES, WHOLE_FRAME_BYTES, FramePool, FrameReader  # noqa: E402
+from protocol.framing import INITIAL_FRAME_BYTES, WHOLE_FRAME_BYTES, FramePool, FrameReader, ScratchBuffers  # noqa: E402
 
 
 def test_announced_frame_buffer_grows_with_what_arrives():
@@ -203,12 +203,29 @@ def test_frames_reserve_their_announced_size_and_wait_when_the_pool_is_spent():
     assert woken == [True] and memory.used == 100_000 and second.reserved_in_progress == 100_000
 
 
+class LentScratch(ScratchBuffers):
+    """ScratchBuffers that count the buffers lent and not yet given back."""
+
+    def __init__(self) -> None:
+        super().__init__(keep=1)
+        self.lent = 0
+
+    def take(self, size: int):
+        self.lent += 1
+        return super().take(size)
+
+    def give(self, buf, view) -> None:
+        self.lent -= 1
+        super().give(buf, view)
+
+
 def test_small_frames_take_no_pool_memory_and_idle_readers_hold_no_scratch():
     memory = RequestMemory(10)
-    reader = FrameReader(memory=memory)
+    scratch = LentScratch()
+    reader = FrameReader(memory=memory, scratch=scratch)
     reader.feed(struct.pack(">ih", 4, 1) + b"zz")
     assert bytes(reader.next_frame()) == b"\x00\x01zz" and reader.next_frame() is None
-    assert memory.used == 0 and reader._scratch is None  # given back once empty
+    assert memory.used == 0 and scratch.lent == 0  # given back once empty
 
 
 def test_unbounded_memory_and_trim():

@@ -1,8 +1,35 @@
+import fcntl
+import os
+
 import pytest
 
 from storage.clock import ManualClock
 from storage.config import LogConfig
 from storage.log import Log
+from storage.manager import LOCK_FILE, LogManager
+
+
+def crash_manager(manager: LogManager) -> None:
+    """Leave `manager`'s data directory as a killed broker process would: nothing
+    flushed, closed or written, and the directory lock released (the OS closes a dead
+    process's descriptors), so another LogManager may start on it."""
+    # The OS's part of a process death: LogManager releases its lock only in a clean shutdown.
+    os.close(manager._lock_fd)  # noqa: SLF001
+
+
+def holds_directory_lock(manager: LogManager) -> bool:
+    """Whether `manager`'s data directory is locked: started and not yet shut down."""
+    try:
+        fd = os.open(os.path.join(manager.data_dir, LOCK_FILE), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases the probe's lock, if it took one
+    return False
 
 
 @pytest.fixture

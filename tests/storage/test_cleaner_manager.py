@@ -18,6 +18,7 @@ from storage.config import LogConfig
 from storage.log_cleaner import CleanerConfig, LogCleaner
 from storage.manager import LogManager
 
+from .conftest import crash_manager, holds_directory_lock
 from .test_cleaner import SWAP_STEPS, Crash, latest_by_key, records
 
 HOUR = 3_600_000
@@ -41,7 +42,7 @@ def manager(tmp_path, clock):
     m.configs = configs
     m.startup()
     yield m
-    if m._lock_fd is not None:
+    if holds_directory_lock(m):
         m.shutdown()
 
 
@@ -264,7 +265,7 @@ def test_a_crash_at_each_step_of_a_clean_loses_nothing(tmp_path, clock, crash_at
     cleaner = cleaner_of(first, clock=clock, step=crash)
     with pytest.raises(Crash):
         cleaner.clean_once()
-    os.close(first._lock_fd)  # the process is gone: its directory lock with it
+    crash_manager(first)  # the process is gone: its directory lock with it
 
     second = LogManager(data, config_for=lambda topic: config(), clock=clock)
     second.startup()

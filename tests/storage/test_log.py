@@ -94,7 +94,7 @@ def test_read_edges(open_log):
 def test_read_returns_whole_entries_or_a_cut_short_first_entry(open_log):
     log = open_log()
     sizes = [len(batch(1)) for _ in range(3)]
-    for i in range(3):
+    for _ in range(3):
         log.append(batch(1))
     # max_bytes between one and two entries: exactly one whole entry
     with log.read(0, sizes[0] + sizes[1] - 1) as got:
@@ -338,7 +338,8 @@ def test_index_entries_do_not_depend_on_how_entries_are_grouped_into_appends(tmp
         [other.offset_index.entry(i) for i in range(other.offset_index.entries)]
     assert [one.time_index.entry(i) for i in range(one.time_index.entries)] == \
         [other.time_index.entry(i) for i in range(other.time_index.entries)]
-    assert one._max_ts_and_offset() == other._max_ts_and_offset()
+    assert (one.max_timestamp_so_far, one.offset_of_max_timestamp_so_far) == \
+        (other.max_timestamp_so_far, other.offset_of_max_timestamp_so_far)
     apart.close()
     together.close()
 
@@ -360,7 +361,8 @@ def test_a_read_where_a_recent_append_began_needs_no_search(open_log, monkeypatc
         with log.read(offset, 1 << 20) as got:
             assert got.read() == expected[offset]
     with pytest.raises(AssertionError, match="searched"):
-        log.read(next(a + 1 for a, b in zip(starts, starts[1:], strict=False) if b - a > 1), 1 << 20)  # inside an append
+        inside_an_append = next(a + 1 for a, b in zip(starts, starts[1:], strict=False) if b - a > 1)
+        log.read(inside_an_append, 1 << 20)
     with pytest.raises(AssertionError, match="searched"):
         log.read(starts[0] - 1, 1 << 20)  # an older append: searched
     monkeypatch.undo()

@@ -10,6 +10,7 @@ from storage.config import LogConfig
 from storage.manager import CLEAN_SHUTDOWN_FILE, LogManager
 from storage.space_reserve import RESERVE_FILE
 
+from .conftest import crash_manager
 from .test_log import read_all
 
 
@@ -56,7 +57,7 @@ def test_unclean_restart_recovers(tmp_path, clock):
     with open(tmp_path / "t-0" / "00000000000000000000.log", "ab") as f:
         f.write(b"\x00garbage")
     # no shutdown: a crash. A new process may lock the directory again.
-    os.close(m._lock_fd)
+    crash_manager(m)
     again = manager(tmp_path, clock)
     assert not again.had_clean_shutdown
     log = again.get_log("t", 0)
@@ -73,7 +74,7 @@ def test_a_damaged_checkpoint_is_recovered_from_the_logs_and_a_directory_refused
     log = m.get_or_create_log("t", 0)
     log.append(build_batch([(b"k", b"v", 1)] * 3))
     m.set_log_start_offset(log, 2)
-    os.close(m._lock_fd)  # a crash: no marker, the recovery point below the end
+    crash_manager(m)  # no marker, the recovery point below the end
     for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint"):
         with open(tmp_path / name, "wb") as f:
             f.write(b"0\n1\nt 0")  # torn mid-entry

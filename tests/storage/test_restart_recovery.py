@@ -17,6 +17,7 @@ from storage.config import LogConfig
 from storage.manager import LogManager
 from storage.producer_state import ProducerStateManager, decode_snapshot
 
+from .conftest import crash_manager
 from .test_log import read_all
 from .test_producer_state import idem, snapshots
 
@@ -71,7 +72,7 @@ def test_a_log_without_producers_gets_empty_snapshots(open_log):
     log.append(build_batch([(b"k", b"v", TS)] * 5))
     log.flush()
     log.write_checkpoint_snapshot()
-    with open(os.path.join(log.directory, "%020d.snapshot" % 5), "rb") as f:
+    with open(os.path.join(log.directory, f"{5:020d}.snapshot"), "rb") as f:
         assert decode_snapshot(f.read()) == []
 
 
@@ -152,7 +153,7 @@ def test_a_corrupt_snapshot_falls_back_to_an_older_one(open_log, tmp_path):
     log.flush()
     log.write_checkpoint_snapshot()
     newest = log.recovery_point
-    with open(os.path.join(log.directory, "%020d.snapshot" % newest), "r+b") as f:
+    with open(os.path.join(log.directory, f"{newest:020d}.snapshot"), "r+b") as f:
         f.seek(12)
         f.write(b"\xff\xff")
     with structlog.testing.capture_logs() as captured:
@@ -168,7 +169,7 @@ def test_every_snapshot_corrupt_rebuilds_from_offset_zero(open_log):
     log.append(idem(0, 2))
     log.flush()
     log.write_checkpoint_snapshot()
-    with open(os.path.join(log.directory, "%020d.snapshot" % 2), "wb") as f:
+    with open(os.path.join(log.directory, f"{2:020d}.snapshot"), "wb") as f:
         f.write(b"\x00\x01short")
     again = crash_and_reopen(open_log, log)
     assert again.producer_state.loaded_from == 0
@@ -203,7 +204,7 @@ def test_a_torn_tail_below_a_snapshot_deletes_it(open_log):
     log.append(idem(2, 2))
     log.flush()
     log.write_checkpoint_snapshot()
-    path = os.path.join(log.directory, "%020d.log" % 0)
+    path = os.path.join(log.directory, f"{0:020d}.log")
     os.truncate(path, os.path.getsize(path) - 5)  # the last batch is torn
     again = crash_and_reopen(open_log, log)
     assert again.log_end_offset == 2
@@ -225,7 +226,7 @@ def test_startup_opens_logs_in_parallel_and_logs_progress(tmp_path, clock, clean
     if clean:
         m.shutdown()
     else:
-        os.close(m._lock_fd)  # a crash: the next process may lock the directory
+        crash_manager(m)  # the next process may lock the directory
     again = LogManager(str(tmp_path), config_for=lambda topic: LogConfig(), clock=clock, recovery_threads=3)
     with structlog.testing.capture_logs() as captured:
         again.startup()
@@ -263,7 +264,7 @@ def test_a_failed_log_fails_the_start_and_closes_the_others(tmp_path, clock):
     with pytest.raises(ValueError, match="no config for b"):
         again.startup()
     assert again.logs() == []
-    os.close(again._lock_fd)
+    crash_manager(again)
     third = LogManager(str(tmp_path), config_for=lambda topic: LogConfig(), clock=clock)
     third.startup()
     assert sorted(third.topics()) == ["a", "b", "c", "d"]
@@ -286,7 +287,7 @@ def test_garbage_in_preallocated_indexes_above_the_recovery_point_is_rebuilt(ope
     active = log.active_segment
     expected = [(o, active.offset_index.lookup(o)) for o in range(active.base_offset, log.log_end_offset)]
     for suffix in (".index", ".timeindex"):  # as a crash may leave them: preallocated, garbage first
-        path = os.path.join(log.directory, "%020d%s" % (active.base_offset, suffix))
+        path = os.path.join(log.directory, f"{active.base_offset:020d}{suffix}")
         with open(path, "r+b") as f:
             f.write(os.urandom(64))
         os.truncate(path, 10 * 1024 * 1024)
