@@ -29,6 +29,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -284,10 +285,8 @@ class BrokerProcess:
         if self.proc is not None and self.proc.stdout is not None:
             self.proc.stdout.close()
         if self._stderr_path is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self._stderr_path)
-            except OSError:
-                pass
             self._stderr_path = None
 
     def __enter__(self) -> BrokerProcess:

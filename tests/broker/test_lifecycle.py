@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+from pathlib import Path
 
 from kafka_format import iter_records
 from protocol import (
@@ -37,10 +38,12 @@ def client(broker) -> NativeClient:
 def test_topics_and_configs_survive_a_restart(broker):
     b = broker()
     with client(b) as c:
-        assert c.call(CreateTopicRequest("kept", 3, [("retention.ms", "1000"), ("segment.bytes", "4096")])).error == NONE
+        kept_configs = [("retention.ms", "1000"), ("segment.bytes", "4096")]
+        assert c.call(CreateTopicRequest("kept", 3, kept_configs)).error == NONE
         assert c.call(CreateTopicRequest("altered", 1, [("flush.messages", "5")])).error == NONE
         assert c.call(CreateTopicRequest("dropped", 2)).error == NONE
-        assert c.call(AlterConfigRequest("altered", [("flush.messages", None), ("retention.bytes", "123")])).error == NONE
+        altered_configs = [("flush.messages", None), ("retention.bytes", "123")]
+        assert c.call(AlterConfigRequest("altered", altered_configs)).error == NONE
         assert c.call(DeleteTopicRequest("dropped")).error == NONE
         for i in range(20):
             assert c.call(ProduceRequest("kept", 1, batch(b"record %d" % i))).error == NONE
@@ -133,7 +136,7 @@ def test_periodic_checkpoint_runs(broker, tmp_path):
     import time
     deadline = time.monotonic() + 30  # a guard, not a speed assumption
     while time.monotonic() < deadline:
-        if os.path.exists(path) and "t 0 0" in open(path).read():
+        if os.path.exists(path) and "t 0 0" in Path(path).read_text():
             break
         time.sleep(0.05)
     else:

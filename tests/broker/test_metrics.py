@@ -125,8 +125,10 @@ def test_metrics_after_both_protocols_and_a_group(broker):
         assert value(m, "kafka_consumergroup_current_offset", consumergroup="kafka-group", topic="m",
                      partition=1) == 4
         # Connections, queues, the cleaner, retention, disk.
-        assert value(m, "kafka_server_socketservermetrics_connection_count", listener="PLAINTEXT", protocol="native") == 1
-        assert value(m, "kafka_server_socketservermetrics_connection_creation_total", listener="PLAINTEXT", protocol="kafka") >= 2
+        assert value(m, "kafka_server_socketservermetrics_connection_count",
+                     listener="PLAINTEXT", protocol="native") == 1
+        assert value(m, "kafka_server_socketservermetrics_connection_creation_total",
+                     listener="PLAINTEXT", protocol="kafka") >= 2
         assert value(m, "kafka_network_requestchannel_requestqueuesize") == 0
         assert value(m, "kafka_network_socketserver_memorypoolused") == 0
         assert value(m, "kafka_network_socketserver_memorypoolavailable") > 0

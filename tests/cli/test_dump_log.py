@@ -91,9 +91,9 @@ def test_offset_and_time_indexes(segment_dir, capsys):
     sections = out.split("Dumping ")[1:]
     index_lines = sections[0].splitlines()[1:]
     time_lines = sections[1].splitlines()[1:]
-    assert index_lines and all(re.fullmatch(r"offset: \d+ position: \d+", l) for l in index_lines)
-    assert time_lines and all(re.fullmatch(r"timestamp: \d+ offset: \d+", l) for l in time_lines)
-    offsets = [int(l.split()[1]) for l in index_lines]
+    assert index_lines and all(re.fullmatch(r"offset: \d+ position: \d+", line) for line in index_lines)
+    assert time_lines and all(re.fullmatch(r"timestamp: \d+ offset: \d+", line) for line in time_lines)
+    offsets = [int(line.split()[1]) for line in index_lines]
     assert offsets == sorted(set(offsets))
 
 
@@ -104,7 +104,7 @@ def test_bad_crc_is_reported_and_the_walk_goes_on(segment_dir, capsys):
     path.write_bytes(bytes(data))
     code, out, err = dump(capsys, path)
     assert code == 1
-    entry_lines = [l for l in out.splitlines() if l.startswith("baseOffset")]
+    entry_lines = [line for line in out.splitlines() if line.startswith("baseOffset")]
     assert len(entry_lines) == 12  # still every entry
     assert "isValid: false" in entry_lines[0] and "isValid: true" in entry_lines[1]
     assert err.count("\n") == 1 and "CRC" in err and str(path) in err
@@ -118,7 +118,7 @@ def test_torn_tail_is_reported(segment_dir, capsys):
         f.truncate(size - 7)
     code, out, err = dump(capsys, path)
     assert code == 1
-    assert len([l for l in out.splitlines() if l.startswith("baseOffset")]) == 11
+    assert len([line for line in out.splitlines() if line.startswith("baseOffset")]) == 11
     assert re.search(rf"Found \d+ invalid bytes at the end of {BASE}.log", out)
     assert "torn tail" in err
 

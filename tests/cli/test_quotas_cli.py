@@ -46,7 +46,7 @@ def error_line(result) -> str:
 
 def test_alter_and_describe_like_kafka_configs(broker, tmp_path):
     server = broker()
-    kafka = ["--kafka-bootstrap-server", "%s:%d" % server.kafka_address]
+    kafka = ["--kafka-bootstrap-server", "{}:{}".format(*server.kafka_address)]
     assert ok(command_line("quotas", "--alter", "--entity-type", "clients", "--entity-name", "c1",
                            "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048", *kafka)) == \
         "Completed updating config for client c1.\n"
@@ -94,7 +94,7 @@ def test_alter_and_describe_like_kafka_configs(broker, tmp_path):
 
 def test_bad_input_is_one_line_and_changes_nothing(broker):
     server = broker()
-    kafka = ["--kafka-bootstrap-server", "%s:%d" % server.kafka_address]
+    kafka = ["--kafka-bootstrap-server", "{}:{}".format(*server.kafka_address)]
     assert "INVALID_REQUEST" in error_line(strata("quotas", "--alter", "--client", "c", "--add-config",
                                                   "no_such_quota=1", *kafka))
     assert "must be positive" in error_line(strata("quotas", "--alter", "--client", "c", "--add-config",

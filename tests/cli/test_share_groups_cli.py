@@ -12,8 +12,15 @@ from tests.broker_process import BrokerProcess
 from tests.cli.test_client_commands import ok, one_error_line, strata, usage_error
 from tests.cli.test_groups import rows
 from tests.kafka.conftest import create_topic, unique_name
-from tests.kafka.test_share_groups_e2e import acquire_all, heartbeat, join_member, produce, share_ack, \
-    share_fetch, topic_id_of
+from tests.kafka.test_share_groups_e2e import (
+    acquire_all,
+    heartbeat,
+    join_member,
+    produce,
+    share_ack,
+    share_fetch,
+    topic_id_of,
+)
 from tests.kafka.wire import KafkaWire
 
 

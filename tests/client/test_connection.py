@@ -44,7 +44,7 @@ async def test_pipelined_answers_are_matched_in_order(fake):
     connection = await AsyncConnection.open(fake.address)
     names = [("t",), ("missing",), ()] * 20
     responses = await asyncio.gather(*(connection.request(MetadataRequest(n)) for n in names))
-    for asked, response in zip(names, responses):
+    for asked, response in zip(names, responses, strict=True):
         assert tuple(t.topic for t in response.topics) == (asked or ("t",))
     connection.close()
 

@@ -115,7 +115,7 @@ def test_many_messages_over_partitions_land_where_murmur2_says(live_broker, topi
         futures = [producer.send(topic, b"value-%d" % i, key) for i, key in enumerate(keys)]
         producer.flush()
         results = [f.result(10) for f in futures]
-    for key, result in zip(keys, results):
+    for key, result in zip(keys, results, strict=True):
         assert result.partition == partition_for_key(key, 3)
     with Consumer(live_broker.address, auto_offset_reset="earliest") as consumer:
         consumer.subscribe(topic)
@@ -316,7 +316,7 @@ async def test_pipelined_requests_come_back_in_order(live_broker):
         requests = [MetadataRequest(()), OffsetsRequest("no-such-topic", 0, -1, 1),
                     FetchOffsetRequest("g", "no-such-topic", 0)] * 30
         responses = await asyncio.gather(*(connection.request(r) for r in requests))
-        for request, response in zip(requests, responses):
+        for request, response in zip(requests, responses, strict=True):
             assert type(response).__name__ == {
                 "MetadataRequest": "MetadataResponse", "OffsetsRequest": "OffsetsResponse",
                 "FetchOffsetRequest": "FetchOffsetResponse"}[type(request).__name__]

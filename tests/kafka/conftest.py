@@ -8,6 +8,9 @@ uses its own topics), its bootstrap address, topic creation, raw kio connections
 - `new_topic(partitions=1, configs=None)`: a fresh topic created through the
   Kafka protocol (confluent-kafka's AdminClient); returns the name.
 - `wire()`: a tests.kafka.wire.KafkaWire to the Kafka listener, closed after the test.
+- `app(*overrides)`: a broker.app.BrokerApp started in the test's own loop on free
+  ports, data in tmp_path (offsets.topic.num.partitions=5, no rebalance delay, extra
+  "key=value" overrides after those); every one started is shut down after the test.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import shutil
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from broker.app import BrokerApp
+from broker.config.broker_config import BrokerConfig
 from tests.broker_process import BrokerProcess
 from tests.kafka.wire import KafkaWire
 
@@ -39,6 +44,29 @@ def kafka_broker(tmp_path_factory):
 @pytest.fixture
 def bootstrap(kafka_broker) -> str:
     return kafka_broker.bootstrap
+
+
+def app_settings(tmp_path, *extra) -> BrokerConfig:
+    return BrokerConfig.load(
+        overrides=["host.name=127.0.0.1", "port=0", "kafka.port=0", "admin.port=0",
+                   "group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=10",
+                   "offsets.topic.num.partitions=5", "log.initial.task.delay.ms=600000", *extra],
+        data_dir=str(tmp_path / "data"), environ={})
+
+
+@pytest.fixture
+async def app(tmp_path):
+    started = []
+
+    async def start(*extra):
+        one = BrokerApp(app_settings(tmp_path, *extra))
+        await one.start()
+        started.append(one)
+        return one
+
+    yield start
+    for one in started:
+        await one.shutdown()
 
 
 def unique_name(prefix: str = "k") -> str:

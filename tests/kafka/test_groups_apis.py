@@ -14,7 +14,6 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 
 from broker.app import BrokerApp
-from broker.config.broker_config import BrokerConfig
 from broker.kafka.codec import make, nested
 from broker.net.listeners import ConnectionContext
 from broker.state.group_offsets import decode_key, decode_value, partition_for
@@ -28,29 +27,6 @@ JOIN, SYNC, HEARTBEAT, LEAVE = 11, 14, 12, 13
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 16, 15, 42, 47
 _ids = itertools.count(1)
-
-
-def settings(tmp_path, *extra):
-    return BrokerConfig.load(
-        overrides=["host.name=127.0.0.1", "port=0", "kafka.port=0", "admin.port=0", "group.initial.rebalance.delay.ms=0",
-                   "group.min.session.timeout.ms=10", "offsets.topic.num.partitions=5",
-                   "log.initial.task.delay.ms=600000", *extra],
-        data_dir=str(tmp_path / "data"), environ={})
-
-
-@pytest.fixture
-async def app(tmp_path):
-    started = []
-
-    async def start(*extra):
-        one = BrokerApp(settings(tmp_path, *extra))
-        await one.start()
-        started.append(one)
-        return one
-
-    yield start
-    for one in started:
-        await one.shutdown()
 
 
 def request(api_key: int, version: int, **values):

@@ -51,7 +51,7 @@ async def stable_group(coord, group, count, **kwargs):
     ids = [first.member_id]
     assert (await done(coord.sync(group, first.generation_id, first.member_id,
                                   assignments=[(first.member_id, b"a0")]))).error == 0
-    for i in range(1, count):
+    for _ in range(1, count):
         task = await new_member(coord, group, **kwargs)
         await asyncio.sleep(0)
         # everyone else learns of the rebalance from a heartbeat and rejoins

@@ -310,7 +310,7 @@ def test_native_commits_and_kafka_commits_are_the_same_offsets(kafka_broker, boo
 
     topic = create_topic(bootstrap, unique_name("gnative"), 2)
     group = unique_name("group")
-    native_bootstrap = "%s:%d" % kafka_broker.address
+    native_bootstrap = "{}:{}".format(*kafka_broker.address)
     with Admin(native_bootstrap) as native:
         native.commit(group, topic, 0, 42, "from-native")
         consumer = confluent_consumer(bootstrap, group)

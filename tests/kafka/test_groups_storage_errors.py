@@ -8,7 +8,7 @@ from __future__ import annotations
 import errno
 import os
 
-from tests.kafka.test_groups_apis import DELETE_GROUPS, OFFSET_COMMIT, app, call, create_topic, entity, request  # noqa: F401
+from tests.kafka.test_groups_apis import DELETE_GROUPS, OFFSET_COMMIT, call, create_topic, entity, request
 
 REAL_PWRITE = os.pwrite
 NOT_COORDINATOR = 16

@@ -87,7 +87,7 @@ def test_state_survives_sigterm_and_kill_9(tmp_path):
             for seq in range(0, 10, 2):
                 assert send(conn, topic, batch(pid, seq)) == (ErrorCode.none, seq)
         assert broker.stop() == 0  # SIGTERM: a clean shutdown writes a snapshot at the log end
-        assert (tmp_path / "data" / f"{topic}-0" / ("%020d.snapshot" % 10)).exists()
+        assert (tmp_path / "data" / f"{topic}-0" / f"{10:020d}.snapshot").exists()
         broker.restart()
         with KafkaWire(*broker.kafka_address) as conn:
             assert send(conn, topic, batch(pid, 8)) == (ErrorCode.none, 8)  # still a duplicate

@@ -44,7 +44,8 @@ def test_spliced_response_decodes_like_a_plain_one(version):
     for i, data in enumerate(payloads):
         records = splicer.marker(FakeSlice(data)) if data else b""
         parts.append(codec.make(P, partition_index=i, error_code=0, high_watermark=i, records=records))
-    response = codec.make(R, throttle_time=0, error_code=0, responses=(codec.make(T, topic="t", partitions=tuple(parts)),))
+    response = codec.make(R, throttle_time=0, error_code=0,
+                          responses=(codec.make(T, topic="t", partitions=tuple(parts)),))
     framed = codec.encode_spliced(7, response, splicer)
     wire = b"".join(p.data if isinstance(p, FakeSlice) else p for p in framed)
     size = int.from_bytes(wire[:4], "big", signed=True)
@@ -220,7 +221,7 @@ def test_shutdown_answers_a_long_poll(tmp_path):
     process = BrokerProcess(tmp_path / "data", "--set", "auto.create.topics.enable=true")
     try:
         process.start()
-        create_topic("%s:%d" % tuple(process.kafka_address), "lp")
+        create_topic("{}:{}".format(*process.kafka_address), "lp")
         conn = KafkaWire(*process.kafka_address)
         conn.call(produce_request(9, "lp", 0, build_batch([(None, b"x")])))
         result = {}

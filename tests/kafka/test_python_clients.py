@@ -8,11 +8,11 @@ import asyncio
 
 import pytest
 
+from tests.kafka.conftest import unique_name
+
 # kafka-python 3.0 loads its schemas with importlib.resources.read_text (deprecated).
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:kafka.*",
                                         "ignore::DeprecationWarning:importlib.*")
-
-from tests.kafka.conftest import unique_name
 
 TIMEOUT_MS = 30_000
 

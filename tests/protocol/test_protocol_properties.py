@@ -154,7 +154,7 @@ def test_garbage_raises_only_protocol_error(garbage):
 def test_multifetch_parts_match_the_encoder(items):
     items = [(e, b"" if e != ErrorCode.NONE else ms) for e, ms in items]
     top, headers = multifetch_response_parts([(e, len(ms)) for e, ms in items])
-    wire = top + b"".join(hd + ms for hd, (_, ms) in zip(headers, items))
+    wire = top + b"".join(hd + ms for hd, (_, ms) in zip(headers, items, strict=True))
     assert wire == encode_response(MultiFetchResponse(ErrorCode.NONE, items))
 
 

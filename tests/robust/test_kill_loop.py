@@ -13,6 +13,7 @@ the wall clock except hang guards.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import threading
@@ -88,11 +89,9 @@ def produce_kafka(bootstrap: str, round_no: int, acked: Acked, stop: threading.E
 
     i = 0
     while not stop.is_set():
-        try:
+        with contextlib.suppress(BufferError):
             producer.produce(TOPIC, b"kafka-%d-%d" % (round_no, i), partition=i % PARTITIONS,
                              on_delivery=on_delivery)
-        except BufferError:
-            pass
         producer.poll(0.001)
         i += 1
     producer.poll(0.2)  # delivery reports of what was answered before the kill

@@ -126,7 +126,7 @@ def test_kill_9_recovers_from_the_snapshot_written_at_the_recovery_point_checkpo
             pid = init_pid(conn)
             for seq in range(0, 20, 2):
                 assert send(conn, topic, batch(pid, seq, tag=b"w")) == (ErrorCode.none, seq)
-            snapshot = os.path.join(broker.data_dir, f"{topic}-0", "%020d.snapshot" % 20)
+            snapshot = os.path.join(broker.data_dir, f"{topic}-0", f"{20:020d}.snapshot")
             deadline = time.monotonic() + HANG_GUARD_S
             while not (os.path.exists(snapshot) and checkpointed_recovery_point(broker.data_dir, topic) == 20):
                 assert time.monotonic() < deadline, "no checkpoint with its snapshot at offset 20"

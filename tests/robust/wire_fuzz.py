@@ -22,6 +22,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import random
@@ -191,10 +192,8 @@ class FuzzClient:
                 if len(frame) >= 8:
                     frame = frame[:4] + SIZE.pack(n) + frame[8:]
                 wire += SIZE.pack(len(frame)) + frame
-            try:
+            with contextlib.suppress(OSError):  # closed while sending: the answers read below say how far it got
                 self.sock.sendall(wire)
-            except OSError:
-                pass  # closed while sending: the answers read below say how far it got
             last = self._answers(len(batch) + 1)
             if last == len(batch):
                 last -= 1  # the sentinel's answer

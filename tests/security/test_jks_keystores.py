@@ -104,7 +104,8 @@ def test_the_broker_serves_tls_from_jks_files_and_stderr_stays_json(pki, tmp_pat
     from confluent_kafka.admin import AdminClient, NewTopic
 
     with BrokerProcess(tmp_path / "data", "--set", "log.format=json",
-                       "--set", "listeners=SSL://127.0.0.1:0", "--set", "listener.security.protocol.map=SSL:SSL,PLAINTEXT:PLAINTEXT",
+                       "--set", "listeners=SSL://127.0.0.1:0",
+                       "--set", "listener.security.protocol.map=SSL:SSL,PLAINTEXT:PLAINTEXT",
                        "--set", f"ssl.keystore.location={pki['jks']}", "--set", "ssl.keystore.password=storepass",
                        "--set", "ssl.key.password=keypass", "--set", f"ssl.truststore.location={pki['trust']}",
                        "--set", "ssl.truststore.password=trustpass", "--set", "ssl.client.auth=required") as broker:

@@ -36,8 +36,8 @@ def secured(broker, tmp_path):
                      "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
                      'username="admin" password="admin-secret";\n'
                      f"ssl.truststore.type=PEM\nssl.truststore.location={ca_pem}\n")
-    native = "%s:%d" % b.addresses["native", "SASL_SSL"]
-    kafka = "%s:%d" % b.addresses["kafka", "SASL_SSL"]
+    native = "{}:{}".format(*b.addresses["native", "SASL_SSL"])
+    kafka = "{}:{}".format(*b.addresses["kafka", "SASL_SSL"])
     return {"broker": b, "ca": ca_pem, "admin": admin, "tmp": tmp_path,
             "servers": ["--bootstrap-server", native, "--kafka-bootstrap-server", kafka]}
 

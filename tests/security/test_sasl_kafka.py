@@ -293,7 +293,8 @@ def test_reauthentication_with_librdkafka(broker, pki):
 def test_sasl_principals_meet_the_authorizer(broker, pki):
     """The SASL user is the principal the ACLs see: super.users may manage SCRAM
     credentials (ALTER/DESCRIBE on the cluster), another user may not."""
-    b = sasl_broker(broker, pki, "--set", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    b = sasl_broker(broker, pki,
+                    "--set", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                     "--set", "super.users=User:admin")
     admin = AdminClient(conf(b, "SASL_PLAINTEXT", **sasl("PLAIN", "admin", "admin-secret")))
     admin.alter_user_scram_credentials([UserScramCredentialUpsertion(

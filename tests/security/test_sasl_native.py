@@ -49,9 +49,9 @@ def test_native_client_plain_and_scram(broker):
         consumer.assign("n1", [0])
         assert [r.value for r in consumer.poll(5000)] == [b"v%d" % i for i in range(5)]
 
-    with pytest.raises(AuthenticationFailed, match="Invalid username or password"):
-        with Admin(bootstrap(b), security=plain("alice", "wrong")) as admin:
-            admin.list_topics()
+    with (pytest.raises(AuthenticationFailed, match="Invalid username or password"),
+          Admin(bootstrap(b), security=plain("alice", "wrong")) as admin):
+        admin.list_topics()
     with pytest.raises(AuthenticationFailed, match="requires SASL"), Admin(bootstrap(b)) as admin:
         admin.list_topics()
 
@@ -64,9 +64,9 @@ def test_native_client_plain_and_scram(broker):
         "bob"].result(10)
     with Admin(bootstrap(b), security=plain("bob", "bob-pw", "SCRAM-SHA-512")) as admin:
         assert "n1" in admin.list_topics()
-    with pytest.raises(AuthenticationFailed, match="invalid credentials"):
-        with Admin(bootstrap(b), security=plain("bob", "nope", "SCRAM-SHA-512")) as admin:
-            admin.list_topics()
+    with (pytest.raises(AuthenticationFailed, match="invalid credentials"),
+          Admin(bootstrap(b), security=plain("bob", "nope", "SCRAM-SHA-512")) as admin):
+        admin.list_topics()
 
 
 def test_the_gate_before_authentication(broker):

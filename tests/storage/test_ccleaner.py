@@ -6,6 +6,7 @@ a crash) on damaged records in the C walks."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import random
@@ -155,7 +156,7 @@ def test_the_table_stays_exact_as_it_grows_in_place(collide, count, request, twi
         offsets = list(range(start, start + 500))
         superseded = m.put_keys(batch, offsets)
         expected = []
-        for key, offset in zip(batch, offsets):
+        for key, offset in zip(batch, offsets, strict=True):
             if key in latest:
                 expected.append(latest[key])
             latest[key] = offset
@@ -176,7 +177,7 @@ def test_offset_map_gives_the_same_answers_and_memory_figures_with_either_twin(a
     for offset in range(2000):
         batch = [rng.choice(keys) for _ in range(rng.randrange(1, 5))]
         offsets = list(range(offset * 5, offset * 5 + len(batch)))
-        for k, o in zip(batch, offsets):
+        for k, o in zip(batch, offsets, strict=True):
             log[o] = k
         answers = [sorted(m.put_all(batch, offsets)) for m in maps]
         assert answers[0] == answers[1]
@@ -300,7 +301,7 @@ def test_both_twins_clean_to_the_same_bytes(tmp_path, clock, seed):
                 limit = rng.choice([128, 128, 0, 12])
                 io_buffer = rng.choice([100, 700, 512 * 1024])  # entries larger than a read, too
                 results = []
-                for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap)):
+                for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap), strict=True):
                     offset_map = OffsetMap(budget, inline_key_limit=limit, key_map=key_map)
                     end, stats = Cleaner(offset_map, clock=clock, io_buffer_size=io_buffer).clean(
                         log, first_dirty, log.active_segment.base_offset)
@@ -361,7 +362,7 @@ def test_plain_batches_take_the_c_walks(tmp_path, clock):
         for log in logs:
             log.append(data)
     stats = []
-    for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap)):
+    for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap), strict=True):
         log.roll()
         offset_map = OffsetMap(1 << 22, key_map=key_map)
         _, s = Cleaner(offset_map, clock=clock).clean(log, 0, log.active_segment.base_offset)
@@ -495,7 +496,7 @@ def test_random_damage_raises_corrupt_record_error_or_nothing_never_crashes():
     base = [bytes(_batch([(b"k%d" % rng.randrange(5), b"v" * rng.randrange(40), i) for i in range(6)],
                          base_offset=6 * j)) for j in range(4)]
     clean = b"".join(base)
-    for trial in range(3000):
+    for _ in range(3000):
         data = bytearray(clean)
         for _ in range(rng.randrange(1, 4)):
             i = rng.randrange(61, len(data))  # damage past the first header
@@ -503,17 +504,13 @@ def test_random_damage_raises_corrupt_record_error_or_nothing_never_crashes():
         data = bytes(data)
         m = _ccleaner.KeyMap(1 << 20, 128)
         m.begin(0)
-        try:
+        with contextlib.suppress(CorruptRecordError):
             m.map_entries(data, 0, len(data), 0, 0)
-        except CorruptRecordError:
-            pass
         m2 = _ccleaner.KeyMap(1 << 20, 128)
         m2.begin(0)
         m2.map_entries(clean, 0, len(clean), 0, 0)
-        try:
+        with contextlib.suppress(CorruptRecordError):
             m2.filter_entries(data, 0, len(data), 23, -1, 0, 0, DAY)
-        except CorruptRecordError:
-            pass
 
 
 @needs_c
@@ -539,7 +536,7 @@ def test_batches_of_many_records_match_python(tmp_path, clock, seed):
     rng = random.Random(seed)
     logs = [_open(tmp_path / name / "t-0", clock, 1 << 20, rng.choice([0, DAY]))
             for name in ("python", "native")]
-    for i in range(14):
+    for _ in range(14):
         count = rng.choice([1, 2, 511, 512, 513, 1500])
         tombstones = 0.01 if rng.random() < 0.3 else 0  # (a batch with one is Python's)
         recs = [(b"key-%d" % rng.randrange(60), None if rng.random() < tombstones else b"v%d" % j,
@@ -549,7 +546,7 @@ def test_batches_of_many_records_match_python(tmp_path, clock, seed):
             log.append(data)
         clock.advance(10)
     for round_ in range(2):
-        for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap)):
+        for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap), strict=True):
             log.roll()
             offset_map = OffsetMap(1 << 22, key_map=key_map)
             Cleaner(offset_map, clock=clock).clean(log, 0, log.active_segment.base_offset)
@@ -582,7 +579,7 @@ def test_batches_decided_by_key_take_the_native_path_too(tmp_path, clock):
     first_dirty = 0
     for round_ in range(4):
         results = []
-        for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap)):
+        for log, key_map in zip(logs, (_pycleaner.KeyMap, _ccleaner.KeyMap), strict=True):
             log.roll()
             # a small map: the round ends before the log does (batches past its end)
             offset_map = OffsetMap(1 << 14 if round_ == 1 else 1 << 20, key_map=key_map)

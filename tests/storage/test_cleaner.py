@@ -287,7 +287,7 @@ def test_classic_tombstones_follow_kafkas_legacy_horizon(tmp_path, clock):
     assert [(r.key, r.value) for r in records(log)][:2] == [(b"k", None), (b"x", b"y")]
 
     def set_mtimes(seconds):
-        for segment, when in zip(log.segments, seconds):
+        for segment, when in zip(log.segments, seconds, strict=False):
             os.utime(segment.log.path, (when, when))
 
     old = 1_600_000_000
@@ -392,9 +392,9 @@ def test_groups_never_span_more_than_int32_offsets():
         def __init__(self, base):
             self.base_offset, self.size = base, 10
 
-            class I:
+            class Index:
                 size_in_bytes = 8
-            self.offset_index = self.time_index = I()
+            self.offset_index = self.time_index = Index()
 
     # a segment's last offset is taken as the next base - 1 (the first uncleanable - 1 for the last)
     segments = [Fake(0), Fake(1000), Fake(2**31)]
@@ -549,7 +549,7 @@ def test_a_crash_at_each_step_recovers_the_old_or_the_new_segments(tmp_path, clo
 def test_a_leftover_cleaned_file_from_a_failed_clean_is_replaced(tmp_path, clock):
     log = open_log(tmp_path / "t-0", clock, segment_bytes=400)
     fill(log, clock, 30, keys=5)
-    with open(os.path.join(log.directory, "%020d.log.cleaned" % 0), "wb") as f:
+    with open(os.path.join(log.directory, f"{0:020d}.log.cleaned"), "wb") as f:
         f.write(b"junk")
     before = records(log)
     clean(log, clock)

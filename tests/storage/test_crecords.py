@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import struct
+from functools import partial
 
 import pytest
 
@@ -128,8 +129,8 @@ def test_scan_matches_python(monkeypatch, seed, crc_path):
     data = damage(rng, random_set(rng))
     for check_crc, check_lengths in ((True, True), (True, False), (False, True)):
         min_offset = rng.choice((-1, 0, 500))
-        with_c, python = both_ways(monkeypatch, lambda: scan_entries(
-            data, 0, len(data), min_offset=min_offset, check_crc=check_crc,
+        with_c, python = both_ways(monkeypatch, partial(
+            scan_entries, data, 0, len(data), min_offset=min_offset, check_crc=check_crc,
             check_lengths=check_lengths))
         assert with_c == python
 
@@ -408,7 +409,7 @@ def random_records(rng: random.Random, count: int) -> list[tuple]:
     return [(None if rng.random() < 0.2 else b"k%d" % rng.randrange(100),
              None if rng.random() < 0.1 else bytes(rng.randrange(256) for _ in range(rng.randrange(0, 300))),
              1_700_000_000_000 + rng.randrange(-10_000, 10_000),
-             [("h%d" % i, None if rng.random() < 0.3 else b"v") for i in range(rng.randrange(3))])
+             [(f"h{i}", None if rng.random() < 0.3 else b"v") for i in range(rng.randrange(3))])
             for _ in range(count)]
 
 

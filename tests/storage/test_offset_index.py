@@ -116,7 +116,7 @@ def test_kafka_random_lookup(index):
         index.append(offset, position)
         offsets.append(offset)
         positions.append(position)
-    for o, p in zip(offsets, positions):
+    for o, p in zip(offsets, positions, strict=True):
         assert index.lookup(o) == OffsetPosition(o, p)
     for target in range(BASE_OFFSET, offsets[-1]):
         assert index.lookup(target) == oracle_lookup(offsets, positions, BASE_OFFSET, target)

@@ -132,7 +132,7 @@ def test_native_batches_are_not_tracked(open_log):
     log.roll()
     log.close()
     # Still snapshotted (empty), so that no start rescans this log from offset 0.
-    assert snapshots(log) == ["%020d.snapshot" % 2]
+    assert snapshots(log) == [f"{2:020d}.snapshot"]
     with open(os.path.join(log.directory, snapshots(log)[0]), "rb") as f:
         assert decode_snapshot(f.read()) == []
 
@@ -172,9 +172,9 @@ def test_roll_and_clean_close_write_snapshots(open_log):
         log.append(idem(seq, value=b"x" * 60))
     rolled = [s.base_offset for s in log.segments][1:]
     assert rolled
-    assert snapshots(log) == ["%020d.snapshot" % b for b in rolled]
+    assert snapshots(log) == [f"{b:020d}.snapshot" for b in rolled]
     log.close()
-    assert snapshots(log)[-1] == "%020d.snapshot" % 6
+    assert snapshots(log)[-1] == f"{6:020d}.snapshot"
     with open(os.path.join(log.directory, snapshots(log)[-1]), "rb") as f:
         [entry] = decode_snapshot(f.read())
     assert (entry.producer_id, entry.last_seq, entry.last_offset) == (7, 5, 5)
@@ -190,7 +190,7 @@ def test_crash_rebuilds_state_from_snapshot_and_log(open_log):
         log.append(idem(seq, value=b"x" * 60))
     log.flush()
     # Abandon `log` (a crash): no close, no snapshot at the log end.
-    assert "%020d.snapshot" % 6 not in snapshots(log)
+    assert f"{6:020d}.snapshot" not in snapshots(log)
     reopened = open_log(segment_bytes=300, had_clean_shutdown=False)
     assert reopened.log_end_offset == 6
     assert reopened.append(idem(5, value=b"x" * 60)).first_offset == 5  # retried duplicate
@@ -231,11 +231,11 @@ def test_snapshots_past_the_log_end_go(open_log):
     log = open_log()
     log.append(idem(0, 2))
     log.close()
-    stray = os.path.join(log.directory, "%020d.snapshot" % 50)
-    with open(os.path.join(log.directory, "%020d.snapshot" % 2), "rb") as f, open(stray, "wb") as g:
+    stray = os.path.join(log.directory, f"{50:020d}.snapshot")
+    with open(os.path.join(log.directory, f"{2:020d}.snapshot"), "rb") as f, open(stray, "wb") as g:
         g.write(f.read())
     reopened = open_log()
-    assert "%020d.snapshot" % 50 not in snapshots(reopened)
+    assert f"{50:020d}.snapshot" not in snapshots(reopened)
     assert reopened.producer_state.producers[7].last_seq == 1
 
 

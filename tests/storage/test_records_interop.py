@@ -101,10 +101,7 @@ def test_our_sets_parse_in_kafka_python(kafka_codec, magic, codec):
 @pytest.mark.parametrize("magic,codec", [(1, Codec.NONE), (1, Codec.GZIP), (2, Codec.NONE),
                                          (2, Codec.SNAPPY)])
 def test_log_append_time_reads_the_same_in_kafka_python(kafka_codec, magic, codec):
-    if magic == 2:
-        data = build_batch(ROWS, codec=codec)
-    else:
-        data = build_classic(ROWS, magic=magic, codec=codec)
+    data = build_batch(ROWS, codec=codec) if magic == 2 else build_classic(ROWS, magic=magic, codec=codec)
     config = LogConfig(message_timestamp_type="LogAppendTime")
     result = validate_and_assign(data, next_offset=0, now_ms=NOW, config=config)
     theirs = read_with_kafka_python(result.buffer)

@@ -1,5 +1,7 @@
 """Property tests: random mixes of magics and codecs, validated one set after another."""
 
+import contextlib
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -82,7 +84,7 @@ def test_sets_validated_in_a_row_read_back_with_contiguous_offsets(kafka_codec, 
     assert (scan.problem, scan.stop) == (None, len(log))
     records = list(iter_records(log))
     assert [r.offset for r in records] == list(range(start, next_offset))
-    for record, (magic, key, value, ts, headers) in zip(records, expected):
+    for record, (magic, key, value, ts, headers) in zip(records, expected, strict=True):
         assert (record.key, record.value, record.headers) == (key, value, headers)
         if magic == 0:
             assert record.timestamp == -1
@@ -106,10 +108,8 @@ def test_arbitrary_bytes_never_crash_the_scanner_or_validator(data, min_offset):
         assert entry.position == pos
         pos += entry.size
     assert pos == result.stop
-    try:
+    with contextlib.suppress(StrataError):
         validate_and_assign(data, next_offset=0, now_ms=NOW, config=LogConfig())
-    except StrataError:
-        pass
     try:
         for entry in iter_entries(data):
             entry.is_valid()

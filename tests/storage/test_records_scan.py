@@ -38,7 +38,7 @@ def mixed_set() -> tuple[bytes, list[EntryInfo]]:
     expected, pos = [], 0
     for part, (magic, last, max_ts, codec) in zip(parts, [
             (0, 0, -1, 0), (1, 1, 1000, 0), (1, 3, 1005, 1), (0, 5, -1, 2), (2, 7, 2000, 0),
-            (2, 11, 3000, 4)]):
+            (2, 11, 3000, 4)], strict=True):
         expected.append(EntryInfo(pos, len(part), magic, last, max_ts, codec))
         pos += len(part)
     return b"".join(parts), expected

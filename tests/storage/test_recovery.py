@@ -17,7 +17,7 @@ from .test_log import read_all
 def fill(log, count, per_batch=3, seed=0):
     rng = random.Random(seed)
     expected = []
-    for i in range(count):
+    for _ in range(count):
         kind = rng.choice(["v2", "v2z", "v1", "v0", "v1z"])
         recs = [(b"k%d" % (len(expected) + j), os.urandom(rng.randrange(1, 40)), 1000 + len(expected) + j)
                 for j in range(per_batch)]

@@ -92,7 +92,7 @@ def test_time_rule_falls_back_to_the_mtime_without_timestamps(open_log, clock):
         log.append(one)
     assert bases(log) == [0, 2, 4]
     now_s = clock.now_ms / 1000
-    for segment, age_ms in zip(log.segments, (2 * HOUR, HOUR // 2, 3 * HOUR)):
+    for segment, age_ms in zip(log.segments, (2 * HOUR, HOUR // 2, 3 * HOUR), strict=True):
         os.utime(segment.log.path, (now_s - age_ms / 1000, now_s - age_ms / 1000))
     assert [s.largest_timestamp for s in log.segments] == [clock.now_ms - 2 * HOUR, clock.now_ms - HOUR // 2,
                                                           clock.now_ms - 3 * HOUR]
