@@ -47,9 +47,10 @@ clean:
 	rm -rf $(VENV) .pytest_cache
 
 # ---- Gates ---------------------------------------------------------------------------------------
-# The gates, each over every package: ruff's full rule set, mypy with no errors (its settings and
-# the packages it checks are pyproject's [tool.mypy]), the import-layer contracts (pyproject's
-# [tool.importlinter]) and no import cycles, lazy imports counted (tests/test_import_cycles.py).
+# The gates, each over every package: ruff's full rule set (over tests/ and bench/ as well), mypy
+# with no errors (its settings and the packages it checks are pyproject's [tool.mypy]), the
+# import-layer contracts (pyproject's [tool.importlinter]) and no import cycles, lazy imports
+# counted (tests/test_import_cycles.py).
 PACKAGES := kafka_format/ protocol/ storage/ broker/ client/ pipeline/
 LINT_STAMP := $(VENV)/.lint-installed
 $(LINT_STAMP): $(STAMP) pyproject.toml
@@ -57,7 +58,7 @@ $(LINT_STAMP): $(STAMP) pyproject.toml
 	touch $(LINT_STAMP)
 
 lint: $(LINT_STAMP)
-	$(VENV)/bin/ruff check $(PACKAGES)
+	$(VENV)/bin/ruff check $(PACKAGES) tests/ bench/
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_import_cycles.py
