@@ -16,6 +16,8 @@ import json
 import sys
 import time
 
+import obstore
+
 from storage.remote.config import RemoteLogConfig
 from storage.remote.copier import RemotePartition
 from storage.remote.metadata import RemoteLogMetadataStore
@@ -54,7 +56,7 @@ class PausingStore(RemoteStorageManager):
     def delete_log_segment_data(self, metadata):
         if self.mode == "delete" and metadata.start_offset == self.pause_at:
             self.inner.delete_manifest(metadata)
-            self.inner._delete(object_key(metadata, ".log"))  # type: ignore[attr-defined]
+            obstore.delete(self.inner.store, object_key(metadata, ".log"))  # type: ignore[attr-defined]
             self._pause(metadata)  # mid-deletion
         self.inner.delete_log_segment_data(metadata)
 
