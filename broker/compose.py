@@ -13,6 +13,7 @@ the transaction handlers' InitProducerId replaces the core's).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ from broker.kafka import create_partitions
 from broker.net.bad_request_log import BadRequestLog
 from broker.net.connection_limits import ConnectionLimits
 from broker.net.connection_rates import ConnectionRates
-from broker.net.listeners import KAFKA, Listener, ListenerSpec
+from broker.net.listeners import KAFKA, ConnectionContext, Listener, ListenerSpec
 from broker.net.request_handlers import PerConnection, RequestHandlers
 from broker.net.request_memory import RequestMemory
 from broker.net.server import BoundPort, BrokerServer
@@ -145,6 +146,7 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
                           principal_mapper=setup.principal_mapper) for setup, port in ports]
     handlers = Handlers(partitions, bad_requests, listeners)
     kafka = txn = None
+    kafka_closed: Callable[[ConnectionContext], None] | None = None
     kafka_listeners = [listener for listener in listeners if listener.spec.protocol == KAFKA]
     if kafka_listeners:
         assert state.kafka_state is not None
@@ -153,7 +155,7 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
         # a native listener that took any free port (broker/cli/addresses.py).
         native_bound = ",".join(f"{listener.name}://{':'.join(map(str, listener.described))}"
                                 for listener in listeners if listener.spec.protocol != KAFKA)
-        kafka, txn = build_kafka(partitions, bad_requests, advertised=kafka_listeners[0].advertised,
+        kafka, txn, kafka_closed = build_kafka(partitions, bad_requests, advertised=kafka_listeners[0].advertised,
                                  native_bound=native_bound, state=state.kafka_state, group_configs=state.group_configs,
                                  broker_configs=state.broker_configs, authenticator=authenticator)
     # One memory pool, one set of connection limits and one bad-request log for
@@ -175,14 +177,15 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
     def server_for(listener: Listener, port: BoundPort) -> BrokerServer:
         api: RequestHandlers | PerConnection = handlers
         stats = native_stats
+        closed = None
         if kafka is not None and listener.spec.protocol == KAFKA:
-            api, stats = kafka, kafka_stats
+            api, stats, closed = kafka, kafka_stats, kafka_closed
         return BrokerServer(api, listener=listener, port=port, request_stats=stats,
                             max_frame_bytes=config.socket_request_max_bytes,
                             max_queued_requests=config.max_queued_requests,
                             write_buffer_high=config.write_buffer_high, bad_requests=bad_requests,
                             memory=memory, limits=connection_limits, rates=connection_rates,
-                            idle_ms=config.connections_max_idle_ms)
+                            idle_ms=config.connections_max_idle_ms, on_connection_closed=closed)
 
     servers = [server_for(listener, port) for listener, (_, port) in zip(listeners, ports, strict=True)]
     return Broker(partitions, bad_requests, authenticator, listeners, handlers, kafka, txn, servers, memory,
@@ -192,9 +195,11 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
 def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, advertised: tuple[str, int],
                 native_bound: str, state: KafkaState, group_configs: GroupConfigs | None,
                 broker_configs: DynamicBrokerConfigs | None,
-                authenticator: SaslAuthenticator | None) -> tuple[KafkaApis, TransactionCoordinator]:
+                authenticator: SaslAuthenticator | None
+                ) -> tuple[KafkaApis, TransactionCoordinator, Callable[[ConnectionContext], None]]:
     """The Kafka listener's request handling: its coordinators, KafkaApis and every API
-    module's handlers, registered in order."""
+    module's handlers, registered in order; and what the listener's server calls when a
+    connection closes (its share sessions end)."""
     classic_groups, consumer_groups = groups.coordinators(partitions.config, partitions.loop, partitions.registry,
                                                           partitions.offsets, group_configs, partitions.blocking)
     apis = KafkaApis(partitions, bad_requests, advertised=advertised, native_bound=native_bound, state=state,
@@ -223,7 +228,7 @@ def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, ad
     client_quotas.register(apis)
     acls.register(apis)
     share_groups.register(apis, shares)
-    return apis, coordinator
+    return apis, coordinator, shares.connection_closed
 
 
 __all__ = ["Broker", "ListenerSetup", "StateFiles", "build", "build_kafka", "open_tiering", "remote_log_config"]
