@@ -274,3 +274,17 @@ def test_settings_resolve_group_over_broker_defaults():
             resolve({}, bad)
         assert e.value.code == 40 and next(iter(bad)) in e.value.message
     assert AutoOffsetReset.parse("by_duration:P1DT0.5S").duration_ms == 86_400_500
+
+
+def test_in_flight_state_is_one_run_per_acquisition_split_only_where_acknowledgements_differ():
+    p = sp()
+    assert p.acquire("m1", read(*[(o, o) for o in range(100)]), NOW) == [AcquiredRecords(0, 99, 1)]
+    assert p.runs() == 1  # a hundred batches, one acquisition
+    ack(p, "m1", 40, 49, AckType.RELEASE)
+    assert p.runs() == 3
+    ack(p, "m1", 50, 99, AckType.ACCEPT)
+    ack(p, "m1", 0, 39, AckType.ACCEPT)
+    assert (p.start_offset, p.runs()) == (40, 2)  # 40-49 available, 50-99 acknowledged
+    assert p.acquire("m2", read((40, 49)), NOW) == [AcquiredRecords(40, 49, 2)]
+    ack(p, "m2", 40, 49, AckType.ACCEPT)
+    assert (p.start_offset, p.runs()) == (100, 0)
