@@ -59,7 +59,7 @@ from ..share.errors import (
     ShareError,
 )
 from ..share.group import ShareGroup, TopicInfo
-from ..share.log_view import AbortedTxn, LogRead, StorageShareLog, batches_of
+from ..share.log_view import AbortedTxn, LogRead, StorageShareLog, batches_until
 from ..share.manager import SharePartitionManager, WriteRound
 from ..share.partition import AckBatch
 from ..share.session import ShareSessionCache, TopicIdPartition
@@ -573,9 +573,13 @@ class ShareGroups:
             data = read.records.read()
         finally:
             read.records.release()
-        batches = batches_of(data)
+        # Only the batches that may be acquired are summarized and sent (as Kafka slices
+        # a share fetch's records to what it acquired).
+        batches, size = batches_until(data, sp.read_end(max_records))
         if not batches:
             return None
+        if size < len(data):
+            data = data[:size]
         aborted = [AbortedTxn(pid, first) for pid, first in (read.aborted or ())]
         runs = self.manager.acquire(group_id, member_id, tp, LogRead(batches, aborted, offset), max_records, strict)
         self._kick_writes()

@@ -240,6 +240,18 @@ class SharePartition:
                 return run.first
         return self.next_offset
 
+    def read_end(self, max_records: int) -> int:
+        """The offset a read from next_fetch_offset() need not go past to find `max_records`
+        offsets to acquire: past that many AVAILABLE in-flight offsets and new ones."""
+        wanted = max_records
+        for run in self._runs:
+            if run.state == RecordState.AVAILABLE:
+                size = run.last - run.first + 1
+                if size >= wanted:
+                    return run.first + wanted
+                wanted -= size
+        return self.next_offset + wanted
+
     def can_acquire(self) -> bool:
         """Whether a fetch could acquire anything: an AVAILABLE in-flight record, or room for new ones."""
         return self.next_fetch_offset() < self.next_offset or self.in_flight() < self.max_in_flight

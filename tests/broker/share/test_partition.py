@@ -5,7 +5,7 @@ import pytest
 
 from broker.share.config import AutoOffsetReset, resolve
 from broker.share.errors import INVALID_RECORD_STATE, INVALID_REQUEST, ShareError
-from broker.share.log_view import AbortedTxn, BatchInfo, LogRead, batches_of
+from broker.share.log_view import AbortedTxn, BatchInfo, LogRead, batches_of, batches_until
 from broker.share.partition import AckBatch, AckType, AcquiredRecords, RecordState, SharePartition, StateBatch
 from kafka_format import build_batch
 
@@ -206,6 +206,22 @@ def test_offsets_missing_from_the_read_are_archived():
 def test_batches_of_reads_real_batches():
     data = build_batch([(b"k", b"v", NOW)] * 3) + build_batch([(b"k", b"v", NOW)], base_offset=3)
     assert batches_of(data) == [BatchInfo(0, 2, -1, False, False), BatchInfo(3, 3, -1, False, False)]
+    first = build_batch([(b"k", b"v", NOW)] * 3)
+    # batches_until: those starting before the offset, and the bytes they fill
+    assert batches_until(data, 3) == ([BatchInfo(0, 2, -1, False, False)], len(first))
+    assert batches_until(data, 1) == ([BatchInfo(0, 2, -1, False, False)], len(first))
+    assert batches_until(data, 4) == (batches_of(data), len(data))
+
+
+def test_read_end_covers_max_records_acquirable_offsets():
+    p = sp()
+    assert p.read_end(10) == 10
+    p.acquire("m", read((0, 9)), NOW)
+    ack(p, "m", 2, 3, AckType.RELEASE)
+    ack(p, "m", 6, 6, AckType.RELEASE)
+    assert p.read_end(2) == 4  # 2-3 available
+    assert p.read_end(3) == 7  # 2-3 and 6
+    assert p.read_end(5) == 12  # then 10 and 11, new
 
 
 class FakeLog:
