@@ -235,6 +235,10 @@ class ShareGroups:
                 except Exception as e:  # noqa: BLE001 - the executor failed: the round's partitions failed
                     for w in round_.writes:
                         round_.failures.setdefault(w.key, e)
+                except BaseException:  # cancelled (shutdown): nobody waits for an answer
+                    for waiter in waiters:
+                        waiter.cancel()
+                    raise
             self.manager.settle(round_)
             for key, error in round_.failures.items():
                 log.warning("share_state_write_failed", group=key.group_id, topic_id=str(key.topic_id),
