@@ -99,6 +99,7 @@ class ShareGroups:
         self._loaded = False
         self._timer_task: asyncio.Task | None = None
         self._wake = asyncio.Event()
+        self._timer_at = 0  # when the timer wakes next (ms)
         self._write_waiters: list[asyncio.Future] = []
         self._writer: asyncio.Task | None = None
 
@@ -179,6 +180,7 @@ class ShareGroups:
             delay = TIMER_MAX_SLEEP_S
             if deadlines:
                 delay = max(0.0, min(delay, (min(deadlines) - _now_ms()) / 1000))
+            self._timer_at = _now_ms() + int(delay * 1000)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
@@ -404,8 +406,6 @@ class ShareGroups:
                 error = round_.failure(group_id, tp)
                 if error is not None and results.get(tp, (0, None))[0] == 0:
                     results[tp] = self._error_of(error)
-        if results:
-            self._wake.set()
         return results
 
     @staticmethod
@@ -589,7 +589,9 @@ class ShareGroups:
         self._kick_writes()
         if not runs:
             return None
-        self._wake.set()
+        deadline = sp.next_lock_deadline()
+        if deadline is not None and deadline < self._timer_at:
+            self._wake.set()  # the timer sleeps past the new lock deadline
         return data, runs
 
     # ---- the groups APIs (ListGroups, DescribeGroups, DeleteGroups) -----------------------
