@@ -1,7 +1,7 @@
 """Share groups as a work queue: four share consumers on one partition against one, and
 the broker's CPU per acknowledged record against a classic consumer's fetch and commit.
 
-    .venv/bin/python bench/share_groups.py [--records 2000] [--work-ms 2]
+    .venv/bin/python bench/share_groups.py [--records 2000] [--work-ms 2] [--cpu-records 20000]
 
 The broker is the real `python -m broker serve` process (fresh data directory); the
 clients are confluent-kafka's (librdkafka): `ShareConsumer` (implicit acknowledgement:
@@ -13,10 +13,19 @@ a poll accepts the records of the previous one) and, for the CPU comparison, a c
    record (a sleep: the work of a queue's consumer, which does not hold the GIL), with
    max.poll.records=10 (a consumer acquires only what it works on next).
    Printed: records per second of each and their ratio (four over one).
-2. CPU: the broker's CPU time (/proc/<pid>/task/*/schedstat, all threads) while one share consumer
-   consumes and acknowledges the records without work, over the records; the same for a
-   classic consumer's fetches and commits. Printed: both per record and the ratio
-   (share over classic).
+2. CPU: `--cpu-records` records on a second one-partition topic (the producer's default
+   batching), read by both sides with the same batch size, 500 records (Kafka's default
+   max.poll.records, the share consumer's too), and no work:
+   - share: one share consumer polls (max.poll.records=500) until it got every record;
+     each poll acknowledges (ACCEPT) the records of the previous one, and closing it
+     acknowledges the last ones (ShareFetch with acknowledgements, then the final
+     ShareAcknowledge; the broker writes each request's acknowledgements to
+     `__share_group_state` before answering).
+   - classic: one consumer (enable.auto.commit=false) takes up to 500 records per
+     consume() and commits them synchronously (OffsetCommit) after each batch.
+   The broker's CPU time (/proc/<pid>/task/*/schedstat, all threads) over each run,
+   joining and leaving included, divided by the records. Printed: both per record and
+   the ratio (share over classic).
 
 Deadlines are guards against hangs; the figures are for comparing runs on one machine.
 """
@@ -37,7 +46,8 @@ sys.path.insert(0, str(ROOT))
 from tests.broker_process import BrokerProcess  # noqa: E402
 
 GUARD = 300.0
-MAX_POLL_RECORDS = 10
+MAX_POLL_RECORDS = 10  # the throughput part: a consumer acquires only what it works on next
+CPU_BATCH = 500  # the CPU part, both sides: Kafka's default max.poll.records
 
 
 def cpu_seconds(pid: int) -> float:
@@ -57,15 +67,18 @@ def cpu_seconds(pid: int) -> float:
     return max(running / 1e9, ticks)
 
 
-def make_topic(bootstrap: str, name: str, records: int) -> None:
+def make_topic(bootstrap: str, name: str, records: int, one_per_batch: bool = True) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, 1)])[name].result(60)
-    # One record per batch: share consumers acquire whole batches (batch-optimized
-    # acquisition, as Kafka's), so a batch is the unit of work handed out.
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+    # One record per batch (the throughput part): share consumers acquire whole batches
+    # (batch-optimized acquisition, as Kafka's), so a batch is the unit of work handed out.
+    settings = {"bootstrap.servers": bootstrap}
+    if one_per_batch:
+        settings.update({"linger.ms": 0, "batch.num.messages": 1})
+    producer = Producer(settings)
     for i in range(records):
         producer.produce(name, b"r%d" % i)
     producer.flush(60)
@@ -80,7 +93,8 @@ def earliest(bootstrap: str, group: str) -> None:
     admin.incremental_alter_configs([resource])[resource].result(60)
 
 
-def share_run(bootstrap: str, topic: str, group: str, consumers: int, records: int, work_s: float) -> float:
+def share_run(bootstrap: str, topic: str, group: str, consumers: int, records: int, work_s: float,
+              max_poll_records: int = MAX_POLL_RECORDS) -> float:
     """Seconds until `consumers` share consumers processed `records` records."""
     from confluent_kafka import ShareConsumer
 
@@ -91,8 +105,7 @@ def share_run(bootstrap: str, topic: str, group: str, consumers: int, records: i
     deadline = time.monotonic() + GUARD
 
     def work() -> None:
-        # Small batches: a consumer acquires only what it works on next (a queue's setting).
-        c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": MAX_POLL_RECORDS,
+        c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "max.poll.records": max_poll_records,
                            "log_level": 3})
         c.subscribe([topic])
         try:
@@ -130,7 +143,7 @@ def classic_run(bootstrap: str, topic: str, group: str, records: int) -> None:
     deadline = time.monotonic() + GUARD
     try:
         while got < records and time.monotonic() < deadline:
-            batch = [m for m in c.consume(500, 0.2) if m.error() is None]
+            batch = [m for m in c.consume(CPU_BATCH, 0.2) if m.error() is None]
             if batch:
                 got += len(batch)
                 c.commit(asynchronous=False)
@@ -142,26 +155,34 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=2000)
     parser.add_argument("--work-ms", type=float, default=2.0)
+    parser.add_argument("--cpu-records", type=int, default=20000,
+                        help="records of the CPU comparison (enough that joining and leaving do not dominate)")
+    parser.add_argument("--part", choices=("all", "throughput", "cpu"), default="all", help="which part to run")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data:
         broker = BrokerProcess(Path(data) / "data").start()
         try:
             bootstrap = broker.bootstrap
-            make_topic(bootstrap, "queue", args.records)
-            one = share_run(bootstrap, "queue", "one", 1, args.records, args.work_ms / 1000)
-            four = share_run(bootstrap, "queue", "four", 4, args.records, args.work_ms / 1000)
-            print(f"throughput, {args.records} records, {args.work_ms} ms of work each: "
-                  f"1 share consumer {args.records / one:.0f}/s, 4 on one partition {args.records / four:.0f}/s, "
-                  f"ratio {one / four:.2f}")
+            if args.part in ("all", "throughput"):
+                make_topic(bootstrap, "queue", args.records)
+                one = share_run(bootstrap, "queue", "one", 1, args.records, args.work_ms / 1000)
+                four = share_run(bootstrap, "queue", "four", 4, args.records, args.work_ms / 1000)
+                print(f"throughput, {args.records} records, {args.work_ms} ms of work each: "
+                      f"1 share consumer {args.records / one:.0f}/s, 4 on one partition {args.records / four:.0f}/s, "
+                      f"ratio {one / four:.2f}")
+            if args.part == "throughput":
+                return 0
+            make_topic(bootstrap, "cpu", args.cpu_records, one_per_batch=False)
             pid = broker.proc.pid
             before = cpu_seconds(pid)
-            share_run(bootstrap, "queue", "cpu-share", 1, args.records, 0)
-            share_cpu = (cpu_seconds(pid) - before) / args.records
+            share_run(bootstrap, "cpu", "cpu-share", 1, args.cpu_records, 0, CPU_BATCH)
+            share_cpu = (cpu_seconds(pid) - before) / args.cpu_records
             before = cpu_seconds(pid)
-            classic_run(bootstrap, "queue", "cpu-classic", args.records)
-            classic_cpu = (cpu_seconds(pid) - before) / args.records
-            print(f"broker CPU per record: share (acquire + acknowledge) {share_cpu * 1e6:.0f} us, classic "
-                  f"(fetch + commit) {classic_cpu * 1e6:.0f} us, ratio {share_cpu / classic_cpu:.2f}")
+            classic_run(bootstrap, "cpu", "cpu-classic", args.cpu_records)
+            classic_cpu = (cpu_seconds(pid) - before) / args.cpu_records
+            print(f"broker CPU per record, {args.cpu_records} records, {CPU_BATCH} per poll: share (acquire + "
+                  f"acknowledge) {share_cpu * 1e6:.1f} us, classic "
+                  f"(fetch + commit) {classic_cpu * 1e6:.1f} us, ratio {share_cpu / classic_cpu:.2f}")
         finally:
             broker.close()
     return 0

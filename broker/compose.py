@@ -178,14 +178,17 @@ def build(config: BrokerConfig, loop: asyncio.AbstractEventLoop, executor: Execu
     def server_for(listener: Listener, setup: ListenerSetup, port: BoundPort) -> BrokerServer:
         api: RequestHandlers | PerConnection = handlers
         stats = native_stats
+        closed = None
         if kafka is not None and listener.spec.protocol == KAFKA:
             api, stats = kafka, kafka_stats
+            closed = shares.connection_closed if shares is not None else None
         return BrokerServer(api, listener=listener, port=port, request_stats=stats,
                             max_frame_bytes=config.socket_request_max_bytes,
                             max_queued_requests=config.max_queued_requests,
                             write_buffer_high=config.write_buffer_high, bad_requests=bad_requests,
                             memory=memory, limits=connection_limits, rates=connection_rates,
-                            idle_ms=config.connections_max_idle_ms, stats=setup.stats)
+                            idle_ms=config.connections_max_idle_ms, stats=setup.stats,
+                            on_connection_closed=closed)
 
     servers = [server_for(listener, setup, port) for listener, (setup, port) in zip(listeners, ports, strict=True)]
     return Broker(partitions, bad_requests, authenticator, listeners, handlers, kafka, txn, servers, memory,
@@ -198,7 +201,8 @@ def build_kafka(partitions: PartitionService, bad_requests: BadRequestLog, *, ad
                 authenticator: SaslAuthenticator | None
                 ) -> tuple[KafkaApis, TransactionCoordinator, share_groups.ShareGroups]:
     """The Kafka listener's request handling: its coordinators, KafkaApis and every API
-    module's handlers, registered in order; with the share groups (their metrics)."""
+    module's handlers, registered in order; with the share groups (their metrics, and
+    `connection_closed`, which the listener's servers call when a connection closes)."""
     classic_groups, consumer_groups = groups.coordinators(partitions.config, partitions.loop, partitions.registry,
                                                           partitions.offsets, group_configs, partitions.blocking)
     apis = KafkaApis(partitions, bad_requests, advertised=advertised, native_bound=native_bound, state=state,

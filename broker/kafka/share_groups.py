@@ -9,11 +9,22 @@ first use and read back at the first request after a start). ShareFetch reads
 the log through the core (`Reads.read_isolated`: read_committed stops at the
 LSO and answers the aborted transactions), hands the batches to the manager,
 which acquires records for the member, and waits in the core's one long poll
-(`LongPoll.poll`) for ShareFetch's MaxWaitMs while nothing was acquired. Every
-acknowledgement is answered only once it is written to the state topic.
+(`LongPoll.poll`) for ShareFetch's MaxWaitMs while nothing was acquired.
+
+The share state changes in memory on the event loop (acquisition, acknowledgements,
+releases, lock timeouts: no executor hop); only `__share_group_state` writes go to
+the executor. One writer task writes the changes in rounds (`SharePartitionManager.
+take_writes`), one round at a time in order; a request's acknowledgements of all its
+partitions go in one round (with those of the requests that came meanwhile), and it
+is answered only once that round is written: an answered acknowledgement survives a
+crash. Acquisition writes nothing (as Kafka's); what it archived (aborted or
+compacted records) or timed out is written by the next round.
 
 A loop timer (`_timer`) applies acquisition-lock timeouts and member session
-timeouts when they are due; expired members' records are released.
+timeouts when they are due; expired members' records are released. A closed
+connection (`connection_closed`, which broker/compose.py gives the Kafka listener's
+server) ends the share sessions opened on it, and the records their members hold
+become available at once (as Kafka's share session cache on a connection's close).
 
 Authorization as Kafka's KafkaApis: READ on the group (GROUP_AUTHORIZATION_FAILED)
 and READ on each topic (TOPIC_AUTHORIZATION_FAILED); ShareGroupDescribe and
@@ -36,6 +47,7 @@ from kafka_format.errors import StrataError
 
 from ..core.types import READ_COMMITTED, READ_UNCOMMITTED
 from ..core.waiting import Wait
+from ..net.listeners import ConnectionContext
 from ..security.authorizer import Op, Resource
 from ..share import config as share_config
 from ..share.errors import (
@@ -47,8 +59,8 @@ from ..share.errors import (
     ShareError,
 )
 from ..share.group import ShareGroup, TopicInfo
-from ..share.log_view import AbortedTxn, LogRead, StorageShareLog, batches_of
-from ..share.manager import SharePartitionManager
+from ..share.log_view import AbortedTxn, LogRead, StorageShareLog, batches_until
+from ..share.manager import SharePartitionManager, WriteRound
 from ..share.partition import AckBatch
 from ..share.session import ShareSessionCache, TopicIdPartition
 from ..share.state_store import DEFAULT_PARTITIONS, ShareStateStore
@@ -87,13 +99,15 @@ class ShareGroups:
         self._loaded = False
         self._timer_task: asyncio.Task | None = None
         self._wake = asyncio.Event()
+        self._timer_at = 0  # when the timer wakes next (ms)
+        self._write_waiters: list[asyncio.Future] = []
+        self._writer: asyncio.Task | None = None
 
     # ---- what the share machinery needs of the core ----------------------------------
 
     def _broker_settings(self) -> dict[str, Any]:
-        values = getattr(self.apis.config, "values", None)
-        found = {k: values[k] for k in share_config.BROKER_DEFAULTS if values is not None and k in values}
-        return found
+        values = self.apis.config.values
+        return {k: values[k] for k in share_config.BROKER_DEFAULTS if k in values}
 
     def _state_partitions(self) -> int:
         count = self.registry.partitions(SHARE_GROUP_STATE_TOPIC)
@@ -165,6 +179,7 @@ class ShareGroups:
             delay = TIMER_MAX_SLEEP_S
             if deadlines:
                 delay = max(0.0, min(delay, (min(deadlines) - _now_ms()) / 1000))
+            self._timer_at = _now_ms() + int(delay * 1000)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
@@ -175,23 +190,93 @@ class ShareGroups:
 
     async def _expire(self) -> None:
         now = _now_ms()
+        released = False
         for group in list(self.groups.values()):
             gone = group.expire(now, self.topic_info)
             for member_id in gone:
                 self.sessions.remove(group.group_id, member_id)
-                await self.apis.blocking(self.manager.release_member, group.group_id, member_id)
+                released = self._release_now(group.group_id, member_id, None) or released
         deadline = self.manager.next_deadline()
         if deadline is not None and deadline <= now:
-            expired = await self.apis.blocking(self.manager.expire)
-            if expired:
-                for key in self.manager.loaded():
-                    topic = self.registry.by_id(str(key.topic_id))
-                    if topic is not None:
-                        self.partitions.waiters.notify((topic.name, key.partition))
+            for key in self.manager.apply_timeouts():
+                self._notify(TopicIdPartition(key.topic_id, key.partition))
+        if released or self.manager.has_changes():
+            await self._write_state()
 
     def close(self) -> None:
         if self._timer_task is not None:
             self._timer_task.cancel()
+
+    # ---- writing the share state ------------------------------------------------------
+
+    async def _write_state(self) -> WriteRound:
+        """Wait until a round taken after every change made so far is written; that round."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._write_waiters.append(waiter)
+        self._start_writer()
+        return await waiter
+
+    def _start_writer(self) -> None:
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_rounds())
+
+    def _kick_writes(self) -> None:
+        """Write pending changes soon, answering nobody (what acquisition archived or timed out)."""
+        if self.manager.has_changes():
+            self._start_writer()
+
+    async def _write_rounds(self) -> None:
+        """Write rounds one at a time while changes or waiters are pending."""
+        while self._write_waiters or self.manager.has_changes():
+            waiters, self._write_waiters = self._write_waiters, []
+            round_ = self.manager.take_writes()
+            if round_.writes:
+                try:
+                    await self.apis.blocking(self.manager.write, round_)
+                except Exception as e:  # noqa: BLE001 - the executor failed: the round's partitions failed
+                    for w in round_.writes:
+                        round_.failures.setdefault(w.key, e)
+                except BaseException:  # cancelled (shutdown): nobody waits for an answer
+                    for waiter in waiters:
+                        waiter.cancel()
+                    raise
+            self.manager.settle(round_)
+            for key, error in round_.failures.items():
+                log.warning("share_state_write_failed", group=key.group_id, topic_id=str(key.topic_id),
+                            partition=key.partition, error=str(error))
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(round_)
+
+    # ---- connections --------------------------------------------------------------------
+
+    def connection_closed(self, connection: ConnectionContext) -> None:
+        """A Kafka connection closed: its share sessions end and their members' records
+        are released now (written by the next round)."""
+        for session in self.sessions.on_connection_closed(self._connection_id(connection)):
+            self._release_now(session.group_id, session.member_id, session.partitions)
+        self._kick_writes()
+
+    @staticmethod
+    def _connection_id(connection: ConnectionContext) -> str:
+        return str(id(connection))
+
+    def _notify(self, tp: TopicIdPartition) -> None:
+        name = self.topic_name(tp.topic_id)
+        if name is not None:
+            self.partitions.waiters.notify((name, tp.partition))
+
+    def _release_now(self, group_id: str, member_id: str, tps: Iterable[TopicIdPartition] | None) -> bool:
+        """Release in memory what the member holds (in `tps`, else in the whole group),
+        waking the fetches waiting on those partitions; whether anything was released."""
+        tps = None if tps is None else list(tps)
+        released = self.manager.release(group_id, member_id, tps)
+        if released:
+            for key in self.manager.loaded(group_id):
+                tp = TopicIdPartition(key.topic_id, key.partition)
+                if tps is None or tp in tps:
+                    self._notify(tp)
+        return released > 0
 
     # ---- ShareGroupHeartbeat ------------------------------------------------------------
 
@@ -218,8 +303,9 @@ class ShareGroups:
             # A member that leaves with a share session open closes it next (its final
             # ShareAcknowledge or ShareFetch applies its last acknowledgements, then releases
             # what it still holds); without one, its records are released now.
-            if self.sessions.get(req.group_id, member_id) is None:
-                await self.apis.blocking(self.manager.release_member, req.group_id, member_id)
+            if self.sessions.get(req.group_id, member_id) is None and \
+                    self._release_now(req.group_id, member_id, None):
+                await self._write_state()
         self._wake.set()
         assignment = None
         if result.assignment is not None:
@@ -285,9 +371,10 @@ class ShareGroups:
 
     async def _acknowledge(self, ctx, group_id: str, member_id: str,
                            topics: Iterable[Any]) -> dict[TopicIdPartition, tuple[int, str | None]]:
-        """Apply each partition's acknowledgements (written before this returns); the
-        error code and message per partition."""
+        """Apply each partition's acknowledgements in memory, then wait until one round
+        wrote them all; the error code and message per partition."""
         results: dict[TopicIdPartition, tuple[int, str | None]] = {}
+        touched: list[TopicIdPartition] = []
         for topic in topics:
             name = self.topic_name(topic.topic_id)
             for part in topic.partitions:
@@ -303,24 +390,34 @@ class ShareGroups:
                 batches = [AckBatch(b.first_offset, b.last_offset, tuple(int(t) for t in b.acknowledge_types))
                            for b in part.acknowledgement_batches]
                 try:
-                    await self.apis.blocking(self.manager.acknowledge, group_id, member_id, tp, batches)
+                    if self.manager.loaded_partition(group_id, tp) is None:
+                        await self.apis.blocking(self.manager.share_partition, group_id, tp)
+                    touched.append(tp)
+                    self.manager.apply_acknowledgements(group_id, member_id, tp, batches)
                     results[tp] = (0, None)
                 except ShareError as e:
                     results[tp] = (e.code, e.message)
                 except StrataError as e:
                     results[tp] = (int(e.code), str(e))
-        if results:
-            self._wake.set()
+        if touched:
+            round_ = await self._write_state()
+            for tp in touched:
+                error = round_.failure(group_id, tp)
+                if error is not None and results.get(tp, (0, None))[0] == 0:
+                    results[tp] = self._error_of(error)
         return results
 
+    @staticmethod
+    def _error_of(error: Exception) -> tuple[int, str | None]:
+        if isinstance(error, ShareError):
+            return error.code, error.message
+        if isinstance(error, StrataError):
+            return int(error.code), str(error)
+        return UNKNOWN_SERVER_ERROR, str(error)
+
     async def _release(self, group_id: str, member_id: str, tps: Iterable[TopicIdPartition]) -> None:
-        tps = list(tps)
-        if tps:
-            await self.apis.blocking(self.manager.release_member, group_id, member_id, tps)
-            for tp in tps:
-                name = self.topic_name(tp.topic_id)
-                if name is not None:
-                    self.partitions.waiters.notify((name, tp.partition))
+        if self._release_now(group_id, member_id, tps):
+            await self._write_state()
 
     def _check_group(self, ctx, group_id: str | None, member_id: str | None) -> None:
         if not group_id:
@@ -374,7 +471,8 @@ class ShareGroups:
             self._check_group(ctx, req.group_id, req.member_id)
             await self.ready()
             context = self.sessions.fetch_context(req.group_id, req.member_id, req.share_session_epoch, wanted,
-                                                  forgotten, has_acks, connection_id=str(id(ctx.connection)),
+                                                  forgotten, has_acks,
+                                                  connection_id=self._connection_id(ctx.connection),
                                                   now_ms=_now_ms())
         except ShareError as e:
             return make(R, throttle_time=0, error_code=e.code, error_message=e.message, acquisition_lock_timeout=0,
@@ -464,7 +562,9 @@ class ShareGroups:
                        isolation: int, max_records: int, strict: bool) -> tuple[bytes, list] | None:
         """Read the partition from the share partition's next fetch offset (the core's
         isolated read) and acquire what it holds; None when nothing was acquired."""
-        sp = await self.apis.blocking(self.manager.share_partition, group_id, tp)
+        sp = self.manager.loaded_partition(group_id, tp)
+        if sp is None:
+            sp = await self.apis.blocking(self.manager.share_partition, group_id, tp)
         if not sp.can_acquire():
             return None
         offset = sp.next_fetch_offset()
@@ -476,15 +576,21 @@ class ShareGroups:
             data = read.records.read()
         finally:
             read.records.release()
-        batches = batches_of(data)
+        # Only the batches that may be acquired are summarized and sent (as Kafka slices
+        # a share fetch's records to what it acquired).
+        batches, size = batches_until(data, sp.read_end(max_records))
         if not batches:
             return None
+        if size < len(data):
+            data = data[:size]
         aborted = [AbortedTxn(pid, first) for pid, first in (read.aborted or ())]
-        runs = await self.apis.blocking(self.manager.acquire, group_id, member_id, tp,
-                                        LogRead(batches, aborted, offset), max_records, strict)
+        runs = self.manager.acquire(group_id, member_id, tp, LogRead(batches, aborted, offset), max_records, strict)
+        self._kick_writes()
         if not runs:
             return None
-        self._wake.set()
+        deadline = sp.next_lock_deadline()
+        if deadline is not None and deadline < self._timer_at:
+            self._wake.set()  # the timer sleeps past the new lock deadline
         return data, runs
 
     # ---- the groups APIs (ListGroups, DescribeGroups, DeleteGroups) -----------------------

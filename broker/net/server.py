@@ -25,6 +25,8 @@ Contract:
 - `shutdown(timeout)` stops accepting, answers pending long polls, lets every
   connection finish the requests it has already read (bounded by `timeout`),
   then closes (or, past the timeout, aborts) every connection.
+- `on_connection_closed(context)` (optional, given at construction) is called with the
+  ConnectionContext of each connection that closed, after the server forgot it.
 - `stats` counts requests, pauses and refusals so tests can watch them.
 """
 
@@ -34,6 +36,7 @@ import asyncio
 import contextlib
 import gc
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -44,7 +47,7 @@ from broker.net.bad_request_log import BadRequestLog
 from broker.net.connection import Connection
 from broker.net.connection_limits import ConnectionLimits
 from broker.net.connection_rates import ADMITTED, Admission, ConnectionRates
-from broker.net.listeners import Listener
+from broker.net.listeners import ConnectionContext, Listener
 from broker.net.request_handlers import CloseConnection, FastPath, PerConnection, RequestHandlers
 from broker.net.request_memory import RequestMemory, give_back_memory
 from broker.net.sendfile import SENDFILE_FALLBACK_CHUNK, SendfileStats, sendfile_stats
@@ -144,8 +147,12 @@ class BrokerServer:
                  memory: RequestMemory | None = None, limits: ConnectionLimits | None = None,
                  rates: ConnectionRates | None = None, idle_ms: int = -1, listener: Listener | None = None,
                  request_stats: list[RequestStats] | None = None, port: BoundPort | None = None,
-                 stats: ServerStats | None = None):
+                 stats: ServerStats | None = None,
+                 on_connection_closed: Callable[[ConnectionContext], None] | None = None):
         self.handlers = handlers
+        # Told of each connection that closed (its ConnectionContext), after the server forgot it:
+        # state the handlers keep per connection ends with it (Kafka: share sessions).
+        self.on_connection_closed = on_connection_closed
         # The listener this server serves (name, security protocol, TLS context);
         # every connection's ConnectionContext names it.
         self.listener = listener
@@ -241,6 +248,11 @@ class BrokerServer:
             conn.ip = None
         self.bad_requests.connection_closed(conn.peer)
         log.debug("connection_closed", peer=conn.peer)
+        if self.on_connection_closed is not None:
+            try:
+                self.on_connection_closed(conn.context)
+            except Exception as e:  # noqa: BLE001 - the connection is gone either way; logged
+                log.error("connection_closed_callback_failed", peer=conn.peer, error=str(e))
         self._closed_since_trim += 1
         if self._closed_since_trim >= TRIM_AFTER_CLOSES and self._trim_timer is None:
             self._trim_timer = self.loop.call_later(TRIM_DELAY_S, self._trim)

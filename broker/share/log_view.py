@@ -14,7 +14,8 @@ those bytes and, for read_committed, the aborted transactions overlapping them
       last_stable_offset() -> int      Kafka's LSO: the first offset of the oldest open transaction
       offset_for_timestamp(ts) -> int | None   the first offset with a timestamp >= ts
                                        (ListOffsets), None when there is none
-`batches_of(data)` summarizes the batches of bytes read from a log;
+`batches_of(data)` summarizes the batches of bytes read from a log (`batches_until`
+those up to an offset, with the bytes they fill);
 `StorageShareLog` is the ShareLog of one storage.log.Log, with the read a
 ShareFetch makes (bytes for the client and their LogRead).
 """
@@ -71,6 +72,20 @@ def batches_of(data) -> list[BatchInfo]:
             for e in iter_entries(data)]
 
 
+def batches_until(data, end_offset: int) -> tuple[list[BatchInfo], int]:
+    """The BatchInfo of the whole entries in `data` up to the first one holding
+    `end_offset - 1` (those starting before `end_offset`), and how many bytes of `data`
+    they fill: a share fetch summarizes, and sends, only what it may acquire."""
+    out: list[BatchInfo] = []
+    end = 0
+    for e in iter_entries(data):
+        if e.base_offset >= end_offset and out:
+            break
+        out.append(BatchInfo(e.base_offset, e.last_offset, e.producer_id, e.is_transactional, e.is_control))
+        end = e.position + e.size
+    return out, end
+
+
 def aborted_offsets(read: LogRead) -> Iterable[tuple[int, int]]:
     """(first, last) offset ranges of the batches of `read` that a read_committed
     consumer never sees: the batches of aborted transactions and every control
@@ -123,4 +138,5 @@ class StorageShareLog:
         return data, LogRead(batches, aborted, offset)
 
 
-__all__ = ["StorageShareLog", "AbortedTxn", "BatchInfo", "LogRead", "ShareLog", "aborted_offsets", "batches_of"]
+__all__ = ["StorageShareLog", "AbortedTxn", "BatchInfo", "LogRead", "ShareLog", "aborted_offsets", "batches_of",
+           "batches_until"]

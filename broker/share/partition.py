@@ -9,8 +9,13 @@ State
   (SPEO) is next_offset - 1, the last of them (SPSO - 1 when none is in flight).
 - Each in-flight offset is AVAILABLE (0), ACQUIRED (1, by a member, until a lock
   deadline), ACKNOWLEDGED (2) or ARCHIVED (4) with a delivery count. An offset in
-  [SPSO, next_offset) without an entry is AVAILABLE with delivery count 0 (a gap
-  between persisted state batches: it is fetched again).
+  a gap between persisted state batches is AVAILABLE with delivery count 0 (it is
+  fetched again).
+- The state is held per run of offsets (`InFlightRun`, as Kafka's InFlightBatch),
+  not per offset: the batches one fetch acquires for a member become one run; a
+  run is split only where acknowledgements, releases or lock timeouts treat its
+  offsets differently, and equal neighbours merge again. Each operation costs
+  per run it touches, not per record.
 
 Transitions (Kafka's RecordState.validateTransition)
 - acquire: AVAILABLE -> ACQUIRED, delivery count + 1, lock deadline = now +
@@ -43,9 +48,11 @@ WriteShareGroupState of the share-state store; `snapshot_batches()` gives all.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from operator import attrgetter
 from typing import NamedTuple
 
 from .config import BY_DURATION, EARLIEST, AutoOffsetReset
@@ -98,11 +105,20 @@ class StateBatch(NamedTuple):
 
 
 @dataclass(slots=True)
-class InFlight:
+class InFlightRun:
+    """Offsets first..last in one state: an acquired range (all the batches one fetch
+    acquired for a member), or a part of one whose offsets were acknowledged apart."""
+
+    first: int
+    last: int
     state: RecordState
     delivery_count: int
     member_id: str = EMPTY_MEMBER_ID
     deadline_ms: int = 0
+
+    def same(self, other: InFlightRun) -> bool:
+        return (self.state == other.state and self.delivery_count == other.delivery_count
+                and self.member_id == other.member_id and self.deadline_ms == other.deadline_ms)
 
 
 @dataclass(slots=True)
@@ -120,6 +136,18 @@ class Counters:
 
 _TERMINAL = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
 _DEFAULT_MAX_RECORDS = 500
+_FIRST = attrgetter("first")
+
+
+def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for first, last in sorted(ranges):
+        if out and first <= out[-1][1] + 1:
+            if last > out[-1][1]:
+                out[-1] = (out[-1][0], last)
+        else:
+            out.append((first, last))
+    return out
 
 
 @dataclass
@@ -134,10 +162,12 @@ class SharePartition:
     start_offset: int = 0
     next_offset: int = 0
     state_epoch: int = 0
-    records: dict[int, InFlight] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
+    # The in-flight offsets [start_offset, next_offset) as runs in offset order, each
+    # offset in exactly one run.
+    _runs: list[InFlightRun] = field(default_factory=list)
     _locks: list[tuple[int, int, int]] = field(default_factory=list)  # heap of (deadline, first, last)
-    _dirty: set[int] = field(default_factory=set)
+    _dirty: list[tuple[int, int]] = field(default_factory=list)  # offset ranges changed since take_dirty
     _start_dirty: bool = False
 
     # ---- construction --------------------------------------------------------------
@@ -160,20 +190,21 @@ class SharePartition:
     def load(self, start_offset: int, batches: Iterable[StateBatch], state_epoch: int = 0) -> None:
         """Take persisted state (ReadShareGroupState): SPSO and the state batches
         at or past it. The last batch's last offset bounds what was fetched."""
-        self.records.clear()
+        self._runs.clear()
         self._locks.clear()
         self._dirty.clear()
         self.start_offset = self.next_offset = start_offset
         self.state_epoch = state_epoch
         for b in sorted(batches):
-            if b.last_offset < start_offset:
+            first = max(b.first_offset, self.next_offset)
+            if b.last_offset < first:
                 continue
             state = RecordState(b.delivery_state)
             if state == RecordState.ACQUIRED:
                 state = RecordState.AVAILABLE
-            for offset in range(max(b.first_offset, start_offset), b.last_offset + 1):
-                self.records[offset] = InFlight(state, b.delivery_count)
-            self.next_offset = max(self.next_offset, b.last_offset + 1)
+            self._grow(first)
+            self._append_run(InFlightRun(first, b.last_offset, state, b.delivery_count))
+            self.next_offset = b.last_offset + 1
         self._advance_start()
 
     # ---- views -----------------------------------------------------------------------
@@ -187,31 +218,101 @@ class SharePartition:
         """(state, delivery count) of an in-flight offset; None outside [SPSO, next_offset)."""
         if not self.start_offset <= offset < self.next_offset:
             return None
-        rec = self.records.get(offset)
-        return (RecordState.AVAILABLE, 0) if rec is None else (rec.state, rec.delivery_count)
+        run = self._runs[self._index(offset)]
+        return run.state, run.delivery_count
 
     def delivery_complete_count(self) -> int:
         """In-flight offsets already ACKNOWLEDGED or ARCHIVED (past SPSO; Kafka's DeliveryCompleteCount)."""
-        return sum(1 for r in self.records.values() if r.state in _TERMINAL)
+        return sum(r.last - r.first + 1 for r in self._runs if r.state in _TERMINAL)
 
     def in_flight(self) -> int:
         return self.next_offset - self.start_offset
 
+    def runs(self) -> int:
+        """How many runs hold the in-flight state (one per acquisition unless acknowledged apart)."""
+        return len(self._runs)
+
     def next_fetch_offset(self) -> int:
         """Where the next read of the log starts: the first AVAILABLE in-flight offset,
         else next_offset."""
-        for offset in range(self.start_offset, self.next_offset):
-            rec = self.records.get(offset)
-            if rec is None or rec.state == RecordState.AVAILABLE:
-                return offset
+        for run in self._runs:
+            if run.state == RecordState.AVAILABLE:
+                return run.first
         return self.next_offset
+
+    def read_end(self, max_records: int) -> int:
+        """The offset a read from next_fetch_offset() need not go past to find `max_records`
+        offsets to acquire: past that many AVAILABLE in-flight offsets and new ones."""
+        wanted = max_records
+        for run in self._runs:
+            if run.state == RecordState.AVAILABLE:
+                size = run.last - run.first + 1
+                if size >= wanted:
+                    return run.first + wanted
+                wanted -= size
+        return self.next_offset + wanted
 
     def can_acquire(self) -> bool:
         """Whether a fetch could acquire anything: an AVAILABLE in-flight record, or room for new ones."""
         return self.next_fetch_offset() < self.next_offset or self.in_flight() < self.max_in_flight
 
     def acquired_by(self, member_id: str) -> list[int]:
-        return [o for o, r in self.records.items() if r.state == RecordState.ACQUIRED and r.member_id == member_id]
+        return [o for r in self._runs if r.state == RecordState.ACQUIRED and r.member_id == member_id
+                for o in range(r.first, r.last + 1)]
+
+    # ---- the runs ----------------------------------------------------------------------
+
+    def _index(self, offset: int) -> int:
+        """The index of the run holding in-flight `offset`."""
+        return bisect_right(self._runs, offset, key=_FIRST) - 1
+
+    def _split(self, offset: int) -> int:
+        """Make `offset` (in [SPSO, next_offset]) the first of a run; that run's index
+        (len(runs) at next_offset)."""
+        runs = self._runs
+        if offset >= self.next_offset:
+            return len(runs)
+        i = self._index(offset)
+        run = runs[i]
+        if run.first == offset:
+            return i
+        tail = InFlightRun(offset, run.last, run.state, run.delivery_count, run.member_id, run.deadline_ms)
+        run.last = offset - 1
+        runs.insert(i + 1, tail)
+        return i + 1
+
+    def _slice(self, first: int, last: int) -> tuple[int, int]:
+        """Split so that runs[i:j] hold exactly the in-flight offsets first..last; (i, j)."""
+        i = self._split(first)
+        return i, self._split(last + 1)
+
+    def _coalesce(self, i: int, j: int) -> None:
+        """Merge equal neighbours among runs[i - 1:j + 1]."""
+        runs = self._runs
+        k = max(i, 1)
+        end = min(j + 1, len(runs))
+        while k < end:
+            prev, run = runs[k - 1], runs[k]
+            if prev.same(run):
+                prev.last = run.last
+                del runs[k]
+                end -= 1
+            else:
+                k += 1
+
+    def _append_run(self, run: InFlightRun) -> None:
+        """Add `run` at the end (its first is next_offset), merged into the last run when equal."""
+        runs = self._runs
+        if runs and runs[-1].same(run):
+            runs[-1].last = run.last
+        else:
+            runs.append(run)
+
+    def _grow(self, end: int) -> None:
+        """Offsets from next_offset to `end` (exclusive) become in flight, AVAILABLE, never delivered."""
+        if end > self.next_offset:
+            self._append_run(InFlightRun(self.next_offset, end - 1, RecordState.AVAILABLE, 0))
+            self.next_offset = end
 
     # ---- acquisition ------------------------------------------------------------------
 
@@ -222,84 +323,135 @@ class SharePartition:
         self.expire(now_ms)
         if not read.batches:
             return []
-        skipped: list[tuple[int, int]] = list(aborted_offsets(read))
-        skip_set = {o for first, last in skipped for o in range(first, last + 1)} if skipped else set()
+        skipped = {first for first, _ in aborted_offsets(read)}
         deadline = now_ms + self.record_lock_duration_ms
-        acquired: list[int] = []
+        acquired: list[AcquiredRecords] = []
+        count = 0
         first_base = read.batches[0].base_offset
         covered = max(first_base if read.fetch_offset < 0 else min(read.fetch_offset, first_base),
                       self.start_offset)
         for batch in read.batches:
             # Offsets the read skipped (removed by compaction) are never delivered.
-            self._archive_gap(covered, batch.base_offset)
+            if batch.base_offset > covered:
+                self._archive_gap(covered, batch.base_offset)
             covered = max(covered, batch.last_offset + 1)
             if batch.last_offset < self.start_offset:
                 continue
-            if len(acquired) >= max_records:
+            if count >= max_records:
                 break
             is_new = batch.last_offset >= self.next_offset
             if is_new and self.in_flight() >= self.max_in_flight and batch.base_offset >= self.next_offset:
                 break
-            for offset in range(max(batch.base_offset, self.start_offset), batch.last_offset + 1):
-                if offset >= self.next_offset:
-                    self.next_offset = offset + 1
-                    rec = self.records[offset] = InFlight(RecordState.AVAILABLE, 0)
-                else:
-                    rec = self.records.get(offset)  # type: ignore[assignment]
-                    if rec is None:
-                        rec = self.records[offset] = InFlight(RecordState.AVAILABLE, 0)
-                    elif rec.state != RecordState.AVAILABLE:
-                        continue
-                if offset in skip_set:
-                    rec.state = RecordState.ARCHIVED
-                    rec.delivery_count = max(rec.delivery_count, 1)
-                    self._dirty.add(offset)
-                    self.counters.archived += 1
+            first = max(batch.base_offset, self.start_offset)
+            if batch.base_offset in skipped:
+                self._archive_available(first, batch.last_offset, 1)
+                continue
+            if first >= self.next_offset:
+                # New offsets (the common case): one run, merged into the acquisition before it.
+                last = batch.last_offset
+                if strict_max_records and count + (last - first + 1) > max_records:
+                    last = first + (max_records - count) - 1  # the rest of the batch stays AVAILABLE
+                self._grow(first)
+                self._append_run(InFlightRun(first, last, RecordState.ACQUIRED, 1, member_id, deadline))
+                self.next_offset = last + 1
+                self._grow(batch.last_offset + 1)
+                count += self._note(acquired, first, last, 1)
+                continue
+            self._grow(batch.last_offset + 1)
+            i, j = self._slice(first, batch.last_offset)
+            runs = self._runs
+            k = i
+            while k < j:
+                run = runs[k]
+                k += 1
+                if run.state != RecordState.AVAILABLE:
                     continue
-                if strict_max_records and len(acquired) >= max_records:
-                    # The rest of the batch stays AVAILABLE for the next fetch.
-                    continue
-                rec.state = RecordState.ACQUIRED
-                rec.delivery_count += 1
-                rec.member_id = member_id
-                rec.deadline_ms = deadline
-                acquired.append(offset)
+                if strict_max_records:
+                    if count >= max_records:
+                        break
+                    if count + (run.last - run.first + 1) > max_records:
+                        self._split(run.first + (max_records - count))  # the rest stays AVAILABLE
+                        j += 1
+                run.state = RecordState.ACQUIRED
+                run.delivery_count += 1
+                run.member_id = member_id
+                run.deadline_ms = deadline
+                count += self._note(acquired, run.first, run.last, run.delivery_count)
+            self._coalesce(i, j)
         if acquired:
-            heapq.heappush(self._locks, (deadline, acquired[0], acquired[-1]))
-            self.counters.acquired += len(acquired)
+            heapq.heappush(self._locks, (deadline, acquired[0].first_offset, acquired[-1].last_offset))
+            self.counters.acquired += count
         self._advance_start()
-        return self._runs(acquired)
+        return acquired
+
+    @staticmethod
+    def _note(acquired: list[AcquiredRecords], first: int, last: int, delivery_count: int) -> int:
+        """Add first..last to the answer's runs; how many offsets."""
+        if acquired and acquired[-1].last_offset == first - 1 and acquired[-1].delivery_count == delivery_count:
+            acquired[-1] = AcquiredRecords(acquired[-1].first_offset, last, delivery_count)
+        else:
+            acquired.append(AcquiredRecords(first, last, delivery_count))
+        return last - first + 1
+
+    def _archive_available(self, first: int, last: int, min_count: int) -> None:
+        """Archive the AVAILABLE offsets of first..last (the read's aborted or control
+        batches), with a delivery count of at least `min_count`."""
+        self._grow(last + 1)
+        i, j = self._slice(first, last)
+        archived = 0
+        for run in self._runs[i:j]:
+            if run.state == RecordState.AVAILABLE:
+                run.state = RecordState.ARCHIVED
+                run.delivery_count = max(run.delivery_count, min_count)
+                archived += run.last - run.first + 1
+                self._dirty.append((run.first, run.last))
+        self.counters.archived += archived
+        self._coalesce(i, j)
 
     def _archive_gap(self, first: int, end: int) -> None:
-        for offset in range(max(first, self.start_offset), min(end, self.next_offset)):
-            rec = self.records.get(offset)
-            if rec is None or rec.state == RecordState.AVAILABLE:
-                self.records[offset] = InFlight(RecordState.ARCHIVED, rec.delivery_count if rec else 0)
-                self._dirty.add(offset)
+        lo, hi = max(first, self.start_offset), min(end, self.next_offset) - 1
+        if lo <= hi:
+            i, j = self._slice(lo, hi)
+            for run in self._runs[i:j]:
+                if run.state == RecordState.AVAILABLE:
+                    run.state = RecordState.ARCHIVED
+                    self._dirty.append((run.first, run.last))
+            self._coalesce(i, j)
         if end > self.next_offset and first <= self.next_offset:
-            for offset in range(max(self.next_offset, self.start_offset), end):
-                self.records[offset] = InFlight(RecordState.ARCHIVED, 0)
-                self._dirty.add(offset)
-            self.next_offset = max(self.next_offset, end)
-
-    def _runs(self, offsets: list[int]) -> list[AcquiredRecords]:
-        runs: list[AcquiredRecords] = []
-        for offset in offsets:
-            count = self.records[offset].delivery_count
-            if runs and runs[-1].last_offset == offset - 1 and runs[-1].delivery_count == count:
-                runs[-1] = runs[-1]._replace(last_offset=offset)
-            else:
-                runs.append(AcquiredRecords(offset, offset, count))
-        return runs
+            lo = max(self.next_offset, self.start_offset)
+            self._append_run(InFlightRun(lo, end - 1, RecordState.ARCHIVED, 0))
+            self._dirty.append((lo, end - 1))
+            self.next_offset = end
 
     # ---- acknowledgement --------------------------------------------------------------
+
+    def _check_acquired(self, member_id: str, first: int, last: int) -> None:
+        """ShareError INVALID_RECORD_STATE naming the first offset of first..last not
+        acquired by `member_id`."""
+        bad = None
+        if first < self.start_offset:
+            bad = first
+        else:
+            runs = self._runs
+            i = self._index(first) if first < self.next_offset else len(runs)
+            while i < len(runs) and runs[i].first <= last:
+                run = runs[i]
+                if run.state != RecordState.ACQUIRED or run.member_id != member_id:
+                    bad = max(run.first, first)
+                    break
+                i += 1
+            if bad is None and last >= self.next_offset:
+                bad = max(first, self.next_offset)
+        if bad is not None:
+            raise ShareError(INVALID_RECORD_STATE, f"offset {bad} of {self.topic}-{self.partition} is not acquired "
+                                                   f"by member {member_id}")
 
     def acknowledge(self, member_id: str, batches: Sequence[AckBatch], now_ms: int) -> None:
         """Apply the acknowledgements of `member_id`, all or nothing; ShareError
         INVALID_REQUEST (malformed) or INVALID_RECORD_STATE (an offset not acquired by
         this member) changes nothing."""
         self.expire(now_ms)
-        plan: list[tuple[int, AckType]] = []
+        plan: list[tuple[int, int, AckType]] = []
         previous_last = -1
         for b in batches:
             if b.first_offset > b.last_offset:
@@ -312,62 +464,75 @@ class SharePartition:
             if len(b.types) not in (1, size):
                 raise ShareError(INVALID_REQUEST, f"acknowledgement batch {b.first_offset}-{b.last_offset} has "
                                                   f"{len(b.types)} acknowledge types (1 or {size} expected)")
-            for t in b.types:
+            for t in set(b.types):
                 if t not in AckType._value2member_map_:
                     raise ShareError(INVALID_REQUEST, f"unknown acknowledge type {t}")
-            for i, offset in enumerate(range(b.first_offset, b.last_offset + 1)):
-                rec = self.records.get(offset) if self.start_offset <= offset < self.next_offset else None
-                if rec is None or rec.state != RecordState.ACQUIRED or rec.member_id != member_id:
-                    raise ShareError(INVALID_RECORD_STATE,
-                                     f"offset {offset} of {self.topic}-{self.partition} is not acquired by member "
-                                     f"{member_id}")
-                plan.append((offset, AckType(b.types[0] if len(b.types) == 1 else b.types[i])))
+            self._check_acquired(member_id, b.first_offset, b.last_offset)
+            if len(b.types) == 1:
+                plan.append((b.first_offset, b.last_offset, AckType(b.types[0])))
+                continue
+            run_first = b.first_offset
+            for i in range(1, size + 1):
+                if i == size or b.types[i] != b.types[i - 1]:
+                    plan.append((run_first, b.first_offset + i - 1, AckType(b.types[i - 1])))
+                    run_first = b.first_offset + i
         renewed_deadline = now_ms + self.record_lock_duration_ms
-        renewed: list[int] = []
-        for offset, ack in plan:
-            rec = self.records[offset]
+        renewed: list[tuple[int, int]] = []
+        counters = self.counters
+        for first, last, ack in plan:
+            size = last - first + 1
+            i, j = self._slice(first, last)
+            for run in self._runs[i:j]:
+                if ack == AckType.ACCEPT:
+                    self._finish(run, RecordState.ACKNOWLEDGED)
+                elif ack == AckType.RELEASE:
+                    self._make_available(run)
+                elif ack == AckType.RENEW:
+                    run.deadline_ms = renewed_deadline
+                else:  # REJECT, GAP
+                    self._finish(run, RecordState.ARCHIVED)
             if ack == AckType.ACCEPT:
-                self._finish(offset, rec, RecordState.ACKNOWLEDGED)
-                self.counters.acknowledged += 1
+                counters.acknowledged += size
             elif ack == AckType.RELEASE:
-                self._make_available(offset, rec)
-                self.counters.released += 1
+                counters.released += size
             elif ack == AckType.RENEW:
-                rec.deadline_ms = renewed_deadline
-                renewed.append(offset)
-            else:  # REJECT, GAP
-                self._finish(offset, rec, RecordState.ARCHIVED)
+                renewed.append((first, last))
+            else:
                 if ack == AckType.REJECT:
-                    self.counters.rejected += 1
-                self.counters.archived += 1
+                    counters.rejected += size
+                counters.archived += size
+            self._coalesce(i, j)
         if renewed:
-            heapq.heappush(self._locks, (renewed_deadline, renewed[0], renewed[-1]))
-            self.counters.renewed += len(renewed)
+            heapq.heappush(self._locks, (renewed_deadline, renewed[0][0], renewed[-1][1]))
+            counters.renewed += sum(last - first + 1 for first, last in renewed)
         self._advance_start()
 
-    def _finish(self, offset: int, rec: InFlight, state: RecordState) -> None:
-        rec.state = state
-        rec.member_id = EMPTY_MEMBER_ID
-        self._dirty.add(offset)
+    def _finish(self, run: InFlightRun, state: RecordState) -> None:
+        run.state = state
+        run.member_id = EMPTY_MEMBER_ID
+        run.deadline_ms = 0
+        self._dirty.append((run.first, run.last))
 
-    def _make_available(self, offset: int, rec: InFlight) -> None:
+    def _make_available(self, run: InFlightRun) -> None:
         """ACQUIRED -> AVAILABLE, or ARCHIVED when its deliveries reached the limit."""
-        if rec.delivery_count >= self.delivery_count_limit:
-            self._finish(offset, rec, RecordState.ARCHIVED)
-            self.counters.archived += 1
+        if run.delivery_count >= self.delivery_count_limit:
+            self._finish(run, RecordState.ARCHIVED)
+            self.counters.archived += run.last - run.first + 1
         else:
-            self._finish(offset, rec, RecordState.AVAILABLE)
+            self._finish(run, RecordState.AVAILABLE)
 
     def release_member(self, member_id: str) -> int:
         """Release every record `member_id` holds (its share session closed or it
         left the group); how many."""
         released = 0
-        for offset, rec in self.records.items():
-            if rec.state == RecordState.ACQUIRED and rec.member_id == member_id:
-                self._make_available(offset, rec)
-                released += 1
-        self.counters.released += released
-        self._advance_start()
+        for run in self._runs:
+            if run.state == RecordState.ACQUIRED and run.member_id == member_id:
+                released += run.last - run.first + 1
+                self._make_available(run)
+        if released:
+            self.counters.released += released
+            self._coalesce(0, len(self._runs))
+            self._advance_start()
         return released
 
     def expire(self, now_ms: int) -> int:
@@ -376,11 +541,26 @@ class SharePartition:
         expired = 0
         while self._locks and self._locks[0][0] <= now_ms:
             deadline, first, last = heapq.heappop(self._locks)
-            for offset in range(max(first, self.start_offset), last + 1):
-                rec = self.records.get(offset)
-                if rec is not None and rec.state == RecordState.ACQUIRED and rec.deadline_ms == deadline:
-                    self._make_available(offset, rec)
-                    expired += 1
+            first, last = max(first, self.start_offset), min(last, self.next_offset - 1)
+            if first > last:
+                continue
+            i = self._index(first)
+            runs = self._runs
+            hit = False
+            while i < len(runs) and runs[i].first <= last:
+                run = runs[i]
+                if run.state == RecordState.ACQUIRED and run.deadline_ms == deadline:
+                    hit = True
+                    break
+                i += 1
+            if not hit:
+                continue
+            i, j = self._slice(first, last)
+            for run in runs[i:j]:
+                if run.state == RecordState.ACQUIRED and run.deadline_ms == deadline:
+                    expired += run.last - run.first + 1
+                    self._make_available(run)
+            self._coalesce(i, j)
         if expired:
             self.counters.lock_timeouts += expired
             self._advance_start()
@@ -393,14 +573,13 @@ class SharePartition:
     # ---- start offset -------------------------------------------------------------------
 
     def _advance_start(self) -> None:
-        start, records = self.start_offset, self.records
-        while start < self.next_offset:
-            rec = records.get(start)
-            if rec is None or rec.state not in _TERMINAL:
-                break
-            del records[start]
-            self._dirty.discard(start)
-            start += 1
+        runs = self._runs
+        k = 0
+        while k < len(runs) and runs[k].state in _TERMINAL:
+            k += 1
+        if k:
+            del runs[:k]
+        start = runs[0].first if runs else self.next_offset
         if start != self.start_offset:
             self.start_offset = start
             self._start_dirty = True
@@ -409,9 +588,10 @@ class SharePartition:
         """The log's start moved to `log_start` (retention, DeleteRecords): offsets below it are gone."""
         if log_start <= self.start_offset:
             return
-        for offset in range(self.start_offset, min(log_start, self.next_offset)):
-            self.records.pop(offset, None)
-            self._dirty.discard(offset)
+        if log_start >= self.next_offset:
+            self._runs.clear()
+        else:
+            del self._runs[:self._split(log_start)]
         self.start_offset = log_start
         self.next_offset = max(self.next_offset, log_start)
         self._start_dirty = True
@@ -419,7 +599,7 @@ class SharePartition:
 
     def reset_start_offset(self, offset: int) -> None:
         """AlterShareGroupOffsets: start again at `offset` with nothing in flight."""
-        self.records.clear()
+        self._runs.clear()
         self._locks.clear()
         self._dirty.clear()
         self.start_offset = self.next_offset = offset
@@ -427,34 +607,47 @@ class SharePartition:
 
     # ---- persistence --------------------------------------------------------------------
 
+    def has_changes(self) -> bool:
+        """Whether take_dirty has something to write."""
+        return bool(self._dirty) or self._start_dirty
+
     def take_dirty(self) -> tuple[int, list[StateBatch]] | None:
         """(SPSO, the state batches changed since the last call), or None when nothing
         changed. ACQUIRED offsets are written as AVAILABLE with their delivery count."""
         if not self._dirty and not self._start_dirty:
             return None
-        offsets = sorted(o for o in self._dirty if o >= self.start_offset)
+        out: list[StateBatch] = []
+        runs = self._runs
+        for first, last in _merge_ranges(self._dirty):
+            first, last = max(first, self.start_offset), min(last, self.next_offset - 1)
+            if first > last:
+                continue
+            i = self._index(first)
+            while i < len(runs) and runs[i].first <= last:
+                run = runs[i]
+                self._add_batch(out, max(run.first, first), min(run.last, last), run)
+                i += 1
         self._dirty.clear()
         self._start_dirty = False
-        return self.start_offset, self._batches(offsets)
+        return self.start_offset, out
 
     def snapshot_batches(self) -> list[StateBatch]:
-        """The state of every in-flight offset that has one."""
-        return self._batches(sorted(self.records))
-
-    def _batches(self, offsets: Iterable[int]) -> list[StateBatch]:
+        """The state of every in-flight offset that has one (not AVAILABLE and never delivered)."""
         out: list[StateBatch] = []
-        for offset in offsets:
-            rec = self.records.get(offset)
-            if rec is None:
-                continue
-            state = RecordState.AVAILABLE if rec.state == RecordState.ACQUIRED else rec.state
-            if out and out[-1].last_offset == offset - 1 and out[-1].delivery_state == state \
-                    and out[-1].delivery_count == rec.delivery_count:
-                out[-1] = out[-1]._replace(last_offset=offset)
-            else:
-                out.append(StateBatch(offset, offset, int(state), rec.delivery_count))
+        for run in self._runs:
+            if run.state != RecordState.AVAILABLE or run.delivery_count:
+                self._add_batch(out, run.first, run.last, run)
         return out
 
+    @staticmethod
+    def _add_batch(out: list[StateBatch], first: int, last: int, run: InFlightRun) -> None:
+        state = int(RecordState.AVAILABLE if run.state == RecordState.ACQUIRED else run.state)
+        if out and out[-1].last_offset == first - 1 and out[-1].delivery_state == state \
+                and out[-1].delivery_count == run.delivery_count:
+            out[-1] = StateBatch(out[-1].first_offset, last, state, run.delivery_count)
+        else:
+            out.append(StateBatch(first, last, state, run.delivery_count))
 
-__all__ = ["EMPTY_MEMBER_ID", "AckBatch", "AckType", "AcquiredRecords", "Counters", "InFlight", "RecordState",
+
+__all__ = ["EMPTY_MEMBER_ID", "AckBatch", "AckType", "AcquiredRecords", "Counters", "InFlightRun", "RecordState",
            "SharePartition", "StateBatch"]

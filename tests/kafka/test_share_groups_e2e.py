@@ -9,6 +9,10 @@ Deadlines are failure guards, not speed assumptions.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 import uuid
 
@@ -226,6 +230,63 @@ def test_released_record_is_delivered_again_and_rejected_is_not(bootstrap):
         assert seen.count(b"m0") == 1 and seen.count(b"m2") == 1  # accepted / rejected: never again
     finally:
         c.close()
+
+
+def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type.GROUP, group, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.incremental_alter_configs([resource])[resource].result(30)
+
+
+HOLDING_CONSUMER = textwrap.dedent("""
+    import sys
+    from confluent_kafka import ShareConsumer
+    bootstrap, group, topic = sys.argv[1:4]
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit", "log_level": 3})
+    c.subscribe([topic])
+    while True:
+        got = [m.value().decode() for m in c.poll(0.2) if m.error() is None]
+        if got:
+            print(" ".join(got), flush=True)
+            break
+    sys.stdin.read()  # holds its records, acknowledging none, until it is killed
+""")
+
+
+def test_records_of_a_killed_consumer_come_back_when_its_connection_closes(kafka_broker, bootstrap):
+    lock_ms = 60_000  # group.share.max.record.lock.duration.ms: a lock timeout would take this long
+    topic = create_topic(bootstrap, unique_name("sq"), 1)
+    group = unique_name("sg")
+    set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest",
+                                         "share.record.lock.duration.ms": str(lock_ms)})
+    produce(bootstrap, topic, 10)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDING_CONSUMER, bootstrap, group, topic],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        held = holder.stdout.readline().split() if holder.stdout is not None else []
+        assert held, "the first consumer got no records"
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(30)
+    killed = time.monotonic()
+    c = share_consumer(bootstrap, group)
+    try:
+        c.subscribe([topic])
+        # Within half the lock duration: the records came back with the closed connection's
+        # share session, not by the lock timeout.
+        got = poll_values([c], 10, guard=lock_ms / 2000)
+        assert time.monotonic() - killed < lock_ms / 1000
+        assert sorted(got[0]) == sorted(b"m%d" % i for i in range(10))
+    finally:
+        c.close()
+    metrics = scrape(kafka_broker)
+    labels = f'partition="0",sharegroup="{group}",topic="{topic}"'
+    assert metrics[f"strata_share_group_records_released_total{{{labels}}}"] >= len(held)
+    assert metrics.get(f"strata_share_group_lock_timeouts_total{{{labels}}}", 0.0) == 0.0
 
 
 # ---- the wire ----------------------------------------------------------------------------------------

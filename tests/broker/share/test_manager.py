@@ -39,12 +39,16 @@ class Broker:
         self.group_configs = group_configs or {"share.auto.offset.reset": "earliest"}
         self.open()
 
+    def crash_point(self, step):
+        """Called by the state store at each step of a write; a test replaces it."""
+
     def open(self):
         self.data = Log.open(os.path.join(self.root, "t-0"), "t", 0, LogConfig(), had_clean_shutdown=False,
                              clock=self.clock)
         self.state_logs = Logs(os.path.join(self.root, "state"))
         os.makedirs(self.state_logs.root, exist_ok=True)
-        self.store = ShareStateStore(self.state_logs.get, 3, now_ms=self.clock.time_ms)
+        self.store = ShareStateStore(self.state_logs.get, 3, now_ms=self.clock.time_ms,
+                                     crash_point=lambda step: self.crash_point(step))
         self.store.load(self.state_logs.existing())
         self.share_log = StorageShareLog(self.data)
         self.manager = SharePartitionManager(
@@ -201,7 +205,7 @@ CHILD = textwrap.dedent("""
         steps[0] += 1
         if steps[0] == crash_at:
             os.kill(os.getpid(), signal.SIGKILL)
-    b.store._crash_point = crash_point
+    b.crash_point = crash_point
     consumer_life(b, lambda msg: print(msg, flush=True))
     print("done", flush=True)
 """)
@@ -251,3 +255,42 @@ def test_kill_during_a_consumers_life_keeps_every_answered_acknowledgement(tmp_p
         assert len(set(range(20)) - done - delivered) <= 4
     finally:
         b.close()
+
+
+def test_a_failed_write_fails_its_round_and_later_changes_and_the_partition_loads_again(broker):
+    broker.produce(4)
+    assert broker.fetch("m") == [AcquiredRecords(0, 3, 1)]
+    broker.manager.apply_acknowledgements("g", "m", TP, [AckBatch(0, 1, [int(AckType.ACCEPT)])])
+    round_ = broker.manager.take_writes()
+    assert [w.key.partition for w in round_.writes] == [0]
+
+    def fail(step):
+        raise OSError("disk gone")
+
+    broker.crash_point = fail
+    broker.manager.write(round_)
+    assert isinstance(round_.failure("g", TP), OSError)
+    # accepted in memory while the failed write was in flight: it fails with the same error
+    broker.manager.apply_acknowledgements("g", "m", TP, [AckBatch(2, 2, [int(AckType.ACCEPT)])])
+    broker.manager.settle(round_)
+    assert broker.manager.loaded_partition("g", TP) is None
+    later = broker.manager.take_writes()
+    assert later.writes == [] and isinstance(later.failure("g", TP), OSError)
+    broker.crash_point = lambda step: None
+    # loaded again from the log: nothing was accepted, every record is delivered again
+    assert broker.fetch("m2") == [AcquiredRecords(0, 3, 1)]
+
+
+def test_one_round_writes_the_acknowledgements_of_many_calls_once_per_partition(broker):
+    broker.produce(6)
+    broker.fetch("m")
+    key = broker.manager.loaded("g")[0]
+    before = broker.store.updates_since_snapshot(key)
+    for first in range(0, 6, 2):
+        broker.manager.apply_acknowledgements("g", "m", TP, [AckBatch(first, first + 1, [int(AckType.ACCEPT)])])
+    round_ = broker.manager.take_writes()
+    assert len(round_.writes) == 1
+    broker.manager.settle(broker.manager.write(round_))
+    assert broker.store.updates_since_snapshot(key) == before + 1
+    broker.restart()
+    assert broker.manager.share_partition("g", TP).start_offset == 6

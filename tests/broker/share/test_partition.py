@@ -5,7 +5,7 @@ import pytest
 
 from broker.share.config import AutoOffsetReset, resolve
 from broker.share.errors import INVALID_RECORD_STATE, INVALID_REQUEST, ShareError
-from broker.share.log_view import AbortedTxn, BatchInfo, LogRead, batches_of
+from broker.share.log_view import AbortedTxn, BatchInfo, LogRead, batches_of, batches_until
 from broker.share.partition import AckBatch, AckType, AcquiredRecords, RecordState, SharePartition, StateBatch
 from kafka_format import build_batch
 
@@ -206,6 +206,22 @@ def test_offsets_missing_from_the_read_are_archived():
 def test_batches_of_reads_real_batches():
     data = build_batch([(b"k", b"v", NOW)] * 3) + build_batch([(b"k", b"v", NOW)], base_offset=3)
     assert batches_of(data) == [BatchInfo(0, 2, -1, False, False), BatchInfo(3, 3, -1, False, False)]
+    first = build_batch([(b"k", b"v", NOW)] * 3)
+    # batches_until: those starting before the offset, and the bytes they fill
+    assert batches_until(data, 3) == ([BatchInfo(0, 2, -1, False, False)], len(first))
+    assert batches_until(data, 1) == ([BatchInfo(0, 2, -1, False, False)], len(first))
+    assert batches_until(data, 4) == (batches_of(data), len(data))
+
+
+def test_read_end_covers_max_records_acquirable_offsets():
+    p = sp()
+    assert p.read_end(10) == 10
+    p.acquire("m", read((0, 9)), NOW)
+    ack(p, "m", 2, 3, AckType.RELEASE)
+    ack(p, "m", 6, 6, AckType.RELEASE)
+    assert p.read_end(2) == 4  # 2-3 available
+    assert p.read_end(3) == 7  # 2-3 and 6
+    assert p.read_end(5) == 12  # then 10 and 11, new
 
 
 class FakeLog:
@@ -274,3 +290,17 @@ def test_settings_resolve_group_over_broker_defaults():
             resolve({}, bad)
         assert e.value.code == 40 and next(iter(bad)) in e.value.message
     assert AutoOffsetReset.parse("by_duration:P1DT0.5S").duration_ms == 86_400_500
+
+
+def test_in_flight_state_is_one_run_per_acquisition_split_only_where_acknowledgements_differ():
+    p = sp()
+    assert p.acquire("m1", read(*[(o, o) for o in range(100)]), NOW) == [AcquiredRecords(0, 99, 1)]
+    assert p.runs() == 1  # a hundred batches, one acquisition
+    ack(p, "m1", 40, 49, AckType.RELEASE)
+    assert p.runs() == 3
+    ack(p, "m1", 50, 99, AckType.ACCEPT)
+    ack(p, "m1", 0, 39, AckType.ACCEPT)
+    assert (p.start_offset, p.runs()) == (40, 2)  # 40-49 available, 50-99 acknowledged
+    assert p.acquire("m2", read((40, 49)), NOW) == [AcquiredRecords(40, 49, 2)]
+    ack(p, "m2", 40, 49, AckType.ACCEPT)
+    assert (p.start_offset, p.runs()) == (100, 0)
