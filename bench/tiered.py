@@ -26,9 +26,10 @@ an S3 server from npm: `npm ci --prefix bench/s3rver` first):
 (b) copy lag: a producer writes --rate-mb MB/s to one tiered topic for
     --duration seconds (300 for issue 29's five minutes); the copy lag
     (kafka_server_brokertopicmetrics_remotecopylagbytes, /metrics) is sampled
-    every second. Figures: the lag's mean in the first and the last third, its
-    maximum, and the rate achieved. No growth: the last third's mean is not
-    above the first third's by more than a segment.
+    every second. Figures: the lag's mean in the first and the last third and in
+    each fifth, its maximum, its least-squares trend (MiB per minute) and the
+    rate achieved. No growth: the last third's mean is not above the first
+    third's by more than a segment.
 """
 
 from __future__ import annotations
@@ -322,9 +323,14 @@ def bench_lag(work: str, args) -> None:
             last = sum(samples[-third:]) / third
             growth = last - first
             verdict = "no growth" if growth <= args.segment_mib * MiB else "GROWS"
+            fifth = max(len(samples) // 5, 1)
+            fifths = " ".join(f"{sum(samples[i:i + fifth]) / len(samples[i:i + fifth]) / MiB:.0f}"
+                              for i in range(0, fifth * 5, fifth) if samples[i:i + fifth])
+            trend = statistics.linear_regression(range(len(samples)), samples).slope if len(samples) > 1 else 0.0
             print(f"(b) copy lag at {rate / 1e6:.1f} MB/s for {args.duration} s ({len(samples)} samples): "
                   f"first third mean {first / MiB:.1f} MiB, last third mean {last / MiB:.1f} MiB, "
-                  f"max {max(samples) / MiB:.1f} MiB: {verdict}; load average "
+                  f"max {max(samples) / MiB:.1f} MiB; means by fifth {fifths} MiB; trend {trend * 60 / MiB:+.1f} "
+                  f"MiB/min: {verdict}; load average "
                   f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     finally:
         if server is not None:
