@@ -166,7 +166,7 @@ class RemoteLogReader:
         self.cache = LruCache(cache_bytes)
         self.readahead_bytes = max(0, min(readahead_bytes, cache_bytes // 2))
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="strata-remote-read")
-        self._loading: dict[tuple[Any, int], Future[bytes]] = {}
+        self._loading: dict[tuple[Any, int], Future[memoryview]] = {}
         self._loading_lock = threading.Lock()
 
     def reads_in_flight(self) -> int:
@@ -196,7 +196,7 @@ class RemoteLogReader:
             self.cache.put(key, view, view.size_bytes)
         return view
 
-    def _claim(self, metadata: RemoteLogSegmentMetadata, number: int) -> tuple[bytes | Future[bytes], bool]:
+    def _claim(self, metadata: RemoteLogSegmentMetadata, number: int) -> tuple[memoryview | Future[memoryview], bool]:
         """The chunk (from the cache), or its read in flight and whether the caller
         owns that read (it was not in flight: the caller must `_load` it)."""
         key = (metadata.segment_id.id, number)
@@ -211,11 +211,11 @@ class RemoteLogReader:
             self._loading[key] = future
             return future, True
 
-    def _load(self, metadata: RemoteLogSegmentMetadata, number: int, future: Future[bytes]) -> None:
+    def _load(self, metadata: RemoteLogSegmentMetadata, number: int, future: Future[memoryview]) -> None:
         """Read a claimed chunk from the store into the cache and complete its future."""
         key = (metadata.segment_id.id, number)
         try:
-            chunk = self.rsm.read_log_segment(metadata, number * self.chunk_bytes, self.chunk_bytes)
+            chunk = self.rsm.read_log_segment_view(metadata, number * self.chunk_bytes, self.chunk_bytes)
         except BaseException as e:
             with self._loading_lock:
                 self._loading.pop(key, None)
@@ -226,12 +226,12 @@ class RemoteLogReader:
             self._loading.pop(key, None)
         future.set_result(chunk)
 
-    def _chunks(self, metadata: RemoteLogSegmentMetadata, numbers: range) -> list[bytes]:
+    def _chunks(self, metadata: RemoteLogSegmentMetadata, numbers: range) -> list[memoryview]:
         """The chunks `numbers` of the segment: from the cache, from reads in flight,
         else read from the store (the first on this thread, the others on the pool,
         all at once)."""
-        found: list[bytes | Future[bytes]] = []
-        inline: tuple[int, Future[bytes]] | None = None
+        found: list[memoryview | Future[memoryview]] = []
+        inline: tuple[int, Future[memoryview]] | None = None
         for number in numbers:
             key = (metadata.segment_id.id, number)
             chunk = self.cache.get(key)
@@ -250,7 +250,7 @@ class RemoteLogReader:
             self._load(metadata, *inline)
         return [item.result() if isinstance(item, Future) else item for item in found]
 
-    def _submit(self, metadata: RemoteLogSegmentMetadata, number: int, future: Future[bytes]) -> None:
+    def _submit(self, metadata: RemoteLogSegmentMetadata, number: int, future: Future[memoryview]) -> None:
         try:
             self._pool.submit(self._load, metadata, number, future)
         except RuntimeError as e:  # the pool is shut down: the reader is closing
@@ -258,7 +258,7 @@ class RemoteLogReader:
                 self._loading.pop((metadata.segment_id.id, number), None)
             future.set_exception(RemoteStorageError(f"remote reader is closed: {e}"))
 
-    def _chunk(self, metadata: RemoteLogSegmentMetadata, number: int) -> bytes:
+    def _chunk(self, metadata: RemoteLogSegmentMetadata, number: int) -> memoryview:
         return self._chunks(metadata, range(number, number + 1))[0]
 
     def _read(self, metadata: RemoteLogSegmentMetadata, position: int, length: int) -> bytes:
@@ -268,18 +268,16 @@ class RemoteLogReader:
             return b""
         first = position // self.chunk_bytes
         chunks = self._chunks(metadata, range(first, (end - 1) // self.chunk_bytes + 1))
-        parts: list[bytes | memoryview] = []
+        parts: list[memoryview] = []
         for number, chunk in enumerate(chunks, first):
             within = max(position - number * self.chunk_bytes, 0)
             take = min(len(chunk) - within, end - position)
             if take <= 0:
                 raise RemoteStorageError(f"remote segment {metadata.segment_id}: no data at position {position} "
                                          f"of {metadata.segment_size_in_bytes} bytes")
-            parts.append(chunk if take == len(chunk) else memoryview(chunk)[within:within + take])
+            parts.append(chunk[within:within + take])
             position += take
-        if len(parts) == 1:
-            return parts[0] if isinstance(parts[0], bytes) else parts[0].tobytes()
-        return b"".join(parts)  # the one copy of the bytes returned
+        return parts[0].tobytes() if len(parts) == 1 else b"".join(parts)  # the one copy of what is returned
 
     def _schedule(self, metadata: RemoteLogSegmentMetadata, position: int, end: int) -> None:
         """Start reads on the pool of the chunks of [position, end) not cached or in flight."""

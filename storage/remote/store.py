@@ -138,6 +138,11 @@ class RemoteStorageManager(ABC):
             yield self.read_log_segment(metadata, position, length)
             position += length
 
+    def read_log_segment_view(self, metadata: RemoteLogSegmentMetadata, start: int, length: int) -> memoryview:
+        """`read_log_segment` as a read-only view of the store's buffer (no copy where
+        the store allows it; the remote reader's chunks)."""
+        return memoryview(self.read_log_segment(metadata, start, length))
+
     @abstractmethod
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         """One index of the segment, whole (indexes are small: segment.index.bytes at most)."""
@@ -216,16 +221,20 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         """A store whose put returns before the data is durable makes it so here."""
 
     def read_log_segment(self, metadata: RemoteLogSegmentMetadata, start: int, length: int) -> bytes:
+        return self.read_log_segment_view(metadata, start, length).tobytes()
+
+    def read_log_segment_view(self, metadata: RemoteLogSegmentMetadata, start: int, length: int) -> memoryview:
+        """The range as a view of obstore's buffer (no copy)."""
         size = metadata.segment_size_in_bytes
         if start < 0 or length < 0 or start > size:
             raise RemoteStorageError(f"remote segment {metadata.segment_id}: range {start}+{length} is outside "
                                      f"its {size} bytes")
         length = min(length, size - start)
         if length == 0:
-            return b""
+            return memoryview(b"")
         key = object_key(metadata, SEGMENT_SUFFIX)
         data = self._call(key, "ranged get",
-                          lambda: bytes(obstore.get_range(self.store, key, start=start, length=length)))
+                          lambda: memoryview(obstore.get_range(self.store, key, start=start, length=length)))
         if len(data) != length:
             raise RemoteStorageError(f"remote object {self.location}/{key} is shorter than its metadata says: "
                                      f"{len(data)} bytes at {start}, expected {length} (segment of {size} bytes)")

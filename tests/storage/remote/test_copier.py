@@ -233,13 +233,13 @@ class CountingStore:
         self.gate.set()
         self.fail = False
 
-    def read_log_segment(self, metadata, start, length):
+    def read_log_segment_view(self, metadata, start, length):
         self.gate.wait(10)
         with self.lock:
             self.reads.append((metadata.start_offset, start, length))
         if self.fail:
             raise RemoteStorageError(f"remote segment {metadata.segment_id}: the store is failing")
-        return self.rsm.read_log_segment(metadata, start, length)
+        return self.rsm.read_log_segment_view(metadata, start, length)
 
     def __getattr__(self, name):
         return getattr(self.rsm, name)
