@@ -21,8 +21,12 @@ an S3 server from npm: `npm ci --prefix bench/s3rver` first):
     warm (the same broker again). Figures: MB/s of each, per round and the median
     over --runs rounds, and the ratios (Kafka / direct whole; issue 29's target
     >= 0.7x). moto answers a ranged GET by reading the whole object (its cost
-    grows with the object, not the range); the store's request counts and
-    timings are printed for it.
+    grows with the object, not the range); the `.log` GETs it logged during the
+    cold read are counted. On the file store both the direct and the Kafka
+    reads are bound by memory, not by a store: glibc gives each freed buffer
+    above its mmap threshold back to the kernel, so every new large buffer is
+    faulted in again; MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ in the
+    environment (inherited by the broker) change that for both sides.
 (b) copy lag: a producer writes --rate-mb MB/s to one tiered topic for
     --duration seconds (300 for issue 29's five minutes); the copy lag
     (kafka_server_brokertopicmetrics_remotecopylagbytes, /metrics) is sampled
