@@ -328,10 +328,15 @@ KEYS: tuple[BrokerKey, ...] = (
               "an S3-compatible server's http(s) URL (MinIO, moto); empty for AWS"),
     BrokerKey("rsm.config.s3.region", "string", "", None,
               "the S3 region (empty: AWS_REGION, AWS_DEFAULT_REGION, else us-east-1)"),
-    BrokerKey("rsm.config.fetch.chunk.bytes", "long", 1024 * 1024, _at_least(4096),
+    BrokerKey("rsm.config.fetch.chunk.bytes", "long", 8 * 1024 * 1024, _at_least(4096),
               "Strata: size of the ranged reads a fetch of remote data makes"),
     BrokerKey("rsm.config.cache.bytes", "long", 64 * 1024 * 1024, _at_least(4096),
               "Strata: memory for cached remote index and data chunks"),
+    BrokerKey("rsm.config.fetch.readahead.bytes", "long", 32 * 1024 * 1024, _at_least(0),
+              "Strata: how far past each remote read the next chunks are read into the cache "
+              "(at most half of rsm.config.cache.bytes is used)"),
+    BrokerKey("rsm.config.fetch.threads", "long", 4, _at_least(1),
+              "Strata: how many ranged reads of the remote store a broker makes at once"),
     # ---- log compaction (storage/log_cleaner.py) ----
     BrokerKey("log.cleaner.enable", "boolean", True, None,
               "run the log cleaner, which compacts topics whose cleanup.policy contains compact"),

@@ -21,9 +21,9 @@ Contract:
 - Reads (blocking, in the executor): `read(log, offset, max_bytes,
   min_one_message)` answers the records of the remote segment holding `offset`
   (a fetch below the local log start), up to that segment's end, through one
-  RemoteLogReader (chunked ranged reads, a bounded cache of index and data
-  chunks), then reads the next `max_bytes` ahead into the cache on its own
-  thread (one read-ahead at a time); `offset_for_timestamp` searches the remote
+  RemoteLogReader (chunked concurrent ranged reads, a bounded cache of index and
+  data chunks), then has it read what follows ahead into the cache on its pool
+  (storage/remote/reader.py); `offset_for_timestamp` searches the remote
   segments. A missing or corrupt object raises RemoteStorageError
   (KAFKA_STORAGE_ERROR).
 - `delete_topic(topic, topic_id, partitions)` (blocking, after a topic deletion
@@ -55,7 +55,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import structlog
@@ -70,7 +69,6 @@ from storage.remote.metadata import (
     METADATA_TOPIC,
     PartitionDeleteState,
     RemoteLogMetadataStore,
-    RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemotePartitionDeleteMetadata,
     SegmentState,
@@ -119,11 +117,10 @@ class Tiering:
         self.rsm = rsm
         self.metadata = metadata
         self.reader = RemoteLogReader(rsm, metadata, cache_bytes=config.cache_bytes,
-                                      chunk_bytes=config.fetch_chunk_bytes)
+                                      chunk_bytes=config.fetch_chunk_bytes,
+                                      readahead_bytes=config.fetch_readahead_bytes, threads=config.fetch_threads)
         self._partitions: dict[tuple[str, int], RemotePartition] = {}
         self._lock = threading.Lock()
-        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="strata-remote-ahead")
-        self._reading_ahead = threading.Lock()
         # Partitions being stopped by delete_topic: `partition` makes none for them.
         self._closing: set[TopicIdPartition] = set()
         self._deleting = threading.Lock()  # one partition deletion at a time
@@ -347,21 +344,9 @@ class Tiering:
             raise OffsetOutOfRangeError(f"offset {offset} of {partition_log.name} is below its log start "
                                         f"{partition_log.log_start_offset}")
         data, metadata, end = self.reader.read_with_end(remote.tp, offset, max_bytes, min_one_message)
-        if data and not self._reading_ahead.locked():
-            # The next sequential fetch's chunks, read ahead on the read-ahead thread (one at a time).
-            self._ahead.submit(self._read_ahead, remote.tp, metadata, end, max_bytes)
+        if data:  # the next sequential fetch's chunks, read ahead on the reader's pool
+            self.reader.read_ahead(remote.tp, metadata, end)
         return data
-
-    def _read_ahead(self, tp: TopicIdPartition, metadata: RemoteLogSegmentMetadata, position: int,
-                    length: int) -> None:
-        if not self._reading_ahead.acquire(blocking=False):
-            return
-        try:
-            self.reader.prefetch(tp, metadata, position, length)
-        except Exception as e:  # the fetch that needs the data meets the error itself
-            log.debug("remote_read_ahead_failed", partition=str(tp), error=str(e))
-        finally:
-            self._reading_ahead.release()
 
     def read_committed(self, partition_log: Log, offset: int, max_bytes: int,
                        min_one_message: bool) -> tuple[bytes, tuple[tuple[int, int], ...]]:
@@ -509,7 +494,7 @@ class Tiering:
             failing_partitions=sum(1 for s in stats.values() if s.failures), last_error=errors[0] if errors else None)
 
     def close(self) -> None:
-        self._ahead.shutdown(wait=True, cancel_futures=True)
+        self.reader.close()
         try:
             self.rsm.close()
         finally:

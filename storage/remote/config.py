@@ -12,7 +12,11 @@ storage manager's own settings go under Kafka's default prefix `rsm.config.`:
 - `rsm.config.s3.region`: the bucket's region (else AWS_REGION, AWS_DEFAULT_REGION,
   else us-east-1);
 - `rsm.config.fetch.chunk.bytes` and `rsm.config.cache.bytes`: the remote reader's
-  chunk size and the bound of its cache of index and data chunks.
+  chunk size (the size of each ranged read of a segment, 8 MiB) and the bound of
+  its cache of index and data chunks (64 MiB);
+- `rsm.config.fetch.readahead.bytes` (32 MiB, at most half the cache is used) and
+  `rsm.config.fetch.threads` (4): how far past each remote read the reader
+  reads ahead, and how many ranged reads it makes at once.
 
 S3 credentials come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
 AWS_SESSION_TOKEN. `RemoteLogConfig.from_props(props, environ)` is the one call the
@@ -40,6 +44,8 @@ S3_ENDPOINT = RSM_PREFIX + "s3.endpoint"
 S3_REGION = RSM_PREFIX + "s3.region"
 FETCH_CHUNK_BYTES = RSM_PREFIX + "fetch.chunk.bytes"
 CACHE_BYTES = RSM_PREFIX + "cache.bytes"
+FETCH_READAHEAD_BYTES = RSM_PREFIX + "fetch.readahead.bytes"
+FETCH_THREADS = RSM_PREFIX + "fetch.threads"
 
 DEFAULTS: dict[str, Any] = {
     SYSTEM_ENABLE: False,
@@ -50,8 +56,10 @@ DEFAULTS: dict[str, Any] = {
     URL: "",
     S3_ENDPOINT: "",
     S3_REGION: "",
-    FETCH_CHUNK_BYTES: 1024 * 1024,
+    FETCH_CHUNK_BYTES: 8 * 1024 * 1024,
     CACHE_BYTES: 64 * 1024 * 1024,
+    FETCH_READAHEAD_BYTES: 32 * 1024 * 1024,
+    FETCH_THREADS: 4,
 }
 NAMES = frozenset(DEFAULTS)
 
@@ -104,9 +112,11 @@ class RemoteLogConfig:
     location: StoreLocation | None = None
     s3_endpoint: str = ""
     s3_region: str = "us-east-1"
-    fetch_chunk_bytes: int = 1024 * 1024
+    fetch_chunk_bytes: int = 8 * 1024 * 1024
     cache_bytes: int = 64 * 1024 * 1024
     credentials: S3Credentials = field(default_factory=S3Credentials)
+    fetch_readahead_bytes: int = 32 * 1024 * 1024
+    fetch_threads: int = 4
 
     @classmethod
     def from_props(cls, props: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> RemoteLogConfig:
@@ -123,6 +133,8 @@ class RemoteLogConfig:
             raise InvalidConfigError(f"{RETRY_JITTER}: {jitter} must be between 0.0 and 0.5")
         chunk = _long(FETCH_CHUNK_BYTES, values[FETCH_CHUNK_BYTES], 4096)
         cache = _long(CACHE_BYTES, values[CACHE_BYTES], chunk)
+        readahead = _long(FETCH_READAHEAD_BYTES, values[FETCH_READAHEAD_BYTES], 0)
+        threads = _long(FETCH_THREADS, values[FETCH_THREADS], 1)
         url = str(values[URL]).strip()
         location = StoreLocation.parse(url) if url else None
         if system_enable and location is None:
@@ -136,7 +148,7 @@ class RemoteLogConfig:
         credentials = S3Credentials(env.get("AWS_ACCESS_KEY_ID") or None, env.get("AWS_SECRET_ACCESS_KEY") or None,
                                     env.get("AWS_SESSION_TOKEN") or None)
         return cls(system_enable, interval, backoff, backoff_max, jitter, location, endpoint, region,
-                   chunk, cache, credentials)
+                   chunk, cache, credentials, readahead, threads)
 
 
 def _boolean(name: str, raw: Any) -> bool:

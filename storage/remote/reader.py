@@ -22,8 +22,8 @@ Contract:
   KAFKA_STORAGE_ERROR (56) for the fetch that needs them.
 - `offset_for_timestamp(tp, timestamp)` answers ListOffsets by timestamp from the
   remote segments, through their remote time and offset indexes.
-- `read_with_end` also answers where the read stopped; `prefetch` reads the
-  chunks after it into the cache ahead of the next sequential read.
+- `read_with_end` also answers where the read stopped; `read_ahead` schedules
+  the chunks after it (without waiting), `close()` stops the pool.
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ import bisect
 import struct
 import threading
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
+
+import structlog
 
 from kafka_format.errors import CorruptRecordError, OffsetOutOfRangeError
 from kafka_format.reader import iter_entries
@@ -50,6 +53,12 @@ HEADER_PEEK = 27
 MIN_ENTRY_SIZE = 14  # a classic message's smallest size field
 INDEX_ENTRY = struct.Struct(">ii")
 TIME_INDEX_ENTRY = struct.Struct(">qi")
+DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+DEFAULT_READAHEAD_BYTES = 32 * 1024 * 1024
+DEFAULT_THREADS = 4
+
+log = structlog.get_logger("strata.remote")
 
 
 class LruCache:
@@ -67,14 +76,17 @@ class LruCache:
     def size_bytes(self) -> int:
         return self._bytes
 
-    def get(self, key: Any) -> Any | None:
+    def get(self, key: Any, count: bool = True) -> Any | None:
+        """The value (now the most recently used), or None; `count`: in `hits` / `misses`."""
         with self._lock:
             item = self._items.get(key)
             if item is None:
-                self.misses += 1
+                if count:
+                    self.misses += 1
                 return None
             self._items.move_to_end(key)
-            self.hits += 1
+            if count:
+                self.hits += 1
             return item[0]
 
     def put(self, key: Any, value: Any, size: int) -> None:
@@ -142,13 +154,29 @@ class TimeIndexView:
 
 class RemoteLogReader:
     def __init__(self, rsm: RemoteStorageManager, metadata: RemoteLogMetadataStore, *,
-                 cache_bytes: int = 64 * 1024 * 1024, chunk_bytes: int = 1024 * 1024):
+                 cache_bytes: int = DEFAULT_CACHE_BYTES, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 readahead_bytes: int = DEFAULT_READAHEAD_BYTES, threads: int = DEFAULT_THREADS):
         if chunk_bytes < HEADER_PEEK:
             raise ValueError(f"chunk_bytes must be at least {HEADER_PEEK}")
+        if threads < 1:
+            raise ValueError("threads must be at least 1")
         self.rsm = rsm
         self.metadata = metadata
         self.chunk_bytes = chunk_bytes
         self.cache = LruCache(cache_bytes)
+        self.readahead_bytes = max(0, min(readahead_bytes, cache_bytes // 2))
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="strata-remote-read")
+        self._loading: dict[tuple[Any, int], Future[memoryview]] = {}
+        self._loading_lock = threading.Lock()
+
+    def reads_in_flight(self) -> int:
+        """How many chunk reads have started and not finished."""
+        with self._loading_lock:
+            return len(self._loading)
+
+    def close(self) -> None:
+        """Stop the pool (chunks in flight finish; queued read-ahead is dropped)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     # ---- cached pieces ---------------------------------------------------------------
 
@@ -168,42 +196,97 @@ class RemoteLogReader:
             self.cache.put(key, view, view.size_bytes)
         return view
 
-    def _chunk(self, metadata: RemoteLogSegmentMetadata, number: int) -> bytes:
+    def _claim(self, metadata: RemoteLogSegmentMetadata, number: int) -> tuple[memoryview | Future[memoryview], bool]:
+        """The chunk (from the cache), or its read in flight and whether the caller
+        owns that read (it was not in flight: the caller must `_load` it)."""
         key = (metadata.segment_id.id, number)
-        chunk = self.cache.get(key)
-        if chunk is None:
-            chunk = self.rsm.read_log_segment(metadata, number * self.chunk_bytes, self.chunk_bytes)
-            self.cache.put(key, chunk, len(chunk))
-        return chunk
+        with self._loading_lock:
+            chunk = self.cache.get(key, count=False)
+            if chunk is not None:
+                return chunk, False
+            future = self._loading.get(key)
+            if future is not None:
+                return future, False
+            future = Future()
+            self._loading[key] = future
+            return future, True
 
-    def _prefetch(self, metadata: RemoteLogSegmentMetadata, position: int, length: int) -> None:
-        """Put the chunks of [position, position + length) that the cache lacks into it,
-        read from the store in one call (concurrent ranged reads), at most what the
-        cache holds in half."""
-        end = min(position + length, metadata.segment_size_in_bytes, position + self.cache.capacity // 2)
-        numbers = [n for n in range(position // self.chunk_bytes, -(-end // self.chunk_bytes))
-                   if self.cache.get((metadata.segment_id.id, n)) is None]
-        if len(numbers) < 2:
+    def _load(self, metadata: RemoteLogSegmentMetadata, number: int, future: Future[memoryview]) -> None:
+        """Read a claimed chunk from the store into the cache and complete its future."""
+        key = (metadata.segment_id.id, number)
+        try:
+            chunk = self.rsm.read_log_segment_view(metadata, number * self.chunk_bytes, self.chunk_bytes)
+        except BaseException as e:
+            with self._loading_lock:
+                self._loading.pop(key, None)
+            future.set_exception(e)
             return
-        chunks = self.rsm.read_log_segment_ranges(metadata, [(n * self.chunk_bytes, self.chunk_bytes)
-                                                             for n in numbers])
-        for number, chunk in zip(numbers, chunks, strict=True):
-            self.cache.put((metadata.segment_id.id, number), chunk, len(chunk))
+        self.cache.put(key, chunk, len(chunk))
+        with self._loading_lock:
+            self._loading.pop(key, None)
+        future.set_result(chunk)
+
+    def _chunks(self, metadata: RemoteLogSegmentMetadata, numbers: range) -> list[memoryview]:
+        """The chunks `numbers` of the segment: from the cache, from reads in flight,
+        else read from the store (the first on this thread, the others on the pool,
+        all at once)."""
+        found: list[memoryview | Future[memoryview]] = []
+        inline: tuple[int, Future[memoryview]] | None = None
+        for number in numbers:
+            key = (metadata.segment_id.id, number)
+            chunk = self.cache.get(key)
+            if chunk is not None:
+                found.append(chunk)
+                continue
+            claimed, mine = self._claim(metadata, number)
+            if mine:
+                assert isinstance(claimed, Future)
+                if inline is None:
+                    inline = number, claimed
+                else:
+                    self._submit(metadata, number, claimed)
+            found.append(claimed)
+        if inline is not None:
+            self._load(metadata, *inline)
+        return [item.result() if isinstance(item, Future) else item for item in found]
+
+    def _submit(self, metadata: RemoteLogSegmentMetadata, number: int, future: Future[memoryview]) -> None:
+        try:
+            self._pool.submit(self._load, metadata, number, future)
+        except RuntimeError as e:  # the pool is shut down: the reader is closing
+            with self._loading_lock:
+                self._loading.pop((metadata.segment_id.id, number), None)
+            future.set_exception(RemoteStorageError(f"remote reader is closed: {e}"))
+
+    def _chunk(self, metadata: RemoteLogSegmentMetadata, number: int) -> memoryview:
+        return self._chunks(metadata, range(number, number + 1))[0]
 
     def _read(self, metadata: RemoteLogSegmentMetadata, position: int, length: int) -> bytes:
         """Bytes [position, position + length) of the segment, through the chunk cache."""
         end = min(position + length, metadata.segment_size_in_bytes)
-        parts = []
-        while position < end:
-            number, within = divmod(position, self.chunk_bytes)
-            chunk = self._chunk(metadata, number)
+        if position >= end:
+            return b""
+        first = position // self.chunk_bytes
+        chunks = self._chunks(metadata, range(first, (end - 1) // self.chunk_bytes + 1))
+        parts: list[memoryview] = []
+        for number, chunk in enumerate(chunks, first):
+            within = max(position - number * self.chunk_bytes, 0)
             take = min(len(chunk) - within, end - position)
             if take <= 0:
                 raise RemoteStorageError(f"remote segment {metadata.segment_id}: no data at position {position} "
                                          f"of {metadata.segment_size_in_bytes} bytes")
             parts.append(chunk[within:within + take])
             position += take
-        return b"".join(parts)
+        return parts[0].tobytes() if len(parts) == 1 else b"".join(parts)  # the one copy of what is returned
+
+    def _schedule(self, metadata: RemoteLogSegmentMetadata, position: int, end: int) -> None:
+        """Start reads on the pool of the chunks of [position, end) not cached or in flight."""
+        end = min(end, metadata.segment_size_in_bytes)
+        for number in range(position // self.chunk_bytes, -(-end // self.chunk_bytes)):
+            claimed, mine = self._claim(metadata, number)
+            if mine:
+                assert isinstance(claimed, Future)
+                self._submit(metadata, number, claimed)
 
     # ---- reading ---------------------------------------------------------------------
 
@@ -219,11 +302,13 @@ class RemoteLogReader:
     def read_with_end(self, tp: TopicIdPartition, offset: int, max_bytes: int,
                       min_one_message: bool = True) -> tuple[bytes, RemoteLogSegmentMetadata, int]:
         """`read`, with the segment read and the position just past what it returned
-        (where the next sequential read starts: `prefetch` it ahead)."""
+        (where the next sequential read starts: `read_ahead` from there)."""
         metadata = self.segment_for(tp, offset)
         size = metadata.segment_size_in_bytes
         position = self._offset_index(metadata).lookup(offset)
-        self._prefetch(metadata, position, max_bytes)
+        # The chunks this read will likely need after the first: read at once on the pool.
+        self._schedule(metadata, position + self.chunk_bytes,
+                       position + min(max_bytes, self.cache.capacity // 2))
         first = None  # (position, size) of the entry holding `offset`
         while position + LOG_OVERHEAD <= size:
             entry_size, last_offset = self._header(metadata, position)
@@ -243,17 +328,27 @@ class RemoteLogReader:
             end += entry_size
         return self._read(metadata, start, end - start), metadata, end
 
-    def prefetch(self, tp: TopicIdPartition, metadata: RemoteLogSegmentMetadata, position: int,
-                 length: int) -> None:
-        """Bring [position, position + length) of the segment into the cache (at the
-        segment's end: the start of the next remote segment), for the next
-        sequential read."""
-        if position >= metadata.segment_size_in_bytes:
-            following = self.metadata.segment_for_offset(tp, metadata.end_offset + 1)
-            if following is None:
-                return
-            metadata, position = following, 0
-        self._prefetch(metadata, position, length)
+    def read_ahead(self, tp: TopicIdPartition, metadata: RemoteLogSegmentMetadata, position: int,
+                   length: int | None = None) -> None:
+        """Start reading [position, position + length) of the segment into the cache
+        (past its end: the next remote segments'), `readahead_bytes` at most, on the
+        pool; returns at once. A failed read-ahead is dropped (the fetch that needs
+        the chunk reads it again and meets the error)."""
+        left = self.readahead_bytes if length is None else min(length, self.readahead_bytes)
+        try:
+            while left > 0:
+                if position >= metadata.segment_size_in_bytes:
+                    following = self.metadata.segment_for_offset(tp, metadata.end_offset + 1)
+                    if following is None:
+                        return
+                    metadata, position = following, 0
+                    continue
+                end = min(position + left, metadata.segment_size_in_bytes)
+                self._schedule(metadata, position, end)
+                left -= end - position
+                position = end
+        except Exception as e:
+            log.debug("remote_read_ahead_failed", partition=str(tp), error=str(e))
 
     def offset_for_timestamp(self, tp: TopicIdPartition, timestamp: int,
                              starting_offset: int = 0) -> tuple[int, int] | None:

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-DEFAULT_CHUNK_BYTES = 1024 * 1024
+DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
 UPLOAD_PART_BYTES = 8 * 1024 * 1024
 
 
@@ -138,11 +138,10 @@ class RemoteStorageManager(ABC):
             yield self.read_log_segment(metadata, position, length)
             position += length
 
-    def read_log_segment_ranges(self, metadata: RemoteLogSegmentMetadata,
-                                ranges: list[tuple[int, int]]) -> list[bytes]:
-        """`read_log_segment` of each (start, length), in order; a store may read them
-        concurrently."""
-        return [self.read_log_segment(metadata, start, length) for start, length in ranges]
+    def read_log_segment_view(self, metadata: RemoteLogSegmentMetadata, start: int, length: int) -> memoryview:
+        """`read_log_segment` as a read-only view of the store's buffer (no copy where
+        the store allows it; the remote reader's chunks)."""
+        return memoryview(self.read_log_segment(metadata, start, length))
 
     @abstractmethod
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
@@ -222,36 +221,24 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         """A store whose put returns before the data is durable makes it so here."""
 
     def read_log_segment(self, metadata: RemoteLogSegmentMetadata, start: int, length: int) -> bytes:
+        return self.read_log_segment_view(metadata, start, length).tobytes()
+
+    def read_log_segment_view(self, metadata: RemoteLogSegmentMetadata, start: int, length: int) -> memoryview:
+        """The range as a view of obstore's buffer (no copy)."""
         size = metadata.segment_size_in_bytes
         if start < 0 or length < 0 or start > size:
             raise RemoteStorageError(f"remote segment {metadata.segment_id}: range {start}+{length} is outside "
                                      f"its {size} bytes")
         length = min(length, size - start)
         if length == 0:
-            return b""
+            return memoryview(b"")
         key = object_key(metadata, SEGMENT_SUFFIX)
         data = self._call(key, "ranged get",
-                          lambda: bytes(obstore.get_range(self.store, key, start=start, length=length)))
+                          lambda: memoryview(obstore.get_range(self.store, key, start=start, length=length)))
         if len(data) != length:
             raise RemoteStorageError(f"remote object {self.location}/{key} is shorter than its metadata says: "
                                      f"{len(data)} bytes at {start}, expected {length} (segment of {size} bytes)")
         return data
-
-    def read_log_segment_ranges(self, metadata: RemoteLogSegmentMetadata,
-                                ranges: list[tuple[int, int]]) -> list[bytes]:
-        """The ranges in one call (obstore's get_ranges: concurrent requests)."""
-        size = metadata.segment_size_in_bytes
-        wanted = [(start, min(length, size - start)) for start, length in ranges]
-        if len(wanted) < 2 or any(start < 0 or length <= 0 for start, length in wanted):
-            return super().read_log_segment_ranges(metadata, ranges)
-        key = object_key(metadata, SEGMENT_SUFFIX)
-        parts = self._call(key, "ranged get", lambda: [bytes(part) for part in obstore.get_ranges(
-            self.store, key, starts=[start for start, _ in wanted], lengths=[length for _, length in wanted])])
-        for (start, length), part in zip(wanted, parts, strict=True):
-            if len(part) != length:
-                raise RemoteStorageError(f"remote object {self.location}/{key} is shorter than its metadata says: "
-                                         f"{len(part)} bytes at {start}, expected {length} (segment of {size} bytes)")
-        return parts
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         key = object_key(metadata, index_type.value)

@@ -85,6 +85,11 @@ def test_broker_defaults_are_kafkas():
     assert (config.retry_backoff_ms, config.retry_backoff_max_ms, config.retry_jitter) == (500, 30_000, 0.2)
     assert config.location is None
     assert config.s3_region == "us-east-1"
+    assert (config.fetch_chunk_bytes, config.cache_bytes) == (8 << 20, 64 << 20)
+    assert (config.fetch_readahead_bytes, config.fetch_threads) == (32 << 20, 4)
+    config = RemoteLogConfig.from_props({"rsm.config.fetch.readahead.bytes": "0", "rsm.config.fetch.threads": "16"},
+                                        environ={})
+    assert (config.fetch_readahead_bytes, config.fetch_threads) == (0, 16)
 
 
 def test_broker_settings_and_aws_environment():
@@ -113,6 +118,9 @@ def test_broker_settings_and_aws_environment():
     ({"rsm.config.url": "s3:///prefix"}, "names no bucket"),
     ({"rsm.config.s3.endpoint": "127.0.0.1:9000"}, "must be an http:// or https:// URL"),
     ({"remote.log.manager.task.retry.jitter": "0.9"}, "must be between 0.0 and 0.5"),
+    ({"rsm.config.fetch.threads": "0"}, "rsm.config.fetch.threads: 0 must be at least 1"),
+    ({"rsm.config.fetch.readahead.bytes": "-1"}, "rsm.config.fetch.readahead.bytes: -1 must be at least 0"),
+    ({"rsm.config.fetch.readahead.bytes": "lots"}, "rsm.config.fetch.readahead.bytes: 'lots' is not a valid long"),
 ])
 def test_bad_broker_settings_name_the_setting(props, message):
     with pytest.raises(InvalidConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):

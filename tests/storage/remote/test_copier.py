@@ -5,6 +5,9 @@ and total retention, the store failing, and reads from the remote segments."""
 from __future__ import annotations
 
 import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -216,6 +219,89 @@ def test_an_unreachable_s3_server_is_survived(tmp_path, s3_config, s3_server, cl
     assert len(partition.copy_pass().copied) == 2
     log.close()
     metadata.close()
+
+
+class CountingStore:
+    """A remote storage manager that counts the ranged reads of segment data (and
+    can hold them at a gate, or fail them)."""
+
+    def __init__(self, rsm):
+        self.rsm = rsm
+        self.reads: list[tuple[int, int, int]] = []  # (segment start offset, start, length)
+        self.lock = threading.Lock()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.fail = False
+
+    def read_log_segment_view(self, metadata, start, length):
+        self.gate.wait(10)
+        with self.lock:
+            self.reads.append((metadata.start_offset, start, length))
+        if self.fail:
+            raise RemoteStorageError(f"remote segment {metadata.segment_id}: the store is failing")
+        return self.rsm.read_log_segment_view(metadata, start, length)
+
+    def __getattr__(self, name):
+        return getattr(self.rsm, name)
+
+
+def test_concurrent_reads_read_each_chunk_once_in_bounded_ranges(tiered):
+    partition, _ = tiered()
+    partition.copy_pass()
+    store = CountingStore(partition.rsm)
+    reader = RemoteLogReader(store, partition.metadata, cache_bytes=64 * 1024, chunk_bytes=4096,
+                             readahead_bytes=0, threads=3)
+    expected = reader.read(LOG_TP, 60, 9000)
+    assert len(store.reads) == len({(s, start) for s, start, _ in store.reads}) >= 2
+    reader.cache = type(reader.cache)(64 * 1024)  # cold again
+    store.reads.clear()
+    store.gate.clear()  # every reader finds the chunks in flight or reads them itself
+    with ThreadPoolExecutor(8) as pool:
+        results = [pool.submit(reader.read, LOG_TP, 60, 9000) for _ in range(8)]
+        time.sleep(0.2)
+        store.gate.set()
+        assert all(r.result() == expected for r in results)
+    assert len(store.reads) == len({(s, start) for s, start, _ in store.reads})  # no chunk read twice
+    assert all(length == 4096 and start % 4096 == 0 for _, start, length in store.reads)
+    reader.close()
+
+
+def test_read_ahead_reads_the_next_segment_into_the_bounded_cache(tiered):
+    partition, _ = tiered()
+    copied = partition.copy_pass().copied
+    store = CountingStore(partition.rsm)
+    reader = RemoteLogReader(store, partition.metadata, cache_bytes=64 * 1024, chunk_bytes=4096,
+                             readahead_bytes=1 << 20, threads=2)
+    assert reader.readahead_bytes == 32 * 1024  # at most half the cache
+    data, metadata, end = reader.read_with_end(LOG_TP, 40, 1 << 20)
+    assert metadata.segment_id == copied[0].segment_id and end == metadata.segment_size_in_bytes
+    assert offsets_in(data)[-1] == 49
+    reader.read_ahead(LOG_TP, metadata, end)
+    deadline = time.monotonic() + 30
+    while reader.reads_in_flight() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reader.reads_in_flight() == 0
+    ahead = [(segment, start) for segment, start, _ in store.reads if segment != 0]
+    assert ahead and all(segment in (50, 100, 150) for segment, _ in ahead)
+    assert reader.cache.size_bytes <= reader.cache.capacity
+    store.reads.clear()
+    assert offsets_in(reader.read(LOG_TP, 50, 3000))[0] == 50
+    assert all(segment != 50 or start != 0 for segment, start, _ in store.reads)  # found in the cache
+    reader.close()
+
+
+def test_a_failed_read_ahead_is_dropped_and_the_fetch_meets_the_error(tiered):
+    partition, _ = tiered()
+    copied = partition.copy_pass().copied
+    store = CountingStore(partition.rsm)
+    reader = RemoteLogReader(store, partition.metadata, cache_bytes=64 * 1024, chunk_bytes=4096, threads=2)
+    store.fail = True
+    reader.read_ahead(LOG_TP, copied[0], 0)
+    with pytest.raises(RemoteStorageError, match="the store is failing"):
+        reader.read(LOG_TP, 10, 3000)
+    store.fail = False
+    assert offsets_in(reader.read(LOG_TP, 10, 3000))[0] <= 10
+    reader.close()
 
 
 def test_corrupt_and_missing_remote_objects_are_clear_errors(tiered, remote_config):
