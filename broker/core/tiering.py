@@ -388,11 +388,12 @@ class Tiering:
         return data, tuple((txn.producer_id, txn.first_offset) for txn in found)
 
     def offset_for_timestamp(self, partition_log: Log, timestamp: int) -> tuple[int, int] | None:
-        """(timestamp, offset) of the first remote record at or after `timestamp`, or None."""
+        """(timestamp, offset) of the first remote record at or after `timestamp` from
+        the log start (a DeleteRecords start inside the remote data included), or None."""
         remote = self.partition(partition_log)
         if remote is None:
             return None
-        return self.reader.offset_for_timestamp(remote.tp, timestamp)
+        return self.reader.offset_for_timestamp(remote.tp, timestamp, remote.log_start_offset)
 
     def log_start_offset(self, partition_log: Log) -> int:
         """The partition's log start including remote data (no store work: the

@@ -541,6 +541,13 @@ def test_delete_records_into_the_remote_data_moves_the_log_start_durably(tmp_pat
 
         def answers_the_start() -> None:
             assert kafka_list_offsets(broker, topic)[-2] == target
+            # by timestamp: the first record from the log start, not one below it
+            consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "times"})
+            try:
+                (found,) = consumer.offsets_for_times([confluent_kafka.TopicPartition(topic, 0, 0)], WAIT_S)
+            finally:
+                consumer.close()
+            assert found.offset == target
             assert offsets(broker, topic)[0] == target
             assert kafka_fetch(broker, topic, target - 1)[0] == 1  # OFFSET_OUT_OF_RANGE
             assert kafka_fetch(broker, topic, target) == (0, target)
