@@ -41,9 +41,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -61,7 +59,7 @@ from obstore.store import LocalStore, S3Store  # noqa: E402
 
 from client import Admin  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
-from tests.storage.remote.conftest import S3Server, free_port  # noqa: E402
+from tests.storage.remote.conftest import S3Server  # noqa: E402
 
 MiB = 1024 * 1024
 VALUE_BYTES = 16 * 1024
@@ -69,44 +67,24 @@ LAG_METRIC = "kafka_server_brokertopicmetrics_remotecopylagbytes{"
 S3RVER = os.path.join(ROOT, "bench", "s3rver", "node_modules", ".bin", "s3rver")
 
 
-class S3rverServer:
+class S3rverServer(S3Server):
     """s3rver (npm) on 127.0.0.1, its objects in a directory; any bucket it is asked
     to create. Credentials S3RVER / S3RVER."""
+
+    name = "s3rver"
 
     def __init__(self, directory: str, log_path: str) -> None:
         if not os.path.exists(S3RVER):
             raise SystemExit(f"{S3RVER} is missing: run `npm ci --prefix bench/s3rver` first")
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.directory, self.log_path = directory, log_path
-        self.process: subprocess.Popen | None = None
+        super().__init__(log_path)
+        self.directory = directory
+
+    def command(self) -> list[str]:
+        return [S3RVER, "-d", self.directory, "-a", "127.0.0.1", "-p", str(self.port), "--silent"]
 
     def start(self) -> None:
         os.makedirs(self.directory, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the process keeps it
-        self.process = subprocess.Popen([S3RVER, "-d", self.directory, "-a", "127.0.0.1", "-p", str(self.port),
-                                         "--silent"], stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"s3rver exited with {self.process.returncode}; see {self.log_path}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("s3rver did not listen within 60 s")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait()
-            self.process = None
-
-    def create_bucket(self, name: str) -> None:
-        request = urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.status == 200
+        super().start()
 
 
 def start_store(kind: str, work: str):

@@ -136,6 +136,19 @@ def parse_topic(value: str) -> tuple[str, list[int] | None]:
         raise CliError(f"bad --topic {value!r}: partitions are numbers, as in {topic}:0,1") from None
 
 
+def chosen_partitions(admin: KafkaAdmin, topics: list[str]) -> list[tuple[str, int]]:
+    """The partitions that `--topic TOPIC[:P,P,...]` values name, each checked to exist."""
+    chosen: set[tuple[str, int]] = set()
+    for value in topics:
+        topic, partitions = parse_topic(value)
+        count = admin.partition_count(topic)
+        for p in range(count) if partitions is None else partitions:
+            if not 0 <= p < count:
+                raise CliError(f"topic {topic!r} has no partition {p} (it has {count})")
+            chosen.add((topic, p))
+    return sorted(chosen)
+
+
 def timestamp_ms(value: str) -> int:
     try:
         moment = datetime.fromisoformat(value)

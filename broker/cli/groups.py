@@ -52,8 +52,8 @@ from .group_args import (
     add_action,
     add_group_args,
     add_reset_args,
+    chosen_partitions,
     connect,
-    parse_topic,
     reason,
     table,
     timestamp_ms,
@@ -135,15 +135,7 @@ def _reset_partitions(admin: KafkaAdmin, args: argparse.Namespace,
                       committed: dict[TopicPartition, int]) -> list[TopicPartition]:
     if not args.topic:
         return sorted(committed)
-    chosen: set[TopicPartition] = set()
-    for value in args.topic:
-        topic, partitions = parse_topic(value)
-        count = admin.partition_count(topic)
-        for p in range(count) if partitions is None else partitions:
-            if not 0 <= p < count:
-                raise CliError(f"topic {topic!r} has no partition {p} (it has {count})")
-            chosen.add((topic, p))
-    return sorted(chosen)
+    return chosen_partitions(admin, args.topic)
 
 
 def _targets(admin: KafkaAdmin, args: argparse.Namespace, partitions: list[TopicPartition],

@@ -55,7 +55,16 @@ from kio.schema.errors import ErrorCode
 
 from ..kafka.codec import make, nested
 from . import CliError, UsageError
-from .group_args import add_action, add_group_args, add_reset_args, connect, parse_topic, reason, table, timestamp_ms
+from .group_args import (
+    add_action,
+    add_group_args,
+    add_reset_args,
+    chosen_partitions,
+    connect,
+    reason,
+    table,
+    timestamp_ms,
+)
 from .kafka_admin import EARLIEST, LATEST, KafkaAdmin, TopicPartition
 
 LIST_GROUPS, SHARE_GROUP_DESCRIBE, DESCRIBE_OFFSETS, ALTER_OFFSETS, DELETE_OFFSETS = 16, 77, 90, 91, 92
@@ -239,15 +248,7 @@ def _print_state(admin: KafkaAdmin, group, verbose: bool) -> None:
 def _reset_partitions(admin: KafkaAdmin, args: argparse.Namespace) -> list[TopicPartition]:
     if not args.topic:
         return sorted({(topic, partition) for topic, partition, *_ in _offsets(admin, args.group, missing_ok=True)})
-    chosen: set[TopicPartition] = set()
-    for value in args.topic:
-        topic, partitions = parse_topic(value)
-        count = admin.partition_count(topic)
-        for p in range(count) if partitions is None else partitions:
-            if not 0 <= p < count:
-                raise CliError(f"topic {topic!r} has no partition {p} (it has {count})")
-            chosen.add((topic, p))
-    return sorted(chosen)
+    return chosen_partitions(admin, args.topic)
 
 
 def _targets(admin: KafkaAdmin, args: argparse.Namespace, partitions: list[TopicPartition]) -> dict:

@@ -23,7 +23,10 @@ def free_port() -> int:
 
 
 class S3Server:
-    """moto's S3 server process on 127.0.0.1; `stop()` and `start()` again on the same port."""
+    """moto's S3 server process on 127.0.0.1; `stop()` and `start()` again on the same port.
+    A subclass names another S3 server's command (`command`)."""
+
+    name = "moto server"
 
     def __init__(self, log_path: str) -> None:
         self.port = free_port()
@@ -31,20 +34,22 @@ class S3Server:
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
 
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+
     def start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the process keeps it
-        self.process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                                         str(self.port)], stdout=log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"moto server exited with {self.process.returncode}; see {self.log_path}")
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}; see {self.log_path}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     return
             except OSError:
                 time.sleep(0.1)
-        raise RuntimeError("moto server did not listen within 60 s")
+        raise RuntimeError(f"{self.name} did not listen within 60 s")
 
     def stop(self) -> None:
         if self.process is not None:
