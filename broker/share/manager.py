@@ -28,8 +28,6 @@ Contract
   the store at its next use, so memory never runs ahead of the log (the records
   in flight become available). Changes made to it in memory between the write
   and the drop fail in the next round with the same error.
-- Blocking conveniences (one call, then `flush()`: a round taken and written):
-  `acknowledge`, `release_member`, `expire`.
 - `alter_start_offset` (AlterShareGroupOffsets) starts a share partition over at
   an offset under a new state epoch; `delete_state` (DeleteShareGroupOffsets)
   removes it; `summary` (DescribeShareGroupOffsets) gives SPSO, leader epoch and
@@ -251,35 +249,6 @@ class SharePartitionManager:
         for key, error in round_.failures.items():
             if self._partitions.pop(key, None) is not None:
                 self._failed[key] = error
-
-    def flush(self) -> None:
-        """Take, write and settle one round (blocking); the first failure is raised."""
-        round_ = self.write(self.take_writes())
-        self.settle(round_)
-        for error in round_.failures.values():
-            raise error
-
-    def acknowledge(self, group_id: str, member_id: str, tp: TopicIdPartition, batches: Sequence[AckBatch]) -> None:
-        """Apply and write a member's acknowledgements (blocking); ShareError (nothing changed)
-        or the write's error."""
-        try:
-            self.apply_acknowledgements(group_id, member_id, tp, batches)
-        finally:
-            self.flush()
-
-    def release_member(self, group_id: str, member_id: str, tps: Iterable[TopicIdPartition] | None = None) -> int:
-        """`release`, written (blocking)."""
-        released = self.release(group_id, member_id, tps)
-        self.flush()
-        return released
-
-    def expire(self) -> int:
-        """Apply the acquisition-lock timeouts due now, written (blocking); how many records."""
-        before = sum(sp.counters.lock_timeouts for sp in list(self._partitions.values()))
-        self.apply_timeouts()
-        after = sum(sp.counters.lock_timeouts for sp in list(self._partitions.values()))
-        self.flush()
-        return after - before
 
     # ---- offsets APIs ---------------------------------------------------------------
 

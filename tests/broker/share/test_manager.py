@@ -71,8 +71,34 @@ class Broker:
         _, read = self.share_log.read(sp.next_fetch_offset(), 1 << 20, sp.read_committed)
         return self.manager.acquire(group, member, TP, read, max_records)
 
+    def flush(self):
+        """Take, write and settle one round of state writes, as the share-state writer
+        does; the first failure is raised."""
+        round_ = self.manager.write(self.manager.take_writes())
+        self.manager.settle(round_)
+        for error in round_.failures.values():
+            raise error
+
     def ack(self, member, first, last, ack, group="g"):
-        self.manager.acknowledge(group, member, TP, [AckBatch(first, last, [int(ack)])])
+        try:
+            self.manager.apply_acknowledgements(group, member, TP, [AckBatch(first, last, [int(ack)])])
+        finally:
+            self.flush()
+
+    def expire(self):
+        """The lock timeouts due now, applied and written; how many records."""
+        def timeouts():
+            return sum(counters.lock_timeouts for _, counters in self.manager.counters())
+
+        before = timeouts()
+        self.manager.apply_timeouts()
+        self.flush()
+        return timeouts() - before
+
+    def release_member(self, group, member):
+        released = self.manager.release(group, member)
+        self.flush()
+        return released
 
 
 @pytest.fixture
@@ -119,7 +145,7 @@ def test_lock_timeouts_are_written_and_the_poison_record_is_archived(tmp_path):
             assert b.fetch("m") == [AcquiredRecords(0, 0, attempt)]
             clock.advance(15_000)
             assert b.manager.next_deadline() == clock.time_ms()
-            assert b.manager.expire() == 1
+            assert b.expire() == 1
         b.restart()
         assert b.manager.share_partition("g", TP).start_offset == 1  # archived: never delivered again
         assert b.fetch("m") == []
@@ -188,7 +214,7 @@ def test_offsets_apis_and_unknown_partitions(broker):
 def test_releasing_a_member(broker):
     broker.produce(4)
     broker.fetch("m1", max_records=2)
-    assert broker.manager.release_member("g", "m1") == 4  # one batch of 4 was acquired whole
+    assert broker.release_member("g", "m1") == 4  # one batch of 4 was acquired whole
     assert broker.fetch("m2") == [AcquiredRecords(0, 3, 2)]
 
 
